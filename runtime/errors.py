@@ -1,0 +1,194 @@
+"""The one exception tree of llama-runtime, split by who is at fault.
+
+Every error a user can see derives from :class:`LlamaRuntimeError` and carries
+the sentence a person reads (``message``), a stable machine ``code`` and the
+CLI ``exit_code`` promised by the command-line contract::
+
+    LlamaRuntimeError                 exit 1  (a bug, should never reach a user)
+    +-- UserInputError                exit 2  the caller asked for something invalid
+    |   +-- UnknownBackendError
+    +-- LocalError                            this machine's state or resources
+    |   +-- BusyError                 exit 3  another update holds the lock
+    |   +-- DiskSpaceError            exit 4
+    |   +-- CorruptStateError         exit 6  pointer/marker on disk is unusable
+    |   +-- CancelledError            exit 130
+    +-- BackendUnavailableError       exit 5  no asset for this host, or host cannot run it
+    +-- VerificationError             exit 6  the new runtime was rejected
+    +-- RemoteError                   exit 7  GitHub / mirror / network
+    |   +-- ReleaseNotFoundError
+    |   +-- RateLimitError
+    |   +-- NetworkError
+    +-- IntegrityError                exit 8  digest, size, unsafe archive
+        +-- DigestMismatchError
+        +-- SizeMismatchError
+        +-- UnsafeArchiveError
+
+Invariant: raising any of these never changes the active runtime; the code
+that raises them is responsible for discarding what it staged first.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+Fault = Literal["bug", "user", "local", "remote"]
+
+
+class LlamaRuntimeError(Exception):
+    """Base of every error llama-runtime reports to a caller.
+
+    Args:
+        message: One human sentence saying what happened (and what to do).
+        hint: Optional next step, shown on its own line to people.
+    """
+
+    exit_code: ClassVar[int] = 1
+    code: ClassVar[str] = "internal_error"
+    fault: ClassVar[Fault] = "bug"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def to_json(self) -> dict[str, object]:
+        """The ``error`` object of the CLI contract."""
+        payload: dict[str, object] = {"code": self.code, "message": self.message}
+        if self.hint:
+            payload["hint"] = self.hint
+        payload["exit_code"] = self.exit_code
+        return payload
+
+
+class UserInputError(LlamaRuntimeError):
+    """Bad input: usage, unknown backend, malformed tag or repo, bad path."""
+
+    exit_code = 2
+    code = "bad_input"
+    fault = "user"
+
+
+class UnknownBackendError(UserInputError):
+    """A backend name that this version does not know."""
+
+    code = "unknown_backend"
+
+
+class LocalError(LlamaRuntimeError):
+    """Something about this machine prevents the operation."""
+
+    fault = "local"
+
+
+class BusyError(LocalError):
+    """Another process holds the update lock."""
+
+    exit_code = 3
+    code = "busy"
+
+
+class DiskSpaceError(LocalError):
+    """Not enough free space to stage the runtime."""
+
+    exit_code = 4
+    code = "disk_full"
+
+
+class CorruptStateError(LocalError):
+    """The pointer, a marker or a runtime directory on disk is unusable."""
+
+    exit_code = 6
+    code = "corrupt_state"
+
+
+class CancelledError(LocalError):
+    """The caller cancelled the job; nothing was activated."""
+
+    exit_code = 130
+    code = "cancelled"
+
+
+class BackendUnavailableError(LlamaRuntimeError):
+    """No asset for this platform/backend, or the host cannot run it."""
+
+    exit_code = 5
+    code = "backend_unavailable"
+    fault = "remote"
+
+
+class VerificationError(LlamaRuntimeError):
+    """The staged runtime failed verification; the previous one stays active."""
+
+    exit_code = 6
+    code = "verification_failed"
+    fault = "remote"
+
+
+class RemoteError(LlamaRuntimeError):
+    """GitHub, a mirror or the network failed or answered nonsense."""
+
+    exit_code = 7
+    code = "remote_error"
+    fault = "remote"
+
+
+class ReleaseNotFoundError(RemoteError):
+    """The release or tag does not exist in the repository."""
+
+    code = "release_not_found"
+
+
+class RateLimitError(RemoteError):
+    """The API refused the request because of a rate limit.
+
+    Args:
+        message: The sentence for people.
+        reset_at: Epoch seconds (UTC) when the limit resets, if known.
+        retry_after: Seconds to wait, if the server said so.
+    """
+
+    code = "rate_limited"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reset_at: float | None = None,
+        retry_after: float | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.reset_at = reset_at
+        self.retry_after = retry_after
+
+
+class NetworkError(RemoteError):
+    """Timeouts, refused connections, resets, truncated bodies, 5xx."""
+
+    code = "network_error"
+
+
+class IntegrityError(LlamaRuntimeError):
+    """The downloaded or supplied bytes cannot be trusted."""
+
+    exit_code = 8
+    code = "integrity_error"
+    fault = "remote"
+
+
+class DigestMismatchError(IntegrityError):
+    """sha256 of the bytes differs from the published digest."""
+
+    code = "digest_mismatch"
+
+
+class SizeMismatchError(IntegrityError):
+    """The byte count differs from the published size, or exceeds a cap."""
+
+    code = "size_mismatch"
+
+
+class UnsafeArchiveError(IntegrityError):
+    """An archive member would escape the extraction root or is not allowed."""
+
+    code = "unsafe_archive"

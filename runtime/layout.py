@@ -1,0 +1,216 @@
+"""Where things live in the llama-runtime home, and the active pointer.
+
+Layout (everything on one filesystem, so every rename below is atomic)::
+
+    <home>/
+      active.json          the pointer: {"active": NAME, "previous": NAME}
+      runtimes/NAME/       one directory per installed runtime, never modified
+                           after activation; NAME = <repo>-<tag>-<backend>-<id>
+      staging/             runtimes being built; never referenced by the pointer
+      downloads/           partial and finished downloads, kept for resume
+      locks/update.lock    the cross-process lock, outside swapped directories
+      jobs/                state of the update job (for progress and resume)
+      cache/               ETags and release JSON
+      server/              pidfile and log of the managed llama-server
+
+Invariant: the pointer only ever names directories under ``runtimes/`` that
+hold a complete, verified runtime. Activation and rollback are a single
+:func:`os.replace` of ``active.json`` (works on Windows, unlike symlink swaps),
+so readers see the old pointer or the new one, never a missing one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from runtime.errors import CorruptStateError
+from runtime.fsutil import atomic_write_json
+from runtime.marker import InstallMarker, marker_path, read_marker
+
+POINTER_NAME: Final = "active.json"
+POINTER_SCHEMA: Final = 1
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """Names (not paths) of the active and the previous runtime directories."""
+
+    active: str | None = None
+    previous: str | None = None
+
+
+@dataclass(frozen=True)
+class InstalledRuntime:
+    """A runtime directory together with its (valid) marker."""
+
+    name: str
+    path: Path
+    marker: InstallMarker
+
+    @property
+    def binary(self) -> Path:
+        """Absolute path of ``llama-server`` in this runtime."""
+        return self.path / self.marker.binary
+
+    def to_json(self) -> dict[str, object]:
+        """The runtime object of the CLI contract."""
+        return {
+            "name": self.name,
+            "repo": self.marker.repo,
+            "tag": self.marker.tag,
+            "backend": self.marker.backend,
+            "backend_request": self.marker.backend_request,
+            "runtime_dir": str(self.path),
+            "binary": str(self.binary),
+            "marker_path": str(marker_path(self.path)),
+            "installed_at": self.marker.installed_at,
+            "version": self.marker.version,
+            "digest_verified": self.marker.digest_verified,
+            "asset": self.marker.asset,
+        }
+
+
+def default_home() -> Path:
+    """The platform's user data directory for llama-runtime."""
+    import platformdirs  # deferred: costs ~10 ms at start-up, only needed here
+
+    return Path(platformdirs.user_data_dir("llama-runtime", appauthor=False))
+
+
+class Home:
+    """The directory llama-runtime owns, and the paths inside it.
+
+    Args:
+        root: The home directory (``--home`` / ``LLAMA_RUNTIME_HOME``).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.runtimes_dir = self.root / "runtimes"
+        self.staging_dir = self.root / "staging"
+        self.downloads_dir = self.root / "downloads"
+        self.locks_dir = self.root / "locks"
+        self.jobs_dir = self.root / "jobs"
+        self.cache_dir = self.root / "cache"
+        self.server_dir = self.root / "server"
+        self.pointer_path = self.root / POINTER_NAME
+        self.lock_path = self.locks_dir / "update.lock"
+
+    def ensure(self) -> None:
+        """Create the directories (idempotent)."""
+        for directory in (
+            self.runtimes_dir,
+            self.staging_dir,
+            self.downloads_dir,
+            self.locks_dir,
+            self.jobs_dir,
+            self.cache_dir,
+            self.server_dir,
+        ):
+            directory.mkdir(parents=True, exist_ok=True)
+
+    # -- pointer -----------------------------------------------------------
+
+    def read_pointer(self) -> Pointer:
+        """The active pointer; an absent pointer means nothing is active.
+
+        Raises:
+            CorruptStateError: The pointer file exists but is not valid.
+        """
+        try:
+            raw = self.pointer_path.read_bytes()
+        except FileNotFoundError:
+            return Pointer()
+        try:
+            payload = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            payload = None
+        if not isinstance(payload, dict):
+            raise CorruptStateError(
+                f"The active-runtime pointer {self.pointer_path} is damaged.",
+                hint="Run `llama-runtime doctor --repair` to point it at a verified runtime.",
+            )
+        names = [payload.get("active"), payload.get("previous")]
+        for name in names:
+            if name is not None and (not isinstance(name, str) or not _is_plain_name(name)):
+                raise CorruptStateError(
+                    f"The active-runtime pointer {self.pointer_path} names an invalid directory.",
+                    hint="Run `llama-runtime doctor --repair` to point it at a verified runtime.",
+                )
+        return Pointer(active=names[0], previous=names[1])
+
+    def write_pointer(self, pointer: Pointer) -> None:
+        """Replace the pointer atomically and durably.
+
+        Raises:
+            OSError: The pointer is unchanged.
+        """
+        atomic_write_json(
+            self.pointer_path,
+            {"schema_version": POINTER_SCHEMA, "active": pointer.active, "previous": pointer.previous},
+        )
+
+    # -- runtimes ----------------------------------------------------------
+
+    def runtime_path(self, name: str) -> Path:
+        """The directory of the runtime called ``name``."""
+        return self.runtimes_dir / name
+
+    def new_runtime_name(self, repo: str, tag: str, backend: str) -> str:
+        """A fresh directory name that says what it holds and never collides."""
+        label = _UNSAFE_NAME_CHARS.sub("_", f"{repo.replace('/', '_')}-{tag}-{backend}")
+        return f"{label}-{secrets.token_hex(4)}"
+
+    def load(self, name: str) -> InstalledRuntime:
+        """The runtime ``name`` with its validated marker.
+
+        Raises:
+            CorruptStateError: Missing directory or bad marker.
+        """
+        path = self.runtime_path(name)
+        if not path.is_dir():
+            raise CorruptStateError(
+                f"The runtime directory {path} is missing.",
+                hint="Run `llama-runtime doctor --repair` or install the release again.",
+            )
+        return InstalledRuntime(name=name, path=path, marker=read_marker(path))
+
+    def installed(self) -> list[InstalledRuntime]:
+        """Every runtime directory with a valid marker, oldest first."""
+        found: list[InstalledRuntime] = []
+        if not self.runtimes_dir.is_dir():
+            return found
+        for entry in os.scandir(self.runtimes_dir):
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                found.append(self.load(entry.name))
+            except CorruptStateError:
+                continue
+        found.sort(key=lambda r: (r.marker.installed_at, r.name))
+        return found
+
+    def broken_runtimes(self) -> list[tuple[str, CorruptStateError]]:
+        """Runtime directories that are not complete runtimes, with why."""
+        broken: list[tuple[str, CorruptStateError]] = []
+        if not self.runtimes_dir.is_dir():
+            return broken
+        for entry in os.scandir(self.runtimes_dir):
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                self.load(entry.name)
+            except CorruptStateError as exc:
+                broken.append((entry.name, exc))
+        return broken
+
+
+def _is_plain_name(name: str) -> bool:
+    return bool(name) and name not in {".", ".."} and _UNSAFE_NAME_CHARS.search(name) is None

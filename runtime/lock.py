@@ -1,0 +1,101 @@
+"""The cross-process update lock and its per-caller waiting policy.
+
+One OS-level lock (:class:`filelock.FileLock`; released by the kernel when
+the holder dies, so a crash never leaves a stale lock) guards every change to
+the runtimes and the pointer. The lock file lives in ``<home>/locks/``,
+outside any directory that is swapped or deleted, and is never removed.
+
+Callers differ in how long they may wait: start-up never waits, the update
+button fails fast, the scheduler may wait a while. A side file records who
+holds the lock, so "busy" can say what is running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import filelock
+
+from runtime.errors import BusyError
+from runtime.fsutil import atomic_write_json
+
+#: Seconds the update button waits for the lock: long enough to ride over
+#: another process's short read-modify-write of the pointer (rollback),
+#: short enough that a second click answers "busy" at once.
+BUTTON_WAIT_SECONDS: Final = 0.5
+#: Never wait: app start-up must not block on an update in progress.
+NO_WAIT: Final = 0.0
+
+
+@dataclass(frozen=True)
+class LockOwner:
+    """Who holds the update lock, as recorded in the side file."""
+
+    pid: int
+    operation: str
+    since: float
+
+
+class UpdateLock:
+    """The update lock of one home.
+
+    Args:
+        lock_path: ``<home>/locks/update.lock``.
+    """
+
+    def __init__(self, lock_path: Path) -> None:
+        self.lock_path = lock_path
+        self.owner_path = lock_path.with_suffix(".owner.json")
+        self._lock = filelock.FileLock(str(lock_path), thread_local=False)
+
+    def owner(self) -> LockOwner | None:
+        """The recorded holder, if any (may be stale when nobody holds the lock)."""
+        try:
+            payload = json.loads(self.owner_path.read_text("utf-8"))
+            return LockOwner(int(payload["pid"]), str(payload["operation"]), float(payload["since"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def is_held(self) -> bool:
+        """Whether some process (this one included) holds the lock right now."""
+        if self._lock.is_locked:
+            return True
+        probe = filelock.FileLock(str(self.lock_path), thread_local=False)
+        try:
+            probe.acquire(timeout=0)
+        except filelock.Timeout:
+            return True
+        probe.release()
+        return False
+
+    @contextlib.contextmanager
+    def hold(self, operation: str, *, timeout: float = NO_WAIT) -> Iterator[None]:
+        """Hold the lock for ``operation``, waiting at most ``timeout`` seconds.
+
+        Raises:
+            BusyError: Another process holds the lock; the message says what it does.
+        """
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire(timeout=timeout)
+        except filelock.Timeout:
+            owner = self.owner()
+            doing = f" ({owner.operation}, pid {owner.pid})" if owner else ""
+            raise BusyError(
+                f"Another llama-runtime process is updating this runtime{doing}.",
+                hint="Wait for it to finish, or follow it with `llama-runtime status`.",
+            ) from None
+        try:
+            atomic_write_json(self.owner_path, {"pid": os.getpid(), "operation": operation, "since": time.time()})
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                self.owner_path.unlink()
+            self._lock.release()

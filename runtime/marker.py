@@ -1,0 +1,209 @@
+"""The JSON install marker: what a runtime directory holds and how it got there.
+
+Invariants:
+
+* The marker is the last file written into a staged runtime, atomically
+  (:func:`runtime.fsutil.atomic_write_json`), before activation. A directory
+  without a valid marker is not an installed runtime.
+* The reader tolerates unknown extra fields (a newer version may add some),
+  but a marker whose backend this version does not know is refused with
+  :class:`ForeignMarkerError`: its backend is never silently re-detected.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from runtime.backends import BACKEND_CHOICES, CONCRETE_BACKENDS, parse_backend
+from runtime.errors import CorruptStateError, UnknownBackendError
+from runtime.fsutil import atomic_write_json
+
+MARKER_NAME: Final = "llama-runtime.json"
+SCHEMA_VERSION: Final = 1
+
+
+class ForeignMarkerError(CorruptStateError):
+    """A marker written by a newer llama-runtime (unknown backend or schema)."""
+
+    code = "foreign_marker"
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """Size and sha256 of one regular file of a runtime."""
+
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class InstallMarker:
+    """What was installed, from where, and what the binary said about itself.
+
+    ``binary`` and the keys of ``files`` are paths relative to the runtime
+    directory, with ``/`` separators.
+    """
+
+    repo: str
+    tag: str
+    backend: str
+    backend_request: str
+    asset: str
+    size: int
+    sha256: str
+    digest_verified: bool
+    installed_at: str
+    binary: str
+    version: str = ""
+    devices: tuple[str, ...] = ()
+    files: dict[str, FileRecord] = field(default_factory=dict)
+    source: str = "download"
+    extra_assets: tuple[dict[str, Any], ...] = ()
+    host: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """The marker as a JSON-ready dictionary."""
+        payload = asdict(self)
+        payload["devices"] = list(self.devices)
+        payload["extra_assets"] = list(self.extra_assets)
+        return payload
+
+
+def marker_path(runtime_dir: Path) -> Path:
+    """Where the marker of ``runtime_dir`` lives."""
+    return runtime_dir / MARKER_NAME
+
+
+def write_marker(runtime_dir: Path, marker: InstallMarker) -> Path:
+    """Write the marker atomically and durably; returns its path.
+
+    Raises:
+        OSError: The marker could not be written; no partial marker remains.
+    """
+    path = marker_path(runtime_dir)
+    atomic_write_json(path, marker.to_json())
+    return path
+
+
+def _field(payload: dict[str, Any], key: str, kind: type | tuple[type, ...], path: Path) -> Any:
+    value = payload.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise CorruptStateError(
+            f"The install marker {path} is damaged: field '{key}' is missing or invalid.",
+            hint="Run `llama-runtime doctor --repair` or install the release again.",
+        )
+    return value
+
+
+def _files(raw: object, path: Path) -> dict[str, FileRecord]:
+    if not isinstance(raw, dict):
+        raise CorruptStateError(f"The install marker {path} is damaged: 'files' is not an object.")
+    records: dict[str, FileRecord] = {}
+    for name, info in raw.items():
+        if (
+            not isinstance(info, dict)
+            or not isinstance(info.get("size"), int)
+            or not isinstance(info.get("sha256"), str)
+        ):
+            raise CorruptStateError(f"The install marker {path} is damaged: entry for '{name}'.")
+        records[str(name)] = FileRecord(size=info["size"], sha256=info["sha256"])
+    return records
+
+
+def parse_marker(payload: object, path: Path) -> InstallMarker:
+    """Validate decoded marker JSON.
+
+    Raises:
+        CorruptStateError: Not a marker of a known shape.
+        ForeignMarkerError: Written by a newer llama-runtime.
+    """
+    if not isinstance(payload, dict):
+        raise CorruptStateError(f"The install marker {path} is damaged: not a JSON object.")
+    schema = payload.get("schema_version")
+    if isinstance(schema, int) and schema > SCHEMA_VERSION:
+        raise ForeignMarkerError(
+            f"The runtime at {path.parent} was installed by a newer llama-runtime "
+            f"(marker schema {schema}); this version will not replace it.",
+            hint="Upgrade llama-runtime-updater to manage this runtime.",
+        )
+    backend_raw = _field(payload, "backend", str, path)
+    request_raw = _field(payload, "backend_request", str, path)
+    try:
+        backend = parse_backend(backend_raw, allow_auto=False)
+        request = parse_backend(request_raw)
+    except UnknownBackendError:
+        raise ForeignMarkerError(
+            f"The runtime at {path.parent} records backend '{backend_raw}' "
+            f"(request '{request_raw}'), which this version of llama-runtime does not know "
+            f"(known: {', '.join(BACKEND_CHOICES)}); refusing to replace it.",
+            hint="Upgrade llama-runtime-updater, or remove that runtime deliberately.",
+        ) from None
+    devices = payload.get("devices", [])
+    extra = payload.get("extra_assets", [])
+    host = payload.get("host", {})
+    return InstallMarker(
+        repo=_field(payload, "repo", str, path),
+        tag=_field(payload, "tag", str, path),
+        backend=backend,
+        backend_request=request,
+        asset=_field(payload, "asset", str, path),
+        size=_field(payload, "size", int, path),
+        sha256=_field(payload, "sha256", str, path),
+        digest_verified=_field(payload, "digest_verified", bool, path),
+        installed_at=_field(payload, "installed_at", str, path),
+        binary=_field(payload, "binary", str, path),
+        version=payload.get("version", "") if isinstance(payload.get("version"), str) else "",
+        devices=tuple(str(d) for d in devices) if isinstance(devices, list) else (),
+        files=_files(payload.get("files", {}), path),
+        source=str(payload.get("source", "download")),
+        extra_assets=tuple(e for e in extra if isinstance(e, dict)) if isinstance(extra, list) else (),
+        host=host if isinstance(host, dict) else {},
+        reason=str(payload.get("reason", "")),
+        schema_version=schema if isinstance(schema, int) else SCHEMA_VERSION,
+    )
+
+
+def read_marker(runtime_dir: Path) -> InstallMarker:
+    """Read and validate the marker of ``runtime_dir``.
+
+    Raises:
+        CorruptStateError: Missing, unreadable, not JSON, or not a marker.
+        ForeignMarkerError: Written by a newer llama-runtime.
+    """
+    path = marker_path(runtime_dir)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise CorruptStateError(
+            f"{runtime_dir} has no install marker ({MARKER_NAME}); it is not a complete runtime.",
+            hint="Install the release again with `llama-runtime update`.",
+        ) from None
+    except OSError as exc:
+        raise CorruptStateError(f"Cannot read the install marker {path}: {exc.strerror}.") from None
+    try:
+        payload = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CorruptStateError(
+            f"The install marker {path} is not valid JSON.",
+            hint="Run `llama-runtime doctor --repair` or install the release again.",
+        ) from None
+    return parse_marker(payload, path)
+
+
+__all__ = [
+    "CONCRETE_BACKENDS",
+    "MARKER_NAME",
+    "SCHEMA_VERSION",
+    "FileRecord",
+    "ForeignMarkerError",
+    "InstallMarker",
+    "marker_path",
+    "parse_marker",
+    "read_marker",
+    "write_marker",
+]

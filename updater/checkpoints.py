@@ -1,0 +1,30 @@
+"""Named points in the install transaction where a crash test can kill us.
+
+Setting ``LLAMA_RUNTIME_TEST_KILL_AT=<name>`` makes the process SIGKILL itself
+when it reaches that checkpoint (rustup's ``kill_at_checkpoint``). It exists
+only so tests can prove that a crash at any point leaves a working runtime.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Final
+
+KILL_AT_ENV: Final = "LLAMA_RUNTIME_TEST_KILL_AT"
+
+#: Every checkpoint, in the order a successful install passes them.
+CHECKPOINTS: Final = (
+    "after_download",
+    "after_extract",
+    "after_marker",
+    "before_pointer_flip",
+    "after_pointer_flip",
+    "during_gc",
+)
+
+
+def checkpoint(name: str) -> None:
+    """Die here, uncleanly, if a crash test asked for it."""
+    if os.environ.get(KILL_AT_ENV) == name:
+        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))

@@ -1,0 +1,101 @@
+"""Settings of one llama-runtime invocation: flag > environment > default.
+
+Also the limits that protect the machine from a hostile or broken release;
+each carries its unit and why it has the value it has.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from runtime.backends import parse_backend
+from runtime.errors import UserInputError
+
+DEFAULT_API_URL: Final = "https://api.github.com"
+DEFAULT_REPO: Final = "ggml-org/llama.cpp"
+
+#: The largest llama.cpp asset so far is a Windows CUDA zip of ~250 MB and the
+#: cudart companion ~390 MB; 2 GiB leaves room for growth while stopping an
+#: endless body long before it fills a disk.
+MAX_ASSET_BYTES: Final = 2 * 1024**3
+#: Extracted runtimes are at most ~4x their compressed size (shared libraries
+#: compress ~3:1); used to estimate the disk space needed before downloading.
+EXTRACTED_SIZE_FACTOR: Final = 4
+
+_REPO = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the runtime lives and where releases come from."""
+
+    home: Path
+    api_url: str
+    repo: str
+    backend: str
+    token: str | None
+    backend_explicit: bool = False
+
+
+def validate_repo(repo: str) -> str:
+    """``owner/name`` or a :class:`UserInputError` saying what is valid."""
+    value = repo.strip()
+    if not _REPO.match(value) or ".." in value:
+        raise UserInputError(f"Malformed repository '{repo}'. Use OWNER/NAME, for example ggml-org/llama.cpp.")
+    return value
+
+
+def github_token(env: Mapping[str, str]) -> str | None:
+    """``GITHUB_TOKEN``, then ``GH_TOKEN``; blank values count as unset."""
+    for key in ("GITHUB_TOKEN", "GH_TOKEN"):
+        value = env.get(key, "").strip()
+        if value:
+            return value
+    return None
+
+
+def resolve_settings(
+    *,
+    home: str | None = None,
+    api_url: str | None = None,
+    repo: str | None = None,
+    backend: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge flags with the environment and defaults, validating each value.
+
+    Raises:
+        UserInputError: A value is malformed (unknown backend, bad repo or URL).
+    """
+    env = os.environ if env is None else env
+    home_value = home or env.get("LLAMA_RUNTIME_HOME", "").strip()
+    if home_value:
+        home_path = Path(home_value).expanduser()
+    else:
+        from runtime.layout import default_home
+
+        home_path = default_home()
+    url = (api_url or env.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
+    if not url.startswith(("https://", "http://", "file://")):
+        raise UserInputError(f"Malformed API URL '{url}'. Use an http(s):// or file:// URL.")
+    repo_value = validate_repo(repo or env.get("LLAMA_RUNTIME_REPO", "").strip() or DEFAULT_REPO)
+    if backend is not None:
+        backend_value, explicit = parse_backend(backend, source="--backend"), True
+    elif env.get("LLAMA_RUNTIME_BACKEND", "").strip():
+        raw = env["LLAMA_RUNTIME_BACKEND"]
+        backend_value, explicit = parse_backend(raw, source="LLAMA_RUNTIME_BACKEND"), True
+    else:
+        backend_value, explicit = "auto", False
+    return Settings(
+        home=home_path,
+        api_url=url,
+        repo=repo_value,
+        backend=backend_value,
+        token=github_token(env),
+        backend_explicit=explicit,
+    )

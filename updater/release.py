@@ -1,0 +1,130 @@
+"""GitHub release JSON turned into small typed records, validated on the way in.
+
+Only fields the updater uses are kept. Anything that is not the GitHub
+Releases API shape (an HTML error page, a JSON list where an object belongs,
+a missing ``tag_name``) is a :class:`~runtime.errors.RemoteError`, never a
+``KeyError`` deep inside the installer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.errors import RemoteError
+
+_SHA256_DIGEST = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
+
+
+@dataclass(frozen=True)
+class Asset:
+    """One file attached to a release.
+
+    Attributes:
+        name: The file name, the only stable key for matching.
+        size: Bytes, as published.
+        download_url: ``browser_download_url`` (302 to the asset host).
+        digest: ``"sha256:<hex>"``, or ``None`` for assets uploaded before
+            GitHub started publishing digests (June 2025).
+        state: ``"uploaded"`` when complete; anything else is still uploading.
+        api_url: The API URL of the asset, when known.
+    """
+
+    name: str
+    size: int
+    download_url: str
+    digest: str | None = None
+    state: str = "uploaded"
+    api_url: str | None = None
+
+    @property
+    def sha256(self) -> str | None:
+        """The published sha256 as lowercase hex, or ``None``."""
+        if self.digest is None:
+            return None
+        match = _SHA256_DIGEST.match(self.digest.lower())
+        return match["hex"] if match else None
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether GitHub finished receiving this asset."""
+        return self.state == "uploaded"
+
+
+@dataclass(frozen=True)
+class Release:
+    """One GitHub release of a repository."""
+
+    repo: str
+    tag: str
+    assets: tuple[Asset, ...] = field(default_factory=tuple)
+    draft: bool = False
+    prerelease: bool = False
+    published_at: str | None = None
+
+    def asset(self, name: str) -> Asset | None:
+        """The asset called ``name``, if the release has one."""
+        return next((a for a in self.assets if a.name == name), None)
+
+
+def _require(payload: dict[str, Any], key: str, kind: type, what: str) -> Any:
+    value = payload.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise RemoteError(f"The release data from GitHub is malformed: {what} has no valid '{key}'.")
+    return value
+
+
+def parse_asset(payload: object) -> Asset:
+    """Validate one asset object of the API.
+
+    Raises:
+        RemoteError: The object is not an asset of the GitHub API shape.
+    """
+    if not isinstance(payload, dict):
+        raise RemoteError("The release data from GitHub is malformed: an asset is not an object.")
+    name = _require(payload, "name", str, "an asset")
+    size = _require(payload, "size", int, f"asset {name}")
+    url = _require(payload, "browser_download_url", str, f"asset {name}")
+    digest = payload.get("digest")
+    if digest is not None and not isinstance(digest, str):
+        raise RemoteError(f"The release data from GitHub is malformed: asset {name} has a bad digest.")
+    if size < 0:
+        raise RemoteError(f"The release data from GitHub is malformed: asset {name} has a negative size.")
+    state = payload.get("state", "uploaded")
+    api_url = payload.get("url")
+    return Asset(
+        name=name,
+        size=size,
+        download_url=url,
+        digest=digest,
+        state=state if isinstance(state, str) else "unknown",
+        api_url=api_url if isinstance(api_url, str) else None,
+    )
+
+
+def parse_release(repo: str, payload: object) -> Release:
+    """Validate a release object of the API.
+
+    Args:
+        repo: ``owner/name`` the release was asked from.
+        payload: Decoded JSON.
+
+    Raises:
+        RemoteError: The payload is not a release of the GitHub API shape.
+    """
+    if not isinstance(payload, dict):
+        raise RemoteError("The release data from GitHub is malformed: expected a JSON object.")
+    tag = _require(payload, "tag_name", str, "the release")
+    assets_raw = payload.get("assets", [])
+    if not isinstance(assets_raw, list):
+        raise RemoteError(f"The release data from GitHub is malformed: {tag} has no asset list.")
+    published = payload.get("published_at")
+    return Release(
+        repo=repo,
+        tag=tag,
+        assets=tuple(parse_asset(a) for a in assets_raw),
+        draft=bool(payload.get("draft", False)),
+        prerelease=bool(payload.get("prerelease", False)),
+        published_at=published if isinstance(published, str) else None,
+    )
