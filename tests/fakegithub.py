@@ -1,0 +1,473 @@
+"""A real HTTP server on 127.0.0.1 that answers like GitHub's releases API and asset CDN.
+
+Two listeners, like the real thing: the *API* host (``127.0.0.1:P1``) serves
+``/api/repos/...`` JSON and the ``/dl/...`` web download URLs, which answer 302
+to a signed URL on the *blob* host (``localhost:P2``). Being a different origin,
+the blob host lets tests assert that no ``Authorization`` crossed the redirect.
+
+Every request is logged in :attr:`FakeGitHub.requests`; faults are injected per
+path or per asset name with :meth:`FakeGitHub.inject`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+_CHUNK = 64 * 1024
+_INVERT = bytes(255 - i for i in range(256))
+_RATE_LIMIT_BODY = (
+    b'{"message":"API rate limit exceeded for 127.0.0.1.","documentation_url":'
+    b'"https://docs.github.com/rest/overview/resources-in-the-rest-api#rate-limiting"}'
+)
+
+
+@dataclass
+class Fault:
+    """One misbehaviour, applied to the next ``times`` matching requests (``None``: all).
+
+    Status faults (``status``, ``html``) hit the first matching request of any
+    kind; ``redirect_loop`` answers 302 to the same URL; the body faults (reset,
+    truncate, extra bytes, drip, ignore Range, wrong bytes) hit responses with a body.
+    """
+
+    status: int | None = None
+    times: int | None = 1
+    rate_limited: bool = False  # x-ratelimit-remaining: 0 plus a reset time
+    retry_after: int | None = None
+    html: bool = False
+    redirect_loop: bool = False
+    reset_after_bytes: int | None = None  # TCP reset after N body bytes
+    truncate_after_bytes: int | None = None  # full Content-Length, N bytes, clean close
+    extra_bytes: int = 0  # body longer than the asset's published size
+    drip_seconds: float = 0.0  # pause between chunks of drip_chunk bytes
+    drip_chunk: int = 1024
+    ignore_range: bool = False
+    wrong_bytes: bool = False
+
+    @property
+    def is_body_fault(self) -> bool:
+        return bool(
+            self.reset_after_bytes is not None
+            or self.truncate_after_bytes is not None
+            or self.extra_bytes
+            or self.drip_seconds
+            or self.ignore_range
+            or self.wrong_bytes
+        )
+
+
+@dataclass
+class Request:
+    """One request as the server saw it."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]  # lower-case names
+    host: str  # "api" or "blob"
+    status: int = 0
+
+
+@dataclass
+class _Blob:
+    name: str
+    size: int
+    data: bytes | None
+    path: Path | None
+
+    def chunks(self, start: int) -> Iterator[bytes]:
+        if self.data is not None:
+            for i in range(start, self.size, _CHUNK):
+                yield self.data[i : i + _CHUNK]
+            return
+        assert self.path is not None
+        with self.path.open("rb") as fh:
+            fh.seek(start)
+            while chunk := fh.read(_CHUNK):
+                yield chunk
+
+
+@dataclass
+class _Repo:
+    releases: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, fake: FakeGitHub, role: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.fake = fake
+        self.role = role
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that hang up mid-body are part of the tests, not errors."""
+
+
+class FakeGitHub:
+    """GitHub releases API + CDN on two local ports. Use as a context manager."""
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.download_bytes_sent = 0
+        self._repos: dict[str, _Repo] = {}
+        self._blobs: dict[int, _Blob] = {}
+        self._faults: list[tuple[str, Fault]] = []
+        self._next_id = 1000
+        self._lock = threading.Lock()
+        self._api = _Server(self, "api")
+        self._blob = _Server(self, "blob")
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> FakeGitHub:
+        for srv in (self._api, self._blob):
+            thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
+            thread.daemon = True
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        for srv in (self._api, self._blob):
+            srv.shutdown()
+            srv.server_close()
+
+    def __enter__(self) -> FakeGitHub:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._api.server_address[1]}"
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.base_url}/api"
+
+    @property
+    def blob_url(self) -> str:
+        return f"http://localhost:{self._blob.server_address[1]}"
+
+    # -- test setup ------------------------------------------------------------------------
+    def add_release(
+        self,
+        repo: str,
+        tag: str,
+        assets: dict[str, bytes | Path],
+        *,
+        digests: bool = True,
+        draft: bool = False,
+        prerelease: bool = False,
+        published_at: str | None = None,
+        state_overrides: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Publish a release; returns its API JSON (also what the server serves)."""
+        states = state_overrides or {}
+        with self._lock:
+            rel_repo = self._repos.setdefault(repo, _Repo())
+            order = len(rel_repo.releases)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_750_000_000 + order * 3600))
+            release_id = self._new_id()
+            asset_json = [
+                self._add_asset(repo, tag, name, src, digests, states.get(name, "uploaded"))
+                for name, src in assets.items()
+            ]
+            release: dict[str, Any] = {
+                "url": f"{self.api_url}/repos/{repo}/releases/{release_id}",
+                "html_url": f"{self.base_url}/{repo}/releases/tag/{tag}",
+                "id": release_id,
+                "tag_name": tag,
+                "name": tag,
+                "draft": draft,
+                "prerelease": prerelease,
+                "immutable": False,
+                "created_at": stamp,
+                "published_at": published_at or stamp,
+                "body": "",
+                "assets": asset_json,
+            }
+            rel_repo.releases.append(release)
+            return release
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _add_asset(
+        self, repo: str, tag: str, name: str, src: bytes | Path, digests: bool, state: str
+    ) -> dict[str, Any]:
+        asset_id = self._new_id()
+        if isinstance(src, bytes):
+            blob = _Blob(name, len(src), src, None)
+        else:
+            blob = _Blob(name, src.stat().st_size, None, src)
+        sha = hashlib.sha256()
+        for chunk in blob.chunks(0):
+            sha.update(chunk)
+        self._blobs[asset_id] = blob
+        return {
+            "url": f"{self.api_url}/repos/{repo}/releases/assets/{asset_id}",
+            "id": asset_id,
+            "name": name,
+            "label": "",
+            "state": state,
+            "content_type": "application/octet-stream",
+            "size": blob.size,
+            "digest": f"sha256:{sha.hexdigest()}" if digests else None,
+            "download_count": 0,
+            "browser_download_url": f"{self.base_url}/dl/{repo}/releases/download/{tag}/{name}",
+        }
+
+    def inject(self, key: str, fault: Fault) -> None:
+        """Misbehave on requests whose path is ``key`` or ends with ``/key`` (an asset name)."""
+        with self._lock:
+            self._faults.append((key, fault))
+
+    def requests_to(self, host: str, contains: str = "") -> list[Request]:
+        """Logged requests to ``host`` ("api" or "blob") whose path contains ``contains``."""
+        return [r for r in self.requests if r.host == host and contains in r.path]
+
+    def _take_fault(self, path: str, kinds: set[str]) -> Fault | None:
+        with self._lock:
+            for key, fault in self._faults:
+                if not (path == key or path.endswith("/" + key)):
+                    continue
+                kind = (
+                    "redirect"
+                    if fault.redirect_loop
+                    else "body"
+                    if fault.is_body_fault
+                    else "status"
+                )
+                if kind not in kinds:
+                    continue
+                if fault.times is not None:
+                    fault.times -= 1
+                    if fault.times <= 0:
+                        self._faults.remove((key, fault))
+                return fault
+        return None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the request log is :attr:`FakeGitHub.requests`."""
+
+    def do_GET(self) -> None:
+        fake = self.server.fake
+        parts = urlsplit(self.path)
+        record = Request(
+            "GET",
+            parts.path,
+            parts.query,
+            {k.lower(): v for k, v in self.headers.items()},
+            self.server.role,
+        )
+        with fake._lock:
+            fake.requests.append(record)
+        self._record = record
+        try:
+            self._route(fake, parts.path, parse_qs(parts.query))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _head(self, status: int, headers: dict[str, str]) -> None:
+        self._record.status = status
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+
+    def _simple(
+        self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None
+    ) -> None:
+        self._head(
+            status, {"Content-Type": ctype, "Content-Length": str(len(body)), **(extra or {})}
+        )
+        self.wfile.write(body)
+
+    def _route(self, fake: FakeGitHub, path: str, query: dict[str, list[str]]) -> None:
+        fault = fake._take_fault(path, {"status", "redirect"})
+        if fault is not None and fault.redirect_loop:
+            self._head(302, {"Location": self.path, "Content-Length": "0"})
+            return
+        if fault is not None:
+            self._status_fault(fault)
+            return
+        if self.server.role == "blob":
+            self._serve_blob(fake, path)
+        elif path.startswith("/dl/"):
+            self._serve_redirect(fake, path)
+        elif path.startswith("/api/repos/"):
+            self._serve_api(fake, path, query)
+        else:
+            self._simple(404, b'{"message":"Not Found"}', "application/json")
+
+    def _status_fault(self, fault: Fault) -> None:
+        if fault.html:
+            body = b"<!DOCTYPE html><html><body>Unicorn! We're having trouble.</body></html>"
+            self._simple(fault.status or 200, body, "text/html; charset=utf-8")
+            return
+        extra = self._rate_headers(0 if fault.rate_limited else 42)
+        if fault.retry_after is not None:
+            extra["Retry-After"] = str(fault.retry_after)
+        body = _RATE_LIMIT_BODY if fault.rate_limited else b'{"message":"Server Error"}'
+        self._simple(fault.status or 500, body, "application/json; charset=utf-8", extra)
+
+    def _rate_headers(self, remaining: int) -> dict[str, str]:
+        limit = 5000 if "authorization" in self._record.headers else 60
+        return {
+            "x-ratelimit-limit": str(limit),
+            "x-ratelimit-remaining": str(remaining),
+            "x-ratelimit-used": str(limit - remaining),
+            "x-ratelimit-reset": str(int(time.time()) + 1800),
+            "x-ratelimit-resource": "core",
+        }
+
+    # -- API -------------------------------------------------------------------------------
+    def _serve_api(self, fake: FakeGitHub, path: str, query: dict[str, list[str]]) -> None:
+        bits = path.split("/")  # ["", "api", "repos", o, r, "releases", ...]
+        repo = fake._repos.get(f"{bits[3]}/{bits[4]}") if len(bits) > 5 else None
+        public = [r for r in repo.releases if not r["draft"]] if repo else []
+        payload: Any = None
+        link = ""
+        if len(bits) == 8 and bits[6] == "tags":
+            payload = next((r for r in public if r["tag_name"] == bits[7]), None)
+        elif len(bits) == 7 and bits[6] == "latest":
+            stable = [r for r in public if not r["prerelease"]]
+            payload = stable[-1] if stable else None
+        elif len(bits) == 6 and bits[5] == "releases" and repo is not None:
+            per_page = min(int(query.get("per_page", ["30"])[0]), 100)
+            page = int(query.get("page", ["1"])[0])
+            newest_first = list(reversed(public))
+            payload = newest_first[(page - 1) * per_page : page * per_page]
+            last = max(1, -(-len(newest_first) // per_page))
+            base = f"{fake.api_url}{path[len('/api') :]}?per_page={per_page}"
+            if page < last:
+                link = f'<{base}&page={page + 1}>; rel="next", <{base}&page={last}>; rel="last"'
+        if payload is None:
+            body = b'{"message":"Not Found","documentation_url":"https://docs.github.com/rest"}'
+            self._simple(404, body, "application/json; charset=utf-8", self._rate_headers(41))
+            return
+        body = json.dumps(payload).encode()
+        etag = 'W/"' + hashlib.sha1(body).hexdigest() + '"'
+        headers = {"ETag": etag, **self._rate_headers(59)}
+        if link:
+            headers["Link"] = link
+        if self._record.headers.get("if-none-match") == etag:
+            self._head(304, headers)
+            return
+        fault = fake._take_fault(path, {"body"})
+        self._send_body(
+            fault, [body], len(body), 200, {**headers, "Content-Type": "application/json"}
+        )
+
+    # -- downloads -------------------------------------------------------------------------
+    def _serve_redirect(self, fake: FakeGitHub, path: str) -> None:
+        bits = path.split("/")  # ["", "dl", o, r, "releases", "download", tag, name]
+        repo = fake._repos.get(f"{bits[2]}/{bits[3]}") if len(bits) == 8 else None
+        for release in repo.releases if repo else []:
+            if release["tag_name"] != bits[6]:
+                continue
+            for asset in release["assets"]:
+                if asset["name"] == bits[7]:
+                    location = f"{fake.blob_url}/blob/{asset['id']}/{asset['name']}"
+                    location += "?X-Amz-Expires=300&X-Amz-Signature=f00d"
+                    self._head(302, {"Location": location, "Content-Length": "0"})
+                    return
+        self._simple(404, b"Not Found", "text/plain")
+
+    def _serve_blob(self, fake: FakeGitHub, path: str) -> None:
+        bits = path.split("/")  # ["", "blob", id, name]
+        blob = fake._blobs.get(int(bits[2])) if len(bits) == 4 and bits[2].isdigit() else None
+        if blob is None:
+            self._simple(404, b"<Error><Code>NoSuchKey</Code></Error>", "application/xml")
+            return
+        fault = fake._take_fault(path, {"body"})
+        start = 0
+        wanted = self._record.headers.get("range", "")
+        if (
+            wanted.startswith("bytes=")
+            and wanted.endswith("-")
+            and not (fault and fault.ignore_range)
+        ):
+            start = int(wanted[6:-1])
+            if start >= blob.size:
+                self._simple(416, b"", "application/xml", {"Content-Range": f"bytes */{blob.size}"})
+                return
+        headers = {"Content-Type": "application/octet-stream", "Accept-Ranges": "bytes"}
+        status = 200
+        if start:
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{blob.size - 1}/{blob.size}"
+        self._send_body(fault, blob.chunks(start), blob.size - start, status, headers, counts=True)
+
+    def _send_body(
+        self,
+        fault: Fault | None,
+        chunks: Iterator[bytes] | list[bytes],
+        length: int,
+        status: int,
+        headers: dict[str, str],
+        *,
+        counts: bool = False,
+    ) -> None:
+        f = fault or Fault(times=None)
+        self._head(status, {**headers, "Content-Length": str(length + f.extra_bytes)})
+        stop_at = min(
+            x for x in (f.reset_after_bytes, f.truncate_after_bytes, 1 << 62) if x is not None
+        )
+        sent = 0
+        for chunk in self._body_pieces(chunks, f):
+            piece = chunk[: max(0, stop_at - sent)]
+            if piece:
+                self.wfile.write(piece)
+                self.wfile.flush()
+                sent += len(piece)
+                if counts:
+                    with self.server.fake._lock:
+                        self.server.fake.download_bytes_sent += len(piece)
+            if sent >= stop_at:
+                break
+            if f.drip_seconds:
+                time.sleep(f.drip_seconds)
+        if f.reset_after_bytes is not None and sent >= stop_at:
+            # SO_LINGER 0 makes close() send RST: the client sees a reset, not a clean EOF.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+        elif f.truncate_after_bytes is not None and sent >= stop_at:
+            self.close_connection = True
+
+    @staticmethod
+    def _body_pieces(chunks: Iterator[bytes] | list[bytes], f: Fault) -> Iterator[bytes]:
+        for chunk in chunks:
+            data = chunk.translate(_INVERT) if f.wrong_bytes else chunk
+            if f.drip_seconds:
+                for i in range(0, len(data), f.drip_chunk):
+                    yield data[i : i + f.drip_chunk]
+            else:
+                yield data
+        if f.extra_bytes:
+            yield b"\0" * f.extra_bytes

@@ -1,0 +1,364 @@
+"""A small GitHub releases client: one release by tag, or the newest build.
+
+Invariants:
+    * No ``httpx`` exception leaves this module; every failure is a
+      :class:`~runtime.errors.RemoteError` subclass with one readable sentence.
+    * The token goes only to the API origin (scheme, host and port of
+      ``api_url``), never to download or CDN hosts.
+    * Rate-limit refusals are reported, never retried here: the caller decides
+      whether to wait, because a tight retry loop only burns the quota.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import httpx
+
+from runtime.errors import (
+    NetworkError,
+    RateLimitError,
+    ReleaseNotFoundError,
+    RemoteError,
+)
+from updater.release import Release, parse_release
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "EtagCache",
+    "GitHubClient",
+    "JsonFileEtagCache",
+    "RateLimit",
+    "build_number",
+    "pick_latest",
+    "same_origin",
+]
+
+# A dead host should fail fast; GitHub can be slow to render big release lists.
+DEFAULT_TIMEOUT: Final[httpx.Timeout] = httpx.Timeout(30.0, connect=10.0)
+# Transient 5xx and dropped connections usually clear within seconds; three tries
+# bound the wait to ~3 s of backoff before the user sees the error.
+_ATTEMPTS: Final[int] = 3
+_BACKOFF_SECONDS: Final[float] = 1.0
+# 100 is GitHub's maximum page size; one page covers months of llama.cpp builds.
+_PER_PAGE: Final[int] = 100
+_BUILD_TAG: Final[re.Pattern[str]] = re.compile(r"^b(\d+)$")
+_TOKEN_HINT: Final[str] = (
+    "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit from 60 to 5,000 requests an hour."
+)
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("llama-runtime-updater")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+DEFAULT_USER_AGENT: Final[str] = f"llama-runtime/{_package_version()}"
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """The rate-limit headers of the last API answer.
+
+    Attributes:
+        limit: Requests allowed per window, if sent.
+        remaining: Requests left in the window, if sent.
+        reset: UTC epoch seconds when the window resets, if sent.
+    """
+
+    limit: int | None
+    remaining: int | None
+    reset: int | None
+
+
+class EtagCache(Protocol):
+    """Stores the last ETag and JSON body per URL so a repeat is a free 304."""
+
+    def get(self, url: str) -> tuple[str, Any] | None:
+        """The stored ``(etag, decoded JSON)`` for ``url``, if any."""
+        ...
+
+    def put(self, url: str, etag: str, body: Any) -> None:
+        """Remember ``etag`` and the decoded JSON ``body`` for ``url``."""
+        ...
+
+
+class JsonFileEtagCache:
+    """An :class:`EtagCache` kept in one JSON file, replaced atomically on each write.
+
+    A missing or unreadable file is an empty cache: the worst outcome is one
+    full (non-304) request.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, url: str) -> tuple[str, Any] | None:
+        """The stored ``(etag, decoded JSON)`` for ``url``, if any."""
+        entry = self._load().get(url)
+        if isinstance(entry, dict) and isinstance(entry.get("etag"), str) and "body" in entry:
+            return entry["etag"], entry["body"]
+        return None
+
+    def put(self, url: str, etag: str, body: Any) -> None:
+        """Remember ``etag`` and ``body`` for ``url`` (write to a temp file, fsync, rename)."""
+        data = self._load()
+        data[url] = {"etag": etag, "body": body}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".etag-", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def build_number(tag: str) -> int | None:
+    """The integer ``N`` of an upstream ``bN`` tag, else ``None`` (so b9999 < b10000)."""
+    match = _BUILD_TAG.match(tag)
+    return int(match[1]) if match else None
+
+
+def same_origin(a: str, b: str) -> bool:
+    """Whether two URLs share scheme, host and port."""
+    ua, ub = httpx.URL(a), httpx.URL(b)
+    return (ua.scheme, ua.host, ua.port) == (ub.scheme, ub.host, ub.port)
+
+
+def _int_header(response: httpx.Response, name: str) -> int | None:
+    value = response.headers.get(name, "")
+    return int(value) if value.strip().isdigit() else None
+
+
+def _local_time(epoch: float) -> str:
+    return time.strftime("%H:%M:%S on %Y-%m-%d", time.localtime(epoch))
+
+
+class GitHubClient:
+    """Reads releases of one repository from the GitHub REST API.
+
+    Args:
+        api_url: API root, e.g. ``https://api.github.com``.
+        repo: ``owner/name``.
+        token: Sent as ``Authorization: Bearer`` to the API origin only.
+        transport: httpx transport override (tests).
+        user_agent: ``User-Agent`` for every request (GitHub requires one).
+        timeout: httpx timeouts; connect 10 s, read 30 s by default.
+        etag_cache: Where ETags and bodies persist for conditional requests.
+        sleep: Backoff sleep, injectable so tests never wait.
+        attempts: Tries for 5xx and connection errors.
+    """
+
+    def __init__(
+        self,
+        api_url: str,
+        repo: str,
+        *,
+        token: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        user_agent: str = DEFAULT_USER_AGENT,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        etag_cache: EtagCache | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        attempts: int = _ATTEMPTS,
+    ) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.repo = repo
+        self.etag_cache = etag_cache
+        self.sleep = sleep
+        self.attempts = attempts
+        self.last_rate_limit: RateLimit | None = None
+        self._token = token
+        self.http = httpx.Client(
+            transport=transport,
+            timeout=timeout,
+            headers={"User-Agent": user_agent},
+        )
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self.http.close()
+
+    def __enter__(self) -> GitHubClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def auth_headers_for(self, url: str) -> dict[str, str]:
+        """``Authorization`` for ``url`` if it is on the API origin, else nothing."""
+        if self._token and same_origin(url, self.api_url):
+            return {"Authorization": f"Bearer {self._token}"}
+        return {}
+
+    # -- public verbs ----------------------------------------------------------------------
+    def get_release(self, tag: str) -> Release:
+        """The published release whose tag is exactly ``tag``.
+
+        Raises:
+            ReleaseNotFoundError: No such release (a bare git tag counts as none).
+            RateLimitError: GitHub refused because the quota is spent.
+            NetworkError: Connection failures or 5xx after all attempts.
+            RemoteError: Any other refusal or a body that is not release data.
+        """
+        url = f"{self.api_url}/repos/{self.repo}/releases/tags/{tag}"
+        payload = self._get_json(url, f"Release {tag} not found in {self.repo}.")
+        return parse_release(self.repo, payload)
+
+    def latest_release(self) -> Release:
+        """The non-draft, non-prerelease release with the highest build number.
+
+        GitHub's ``/releases/latest`` sorts by commit date, not build number, so
+        the newest page of the list decides; ``/releases/latest`` is asked only
+        when that page holds no ``bN`` tag.
+
+        Raises:
+            ReleaseNotFoundError: The repository has no published release.
+            RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
+        """
+        url = f"{self.api_url}/repos/{self.repo}/releases?per_page={_PER_PAGE}&page=1"
+        payload = self._get_json(url, f"No releases found in {self.repo}.")
+        if not isinstance(payload, list):
+            raise RemoteError(
+                "GitHub answered with something that is not release data (not a list)."
+            )
+        releases = [parse_release(self.repo, item) for item in payload]
+        best = pick_latest(releases)
+        if best is not None:
+            return best
+        url = f"{self.api_url}/repos/{self.repo}/releases/latest"
+        return parse_release(self.repo, self._get_json(url, f"No releases found in {self.repo}."))
+
+    # -- transport -------------------------------------------------------------------------
+    def _get_json(self, url: str, not_found: str) -> Any:
+        cached = self.etag_cache.get(url) if self.etag_cache else None
+        headers = {
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28",
+            **self.auth_headers_for(url),
+        }
+        if cached:
+            headers["If-None-Match"] = cached[0]
+        response = self._send_with_retries(url, headers)
+        self._note_rate_limit(response)
+        if response.status_code == 304 and cached:
+            return cached[1]
+        self._raise_for_status(response, not_found)
+        body = _decode_json(response)
+        etag = response.headers.get("etag")
+        if self.etag_cache and etag:
+            self.etag_cache.put(url, etag, body)
+        return body
+
+    def _send_with_retries(self, url: str, headers: dict[str, str]) -> httpx.Response:
+        for attempt in range(1, self.attempts + 1):
+            last = attempt == self.attempts
+            try:
+                response = self.http.get(url, headers=headers, follow_redirects=True)
+            except httpx.TooManyRedirects as exc:
+                raise RemoteError(f"GitHub redirected in a loop for {url}.") from exc
+            except httpx.HTTPError as exc:
+                if last:
+                    raise NetworkError(
+                        f"Could not reach GitHub at {url}: {type(exc).__name__}; "
+                        "check the network connection and try again."
+                    ) from exc
+            else:
+                if response.status_code < 500 or last:
+                    return response
+            self.sleep(_BACKOFF_SECONDS * 2 ** (attempt - 1))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _note_rate_limit(self, response: httpx.Response) -> None:
+        if "x-ratelimit-remaining" in response.headers:
+            self.last_rate_limit = RateLimit(
+                limit=_int_header(response, "x-ratelimit-limit"),
+                remaining=_int_header(response, "x-ratelimit-remaining"),
+                reset=_int_header(response, "x-ratelimit-reset"),
+            )
+
+    def _raise_for_status(self, response: httpx.Response, not_found: str) -> None:
+        status = response.status_code
+        if status < 300:
+            return
+        if status == 404:
+            raise ReleaseNotFoundError(not_found)
+        if status == 401:
+            raise RemoteError(
+                "GitHub rejected the token (HTTP 401); fix or unset GITHUB_TOKEN / GH_TOKEN."
+            )
+        if status in (403, 429):
+            rate_error = self._rate_limit_error(response)
+            if rate_error is not None:
+                raise rate_error
+            raise RemoteError(f"GitHub refused the request (HTTP {status}) for {self.repo}.")
+        if status >= 500:
+            raise NetworkError(
+                f"GitHub kept failing with HTTP {status} after {self.attempts} attempts; "
+                "try again later."
+            )
+        raise RemoteError(f"GitHub answered HTTP {status} for {self.repo} releases.")
+
+    def _rate_limit_error(self, response: httpx.Response) -> RateLimitError | None:
+        retry_after = _int_header(response, "retry-after")
+        remaining = _int_header(response, "x-ratelimit-remaining")
+        if retry_after is None and remaining != 0:
+            return None
+        reset = _int_header(response, "x-ratelimit-reset")
+        if retry_after is not None:
+            when = f"retry after {retry_after} seconds"
+        elif reset is not None:
+            when = f"it resets at {_local_time(reset)}"
+        else:
+            when = "wait a while before retrying"
+        hint = None if self._token else _TOKEN_HINT
+        return RateLimitError(
+            f"GitHub's API rate limit is used up (HTTP {response.status_code}); {when}.",
+            reset_at=float(reset) if reset is not None else None,
+            retry_after=float(retry_after) if retry_after is not None else None,
+            hint=hint,
+        )
+
+
+def pick_latest(releases: list[Release]) -> Release | None:
+    """The published, non-prerelease ``bN`` release with the highest ``N``."""
+    candidates = [
+        (number, rel)
+        for rel in releases
+        if not rel.draft and not rel.prerelease and (number := build_number(rel.tag)) is not None
+    ]
+    return max(candidates, key=lambda pair: pair[0])[1] if candidates else None
+
+
+def _decode_json(response: httpx.Response) -> Any:
+    ctype = response.headers.get("content-type", "unknown").split(";")[0].strip() or "unknown"
+    if "json" not in ctype:
+        raise RemoteError(f"GitHub answered with something that is not release data ({ctype}).")
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise RemoteError(
+            f"GitHub answered with something that is not release data ({ctype})."
+        ) from exc
