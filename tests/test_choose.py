@@ -1,0 +1,256 @@
+"""Asset choice: era listings x host profiles x backend requests."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runtime.errors import BackendUnavailableError, UnknownBackendError, UserInputError
+from updater.choose import choose_asset
+from updater.host import HostFacts
+from updater.release import Asset, Release
+
+RELEASES = Path(__file__).parent / "data" / "releases"
+
+
+def load(stem: str, incomplete: frozenset[str] = frozenset()) -> Release:
+    data = json.loads((RELEASES / f"{stem}.json").read_text())
+    assets = tuple(
+        Asset(
+            name=name,
+            size=1000 + i,
+            download_url=f"http://127.0.0.1/{name}",
+            state="new" if name in incomplete else "uploaded",
+        )
+        for i, name in enumerate(data["assets"])
+    )
+    return Release(repo=data["repo"], tag=data["tag"], assets=assets)
+
+
+def host(platform: str, **facts: object) -> HostFacts:
+    os_name, arch = platform.split("-")
+    base = HostFacts(os=os_name, arch=arch, metal=platform == "macos-arm64")
+    return replace(base, **facts)  # type: ignore[arg-type]
+
+
+X86 = frozenset({"sse4_2", "avx", "avx2", "fma"})
+NONE_LINUX = host("linux-x64", cpu_features=X86)
+VULKAN_LINUX = host("linux-x64", vulkan=True, cpu_features=X86)
+CUDA122_WIN = host("windows-x64", cuda_driver_version="12.2", nvidia_driver="535.98", vulkan=True)
+CUDA124_WIN = host("windows-x64", cuda_driver_version="12.4", nvidia_driver="551.61", vulkan=True)
+CUDA130_WIN = host("windows-x64", cuda_driver_version="13.0", nvidia_driver="580.88", vulkan=True)
+CUDA132_WIN = host("windows-x64", cuda_driver_version="13.2", nvidia_driver="590.10")
+CUDA124_LINUX = host("linux-x64", cuda_driver_version="12.4", cpu_features=X86)
+CUDA130_LINUX = host("linux-x64", cuda_driver_version="13.0", cpu_features=X86)
+CUDA134_LINUX_ARM = host("linux-arm64", cuda_driver_version="13.4", vulkan=True)
+CUDA134_WIN_ARM = host("windows-arm64", cuda_driver_version="13.4")
+ROCM_LINUX = host("linux-x64", rocm=True, vulkan=True, rocm_gfx=("gfx1100",))
+ROCM_WIN = host("windows-x64", rocm=True, rocm_gfx=("gfx1100",))
+MAC_ARM = host("macos-arm64")
+MAC_X64 = host("macos-x64")
+WIN_ARM = host("windows-arm64")
+WIN_PLAIN = host("windows-x64")
+
+# (release, host, request, cuda pin, chosen asset, extra assets)
+TABLE: list[tuple[str, HostFacts, str, str | None, str, tuple[str, ...]]] = [
+    # Windows CUDA across every naming era, with the matching untagged cudart.
+    ("b2500", CUDA122_WIN, "auto", None, "llama-b2500-bin-win-cublas-cu12.2.0-x64.zip",
+     ("cudart-llama-bin-win-cu12.2.0-x64.zip",)),
+    ("b2500", replace(CUDA122_WIN, cuda_driver_version="12.0"), "cuda", None,
+     "llama-b2500-bin-win-cublas-cu11.7.1-x64.zip", ("cudart-llama-bin-win-cu11.7.1-x64.zip",)),
+    ("b4000", CUDA124_WIN, "auto", None, "llama-b4000-bin-win-cuda-cu12.2.0-x64.zip",
+     ("cudart-llama-bin-win-cu12.2.0-x64.zip",)),
+    ("b5000", CUDA124_WIN, "auto", None, "llama-b5000-bin-win-cuda-cu12.4-x64.zip",
+     ("cudart-llama-bin-win-cu12.4-x64.zip",)),
+    ("b5400", CUDA124_WIN, "cuda", None, "llama-b5400-bin-win-cuda12.4-x64.zip",
+     ("cudart-llama-bin-win-cuda12.4-x64.zip",)),
+    ("b5500", CUDA124_WIN, "auto", None, "llama-b5500-bin-win-cuda-12.4-x64.zip",
+     ("cudart-llama-bin-win-cuda-12.4-x64.zip",)),
+    ("b5500", CUDA124_WIN, "cuda", "11", "llama-b5500-bin-win-cuda-11.7-x64.zip",
+     ("cudart-llama-bin-win-cuda-11.7-x64.zip",)),
+    ("b7902", CUDA130_WIN, "auto", None, "llama-b7902-bin-win-cuda-12.4-x64.zip",
+     ("cudart-llama-bin-win-cuda-12.4-x64.zip",)),
+    ("b7902", CUDA132_WIN, "auto", None, "llama-b7902-bin-win-cuda-13.1-x64.zip",
+     ("cudart-llama-bin-win-cuda-13.1-x64.zip",)),
+    ("b7902", WIN_PLAIN, "cuda", None, "llama-b7902-bin-win-cuda-13.1-x64.zip",
+     ("cudart-llama-bin-win-cuda-13.1-x64.zip",)),
+    ("b10356", CUDA134_WIN_ARM, "auto", None, "llama-b10356-bin-win-cuda-13.4-arm64.zip",
+     ("cudart-llama-bin-win-cuda-13.4-arm64.zip",)),
+    # Driver too old for every CUDA line: auto moves on to Vulkan.
+    ("b10015", CUDA122_WIN, "auto", None, "llama-b10015-bin-win-vulkan-x64.zip", ()),
+    # Linux CUDA (post-mirror) takes the tagged cudart.
+    ("b11026", CUDA130_LINUX, "auto", None, "llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",
+     ("cudart-llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",)),
+    ("b11026", CUDA134_LINUX_ARM, "auto", None, "llama-b11026-bin-ubuntu-cuda-13.3-arm64.tar.gz",
+     ("cudart-llama-b11026-bin-ubuntu-cuda-13.3-arm64.tar.gz",)),
+    ("b11026", NONE_LINUX, "cuda", None, "llama-b11026-bin-ubuntu-cuda-13.3-x64.tar.gz",
+     ("cudart-llama-b11026-bin-ubuntu-cuda-13.3-x64.tar.gz",)),
+    ("b11026", NONE_LINUX, "nvidia", "12", "llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",
+     ("cudart-llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",)),
+    ("b11026", CUDA124_LINUX, "auto", None, "llama-b11026-bin-ubuntu-x64.tar.gz", ()),
+    # Linux without a GPU, Vulkan, ROCm, other explicit backends.
+    ("b7000", NONE_LINUX, "auto", None, "llama-b7000-bin-ubuntu-x64.zip", ()),
+    ("b7250", NONE_LINUX, "auto", None, "llama-b7250-bin-ubuntu-x64.tar.gz", ()),
+    ("b7250", NONE_LINUX, "vulkan", None, "llama-b7250-bin-ubuntu-vulkan-x64.tar.gz", ()),
+    ("b10015", VULKAN_LINUX, "auto", None, "llama-b10015-bin-ubuntu-vulkan-x64.tar.gz", ()),
+    ("b10356", ROCM_LINUX, "auto", None, "llama-b10356-bin-ubuntu-rocm-7.14-x64.tar.gz", ()),
+    ("b10015", NONE_LINUX, "sycl", None, "llama-b10015-bin-ubuntu-sycl-fp32-x64.tar.gz", ()),
+    ("b10015", NONE_LINUX, "openvino", None, "llama-b10015-bin-ubuntu-openvino-2026.2.1-x64.tar.gz", ()),
+    ("b10015", host("linux-s390x"), "auto", None, "llama-b10015-bin-ubuntu-s390x.tar.gz", ()),
+    ("b10015", host("android-arm64"), "auto", None, "llama-b10015-bin-android-arm64.tar.gz", ()),
+    ("b10356", host("linux-arm64", vulkan=True), "auto", None,
+     "llama-b10356-bin-ubuntu-vulkan-arm64.tar.gz", ()),
+    # Windows ROCm: a gfx build only for that GPU; the fat build otherwise.
+    ("b4000", ROCM_WIN, "auto", None, "llama-b4000-bin-win-hip-x64-gfx1100.zip", ()),
+    ("b4000", replace(ROCM_WIN, rocm_gfx=("gfx906",)), "auto", None,
+     "llama-b4000-bin-win-noavx-x64.zip", ()),
+    ("b7000", ROCM_WIN, "hip", None, "llama-b7000-bin-win-hip-radeon-x64.zip", ()),
+    # Old fixed-ISA Windows CPU builds need proof of the instruction set.
+    ("b2500", WIN_PLAIN, "auto", None, "llama-b2500-bin-win-noavx-x64.zip", ()),
+    ("b2500", replace(WIN_PLAIN, cpu_features=X86), "cpu", None, "llama-b2500-bin-win-avx2-x64.zip", ()),
+    ("b5000", replace(WIN_PLAIN, cpu_features=X86 | {"avx512f"}), "cpu", None,
+     "llama-b5000-bin-win-avx512-x64.zip", ()),
+    ("b7000", WIN_PLAIN, "auto", None, "llama-b7000-bin-win-cpu-x64.zip", ()),
+    # Windows ARM64 anomalies.
+    ("b2500", WIN_ARM, "auto", None, "llama-b2500-bin-win-arm64-x64.zip", ()),
+    ("b4000", WIN_ARM, "auto", None, "llama-b4000-bin-win-llvm-arm64.zip", ()),
+    ("b5000", WIN_ARM, "opencl", None, "llama-b5000-bin-win-llvm-arm64-opencl-adreno.zip", ()),
+    ("b7000", WIN_ARM, "auto", None, "llama-b7000-bin-win-cpu-arm64.zip", ()),
+    # macOS.
+    ("b8800", MAC_ARM, "auto", None, "llama-b8800-bin-macos-arm64.tar.gz", ()),
+    ("b8800", MAC_ARM, "cpu", None, "llama-b8800-bin-macos-arm64-kleidiai.tar.gz", ()),
+    ("b7250", MAC_ARM, "metal", None, "llama-b7250-bin-macos-arm64.tar.gz", ()),
+    ("b7000", MAC_X64, "auto", None, "llama-b7000-bin-macos-x64.zip", ()),
+    # Forks.
+    ("janhq-b5000", CUDA124_LINUX, "auto", None, "llama-b5000-bin-linux-avx2-cuda-cu12.0-x64.tar.gz",
+     ("cudart-llama-bin-linux-cu12.0-x64.tar.gz",)),
+    ("janhq-b6500", CUDA130_LINUX, "auto", None,
+     "llama-b6500-bin-linux-cuda-13-common_cpus-x64.tar.gz", ("cudart-llama-bin-linux-cu13.0-x64.tar.gz",)),
+    ("janhq-b6500", NONE_LINUX, "auto", None, "llama-b6500-bin-linux-common_cpus-x64.tar.gz", ()),
+    ("hybridgroup-b8000", CUDA124_LINUX, "auto", None, "llama-b8000-bin-ubuntu-cuda-x64.tar.gz", ()),
+    ("hybridgroup-b8000", CUDA130_LINUX, "auto", None, "llama-b8000-bin-ubuntu-cuda-13-x64.tar.gz", ()),
+    ("unslothai-b9596-mix-e6f2453", CUDA124_LINUX, "auto", None,
+     "app-b9596-mix-e6f2453-linux-x64-cuda12-portable.tar.gz", ()),
+    ("AtomicBot-ai-b10018-1.3.0", CUDA124_LINUX, "auto", None,
+     "llama-turboquant-linux-x64-cuda-12.4.tar.gz", ()),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stem", "facts", "request_", "pin", "asset", "extras"),
+    TABLE,
+    ids=[f"{t[0]}-{t[1].platform}-{t[2]}-{t[4]}" for t in TABLE],
+)
+def test_release_host_and_request_choose_the_expected_asset(
+    stem: str, facts: HostFacts, request_: str, pin: str | None, asset: str, extras: tuple[str, ...]
+) -> None:
+    choice = choose_asset(load(stem), facts, request_, pin)
+    assert choice.asset.name == asset
+    assert tuple(a.name for a in choice.extra_assets) == extras
+    assert choice.backend == choice.info.backend
+    assert asset in choice.reason
+    assert [c.asset_name for c in choice.candidates if c.taken] == [asset]
+
+
+def test_reason_says_what_was_requested_and_for_which_platform() -> None:
+    choice = choose_asset(load("b7000"), NONE_LINUX, "vulkan")
+    assert choice.reason == (
+        "vulkan requested; llama-b7000-bin-ubuntu-vulkan-x64.zip is the vulkan build for linux-x64."
+    )
+
+
+def test_missing_backend_lists_what_the_platform_has() -> None:
+    with pytest.raises(BackendUnavailableError) as caught:
+        choose_asset(load("b7000"), host("linux-s390x"), "vulkan")
+    assert caught.value.exit_code == 5
+    assert caught.value.message == ("No vulkan build of llama.cpp b7000 for linux-s390x. Available here: cpu.")
+
+
+def test_platform_without_any_build_says_nothing_is_available() -> None:
+    with pytest.raises(BackendUnavailableError, match=r"linux-arm64\. Available here: nothing\."):
+        choose_asset(load("b7000"), host("linux-arm64"), "cpu")
+
+
+def test_cpu_on_apple_silicon_is_not_silently_replaced_by_metal() -> None:
+    with pytest.raises(BackendUnavailableError, match="Available here: metal"):
+        choose_asset(load("b7000"), MAC_ARM, "cpu")
+
+
+def test_fork_release_is_named_by_its_repository_in_errors() -> None:
+    with pytest.raises(BackendUnavailableError, match=r"of janhq/llama\.cpp b6500 for linux-x64"):
+        choose_asset(load("janhq-b6500"), NONE_LINUX, "rocm")
+
+
+def test_explicit_cuda_too_new_for_the_driver_is_refused_with_the_reason() -> None:
+    with pytest.raises(BackendUnavailableError, match=r"newer than the driver supports \(12\.2\)"):
+        choose_asset(load("b10015"), CUDA122_WIN, "cuda")
+
+
+def test_pinned_cuda_line_that_the_release_lacks_is_refused() -> None:
+    with pytest.raises(BackendUnavailableError, match=r"not the pinned 12\.4"):
+        choose_asset(load("b11026"), NONE_LINUX, "cuda", "12.4")
+
+
+def test_exact_cuda_pin_selects_that_line() -> None:
+    choice = choose_asset(load("b7902"), CUDA132_WIN, "cuda", "12.4")
+    assert choice.info.backend_version == "12.4"
+
+
+def test_auto_skips_cuda_without_a_driver_and_says_so() -> None:
+    choice = choose_asset(load("b7000"), WIN_PLAIN, "auto")
+    assert choice.backend == "cpu"
+    assert "cuda: no usable NVIDIA driver" in choice.reason
+
+
+def test_an_asset_still_uploading_is_skipped_for_the_next_best() -> None:
+    name = "llama-b7902-bin-win-cuda-13.1-x64.zip"
+    choice = choose_asset(load("b7902", frozenset({name})), CUDA132_WIN, "auto")
+    assert choice.asset.name == "llama-b7902-bin-win-cuda-12.4-x64.zip"
+    skipped = {c.asset_name: c.why for c in choice.candidates}
+    assert skipped[name].startswith("still uploading")
+
+
+def test_incomplete_cudart_is_not_taken_as_a_companion() -> None:
+    cudart = "cudart-llama-bin-win-cuda-12.4-x64.zip"
+    choice = choose_asset(load("b7000", frozenset({cudart})), CUDA124_WIN, "cuda")
+    assert choice.extra_assets == ()
+
+
+def test_asset_naming_another_tag_is_never_mixed_in() -> None:
+    release = load("b7000")
+    stray = Asset("llama-b6999-bin-win-cuda-12.4-x64.zip", 1, "http://127.0.0.1/x")
+    ours = [a for a in release.assets if "cuda-12.4-x64" not in a.name or a.name.startswith("cud")]
+    mixed = Release(release.repo, release.tag, (*ours, stray))
+    with pytest.raises(BackendUnavailableError, match="names tag b6999"):
+        choose_asset(mixed, CUDA124_WIN, "cuda")
+
+
+def test_fixed_isa_build_the_cpu_lacks_is_never_chosen() -> None:
+    choice = choose_asset(load("janhq-b5000"), CUDA124_LINUX, "cuda")
+    verdicts = {c.asset_name: c.why for c in choice.candidates}
+    assert "lacks" in verdicts["llama-b5000-bin-linux-avx512-cuda-cu12.0-x64.tar.gz"]
+
+
+def test_candidates_explain_every_build_of_the_platform() -> None:
+    release = load("b10015")
+    choice = choose_asset(release, CUDA124_WIN, "auto")
+    names = {c.asset_name for c in choice.candidates}
+    assert names == {a.name for a in release.assets if a.name.startswith("llama-b10015-bin-win-")
+                     and a.name.endswith("-x64.zip")}  # fmt: skip
+    verdicts = {c.asset_name: c.why for c in choice.candidates}
+    assert "newer than the driver" in verdicts["llama-b10015-bin-win-cuda-13.3-x64.zip"]
+    assert verdicts["llama-b10015-bin-win-vulkan-x64.zip"] == "not considered: another backend"
+
+
+def test_unknown_backend_request_is_a_user_error() -> None:
+    with pytest.raises(UnknownBackendError) as caught:
+        choose_asset(load("b7000"), NONE_LINUX, "cuda12")
+    assert caught.value.exit_code == 2
+
+
+def test_malformed_cuda_pin_is_a_user_error() -> None:
+    with pytest.raises(UserInputError, match="malformed"):
+        choose_asset(load("b7000"), CUDA124_WIN, "cuda", "twelve")

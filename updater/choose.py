@@ -1,0 +1,302 @@
+"""Pick the one asset of a release to install on a host (pure, no IO).
+
+Rules, in order:
+
+* Only complete assets (``state == "uploaded"``) built for the host's OS and
+  arch are candidates; a name that embeds another tag than the release's is
+  refused (no mixing releases).
+* An explicit backend is mandatory: if the release has no such build for the
+  platform, :class:`~runtime.errors.BackendUnavailableError` lists what it
+  does have. Nothing falls back silently.
+* ``auto`` ranks what the host can run: CUDA (the highest line the driver
+  supports) > ROCm > Vulkan > CPU on Linux/Windows, Metal on Apple silicon.
+* Within a backend: highest usable CUDA/ROCm line, generic runtime-dispatch
+  CPU builds before fixed-ISA ones, ``.tar.gz`` before ``.zip``.
+* A CUDA build takes along its ``cudart-…`` runtime companion of the same
+  CUDA version and arch, when the release has one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from runtime.backends import AUTO, CONCRETE_BACKENDS, parse_backend
+from runtime.errors import BackendUnavailableError, UserInputError
+from updater.assetnames import AssetInfo, parse_asset_name
+from updater.host import HostFacts
+from updater.release import Asset, Release
+
+#: What ``auto`` tries, best first. Other backends (SYCL, OpenVINO, OpenCL,
+#: CANN) need explicit intent: their presence is not reliably detectable.
+_AUTO_ORDER: Final[tuple[str, ...]] = ("cuda", "rocm", "vulkan", "metal", "cpu")
+
+#: Fixed-ISA CPU builds, widest first, with the cpuinfo flag each one needs.
+_ISA: Final[tuple[tuple[str, str | None], ...]] = (
+    ("avx512", "avx512f"), ("avx2", "avx2"), ("avx", "avx"), ("noavx", None),
+)  # fmt: skip
+_UPSTREAM_REPOS: Final[frozenset[str]] = frozenset({"ggml-org/llama.cpp", "ggerganov/llama.cpp"})
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One asset considered for the host, for ``plan --explain``."""
+
+    asset_name: str
+    backend: str
+    taken: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The asset to install and why.
+
+    Attributes:
+        asset: The runtime archive.
+        info: What its name says.
+        extra_assets: Archives to extract next to it (the CUDA runtime).
+        backend: The concrete backend installed.
+        reason: One sentence for people.
+        candidates: Every runtime asset of the platform with its verdict.
+    """
+
+    asset: Asset
+    info: AssetInfo
+    extra_assets: tuple[Asset, ...]
+    backend: str
+    reason: str
+    candidates: tuple[Candidate, ...]
+
+
+def _version_key(version: str | None) -> tuple[int, ...]:
+    if version is None or not re.match(r"^\d+(?:\.\d+)*$", version):
+        return ()
+    return tuple(int(p) for p in version.split("."))
+
+
+def _line(version: str | None) -> tuple[int, int]:
+    """``(major, minor)`` of a CUDA version; ``12`` reads as ``12.0``."""
+    key = (*_version_key(version), 0, 0)
+    return key[0], key[1]
+
+
+def _same_version(a: str | None, b: str | None) -> bool:
+    ka, kb = _version_key(a), _version_key(b)
+    width = max(len(ka), len(kb))
+    return bool(ka) and ka + (0,) * (width - len(ka)) == kb + (0,) * (width - len(kb))
+
+
+def _pin_matches(pin: str, version: str | None) -> bool:
+    """``"12"`` matches every 12.x; ``"12.4"`` matches 12.4 and 12.4.0."""
+    want, have = _version_key(pin), _version_key(version)
+    if not want or not have:
+        return False
+    if len(want) == 1:
+        return have[0] == want[0]
+    return _same_version(pin, version)
+
+
+#: Variants that run on every CPU of the platform (runtime ISA dispatch, or a
+#: bundle built for all GPUs); preferred over specialised ones.
+_GENERIC_VARIANTS: Final[frozenset[str | None]] = frozenset({None, "common_cpus", "llvm", "portable", "fp32"})
+
+
+def _variant_rank(info: AssetInfo, host: HostFacts) -> tuple[int, int] | None:
+    """Lower is better; ``None`` when the host CPU lacks the build's fixed ISA."""
+    for width, (isa, flag) in enumerate(_ISA):
+        if info.variant == isa or (info.variant or "").startswith(f"{isa}-"):
+            if flag is not None and flag not in host.cpu_features:
+                return None
+            return (1, width)
+    # Specialised builds (openblas, rpc, msvc, fp16, bundle profiles) need intent.
+    return (0, 0) if info.variant in _GENERIC_VARIANTS else (2, 0)
+
+
+def _repo_label(release: Release) -> str:
+    return "llama.cpp" if release.repo.lower() in _UPSTREAM_REPOS else release.repo
+
+
+def _describe(info: AssetInfo) -> str:
+    return f"{info.backend} {info.backend_version}" if info.backend_version else info.backend
+
+
+def _available(infos: list[AssetInfo]) -> str:
+    names = {i.backend for i in infos}
+    listed = [b for b in CONCRETE_BACKENDS if b in names]
+    return ", ".join(listed) if listed else "nothing"
+
+
+class _Ranker:
+    """Scores the platform's assets for one host and request."""
+
+    def __init__(self, host: HostFacts, cuda_pin: str | None, auto: bool) -> None:
+        self.host, self.cuda_pin, self.auto = host, cuda_pin, auto
+
+    def verdict(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
+        """``(sort key, why)``; a ``None`` key means the host cannot use it."""
+        variant = _variant_rank(info, self.host)
+        if variant is None:
+            return None, f"needs the {info.variant} instruction set, which this CPU lacks"
+        primary: tuple[object, ...] | None = ()
+        why = "usable"
+        if info.backend == "cuda":
+            primary, why = self._cuda(info)
+        elif info.backend == "rocm":
+            primary, why = self._rocm(info)
+        if primary is None:
+            return None, why
+        return (primary, variant, 0 if info.archive == "tar.gz" else 1), why
+
+    def _cuda(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
+        if self.cuda_pin is not None and not _pin_matches(self.cuda_pin, info.backend_version):
+            return (
+                None,
+                f"CUDA {info.backend_version or '(unnamed)'} is not the pinned {self.cuda_pin}",
+            )
+        driver = self.host.cuda_driver_version
+        if driver is not None and info.backend_version is not None:
+            if _line(info.backend_version) > _line(driver):
+                return (
+                    None,
+                    f"CUDA {info.backend_version} is newer than the driver supports ({driver})",
+                )
+        elif driver is None and self.auto:
+            return None, "no NVIDIA driver detected"
+        # Unknown lines ("ubuntu-cuda-x64") rank below every named one.
+        known = 0 if info.backend_version is not None else 1
+        neg = tuple(-p for p in _version_key(info.backend_version))
+        return (known, neg), "usable"
+
+    def _rocm(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
+        version = info.backend_version or ""
+        if version.lower().startswith("gfx"):
+            family = version.lower().rstrip("x")
+            if any(g.lower().startswith(family) for g in self.host.rocm_gfx):
+                return (1, ()), "usable"
+            if self.auto:
+                return None, f"built for {version}, not for this GPU"
+            return (2, ()), "built for one GPU target only"
+        neg = tuple(-p for p in _version_key(info.backend_version))
+        return (0, neg), "usable"
+
+
+def _host_can_run(backend: str, host: HostFacts) -> str | None:
+    """Why ``auto`` skips ``backend`` on this host, or ``None`` if it may try it."""
+    checks = {
+        "cuda": (host.cuda_driver_version is not None, "no usable NVIDIA driver"),
+        "rocm": (host.rocm, "no ROCm GPU"),
+        "vulkan": (host.vulkan, "no Vulkan driver"),
+        "metal": (host.metal, "not Apple silicon"),
+        "cpu": (not host.metal, "Apple silicon uses the Metal build"),
+    }
+    ok, why = checks.get(backend, (False, "only installed on request"))
+    return None if ok else why
+
+
+def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: str | None = None) -> Choice:
+    """Choose the runtime archive (and companions) of ``release`` for ``host``.
+
+    Args:
+        release: The release, with its assets.
+        host: What the target machine can run.
+        request: ``auto`` or a backend name (aliases accepted).
+        cuda_version: Optional CUDA line pin: ``"12"`` matches 12.x, ``"12.4"`` exactly.
+
+    Raises:
+        UnknownBackendError: ``request`` is not a backend name.
+        UserInputError: ``cuda_version`` is malformed.
+        BackendUnavailableError: The release has no usable build for this
+            host and request; the message lists what the platform does have.
+    """
+    backend_request = parse_backend(request)
+    auto = backend_request == AUTO
+    if cuda_version is not None and not re.match(r"^\d+(?:\.\d+)*$", cuda_version.strip()):
+        raise UserInputError(f"CUDA version {cuda_version!r} is malformed; use a line such as '12.4' or '13'.")
+    pin = cuda_version.strip() if cuda_version is not None else None
+    platform = host.platform
+    label = f"{_repo_label(release)} {release.tag}"
+
+    verdicts: dict[str, str] = {}
+    on_platform: dict[str, AssetInfo] = {}
+    usable: list[tuple[Asset, AssetInfo]] = []
+    for asset in release.assets:
+        info = parse_asset_name(asset.name)
+        if info is None or info.is_companion or info.platform != platform:
+            continue
+        on_platform[asset.name] = info
+        if not asset.is_complete:
+            verdicts[asset.name] = f"still uploading (state {asset.state})"
+        elif info.tag is not None and info.tag != release.tag:
+            verdicts[asset.name] = f"names tag {info.tag}, not {release.tag}"
+        else:
+            usable.append((asset, info))
+    infos = [info for _, info in usable]
+
+    ranker = _Ranker(host, pin, auto)
+    skipped: list[str] = []
+    chosen: tuple[Asset, AssetInfo] | None = None
+    for backend in _AUTO_ORDER if auto else (backend_request,):
+        mine = [(a, i) for a, i in usable if i.backend == backend]
+        if auto and (cannot := _host_can_run(backend, host)) is not None:
+            verdicts.update({a.name: f"skipped: {cannot}" for a, _ in mine})
+            skipped.append(f"{backend}: {cannot}")
+            continue
+        scored = []
+        for asset, info in mine:
+            key, why_not = ranker.verdict(info)
+            verdicts[asset.name] = why_not
+            if key is not None:
+                scored.append((key, asset.name, asset, info))
+        if scored:
+            scored.sort(key=lambda s: (s[0], s[1]))
+            chosen = (scored[0][2], scored[0][3])
+            break
+        rejected = "; ".join(sorted({verdicts[n] for n, i in on_platform.items() if i.backend == backend}))
+        if rejected and not auto:
+            raise BackendUnavailableError(f"No {backend} build of {label} for {platform} can run here: {rejected}.")
+        skipped.append(f"{backend}: {rejected or 'no build'}")
+
+    if chosen is None:
+        wanted = "usable" if auto else backend_request
+        raise BackendUnavailableError(
+            f"No {wanted} build of {label} for {platform}. Available here: {_available(infos)}."
+        )
+    asset, info = chosen
+    extras = _companions(release, info)
+    how = f"{backend_request} requested"
+    if auto:
+        how = f"auto picked {info.backend}" + (f" (skipped {'; '.join(skipped)})" if skipped else "")
+    reason = f"{how}; {asset.name} is the {_describe(info)} build for {platform}"
+    if extras:
+        reason += f", with the CUDA runtime {extras[0].name}"
+
+    def why(name: str) -> str:
+        if name == asset.name:
+            return "chosen"
+        verdict = verdicts.get(name, "not considered: another backend")
+        return f"ranked below {asset.name}" if verdict == "usable" else verdict
+
+    candidates = tuple(
+        Candidate(name, on_platform[name].backend, name == asset.name, why(name)) for name in sorted(on_platform)
+    )
+    return Choice(asset, info, extras, info.backend, reason + ".", candidates)
+
+
+def _companions(release: Release, info: AssetInfo) -> tuple[Asset, ...]:
+    """The ``cudart-…`` archive matching a CUDA build's version and arch."""
+    if info.backend != "cuda" or info.backend_version is None:
+        return ()
+    found: list[tuple[int, str, Asset]] = []
+    for asset in release.assets:
+        comp = parse_asset_name(asset.name)
+        if comp is None or not comp.is_companion or not asset.is_complete:
+            continue
+        if comp.platform != info.platform or not _same_version(comp.backend_version, info.backend_version):
+            continue
+        if comp.tag is not None and comp.tag != release.tag:
+            continue
+        found.append((0 if comp.archive == info.archive else 1, asset.name, asset))
+    found.sort(key=lambda f: (f[0], f[1]))
+    return (found[0][2],) if found else ()
