@@ -99,7 +99,7 @@ def build_release_archive(
         raise ValueError(f"unknown layout {layout!r}; valid: {', '.join(LAYOUTS)}")
     if layout.startswith("tar-"):
         top = "." if layout == "tar-root" else f"llama-{tag}"
-        with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tf:
+        with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT, compresslevel=6) as tf:
             tf.addfile(_tar_info(top + "/" if top == "." else top, tarfile.DIRTYPE, 0o755))
             for name, content in files.items():
                 _tar_add_file(tf, f"{top}/{name}", content, modes.get(name, DEFAULT_MODE))

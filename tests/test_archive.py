@@ -437,7 +437,8 @@ def test_non_archive_file_is_refused_as_an_integrity_error(tmp_path: Path) -> No
 
 def test_truncated_tar_gz_is_refused_as_corrupt(tmp_path: Path) -> None:
     archive, _ = release(tmp_path, "tar-tagdir")
-    archive.write_bytes(archive.read_bytes()[:200])
+    data = archive.read_bytes()
+    archive.write_bytes(data[: len(data) // 2])
 
     with pytest.raises(UnsafeArchiveError) as caught:
         extract_archive(archive, tmp_path / "dest")

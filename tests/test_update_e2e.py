@@ -1,0 +1,284 @@
+"""End to end: the CLI against a GitHub-like server on 127.0.0.1 and the real llama-server.
+
+Every failing update asserts that the previously active runtime is unchanged
+(byte for byte, pointer included) and still runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.archives import build_release_archive
+from tests.conftest import REPO, assert_runs, real_build, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.fakegithub import FakeGitHub, Fault
+from updater.cli import main
+
+VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+def run_cli(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str
+) -> tuple[int, dict[str, Any]]:
+    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def publish_real(github: FakeGitHub, tarball: Path, tag: str, name: str = VULKAN) -> None:
+    github.add_release(REPO, tag, {name.format(tag=tag): tarball})
+
+
+@pytest.fixture
+def installed_b7000(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    vk_env: dict[str, str],
+) -> dict[str, Any]:
+    """b7000 (vulkan, the real build) installed and active."""
+    publish_real(github, real_vulkan_tarball, "b7000")
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    assert code == 0, payload
+    return payload
+
+
+def assert_active_unchanged(
+    home: Path, before: dict[str, str], expected_tag: str, capsys: pytest.CaptureFixture[str], github: FakeGitHub
+) -> None:
+    assert snapshot_tree(home / "runtimes") == before
+    code, status = run_cli(capsys, home, github, "status")
+    assert code == 0
+    assert status["active"]["tag"] == expected_tag
+    assert_runs(Path(status["active"]["binary"]))
+    assert list((home / "staging").iterdir()) == []
+
+
+# -- the happy path -------------------------------------------------------------------
+
+
+def test_update_real_vulkan_build_installs_verifies_and_runs(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert installed_b7000["result"] == "installed"
+    active = installed_b7000["active"]
+    assert (active["repo"], active["tag"], active["backend"], active["backend_request"]) == (
+        REPO,
+        "b7000",
+        "vulkan",
+        "vulkan",
+    )
+    assert installed_b7000["previous"] is None
+    assert "version:" in assert_runs(Path(active["binary"]))
+    marker = json.loads(Path(active["marker_path"]).read_text())
+    assert marker["digest_verified"] is True
+    assert marker["asset"] == "llama-b7000-bin-ubuntu-vulkan-x64.tar.gz"
+    assert marker["binary"] == "llama-b7000/llama-server"
+    assert any(d.startswith("Vulkan0:") for d in marker["devices"]), marker["devices"]
+    assert "version:" in marker["version"]
+    assert marker["files"]["llama-b7000/llama-server"]["size"] > 0
+    # soname chains survive as links inside the runtime
+    lib = Path(active["runtime_dir"]) / "llama-b7000" / "libllama.so"
+    assert lib.is_symlink() and lib.resolve().name.startswith("libllama.so.0.")
+    code, status = run_cli(capsys, home, github, "status")
+    assert code == 0 and status["active"]["tag"] == "b7000" and status["override"] is None
+
+
+def test_same_update_again_is_up_to_date_and_downloads_nothing(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blob_requests = len(github.requests_to("blob"))
+    api_requests = len(github.requests_to("api"))
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    assert code == 0
+    assert payload["result"] == "up_to_date"
+    assert payload["active"]["runtime_dir"] == installed_b7000["active"]["runtime_dir"]
+    assert len(github.requests_to("blob")) == blob_requests
+    assert len(github.requests_to("api")) == api_requests
+
+
+def test_update_without_backend_keeps_the_stored_request(
+    installed_b7000: dict[str, Any],
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+) -> None:
+    github.add_release(
+        REPO, "b7001", {VULKAN.format(tag="b7001"): real_vulkan_tarball, CPU.format(tag="b7001"): real_vulkan_tarball}
+    )
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001")
+    assert code == 0, payload
+    assert payload["active"]["backend"] == "vulkan"
+    assert payload["active"]["backend_request"] == "vulkan"
+    assert payload["previous"]["tag"] == "b7000"
+
+
+def test_rollback_reactivates_previous_runtime_which_runs(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): stand_in_tarball(tmp_path / "s.tar.gz", tag="b7001")})
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7001"
+    code, payload = run_cli(capsys, home, github, "rollback")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7000"
+    assert payload["previous"]["tag"] == "b7001"
+    assert_runs(Path(payload["active"]["binary"]))
+    code, status = run_cli(capsys, home, github, "status")
+    assert status["active"]["tag"] == "b7000"
+
+
+def test_rollback_with_nothing_before_exits_2_and_changes_nothing(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot_tree(home / "runtimes")
+    pointer = (home / "active.json").read_bytes()
+    code, payload = run_cli(capsys, home, github, "rollback")
+    assert code == 2
+    assert "no previous runtime" in payload["error"]["message"]
+    assert (home / "active.json").read_bytes() == pointer
+    assert_active_unchanged(home, before, "b7000", capsys, github)
+
+
+# -- failing updates leave the previous runtime active and runnable ------------------
+
+
+def test_new_binary_that_exits_1_is_rejected_with_exit_6(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    broken = stand_in_tarball(tmp_path / "broken.tar.gz", tag="b7001", script=stand_in_server(exit_code=1))
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): broken})
+    before = snapshot_tree(home / "runtimes")
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 6
+    assert "--version exited 1" in payload["error"]["message"]
+    assert_active_unchanged(home, before, "b7000", capsys, github)
+
+
+def test_digest_mismatch_exits_8_and_keeps_nothing(
+    installed_b7000: dict[str, Any],
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+) -> None:
+    publish_real(github, real_vulkan_tarball, "b7001")
+    github.inject(VULKAN.format(tag="b7001"), Fault(wrong_bytes=True, times=None))
+    before = snapshot_tree(home / "runtimes")
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 8, payload
+    assert "sha256" in payload["error"]["message"].lower() or "digest" in payload["error"]["message"].lower()
+    assert list((home / "downloads").iterdir()) == []
+    assert_active_unchanged(home, before, "b7000", capsys, github)
+
+
+def test_archive_without_llama_server_exits_6(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    empty = build_release_archive(
+        tmp_path / "noserver.tar.gz", "tar-tagdir", {"llama-cli": b"#!/bin/sh\n"}, tag="b7001"
+    )
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): empty})
+    before = snapshot_tree(home / "runtimes")
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 6
+    assert "no llama-server" in payload["error"]["message"]
+    assert_active_unchanged(home, before, "b7000", capsys, github)
+
+
+def test_vulkan_asset_holding_a_cpu_only_build_is_rejected_with_exit_6(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    cpu_only = stand_in_tarball(
+        tmp_path / "cpuonly.tar.gz",
+        tag="b7001",
+        script=stand_in_server(devices="  (none)\\n"),
+        libs=("ggml-base", "ggml-cpu", "ggml", "llama"),
+    )
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): cpu_only})
+    before = snapshot_tree(home / "runtimes")
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 6
+    assert "requested vulkan" in payload["error"]["message"]
+    assert_active_unchanged(home, before, "b7000", capsys, github)
+
+
+def test_real_build_without_its_vulkan_library_is_rejected_with_exit_6(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    build = real_build(exclude=("libggml-vulkan",))
+    stripped = build_release_archive(
+        tmp_path / "novk.tar.gz", "tar-tagdir", build.files, symlinks=build.symlinks, tag="b7001"
+    )
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): stripped})
+    before = snapshot_tree(home / "runtimes")
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 6, payload
+    assert_active_unchanged(home, before, "b7000", capsys, github)
+
+
+def test_missing_release_exits_7_with_the_release_named(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot_tree(home / "runtimes")
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7999", "--backend", "vulkan")
+    assert code == 7
+    assert payload["error"]["message"].startswith("Release b7999 not found in ggml-org/llama.cpp")
+    assert_active_unchanged(home, before, "b7000", capsys, github)
+
+
+def test_unknown_backend_exits_2_listing_valid_names(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot_tree(home / "runtimes")
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "VLLM")
+    assert code == 2
+    assert payload["error"]["message"].startswith("Unknown backend 'VLLM'")
+    assert "Choose one of: auto, cpu, cuda, vulkan, rocm" in payload["error"]["message"]
+    assert_active_unchanged(home, before, "b7000", capsys, github)
+
+
+def test_cli_as_a_subprocess_speaks_the_contract(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "updater.cli", "status", "--json", "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert set(payload) >= {"active", "installed", "override"}
+    assert set(payload["active"]) >= {
+        "repo",
+        "tag",
+        "backend",
+        "backend_request",
+        "runtime_dir",
+        "binary",
+        "marker_path",
+        "installed_at",
+    }

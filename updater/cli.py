@@ -1,0 +1,377 @@
+"""``llama-runtime``: the command line, per ``shared/reference/cli-contract.md``.
+
+Every command takes ``--json``: stdout then carries exactly one JSON object;
+logs go to stderr. Errors map to the contract's exit codes through the
+exception tree; nothing ever ends in a traceback. Heavy imports (httpx, the
+installer) happen inside the commands that need them, so ``status`` starts
+fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from runtime.errors import LlamaRuntimeError, UserInputError
+
+if TYPE_CHECKING:
+    from runtime.layout import Home, InstalledRuntime
+    from updater.config import Settings
+    from updater.install import Installer
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors become exit-2 errors in our format."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserInputError(f"{message[0].upper()}{message[1:]}. See `{self.prog} --help`.")
+
+
+class Output:
+    """Writes the one result of a command: JSON or sentences for people."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    def result(self, payload: dict[str, Any], lines: Sequence[str]) -> None:
+        if self.as_json:
+            sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        else:
+            for line in lines:
+                sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    def error(self, exc: LlamaRuntimeError) -> None:
+        if self.as_json:
+            sys.stdout.write(json.dumps({"error": exc.to_json()}, indent=2, sort_keys=True) + "\n")
+            sys.stdout.flush()
+        else:
+            sys.stderr.write(f"error: {exc.message}\n")
+            if exc.hint:
+                sys.stderr.write(f"  next: {exc.hint}\n")
+
+
+def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument("--home", default=default, help="llama-runtime home (LLAMA_RUNTIME_HOME)")
+    parser.add_argument("--api-url", default=default, help="GitHub API base (LLAMA_RUNTIME_GITHUB_API)")
+    parser.add_argument("--repo", default=default, help="OWNER/NAME to take releases from (LLAMA_RUNTIME_REPO)")
+    parser.add_argument(
+        "--backend", default=default, help="auto, cpu, cuda, vulkan, rocm, metal, … (LLAMA_RUNTIME_BACKEND)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=False if top else argparse.SUPPRESS, help="one JSON object on stdout"
+    )
+    parser.add_argument(
+        "--log-json", action="store_true", default=False if top else argparse.SUPPRESS, help="JSON log lines on stderr"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0 if top else argparse.SUPPRESS, help="more log output"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``llama-runtime``."""
+    parser = _Parser(
+        prog="llama-runtime", description="Keep llama.cpp's llama-server current, verified and rollback-safe."
+    )
+    _common(parser, top=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _common(p, top=False)
+        return p
+
+    add("status", "what is active, what is installed, whether an override is in force")
+    p = add("update", "resolve, download, verify and activate a release; roll back on failure")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--tag", help="exact release tag, e.g. b7000")
+    which.add_argument("--latest", action="store_true", help="the newest release (default)")
+    p.add_argument("--cuda-version", help="CUDA line to prefer, e.g. 12 or 12.4")
+    p.add_argument("--require-digest", action="store_true", help="refuse assets without a published sha256")
+    p.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS", help="wait this long for another update to finish"
+    )
+    p = add("plan", "what update would install and why; downloads nothing")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--tag")
+    which.add_argument("--latest", action="store_true")
+    p.add_argument("--platform", help="plan for another machine: OS-ARCH, e.g. windows-x64")
+    p.add_argument("--cuda-version", help="CUDA version the (other) machine's driver supports")
+    p.add_argument("--explain", action="store_true", help="list every candidate and why it was taken or dropped")
+    p = add("rollback", "re-activate the previously active runtime")
+    add("list", "installed runtimes")
+    p = add("doctor", "re-verify the active runtime and say what to do")
+    p.add_argument("--repair", action="store_true", help="point the pointer at a verified runtime if it is damaged")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    from updater.config import resolve_settings
+
+    return resolve_settings(home=args.home, api_url=args.api_url, repo=args.repo, backend=args.backend)
+
+
+def _home(settings: Settings) -> Home:
+    from runtime.layout import Home
+
+    return Home(settings.home)
+
+
+def _installer(settings: Settings, *, with_source: bool) -> Installer:
+    from updater.host import detect_host
+    from updater.install import Installer
+
+    source = None
+    if with_source:
+        from updater.github import GitHubClient, JsonFileEtagCache
+
+        home = _home(settings)
+        home.ensure()
+        source = GitHubClient(
+            settings.api_url,
+            settings.repo,
+            token=settings.token,
+            etag_cache=JsonFileEtagCache(home.cache_dir / "etags.json"),
+        )
+    return Installer(_home(settings), source=source, host=detect_host)
+
+
+def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
+    if runtime is None:
+        return f"{label}: none"
+    m = runtime.marker
+    return f"{label}: {m.repo} {m.tag} ({m.backend}) at {runtime.path}"
+
+
+def _override_json() -> dict[str, Any] | None:
+    from runtime.binary import server_override
+
+    path = server_override()
+    if path is None:
+        return None
+    return {"path": str(path), "exists": path.is_file()}
+
+
+# -- commands -----------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace, out: Output) -> int:
+    from runtime.lock import UpdateLock
+
+    settings = _settings(args)
+    home = _home(settings)
+    pointer = home.read_pointer()
+    active = home.load(pointer.active) if pointer.active else None
+    installed = home.installed()
+    previous = next((r for r in installed if r.name == pointer.previous), None)
+    override = _override_json()
+    busy = home.lock_path.exists() and UpdateLock(home.lock_path).is_held()
+    payload = {
+        "active": active.to_json() if active else None,
+        "previous": previous.to_json() if previous else None,
+        "installed": [r.to_json() for r in installed],
+        "override": override["path"] if override else None,
+        "update_running": busy,
+        "home": str(home.root),
+    }
+    lines = [_runtime_line("active", active)]
+    if active is None:
+        lines.append("Nothing is installed yet. Run `llama-runtime update` to install the latest llama.cpp.")
+    else:
+        lines.append(f"binary: {active.binary}")
+    if previous:
+        lines.append(_runtime_line("previous", previous) + "  (`llama-runtime rollback` goes back to it)")
+    lines.append(f"installed runtimes: {len(installed)} in {home.runtimes_dir}")
+    if override:
+        lines.append(
+            f"override: LLAMA_SERVER_PATH={override['path']} is in force; apps run that binary, not the managed one."
+        )
+    if busy:
+        lines.append("An update is running right now.")
+    out.result(payload, lines)
+    return 0
+
+
+def cmd_update(args: argparse.Namespace, out: Output) -> int:
+    from updater.install import UpdateRequest
+
+    settings = _settings(args)
+    tag = _tag_or_none(args.tag)
+    installer = _installer(settings, with_source=True)
+    request = UpdateRequest(
+        repo=settings.repo,
+        tag=tag,
+        backend=settings.backend if settings.backend_explicit else None,
+        cuda_version=args.cuda_version,
+        require_digest=args.require_digest,
+    )
+    outcome = installer.update(request, lock_timeout=args.wait)
+    m = outcome.active.marker
+    warnings = list(outcome.warnings)
+    override = _override_json()
+    if override:
+        warnings.append(
+            f"LLAMA_SERVER_PATH={override['path']} is set: apps keep running that binary, "
+            "not the runtime just installed."
+        )
+    payload = outcome.to_json()
+    payload["warnings"] = warnings
+    if outcome.result == "up_to_date":
+        lines = [f"Already up to date: {m.repo} {m.tag} ({m.backend}) is active."]
+    else:
+        lines = [f"Installed {m.repo} {m.tag} ({m.backend}) and made it active."]
+        if outcome.previous:
+            lines.append(
+                f"The previous runtime {outcome.previous.marker.tag} ({outcome.previous.marker.backend}) "
+                "is kept: `llama-runtime rollback` returns to it."
+            )
+        lines.append(f"binary: {outcome.active.binary}")
+    lines += [f"warning: {w}" for w in warnings]
+    out.result(payload, lines)
+    return 0
+
+
+def _tag_or_none(tag: str | None) -> str | None:
+    if tag is None:
+        return None
+    from updater.tags import validate_tag
+
+    return validate_tag(tag)
+
+
+def cmd_plan(args: argparse.Namespace, out: Output) -> int:
+    from updater.choose import choose_asset
+    from updater.github import GitHubClient
+    from updater.host import detect_host, host_for_platform
+
+    settings = _settings(args)
+    tag = _tag_or_none(args.tag)
+    host = host_for_platform(args.platform, args.cuda_version) if args.platform else detect_host()
+    client = GitHubClient(settings.api_url, settings.repo, token=settings.token)
+    release = client.get_release(tag) if tag else client.latest_release()
+    choice = choose_asset(release, host, settings.backend, cuda_version=args.cuda_version)
+    payload: dict[str, Any] = {
+        "repo": release.repo,
+        "tag": release.tag,
+        "backend": choice.backend,
+        "backend_request": settings.backend,
+        "asset": choice.asset.name,
+        "extra_assets": [a.name for a in choice.extra_assets],
+        "size": choice.asset.size + sum(a.size for a in choice.extra_assets),
+        "reason": choice.reason,
+        "host": host.to_json(),
+    }
+    lines = [
+        f"{release.repo} {release.tag}: {choice.asset.name} ({choice.backend})",
+        *[f"  + {a.name}" for a in choice.extra_assets],
+        f"why: {choice.reason}",
+    ]
+    if args.explain:
+        payload["candidates"] = [
+            {"asset": c.asset_name, "backend": c.backend, "taken": c.taken, "why": c.why} for c in choice.candidates
+        ]
+        lines.append("candidates:")
+        lines += [f"  {'*' if c.taken else '-'} {c.asset_name}: {c.why}" for c in choice.candidates]
+        lines.append("host facts:")
+        lines += [f"  {k}: {v}" for k, v in host.to_json().items()]
+    out.result(payload, lines)
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
+    settings = _settings(args)
+    installer = _installer(settings, with_source=False)
+    active, previous = installer.rollback()
+    payload = {"active": active.to_json(), "previous": previous.to_json() if previous else None}
+    lines = [f"Rolled back: {active.marker.tag} ({active.marker.backend}) is active again."]
+    if previous:
+        lines.append(f"{previous.marker.tag} is kept as the previous runtime; run rollback again to return to it.")
+    out.result(payload, lines)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace, out: Output) -> int:
+    from runtime.fsutil import tree_size
+
+    settings = _settings(args)
+    home = _home(settings)
+    pointer = home.read_pointer()
+    items = []
+    lines = []
+    for runtime in home.installed():
+        entry = runtime.to_json()
+        entry["size_bytes"] = tree_size(runtime.path)
+        entry["active"] = runtime.name == pointer.active
+        entry["previous"] = runtime.name == pointer.previous
+        items.append(entry)
+        flag = "active" if entry["active"] else "previous" if entry["previous"] else ""
+        size_mb = int(str(entry["size_bytes"])) / 1e6
+        lines.append(
+            f"{'*' if entry['active'] else ' '} {runtime.marker.tag:<10} {runtime.marker.backend:<8} "
+            f"{size_mb:8.1f} MB  {runtime.marker.installed_at}  {runtime.name} {flag}".rstrip()
+        )
+    if not lines:
+        lines = ["No runtimes installed. Run `llama-runtime update`."]
+    out.result({"runtimes": items, "installed": items}, lines)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
+    from updater.doctor import run_doctor
+
+    settings = _settings(args)
+    report = run_doctor(_home(settings), repair=args.repair)
+    out.result(report.to_json(), report.lines())
+    return 0 if report.healthy else 6
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
+    "status": cmd_status,
+    "update": cmd_update,
+    "plan": cmd_plan,
+    "rollback": cmd_rollback,
+    "list": cmd_list,
+    "doctor": cmd_doctor,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``llama-runtime``; returns the exit code of the contract."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    out = Output(as_json="--json" in argv)
+    try:
+        args = build_parser().parse_args(argv)
+        out.as_json = bool(args.json)
+        from updater.logs import configure_logging
+
+        level = "debug" if args.verbose > 1 else "info" if args.verbose else "warning"
+        configure_logging(json_lines=args.log_json, level=level)
+        if not args.command:
+            build_parser().print_help()
+            return 2
+        return COMMANDS[args.command](args, out)
+    except LlamaRuntimeError as exc:
+        out.error(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted; the active runtime is unchanged.\n")
+        return 130
+    except Exception as exc:  # a bug: say so in one line, never a traceback
+        if os.environ.get("LLAMA_RUNTIME_DEBUG"):
+            raise
+        err = LlamaRuntimeError(
+            f"Internal error ({type(exc).__name__}: {exc}). The active runtime is unchanged. "
+            "Please report this with LLAMA_RUNTIME_DEBUG=1 output."
+        )
+        out.error(err)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

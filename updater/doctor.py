@@ -1,0 +1,178 @@
+"""``doctor``: re-verify the active runtime and say what to do.
+
+Checks, in order, each reported as a finding with a verdict: the pointer, the
+active runtime's marker, every recorded file (size and sha256), the binary's
+``--version`` and ``--list-devices``, the ``LLAMA_SERVER_PATH`` override and
+leftover staging. ``--repair`` only ever moves the pointer to a runtime that
+passes these checks; it never deletes anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from runtime.binary import ProcessRunner, run_process, server_override
+from runtime.errors import CorruptStateError, VerificationError
+from runtime.layout import Home, InstalledRuntime, Pointer
+from runtime.lock import UpdateLock
+from updater.verify import probe_binary
+
+_HASH_CHUNK: Final = 1024 * 1024  # bytes
+
+
+@dataclass
+class Finding:
+    """One check and its outcome."""
+
+    check: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class DoctorReport:
+    """All findings, and what to do next."""
+
+    findings: list[Finding] = field(default_factory=list)
+    active: InstalledRuntime | None = None
+    repaired: str | None = None
+    advice: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        """Whether every check passed, or a repair restored a verified runtime."""
+        return self.repaired is not None or all(f.ok for f in self.findings)
+
+    def add(self, check: str, ok: bool, detail: str) -> None:
+        self.findings.append(Finding(check, ok, detail))
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "healthy": self.healthy,
+            "active": self.active.to_json() if self.active else None,
+            "checks": [{"check": f.check, "ok": f.ok, "detail": f.detail} for f in self.findings],
+            "repaired": self.repaired,
+            "advice": self.advice,
+        }
+
+    def lines(self) -> list[str]:
+        out = [f"[{'ok' if f.ok else 'FAIL'}] {f.check}: {f.detail}" for f in self.findings]
+        if self.repaired:
+            out.append(f"repaired: {self.repaired}")
+        out += [f"next: {a}" for a in self.advice]
+        if self.healthy and not self.advice:
+            out.append("Everything checks out.")
+        return out
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_files(runtime: InstalledRuntime) -> list[str]:
+    """Recorded files that are missing or differ in size or sha256."""
+    problems = []
+    for rel, record in runtime.marker.files.items():
+        path = runtime.path / rel
+        if not path.is_file():
+            problems.append(f"{rel} is missing")
+        elif path.stat().st_size != record.size:
+            problems.append(f"{rel} has {path.stat().st_size} bytes, expected {record.size}")
+        elif _sha256(path) != record.sha256:
+            problems.append(f"{rel} does not match its recorded sha256")
+    return problems
+
+
+def check_runtime(runtime: InstalledRuntime, runner: ProcessRunner, env: Mapping[str, str] | None = None) -> list[str]:
+    """Everything wrong with an installed runtime (empty when healthy)."""
+    problems = verify_files(runtime)
+    if not problems:
+        try:
+            probe_binary(
+                runtime.binary,
+                backend=runtime.marker.backend,
+                files=list(runtime.marker.files),
+                host_has_device=False,
+                runner=runner,
+                env=env,
+            )
+        except VerificationError as exc:
+            problems.append(exc.message)
+    return problems
+
+
+def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer) -> None:
+    candidates = home.installed()
+    preferred = [r for r in candidates if r.name == pointer.previous] + sorted(
+        (r for r in candidates if r.name != pointer.previous),
+        key=lambda r: r.marker.installed_at,
+        reverse=True,
+    )
+    for runtime in preferred:
+        if not check_runtime(runtime, runner):
+            with UpdateLock(home.lock_path).hold("doctor --repair"):
+                home.write_pointer(Pointer(active=runtime.name, previous=None))
+            report.repaired = f"the pointer now names {runtime.marker.tag} ({runtime.marker.backend}), {runtime.name}"
+            report.active = runtime
+            report.add("repair", True, report.repaired)
+            return
+    report.advice.append("No installed runtime passes verification; run `llama-runtime update` to install one.")
+
+
+def run_doctor(home: Home, *, repair: bool = False, runner: ProcessRunner = run_process) -> DoctorReport:
+    """Check the home and the active runtime; optionally repair the pointer."""
+    report = DoctorReport()
+    override = server_override()
+    if override is not None:
+        report.add(
+            "override",
+            override.is_file(),
+            f"LLAMA_SERVER_PATH={override} is in force; apps run it instead of the managed runtime",
+        )
+        report.advice.append("Unset LLAMA_SERVER_PATH to let apps use the managed runtime.")
+    try:
+        pointer = home.read_pointer()
+    except CorruptStateError as exc:
+        report.add("pointer", False, exc.message)
+        if repair:
+            _repair(home, report, runner, Pointer())
+        else:
+            report.advice.append("Run `llama-runtime doctor --repair`.")
+        return report
+    if pointer.active is None:
+        report.add("pointer", True, "no runtime is active yet")
+        report.advice.append("Run `llama-runtime update` to install llama.cpp.")
+        return report
+    try:
+        active = home.load(pointer.active)
+    except CorruptStateError as exc:
+        report.add("active runtime", False, exc.message)
+        if repair:
+            _repair(home, report, runner, pointer)
+        else:
+            report.advice.append("Run `llama-runtime doctor --repair` or `llama-runtime update`.")
+        return report
+    report.active = active
+    report.add("pointer", True, f"names {active.name}")
+    problems = check_runtime(active, runner)
+    report.add(
+        "active runtime",
+        not problems,
+        "; ".join(problems) if problems else f"{active.marker.tag} ({active.marker.backend}) verifies and runs",
+    )
+    if problems and repair:
+        _repair(home, report, runner, pointer)
+    elif problems:
+        report.advice.append("Run `llama-runtime doctor --repair` (or `llama-runtime update`) to recover.")
+    leftovers = list(home.staging_dir.iterdir()) if home.staging_dir.is_dir() else []
+    if leftovers:
+        report.advice.append(f"{len(leftovers)} leftover staging directories; `llama-runtime gc` removes them.")
+    return report

@@ -1,0 +1,518 @@
+"""The install transaction: stage, verify, write the marker, activate, or roll back.
+
+The sequence (each step finishes before the next; nothing is published early)::
+
+    lock -> read state -> resolve release -> choose asset -> (up to date? stop)
+      -> free space -> download + sha256 -> extract into staging/
+      -> probe binary -> write marker (last) -> read it back and check it
+      -> rename into runtimes/ -> flip the pointer (one os.replace)
+
+Invariant: until the pointer flips, the active runtime and the pointer are
+untouched; any failure before that removes what was staged and re-raises. The
+pointer flip is the commit point; after it nothing can fail the update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import structlog
+
+from runtime.backends import is_gpu_backend
+from runtime.binary import ProcessRunner, run_process
+from runtime.errors import (
+    BackendUnavailableError,
+    CorruptStateError,
+    IntegrityError,
+    LlamaRuntimeError,
+    UserInputError,
+    VerificationError,
+)
+from runtime.fsutil import fsync_directory, fsync_tree, remove_tree
+from runtime.layout import Home, InstalledRuntime, Pointer
+from runtime.lock import NO_WAIT, UpdateLock
+from runtime.marker import FileRecord, ForeignMarkerError, InstallMarker, write_marker
+from updater.archive import ExtractResult, extract_archive, find_server_binary
+from updater.checkpoints import checkpoint
+from updater.choose import Choice, choose_asset
+from updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
+from updater.download import DownloadResult, check_free_space, download_asset
+from updater.host import HostFacts
+from updater.release import Asset, Release
+from updater.verify import Expected, probe_binary, read_back_marker
+
+if TYPE_CHECKING:
+    from updater.github import GitHubClient
+
+log = structlog.get_logger("llama_runtime.install")
+
+Phase = Literal["resolve", "download", "verify", "activate", "done"]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress event of an update."""
+
+    phase: Phase
+    done_bytes: int = 0
+    total_bytes: int | None = None
+    message: str = ""
+
+
+ProgressCallback = Callable[[Progress], None]
+CancelCheck = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class UpdateRequest:
+    """What the caller asked for.
+
+    ``backend`` is ``None`` when the caller gave none: then the active
+    runtime's stored request is used, or ``auto``.
+    """
+
+    repo: str
+    tag: str | None = None
+    backend: str | None = None
+    cuda_version: str | None = None
+    require_digest: bool = False
+
+
+@dataclass(frozen=True)
+class UpdateOutcome:
+    """The result of :meth:`Installer.update`."""
+
+    result: Literal["installed", "up_to_date"]
+    active: InstalledRuntime
+    previous: InstalledRuntime | None
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        """The ``update`` object of the CLI contract."""
+        return {
+            "result": self.result,
+            "active": self.active.to_json(),
+            "previous": self.previous.to_json() if self.previous else None,
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass
+class _Staged:
+    directory: Path
+    binary_rel: str
+    files: dict[str, FileRecord] = field(default_factory=dict)
+
+
+def utc_now() -> str:
+    """Current UTC time, ISO 8601 with a ``Z``."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def host_has_device(backend: str, host: HostFacts) -> bool:
+    """Whether ``host`` reports a device that a ``backend`` build must list."""
+    return {
+        "cuda": host.nvidia_driver is not None,
+        "vulkan": host.vulkan,
+        "rocm": host.rocm,
+        "metal": host.metal,
+    }.get(backend, False)
+
+
+class Installer:
+    """Installs releases into a :class:`~runtime.layout.Home`.
+
+    Args:
+        home: The llama-runtime home.
+        source: Release metadata and the download client.
+        host: Host facts (a callable so detection runs only when needed).
+        runner: Runs the staged binary (the process seam).
+        env: Environment for the probed binary.
+        clock: Returns the install time.
+    """
+
+    def __init__(
+        self,
+        home: Home,
+        *,
+        source: GitHubClient | None = None,
+        host: Callable[[], HostFacts],
+        runner: ProcessRunner = run_process,
+        env: Mapping[str, str] | None = None,
+        clock: Callable[[], str] = utc_now,
+    ) -> None:
+        self.home = home
+        self.source = source
+        self._host_probe = host
+        self._host: HostFacts | None = None
+        self.runner = runner
+        self.env = env
+        self.clock = clock
+        self.lock = UpdateLock(home.lock_path)
+
+    # -- state -------------------------------------------------------------
+
+    @property
+    def host(self) -> HostFacts:
+        """Host facts, detected once."""
+        if self._host is None:
+            self._host = self._host_probe()
+        return self._host
+
+    def active(self) -> InstalledRuntime | None:
+        """The active runtime, or ``None`` when nothing is installed.
+
+        Raises:
+            CorruptStateError: The pointer or the active runtime is damaged.
+        """
+        pointer = self.home.read_pointer()
+        return self.home.load(pointer.active) if pointer.active else None
+
+    def previous(self) -> InstalledRuntime | None:
+        """The rollback target, if it is still a complete runtime."""
+        pointer = self.home.read_pointer()
+        if not pointer.previous:
+            return None
+        try:
+            return self.home.load(pointer.previous)
+        except CorruptStateError:
+            return None
+
+    # -- update ------------------------------------------------------------
+
+    def update(
+        self,
+        request: UpdateRequest,
+        *,
+        progress: ProgressCallback | None = None,
+        cancel: CancelCheck | None = None,
+        lock_timeout: float = NO_WAIT,
+    ) -> UpdateOutcome:
+        """Install ``request`` (or find it already active) under the update lock.
+
+        Raises:
+            LlamaRuntimeError: Any failure; the active runtime is then unchanged.
+        """
+        emit = progress or (lambda _event: None)
+        self.home.ensure()
+        with self.lock.hold("update", timeout=lock_timeout):
+            # Re-read the state under the lock: another process may have
+            # installed this very release while we waited.
+            active = self._active_for_replacement()
+            backend_request, explicit = self._backend_request(request, active)
+            if active and request.tag and self._satisfies(active, request.repo, request.tag, backend_request):
+                return UpdateOutcome("up_to_date", active, self.previous())
+            emit(Progress("resolve", message="resolving the release"))
+            release = self._resolve(request)
+            choice = self._choose(release, backend_request, request.cuda_version, active, explicit)
+            if active and self._same_build(active, release, choice):
+                return UpdateOutcome("up_to_date", active, self.previous())
+            return self._install_release(
+                release, choice, backend_request, request, active, emit, cancel or (lambda: False)
+            )
+
+    def _active_for_replacement(self) -> InstalledRuntime | None:
+        try:
+            return self.active()
+        except ForeignMarkerError:
+            raise
+        except CorruptStateError as exc:
+            # A damaged active runtime must not block the repair by update.
+            log.warning("active runtime unusable; installing over it", reason=exc.message)
+            return None
+
+    @staticmethod
+    def _backend_request(request: UpdateRequest, active: InstalledRuntime | None) -> tuple[str, bool]:
+        if request.backend is not None:
+            return request.backend, True
+        if active is not None:
+            return active.marker.backend_request, False
+        return "auto", False
+
+    @staticmethod
+    def _satisfies(active: InstalledRuntime, repo: str, tag: str, backend_request: str) -> bool:
+        marker = active.marker
+        if marker.repo != repo or marker.tag != tag:
+            return False
+        return marker.backend == backend_request or (backend_request == "auto" and marker.backend_request == "auto")
+
+    @staticmethod
+    def _same_build(active: InstalledRuntime, release: Release, choice: Choice) -> bool:
+        marker = active.marker
+        return (
+            marker.repo == release.repo
+            and marker.tag == release.tag
+            and marker.backend == choice.backend
+            and marker.asset == choice.asset.name
+        )
+
+    def _resolve(self, request: UpdateRequest) -> Release:
+        if self.source is None:
+            raise UserInputError("No release source configured for this operation.")
+        return self.source.get_release(request.tag) if request.tag else self.source.latest_release()
+
+    def _choose(
+        self,
+        release: Release,
+        backend_request: str,
+        cuda_version: str | None,
+        active: InstalledRuntime | None,
+        explicit: bool,
+    ) -> Choice:
+        try:
+            choice = choose_asset(release, self.host, backend_request, cuda_version=cuda_version)
+        except BackendUnavailableError:
+            if explicit or backend_request == "auto":
+                raise
+            log.warning(
+                "stored backend request can no longer be served; falling back to auto",
+                stored=backend_request,
+                tag=release.tag,
+            )
+            choice = choose_asset(release, self.host, "auto", cuda_version=cuda_version)
+        if (
+            not explicit
+            and active is not None
+            and is_gpu_backend(active.marker.backend)
+            and not is_gpu_backend(choice.backend)
+        ):
+            raise BackendUnavailableError(
+                f"Refusing to replace the working {active.marker.backend} runtime "
+                f"({active.marker.tag}) with a {choice.backend} build of {release.tag}: "
+                f"no {active.marker.backend} build fits this machine.",
+                hint=f"Keep {active.marker.tag}, or ask for it explicitly with --backend {choice.backend}.",
+            )
+        return choice
+
+    def _install_release(
+        self,
+        release: Release,
+        choice: Choice,
+        backend_request: str,
+        request: UpdateRequest,
+        active: InstalledRuntime | None,
+        emit: ProgressCallback,
+        cancel: CancelCheck,
+    ) -> UpdateOutcome:
+        assets = (choice.asset, *choice.extra_assets)
+        incomplete = [a.name for a in assets if not a.is_complete]
+        if incomplete:
+            names = ", ".join(incomplete)
+            raise BackendUnavailableError(
+                f"{names} of llama.cpp {release.tag} is still being uploaded; try again in a few minutes."
+            )
+        warnings: list[str] = []
+        needed = sum(a.size for a in assets) * (1 + EXTRACTED_SIZE_FACTOR)
+        check_free_space(self.home.root, needed, what=f"llama.cpp {release.tag}")
+        downloads = [self._download(a, request, emit, cancel, warnings) for a in assets]
+        checkpoint("after_download")
+        digest_verified = all(d.digest_verified for d in downloads)
+        meta = {
+            "repo": release.repo,
+            "tag": release.tag,
+            "backend": choice.backend,
+            "backend_request": backend_request,
+            "asset": choice.asset.name,
+            "size": downloads[0].size,
+            "sha256": downloads[0].sha256,
+            "digest_verified": digest_verified,
+            "source": "download",
+            "reason": choice.reason,
+            "extra_assets": tuple(
+                {"name": a.name, "size": d.size, "sha256": d.sha256}
+                for a, d in zip(choice.extra_assets, downloads[1:], strict=True)
+            ),
+        }
+        outcome = self.install_archives(
+            [d.path for d in downloads], meta, active=active, emit=emit, cancel=cancel, warnings=warnings
+        )
+        for d in downloads:
+            with contextlib.suppress(OSError):
+                d.path.unlink()
+        return outcome
+
+    def _download(
+        self,
+        asset: Asset,
+        request: UpdateRequest,
+        emit: ProgressCallback,
+        cancel: CancelCheck,
+        warnings: list[str],
+    ) -> DownloadResult:
+        expected_sha = asset.sha256
+        if expected_sha is None:
+            if request.require_digest:
+                raise IntegrityError(
+                    f"{asset.name} has no published sha256 digest and --require-digest was given; "
+                    "refusing to install it."
+                )
+            message = f"{asset.name} has no published digest (uploaded before June 2025); checked its size only."
+            warnings.append(message)
+            log.warning("no digest published", asset=asset.name)
+        key = expected_sha[:16] if expected_sha else "nodigest"
+        partial = self.home.downloads_dir / f"{key}-{asset.name}.part"
+
+        def on_bytes(done: int, total: int | None) -> None:
+            emit(Progress("download", done, total, asset.name))
+
+        if self.source is None:
+            raise UserInputError("No release source configured for this operation.")
+        return download_asset(
+            self.source,
+            asset,
+            partial,
+            max_bytes=min(MAX_ASSET_BYTES, max(asset.size, 1)),
+            expected_size=asset.size,
+            expected_sha256=expected_sha,
+            progress=on_bytes,
+            cancel=cancel,
+        )
+
+    # -- shared by downloads and install-file --------------------------------
+
+    def install_archives(
+        self,
+        archives: list[Path],
+        meta: dict[str, object],
+        *,
+        active: InstalledRuntime | None,
+        emit: ProgressCallback,
+        cancel: CancelCheck,
+        warnings: list[str],
+    ) -> UpdateOutcome:
+        """Extract ``archives`` (main first), verify, write the marker and activate.
+
+        The caller holds the update lock. ``meta`` carries the marker fields
+        that describe where the archives came from.
+        """
+        staging = self.home.staging_dir / f"{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            emit(Progress("verify", message="extracting"))
+            staged = self._extract(archives, staging, str(meta["asset"]), cancel)
+            checkpoint("after_extract")
+            backend = str(meta["backend"])
+            report = probe_binary(
+                staging / staged.binary_rel,
+                backend=backend,
+                files=list(staged.files),
+                host_has_device=host_has_device(backend, self.host),
+                runner=self.runner,
+                env=self.env,
+            )
+            marker = InstallMarker(
+                repo=str(meta["repo"]),
+                tag=str(meta["tag"]),
+                backend=backend,
+                backend_request=str(meta["backend_request"]),
+                asset=str(meta["asset"]),
+                size=int(str(meta["size"])),
+                sha256=str(meta["sha256"]),
+                digest_verified=bool(meta["digest_verified"]),
+                installed_at=self.clock(),
+                binary=staged.binary_rel,
+                version=report.version,
+                devices=report.devices,
+                files=staged.files,
+                source=str(meta.get("source", "download")),
+                extra_assets=tuple(meta.get("extra_assets", ())),  # type: ignore[arg-type]
+                host=self.host.to_json(),
+                reason=str(meta.get("reason", "")),
+            )
+            fsync_tree(staging)
+            write_marker(staging, marker)
+            checkpoint("after_marker")
+            expected = Expected(marker.repo, marker.tag, marker.backend_request, backend)
+            read_back_marker(staging, expected)
+            emit(Progress("activate", message="activating"))
+            return self._activate(staging, marker, active, warnings)
+        except BaseException:
+            remove_tree(staging)
+            raise
+
+    def _extract(self, archives: list[Path], staging: Path, asset_name: str, cancel: CancelCheck) -> _Staged:
+        result: ExtractResult = extract_archive(archives[0], staging, cancel=cancel)
+        records = {p: FileRecord(size=s, sha256=h) for p, (s, h) in result.files.items()}
+        for extra in archives[1:]:
+            side = staging.with_name(staging.name + ".extra")
+            try:
+                extra_result = extract_archive(extra, side, cancel=cancel)
+                for rel, (size, sha) in extra_result.files.items():
+                    target = staging / rel
+                    if target.exists() or target.is_symlink():
+                        raise IntegrityError(f"{extra.name} would overwrite {rel} of {asset_name}.")
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(side / rel, target)
+                    records[rel] = FileRecord(size=size, sha256=sha)
+            finally:
+                remove_tree(side)
+        binary = find_server_binary(staging)
+        if binary is None:
+            raise VerificationError(f"{asset_name} contains no llama-server binary.")
+        rel = binary.relative_to(staging).as_posix()
+        return _Staged(directory=staging, binary_rel=rel, files=records)
+
+    def _activate(
+        self,
+        staging: Path,
+        marker: InstallMarker,
+        active: InstalledRuntime | None,
+        warnings: list[str],
+    ) -> UpdateOutcome:
+        name = self.home.new_runtime_name(marker.repo, marker.tag, marker.backend)
+        final = self.home.runtime_path(name)
+        os.replace(staging, final)
+        fsync_directory(self.home.runtimes_dir)
+        try:
+            checkpoint("before_pointer_flip")
+            self.home.write_pointer(Pointer(active=name, previous=active.name if active else None))
+        except BaseException:
+            remove_tree(final)
+            raise
+        checkpoint("after_pointer_flip")
+        installed = InstalledRuntime(name=name, path=final, marker=marker)
+        log.info("activated", tag=marker.tag, backend=marker.backend, runtime=name)
+        return UpdateOutcome("installed", installed, active, tuple(warnings))
+
+    # -- rollback ----------------------------------------------------------
+
+    def rollback(self, *, lock_timeout: float = NO_WAIT) -> tuple[InstalledRuntime, InstalledRuntime | None]:
+        """Re-activate the previous runtime; the current one becomes previous.
+
+        Raises:
+            UserInputError: There is no previous runtime to go back to.
+            CorruptStateError: The previous runtime is damaged; nothing changed.
+        """
+        self.home.ensure()
+        with self.lock.hold("rollback", timeout=lock_timeout):
+            pointer = self.home.read_pointer()
+            if not pointer.previous:
+                raise UserInputError("There is no previous runtime to roll back to.")
+            target = self.home.load(pointer.previous)
+            if not target.binary.is_file():
+                raise CorruptStateError(
+                    f"The previous runtime {target.marker.tag} is incomplete ({target.binary} is missing); "
+                    "nothing was changed."
+                )
+            try:
+                current = self.home.load(pointer.active) if pointer.active else None
+            except CorruptStateError:
+                current = None
+            self.home.write_pointer(Pointer(active=target.name, previous=pointer.active))
+            return target, current
+
+
+__all__ = [
+    "Installer",
+    "LlamaRuntimeError",
+    "Progress",
+    "UpdateOutcome",
+    "UpdateRequest",
+    "host_has_device",
+]

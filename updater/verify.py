@@ -1,0 +1,136 @@
+"""Verification of a staged runtime before it may become active.
+
+Two halves: :func:`check_marker` is pure (the marker read back from disk
+against what was asked, with the exact wording of the checks Unsloth's
+updater runs), :func:`probe_binary` runs the binary through a process runner.
+Either raises :class:`~runtime.errors.VerificationError`; the caller then
+discards the staged runtime and leaves the active one untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.backends import is_gpu_backend
+from runtime.binary import (
+    LIST_DEVICES_TIMEOUT_SECONDS,
+    VERSION_TIMEOUT_SECONDS,
+    ProcessRunner,
+    devices_of,
+    has_any_ggml_library,
+    has_backend_library,
+    parse_devices,
+)
+from runtime.errors import CorruptStateError, VerificationError
+from runtime.marker import InstallMarker, read_marker
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the caller asked to install."""
+
+    repo: str
+    tag: str
+    backend_request: str
+    backend: str  # the concrete backend the choice produced
+
+
+@dataclass(frozen=True)
+class BinaryReport:
+    """What the binary said about itself."""
+
+    version: str
+    devices: tuple[str, ...]
+
+
+def check_marker(marker: InstallMarker | None, expected: Expected) -> None:
+    """Compare a marker read back from disk with the request.
+
+    Raises:
+        VerificationError: With the sentence saying which check failed.
+    """
+    request = expected.backend_request
+    if marker is None:
+        raise VerificationError(f"requested {request} but the installed backend is unknown")
+    if marker.repo != expected.repo or marker.tag != expected.tag:
+        produced = marker.tag if marker.repo == expected.repo else f"{marker.repo}@{marker.tag}"
+        wanted = expected.tag if marker.repo == expected.repo else f"{expected.repo}@{expected.tag}"
+        raise VerificationError(f"pinned release {wanted} but installer produced {produced}")
+    if marker.backend_request != request:
+        raise VerificationError(
+            f"requested {request} but the installer recorded {marker.backend_request or 'an unknown selection'}"
+        )
+    if request != "auto" and marker.backend != request:
+        raise VerificationError(f"requested {request} but the installer produced {marker.backend}")
+    if marker.backend != expected.backend:
+        raise VerificationError(
+            f"requested {request} (resolved to {expected.backend}) but the installer produced {marker.backend}"
+        )
+
+
+def read_back_marker(runtime_dir: Path, expected: Expected) -> InstallMarker:
+    """Read the marker from disk (never from memory) and :func:`check_marker` it.
+
+    Raises:
+        VerificationError: Unreadable marker or a failed check.
+    """
+    try:
+        marker = read_marker(runtime_dir)
+    except CorruptStateError as exc:
+        raise VerificationError(
+            f"requested {expected.backend_request} but the installed backend is unknown ({exc.message})"
+        ) from None
+    check_marker(marker, expected)
+    return marker
+
+
+def _last_line(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no output"
+
+
+def probe_binary(
+    binary: Path,
+    *,
+    backend: str,
+    files: Sequence[str],
+    host_has_device: bool,
+    runner: ProcessRunner,
+    env: Mapping[str, str] | None = None,
+) -> BinaryReport:
+    """Run the staged ``llama-server`` and check it is the build that was asked for.
+
+    Args:
+        binary: The staged binary.
+        backend: The concrete backend the runtime must serve.
+        files: Relative paths of the runtime's files (for the library check).
+        host_has_device: Whether this host has a device of ``backend``; then
+            ``--list-devices`` must list one.
+        runner: The process seam.
+        env: Environment for the child (``None``: inherit).
+
+    Raises:
+        VerificationError: The binary does not run, or is not a ``backend`` build.
+    """
+    result = runner([str(binary), "--version"], VERSION_TIMEOUT_SECONDS, env)
+    if result.returncode is None:
+        raise VerificationError(f"the new llama-server did not answer --version within {VERSION_TIMEOUT_SECONDS:.0f} s")
+    if result.returncode != 0:
+        raise VerificationError(
+            f"the new llama-server does not run: --version exited {result.returncode} ({_last_line(result.output)})"
+        )
+    version = result.output.strip()
+    gpu = is_gpu_backend(backend)
+    if gpu and has_any_ggml_library(files) and not has_backend_library(files, backend):
+        raise VerificationError(f"requested {backend} but the installer produced a build without the {backend} library")
+    listed = runner([str(binary), "--list-devices"], LIST_DEVICES_TIMEOUT_SECONDS, env)
+    devices = parse_devices(listed.output) if listed.returncode == 0 else ()
+    if gpu and host_has_device and not devices_of(backend, devices):
+        shown = ", ".join(devices) if devices else "none"
+        raise VerificationError(
+            f"requested {backend} but the new llama-server lists no {backend} device "
+            f"(devices: {shown}) although this machine has one"
+        )
+    return BinaryReport(version=version, devices=devices)
