@@ -10,6 +10,7 @@ fast.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -108,22 +109,24 @@ def build_parser() -> argparse.ArgumentParser:
     add("list", "installed runtimes")
     p = add("doctor", "re-verify the active runtime and say what to do")
     p.add_argument("--repair", action="store_true", help="point the pointer at a verified runtime if it is damaged")
+    for module in EXTENSIONS:
+        COMMANDS.update(importlib.import_module(module).register(add))
     return parser
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def settings_from_args(args: argparse.Namespace) -> Settings:
     from updater.config import resolve_settings
 
     return resolve_settings(home=args.home, api_url=args.api_url, repo=args.repo, backend=args.backend)
 
 
-def _home(settings: Settings) -> Home:
+def home_for(settings: Settings) -> Home:
     from runtime.layout import Home
 
     return Home(settings.home)
 
 
-def _installer(settings: Settings, *, with_source: bool) -> Installer:
+def make_installer(settings: Settings, *, with_source: bool) -> Installer:
     from updater.host import detect_host
     from updater.install import Installer
 
@@ -131,7 +134,7 @@ def _installer(settings: Settings, *, with_source: bool) -> Installer:
     if with_source:
         from updater.github import GitHubClient, JsonFileEtagCache
 
-        home = _home(settings)
+        home = home_for(settings)
         home.ensure()
         source = GitHubClient(
             settings.api_url,
@@ -139,7 +142,7 @@ def _installer(settings: Settings, *, with_source: bool) -> Installer:
             token=settings.token,
             etag_cache=JsonFileEtagCache(home.cache_dir / "etags.json"),
         )
-    return Installer(_home(settings), source=source, host=detect_host)
+    return Installer(home_for(settings), source=source, host=detect_host)
 
 
 def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
@@ -164,8 +167,8 @@ def _override_json() -> dict[str, Any] | None:
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     from runtime.lock import UpdateLock
 
-    settings = _settings(args)
-    home = _home(settings)
+    settings = settings_from_args(args)
+    home = home_for(settings)
     pointer = home.read_pointer()
     active = home.load(pointer.active) if pointer.active else None
     installed = home.installed()
@@ -201,9 +204,9 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 def cmd_update(args: argparse.Namespace, out: Output) -> int:
     from updater.install import UpdateRequest
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     tag = _tag_or_none(args.tag)
-    installer = _installer(settings, with_source=True)
+    installer = make_installer(settings, with_source=True)
     request = UpdateRequest(
         repo=settings.repo,
         tag=tag,
@@ -250,7 +253,7 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
     from updater.github import GitHubClient
     from updater.host import detect_host, host_for_platform
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     tag = _tag_or_none(args.tag)
     host = host_for_platform(args.platform, args.cuda_version) if args.platform else detect_host()
     client = GitHubClient(settings.api_url, settings.repo, token=settings.token)
@@ -285,8 +288,8 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
-    settings = _settings(args)
-    installer = _installer(settings, with_source=False)
+    settings = settings_from_args(args)
+    installer = make_installer(settings, with_source=False)
     active, previous = installer.rollback()
     payload = {"active": active.to_json(), "previous": previous.to_json() if previous else None}
     lines = [f"Rolled back: {active.marker.tag} ({active.marker.backend}) is active again."]
@@ -299,8 +302,8 @@ def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     from runtime.fsutil import tree_size
 
-    settings = _settings(args)
-    home = _home(settings)
+    settings = settings_from_args(args)
+    home = home_for(settings)
     pointer = home.read_pointer()
     items = []
     lines = []
@@ -325,13 +328,20 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
 def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     from updater.doctor import run_doctor
 
-    settings = _settings(args)
-    report = run_doctor(_home(settings), repair=args.repair)
+    settings = settings_from_args(args)
+    report = run_doctor(home_for(settings), repair=args.repair)
     out.result(report.to_json(), report.lines())
     return 0 if report.healthy else 6
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
+Handler = Callable[[argparse.Namespace, "Output"], int]
+AddParser = Callable[[str, str], argparse.ArgumentParser]
+
+#: Modules that add commands: each has ``register(add: AddParser) -> dict[str, Handler]``
+#: and keeps its heavy imports inside its handlers.
+EXTENSIONS: list[str] = []
+
+COMMANDS: dict[str, Handler] = {
     "status": cmd_status,
     "update": cmd_update,
     "plan": cmd_plan,
