@@ -127,14 +127,16 @@ def home_for(settings: Settings) -> Home:
 
 
 def make_installer(settings: Settings, *, with_source: bool) -> Installer:
+    from runtime.process import ManagedServer
     from updater.host import detect_host
     from updater.install import Installer
+    from updater.swap import HEALTH_TIMEOUT_SECONDS
 
+    home = home_for(settings)
     source = None
     if with_source:
         from updater.github import GitHubClient, JsonFileEtagCache
 
-        home = home_for(settings)
         home.ensure()
         source = GitHubClient(
             settings.api_url,
@@ -142,7 +144,14 @@ def make_installer(settings: Settings, *, with_source: bool) -> Installer:
             token=settings.token,
             etag_cache=JsonFileEtagCache(home.cache_dir / "etags.json"),
         )
-    return Installer(home_for(settings), source=source, host=detect_host)
+    health_timeout = float(os.environ.get("LLAMA_RUNTIME_HEALTH_TIMEOUT", "") or HEALTH_TIMEOUT_SECONDS)
+    return Installer(
+        home,
+        source=source,
+        host=detect_host,
+        server=ManagedServer(home.server_dir),
+        health_timeout=health_timeout,
+    )
 
 
 def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
@@ -153,12 +162,16 @@ def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
 
 
 def _override_json() -> dict[str, Any] | None:
-    from runtime.binary import server_override
+    from runtime.binary import VERSION_TIMEOUT_SECONDS, run_process, server_override
 
     path = server_override()
     if path is None:
         return None
-    return {"path": str(path), "exists": path.is_file()}
+    version = None
+    if path.is_file():
+        done = run_process([str(path), "--version"], VERSION_TIMEOUT_SECONDS, None)
+        version = done.output.strip() if done.returncode == 0 else None
+    return {"path": str(path), "exists": path.is_file(), "version": version}
 
 
 # -- commands -----------------------------------------------------------------
@@ -180,6 +193,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         "previous": previous.to_json() if previous else None,
         "installed": [r.to_json() for r in installed],
         "override": override["path"] if override else None,
+        "override_info": override,
         "update_running": busy,
         "home": str(home.root),
     }
@@ -193,7 +207,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     lines.append(f"installed runtimes: {len(installed)} in {home.runtimes_dir}")
     if override:
         lines.append(
-            f"override: LLAMA_SERVER_PATH={override['path']} is in force; apps run that binary, not the managed one."
+            f"override: LLAMA_SERVER_PATH={override['path']} ({override['version'] or 'does not run'}) is in force; "
+            "apps run that binary, not the managed one."
         )
     if busy:
         lines.append("An update is running right now.")
@@ -235,6 +250,10 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
                 "is kept: `llama-runtime rollback` returns to it."
             )
         lines.append(f"binary: {outcome.active.binary}")
+        if outcome.server and outcome.server.restarted:
+            lines.append(f"The running llama-server was restarted on {m.tag}.")
+            if outcome.server.reload_required:
+                lines.append("Reload your model to use it.")
     lines += [f"warning: {w}" for w in warnings]
     out.result(payload, lines)
     return 0
@@ -339,7 +358,9 @@ AddParser = Callable[[str, str], argparse.ArgumentParser]
 
 #: Modules that add commands: each has ``register(add: AddParser) -> dict[str, Handler]``
 #: and keeps its heavy imports inside its handlers.
-EXTENSIONS: list[str] = []
+EXTENSIONS: list[str] = [
+    "updater.cli_server",
+]
 
 COMMANDS: dict[str, Handler] = {
     "status": cmd_status,
@@ -354,9 +375,14 @@ COMMANDS: dict[str, Handler] = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``llama-runtime``; returns the exit code of the contract."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    server_args: list[str] = []
+    if "--" in argv:  # everything after -- belongs to llama-server (`server start -- ARGS`)
+        cut = argv.index("--")
+        argv, server_args = argv[:cut], argv[cut + 1 :]
     out = Output(as_json="--json" in argv)
     try:
         args = build_parser().parse_args(argv)
+        args.server_args = server_args
         out.as_json = bool(args.json)
         from updater.logs import configure_logging
 

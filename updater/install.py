@@ -39,6 +39,7 @@ from runtime.fsutil import fsync_directory, fsync_tree, remove_tree
 from runtime.layout import Home, InstalledRuntime, Pointer
 from runtime.lock import NO_WAIT, UpdateLock
 from runtime.marker import FileRecord, ForeignMarkerError, InstallMarker, write_marker
+from runtime.process import ServerControl
 from updater.archive import ExtractResult, extract_archive, find_server_binary
 from updater.checkpoints import checkpoint
 from updater.choose import Choice, choose_asset
@@ -46,6 +47,7 @@ from updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
 from updater.download import DownloadResult, check_free_space, download_asset
 from updater.host import HostFacts
 from updater.release import Asset, Release
+from updater.swap import HEALTH_TIMEOUT_SECONDS, ServerSwitch, SwitchReport, switch_with_server
 from updater.verify import Expected, probe_binary, read_back_marker
 
 if TYPE_CHECKING:
@@ -93,6 +95,7 @@ class UpdateOutcome:
     active: InstalledRuntime
     previous: InstalledRuntime | None
     warnings: tuple[str, ...] = ()
+    server: SwitchReport | None = None
 
     def to_json(self) -> dict[str, object]:
         """The ``update`` object of the CLI contract."""
@@ -101,6 +104,8 @@ class UpdateOutcome:
             "active": self.active.to_json(),
             "previous": self.previous.to_json() if self.previous else None,
             "warnings": list(self.warnings),
+            "server_restarted": bool(self.server and self.server.restarted),
+            "reload_required": bool(self.server and self.server.reload_required),
         }
 
 
@@ -136,6 +141,9 @@ class Installer:
         runner: Runs the staged binary (the process seam).
         env: Environment for the probed binary.
         clock: Returns the install time.
+        server: A running llama-server to stop, switch and restart around
+            activation (the home's ManagedServer, or an app's own process).
+        health_timeout: Seconds a restarted server has to answer /health.
     """
 
     def __init__(
@@ -147,6 +155,8 @@ class Installer:
         runner: ProcessRunner = run_process,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], str] = utc_now,
+        server: ServerControl | None = None,
+        health_timeout: float = HEALTH_TIMEOUT_SECONDS,
     ) -> None:
         self.home = home
         self.source = source
@@ -155,6 +165,8 @@ class Installer:
         self.runner = runner
         self.env = env
         self.clock = clock
+        self.server = server
+        self.health_timeout = health_timeout
         self.lock = UpdateLock(home.lock_path)
 
     # -- state -------------------------------------------------------------
@@ -469,16 +481,31 @@ class Installer:
         final = self.home.runtime_path(name)
         os.replace(staging, final)
         fsync_directory(self.home.runtimes_dir)
-        try:
+        installed = InstalledRuntime(name=name, path=final, marker=marker)
+        old_pointer = self.home.read_pointer()
+
+        def flip() -> None:
             checkpoint("before_pointer_flip")
             self.home.write_pointer(Pointer(active=name, previous=active.name if active else None))
+
+        def unflip() -> None:
+            self.home.write_pointer(old_pointer)
+
+        try:
+            if self.server is not None:
+                switch = ServerSwitch(self.server, health_timeout=self.health_timeout)
+                report = switch_with_server(switch, installed, active, flip, unflip)
+            else:
+                flip()
+                report = SwitchReport(restarted=False, reload_required=False, pid_changed=False)
         except BaseException:
-            remove_tree(final)
+            # Never delete what the pointer names (an un-flip that itself failed).
+            if self.home.read_pointer().active != name:
+                remove_tree(final)
             raise
         checkpoint("after_pointer_flip")
-        installed = InstalledRuntime(name=name, path=final, marker=marker)
         log.info("activated", tag=marker.tag, backend=marker.backend, runtime=name)
-        return UpdateOutcome("installed", installed, active, tuple(warnings))
+        return UpdateOutcome("installed", installed, active, tuple(warnings), server=report)
 
     # -- rollback ----------------------------------------------------------
 

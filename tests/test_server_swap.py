@@ -1,0 +1,202 @@
+"""Updating while llama-server runs: stop, swap, restart — and never lose the active engine.
+
+End to end with the real binary in router mode (``--models-dir`` starts without a model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.layout import Home
+from runtime.process import ManagedServer, pid_alive
+from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+from updater.cli import main
+from updater.github import GitHubClient
+from updater.host import detect_host
+from updater.install import Installer, UpdateRequest
+from updater.swap import SwitchError
+
+VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "home"
+    yield path
+    # never leave a llama-server behind
+    state = path / "server" / "server.json"
+    if state.exists():
+        pid = json.loads(state.read_text()).get("pid")
+        if isinstance(pid, int) and pid > 0 and pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
+    code = main(["--home", str(home), "--api-url", github.api_url, "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def running_b7000(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tmp_path: Path,
+    vk_env: dict[str, str],
+) -> dict[str, Any]:
+    """b7000 (the real build) installed and served in router mode."""
+    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): real_vulkan_tarball})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    assert code == 0, payload
+    models = tmp_path / "models"
+    models.mkdir()
+    code, started = cli(capsys, home, github, "server", "start", "--timeout", "60", "--", "--models-dir", str(models))
+    assert code == 0, started
+    assert started["healthy"] is True
+    return started
+
+
+def test_update_while_running_restarts_the_server_on_the_new_binary(
+    running_b7000: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+) -> None:
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): real_vulkan_tarball})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 0, payload
+    assert payload["server_restarted"] is True
+    assert payload["reload_required"] is True  # router mode: models the app loaded are gone
+    code, status = cli(capsys, home, github, "server", "status")
+    assert status["running"] is True and status["healthy"] is True
+    assert status["pid"] != running_b7000["pid"]
+    assert not pid_alive(running_b7000["pid"])
+    assert status["runtime"]["tag"] == "b7001"
+    assert Path(status["binary"]) == Path(payload["active"]["binary"])
+    assert status["args"] == running_b7000["args"]  # same arguments, same port
+
+
+def test_new_runtime_that_never_becomes_healthy_is_rolled_back_and_old_server_restarted(
+    running_b7000: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+) -> None:
+    # --version works, but serving exits at once: the health check must catch it.
+    never_healthy = stand_in_tarball(tmp_path / "bad.tar.gz", tag="b7001", script=stand_in_server())
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): never_healthy})
+    before = snapshot_tree(home / "runtimes")
+    pointer = (home / "active.json").read_bytes()
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 6, payload
+    assert payload["error"]["message"].startswith("rolled back: the new runtime failed its health check")
+    assert (home / "active.json").read_bytes() == pointer
+    assert snapshot_tree(home / "runtimes") == before
+    code, status = cli(capsys, home, github, "server", "status")
+    assert status["running"] is True and status["healthy"] is True
+    assert status["runtime"]["tag"] == "b7000"
+    assert_runs(Path(status["binary"]))
+
+
+class _StopFails:
+    """An app's own server control whose stop fails (a wedged process)."""
+
+    def __init__(self, inner: ManagedServer) -> None:
+        self.inner = inner
+
+    def is_running(self) -> bool:
+        return self.inner.is_running()
+
+    def stop(self, timeout: float) -> None:
+        raise PermissionError("Operation not permitted")
+
+    def start(self, binary: Path, args: Sequence[str]) -> None:
+        self.inner.start(binary, args)
+
+    def wait_healthy(self, timeout: float) -> bool:
+        return self.inner.wait_healthy(timeout)
+
+    def current_args(self) -> list[str]:
+        return self.inner.current_args()
+
+    def current_binary(self) -> Path | None:
+        return self.inner.current_binary()
+
+
+def test_stop_that_fails_keeps_pointer_and_old_server_then_retry_after_manual_stop_succeeds(
+    running_b7000: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+) -> None:
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): stand_in_tarball(tmp_path / "ok.tar.gz", tag="b7001")})
+    runtime_home = Home(home)
+    managed = ManagedServer(runtime_home.server_dir)
+    source = GitHubClient(github.api_url, REPO)
+    before = snapshot_tree(home / "runtimes")
+    pointer = (home / "active.json").read_bytes()
+    installer = Installer(runtime_home, source=source, host=detect_host, server=_StopFails(managed))
+    with pytest.raises(SwitchError) as caught:
+        installer.update(UpdateRequest(repo=REPO, tag="b7001", backend="cpu"))
+    assert caught.value.message == (
+        "Could not switch llama.cpp to b7001 (cpu): stopping the current b7000 (vulkan) server failed "
+        "(Operation not permitted). The current runtime is still active; stop it and try again."
+    )
+    assert caught.value.exit_code == 6
+    assert (home / "active.json").read_bytes() == pointer
+    assert snapshot_tree(home / "runtimes") == before
+    assert managed.status().pid == running_b7000["pid"] and managed.status().healthy
+
+    managed.stop(10)  # the manual stop the message asks for
+    outcome = Installer(runtime_home, source=source, host=detect_host, server=managed).update(
+        UpdateRequest(repo=REPO, tag="b7001", backend="cpu")
+    )
+    assert outcome.result == "installed" and outcome.active.marker.tag == "b7001"
+    assert outcome.server is not None and outcome.server.restarted is False
+
+
+def test_update_never_writes_to_the_llama_server_path_override(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    override = tmp_path / "external" / "llama-server"
+    override.parent.mkdir()
+    override.write_bytes(stand_in_server("version: 1234 (external)"))
+    override.chmod(0o755)
+    digest = hashlib.sha256(override.read_bytes()).hexdigest()
+    monkeypatch.setenv("LLAMA_SERVER_PATH", str(override))
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): stand_in_tarball(tmp_path / "ok.tar.gz", tag="b7001")})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, payload
+    assert any("LLAMA_SERVER_PATH" in w for w in payload["warnings"])
+    assert hashlib.sha256(override.read_bytes()).hexdigest() == digest
+    assert not str(payload["active"]["binary"]).startswith(str(override.parent))
+    code, status = cli(capsys, home, github, "status")
+    assert status["override"] == str(override)
+    assert "1234 (external)" in status["override_info"]["version"]
+    assert status["active"]["tag"] == "b7001"  # the managed runtime is reported apart
+    code, doctor = cli(capsys, home, github, "doctor")
+    assert any("Unset LLAMA_SERVER_PATH" in a for a in doctor["advice"])

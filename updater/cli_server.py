@@ -1,0 +1,88 @@
+"""``llama-runtime server start [-- ARGS…] | stop | status``: the managed llama-server."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from runtime.errors import UserInputError
+
+if TYPE_CHECKING:
+    from runtime.layout import Home
+    from runtime.process import ManagedServer
+    from updater.cli import AddParser, Handler, Output
+
+
+def register(add: AddParser) -> dict[str, Handler]:
+    """Add the ``server`` command."""
+    p = add("server", "the managed llama-server: start [-- ARGS…], stop, status")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument(
+        "--timeout", type=float, default=10.0, help="stop: seconds before SIGKILL; start: seconds to wait for /health"
+    )
+    return {"server": cmd_server}
+
+
+def cmd_server(args: argparse.Namespace, out: Output) -> int:
+    from runtime.process import ManagedServer
+    from updater.cli import home_for, settings_from_args
+
+    home = home_for(settings_from_args(args))
+    server = ManagedServer(home.server_dir)
+    if args.action == "start":
+        return _start(args, out, home, server)
+    if args.action == "stop":
+        was = server.status()
+        server.stop(args.timeout)
+        lines = [f"Stopped llama-server (pid {was.pid})." if was.running else "No managed llama-server was running."]
+        out.result({"stopped": was.running, "pid": was.pid}, lines)
+        return 0
+    return _status(out, home, server)
+
+
+def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedServer) -> int:
+    from runtime.binary import server_override
+
+    pointer = home.read_pointer()
+    if not pointer.active:
+        raise UserInputError("No runtime is active yet; run `llama-runtime update` first.")
+    runtime = home.load(pointer.active)
+    server_args = list(getattr(args, "server_args", []))
+    server.start(runtime.binary, server_args, runtime_name=runtime.name)
+    healthy = server.wait_healthy(args.timeout)
+    status = server.status()
+    lines = [
+        f"Started llama-server {runtime.marker.tag} ({runtime.marker.backend}), pid {status.pid}, "
+        f"on http://{status.host}:{status.port}" + ("" if healthy else " (not healthy yet; see its log)"),
+        f"log: {server.log_path}",
+    ]
+    override = server_override()
+    if override is not None:
+        lines.append(f"warning: LLAMA_SERVER_PATH={override} is set; apps using it run that binary instead.")
+    payload = status.to_json()
+    payload["healthy"] = healthy
+    payload["runtime"] = runtime.to_json()
+    out.result(payload, lines)
+    return 0 if healthy else 6
+
+
+def _status(out: Output, home: Home, server: ManagedServer) -> int:
+    from runtime.errors import CorruptStateError
+
+    status = server.status()
+    payload = status.to_json()
+    runtime = None
+    if status.running and status.runtime_name:
+        try:
+            runtime = home.load(status.runtime_name)
+        except CorruptStateError:
+            runtime = None
+    payload["runtime"] = runtime.to_json() if runtime else None
+    if not status.running:
+        lines = ["No managed llama-server is running. Start one with `llama-runtime server start -- ARGS`."]
+    else:
+        what = f"{runtime.marker.tag} ({runtime.marker.backend})" if runtime else str(status.binary)
+        health = "healthy" if status.healthy else f"not healthy ({status.health_detail})"
+        lines = [f"llama-server {what} runs as pid {status.pid} on http://{status.host}:{status.port}: {health}."]
+    out.result(payload, lines)
+    return 0

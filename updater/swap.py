@@ -1,0 +1,182 @@
+"""Switching a running llama-server to a newly activated runtime.
+
+The order is what keeps the machine safe (seed 004: never publish the new
+engine while the old one failed to stop)::
+
+    staged + verified (server untouched)
+      -> stop the running server        failure: pointer unchanged, old server stays
+      -> flip the pointer
+      -> start the same arguments on the new binary, wait for /health
+                                         failure: pointer flipped back, old server restarted
+
+Runtimes live in their own directories and only the pointer flips, so no file
+a running process uses is ever replaced (Windows cannot replace a running .exe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from runtime.errors import LocalError, VerificationError
+from runtime.layout import InstalledRuntime
+from runtime.process import ManagedServer, ServerControl
+
+log = structlog.get_logger("llama_runtime.swap")
+
+#: A router-mode server is healthy in well under a second; a server that loads
+#: a model named on its command line may need to map several GB first.
+HEALTH_TIMEOUT_SECONDS: Final = 120.0
+#: SIGTERM grace before SIGKILL when quiescing the old server.
+STOP_TIMEOUT_SECONDS: Final = 10.0
+
+# Arguments that make llama-server load a model at start-up (so a restart reloads it).
+_MODEL_FLAGS: Final = frozenset({"-m", "--model", "-hf", "--hf-repo", "-mu", "--model-url", "-dr", "--docker-repo"})
+
+
+class SwitchError(LocalError):
+    """The running server could not be stopped; the new runtime was not published."""
+
+    exit_code = 6
+    code = "switch_failed"
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    """What was running before the switch, so it can be restored."""
+
+    binary: Path
+    args: list[str]
+
+
+@dataclass(frozen=True)
+class SwitchReport:
+    """What happened to the server during activation."""
+
+    restarted: bool
+    reload_required: bool
+    pid_changed: bool = True
+
+
+def describe(runtime: InstalledRuntime | None) -> str:
+    """``b7000 (cpu)`` or ``the unmanaged`` for messages."""
+    if runtime is None:
+        return "unmanaged"
+    return f"{runtime.marker.tag} ({runtime.marker.backend})"
+
+
+def loads_model_at_start(args: Sequence[str]) -> bool:
+    """Whether ``args`` name a model, which a restart then loads again by itself."""
+    return any(a.split("=", 1)[0] in _MODEL_FLAGS for a in args)
+
+
+def _start(server: ServerControl, binary: Path, args: list[str], runtime_name: str | None) -> None:
+    if isinstance(server, ManagedServer):
+        server.start(binary, args, runtime_name=runtime_name)
+    else:
+        server.start(binary, args)
+
+
+class ServerSwitch:
+    """Quiesces a running server around a pointer flip.
+
+    Args:
+        server: The process to manage (the home's ManagedServer or an app's own).
+        health_timeout: Seconds the new server has to answer /health.
+        stop_timeout: SIGTERM grace before SIGKILL.
+    """
+
+    def __init__(
+        self,
+        server: ServerControl,
+        *,
+        health_timeout: float = HEALTH_TIMEOUT_SECONDS,
+        stop_timeout: float = STOP_TIMEOUT_SECONDS,
+    ) -> None:
+        self.server = server
+        self.health_timeout = health_timeout
+        self.stop_timeout = stop_timeout
+
+    def stop_current(self, new: InstalledRuntime, current: InstalledRuntime | None) -> RunningServer | None:
+        """Stop the running server, if any, remembering how to start it again.
+
+        Raises:
+            SwitchError: It could not be stopped; nothing may be published.
+        """
+        if not self.server.is_running():
+            return None
+        binary = self.server.current_binary()
+        args = self.server.current_args()
+        try:
+            self.server.stop(self.stop_timeout)
+        except Exception as exc:  # any failure to stop blocks the switch
+            reason = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            raise SwitchError(
+                f"Could not switch llama.cpp to {describe(new)}: stopping the current "
+                f"{describe(current)} server failed ({reason}). The current runtime is still active; "
+                "stop it and try again.",
+                hint="Stop it with `llama-runtime server stop` (or in your app), then run the update again.",
+            ) from exc
+        if binary is None:
+            return None
+        return RunningServer(binary=binary, args=args)
+
+    def start_new(self, new: InstalledRuntime, running: RunningServer) -> bool:
+        """Start the previous arguments on the new binary; whether it became healthy."""
+        try:
+            _start(self.server, new.binary, running.args, new.name)
+        except Exception as exc:  # a start failure is a failed health check
+            log.warning("new llama-server did not start", error=str(exc))
+            return False
+        if self.server.wait_healthy(self.health_timeout):
+            return True
+        try:
+            self.server.stop(self.stop_timeout)
+        except Exception as exc:  # keep going: the old server must come back
+            log.error("could not stop the unhealthy new server", error=str(exc))
+        return False
+
+    def restore_old(self, running: RunningServer, old: InstalledRuntime | None) -> None:
+        """Start the old server again after a failed switch (best effort, logged)."""
+        try:
+            _start(self.server, running.binary, running.args, old.name if old else None)
+            if not self.server.wait_healthy(self.health_timeout):
+                log.error("the restored llama-server is not healthy", binary=str(running.binary))
+        except Exception as exc:  # report, never mask the original failure
+            log.error("could not restart the previous llama-server", error=str(exc))
+
+
+def switch_with_server(
+    switch: ServerSwitch,
+    new: InstalledRuntime,
+    current: InstalledRuntime | None,
+    flip: Callable[[], None],
+    unflip: Callable[[], None],
+) -> SwitchReport:
+    """Stop, flip, restart; on an unhealthy restart flip back and restore.
+
+    Raises:
+        SwitchError: The old server could not be stopped (pointer untouched).
+        VerificationError: The new server failed its health check (rolled back).
+    """
+    running = switch.stop_current(new, current)
+    try:
+        flip()
+    except BaseException:
+        if running is not None:
+            switch.restore_old(running, current)
+        raise
+    if running is None:
+        return SwitchReport(restarted=False, reload_required=False, pid_changed=False)
+    if switch.start_new(new, running):
+        return SwitchReport(restarted=True, reload_required=not loads_model_at_start(running.args))
+    unflip()
+    switch.restore_old(running, current)
+    raise VerificationError(
+        f"rolled back: the new runtime failed its health check ({describe(new)} did not answer /health "
+        f"within {switch.health_timeout:.0f} s); {describe(current)} is active and running again."
+    )
