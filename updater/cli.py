@@ -10,6 +10,7 @@ fast.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -274,10 +275,17 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
 
     settings = settings_from_args(args)
     tag = _tag_or_none(args.tag)
-    host = host_for_platform(args.platform, args.cuda_version) if args.platform else detect_host()
+    # --platform and --cuda-version describe the machine to plan for (its driver's
+    # CUDA version); they do not pin a CUDA line.
+    if args.platform:
+        host = host_for_platform(args.platform, args.cuda_version)
+    elif args.cuda_version:
+        host = dataclasses.replace(detect_host(), cuda_driver_version=args.cuda_version.strip())
+    else:
+        host = detect_host()
     client = GitHubClient(settings.api_url, settings.repo, token=settings.token)
     release = client.get_release(tag) if tag else client.latest_release()
-    choice = choose_asset(release, host, settings.backend, cuda_version=args.cuda_version)
+    choice = choose_asset(release, host, settings.backend)
     payload: dict[str, Any] = {
         "repo": release.repo,
         "tag": release.tag,
@@ -346,9 +354,10 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     from updater.doctor import run_doctor
+    from updater.host import detect_host
 
     settings = settings_from_args(args)
-    report = run_doctor(home_for(settings), repair=args.repair)
+    report = run_doctor(home_for(settings), repair=args.repair, host=detect_host().to_json())
     out.result(report.to_json(), report.lines())
     return 0 if report.healthy else 6
 

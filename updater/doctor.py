@@ -22,6 +22,8 @@ from runtime.lock import UpdateLock
 from updater.verify import probe_binary
 
 _HASH_CHUNK: Final = 1024 * 1024  # bytes
+#: CPU flags that decide which llama.cpp CPU build runs (old Windows avx/avx2/avx512 assets).
+_ISA_FLAGS: Final = frozenset({"avx", "avx2", "avx512f", "fma", "f16c", "asimd", "sve", "neon"})
 
 
 @dataclass
@@ -41,6 +43,7 @@ class DoctorReport:
     active: InstalledRuntime | None = None
     repaired: str | None = None
     advice: list[str] = field(default_factory=list)
+    host: dict[str, object] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -57,12 +60,22 @@ class DoctorReport:
             "checks": [{"check": f.check, "ok": f.ok, "detail": f.detail} for f in self.findings],
             "repaired": self.repaired,
             "advice": self.advice,
+            "host": self.host,
         }
 
     def lines(self) -> list[str]:
         out = [f"[{'ok' if f.ok else 'FAIL'}] {f.check}: {f.detail}" for f in self.findings]
         if self.repaired:
             out.append(f"repaired: {self.repaired}")
+        if self.host is not None:
+            sources = self.host.get("sources")
+            facts = {k: v for k, v in self.host.items() if k != "sources" and v not in (None, [], False, "")}
+            flags = facts.get("cpu_features")
+            if isinstance(flags, list):  # people need the ISA level, not 100 flags
+                facts["cpu_features"] = [f for f in flags if f in _ISA_FLAGS]
+            out.append("host: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
+            if isinstance(sources, dict):
+                out += [f"  {fact}: from {where}" for fact, where in sources.items()]
         out += [f"next: {a}" for a in self.advice]
         if self.healthy and not self.advice:
             out.append("Everything checks out.")
@@ -127,9 +140,22 @@ def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Po
     report.advice.append("No installed runtime passes verification; run `llama-runtime update` to install one.")
 
 
-def run_doctor(home: Home, *, repair: bool = False, runner: ProcessRunner = run_process) -> DoctorReport:
-    """Check the home and the active runtime; optionally repair the pointer."""
-    report = DoctorReport()
+def run_doctor(
+    home: Home,
+    *,
+    repair: bool = False,
+    runner: ProcessRunner = run_process,
+    host: dict[str, object] | None = None,
+) -> DoctorReport:
+    """Check the home and the active runtime; optionally repair the pointer.
+
+    Args:
+        home: The llama-runtime home.
+        repair: Point the pointer at a verified runtime when it is damaged.
+        runner: The process seam for running binaries.
+        host: Host facts (with their sources) to report alongside.
+    """
+    report = DoctorReport(host=host)
     override = server_override()
     if override is not None:
         report.add(

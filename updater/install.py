@@ -223,11 +223,14 @@ class Installer:
                 return UpdateOutcome("up_to_date", active, self.previous())
             emit(Progress("resolve", message="resolving the release"))
             release = self._resolve(request)
-            choice = self._choose(release, backend_request, request.cuda_version, active, explicit)
+            warnings: list[str] = []
+            choice, backend_request = self._choose(
+                release, backend_request, request.cuda_version, active, explicit, warnings
+            )
             if active and self._same_build(active, release, choice):
-                return UpdateOutcome("up_to_date", active, self.previous())
+                return UpdateOutcome("up_to_date", active, self.previous(), tuple(warnings))
             return self._install_release(
-                release, choice, backend_request, request, active, emit, cancel or (lambda: False)
+                release, choice, backend_request, request, active, emit, cancel or (lambda: False), warnings
             )
 
     def _active_for_replacement(self) -> InstalledRuntime | None:
@@ -277,17 +280,21 @@ class Installer:
         cuda_version: str | None,
         active: InstalledRuntime | None,
         explicit: bool,
-    ) -> Choice:
+        warnings: list[str],
+    ) -> tuple[Choice, str]:
+        """The asset to install and the backend request to record for it."""
         try:
             choice = choose_asset(release, self.host, backend_request, cuda_version=cuda_version)
-        except BackendUnavailableError:
+        except BackendUnavailableError as exc:
             if explicit or backend_request == "auto":
                 raise
-            log.warning(
-                "stored backend request can no longer be served; falling back to auto",
-                stored=backend_request,
-                tag=release.tag,
+            message = (
+                f"The stored backend request '{backend_request}' can no longer be served "
+                f"({exc.message}); falling back to auto."
             )
+            log.warning("stored backend request unavailable; falling back to auto", stored=backend_request)
+            warnings.append(message)
+            backend_request = "auto"
             choice = choose_asset(release, self.host, "auto", cuda_version=cuda_version)
         if (
             not explicit
@@ -301,7 +308,7 @@ class Installer:
                 f"no {active.marker.backend} build fits this machine.",
                 hint=f"Keep {active.marker.tag}, or ask for it explicitly with --backend {choice.backend}.",
             )
-        return choice
+        return choice, backend_request
 
     def _install_release(
         self,
@@ -312,6 +319,7 @@ class Installer:
         active: InstalledRuntime | None,
         emit: ProgressCallback,
         cancel: CancelCheck,
+        warnings: list[str],
     ) -> UpdateOutcome:
         assets = (choice.asset, *choice.extra_assets)
         incomplete = [a.name for a in assets if not a.is_complete]
@@ -320,7 +328,6 @@ class Installer:
             raise BackendUnavailableError(
                 f"{names} of llama.cpp {release.tag} is still being uploaded; try again in a few minutes."
             )
-        warnings: list[str] = []
         needed = sum(a.size for a in assets) * (1 + EXTRACTED_SIZE_FACTOR)
         check_free_space(self.home.root, needed, what=f"llama.cpp {release.tag}")
         downloads = [self._download(a, request, emit, cancel, warnings) for a in assets]

@@ -1,0 +1,157 @@
+"""The stored backend request survives updates; an automatic update never trades a GPU runtime for CPU."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.errors import BackendUnavailableError
+from runtime.layout import Home
+from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+from updater.cli import main
+from updater.github import GitHubClient
+from updater.host import HostFacts
+from updater.install import Installer, UpdateRequest
+
+LINUX_VULKAN_HOST = HostFacts(os="linux", arch="x64", sources=(("os", "test"),))
+CUDA_HOST = HostFacts(os="linux", arch="x64", cuda_driver_version="12.4", sources=(("cuda", "test"),))
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+
+
+def _installer(home: Path, github: FakeGitHub, host: HostFacts) -> Installer:
+    return Installer(Home(home), source=GitHubClient(github.api_url, REPO), host=lambda: host)
+
+
+def _publish(github: FakeGitHub, tmp_path: Path, tag: str, names: dict[str, tuple[str, ...]]) -> None:
+    assets: dict[str, bytes | Path] = {}
+    for name, libs in names.items():
+        assets[name] = stand_in_tarball(tmp_path / f"{tag}-{len(assets)}.tar.gz", tag=tag, libs=libs)
+    github.add_release(REPO, tag, assets)
+
+
+def test_update_without_backend_reuses_the_stored_request_and_records_host_and_reason(
+    github: FakeGitHub, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    _publish(github, tmp_path, "b7000", {"llama-b7000-bin-ubuntu-vulkan-x64.tar.gz": ("ggml-vulkan",)})
+    _publish(
+        github,
+        tmp_path,
+        "b7001",
+        {"llama-b7001-bin-ubuntu-vulkan-x64.tar.gz": ("ggml-vulkan",), "llama-b7001-bin-ubuntu-x64.tar.gz": ()},
+    )
+    installer = _installer(home, github, LINUX_VULKAN_HOST)
+    installer.update(UpdateRequest(repo=REPO, tag="b7000", backend="vulkan"))
+    outcome = installer.update(UpdateRequest(repo=REPO, tag="b7001"))
+    assert outcome.active.marker.backend == "vulkan"
+    assert outcome.active.marker.backend_request == "vulkan"
+    marker = json.loads((outcome.active.path / "llama-runtime.json").read_text())
+    assert marker["host"]["platform"] == "linux-x64"
+    assert "vulkan" in marker["reason"]
+
+
+def test_automatic_update_refuses_to_replace_a_gpu_runtime_with_cpu_and_keeps_it(
+    github: FakeGitHub, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    _publish(github, tmp_path, "b7000", {"llama-b7000-bin-ubuntu-vulkan-x64.tar.gz": ("ggml-vulkan",)})
+    _publish(github, tmp_path, "b7001", {"llama-b7001-bin-ubuntu-x64.tar.gz": ()})  # no vulkan build any more
+    installer = _installer(home, github, LINUX_VULKAN_HOST)
+    first = installer.update(UpdateRequest(repo=REPO, tag="b7000", backend="vulkan"))
+    before = snapshot_tree(home / "runtimes")
+    pointer = (home / "active.json").read_bytes()
+    with pytest.raises(BackendUnavailableError) as caught:
+        installer.update(UpdateRequest(repo=REPO, tag="b7001"))
+    assert caught.value.exit_code == 5
+    assert "Refusing to replace the working vulkan runtime (b7000) with a cpu build of b7001" in caught.value.message
+    assert snapshot_tree(home / "runtimes") == before
+    assert (home / "active.json").read_bytes() == pointer
+    assert_runs(first.active.binary)
+
+
+def test_explicit_cpu_request_overrides_the_stored_gpu_request(github: FakeGitHub, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _publish(github, tmp_path, "b7000", {"llama-b7000-bin-ubuntu-vulkan-x64.tar.gz": ("ggml-vulkan",)})
+    _publish(github, tmp_path, "b7001", {"llama-b7001-bin-ubuntu-x64.tar.gz": ()})
+    installer = _installer(home, github, LINUX_VULKAN_HOST)
+    installer.update(UpdateRequest(repo=REPO, tag="b7000", backend="vulkan"))
+    outcome = installer.update(UpdateRequest(repo=REPO, tag="b7001", backend="cpu"))
+    assert (outcome.active.marker.backend, outcome.active.marker.backend_request) == ("cpu", "cpu")
+    assert outcome.previous is not None and outcome.previous.marker.backend == "vulkan"
+
+
+def test_stored_request_that_cannot_be_served_falls_back_to_auto_with_a_warning(
+    github: FakeGitHub, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    # b7000 has a Linux CUDA build (as upstream does from ~b10900); b7001 does not, but has Vulkan.
+    _publish(github, tmp_path, "b7000", {"llama-b7000-bin-ubuntu-cuda-12.4-x64.tar.gz": ("ggml-cuda",)})
+    _publish(github, tmp_path, "b7001", {"llama-b7001-bin-ubuntu-vulkan-x64.tar.gz": ("ggml-vulkan",)})
+    cuda_and_vulkan = HostFacts(os="linux", arch="x64", cuda_driver_version="12.4", vulkan=True)
+    installer = Installer(
+        Home(home),
+        source=GitHubClient(github.api_url, REPO),
+        host=lambda: cuda_and_vulkan,
+        runner=_no_device_check_runner,
+    )
+    installer.update(UpdateRequest(repo=REPO, tag="b7000", backend="cuda"))
+    outcome = installer.update(UpdateRequest(repo=REPO, tag="b7001"))
+    assert outcome.active.marker.backend == "vulkan"
+    assert outcome.active.marker.backend_request == "auto"
+    assert any("stored backend request 'cuda' can no longer be served" in w for w in outcome.warnings)
+
+
+def _no_device_check_runner(argv, timeout, env):  # type: ignore[no-untyped-def]
+    """The stand-in lists the device its library promises, as a real build on that host would."""
+    from runtime.binary import ProcessResult, run_process
+
+    if argv[-1] == "--list-devices":
+        name = "CUDA0: stand-in" if "cuda" in argv[0] else "Vulkan0: stand-in"
+        return ProcessResult(0, f"Available devices:\n  {name}\n")
+    return run_process(argv, timeout, env)
+
+
+def test_plan_for_another_machine_lists_the_cuda_runtime_companion(
+    github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    github.add_release(
+        REPO,
+        "b10015",
+        {
+            "cudart-llama-bin-win-cuda-12.4-x64.zip": b"dlls",
+            "llama-b10015-bin-win-cuda-12.4-x64.zip": b"cuda build",
+            "llama-b10015-bin-win-cpu-x64.zip": b"cpu build",
+            "llama-b10015-bin-win-vulkan-x64.zip": b"vulkan build",
+            "llama-b10015-bin-ubuntu-x64.tar.gz": b"linux",
+        },
+    )
+    args = ["plan", "--tag", "b10015", "--platform", "windows-x64", "--cuda-version", "12.8", "--explain"]
+    code = main([*args, "--home", str(tmp_path / "h"), "--api-url", github.api_url, "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 0, payload
+    assert payload["asset"] == "llama-b10015-bin-win-cuda-12.4-x64.zip"
+    assert payload["extra_assets"] == ["cudart-llama-bin-win-cuda-12.4-x64.zip"]
+    assert payload["backend"] == "cuda" and payload["reason"]
+    assert {c["asset"] for c in payload["candidates"]} >= {"llama-b10015-bin-win-vulkan-x64.zip"}
+    assert not (tmp_path / "h" / "runtimes").exists() or not any((tmp_path / "h" / "runtimes").iterdir())
+
+
+def test_plan_with_an_explicit_backend_missing_for_the_platform_exits_5_naming_what_exists(
+    github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    github.add_release(REPO, "b7000", {"llama-b7000-bin-ubuntu-x64.zip": b"cpu"})
+    args = ["plan", "--tag", "b7000", "--platform", "linux-x64", "--backend", "vulkan"]
+    code = main([*args, "--home", str(tmp_path / "h"), "--api-url", github.api_url, "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 5
+    assert payload["error"]["message"].startswith("No vulkan build of llama.cpp b7000 for linux-x64")
+    assert "Available here: cpu" in payload["error"]["message"]
