@@ -1,0 +1,75 @@
+"""The cross-process update lock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runtime.errors import BusyError
+from runtime.lock import UpdateLock
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from runtime.lock import UpdateLock
+with UpdateLock(Path(sys.argv[1])).hold("update (test holder)"):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def _hold_in_child(lock_path: Path) -> subprocess.Popen[str]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(lock_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[1],
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_second_process_gets_busy_naming_what_holds_the_lock(tmp_path: Path) -> None:
+    lock_path = tmp_path / "locks" / "update.lock"
+    child = _hold_in_child(lock_path)
+    try:
+        lock = UpdateLock(lock_path)
+        assert lock.is_held()
+        started = time.monotonic()
+        with pytest.raises(BusyError) as caught, lock.hold("update", timeout=0):
+            pass
+        assert time.monotonic() - started < 5  # never waits with timeout 0
+        assert caught.value.exit_code == 3
+        assert f"update (test holder), pid {child.pid}" in caught.value.message
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_lock_is_released_by_the_kernel_when_the_holder_is_killed(tmp_path: Path) -> None:
+    lock_path = tmp_path / "locks" / "update.lock"
+    child = _hold_in_child(lock_path)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    with UpdateLock(lock_path).hold("update", timeout=5):
+        assert lock_path.exists()
+    assert lock_path.exists()  # never deleted: deleting a lock file races with its next user
+
+
+def test_lock_waits_up_to_its_timeout_then_succeeds_when_released(tmp_path: Path) -> None:
+    lock_path = tmp_path / "locks" / "update.lock"
+    child = _hold_in_child(lock_path)
+    subprocess.Popen([sys.executable, "-c", f"import os,time,signal; time.sleep(0.5); os.kill({child.pid}, 9)"])
+    try:
+        with UpdateLock(lock_path).hold("scheduler", timeout=30):
+            pass
+    finally:
+        child.kill()
+        child.wait()
