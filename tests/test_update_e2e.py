@@ -282,3 +282,71 @@ def test_cli_as_a_subprocess_speaks_the_contract(
         "marker_path",
         "installed_at",
     }
+
+
+def test_release_without_digest_installs_with_digest_verified_false_and_a_warning(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    old = stand_in_tarball(tmp_path / "old.tar.gz", tag="b5000")
+    github.add_release(REPO, "b5000", {CPU.format(tag="b5000"): old}, digests=False)
+    code = main(
+        [
+            "update",
+            "--tag",
+            "b5000",
+            "--backend",
+            "cpu",
+            "--home",
+            str(home),
+            "--api-url",
+            github.api_url,
+            "--json",
+            "--log-json",
+        ]
+    )
+    captured = capsys.readouterr()
+    payload = json.loads(captured.out)
+    assert code == 0, payload
+    marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
+    assert marker["digest_verified"] is False
+    assert any("no published digest" in w for w in payload["warnings"])
+    log_lines = [json.loads(line) for line in captured.err.splitlines() if line.startswith("{")]
+    assert any(line.get("event") == "no digest published" for line in log_lines)
+
+
+def test_require_digest_refuses_a_release_without_digest_with_exit_8(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    old = stand_in_tarball(tmp_path / "old.tar.gz", tag="b5000")
+    github.add_release(REPO, "b5000", {CPU.format(tag="b5000"): old}, digests=False)
+    before = snapshot_tree(home / "runtimes")
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b5000", "--backend", "cpu", "--require-digest")
+    assert code == 8
+    assert "no published sha256 digest" in payload["error"]["message"]
+    assert not github.requests_to("blob", "b5000")  # refused before downloading a byte
+    assert_active_unchanged(home, before, "b7000", capsys, github)
+
+
+def test_latest_is_the_highest_build_number_not_the_newest_date(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for tag in ("b9999", "b10000", "b9998"):
+        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+    github.add_release(REPO, "b10001", {CPU.format(tag="b10001"): b"x"}, prerelease=True)
+    code, payload = run_cli(capsys, home, github, "update", "--latest", "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b10000"
+
+
+def test_token_goes_to_the_api_host_only(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret")
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): stand_in_tarball(tmp_path / "s.tar.gz", tag="b7001")})
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, payload
+    api = github.requests_to("api", "/releases")
+    blobs = github.requests_to("blob")
+    assert api and all(r.headers.get("authorization") == "Bearer ghp_secret" for r in api)
+    assert blobs and all("authorization" not in r.headers for r in blobs)
+    assert all(r.headers.get("user-agent", "").startswith("llama-runtime/") for r in api)
