@@ -14,6 +14,23 @@ import structlog
 _LEVELS: Final = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
 
+class _StderrLogger:
+    """Writes each rendered line to whatever ``sys.stderr`` is at that moment.
+
+    Binding the stream at configuration time breaks when it is replaced later
+    (an app redirecting stderr, pytest's capture), so it is looked up per line.
+    """
+
+    def msg(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    log = debug = info = warning = warn = error = critical = exception = fatal = msg
+
+
+def _stderr_logger_factory(*_args: object) -> _StderrLogger:
+    return _StderrLogger()
+
+
 def configure_logging(*, json_lines: bool = False, level: str = "warning") -> None:
     """Send structlog output to stderr at ``level`` and above."""
     processors: list[structlog.typing.Processor] = [
@@ -27,6 +44,6 @@ def configure_logging(*, json_lines: bool = False, level: str = "warning") -> No
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.WARNING)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )
