@@ -368,6 +368,7 @@ AddParser = Callable[[str, str], argparse.ArgumentParser]
 #: Modules that add commands: each has ``register(add: AddParser) -> dict[str, Handler]``
 #: and keeps its heavy imports inside its handlers.
 EXTENSIONS: list[str] = [
+    "updater.cli_offline",
     "updater.cli_server",
 ]
 

@@ -17,7 +17,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -52,6 +52,10 @@ _BACKOFF_SECONDS: Final[float] = 1.0
 # 100 is GitHub's maximum page size; one page covers months of llama.cpp builds.
 _PER_PAGE: Final[int] = 100
 _BUILD_TAG: Final[re.Pattern[str]] = re.compile(r"^b(\d+)$")
+# What static web servers and S3-style buckets send for an extension-less file.
+_STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
+    {"application/octet-stream", "binary/octet-stream", "text/plain", "unknown"}
+)
 _TOKEN_HINT: Final[str] = (
     "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit from 60 to 5,000 requests an hour."
 )
@@ -185,6 +189,12 @@ class GitHubClient:
         attempts: int = _ATTEMPTS,
     ) -> None:
         self.api_url = api_url.rstrip("/")
+        if self.api_url.startswith("file://") and transport is None:
+            # A mirror directory (``llama-runtime mirror sync``), read without a server.
+            from updater.mirror import FileTransport, file_api_url
+
+            self.api_url, root = file_api_url(self.api_url)
+            transport = FileTransport(root)
         self.repo = repo
         self.etag_cache = etag_cache
         self.sleep = sleep
@@ -225,7 +235,22 @@ class GitHubClient:
         """
         url = f"{self.api_url}/repos/{self.repo}/releases/tags/{tag}"
         payload = self._get_json(url, f"Release {tag} not found in {self.repo}.")
-        return parse_release(self.repo, payload)
+        return _absolute_urls(parse_release(self.repo, payload), url)
+
+    def recent_releases(self) -> list[Release]:
+        """The newest page of the repository's releases (up to 100), as GitHub orders them.
+
+        Raises:
+            ReleaseNotFoundError: The repository does not exist.
+            RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
+        """
+        url = f"{self.api_url}/repos/{self.repo}/releases?per_page={_PER_PAGE}&page=1"
+        payload = self._get_json(url, f"No releases found in {self.repo}.")
+        if not isinstance(payload, list):
+            raise RemoteError(
+                "GitHub answered with something that is not release data (not a list)."
+            )
+        return [_absolute_urls(parse_release(self.repo, item), url) for item in payload]
 
     def latest_release(self) -> Release:
         """The non-draft, non-prerelease release with the highest build number.
@@ -238,18 +263,19 @@ class GitHubClient:
             ReleaseNotFoundError: The repository has no published release.
             RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
         """
-        url = f"{self.api_url}/repos/{self.repo}/releases?per_page={_PER_PAGE}&page=1"
-        payload = self._get_json(url, f"No releases found in {self.repo}.")
-        if not isinstance(payload, list):
-            raise RemoteError(
-                "GitHub answered with something that is not release data (not a list)."
-            )
-        releases = [parse_release(self.repo, item) for item in payload]
-        best = pick_latest(releases)
+        try:
+            best = pick_latest(self.recent_releases())
+        except (RateLimitError, NetworkError):
+            raise
+        except RemoteError:
+            # A static mirror cannot serve the list (``releases`` is also a
+            # directory there); its ``releases/latest`` is the highest build.
+            best = None
         if best is not None:
             return best
         url = f"{self.api_url}/repos/{self.repo}/releases/latest"
-        return parse_release(self.repo, self._get_json(url, f"No releases found in {self.repo}."))
+        payload = self._get_json(url, f"No releases found in {self.repo}.")
+        return _absolute_urls(parse_release(self.repo, payload), url)
 
     # -- transport -------------------------------------------------------------------------
     def _get_json(self, url: str, not_found: str) -> Any:
@@ -352,9 +378,21 @@ def pick_latest(releases: list[Release]) -> Release | None:
     return max(candidates, key=lambda pair: pair[0])[1] if candidates else None
 
 
+def _absolute_urls(release: Release, json_url: str) -> Release:
+    """Resolve relative ``browser_download_url`` values (a mirror's) against the JSON's URL."""
+    base = httpx.URL(json_url)
+    assets = tuple(
+        a if httpx.URL(a.download_url).is_absolute_url else replace(a, download_url=str(base.join(a.download_url)))
+        for a in release.assets
+    )
+    return replace(release, assets=assets)
+
+
 def _decode_json(response: httpx.Response) -> Any:
     ctype = response.headers.get("content-type", "unknown").split(";")[0].strip() or "unknown"
-    if "json" not in ctype:
+    # Static servers and buckets label extension-less mirror files as binary or
+    # text; an HTML page is never release data (a portal or an error page).
+    if "json" not in ctype and ctype not in _STATIC_FILE_TYPES:
         raise RemoteError(f"GitHub answered with something that is not release data ({ctype}).")
     try:
         return response.json()

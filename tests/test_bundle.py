@@ -1,0 +1,141 @@
+"""Bundles: ``export`` the active runtime on one home, ``install-file`` it on another."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.marker import MARKER_NAME
+from tests.conftest import assert_runs, snapshot_tree, stand_in_tarball
+from updater.cli import main
+
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    code = main([*args, "--home", str(home), "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def install(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path, tag: str) -> dict[str, Any]:
+    archive = stand_in_tarball(tmp_path / CPU.format(tag=tag), tag=tag, libs=("ggml", "llama"))
+    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", tag)
+    assert code == 0, payload
+    return payload
+
+
+@pytest.fixture
+def bundle(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """b7000 installed on home A and exported; returns the bundle and A's marker."""
+    payload = install(capsys, tmp_path / "a", tmp_path, "b7000")
+    out = tmp_path / "b7000-bundle.tar.gz"
+    code, exported = run_cli(capsys, tmp_path / "a", "export", "--output", str(out))
+    assert code == 0, exported
+    assert exported["output"] == str(out)
+    return out, json.loads(Path(payload["active"]["marker_path"]).read_text())
+
+
+def without_marker(snapshot: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in snapshot.items() if k != MARKER_NAME}
+
+
+def rewrite_member(src: Path, dst: Path, name: str, data: bytes | None) -> Path:
+    """Copy a bundle, replacing (or with ``None`` dropping) one member."""
+    with tarfile.open(src, "r:gz") as tin, tarfile.open(dst, "w:gz") as tout:
+        for info in tin:
+            if info.name != name:
+                tout.addfile(info, tin.extractfile(info) if info.isreg() else None)
+            elif data is not None:
+                info.size = len(data)
+                tout.addfile(info, io.BytesIO(data))
+    return dst
+
+
+def test_bundle_starts_with_the_marker_and_holds_the_runtime(bundle: tuple[Path, dict[str, Any]]) -> None:
+    path, marker = bundle
+    with tarfile.open(path, "r:gz") as tf:
+        names = tf.getnames()
+    assert names[0] == MARKER_NAME
+    assert set(marker["files"]) <= set(names)
+    assert marker["binary"] in names
+
+
+def test_bundle_restores_on_another_home_with_the_same_files(
+    bundle: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path, original = bundle
+    home_b = tmp_path / "b"
+    code, payload = run_cli(capsys, home_b, "install-file", str(path))
+    assert code == 0, payload
+    active = payload["active"]
+    assert (active["repo"], active["tag"], active["backend"]) == (original["repo"], "b7000", "cpu")
+    marker = json.loads(Path(active["marker_path"]).read_text())
+    assert marker["source"] == "bundle"
+    assert marker["files"] == original["files"]
+    assert (marker["asset"], marker["sha256"]) == (original["asset"], original["sha256"])
+    runtime_a = Path(json.loads((tmp_path / "a" / "active.json").read_text())["active"])
+    assert without_marker(snapshot_tree(Path(active["runtime_dir"]))) == without_marker(
+        snapshot_tree(tmp_path / "a" / "runtimes" / runtime_a)
+    )
+    assert (Path(active["runtime_dir"]) / "llama-b7000" / "libllama.so").is_symlink()
+    assert "7000" in assert_runs(Path(active["binary"]))
+    code, again = run_cli(capsys, home_b, "install-file", str(path))
+    assert code == 0 and again["result"] == "up_to_date"
+
+
+def test_bundle_with_a_file_differing_from_its_marker_exits_8_and_changes_nothing(
+    bundle: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path, marker = bundle
+    home_b = tmp_path / "b"
+    install(capsys, home_b, tmp_path, "b6999")
+    before, pointer = snapshot_tree(home_b / "runtimes"), (home_b / "active.json").read_bytes()
+    tampered = rewrite_member(path, tmp_path / "tampered.tar.gz", marker["binary"], b"#!/bin/sh\necho evil\n")
+    code, payload = run_cli(capsys, home_b, "install-file", str(tampered))
+    assert code == 8, payload
+    assert "does not match its marker" in payload["error"]["message"]
+    assert snapshot_tree(home_b / "runtimes") == before
+    assert (home_b / "active.json").read_bytes() == pointer
+    code, status = run_cli(capsys, home_b, "status")
+    assert status["active"]["tag"] == "b6999"
+    assert_runs(Path(status["active"]["binary"]))
+
+
+def test_bundle_missing_a_recorded_file_exits_8(
+    bundle: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path, marker = bundle
+    lib = next(name for name in marker["files"] if "libggml" in name)
+    partial = rewrite_member(path, tmp_path / "partial.tar.gz", lib, None)
+    code, payload = run_cli(capsys, tmp_path / "b", "install-file", str(partial))
+    assert code == 8, payload
+    assert lib in payload["error"]["message"]
+    assert not (tmp_path / "b" / "active.json").exists()
+
+
+def test_bundle_with_a_contradicting_tag_exits_2(
+    bundle: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path, _ = bundle
+    code, payload = run_cli(capsys, tmp_path / "b", "install-file", str(path), "--tag", "b7001")
+    assert code == 2, payload
+    assert "b7000" in payload["error"]["message"]
+
+
+def test_export_with_nothing_active_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, payload = run_cli(capsys, tmp_path / "empty", "export", "--output", str(tmp_path / "x.tar.gz"))
+    assert code == 2, payload
+    assert not (tmp_path / "x.tar.gz").exists()
+
+
+def test_export_of_a_damaged_runtime_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    payload = install(capsys, tmp_path / "a", tmp_path, "b7000")
+    Path(payload["active"]["binary"]).write_bytes(b"#!/bin/sh\nexit 0\n")
+    code, result = run_cli(capsys, tmp_path / "a", "export", "--output", str(tmp_path / "x.tar.gz"))
+    assert code == 6, result
+    assert not (tmp_path / "x.tar.gz").exists()

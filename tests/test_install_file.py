@@ -1,0 +1,195 @@
+"""``install-file``: an archive on disk goes through the same install path as a download.
+
+Every failure asserts that the active runtime is unchanged (files and pointer)
+and still runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
+from updater.cli import main
+
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    code = main([*args, "--home", str(home), "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def active_b7000(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path) -> dict[str, Any]:
+    """A stand-in b7000 cpu build installed from a file and active."""
+    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7000"), tag="b7000", libs=("ggml", "llama"))
+    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7000")
+    assert code == 0, payload
+    return payload
+
+
+def assert_unchanged(home: Path, before: dict[str, str], pointer: bytes, capsys: pytest.CaptureFixture[str]) -> None:
+    assert snapshot_tree(home / "runtimes") == before
+    assert (home / "active.json").read_bytes() == pointer
+    code, status = run_cli(capsys, home, "status")
+    assert code == 0 and status["active"]["tag"] == "b7000"
+    assert_runs(Path(status["active"]["binary"]))
+    assert list((home / "staging").iterdir()) == []
+
+
+# -- good archives ---------------------------------------------------------------------
+
+
+def test_archive_installs_with_backend_from_its_name_and_records_source_file(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001")
+    digest = sha256(archive)
+    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001", "--sha256", digest)
+    assert code == 0, payload
+    assert payload["result"] == "installed"
+    active = payload["active"]
+    assert (active["repo"], active["tag"], active["backend"]) == (REPO, "b7001", "cpu")
+    marker = json.loads(Path(active["marker_path"]).read_text())
+    assert marker["source"] == "file"
+    assert marker["digest_verified"] is True
+    assert marker["sha256"] == digest
+    assert marker["asset"] == archive.name
+    assert "7001" in assert_runs(Path(active["binary"]))
+    assert sha256(archive) == digest  # the caller's file is never modified
+    assert list((home / "downloads").iterdir()) == []
+
+
+def test_archive_without_sha256_is_recorded_as_not_digest_verified(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001")
+    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001")
+    assert code == 0, payload
+    assert json.loads(Path(payload["active"]["marker_path"]).read_text())["digest_verified"] is False
+
+
+def test_same_archive_again_is_up_to_date(
+    active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    before = snapshot_tree(home / "runtimes")
+    archive = tmp_path / CPU.format(tag="b7000")
+    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7000")
+    assert code == 0, payload
+    assert payload["result"] == "up_to_date"
+    assert payload["active"]["runtime_dir"] == active_b7000["active"]["runtime_dir"]
+    assert snapshot_tree(home / "runtimes") == before
+
+
+def test_second_archive_keeps_the_first_as_rollback_target(
+    active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001")
+    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001")
+    assert code == 0, payload
+    assert payload["previous"]["tag"] == "b7000"
+    code, payload = run_cli(capsys, home, "rollback")
+    assert code == 0 and payload["active"]["tag"] == "b7000"
+
+
+def test_real_vulkan_build_installs_from_file_and_lists_its_device(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path, real_vulkan_tarball: Path, vk_env: dict[str, str]
+) -> None:
+    archive = tmp_path / VULKAN.format(tag="b7000")
+    archive.symlink_to(real_vulkan_tarball)
+    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7000", "--backend", "vulkan")
+    assert code == 0, payload
+    marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
+    assert (marker["source"], marker["backend"], marker["backend_request"]) == ("file", "vulkan", "vulkan")
+    assert marker["sha256"] == sha256(real_vulkan_tarball)
+    assert any(d.startswith("Vulkan0:") for d in marker["devices"]), marker["devices"]
+    assert "version:" in assert_runs(Path(payload["active"]["binary"]))
+
+
+# -- bad archives: rejected, nothing changes ---------------------------------------------
+
+
+def test_archive_whose_binary_fails_is_rolled_back_with_exit_6(
+    active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    broken = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001", script=stand_in_server(exit_code=1))
+    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    code, payload = run_cli(capsys, home, "install-file", str(broken), "--tag", "b7001")
+    assert code == 6, payload
+    assert "--version exited 1" in payload["error"]["message"]
+    assert_unchanged(home, before, pointer, capsys)
+
+
+def test_sha256_mismatch_exits_8_and_installs_nothing(
+    active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001")
+    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001", "--sha256", "0" * 64)
+    assert code == 8, payload
+    assert "does not match --sha256" in payload["error"]["message"]
+    assert_unchanged(home, before, pointer, capsys)
+    assert list((home / "downloads").iterdir()) == []
+
+
+def test_file_that_is_not_an_archive_exits_8(
+    active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    junk = tmp_path / CPU.format(tag="b7001")
+    junk.write_bytes(b"this is not an archive\n" * 10)
+    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    code, payload = run_cli(capsys, home, "install-file", str(junk), "--tag", "b7001")
+    assert code == 8, payload
+    assert "not a zip or tar.gz" in payload["error"]["message"]
+    assert_unchanged(home, before, pointer, capsys)
+
+
+def test_missing_archive_exits_2_naming_the_path(
+    active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere" / CPU.format(tag="b7001")
+    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    code, payload = run_cli(capsys, home, "install-file", str(missing), "--tag", "b7001")
+    assert code == 2, payload
+    assert str(missing) in payload["error"]["message"]
+    assert_unchanged(home, before, pointer, capsys)
+
+
+def test_archive_name_without_a_backend_needs_the_flag(
+    active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    archive = stand_in_tarball(tmp_path / "runtime.tar.gz", tag="b7001")
+    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001")
+    assert code == 2, payload
+    assert "--backend" in payload["error"]["message"]
+    assert_unchanged(home, before, pointer, capsys)
+    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["backend"] == "cpu"
+
+
+def test_tag_contradicting_the_archive_name_exits_2(
+    active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001")
+    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7002")
+    assert code == 2, payload
+    assert "b7001" in payload["error"]["message"]
+    assert_unchanged(home, before, pointer, capsys)

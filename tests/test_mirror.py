@@ -1,0 +1,229 @@
+"""``mirror sync``: a static tree that clients read with ``--api-url`` with upstream gone."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, assert_runs, stand_in_tarball
+from tests.fakegithub import FakeGitHub, Fault
+from updater.cli import main
+
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
+WIN = "llama-{tag}-bin-win-cpu-x64.zip"
+RELEASES = Path("repos") / REPO / "releases"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    code = main([*args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def publish(github: FakeGitHub, tmp_path: Path, tag: str) -> None:
+    cpu = stand_in_tarball(tmp_path / "src" / CPU.format(tag=tag), tag=tag)
+    github.add_release(
+        REPO,
+        tag,
+        {
+            CPU.format(tag=tag): cpu,
+            VULKAN.format(tag=tag): b"vulkan build bytes",
+            WIN.format(tag=tag): b"windows zip bytes",
+            "llama.cpp-source-b1.tar.gz": b"source",
+        },
+    )
+
+
+@pytest.fixture
+def github(tmp_path: Path) -> Iterator[FakeGitHub]:
+    (tmp_path / "src").mkdir()
+    with FakeGitHub() as server:
+        publish(server, tmp_path, "b7000")
+        publish(server, tmp_path, "b7001")
+        yield server
+
+
+def sync(capsys: pytest.CaptureFixture[str], github: FakeGitHub, dest: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    return run_cli(
+        capsys, "mirror", "sync", "--dest", str(dest), "--api-url", github.api_url,
+        "--platform", "linux-x64", "--backend", "cpu", *extra,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def static_server(tmp_path: Path) -> Iterator[Any]:
+    """Starts ``python -m http.server`` on 127.0.0.1 for a directory; returns its base URL."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(directory: Path) -> str:
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", str(directory)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"port (\d+)", line)
+        assert match, line
+        return f"http://127.0.0.1:{match[1]}"
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_sync_writes_github_shaped_json_with_only_the_chosen_assets(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    code, report = sync(capsys, github, dest, "--latest", "2")
+    assert code == 0, report
+    assert sorted(report["releases"]) == ["b7000", "b7001"]
+    assert report["latest"] == "b7001"
+    doc = json.loads((dest / RELEASES / "tags" / "b7001").read_text())
+    assert doc["tag_name"] == "b7001"
+    assert [a["name"] for a in doc["assets"]] == [CPU.format(tag="b7001")]
+    asset = doc["assets"][0]
+    data = (dest / RELEASES / "download" / "b7001" / asset["name"]).read_bytes()
+    assert asset["size"] == len(data)
+    assert asset["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert asset["browser_download_url"] == f"../download/b7001/{asset['name']}"
+    latest = json.loads((dest / RELEASES / "latest").read_text())
+    assert latest["tag_name"] == "b7001"
+    assert latest["assets"][0]["browser_download_url"] == f"download/b7001/{asset['name']}"
+    assert not (dest / RELEASES / "download" / "b7001" / VULKAN.format(tag="b7001")).exists()
+
+
+def test_update_and_latest_resolution_work_from_the_mirror_with_upstream_stopped(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, static_server: Any
+) -> None:
+    dest, home = tmp_path / "mirror", tmp_path / "home"
+    code, report = sync(capsys, github, dest, "--latest", "2")
+    assert code == 0, report
+    github.stop()
+    url = static_server(dest)
+    code, plan = run_cli(capsys, "plan", "--api-url", url, "--backend", "cpu", "--platform", "linux-x64")
+    assert code == 0, plan
+    assert (plan["tag"], plan["asset"]) == ("b7001", CPU.format(tag="b7001"))
+    code, payload = run_cli(capsys, "update", "--home", str(home), "--api-url", url, "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7001"
+    marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
+    assert marker["digest_verified"] is True
+    assert_runs(Path(payload["active"]["binary"]))
+    code, payload = run_cli(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7000")
+    assert code == 0, payload
+    assert (payload["active"]["tag"], payload["previous"]["tag"]) == ("b7000", "b7001")
+    code, checked = run_cli(capsys, "check", "--home", str(home), "--api-url", url)
+    assert code == 0, checked
+    assert (checked["installed"], checked["latest"], checked["update_available"]) == ("b7000", "b7001", True)
+    code, payload = run_cli(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b6999")
+    assert code == 7, payload
+
+
+def test_file_url_reads_the_mirror_without_a_server(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    dest, home = tmp_path / "mirror", tmp_path / "home"
+    code, report = sync(capsys, github, dest, "--latest", "2")
+    assert code == 0, report
+    github.stop()
+    code, payload = run_cli(capsys, "update", "--home", str(home), "--api-url", dest.as_uri(), "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7001"
+    assert_runs(Path(payload["active"]["binary"]))
+
+
+def test_second_sync_fetches_nothing_and_a_damaged_file_is_fetched_again(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    assert sync(capsys, github, dest, "--latest", "2")[0] == 0
+    blobs = len(github.requests_to("blob"))
+    code, report = sync(capsys, github, dest, "--latest", "2")
+    assert code == 0, report
+    assert report["fetched"] == [] and len(report["reused"]) == 2
+    assert len(github.requests_to("blob")) == blobs
+    damaged = dest / RELEASES / "download" / "b7000" / CPU.format(tag="b7000")
+    good = damaged.read_bytes()
+    damaged.write_bytes(bytes(len(good)))
+    code, report = sync(capsys, github, dest, "--latest", "2")
+    assert code == 0, report
+    assert report["fetched"] == [f"b7000/{CPU.format(tag='b7000')}"]
+    assert damaged.read_bytes() == good
+
+
+def test_failed_sync_of_a_new_release_leaves_it_invisible_and_a_rerun_completes_it(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    assert sync(capsys, github, dest, "--tag", "b7000")[0] == 0
+    publish(github, tmp_path, "b7002")
+    github.inject(CPU.format(tag="b7002"), Fault(status=404, times=None))
+    code, report = sync(capsys, github, dest, "--tag", "b7002")
+    assert code == 7, report
+    assert not (dest / RELEASES / "tags" / "b7002").exists()
+    assert not (dest / RELEASES / "download" / "b7002" / CPU.format(tag="b7002")).exists()
+    assert json.loads((dest / RELEASES / "latest").read_text())["tag_name"] == "b7000"
+    github._faults.clear()
+    code, report = sync(capsys, github, dest, "--tag", "b7002")
+    assert code == 0, report
+    assert json.loads((dest / RELEASES / "latest").read_text())["tag_name"] == "b7002"
+    assert json.loads((dest / RELEASES / "tags" / "b7000").read_text())["tag_name"] == "b7000"
+
+
+def test_filter_matching_nothing_exits_5_and_writes_no_release(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    code, report = run_cli(
+        capsys, "mirror", "sync", "--dest", str(dest), "--api-url", github.api_url, "--platform", "macos-arm64"
+    )
+    assert code == 5, report
+    assert not (dest / RELEASES / "tags").exists()
+
+
+def test_unknown_platform_exits_2(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path) -> None:
+    code, report = run_cli(
+        capsys, "mirror", "sync", "--dest", str(tmp_path / "m"), "--api-url", github.api_url, "--platform", "beos"
+    )
+    assert code == 2, report
+
+
+def test_interrupted_asset_download_resumes_where_it_stopped(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    github.inject(CPU.format(tag="b7001"), Fault(truncate_after_bytes=100, times=1))
+    code, report = sync(capsys, github, dest, "--tag", "b7001")
+    assert code == 0, report
+    ranges = [r.headers.get("range") for r in github.requests_to("blob", CPU.format(tag="b7001"))]
+    assert ranges == [None, "bytes=100-"]
+    data = (dest / RELEASES / "download" / "b7001" / CPU.format(tag="b7001")).read_bytes()
+    doc = json.loads((dest / RELEASES / "tags" / "b7001").read_text())
+    assert doc["assets"][0]["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert list((dest / ".partial").iterdir()) == []
+
+
+def test_a_mirror_can_be_synced_from_another_mirror(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert sync(capsys, github, first, "--latest", "2")[0] == 0
+    github.stop()
+    code, report = run_cli(capsys, "mirror", "sync", "--dest", str(second), "--api-url", first.as_uri())
+    assert code == 0, report
+    assert report["releases"] == ["b7001"]
+    copied = second / RELEASES / "download" / "b7001" / CPU.format(tag="b7001")
+    assert copied.read_bytes() == (first / RELEASES / "download" / "b7001" / CPU.format(tag="b7001")).read_bytes()

@@ -1,0 +1,166 @@
+"""CLI commands for offline machines and housekeeping: ``install-file``, ``export``,
+``mirror sync`` and ``gc`` (registered through ``updater.cli.EXTENSIONS``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runtime.errors import UserInputError
+
+if TYPE_CHECKING:
+    from updater.cli import Output
+
+Handler = Callable[[argparse.Namespace, "Output"], int]
+AddParser = Callable[[str, str], argparse.ArgumentParser]
+
+
+def register(add: AddParser) -> dict[str, Handler]:
+    """Add the offline commands' parsers; returns their handlers by name."""
+    from updater.gc import DEFAULT_KEEP
+
+    p = add("install-file", "install a release archive or a bundle already on disk, through the same verification")
+    p.add_argument("archive", metavar="ARCHIVE", help="a llama.cpp release .zip/.tar.gz, or a bundle from `export`")
+    p.add_argument("--tag", help="the release the archive holds, e.g. b7000 (bundles carry their own)")
+    p.add_argument("--sha256", metavar="HEX", help="refuse the archive unless its sha256 is this")
+    p = add("export", "write the active runtime and its marker as one bundle for `install-file`")
+    p.add_argument("--output", "-o", required=True, metavar="FILE", help="the bundle to write (.tar.gz)")
+    mirror = add("mirror", "mirror releases into a static directory that --api-url can point at")
+    actions = mirror.add_subparsers(dest="mirror_action", metavar="ACTION", required=True)
+    p = actions.add_parser("sync", help="fetch what is new, re-check what is there")
+    _sync_flags(p)
+    p = add("gc", "remove inactive runtimes beyond the newest N, stale staging and old partial downloads")
+    p.add_argument(
+        "--keep", type=int, default=DEFAULT_KEEP, metavar="N", help=f"inactive runtimes to keep ({DEFAULT_KEEP})"
+    )
+    p.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
+    return {"install-file": cmd_install_file, "export": cmd_export, "mirror": cmd_mirror, "gc": cmd_gc}
+
+
+def _sync_flags(p: argparse.ArgumentParser) -> None:
+    """Flags of ``mirror sync``; the common ones again, since they may follow ``sync``."""
+    quiet = argparse.SUPPRESS  # never override a value given before ``sync``
+    p.add_argument("--dest", required=True, metavar="DIR", help="the mirror directory")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--tag", help="mirror exactly this release")
+    which.add_argument("--latest", type=int, default=None, metavar="N", help="mirror the N newest builds (default 1)")
+    p.add_argument("--platform", action="append", default=[], metavar="OS-ARCH", help="only these platforms (repeat)")
+    p.add_argument("--backend", action="append", default=quiet, metavar="B", help="only these backends (repeat)")
+    p.add_argument("--home", default=quiet, help="llama-runtime home (LLAMA_RUNTIME_HOME)")
+    p.add_argument("--api-url", default=quiet, help="upstream API base (LLAMA_RUNTIME_GITHUB_API)")
+    p.add_argument("--repo", default=quiet, help="OWNER/NAME to mirror (LLAMA_RUNTIME_REPO)")
+    p.add_argument("--json", action="store_true", default=quiet, help="one JSON object on stdout")
+    p.add_argument("--log-json", action="store_true", default=quiet, help="JSON log lines on stderr")
+    p.add_argument("-v", "--verbose", action="count", default=quiet, help="more log output")
+
+
+def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
+    """``install-file ARCHIVE [--tag TAG] [--sha256 HEX]``."""
+    from updater.cli import make_installer, settings_from_args
+    from updater.offline import InstallFileRequest, install_file
+
+    settings = settings_from_args(args)
+    tag = None
+    if args.tag is not None:
+        from updater.tags import validate_tag
+
+        tag = validate_tag(args.tag)
+    request = InstallFileRequest(
+        archive=Path(args.archive).expanduser(),
+        default_repo=settings.repo,
+        tag=tag,
+        repo=settings.repo if args.repo is not None else None,
+        backend=settings.backend if settings.backend_explicit else None,
+        sha256=args.sha256,
+    )
+    outcome = install_file(make_installer(settings, with_source=False), request)
+    m = outcome.active.marker
+    if outcome.result == "up_to_date":
+        lines = [f"Already active: {m.repo} {m.tag} ({m.backend}) from these very bytes."]
+    else:
+        lines = [f"Installed {m.repo} {m.tag} ({m.backend}) from {request.archive} and made it active."]
+        if outcome.previous:
+            lines.append(f"`llama-runtime rollback` returns to {outcome.previous.marker.tag}.")
+        lines.append(f"binary: {outcome.active.binary}")
+    payload = outcome.to_json()
+    payload["source"] = m.source
+    out.result(payload, lines)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, out: Output) -> int:
+    """``export --output FILE``."""
+    from updater.cli import home_for, settings_from_args
+    from updater.download import human_size
+    from updater.offline import export_bundle
+
+    result = export_bundle(home_for(settings_from_args(args)), Path(args.output))
+    m = result.runtime.marker
+    out.result(
+        result.to_json(),
+        [
+            f"Wrote {m.repo} {m.tag} ({m.backend}) to {result.path} ({human_size(result.size)}).",
+            f"Restore it elsewhere with `llama-runtime install-file {result.path}`.",
+        ],
+    )
+    return 0
+
+
+def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
+    """``mirror sync --dest DIR [--tag T | --latest N] [--platform P]… [--backend B]…``."""
+    from runtime.backends import parse_backend
+    from updater.cli import settings_from_args
+    from updater.download import human_size
+    from updater.github import GitHubClient
+    from updater.mirror import sync_mirror
+
+    raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
+    backends = [parse_backend(b, allow_auto=False, source="--backend") for b in raw_backends]
+    platforms = [_platform(p) for p in args.platform]
+    settings = settings_from_args(argparse.Namespace(**{**vars(args), "backend": None}))
+    tag = None
+    if args.tag is not None:
+        from updater.tags import validate_tag
+
+        tag = validate_tag(args.tag)
+    with GitHubClient(settings.api_url, settings.repo, token=settings.token) as client:
+        report = sync_mirror(
+            client,
+            Path(args.dest).expanduser().absolute(),
+            tag=tag,
+            latest=args.latest if args.latest is not None else 1,
+            platforms=platforms,
+            backends=backends,
+        )
+    lines = [
+        f"Mirrored {settings.repo} {', '.join(report.releases)} into {report.dest}: "
+        f"{len(report.fetched)} fetched ({human_size(report.fetched_bytes)}), {len(report.reused)} re-checked.",
+        f"Clients: --api-url {report.dest.as_uri()} (or the URL a static web server gives this directory).",
+    ]
+    out.result(report.to_json(), lines)
+    return 0
+
+
+def _platform(value: str) -> str:
+    os_name, _, arch = value.partition("-")
+    if os_name not in {"linux", "windows", "macos", "android"} or arch not in {"x64", "arm64", "s390x"}:
+        raise UserInputError(f"Unknown platform '{value}'. Use OS-ARCH, e.g. linux-x64 or windows-arm64.")
+    return value
+
+
+def cmd_gc(args: argparse.Namespace, out: Output) -> int:
+    """``gc [--keep N] [--dry-run]``."""
+    from updater.cli import home_for, settings_from_args
+    from updater.download import human_size
+    from updater.gc import collect_garbage
+
+    report = collect_garbage(home_for(settings_from_args(args)), keep=args.keep, dry_run=args.dry_run)
+    verb = "Would free" if report.dry_run else "Freed"
+    lines = [f"{verb} {human_size(report.freed_bytes)}."]
+    lines += [f"  {'would remove' if report.dry_run else 'removed'} {i.kind} {i.path}" for i in report.removed]
+    lines += [f"  kept {name}: {why}" for name, why in report.kept.items()]
+    lines += [f"  could not remove {f}" for f in report.failed]
+    out.result(report.to_json(), lines)
+    return 0

@@ -1,0 +1,425 @@
+"""Installing without a network: a release archive already on disk, or a bundle.
+
+Both go through :meth:`~updater.install.Installer.install_archives`, the one
+path every install takes (safe extraction, probe, marker, read-back,
+activation, rollback); this module only decides what to feed it.
+
+A *bundle* (``llama-runtime export``) is a ``.tar.gz`` whose first member is
+the install marker, followed by the runtime's files at their recorded paths.
+Restoring one checks every file against the marker's ``files`` (size and
+sha256) before anything is extracted.
+
+Invariants:
+    * The caller's file is only read, never modified: it is copied (and hashed
+      on the way) into a private work directory, and the copy is what gets
+      extracted, so the recorded sha256 is that of the bytes installed.
+    * The work directory is removed whatever happens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, Final
+
+from runtime.errors import (
+    BackendUnavailableError,
+    CorruptStateError,
+    DigestMismatchError,
+    IntegrityError,
+    UserInputError,
+)
+from runtime.fsutil import fsync_directory, remove_tree
+from runtime.layout import Home, InstalledRuntime
+from runtime.marker import MARKER_NAME, ForeignMarkerError, InstallMarker, parse_marker
+from updater.assetnames import AssetInfo, parse_asset_name
+from updater.config import EXTRACTED_SIZE_FACTOR
+from updater.download import check_free_space
+from updater.install import Installer, UpdateOutcome
+
+__all__ = [
+    "ExportResult",
+    "InstallFileRequest",
+    "export_bundle",
+    "install_file",
+    "read_bundle_marker",
+]
+
+# Copy and hash in 1 MiB pieces: few syscalls, bounded memory.
+_CHUNK_BYTES: Final[int] = 1024 * 1024
+# A marker is a few kB even with hundreds of files; anything far larger is not one.
+_MAX_MARKER_BYTES: Final[int] = 4 * 1024 * 1024
+# The repacked bundle is extracted once, right away: favour speed over size.
+_REPACK_COMPRESSLEVEL: Final[int] = 1
+_GZIP_MAGIC: Final[bytes] = b"\x1f\x8b"
+_HEX: Final[frozenset[str]] = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class InstallFileRequest:
+    """What ``install-file`` was asked.
+
+    ``tag``, ``repo`` and ``backend`` are ``None`` when the caller gave none;
+    ``default_repo`` then applies to plain archives.
+    """
+
+    archive: Path
+    default_repo: str
+    tag: str | None = None
+    repo: str | None = None
+    backend: str | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class _Copy:
+    path: Path
+    size: int
+    sha256: str
+
+
+# -- pure decisions ----------------------------------------------------------------------
+
+
+def normalize_sha256(value: str | None) -> str | None:
+    """``HEX`` or ``sha256:HEX`` as 64 lowercase hex digits.
+
+    Raises:
+        UserInputError: Not a sha256.
+    """
+    if value is None:
+        return None
+    hexpart = value.strip().lower().removeprefix("sha256:")
+    if len(hexpart) != 64 or not set(hexpart) <= _HEX:
+        raise UserInputError(f"--sha256 '{value}' is not a sha256; give 64 hex digits.")
+    return hexpart
+
+
+def archive_meta(request: InstallFileRequest, info: AssetInfo | None, host_platform: str) -> dict[str, object]:
+    """Marker fields for a plain release archive, from the request and its name.
+
+    Raises:
+        UserInputError: No tag or backend can be told, or the name contradicts the flags.
+        BackendUnavailableError: The name says it is built for another platform.
+    """
+    name = request.archive.name
+    tag = request.tag or (info.tag if info else None)
+    if tag is None:
+        raise UserInputError(f"Cannot tell the release of {name} from its name; pass --tag (e.g. --tag b7000).")
+    if request.tag and info and info.tag and info.tag != request.tag:
+        raise UserInputError(f"{name} is release {info.tag} by its name, not {request.tag}; fix --tag.")
+    if info is not None and info.platform != host_platform:
+        raise BackendUnavailableError(f"{name} is a {info.platform} build; this machine is {host_platform}.")
+    requested = request.backend if request.backend not in (None, "auto") else None
+    if requested and info and info.backend != requested:
+        raise UserInputError(f"{name} is a {info.backend} build by its name, not {requested}; fix --backend.")
+    backend = requested or (info.backend if info else None)
+    if backend is None:
+        raise UserInputError(f"Cannot tell the backend of {name} from its name; pass --backend (e.g. --backend cpu).")
+    return {
+        "repo": request.repo or request.default_repo,
+        "tag": tag,
+        "backend": backend,
+        "backend_request": requested or "auto",
+        "asset": name,
+        "source": "file",
+        "reason": f"installed from the file {request.archive}",
+    }
+
+
+def bundle_meta(request: InstallFileRequest, marker: InstallMarker) -> dict[str, object]:
+    """Marker fields for a bundle: its own marker's, checked against any flags given.
+
+    Raises:
+        UserInputError: A flag contradicts what the bundle holds.
+    """
+    given = {"--tag": (request.tag, marker.tag), "--repo": (request.repo, marker.repo)}
+    if request.backend not in (None, "auto"):
+        given["--backend"] = (request.backend, marker.backend)
+    for flag, (asked, held) in given.items():
+        if asked is not None and asked != held:
+            raise UserInputError(f"The bundle {request.archive.name} holds {held}, not {asked}; drop or fix {flag}.")
+    return {
+        "repo": marker.repo,
+        "tag": marker.tag,
+        "backend": marker.backend,
+        "backend_request": marker.backend_request,
+        "asset": marker.asset,
+        "size": marker.size,
+        "sha256": marker.sha256,
+        "source": "bundle",
+        "extra_assets": marker.extra_assets,
+        "reason": f"restored from the bundle {request.archive} (first installed from {marker.source})",
+    }
+
+
+def is_same_install(active: InstalledRuntime | None, meta: dict[str, object]) -> bool:
+    """Whether ``active`` already is this repo/tag/backend built from the same bytes."""
+    if active is None:
+        return False
+    m = active.marker
+    return (m.repo, m.tag, m.backend, m.sha256) == (meta["repo"], meta["tag"], meta["backend"], meta["sha256"])
+
+
+# -- install-file ------------------------------------------------------------------------
+
+
+def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOutcome:
+    """Install a release archive or a bundle from disk, as a download would be installed.
+
+    Raises:
+        UserInputError: The file is missing or unreadable, or tag/backend are unclear.
+        DigestMismatchError: ``--sha256`` was given and does not match.
+        IntegrityError: Not an archive, unsafe, or a bundle whose files differ from its marker.
+        VerificationError: The runtime was rejected; the active one is unchanged.
+        BusyError: Another update holds the lock.
+    """
+    archive = request.archive
+    _check_readable(archive)
+    expected_sha = normalize_sha256(request.sha256)
+    bundled = read_bundle_marker(archive)
+    if bundled is not None:
+        meta = bundle_meta(request, bundled)
+    else:
+        meta = archive_meta(request, parse_asset_name(archive.name), installer.host.platform)
+    home = installer.home
+    home.ensure()
+    with installer.lock.hold("install-file"):
+        active = _active(installer)
+        work = home.downloads_dir / f"install-file-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            size = archive.stat().st_size
+            check_free_space(home.root, size * (2 + EXTRACTED_SIZE_FACTOR), what=archive.name)
+            copy = _copy_hashing(archive, work / archive.name)
+            if expected_sha is not None and copy.sha256 != expected_sha:
+                raise DigestMismatchError(
+                    f"{archive} does not match --sha256 (expected {expected_sha}, got {copy.sha256}); "
+                    "nothing was installed."
+                )
+            meta["digest_verified"] = expected_sha is not None
+            if bundled is None:
+                meta["size"], meta["sha256"] = copy.size, copy.sha256
+                archives = [copy.path]
+            else:
+                archives = [_repack_bundle(copy.path, bundled, work / "bundle-files" / archive.name)]
+            if is_same_install(active, meta):
+                assert active is not None
+                return UpdateOutcome("up_to_date", active, installer.previous())
+            return installer.install_archives(
+                archives, meta, active=active, emit=lambda _event: None, cancel=lambda: False, warnings=[]
+            )
+        finally:
+            remove_tree(work)
+
+
+def _check_readable(archive: Path) -> None:
+    try:
+        with archive.open("rb") as fh:
+            fh.read(1)
+    except IsADirectoryError:
+        raise UserInputError(f"{archive} is a directory; give the path of a .zip or .tar.gz archive.") from None
+    except OSError as exc:
+        raise UserInputError(f"Cannot read the archive {archive}: {exc.strerror or exc}.") from None
+
+
+def _active(installer: Installer) -> InstalledRuntime | None:
+    try:
+        return installer.active()
+    except ForeignMarkerError:
+        raise
+    except CorruptStateError:
+        return None  # a damaged active runtime must not block its repair
+
+
+def _copy_hashing(source: Path, target: Path) -> _Copy:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    size = 0
+    with source.open("rb") as src, target.open("wb") as dst:
+        while chunk := src.read(_CHUNK_BYTES):
+            digest.update(chunk)
+            dst.write(chunk)
+            size += len(chunk)
+    return _Copy(target, size, digest.hexdigest())
+
+
+# -- bundles -----------------------------------------------------------------------------
+
+
+def _member_name(name: str) -> str:
+    return PurePosixPath(name.removeprefix("./")).as_posix()
+
+
+def read_bundle_marker(archive: Path) -> InstallMarker | None:
+    """The marker of a bundle, or ``None`` when ``archive`` is not a bundle.
+
+    Only the first member is read: a bundle always starts with its marker, so
+    telling a multi-GB release archive apart costs one block.
+
+    Raises:
+        CorruptStateError: The first member is a marker but not a valid one.
+    """
+    try:
+        with archive.open("rb") as fh:
+            if fh.read(2) != _GZIP_MAGIC:
+                return None
+        with tarfile.open(archive, "r:gz") as tf:
+            first = tf.next()
+            if first is None or not first.isreg() or _member_name(first.name) != MARKER_NAME:
+                return None
+            if first.size > _MAX_MARKER_BYTES:
+                return None
+            handle = tf.extractfile(first)
+            raw = handle.read() if handle else b""
+    except (OSError, tarfile.TarError, EOFError):
+        return None  # not a readable tar.gz: the extraction will say why
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        raise CorruptStateError(f"The bundle {archive.name} has a marker that is not valid JSON.") from None
+    return parse_marker(payload, archive / MARKER_NAME)
+
+
+class _HashingReader:
+    """A file object that hashes and counts what passes through it."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        self.digest.update(data)
+        self.size += len(data)
+        return data
+
+
+def _repack_bundle(bundle: Path, marker: InstallMarker, target: Path) -> Path:
+    """The bundle's runtime files as a plain release archive, each checked against ``marker``.
+
+    Members are copied as they are (links and odd entries included): the one
+    safe extraction later refuses anything unsafe.
+
+    Raises:
+        IntegrityError: A file is missing, extra, or differs in size or sha256.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    seen: set[str] = set()
+    label = bundle.name
+    try:
+        with (
+            tarfile.open(bundle, "r:gz") as src,
+            tarfile.open(target, "w:gz", compresslevel=_REPACK_COMPRESSLEVEL) as dst,
+        ):
+            for info in src:
+                name = _member_name(info.name)
+                if name == MARKER_NAME:
+                    continue
+                if not info.isreg():
+                    dst.addfile(info)
+                    continue
+                record = marker.files.get(name)
+                if record is None:
+                    raise IntegrityError(f"The bundle {label} holds {name}, which its marker does not record.")
+                handle = src.extractfile(info)
+                if handle is None:
+                    raise IntegrityError(f"The bundle {label} has an unreadable entry {name}.")
+                reader = _HashingReader(handle)
+                dst.addfile(info, reader)
+                if reader.size != record.size or reader.digest.hexdigest() != record.sha256:
+                    raise IntegrityError(f"{name} in the bundle {label} does not match its marker (size or sha256).")
+                seen.add(name)
+    except (tarfile.TarError, EOFError) as exc:
+        raise IntegrityError(f"The bundle {label} is damaged ({type(exc).__name__}).") from None
+    missing = sorted(set(marker.files) - seen)
+    if missing:
+        raise IntegrityError(f"The bundle {label} lacks {missing[0]}, which its marker records.")
+    return target
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """A bundle written by :func:`export_bundle`."""
+
+    path: Path
+    runtime: InstalledRuntime
+    size: int
+
+    def to_json(self) -> dict[str, object]:
+        """The ``export`` object of the CLI."""
+        return {"output": str(self.path), "size": self.size, "runtime": self.runtime.to_json()}
+
+
+def _bundle_members(runtime_dir: Path) -> Iterator[Path]:
+    """Every entry under ``runtime_dir`` except the marker, parents before children."""
+    for dirpath, dirnames, filenames in os.walk(runtime_dir):
+        dirnames.sort()
+        base = Path(dirpath)
+        for name in sorted(dirnames):
+            yield base / name
+        for name in sorted(filenames):
+            path = base / name
+            if path.parent != runtime_dir or name != MARKER_NAME:
+                yield path
+
+
+def _plain_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def export_bundle(home: Home, output: Path) -> ExportResult:
+    """Write the active runtime and its marker as one ``.tar.gz`` (marker first).
+
+    The bundle appears at ``output`` only when complete (temp file, fsync, rename).
+
+    Raises:
+        UserInputError: Nothing is active, or ``output`` cannot be written there.
+        CorruptStateError: The active runtime's files differ from its marker.
+        BusyError: An update is running.
+    """
+    from runtime.lock import UpdateLock
+    from updater.doctor import verify_files
+
+    output = output.expanduser().absolute()
+    if output.is_dir():
+        raise UserInputError(f"--output {output} is a directory; give a file name such as runtime.tar.gz.")
+    if not output.parent.is_dir():
+        raise UserInputError(f"The directory of --output {output} does not exist.")
+    with UpdateLock(home.lock_path).hold("export"):
+        pointer = home.read_pointer()
+        if not pointer.active:
+            raise UserInputError("Nothing is active to export; install a runtime first.")
+        runtime = home.load(pointer.active)
+        problems = verify_files(runtime)
+        if problems:
+            raise CorruptStateError(
+                f"The active runtime {runtime.marker.tag} is damaged ({problems[0]}); refusing to export it.",
+                hint="Run `llama-runtime doctor` and reinstall the release.",
+            )
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as raw:
+                with tarfile.open(fileobj=raw, mode="w:gz") as tf:
+                    tf.add(runtime.path / MARKER_NAME, arcname=MARKER_NAME, filter=_plain_owner)
+                    for path in _bundle_members(runtime.path):
+                        rel = path.relative_to(runtime.path).as_posix()
+                        tf.add(path, arcname=rel, recursive=False, filter=_plain_owner)
+                raw.flush()
+                os.fsync(raw.fileno())
+            os.replace(tmp, output)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        fsync_directory(output.parent)
+    return ExportResult(output, runtime, output.stat().st_size)
