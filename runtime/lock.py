@@ -19,12 +19,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
-
-import filelock
+from typing import TYPE_CHECKING, Final
 
 from runtime.errors import BusyError
 from runtime.fsutil import atomic_write_json
+
+if TYPE_CHECKING:
+    import filelock
 
 #: Seconds the update button waits for the lock: long enough to ride over
 #: another process's short read-modify-write of the pointer (rollback),
@@ -53,7 +54,16 @@ class UpdateLock:
     def __init__(self, lock_path: Path) -> None:
         self.lock_path = lock_path
         self.owner_path = lock_path.with_suffix(".owner.json")
-        self._lock = filelock.FileLock(str(lock_path), thread_local=False)
+        self._lock_object: filelock.BaseFileLock | None = None
+
+    @property
+    def _lock(self) -> filelock.BaseFileLock:
+        # filelock is imported on first use: `status` usually never needs it.
+        if self._lock_object is None:
+            import filelock
+
+            self._lock_object = filelock.FileLock(str(self.lock_path), thread_local=False)
+        return self._lock_object
 
     def owner(self) -> LockOwner | None:
         """The recorded holder, if any (may be stale when nobody holds the lock)."""
@@ -64,9 +74,17 @@ class UpdateLock:
             return None
 
     def is_held(self) -> bool:
-        """Whether some process (this one included) holds the lock right now."""
-        if self._lock.is_locked:
+        """Whether some process (this one included) holds the lock right now.
+
+        Holders record themselves in the owner file right after acquiring, so
+        no owner file means not held (checked without importing filelock).
+        """
+        if self._lock_object is not None and self._lock_object.is_locked:
             return True
+        if not self.owner_path.exists():
+            return False
+        import filelock
+
         probe = filelock.FileLock(str(self.lock_path), thread_local=False)
         try:
             probe.acquire(timeout=0)
@@ -82,6 +100,8 @@ class UpdateLock:
         Raises:
             BusyError: Another process holds the lock; the message says what it does.
         """
+        import filelock
+
         self.lock_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._lock.acquire(timeout=timeout)

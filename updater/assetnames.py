@@ -18,13 +18,13 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
-import structlog
+from updater.logs import get_logger
 
 OS = Literal["linux", "windows", "macos", "android"]
 Arch = Literal["x64", "arm64", "s390x"]
 Archive = Literal["zip", "tar.gz"]
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 _EXTENSIONS: Final[tuple[tuple[str, Archive], ...]] = ((".tar.gz", "tar.gz"), (".zip", "zip"))
 

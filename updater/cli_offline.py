@@ -18,9 +18,10 @@ AddParser = Callable[[str, str], argparse.ArgumentParser]
 
 
 def register(add: AddParser) -> dict[str, Handler]:
-    """Add the offline commands' parsers; returns their handlers by name."""
-    from updater.gc import DEFAULT_KEEP
+    """Add the offline commands' parsers; returns their handlers by name.
 
+    Nothing heavy is imported here: every command's parser is built at start-up.
+    """
     p = add("install-file", "install a release archive or a bundle already on disk, through the same verification")
     p.add_argument("archive", metavar="ARCHIVE", help="a llama.cpp release .zip/.tar.gz, or a bundle from `export`")
     p.add_argument("--tag", help="the release the archive holds, e.g. b7000 (bundles carry their own)")
@@ -32,9 +33,7 @@ def register(add: AddParser) -> dict[str, Handler]:
     p = actions.add_parser("sync", help="fetch what is new, re-check what is there")
     _sync_flags(p)
     p = add("gc", "remove inactive runtimes beyond the newest N, stale staging and old partial downloads")
-    p.add_argument(
-        "--keep", type=int, default=DEFAULT_KEEP, metavar="N", help=f"inactive runtimes to keep ({DEFAULT_KEEP})"
-    )
+    p.add_argument("--keep", type=int, default=None, metavar="N", help="inactive runtimes to keep (default 2)")
     p.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
     return {"install-file": cmd_install_file, "export": cmd_export, "mirror": cmd_mirror, "gc": cmd_gc}
 
@@ -154,9 +153,10 @@ def cmd_gc(args: argparse.Namespace, out: Output) -> int:
     """``gc [--keep N] [--dry-run]``."""
     from updater.cli import home_for, settings_from_args
     from updater.download import human_size
-    from updater.gc import collect_garbage
+    from updater.gc import DEFAULT_KEEP, collect_garbage
 
-    report = collect_garbage(home_for(settings_from_args(args)), keep=args.keep, dry_run=args.dry_run)
+    keep = DEFAULT_KEEP if args.keep is None else args.keep
+    report = collect_garbage(home_for(settings_from_args(args)), keep=keep, dry_run=args.dry_run)
     verb = "Would free" if report.dry_run else "Freed"
     lines = [f"{verb} {human_size(report.freed_bytes)}."]
     lines += [f"  {'would remove' if report.dry_run else 'removed'} {i.kind} {i.path}" for i in report.removed]

@@ -1,17 +1,26 @@
 """structlog on stderr: readable on a terminal, JSON lines with ``--log-json``.
 
 stdout is reserved for the command's output (one JSON object with ``--json``).
+
+structlog is imported only when something logs (:func:`get_logger`), not when
+logging is configured: importing it costs ~30 ms, and ``status`` — run at
+every app start — never logs.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
-import structlog
+if TYPE_CHECKING:
+    import structlog
 
 _LEVELS: Final = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+
+# The configuration asked for; applied to structlog on first use.
+_wanted: dict[str, Any] = {"json_lines": False, "level": "warning", "explicit": False}
+_applied = False
 
 
 class _StderrLogger:
@@ -32,18 +41,44 @@ def _stderr_logger_factory(*_args: object) -> _StderrLogger:
 
 
 def configure_logging(*, json_lines: bool = False, level: str = "warning") -> None:
-    """Send structlog output to stderr at ``level`` and above."""
+    """Send log output to stderr at ``level`` and above (applied on first use)."""
+    global _applied
+    _wanted.update(json_lines=json_lines, level=level, explicit=True)
+    _applied = False
+    if "structlog" in sys.modules:
+        _apply()
+
+
+def _apply() -> None:
+    global _applied
+    import structlog
+
+    _applied = True
+    # An app that embeds us and configured structlog itself keeps its setup;
+    # unconfigured, structlog would print to stdout, which belongs to the app.
+    if not _wanted["explicit"] and structlog.is_configured():
+        return
     processors: list[structlog.typing.Processor] = [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    if json_lines:
+    if _wanted["json_lines"]:
         processors.append(structlog.processors.JSONRenderer())
     else:
         processors.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.WARNING)),
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(_wanted["level"], logging.WARNING)),
         logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )
+
+
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    """A structlog logger for ``name``, with the llama-runtime configuration applied."""
+    import structlog
+
+    if not _applied:
+        _apply()
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(name)
+    return logger

@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import structlog
-
 from runtime.errors import LocalError, VerificationError
 from runtime.layout import InstalledRuntime
 from runtime.process import ManagedServer, ServerControl
+from updater.logs import get_logger
 
-log = structlog.get_logger("llama_runtime.swap")
+log = get_logger("llama_runtime.swap")
 
 #: A router-mode server is healthy in well under a second; a server that loads
 #: a model named on its command line may need to map several GB first.

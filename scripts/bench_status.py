@@ -1,0 +1,95 @@
+"""How much does ``llama-runtime status --json`` cost over a bare interpreter start?
+
+Runs ``python -c pass`` and ``python -m updater.cli status --json`` alternately,
+N times each, in the same run (so machine load affects both alike), and prints
+the medians, their difference and their ratio. The budget (issue 4) is about
+100 ms over the bare start. A throwaway home with one fake installed runtime
+makes ``status`` read a pointer and a marker, as it does on a real machine.
+
+Usage: python scripts/bench_status.py [--runs N] [--budget-ms MS]
+Exit code 1 when the median difference is over the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Final
+
+#: Extra start-up cost ``status`` may add over ``python -c pass`` (issue 4).
+DEFAULT_BUDGET_MS: Final[float] = 100.0
+#: Enough runs that one slow start (a cold page cache) does not move the median.
+DEFAULT_RUNS: Final[int] = 21
+
+
+def seed_home(root: Path) -> None:
+    """A home with one runtime (pointer + marker + binary); no network is needed for status."""
+    name = "ggml-org_llama.cpp-b7000-cpu-00000000"
+    runtime = root / "runtimes" / name
+    runtime.mkdir(parents=True)
+    binary = runtime / "llama-server"
+    binary.write_bytes(b"#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    marker = {
+        "schema_version": 1,
+        "repo": "ggml-org/llama.cpp",
+        "tag": "b7000",
+        "backend": "cpu",
+        "backend_request": "cpu",
+        "asset": "llama-b7000-bin-ubuntu-x64.tar.gz",
+        "size": 1,
+        "sha256": "0" * 64,
+        "digest_verified": True,
+        "installed_at": "2025-01-01T00:00:00Z",
+        "binary": "llama-server",
+        "files": {"llama-server": {"size": binary.stat().st_size, "sha256": "0" * 64}},
+    }
+    (runtime / "llama-runtime.json").write_text(json.dumps(marker))
+    (root / "active.json").write_text(json.dumps({"schema_version": 1, "active": name, "previous": None}))
+
+
+def time_once(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, env=env, check=False)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.decode(errors='replace')}")
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    parser.add_argument("--budget-ms", type=float, default=DEFAULT_BUDGET_MS)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        seed_home(home)
+        # An unreachable API proves status makes no request: any request would fail or hang.
+        env = {**os.environ, "LLAMA_RUNTIME_HOME": str(home), "LLAMA_RUNTIME_GITHUB_API": "http://127.0.0.1:9"}
+        bare_argv = [sys.executable, "-c", "pass"]
+        status_argv = [sys.executable, "-m", "updater.cli", "status", "--json"]
+        time_once(status_argv, env)  # warm the page cache and .pyc files
+        bare: list[float] = []
+        status: list[float] = []
+        for _ in range(args.runs):
+            bare.append(time_once(bare_argv, env))
+            status.append(time_once(status_argv, env))
+    bare_ms = statistics.median(bare) * 1000
+    status_ms = statistics.median(status) * 1000
+    extra = status_ms - bare_ms
+    print(f"python -c pass:               median {bare_ms:7.1f} ms over {args.runs} runs")
+    print(f"llama-runtime status --json:  median {status_ms:7.1f} ms over {args.runs} runs")
+    print(f"difference: {extra:+.1f} ms (budget {args.budget_ms:.0f} ms), ratio {status_ms / bare_ms:.1f}x")
+    return 0 if extra <= args.budget_ms else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""The scheduled check: conditional requests, rate-limit backoff, never a downgrade, --apply, jitter."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.errors import RateLimitError, UserInputError
+from runtime.layout import Home
+from runtime.lock import UpdateLock
+from runtime.marker import InstallMarker
+from tests.conftest import REPO, assert_runs
+from tests.fakegithub import FakeGitHub, Fault
+from tests.test_service import Frozen, make_updater, publish
+from updater import cli_jobs
+from updater.cli import main
+from updater.github import RateLimit
+from updater.schedule import (
+    DEFAULT_BACKOFF_SECONDS,
+    not_before_after_error,
+    not_before_after_success,
+    parse_duration,
+    update_decision,
+)
+
+LIST_PATH = f"/api/repos/{REPO}/releases"
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def installed_b7000(home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
+    publish(github, tmp_path, "b7000")
+    state = make_updater(home, github).start_update(tag="b7000").wait(30)
+    assert state.phase == "done", state.error
+    return home
+
+
+def check_text(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, str]:
+    code = main(["check", *args, "--home", str(home), "--api-url", github.api_url, "--backend", "cpu"])
+    return code, capsys.readouterr().out
+
+
+def check(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
+    code, out = check_text(capsys, home, github, *args, "--json")
+    payload: dict[str, Any] = json.loads(out)
+    return code, payload
+
+
+def marker(repo: str = REPO, tag: str = "b7000", backend: str = "cpu") -> InstallMarker:
+    return InstallMarker(
+        repo=repo,
+        tag=tag,
+        backend=backend,
+        backend_request=backend,
+        asset="a.tar.gz",
+        size=1,
+        sha256="0" * 64,
+        digest_verified=True,
+        installed_at="2025-01-01T00:00:00Z",
+        binary="llama-server",
+    )
+
+
+# -- pure decisions -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90.0), ("30s", 30.0), ("10m", 600.0), ("1.5h", 5400.0)])
+def test_duration_with_unit_is_parsed_to_seconds(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "10x", "-5m", "m", "25h", "ten minutes"])
+def test_malformed_or_too_long_duration_is_refused(text: str) -> None:
+    with pytest.raises(UserInputError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("active", "latest", "has_build", "expected"),
+    [
+        (marker(tag="b7000"), "b7001", True, True),
+        (marker(tag="b7001"), "b7001", True, False),
+        (marker(tag="b7002"), "b7001", True, False),  # "latest" went backwards: never a downgrade
+        (marker(tag="b7000"), "b7001", False, False),  # no build for the active backend
+        (marker(repo="someone/fork", tag="b7000"), "b7001", True, False),  # another repository
+        (None, "b7001", True, True),
+    ],
+)
+def test_update_is_available_only_for_a_strictly_newer_build_of_same_repo_and_backend(
+    active: InstallMarker | None, latest: str, has_build: bool, expected: bool
+) -> None:
+    available, reason = update_decision(active, REPO, latest, has_build)
+    assert available is expected and reason
+
+
+def test_backoff_after_refusal_honours_retry_after_then_reset_then_a_minute() -> None:
+    now = 1_000.0
+    assert not_before_after_error(RateLimitError("x", retry_after=120.0, reset_at=9_999.0), now) == now + 120
+    assert not_before_after_error(RateLimitError("x", reset_at=5_000.0), now) == 5_000.0
+    assert not_before_after_error(RateLimitError("x"), now) == now + DEFAULT_BACKOFF_SECONDS
+
+
+def test_backoff_after_success_only_when_the_last_request_was_spent() -> None:
+    assert not_before_after_success(RateLimit(60, 5, 5_000), 1_000.0) is None
+    assert not_before_after_success(RateLimit(60, 0, 5_000), 1_000.0) == 5_000.0
+    assert not_before_after_success(None, 1_000.0) is None
+
+
+# -- against the local GitHub ---------------------------------------------------------
+
+
+def test_unchanged_second_check_is_a_single_304(
+    installed_b7000: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish(github, tmp_path, "b7001")
+    code, first = check(capsys, installed_b7000, github)
+    assert code == 0, first
+    assert first["installed"] == "b7000" and first["latest"] == "b7001" and first["update_available"] is True
+    before = len(github.requests)
+    code, second = check(capsys, installed_b7000, github)
+    assert code == 0 and second == first
+    new = github.requests[before:]
+    assert [(r.path, r.status) for r in new] == [(LIST_PATH, 304)]
+    assert new[0].headers.get("if-none-match")
+
+
+def test_check_when_latest_goes_backwards_offers_no_downgrade(
+    home: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish(github, tmp_path, "b7000")
+    publish(github, tmp_path, "b7001", prerelease=True)  # installable by tag, never "latest"
+    assert make_updater(home, github).start_update(tag="b7001").wait(30).phase == "done"
+    code, payload = check(capsys, home, github)
+    assert code == 0
+    assert payload["installed"] == "b7001" and payload["latest"] == "b7000"
+    assert payload["update_available"] is False and "downgrad" in payload["reason"]
+
+
+def test_rate_limited_check_exits_7_and_the_next_run_skips_without_a_request(
+    installed_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    github.inject(LIST_PATH, Fault(status=403, rate_limited=True))
+    code, payload = check(capsys, installed_b7000, github)
+    assert code == 7 and payload["error"]["code"] == "rate_limited"
+    stored = json.loads((installed_b7000 / "cache" / "ratelimit.json").read_text())
+    assert stored["not_before"] > time.time() + 1000  # the server's reset is 30 minutes ahead
+    before = len(github.requests)
+    code, skipped = check(capsys, installed_b7000, github)
+    assert code == 0
+    assert skipped["skipped"] == "rate_limited" and skipped["update_available"] is False
+    assert skipped["installed"] == "b7000" and skipped["not_before"] == stored["not_before"]
+    assert len(github.requests) == before
+
+
+def test_retry_after_sets_the_stored_backoff(
+    installed_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    github.inject(LIST_PATH, Fault(status=429, retry_after=120))
+    started = time.time()
+    code, _payload = check(capsys, installed_b7000, github)
+    assert code == 7
+    stored = json.loads((installed_b7000 / "cache" / "ratelimit.json").read_text())
+    assert started + 120 <= stored["not_before"] <= time.time() + 120
+
+
+def test_check_apply_installs_the_newer_build(
+    installed_b7000: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish(github, tmp_path, "b7001")
+    code, payload = check(capsys, installed_b7000, github, "--apply")
+    assert code == 0, payload
+    assert payload["applied"] is True and payload["outcome"]["active"]["tag"] == "b7001"
+    assert_runs(Path(payload["outcome"]["active"]["binary"]))
+    job = make_updater(installed_b7000, github).jobs.current()
+    assert job is not None and job.operation == "schedule" and job.phase == "done"
+
+
+def test_check_apply_while_an_update_holds_the_lock_exits_3_quietly(
+    installed_b7000: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish(github, tmp_path, "b7001")
+    frozen = Frozen(installed_b7000)
+    before = len(github.requests)
+    with UpdateLock(Home(installed_b7000).lock_path).hold("update"):
+        code, out = check_text(capsys, installed_b7000, github, "--apply")
+        assert code == 3 and out == ""
+        code, payload = check(capsys, installed_b7000, github, "--apply")
+        assert code == 3 and payload["skipped"] == "busy" and payload["error"]["code"] == "busy"
+    assert github.requests[before:] == []  # skipped before asking GitHub anything
+    frozen.assert_unchanged_and_runs()
+
+
+def test_check_apply_with_wait_installs_once_the_lock_is_free(
+    installed_b7000: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish(github, tmp_path, "b7001")
+    held = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with UpdateLock(Home(installed_b7000).lock_path).hold("rollback"):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(30)
+    timer = threading.Timer(0.3, release.set)
+    timer.start()
+    try:
+        code, payload = check(capsys, installed_b7000, github, "--apply", "--wait", "30")
+    finally:
+        release.set()
+        thread.join()
+    assert code == 0, payload
+    assert payload["applied"] is True and payload["outcome"]["active"]["tag"] == "b7001"
+
+
+def test_jitter_sleeps_a_random_time_within_the_duration(
+    installed_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(cli_jobs, "sleep", slept.append)
+    code, _payload = check(capsys, installed_b7000, github, "--jitter", "10m")
+    assert code == 0
+    assert len(slept) == 1 and 0.0 <= slept[0] <= 600.0
+
+
+def test_malformed_jitter_is_bad_input(
+    installed_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, payload = check(capsys, installed_b7000, github, "--jitter", "soon")
+    assert code == 2 and payload["error"]["code"] == "bad_input"

@@ -1,0 +1,178 @@
+"""Start-up, the button and cron in separate processes on one home, during a slow update.
+
+Each scenario ends by asserting one download, a valid pointer and that the
+active runtime runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.layout import Home
+from tests.conftest import assert_runs, snapshot_tree
+from tests.fakegithub import FakeGitHub
+from tests.test_service import PAD_BYTES, downloading, eventually, make_updater, publish, slow_down
+from updater.jobs import JobStore
+
+# A child process that drives the embeddable API: python -c CHILD HOME API ACTION
+CHILD = """
+import json, sys
+from pathlib import Path
+from updater.host import host_for_platform
+from updater.logs import configure_logging
+from updater.service import RuntimeUpdater
+
+configure_logging(json_lines=False, level="warning")  # logs to stderr; stdout is for results
+home, api, action = sys.argv[1:4]
+updater = RuntimeUpdater(
+    Path(home), repo="ggml-org/llama.cpp", backend="cpu", api_url=api,
+    host=lambda: host_for_platform("linux-x64"),
+)
+if action == "start":
+    job = updater.start_update()
+    print(json.dumps({"id": job.id, "owned": job.owned}), flush=True)
+    print(json.dumps(job.wait(60).to_json()), flush=True)
+elif action == "ensure":
+    result = updater.ensure()
+    print(json.dumps({
+        "ready": result.ready, "update_running": result.update_running,
+        "tag": result.runtime.marker.tag if result.runtime else None,
+        "binary": str(result.binary) if result.binary else None,
+    }), flush=True)
+"""
+CHILD_TIMEOUT_SECONDS = 60
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+
+
+@pytest.fixture
+def home(tmp_path: Path, github: FakeGitHub) -> Path:
+    """b7000 installed and active; b7001 published with a slow download."""
+    home = tmp_path / "home"
+    publish(github, tmp_path, "b7000")
+    assert make_updater(home, github).start_update(tag="b7000").wait(30).phase == "done"
+    slow_down(github, publish(github, tmp_path, "b7001", pad=PAD_BYTES))
+    return home
+
+
+def spawn(home: Path, github: FakeGitHub, action: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(home), github.api_url, action],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def lines_of(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    try:
+        out, err = proc.communicate(timeout=CHILD_TIMEOUT_SECONDS)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def cli(home: Path, github: FakeGitHub, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "updater.cli", *args, "--home", str(home), "--api-url", github.api_url]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECONDS, check=False)
+
+
+def blob_requests(github: FakeGitHub, tag: str) -> int:
+    return len(github.requests_to("blob", f"llama-{tag}-bin-ubuntu-x64.tar.gz"))
+
+
+def wait_for_download(home: Path) -> None:
+    store = JobStore(Home(home))
+    eventually(lambda: downloading(store.current()), "the update job to start downloading")
+
+
+def assert_active(home: Path, tag: str) -> None:
+    h = Home(home)
+    active = h.load(h.read_pointer().active or "")
+    assert active.marker.tag == tag
+    assert_runs(active.binary)
+    assert list(h.staging_dir.iterdir()) == []
+
+
+def test_startup_during_an_update_returns_the_active_runtime_at_once(home: Path, github: FakeGitHub) -> None:
+    button = spawn(home, github, "start")
+    wait_for_download(home)
+    api_before = len(github.requests_to("api"))
+    started = lines_of(spawn(home, github, "ensure"))[0]
+    assert started["ready"] and started["update_running"] and started["tag"] == "b7000"
+    assert len(github.requests_to("api")) == api_before  # start-up asked GitHub nothing
+    assert_runs(Path(started["binary"]))
+    final = lines_of(button)[-1]
+    assert final["phase"] == "done", final["error"]
+    assert_active(home, "b7001")
+
+
+def test_two_button_presses_in_two_processes_share_one_job_and_one_download(home: Path, github: FakeGitHub) -> None:
+    first = spawn(home, github, "start")
+    wait_for_download(home)
+    second = spawn(home, github, "start")
+    a, b = lines_of(first), lines_of(second)
+    assert a[0]["id"] == b[0]["id"]
+    assert a[0]["owned"] and not b[0]["owned"]
+    assert a[-1]["phase"] == b[-1]["phase"] == "done"
+    assert b[-1]["result"]["active"]["tag"] == "b7001"
+    assert blob_requests(github, "b7001") == 1
+    assert_active(home, "b7001")
+
+
+def test_cron_firing_mid_update_exits_3_and_corrupts_nothing(home: Path, github: FakeGitHub) -> None:
+    button = spawn(home, github, "start")
+    wait_for_download(home)
+    runtimes = snapshot_tree(home / "runtimes")
+    pointer = (home / "active.json").read_bytes()
+    quiet = cli(home, github, "check", "--apply", "--backend", "cpu")
+    assert quiet.returncode == 3 and quiet.stdout == "" and quiet.stderr == ""
+    as_json = cli(home, github, "check", "--apply", "--backend", "cpu", "--json")
+    assert as_json.returncode == 3
+    payload = json.loads(as_json.stdout)
+    assert payload["skipped"] == "busy" and payload["job"]["phase"] in ("download", "verify", "activate")
+    assert snapshot_tree(home / "runtimes") == runtimes and (home / "active.json").read_bytes() == pointer
+    assert_active(home, "b7000")  # still the active one while the update runs
+    final = lines_of(button)[-1]
+    assert final["phase"] == "done", final["error"]
+    assert blob_requests(github, "b7001") == 1
+    assert_active(home, "b7001")
+
+
+def test_job_status_from_the_cli_follows_a_job_of_another_process(home: Path, github: FakeGitHub) -> None:
+    button = spawn(home, github, "start")
+    wait_for_download(home)
+    status = cli(home, github, "job", "status", "--json")
+    assert status.returncode == 0
+    job = json.loads(status.stdout)["job"]
+    assert job["running"] and job["phase"] in ("download", "verify", "activate") and job["total_bytes"]
+    followed = cli(home, github, "job", "wait", "--json")
+    assert followed.returncode == 0
+    assert json.loads(followed.stdout)["job"]["phase"] == "done"
+    assert lines_of(button)[-1]["phase"] == "done"
+    assert_active(home, "b7001")
+
+
+def test_killed_button_process_leaves_a_stale_job_and_the_next_press_recovers(home: Path, github: FakeGitHub) -> None:
+    button = spawn(home, github, "start")
+    wait_for_download(home)
+    button.kill()
+    button.communicate(timeout=CHILD_TIMEOUT_SECONDS)
+    stale = JobStore(Home(home)).current()
+    assert stale is not None and stale.phase == "failed" and stale.stale
+    assert_active(home, "b7000")
+    again = lines_of(spawn(home, github, "start"))
+    assert again[0]["id"] != stale.id and again[-1]["phase"] == "done"
+    assert_active(home, "b7001")

@@ -1,0 +1,290 @@
+"""The embeddable API in one process: ensure, start_update, job handles, cancel, resume.
+
+Each test that changes nothing asserts the active runtime is untouched and runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.errors import BusyError
+from runtime.layout import Home
+from runtime.lock import UpdateLock
+from tests.archives import build_release_archive
+from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server
+from tests.fakegithub import FakeGitHub, Fault
+from updater.host import host_for_platform
+from updater.jobs import JobState
+from updater.service import RuntimeUpdater
+
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+# Incompressible padding so that a dripped download lasts long enough to overlap.
+PAD_BYTES = 96 * 1024
+# Generous bound for "eventually"; conditions are polled, never slept for.
+EVENTUALLY_SECONDS = 30.0
+
+
+def cpu_tarball(directory: Path, tag: str, pad: int = 0) -> Path:
+    """A stand-in CPU build of ``tag`` (plus ``pad`` random bytes to make it bigger)."""
+    files: dict[str, bytes | Path] = {"llama-server": stand_in_server(f"version: {tag[1:]} (stand-in)")}
+    if pad:
+        files["libpad.so"] = os.urandom(pad)
+    path = directory / f"{tag}-{pad}.tar.gz"
+    return build_release_archive(path, "tar-tagdir", files, modes={"llama-server": 0o755}, tag=tag)
+
+
+def publish(github: FakeGitHub, directory: Path, tag: str, *, pad: int = 0, prerelease: bool = False) -> str:
+    """Publish a CPU build of ``tag``; returns the asset name."""
+    name = CPU.format(tag=tag)
+    github.add_release(REPO, tag, {name: cpu_tarball(directory, tag, pad)}, prerelease=prerelease)
+    return name
+
+
+def slow_down(github: FakeGitHub, asset: str) -> None:
+    """Drip the asset so an update lasts a couple of seconds."""
+    github.inject(asset, Fault(drip_seconds=0.02, drip_chunk=1024, times=None))
+
+
+def make_updater(home: Path, github: FakeGitHub) -> RuntimeUpdater:
+    return RuntimeUpdater(
+        home, repo=REPO, backend="cpu", api_url=github.api_url, host=lambda: host_for_platform("linux-x64")
+    )
+
+
+def eventually(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + EVENTUALLY_SECONDS
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def downloading(state: JobState | None) -> bool:
+    return state is not None and state.phase == "download" and state.done_bytes > 0
+
+
+class Frozen:
+    """The state a failed or cancelled update must not touch."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.runtimes = snapshot_tree(home / "runtimes")
+        self.pointer = (home / "active.json").read_bytes()
+
+    def assert_unchanged_and_runs(self) -> None:
+        assert snapshot_tree(self.home / "runtimes") == self.runtimes
+        assert (self.home / "active.json").read_bytes() == self.pointer
+        assert list((self.home / "staging").iterdir()) == []
+        active = Home(self.home).load(Home(self.home).read_pointer().active or "")
+        assert_runs(active.binary)
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def installed(home: Path, github: FakeGitHub, tmp_path: Path) -> RuntimeUpdater:
+    """b7000 (stand-in CPU build) installed and active."""
+    publish(github, tmp_path, "b7000")
+    updater = make_updater(home, github)
+    state = updater.start_update(tag="b7000").wait(EVENTUALLY_SECONDS)
+    assert state.phase == "done", state.error
+    return updater
+
+
+# -- start-up -------------------------------------------------------------------------
+
+
+def test_ensure_with_nothing_installed_says_so_and_makes_no_request(home: Path, github: FakeGitHub) -> None:
+    result = make_updater(home, github).ensure()
+    assert not result.ready and result.binary is None and not result.update_running
+    assert result.problem is not None and "installed" in result.problem
+    assert github.requests == []
+
+
+def test_ensure_with_verified_runtime_returns_it_without_network(installed: RuntimeUpdater, github: FakeGitHub) -> None:
+    before = len(github.requests)
+    result = installed.ensure()
+    assert result.ready and not result.update_running and result.problem is None
+    assert result.runtime is not None and result.runtime.marker.tag == "b7000"
+    assert len(github.requests) == before
+    assert result.binary is not None
+    assert_runs(result.binary)
+
+
+def test_ensure_with_binary_of_wrong_size_reports_it_not_ready(installed: RuntimeUpdater) -> None:
+    binary = installed.ensure().binary
+    assert binary is not None
+    binary.write_bytes(binary.read_bytes() + b"\n# tampered\n")
+    result = installed.ensure()
+    assert not result.ready
+    assert result.problem is not None and "differs" in result.problem
+
+
+def test_ensure_install_if_missing_installs_the_newest_release(home: Path, github: FakeGitHub, tmp_path: Path) -> None:
+    publish(github, tmp_path, "b7000")
+    publish(github, tmp_path, "b7001")
+    result = make_updater(home, github).ensure(install_if_missing=True)
+    assert result.ready and result.installed
+    assert result.runtime is not None and result.runtime.marker.tag == "b7001"
+    assert result.binary is not None
+    assert_runs(result.binary)
+
+
+# -- the button -----------------------------------------------------------------------
+
+
+def test_second_start_update_while_running_returns_same_job_and_downloads_once(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
+    slow_down(github, asset)
+    first = installed.start_update()
+    second = installed.start_update()
+    assert second.id == first.id
+    assert first.owned and not second.owned
+    final = second.wait(EVENTUALLY_SECONDS)
+    assert final.phase == "done", final.error
+    assert first.wait(EVENTUALLY_SECONDS).phase == "done"
+    assert len(github.requests_to("blob", asset)) == 1
+    assert final.result is not None and final.result["active"]["tag"] == "b7001"
+    assert_runs(Path(final.result["active"]["binary"]))
+
+
+def test_job_events_go_through_the_phases_and_end_with_the_result(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
+    job = installed.start_update()
+    states = list(job.events(timeout=EVENTUALLY_SECONDS))
+    phases = [s.phase for s in states]
+    assert phases[-1] == "done"
+    seen = [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p]
+    assert [p for p in seen if p in ("download", "verify", "activate", "done")] == [
+        "download",
+        "verify",
+        "activate",
+        "done",
+    ]
+    downloads = [s for s in states if s.phase == "download"]
+    size = (tmp_path / f"b7001-{PAD_BYTES}.tar.gz").stat().st_size
+    assert downloads[-1].done_bytes == downloads[-1].total_bytes == size
+    assert len(github.requests_to("blob", asset)) == 1
+    assert states[-1].result is not None and states[-1].result["result"] == "installed"
+
+
+def test_button_while_another_process_holds_the_lock_fails_fast_with_busy(installed: RuntimeUpdater) -> None:
+    frozen = Frozen(installed.home.root)
+    with UpdateLock(installed.home.lock_path).hold("rollback"), pytest.raises(BusyError) as caught:
+        installed.start_update()
+    assert "rollback" in caught.value.message
+    current = installed.jobs.current()  # no job was claimed for the refused press
+    assert current is not None and current.tag == "b7000" and current.phase == "done"
+    frozen.assert_unchanged_and_runs()
+
+
+def test_button_with_join_false_while_a_job_runs_says_busy_with_its_progress(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
+    slow_down(github, asset)
+    job = installed.start_update()
+    eventually(lambda: downloading(job.state()), "the download to start")
+    with pytest.raises(BusyError) as caught:
+        installed.start_update(join=False)
+    assert "download" in caught.value.message and job.id in caught.value.message
+    assert job.wait(EVENTUALLY_SECONDS).phase == "done"
+
+
+# -- cancel and resume ----------------------------------------------------------------
+
+
+def test_cancel_during_download_adds_no_runtime_and_keeps_the_partial_for_resume(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    frozen = Frozen(installed.home.root)
+    asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
+    github.inject(asset, Fault(drip_seconds=0.02, drip_chunk=1024, times=1))
+    job = installed.start_update()
+    eventually(lambda: downloading(job.state()), "the download to start")
+    job.cancel()
+    state = job.wait(EVENTUALLY_SECONDS)
+    assert state.phase == "cancelled"
+    assert state.error is not None and state.error["code"] == "cancelled"
+    frozen.assert_unchanged_and_runs()
+    partials = list(installed.home.downloads_dir.glob(f"*{asset}.part"))
+    assert len(partials) == 1
+    kept = partials[0].stat().st_size
+    assert 0 < kept < PAD_BYTES
+
+    # The next job asks only for the rest.
+    resumed = installed.start_update().wait(EVENTUALLY_SECONDS)
+    assert resumed.phase == "done", resumed.error
+    last = github.requests_to("blob", asset)[-1]
+    assert last.headers.get("range") == f"bytes={kept}-"
+    assert resumed.result is not None
+    assert_runs(Path(resumed.result["active"]["binary"]))
+    assert list(installed.home.downloads_dir.glob("*.part")) == []
+
+
+def test_cancel_from_another_handle_stops_the_job(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    frozen = Frozen(installed.home.root)
+    asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
+    slow_down(github, asset)
+    job = installed.start_update()
+    eventually(lambda: downloading(job.state()), "the download to start")
+    follower = make_updater(installed.home.root, github).current_job()
+    assert follower is not None and follower.id == job.id and not follower.owned
+    follower.cancel()  # the cancel file, as another process would write it
+    assert job.wait(EVENTUALLY_SECONDS).phase == "cancelled"
+    assert follower.wait(EVENTUALLY_SECONDS).phase == "cancelled"
+    frozen.assert_unchanged_and_runs()
+
+
+def test_download_cut_mid_body_resumes_with_range_and_installs(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
+    github.inject(asset, Fault(reset_after_bytes=40_000))
+    state = installed.start_update().wait(EVENTUALLY_SECONDS)
+    assert state.phase == "done", state.error
+    blob = github.requests_to("blob", asset)
+    assert len(blob) == 2
+    assert "range" not in blob[0].headers
+    resumed_at = int(blob[1].headers["range"].removeprefix("bytes=").rstrip("-"))
+    assert 0 < resumed_at <= 40_000
+    assert state.result is not None
+    assert_runs(Path(state.result["active"]["binary"]))
+
+
+def test_resume_against_a_server_that_ignores_range_restarts_cleanly(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
+    github.inject(asset, Fault(drip_seconds=0.02, drip_chunk=1024, times=1))
+    job = installed.start_update()
+    eventually(lambda: downloading(job.state()), "the download to start")
+    job.cancel()
+    assert job.wait(EVENTUALLY_SECONDS).phase == "cancelled"
+    github.inject(asset, Fault(ignore_range=True))
+    state = installed.start_update().wait(EVENTUALLY_SECONDS)
+    assert state.phase == "done", state.error
+    last = github.requests_to("blob", asset)[-1]
+    assert last.headers.get("range") and last.status == 200  # asked to resume, got the whole file
+    assert state.result is not None
+    assert_runs(Path(state.result["active"]["binary"]))

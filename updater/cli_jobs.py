@@ -1,0 +1,133 @@
+"""CLI commands of the scheduled job and the update job: ``check`` and ``job``.
+
+``check`` is what cron or a systemd timer runs. It is quiet when another update
+is running (exit 3, no output for people, so cron sends no mail) and exits 0
+with ``skipped: rate_limited`` while a stored GitHub backoff lasts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from runtime.errors import BusyError
+
+if TYPE_CHECKING:
+    from updater.cli import AddParser, Handler, Output
+    from updater.service import RuntimeUpdater
+
+#: The jitter sleep; tests replace it so they never wait.
+sleep: Callable[[float], None] = time.sleep
+
+
+def register(add: AddParser) -> dict[str, Handler]:
+    """Add ``check`` and ``job`` to the parser."""
+    p = add("check", "is a newer release out for the active repo and backend? --apply installs it")
+    p.add_argument("--apply", action="store_true", help="install the newer release")
+    p.add_argument("--jitter", metavar="DURATION", help="first sleep a random 0..DURATION (e.g. 10m) to spread a fleet")
+    p.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS", help="with --apply, wait this long for a running update"
+    )
+    p = add("job", "show, follow or cancel the update job")
+    p.add_argument("action", nargs="?", default="status", choices=("status", "wait", "cancel"))
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="how long `job wait` waits")
+    return {"check": cmd_check, "job": cmd_job}
+
+
+def updater_from_args(args: argparse.Namespace) -> RuntimeUpdater:
+    """A :class:`RuntimeUpdater` configured from the common flags."""
+    from updater.cli import settings_from_args
+    from updater.service import RuntimeUpdater
+
+    settings = settings_from_args(args)
+    return RuntimeUpdater(
+        settings.home,
+        repo=settings.repo,
+        backend=settings.backend if settings.backend_explicit else "auto",
+        api_url=settings.api_url,
+        token=settings.token,
+    )
+
+
+def cmd_check(args: argparse.Namespace, out: Output) -> int:
+    """``llama-runtime check [--apply] [--jitter DURATION] [--wait SECONDS]``."""
+    import random
+
+    from updater.progress import terminal_progress
+    from updater.schedule import parse_duration
+
+    jitter = parse_duration(args.jitter) if args.jitter else 0.0
+    updater = updater_from_args(args)
+    if jitter:
+        sleep(random.uniform(0.0, jitter))
+    bar = terminal_progress() if args.apply and not args.json else None
+    try:
+        result = updater.check(apply=args.apply, wait=args.wait, listener=bar)
+    except BusyError as exc:
+        current = updater.jobs.current()
+        payload: dict[str, Any] = {"skipped": "busy", "error": exc.to_json()}
+        payload["job"] = current.to_json() if current and current.running else None
+        if out.as_json:
+            out.result(payload, [])
+        return exc.exit_code
+    finally:
+        if bar is not None:
+            bar.close()
+    lines = [_check_line(result.installed, result.latest, result.update_available, result.applied)]
+    if result.skipped:
+        lines = [f"Skipped: {result.reason}"]
+    elif result.reason:
+        lines.append(result.reason)
+    out.result(result.to_json(), lines)
+    return 0
+
+
+def _check_line(installed: str | None, latest: str | None, available: bool, applied: bool) -> str:
+    if applied:
+        return f"Installed {latest} (was {installed or 'nothing'})."
+    if available:
+        return f"Update available: {installed or 'nothing installed'} -> {latest}. Run `llama-runtime check --apply`."
+    return f"Up to date: {installed or 'nothing installed'} (latest {latest})."
+
+
+def cmd_job(args: argparse.Namespace, out: Output) -> int:
+    """``llama-runtime job [status|wait|cancel]``."""
+    from updater.progress import terminal_progress
+
+    updater = updater_from_args(args)
+    job = updater.current_job()
+    if job is None:
+        out.result({"job": None}, ["No update job has run in this home."])
+        return 0
+    if args.action == "cancel":
+        state = job.state()
+        if state.running:
+            job.cancel()
+            out.result({"job": state.to_json(), "cancel_requested": True}, [f"Asked job {job.id} to stop."])
+        else:
+            out.result({"job": state.to_json(), "cancel_requested": False}, [f"Job {job.id} is already {state.phase}."])
+        return 0
+    if args.action == "wait":
+        bar = None if args.json else terminal_progress()
+        stop = job.subscribe(bar) if bar is not None else None
+        state = job.wait(args.timeout)
+        if stop is not None:
+            stop()
+        if bar is not None:
+            bar.close()
+    else:
+        state = job.state()
+    out.result({"job": state.to_json()}, [_job_line(state.id, state.describe(), state.error)])
+    if state.phase == "failed" and state.error:
+        code = state.error.get("exit_code")
+        return int(code) if isinstance(code, int) else 1
+    return 0
+
+
+def _job_line(job_id: str, what: str, error: dict[str, Any] | None) -> str:
+    line = f"job {job_id}: {what}"
+    if error and isinstance(error.get("message"), str):
+        line += f" — {error['message']}"
+    return line

@@ -1,0 +1,404 @@
+"""The persisted state of the update job, shared by every process on one home.
+
+``<home>/jobs/current.json`` describes the newest update job: which process
+runs it, its phase, bytes, rate, ETA and, once over, its result or error. A
+second caller (another thread, another process, a restarted app, the CLI)
+reads it to follow the job instead of starting a second download.
+
+Invariants:
+    * The file is replaced atomically, so readers see one whole state.
+    * At most one job is claimed as running: :meth:`JobStore.claim` reads and
+      writes the file under ``jobs/current.lock``.
+    * A job whose owning process is gone is reported as failed (``stale``),
+      never as running forever.
+    * Cancelling is a file (``jobs/<id>.cancel``) that the running job polls,
+      so any process can cancel it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from runtime.fsutil import atomic_write_json
+from runtime.layout import Home
+from updater.progress import RateMeter
+
+JobPhase = Literal["resolve", "download", "verify", "activate", "done", "failed", "cancelled"]
+TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"done", "failed", "cancelled"})
+_PHASES: Final[frozenset[str]] = frozenset({"resolve", "download", "verify", "activate"}) | TERMINAL_PHASES
+
+CURRENT_NAME: Final = "current.json"
+# Writing the state on every chunk would fsync hundreds of times a second;
+# four times a second is smooth enough for a progress bar in another process.
+PERSIST_INTERVAL_SECONDS: Final[float] = 0.25
+# A cancel file is a stat() per check; ten checks a second stop a job within
+# one chunk without measurable cost.
+CANCEL_POLL_SECONDS: Final[float] = 0.1
+# Finished job records kept next to current.json, for a caller that follows an
+# older job id; more would only accumulate.
+KEEP_FINISHED: Final[int] = 5
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One snapshot of an update job (also the typed progress event).
+
+    Attributes:
+        id: Job id (hex).
+        phase: ``resolve``, ``download``, ``verify``, ``activate`` while it runs;
+            ``done``, ``failed`` or ``cancelled`` once over.
+        pid: Process that runs the job.
+        operation: Who started it (``button``, ``schedule``, ``startup``).
+        tag: The requested tag, or ``None`` for the newest release.
+        done_bytes: Bytes of the current file on disk.
+        total_bytes: Size of the current file, if known.
+        rate: Download rate in bytes per second, once measurable.
+        eta: Seconds left for the current file, once measurable.
+        message: What is happening, for people (the asset name while downloading).
+        result: The ``update`` object of the CLI contract once ``done``.
+        error: ``{"code", "message", …}`` once ``failed`` or ``cancelled``.
+        started_at: Epoch seconds when the job was claimed.
+        updated_at: Epoch seconds of this snapshot.
+        stale: The owning process died before the job finished.
+    """
+
+    id: str
+    phase: JobPhase
+    pid: int
+    operation: str = "button"
+    tag: str | None = None
+    done_bytes: int = 0
+    total_bytes: int | None = None
+    rate: float | None = None
+    eta: float | None = None
+    message: str = ""
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    started_at: float = 0.0
+    updated_at: float = 0.0
+    stale: bool = False
+
+    @property
+    def running(self) -> bool:
+        """Whether the job has not finished yet."""
+        return self.phase not in TERMINAL_PHASES
+
+    def to_json(self) -> dict[str, Any]:
+        """The job object of ``llama-runtime job status``."""
+        payload = asdict(self)
+        payload["running"] = self.running
+        return payload
+
+    @classmethod
+    def from_json(cls, payload: object) -> JobState | None:
+        """Parse a stored state; ``None`` when it is not one (a damaged file is no job)."""
+        if not isinstance(payload, dict):
+            return None
+        try:
+            phase = str(payload["phase"])
+            if phase not in _PHASES:
+                return None
+            return cls(
+                id=str(payload["id"]),
+                phase=phase,  # type: ignore[arg-type]
+                pid=int(payload["pid"]),
+                operation=str(payload.get("operation", "button")),
+                tag=payload.get("tag") if isinstance(payload.get("tag"), str) else None,
+                done_bytes=int(payload.get("done_bytes", 0)),
+                total_bytes=_opt_int(payload.get("total_bytes")),
+                rate=_opt_float(payload.get("rate")),
+                eta=_opt_float(payload.get("eta")),
+                message=str(payload.get("message", "")),
+                result=payload.get("result") if isinstance(payload.get("result"), dict) else None,
+                error=payload.get("error") if isinstance(payload.get("error"), dict) else None,
+                started_at=float(payload.get("started_at", 0.0)),
+                updated_at=float(payload.get("updated_at", 0.0)),
+                stale=bool(payload.get("stale", False)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def describe(self) -> str:
+        """One line for people, e.g. ``download 12 MB of 30 MB (40%), ETA 5s``."""
+        from updater.download import human_size
+
+        if self.phase != "download":
+            return self.phase + (f" ({self.message})" if self.message else "")
+        text = f"download {human_size(self.done_bytes)}"
+        if self.total_bytes:
+            text += f" of {human_size(self.total_bytes)} ({self.done_bytes * 100 // self.total_bytes}%)"
+        if self.eta is not None:
+            text += f", ETA {int(self.eta)}s"
+        return text
+
+
+def _opt_int(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _opt_float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (without signalling it)."""
+    if pid <= 0:
+        return False
+    if sys.platform == "win32":  # os.kill would terminate the process on Windows
+        import ctypes
+
+        kernel32 = ctypes.windll.kernel32
+        handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+        if not handle:
+            return False
+        code = ctypes.c_ulong()
+        kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
+        kernel32.CloseHandle(handle)
+        return code.value == 259  # STILL_ACTIVE
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def stale_error(pid: int) -> dict[str, Any]:
+    """The error recorded for a job whose process died."""
+    return {
+        "code": "stale_job",
+        "message": (
+            f"The update job's process (pid {pid}) ended before the job finished; "
+            "`llama-runtime status` shows which runtime is active."
+        ),
+    }
+
+
+class JobStore:
+    """Reads and writes the job files of one home.
+
+    Args:
+        home: The llama-runtime home.
+        alive: Whether a pid is alive (injectable for tests).
+    """
+
+    def __init__(self, home: Home, *, alive: Callable[[int], bool] = pid_alive) -> None:
+        self.home = home
+        self.dir = home.jobs_dir
+        self.current_path = home.jobs_dir / CURRENT_NAME
+        self._alive = alive
+
+    def _job_path(self, job_id: str) -> Path:
+        return self.dir / f"{job_id}.json"
+
+    def cancel_path(self, job_id: str) -> Path:
+        """The file whose existence asks job ``job_id`` to stop."""
+        return self.dir / f"{job_id}.cancel"
+
+    @staticmethod
+    def _load(path: Path) -> JobState | None:
+        try:
+            return JobState.from_json(json.loads(path.read_bytes()))
+        except (OSError, ValueError):
+            return None
+
+    def _checked(self, state: JobState | None) -> JobState | None:
+        if state is None or not state.running or state.pid == os.getpid() or self._alive(state.pid):
+            return state
+        return replace(state, phase="failed", stale=True, error=stale_error(state.pid), rate=None, eta=None)
+
+    def current(self) -> JobState | None:
+        """The newest job, with a dead owner reported as failed; ``None`` if there was none."""
+        return self._checked(self._load(self.current_path))
+
+    def get(self, job_id: str) -> JobState | None:
+        """The state of job ``job_id``, from ``current.json`` or its finished record."""
+        state = self._load(self.current_path)
+        if state is None or state.id != job_id:
+            state = self._load(self._job_path(job_id))
+        return self._checked(state)
+
+    def write(self, state: JobState) -> None:
+        """Replace ``current.json`` (and, once over, the job's own record) atomically."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.current_path, state.to_json())
+        if not state.running:
+            atomic_write_json(self._job_path(state.id), state.to_json())
+            self._prune()
+
+    def _prune(self) -> None:
+        records = [p for p in self.dir.glob("*.json") if p.name != CURRENT_NAME]
+        records.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in records[KEEP_FINISHED:]:
+            with contextlib.suppress(OSError):
+                old.unlink()
+
+    def claim(self, new: JobState, *, before_claim: Callable[[], None] | None = None) -> tuple[JobState, bool]:
+        """Make ``new`` the running job unless one is running already.
+
+        Args:
+            new: The job to start.
+            before_claim: Called under the claim lock when no job runs; may raise
+                (e.g. :class:`~runtime.errors.BusyError`) to refuse the claim.
+
+        Returns:
+            ``(new, True)`` when claimed, else ``(the running job, False)``.
+        """
+        import filelock
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with filelock.FileLock(str(self.dir / "current.lock"), thread_local=False):
+            running = self.current()
+            if running is not None and running.running:
+                return running, False
+            if before_claim is not None:
+                before_claim()
+            self.clear_cancel(new.id)
+            self.write(new)
+            return new, True
+
+    def request_cancel(self, job_id: str) -> None:
+        """Ask job ``job_id`` to stop at its next check (any process may call this)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.cancel_path(job_id).write_bytes(b"")
+
+    def cancel_requested(self, job_id: str) -> bool:
+        """Whether someone asked job ``job_id`` to stop."""
+        return self.cancel_path(job_id).exists()
+
+    def clear_cancel(self, job_id: str) -> None:
+        """Forget a cancel request (the job is over)."""
+        with contextlib.suppress(OSError):
+            self.cancel_path(job_id).unlink()
+
+
+JobListener = Callable[[JobState], None]
+
+
+class JobRecorder:
+    """Turns the installer's progress events into job states: persisted, and sent to listeners.
+
+    Used only by the process that runs the job. Thread-safe: listeners may
+    subscribe from other threads while the job runs.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        state: JobState,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self._state = state
+        self._clock = clock
+        self._monotonic = monotonic
+        self._meter = RateMeter(clock=monotonic)
+        self._lock = threading.Lock()
+        self._listeners: list[JobListener] = []
+        self._last_persist = 0.0
+        self._last_cancel_poll = 0.0
+        self._cancelled = threading.Event()
+        self.started = threading.Event()
+        self.finished = threading.Event()
+        self.exception: BaseException | None = None
+
+    @property
+    def state(self) -> JobState:
+        """The latest snapshot."""
+        with self._lock:
+            return self._state
+
+    def subscribe(self, listener: JobListener) -> Callable[[], None]:
+        """Call ``listener`` with every new state; returns the unsubscribe function."""
+        with self._lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock, contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def on_progress(self, phase: str, done: int, total: int | None, message: str) -> None:
+        """Record one installer progress event."""
+        self.started.set()
+        rate, eta = (None, None)
+        if phase == "download":
+            rate, eta = self._meter.sample(message, done, total)
+        with self._lock:
+            changed_phase = phase != self._state.phase
+            self._state = replace(
+                self._state,
+                phase=phase,  # type: ignore[arg-type]
+                done_bytes=done,
+                total_bytes=total,
+                rate=rate,
+                eta=eta,
+                message=message,
+                updated_at=self._clock(),
+            )
+            state = self._state
+        now = self._monotonic()
+        finished_file = total is not None and done >= total
+        if changed_phase or finished_file or now - self._last_persist >= PERSIST_INTERVAL_SECONDS:
+            self._last_persist = now
+            self.store.write(state)
+        self._notify(state)
+
+    def finish(
+        self, phase: JobPhase, *, result: dict[str, Any] | None = None, exc: BaseException | None = None
+    ) -> None:
+        """Record the end of the job (``done``, ``failed`` or ``cancelled``) and wake waiters."""
+        error: dict[str, Any] | None = None
+        if exc is not None:
+            to_json = getattr(exc, "to_json", None)
+            error = to_json() if callable(to_json) else {"code": "internal_error", "message": str(exc)}
+        with self._lock:
+            self.exception = exc
+            self._state = replace(
+                self._state, phase=phase, result=result, error=error, rate=None, eta=None, updated_at=self._clock()
+            )
+            state = self._state
+        try:
+            self.store.write(state)
+        finally:
+            self.store.clear_cancel(state.id)
+            self.started.set()
+            self.finished.set()
+            self._notify(state)
+
+    def _notify(self, state: JobState) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            with contextlib.suppress(Exception):  # a listener's bug must not break the update
+                listener(state)
+
+    def cancel(self) -> None:
+        """Ask the job to stop (this process)."""
+        self._cancelled.set()
+
+    def cancel_requested(self) -> bool:
+        """The installer's cancel check: this process asked, or a cancel file appeared."""
+        if self._cancelled.is_set():
+            return True
+        now = self._monotonic()
+        if now - self._last_cancel_poll < CANCEL_POLL_SECONDS:
+            return False
+        self._last_cancel_poll = now
+        if self.store.cancel_requested(self.state.id):
+            self._cancelled.set()
+            return True
+        return False

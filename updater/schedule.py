@@ -1,0 +1,151 @@
+"""The scheduled check: its decisions (pure) and its rate-limit backoff state.
+
+A fleet of machines running ``llama-runtime check`` from cron shares GitHub's
+60 requests/hour per IP, so the check:
+
+* spreads itself out (``--jitter``),
+* asks conditionally (the ETag cache makes "nothing changed" a free 304),
+* and, once GitHub says the quota is spent, persists a "not before" time and
+  skips every run until then instead of hammering the API.
+
+Invariant: ``update_available`` is true only for a strictly newer build of the
+same repository that has an asset for the same backend; never a downgrade,
+even when "latest" goes backwards.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from runtime.errors import UserInputError
+from runtime.fsutil import atomic_write_json
+
+if TYPE_CHECKING:
+    from runtime.errors import RateLimitError
+    from runtime.marker import InstallMarker
+    from updater.github import RateLimit
+
+BACKOFF_NAME: Final = "ratelimit.json"
+# GitHub: without retry-after or a reset time, "wait for at least one minute".
+DEFAULT_BACKOFF_SECONDS: Final[float] = 60.0
+# A jitter beyond a day is a typo, not a fleet-spreading strategy.
+MAX_JITTER_SECONDS: Final[float] = 24 * 3600.0
+_DURATION: Final = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[smh]?)$")
+_UNIT_SECONDS: Final[dict[str, float]] = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The answer of the scheduled check.
+
+    Attributes:
+        installed: Tag of the active runtime, or ``None`` when nothing is installed.
+        latest: Tag of the newest release, or ``None`` when the check was skipped.
+        update_available: A strictly newer build for the same repo and backend exists.
+        applied: The update was installed by this check (``--apply``).
+        skipped: ``"rate_limited"`` when a stored backoff says not to ask yet.
+        not_before: Epoch seconds before which the next check will skip, if any.
+        reason: Why ``update_available`` is what it is, for people.
+        outcome: The ``update`` object when ``applied``.
+    """
+
+    installed: str | None
+    latest: str | None
+    update_available: bool
+    applied: bool = False
+    skipped: str | None = None
+    not_before: float | None = None
+    reason: str = ""
+    outcome: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``check`` object of the CLI contract."""
+        return asdict(self)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``"90"``, ``"30s"``, ``"10m"`` or ``"1.5h"``.
+
+    Raises:
+        UserInputError: Not a duration of at most 24 hours.
+    """
+    match = _DURATION.match(text.strip().lower()) if isinstance(text, str) else None
+    if match is None:
+        raise UserInputError(f"Malformed duration {text!r}; use a number with s, m or h, e.g. '10m'.")
+    seconds = float(match["n"]) * _UNIT_SECONDS[match["unit"]]
+    if seconds > MAX_JITTER_SECONDS:
+        raise UserInputError(f"Duration {text!r} is longer than 24 hours; use at most '24h'.")
+    return seconds
+
+
+def not_before_after_error(exc: RateLimitError, now: float) -> float:
+    """When to ask again after GitHub refused with a rate limit."""
+    if exc.retry_after is not None:
+        return now + exc.retry_after
+    if exc.reset_at is not None and exc.reset_at > now:
+        return exc.reset_at
+    return now + DEFAULT_BACKOFF_SECONDS
+
+
+def not_before_after_success(rate: RateLimit | None, now: float) -> float | None:
+    """When to ask again after an answer that spent the last request, else ``None``."""
+    if rate is None or rate.remaining is None or rate.remaining > 0:
+        return None
+    if rate.reset is not None and rate.reset > now:
+        return float(rate.reset)
+    return now + DEFAULT_BACKOFF_SECONDS
+
+
+def update_decision(
+    active: InstallMarker | None, repo: str, latest_tag: str, has_backend_build: bool
+) -> tuple[bool, str]:
+    """Whether ``latest_tag`` is an update for ``active``, and why (pure)."""
+    from updater.tags import is_upgrade
+
+    if not has_backend_build:
+        backend = active.backend if active else "the requested backend"
+        return False, f"{latest_tag} has no {backend} build for this machine."
+    if active is None:
+        return True, f"Nothing is installed; {latest_tag} can be installed."
+    if active.repo != repo:
+        return False, f"The active runtime comes from {active.repo}, not {repo}; switching needs an explicit update."
+    try:
+        newer = is_upgrade(active.tag, latest_tag)
+    except UserInputError:
+        newer = False
+    if newer:
+        return True, f"{latest_tag} is newer than the active {active.tag}."
+    if active.tag == latest_tag:
+        return False, f"{active.tag} is the newest release."
+    return False, f"{latest_tag} is not newer than the active {active.tag}; never downgrading."
+
+
+class Backoff:
+    """The persisted "do not ask GitHub before" time of one home.
+
+    Args:
+        cache_dir: ``<home>/cache``.
+    """
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.path = cache_dir / BACKOFF_NAME
+
+    def not_before(self) -> float | None:
+        """The stored time, or ``None`` (a damaged file counts as none)."""
+        try:
+            value = json.loads(self.path.read_bytes()).get("not_before")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    def set(self, not_before: float, reason: str) -> None:
+        """Persist ``not_before`` (epoch seconds)."""
+        atomic_write_json(self.path, {"not_before": not_before, "reason": reason})
+
+    def clear(self) -> None:
+        """Forget the backoff (GitHub answered normally)."""
+        self.path.unlink(missing_ok=True)

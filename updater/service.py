@@ -1,0 +1,509 @@
+"""The embeddable API: one engine for app start-up, an update button and a scheduled job.
+
+::
+
+    from llama_runtime_updater import RuntimeUpdater   # or: from updater import RuntimeUpdater
+
+    updater = RuntimeUpdater(backend="vulkan")
+    ready = updater.ensure()                 # start-up: no network, never waits
+    job = updater.start_update()             # the button: single-flight, follow or cancel
+    job.subscribe(lambda s: print(s.phase, s.done_bytes, s.total_bytes))
+    result = updater.check(apply=False)      # the scheduler: conditional, rate-limit aware
+
+Locking policy per caller:
+    * ``ensure`` never touches the update lock; it reads the pointer and the
+      marker and reports ``update_running`` from the lock's owner record.
+    * ``start_update`` joins a running job (also one of another process) and
+      otherwise fails fast with :class:`~runtime.errors.BusyError`.
+    * ``check(apply=True)`` skips with ``BusyError`` or waits up to ``wait`` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from runtime.errors import BusyError, CancelledError, CorruptStateError, LlamaRuntimeError, RemoteError
+from runtime.layout import Home, InstalledRuntime
+from updater.jobs import JobListener, JobRecorder, JobState, JobStore, pid_alive
+from updater.schedule import CheckResult
+
+if TYPE_CHECKING:
+    from runtime.binary import ProcessRunner
+    from updater.github import GitHubClient
+    from updater.host import HostFacts
+    from updater.install import Installer, Progress, UpdateRequest
+
+__all__ = ["CheckResult", "EnsureResult", "JobState", "RuntimeUpdater", "UpdateJob"]
+
+DEFAULT_REPO: Final = "ggml-org/llama.cpp"
+DEFAULT_API_URL: Final = "https://api.github.com"
+# How often a handle on another process's job re-reads the job file; the
+# owner persists at most four times a second, so faster polling sees nothing new.
+FOLLOW_POLL_SECONDS: Final[float] = 0.1
+# The button returns once the job holds the lock (its first event): lock
+# acquisition never waits, so this bound is only hit by a hung filesystem.
+START_TIMEOUT_SECONDS: Final[float] = 30.0
+
+
+@dataclass(frozen=True)
+class EnsureResult:
+    """What start-up found.
+
+    Attributes:
+        runtime: The active, cheaply verified runtime, or ``None``.
+        update_running: Another caller is updating right now (start-up did not wait).
+        problem: Why there is no usable runtime, for people; ``None`` when ready.
+        installed: This call installed the runtime (``install_if_missing``).
+    """
+
+    runtime: InstalledRuntime | None
+    update_running: bool
+    problem: str | None = None
+    installed: bool = False
+
+    @property
+    def ready(self) -> bool:
+        """Whether a verified runtime is active."""
+        return self.runtime is not None
+
+    @property
+    def binary(self) -> Path | None:
+        """The ``llama-server`` to run, when ready."""
+        return self.runtime.binary if self.runtime else None
+
+
+class UpdateJob:
+    """A handle on an update job, in this process or in another one.
+
+    Every state is a :class:`~updater.jobs.JobState`; the job's own process
+    sees every event, a follower sees the states persisted in the job file.
+    """
+
+    def __init__(self, store: JobStore, job_id: str, recorder: JobRecorder | None = None) -> None:
+        self._store = store
+        self._recorder = recorder
+        self.id = job_id
+
+    @property
+    def owned(self) -> bool:
+        """Whether this process runs the job (else it follows the job file)."""
+        return self._recorder is not None
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The error that ended an owned job, if any."""
+        return self._recorder.exception if self._recorder else None
+
+    def state(self) -> JobState:
+        """The latest state of the job."""
+        if self._recorder is not None:
+            return self._recorder.state
+        state = self._store.get(self.id)
+        if state is None:
+            error = {"code": "job_lost", "message": f"The record of update job {self.id} is gone."}
+            return JobState(id=self.id, phase="failed", pid=0, error=error)
+        return state
+
+    def wait(self, timeout: float | None = None) -> JobState:
+        """Wait until the job is over or ``timeout`` seconds pass; returns the latest state."""
+        if self._recorder is not None:
+            self._recorder.finished.wait(timeout)
+            return self._recorder.state
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state = self.state()
+            if not state.running or (deadline is not None and time.monotonic() >= deadline):
+                return state
+            time.sleep(FOLLOW_POLL_SECONDS)
+
+    def cancel(self) -> None:
+        """Ask the job to stop; it discards what it staged and keeps the downloaded bytes."""
+        self._store.request_cancel(self.id)
+        if self._recorder is not None:
+            self._recorder.cancel()
+
+    def subscribe(self, callback: JobListener) -> Callable[[], None]:
+        """Call ``callback`` with each new state until the job is over; returns unsubscribe.
+
+        For another process's job, a daemon thread polls the job file.
+        """
+        if self._recorder is not None:
+            return self._recorder.subscribe(callback)
+        stop = threading.Event()
+
+        def follow() -> None:
+            last: JobState | None = None
+            while not stop.is_set():
+                state = self.state()
+                if state != last:
+                    callback(state)
+                    last = state
+                if not state.running:
+                    return
+                stop.wait(FOLLOW_POLL_SECONDS)
+
+        threading.Thread(target=follow, name=f"llama-runtime-follow-{self.id}", daemon=True).start()
+        return stop.set
+
+    def events(self, timeout: float | None = None) -> Iterator[JobState]:
+        """Iterate over the job's states until it is over (the last one is terminal)."""
+        inbox: queue.Queue[JobState] = queue.Queue()
+        unsubscribe = self.subscribe(inbox.put)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            current = self.state()
+            yield current
+            while current.running:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return
+                try:
+                    current = inbox.get(timeout=min(left, 1.0) if left is not None else 1.0)
+                except queue.Empty:
+                    current = self.state()  # an owner that died sends nothing more
+                    if not current.running:
+                        yield current
+                    continue
+                yield current
+        finally:
+            unsubscribe()
+
+
+class RuntimeUpdater:
+    """Keeps one home's llama.cpp runtime current; safe to use from many threads and processes.
+
+    Args:
+        home: The llama-runtime home (default: the platform's user data dir).
+        repo: ``owner/name`` releases come from.
+        backend: ``auto`` (keep the active runtime's request) or a backend name.
+        api_url: GitHub REST API base.
+        token: GitHub token; default ``GITHUB_TOKEN`` / ``GH_TOKEN`` from the environment.
+        source_factory: Builds the release client (tests, mirrors); default a
+            :class:`~updater.github.GitHubClient` with the home's ETag cache.
+        host: Returns the host facts; default :func:`~updater.host.detect_host`.
+        runner: Runs the staged binary to verify it.
+        clock: Epoch seconds (rate-limit backoff).
+    """
+
+    def __init__(
+        self,
+        home: Path | None = None,
+        *,
+        repo: str = DEFAULT_REPO,
+        backend: str = "auto",
+        api_url: str = DEFAULT_API_URL,
+        token: str | None = None,
+        source_factory: Callable[[], GitHubClient] | None = None,
+        host: Callable[[], HostFacts] | None = None,
+        runner: ProcessRunner | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        from runtime.backends import parse_backend
+        from updater.config import github_token, validate_repo
+
+        if home is None:
+            from runtime.layout import default_home
+
+            home = default_home()
+        self.home = Home(home)
+        self.repo = validate_repo(repo)
+        self.backend = parse_backend(backend)
+        self.api_url = api_url.rstrip("/")
+        self.token = token if token is not None else github_token(os.environ)
+        self.jobs = JobStore(self.home)
+        self._source_factory = source_factory
+        self._host_probe = host
+        self._host: HostFacts | None = None
+        self._runner = runner
+        self._clock = clock
+
+    # -- collaborators -----------------------------------------------------------
+
+    def _source(self) -> GitHubClient:
+        if self._source_factory is not None:
+            return self._source_factory()
+        from updater.github import GitHubClient, JsonFileEtagCache
+
+        return GitHubClient(
+            self.api_url,
+            self.repo,
+            token=self.token,
+            etag_cache=JsonFileEtagCache(self.home.cache_dir / "etags.json"),
+        )
+
+    def host(self) -> HostFacts:
+        """Host facts, detected once per updater."""
+        if self._host is None:
+            if self._host_probe is not None:
+                self._host = self._host_probe()
+            else:
+                from updater.host import detect_host
+
+                self._host = detect_host()
+        return self._host
+
+    def _installer(self, source: GitHubClient | None) -> Installer:
+        from updater.install import Installer
+
+        if self._runner is None:
+            return Installer(self.home, source=source, host=self.host)
+        return Installer(self.home, source=source, host=self.host, runner=self._runner)
+
+    def update_running(self) -> bool:
+        """Whether an update holds the lock or a job runs now (reads files; never touches the lock)."""
+        from runtime.lock import UpdateLock
+
+        owner = UpdateLock(self.home.lock_path).owner()
+        if owner is not None and pid_alive(owner.pid):
+            return True
+        current = self.jobs.current()
+        return current is not None and current.running
+
+    # -- start-up ------------------------------------------------------------------
+
+    def ensure(self, *, install_if_missing: bool = False) -> EnsureResult:
+        """The runtime to start, found without network and without waiting.
+
+        A runtime counts as ready when the pointer names it, its marker is
+        valid and its binary exists with the size the marker recorded.
+
+        Args:
+            install_if_missing: With no usable runtime and no update running,
+                install the newest release now (blocks until done).
+
+        Raises:
+            LlamaRuntimeError: Only from the install that ``install_if_missing`` asked for.
+        """
+        runtime, problem = self._active_checked()
+        running = self.update_running()
+        if runtime is not None or running or not install_if_missing:
+            return EnsureResult(runtime, running, problem)
+        job = self.start_update(operation="startup")
+        job.wait()
+        if job.exception is not None:
+            raise job.exception
+        runtime, problem = self._active_checked()
+        return EnsureResult(runtime, False, problem, installed=runtime is not None)
+
+    def _active_checked(self) -> tuple[InstalledRuntime | None, str | None]:
+        try:
+            pointer = self.home.read_pointer()
+            if not pointer.active:
+                return None, "No llama.cpp runtime is installed yet."
+            runtime = self.home.load(pointer.active)
+        except CorruptStateError as exc:
+            return None, exc.message
+        marker = runtime.marker
+        record = marker.files.get(marker.binary)
+        try:
+            size = runtime.binary.stat().st_size
+        except OSError:
+            return None, f"The active runtime's binary {runtime.binary} is missing."
+        if not runtime.binary.is_file() or (record is not None and record.size != size):
+            return None, f"The active runtime's binary {runtime.binary} differs from what was installed."
+        return runtime, None
+
+    # -- the button ----------------------------------------------------------------
+
+    def current_job(self) -> UpdateJob | None:
+        """A handle on the newest job (running or finished), if there was one."""
+        state = self.jobs.current()
+        return UpdateJob(self.jobs, state.id) if state else None
+
+    def start_update(
+        self,
+        tag: str | None = None,
+        backend: str | None = None,
+        *,
+        join: bool = True,
+        lock_timeout: float = 0.0,
+        operation: str = "button",
+        background: bool = True,
+        listener: JobListener | None = None,
+    ) -> UpdateJob:
+        """Start an update job, or return the one already running (single-flight).
+
+        Args:
+            tag: Exact tag, or ``None`` for the newest release.
+            backend: Backend request; ``None`` keeps the updater's (or the active runtime's).
+            join: Return the running job (default); ``False`` raises ``BusyError`` instead.
+            lock_timeout: Seconds to wait for the update lock (the button: 0).
+            operation: Who asks (recorded in the job and the lock owner).
+            background: Run in a thread (default); ``False`` runs here and returns when over.
+            listener: Called with every state of a job this call starts (e.g. a progress bar).
+
+        Raises:
+            BusyError: Another process updates without a job record, or ``join`` is
+                false and a job runs; the message carries its progress.
+            UserInputError: A malformed tag or backend.
+        """
+        from runtime.backends import parse_backend
+        from updater.install import UpdateRequest
+        from updater.tags import validate_tag
+
+        request = UpdateRequest(
+            repo=self.repo,
+            tag=validate_tag(tag) if tag is not None else None,
+            backend=parse_backend(backend)
+            if backend is not None
+            else (None if self.backend == "auto" else self.backend),
+        )
+        self.home.ensure()
+        now = self._clock()
+        new = JobState(
+            id=secrets.token_hex(8),
+            phase="resolve",
+            pid=os.getpid(),
+            operation=operation,
+            tag=request.tag,
+            started_at=now,
+            updated_at=now,
+            message="waiting for the update lock",
+        )
+        state, claimed = self.jobs.claim(new, before_claim=None if lock_timeout else self._refuse_if_locked)
+        if not claimed:
+            if not join:
+                raise BusyError(f"An update is already running ({state.describe()}, job {state.id}).")
+            return UpdateJob(self.jobs, state.id)
+        recorder = JobRecorder(self.jobs, state, clock=self._clock)
+        job = UpdateJob(self.jobs, state.id, recorder)
+        if listener is not None:
+            recorder.subscribe(listener)
+        if not background:
+            self._run(recorder, request, lock_timeout)
+            return job
+        thread = threading.Thread(
+            target=self._run, args=(recorder, request, lock_timeout), name=f"llama-runtime-job-{state.id}", daemon=True
+        )
+        thread.start()
+        recorder.started.wait(START_TIMEOUT_SECONDS)
+        if isinstance(recorder.exception, BusyError):
+            raise recorder.exception
+        return job
+
+    def _default_backend(self) -> str | None:
+        # "auto" means: keep the active runtime's stored request (the installer's rule).
+        return None if self.backend == "auto" else self.backend
+
+    def _refuse_if_locked(self) -> None:
+        from runtime.lock import UpdateLock
+
+        lock = UpdateLock(self.home.lock_path)
+        owner = lock.owner()
+        if owner is not None and pid_alive(owner.pid):
+            raise BusyError(
+                f"Another llama-runtime process is updating this runtime ({owner.operation}, pid {owner.pid}).",
+                hint="Wait for it to finish, or follow it with `llama-runtime status`.",
+            )
+
+    def _run(self, recorder: JobRecorder, request: UpdateRequest, lock_timeout: float) -> None:
+        def progress(event: Progress) -> None:
+            recorder.on_progress(event.phase, event.done_bytes, event.total_bytes, event.message)
+
+        source: GitHubClient | None = None
+        try:
+            source = self._source()
+            installer = self._installer(source)
+            outcome = installer.update(
+                request, progress=progress, cancel=recorder.cancel_requested, lock_timeout=lock_timeout
+            )
+            recorder.finish("done", result=outcome.to_json())
+        except CancelledError as exc:
+            recorder.finish("cancelled", exc=exc)
+        except LlamaRuntimeError as exc:
+            recorder.finish("failed", exc=exc)
+        except BaseException as exc:  # a bug must still end the job, never leave it "running"
+            err = LlamaRuntimeError(f"Internal error ({type(exc).__name__}: {exc}); the active runtime is unchanged.")
+            recorder.finish("failed", exc=err)
+        finally:
+            if source is not None:
+                source.close()
+
+    # -- the scheduler -------------------------------------------------------------
+
+    def check(self, *, apply: bool = False, wait: float = 0.0, listener: JobListener | None = None) -> CheckResult:
+        """Is a strictly newer build for the active repo and backend out? ``apply`` installs it.
+
+        One conditional request when nothing changed (a 304 that GitHub does not
+        count); skips without a request while a stored rate-limit backoff runs.
+
+        Args:
+            apply: Install the newer build (as a job others can follow).
+            wait: Seconds ``apply`` may wait for another update to finish.
+            listener: Receives the states of the update ``apply`` runs.
+
+        Raises:
+            BusyError: ``apply`` and another update holds the lock (after ``wait``).
+            RateLimitError: GitHub refused right now; the backoff is stored.
+            RemoteError: Network or GitHub failures.
+        """
+        from runtime.errors import BackendUnavailableError, RateLimitError
+        from updater.choose import choose_asset
+        from updater.schedule import Backoff, not_before_after_error, not_before_after_success, update_decision
+
+        self.home.ensure()
+        runtime, _problem = self._active_checked()
+        marker = runtime.marker if runtime else None
+        installed = marker.tag if marker else None
+        backoff = Backoff(self.home.cache_dir)
+        now = self._clock()
+        not_before = backoff.not_before()
+        if not_before is not None and now < not_before:
+            return CheckResult(
+                installed,
+                None,
+                False,
+                skipped="rate_limited",
+                not_before=not_before,
+                reason="GitHub's rate limit was reached; the check resumes after the stored time.",
+            )
+        if apply and not wait:
+            self._refuse_if_locked()
+        with self._source() as source:
+            try:
+                release = source.latest_release()
+            except RateLimitError as exc:
+                backoff.set(not_before_after_error(exc, self._clock()), exc.message)
+                raise
+            after = not_before_after_success(source.last_rate_limit, self._clock())
+        if after is not None:
+            backoff.set(after, "the last request used GitHub's remaining quota")
+        else:
+            backoff.clear()
+        backend = marker.backend if marker else self.backend
+        try:
+            choose_asset(release, self.host(), backend)
+            has_build = True
+        except BackendUnavailableError:
+            has_build = False
+        available, reason = update_decision(marker, self.repo, release.tag, has_build)
+        if not (apply and available):
+            return CheckResult(installed, release.tag, available, not_before=after, reason=reason)
+        deadline = time.monotonic() + wait
+        running = self.jobs.current()
+        if running is not None and running.running and wait:
+            UpdateJob(self.jobs, running.id).wait(wait)
+        job = self.start_update(
+            tag=release.tag,
+            join=False,
+            lock_timeout=max(deadline - time.monotonic(), 0.0),
+            operation="schedule",
+            background=False,
+            listener=listener,
+        )
+        if job.exception is not None:
+            raise job.exception
+        state = job.state()
+        if state.result is None:
+            raise RemoteError(f"The update to {release.tag} ended without a result ({state.phase}).")
+        return CheckResult(
+            installed, release.tag, True, applied=True, not_before=after, reason=reason, outcome=state.result
+        )
