@@ -12,6 +12,7 @@ CLI ``exit_code`` promised by the command-line contract::
     |   +-- DiskSpaceError            exit 4
     |   +-- CorruptStateError         exit 6  pointer/marker on disk is unusable
     |   +-- CancelledError            exit 130
+    |   +-- FileSystemError           exit 1  an OS-level I/O failure (EIO, EACCES …)
     +-- BackendUnavailableError       exit 5  no asset for this host, or host cannot run it
     +-- VerificationError             exit 6  the new runtime was rejected
     +-- RemoteError                   exit 7  GitHub / mirror / network
@@ -106,6 +107,12 @@ class CancelledError(LocalError):
 
     exit_code = 130
     code = "cancelled"
+
+
+class FileSystemError(LocalError):
+    """The operating system refused a file operation (not a bug in llama-runtime)."""
+
+    code = "io_error"
 
 
 class BackendUnavailableError(LlamaRuntimeError):

@@ -253,7 +253,12 @@ def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: 
             scored.sort(key=lambda s: (s[0], s[1]))
             chosen = (scored[0][2], scored[0][3])
             break
-        rejected = "; ".join(sorted({verdicts[n] for n, i in on_platform.items() if i.backend == backend}))
+        reasons = {verdicts[n] for n, i in on_platform.items() if i.backend == backend}
+        rejected = "; ".join(sorted(reasons))
+        if reasons and not auto and all(r.startswith("still uploading") for r in reasons):
+            raise BackendUnavailableError(
+                f"The {backend} build of {label} for {platform} is still being uploaded; try again in a few minutes."
+            )
         if rejected and not auto:
             raise BackendUnavailableError(f"No {backend} build of {label} for {platform} can run here: {rejected}.")
         skipped.append(f"{backend}: {rejected or 'no build'}")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from runtime.errors import LlamaRuntimeError, UserInputError
 
 if TYPE_CHECKING:
-    from runtime.layout import Home, InstalledRuntime
+    from runtime.layout import Home, InstalledRuntime, Pointer
     from updater.config import Settings
     from updater.install import Installer
 
@@ -136,14 +136,17 @@ def make_installer(settings: Settings, *, with_source: bool) -> Installer:
     home = home_for(settings)
     source = None
     if with_source:
-        from updater.github import GitHubClient, JsonFileEtagCache
+        from updater.github import DEFAULT_TIMEOUT, GitHubClient, JsonFileEtagCache
 
         home.ensure()
+        # LLAMA_RUNTIME_READ_TIMEOUT (seconds, every phase of a request): for slow links and for tests.
+        read_timeout = os.environ.get("LLAMA_RUNTIME_READ_TIMEOUT", "").strip()
         source = GitHubClient(
             settings.api_url,
             settings.repo,
             token=settings.token,
             etag_cache=JsonFileEtagCache(home.cache_dir / "etags.json"),
+            timeout=float(read_timeout) if read_timeout else DEFAULT_TIMEOUT,
         )
     health_timeout = float(os.environ.get("LLAMA_RUNTIME_HEALTH_TIMEOUT", "") or HEALTH_TIMEOUT_SECONDS)
     return Installer(
@@ -178,13 +181,41 @@ def _override_json() -> dict[str, Any] | None:
 # -- commands -----------------------------------------------------------------
 
 
+_REPAIR_HINT = (
+    "Run `llama-runtime doctor --repair` to point at a verified runtime, "
+    "or `llama-runtime update` to install one again."
+)
+
+
+def _read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
+    """The pointer and the intact active runtime; damage is an exit-6 error naming the repair."""
+    from runtime.errors import CorruptStateError
+    from runtime.marker import ForeignMarkerError
+    from updater.recovery import damage
+
+    try:
+        pointer = home.read_pointer()
+        active = home.load(pointer.active) if pointer.active else None
+    except ForeignMarkerError:
+        raise
+    except CorruptStateError as exc:
+        raise CorruptStateError(exc.message, hint=_REPAIR_HINT) from None
+    problems = damage(active) if active else []
+    if active and problems:
+        shown = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
+        raise CorruptStateError(
+            f"The active runtime {active.marker.tag} ({active.marker.backend}) in {active.path} is damaged: {shown}.",
+            hint=_REPAIR_HINT,
+        )
+    return pointer, active
+
+
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     from runtime.lock import UpdateLock
 
     settings = settings_from_args(args)
     home = home_for(settings)
-    pointer = home.read_pointer()
-    active = home.load(pointer.active) if pointer.active else None
+    pointer, active = _read_active(home)
     installed = home.installed()
     previous = next((r for r in installed if r.name == pointer.previous), None)
     override = _override_json()
@@ -230,7 +261,14 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
         cuda_version=args.cuda_version,
         require_digest=args.require_digest,
     )
-    outcome = installer.update(request, lock_timeout=args.wait)
+    from updater.progress import terminal_progress
+
+    bar = None if args.json else terminal_progress()
+    try:
+        outcome = installer.update(request, lock_timeout=args.wait, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     m = outcome.active.marker
     warnings = list(outcome.warnings)
     override = _override_json()
@@ -370,6 +408,7 @@ AddParser = Callable[[str, str], argparse.ArgumentParser]
 EXTENSIONS: list[str] = [
     "updater.cli_offline",
     "updater.cli_server",
+    "updater.cli_jobs",
 ]
 
 COMMANDS: dict[str, Handler] = {
@@ -405,6 +444,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LlamaRuntimeError as exc:
         out.error(exc)
         return exc.exit_code
+    except OSError as exc:
+        from runtime.errors import FileSystemError
+
+        where = f" ({exc.filename})" if exc.filename else ""
+        io_error = FileSystemError(
+            f"A file operation failed: {exc.strerror or exc}{where}. The active runtime is unchanged.",
+            hint="Check permissions and the health of the disk, then try again.",
+        )
+        out.error(io_error)
+        return io_error.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted; the active runtime is unchanged.\n")
         return 130

@@ -3,8 +3,10 @@
 Checks, in order, each reported as a finding with a verdict: the pointer, the
 active runtime's marker, every recorded file (size and sha256), the binary's
 ``--version`` and ``--list-devices``, the ``LLAMA_SERVER_PATH`` override and
-leftover staging. ``--repair`` only ever moves the pointer to a runtime that
-passes these checks; it never deletes anything.
+leftovers of interrupted updates. ``--repair`` only ever moves the pointer to
+a runtime that passes these checks, and removes those leftovers (staging,
+temporary files, downloads of installed releases, marker-less directories the
+pointer does not name: see :mod:`updater.recovery`); it never deletes a runtime.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from pathlib import Path
 from typing import Final
 
 from runtime.binary import ProcessRunner, run_process, server_override
-from runtime.errors import CorruptStateError, VerificationError
+from runtime.errors import BusyError, CorruptStateError, VerificationError
 from runtime.layout import Home, InstalledRuntime, Pointer
 from runtime.lock import UpdateLock
+from updater.recovery import clean_leftovers, find_leftovers
 from updater.verify import probe_binary
 
 _HASH_CHUNK: Final = 1024 * 1024  # bytes
@@ -164,6 +167,7 @@ def run_doctor(
             f"LLAMA_SERVER_PATH={override} is in force; apps run it instead of the managed runtime",
         )
         report.advice.append("Unset LLAMA_SERVER_PATH to let apps use the managed runtime.")
+    _check_leftovers(home, report, repair)
     try:
         pointer = home.read_pointer()
     except CorruptStateError as exc:
@@ -198,7 +202,26 @@ def run_doctor(
         _repair(home, report, runner, pointer)
     elif problems:
         report.advice.append("Run `llama-runtime doctor --repair` (or `llama-runtime update`) to recover.")
-    leftovers = list(home.staging_dir.iterdir()) if home.staging_dir.is_dir() else []
-    if leftovers:
-        report.advice.append(f"{len(leftovers)} leftover staging directories; `llama-runtime gc` removes them.")
     return report
+
+
+def _check_leftovers(home: Home, report: DoctorReport, repair: bool) -> None:
+    lock = UpdateLock(home.lock_path)
+    if home.lock_path.exists() and lock.is_held():
+        return  # staging belongs to the update that is running
+    found = find_leftovers(home)
+    if not found:
+        return
+    if not repair:
+        report.advice.append(
+            f"{len(found)} leftovers of interrupted updates (e.g. {found[0].path}); "
+            "`llama-runtime doctor --repair` or the next update removes them."
+        )
+        return
+    try:
+        with lock.hold("doctor --repair"):
+            removed = clean_leftovers(home)
+    except BusyError:
+        report.advice.append("An update started meanwhile; it removes the leftovers itself.")
+        return
+    report.add("leftovers", True, f"removed {len(removed)} leftovers of interrupted updates")

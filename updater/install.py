@@ -23,13 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import structlog
-
 from runtime.backends import is_gpu_backend
 from runtime.binary import ProcessRunner, run_process
 from runtime.errors import (
     BackendUnavailableError,
     CorruptStateError,
+    DiskSpaceError,
     IntegrityError,
     LlamaRuntimeError,
     UserInputError,
@@ -46,6 +45,8 @@ from updater.choose import Choice, choose_asset
 from updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
 from updater.download import DownloadResult, check_free_space, download_asset
 from updater.host import HostFacts
+from updater.logs import get_logger
+from updater.recovery import clean_leftovers, damage, disk_full_error, disk_space_errors, is_disk_full
 from updater.release import Asset, Release
 from updater.swap import HEALTH_TIMEOUT_SECONDS, ServerSwitch, SwitchReport, switch_with_server
 from updater.verify import Expected, probe_binary, read_back_marker
@@ -53,7 +54,7 @@ from updater.verify import Expected, probe_binary, read_back_marker
 if TYPE_CHECKING:
     from updater.github import GitHubClient
 
-log = structlog.get_logger("llama_runtime.install")
+log = get_logger("llama_runtime.install")
 
 Phase = Literal["resolve", "download", "verify", "activate", "done"]
 
@@ -114,6 +115,14 @@ class _Staged:
     directory: Path
     binary_rel: str
     files: dict[str, FileRecord] = field(default_factory=dict)
+
+
+def _pointer_names(home: Home, name: str) -> bool:
+    """Whether the pointer names ``name``; an unreadable pointer names nothing we wrote."""
+    try:
+        return home.read_pointer().active == name
+    except CorruptStateError:
+        return False
 
 
 def utc_now() -> str:
@@ -217,9 +226,13 @@ class Installer:
         with self.lock.hold("update", timeout=lock_timeout):
             # Re-read the state under the lock: another process may have
             # installed this very release while we waited.
+            clean_leftovers(self.home)
             active = self._active_for_replacement()
+            # A half-deleted active runtime is never "up to date": reinstall over it.
+            intact = active is not None and not damage(active)
             backend_request, explicit = self._backend_request(request, active)
-            if active and request.tag and self._satisfies(active, request.repo, request.tag, backend_request):
+            satisfied = active and request.tag and self._satisfies(active, request.repo, request.tag, backend_request)
+            if active and intact and satisfied:
                 return UpdateOutcome("up_to_date", active, self.previous())
             emit(Progress("resolve", message="resolving the release"))
             release = self._resolve(request)
@@ -227,7 +240,7 @@ class Installer:
             choice, backend_request = self._choose(
                 release, backend_request, request.cuda_version, active, explicit, warnings
             )
-            if active and self._same_build(active, release, choice):
+            if active and intact and self._same_build(active, release, choice):
                 return UpdateOutcome("up_to_date", active, self.previous(), tuple(warnings))
             return self._install_release(
                 release, choice, backend_request, request, active, emit, cancel or (lambda: False), warnings
@@ -322,15 +335,11 @@ class Installer:
         warnings: list[str],
     ) -> UpdateOutcome:
         assets = (choice.asset, *choice.extra_assets)
-        incomplete = [a.name for a in assets if not a.is_complete]
-        if incomplete:
-            names = ", ".join(incomplete)
-            raise BackendUnavailableError(
-                f"{names} of llama.cpp {release.tag} is still being uploaded; try again in a few minutes."
-            )
         needed = sum(a.size for a in assets) * (1 + EXTRACTED_SIZE_FACTOR)
-        check_free_space(self.home.root, needed, what=f"llama.cpp {release.tag}")
-        downloads = [self._download(a, request, emit, cancel, warnings) for a in assets]
+        what = f"llama.cpp {release.tag}"
+        check_free_space(self.home.root, needed, what=what)
+        with disk_space_errors(self.home.root, needed, what):
+            downloads = [self._download(a, request, emit, cancel, warnings) for a in assets]
         checkpoint("after_download")
         digest_verified = all(d.digest_verified for d in downloads)
         meta = {
@@ -349,9 +358,17 @@ class Installer:
                 for a, d in zip(choice.extra_assets, downloads[1:], strict=True)
             ),
         }
-        outcome = self.install_archives(
-            [d.path for d in downloads], meta, active=active, emit=emit, cancel=cancel, warnings=warnings
-        )
+        try:
+            outcome = self.install_archives(
+                [d.path for d in downloads], meta, active=active, emit=emit, cancel=cancel, warnings=warnings
+            )
+        except (IntegrityError, VerificationError, DiskSpaceError):
+            # Rejected bytes would only fail again (and may be hostile); a full
+            # disk needs the space back. A cancel or a crash keeps them to resume.
+            for d in downloads:
+                with contextlib.suppress(OSError):
+                    d.path.unlink()
+            raise
         for d in downloads:
             with contextlib.suppress(OSError):
                 d.path.unlink()
@@ -383,16 +400,21 @@ class Installer:
 
         if self.source is None:
             raise UserInputError("No release source configured for this operation.")
-        return download_asset(
-            self.source,
-            asset,
-            partial,
-            max_bytes=min(MAX_ASSET_BYTES, max(asset.size, 1)),
-            expected_size=asset.size,
-            expected_sha256=expected_sha,
-            progress=on_bytes,
-            cancel=cancel,
-        )
+        try:
+            return download_asset(
+                self.source,
+                asset,
+                partial,
+                max_bytes=min(MAX_ASSET_BYTES, max(asset.size, 1)),
+                expected_size=asset.size,
+                expected_sha256=expected_sha,
+                progress=on_bytes,
+                cancel=cancel,
+            )
+        except OSError as exc:
+            if is_disk_full(exc):
+                partial.unlink(missing_ok=True)  # the space is what is missing
+            raise
 
     # -- shared by downloads and install-file --------------------------------
 
@@ -451,8 +473,11 @@ class Installer:
             read_back_marker(staging, expected)
             emit(Progress("activate", message="activating"))
             return self._activate(staging, marker, active, warnings)
-        except BaseException:
+        except BaseException as exc:
             remove_tree(staging)
+            if is_disk_full(exc):
+                needed = sum(a.stat().st_size for a in archives) * EXTRACTED_SIZE_FACTOR
+                raise disk_full_error(self.home.root, needed, f"llama.cpp {meta['tag']}") from exc
             raise
 
     def _extract(self, archives: list[Path], staging: Path, asset_name: str, cancel: CancelCheck) -> _Staged:
@@ -484,12 +509,15 @@ class Installer:
         active: InstalledRuntime | None,
         warnings: list[str],
     ) -> UpdateOutcome:
+        try:
+            old_pointer = self.home.read_pointer()
+        except CorruptStateError:
+            old_pointer = Pointer()  # a damaged pointer is what this update repairs
         name = self.home.new_runtime_name(marker.repo, marker.tag, marker.backend)
         final = self.home.runtime_path(name)
         os.replace(staging, final)
         fsync_directory(self.home.runtimes_dir)
         installed = InstalledRuntime(name=name, path=final, marker=marker)
-        old_pointer = self.home.read_pointer()
 
         def flip() -> None:
             checkpoint("before_pointer_flip")
@@ -507,7 +535,7 @@ class Installer:
                 report = SwitchReport(restarted=False, reload_required=False, pid_changed=False)
         except BaseException:
             # Never delete what the pointer names (an un-flip that itself failed).
-            if self.home.read_pointer().active != name:
+            if not _pointer_names(self.home, name):
                 remove_tree(final)
             raise
         checkpoint("after_pointer_flip")

@@ -1,0 +1,296 @@
+"""Crash consistency: SIGKILL at every checkpoint, a failing rename, a failing fsync.
+
+rustup's ``kill_at_checkpoint``: the CLI runs in a subprocess with
+``LLAMA_RUNTIME_TEST_KILL_AT=<name>`` and SIGKILLs itself there, so no
+``finally`` or ``except`` runs. Afterwards ``status`` must show a runtime that
+runs (old before the pointer flip, new after it), the same ``update`` run
+again must complete, and nothing of the crashed run may remain in staging.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+from updater.checkpoints import CHECKPOINTS, KILL_AT_ENV
+from updater.cli import main
+
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
+ROOT = Path(__file__).resolve().parents[1]
+#: Checkpoints an update passes; ``during_gc`` is reached while cleaning leftovers.
+INSTALL_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c != "during_gc")
+FLIPPED = {"after_pointer_flip"}
+#: What a kill at each checkpoint leaves in staging/ and downloads/ (the next update cleans it).
+LEFT_BEHIND = {
+    "after_download": {"staging": False, "downloads": True},
+    "after_extract": {"staging": True, "downloads": True},
+    "after_marker": {"staging": True, "downloads": True},
+    "before_pointer_flip": {"staging": False, "downloads": True},
+    "after_pointer_flip": {"staging": False, "downloads": True},
+}
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
+    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def run_killed(home: Path, github: FakeGitHub, point: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, KILL_AT_ENV: point}
+    return subprocess.run(
+        [sys.executable, "-m", "updater.cli", *args, "--home", str(home), "--api-url", github.api_url, "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def b7000_active(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
+    """Stand-in b7000 (cpu) installed and active; stand-in b7001 published."""
+    for tag in ("b7000", "b7001"):
+        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+    assert code == 0, payload
+    return home
+
+
+def assert_no_leftovers(home: Path) -> None:
+    assert list((home / "staging").iterdir()) == []
+    assert list((home / "downloads").iterdir()) == []
+    assert [p.name for p in home.iterdir() if p.name.endswith(".tmp")] == []
+    for runtime in (home / "runtimes").iterdir():
+        assert (runtime / "llama-runtime.json").is_file(), f"{runtime} has no marker"
+
+
+def assert_status_runs(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tag: str) -> None:
+    code, status = run_cli(capsys, home, github, "status")
+    assert code == 0, status
+    assert status["active"]["tag"] == tag
+    assert_runs(Path(status["active"]["binary"]))
+
+
+# -- SIGKILL at each checkpoint ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("point", INSTALL_CHECKPOINTS)
+def test_sigkill_at_checkpoint_leaves_a_working_runtime_and_the_rerun_completes(
+    point: str, b7000_active: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = b7000_active
+    done = run_killed(home, github, point, "update", "--tag", "b7001", "--backend", "cpu")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    left = {d: bool(list((home / d).iterdir())) for d in ("staging", "downloads")}
+    assert left == LEFT_BEHIND[point], "the crash left something else than expected"
+    assert_status_runs(capsys, home, github, "b7001" if point in FLIPPED else "b7000")
+
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["result"] == ("up_to_date" if point in FLIPPED else "installed")
+    assert payload["active"]["tag"] == "b7001"
+    assert_runs(Path(payload["active"]["binary"]))
+    assert_no_leftovers(home)
+
+
+def test_sigkill_while_cleaning_leftovers_is_finished_by_the_next_update(
+    b7000_active: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = b7000_active
+    crashed = run_killed(home, github, "after_extract", "update", "--tag", "b7001", "--backend", "cpu")
+    assert crashed.returncode == -signal.SIGKILL
+    (home / "staging" / "4242-deadbeef").mkdir()  # a second stale staging directory
+    assert len(list((home / "staging").iterdir())) >= 2
+
+    done = run_killed(home, github, "during_gc", "update", "--tag", "b7001", "--backend", "cpu")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert list((home / "staging").iterdir()), "killed after the first removal: some leftovers remain"
+    assert_status_runs(capsys, home, github, "b7000")
+
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7001"
+    assert_no_leftovers(home)
+
+
+def test_sigkill_before_the_pointer_flip_with_the_real_build_keeps_the_old_one_running(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    vk_env: dict[str, str],
+) -> None:
+    for tag in ("b7000", "b7001"):
+        github.add_release(REPO, tag, {VULKAN.format(tag=tag): real_vulkan_tarball})
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    assert code == 0, payload
+    old_binary = Path(payload["active"]["binary"])
+
+    done = run_killed(home, github, "before_pointer_flip", "update", "--tag", "b7001", "--backend", "vulkan")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert_status_runs(capsys, home, github, "b7000")
+    assert "version:" in assert_runs(old_binary)
+
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 0, payload
+    assert payload["result"] == "installed" and payload["previous"]["tag"] == "b7000"
+    assert "version:" in assert_runs(Path(payload["active"]["binary"]))
+    assert_no_leftovers(home)
+
+
+# -- a failing rename or fsync: an error, and nothing changed ----------------------------
+
+
+def _frozen(home: Path) -> tuple[dict[str, str], bytes]:
+    return snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+
+
+def _assert_unchanged_and_retry_works(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    before: tuple[dict[str, str], bytes],
+    undo: Callable[[], None],
+) -> None:
+    assert _frozen(home) == before
+    assert list((home / "staging").iterdir()) == []
+    assert_status_runs(capsys, home, github, "b7000")
+    undo()
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7001"
+    assert_no_leftovers(home)
+
+
+@pytest.mark.parametrize("target", ["runtime_dir", "pointer"])
+def test_failing_os_replace_is_an_error_and_changes_nothing(
+    target: str,
+    b7000_active: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = b7000_active
+    before = _frozen(home)
+    real_replace = os.replace
+    hits: list[str] = []
+
+    def failing_replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        dst_path = Path(os.fsdecode(dst))
+        hit = dst_path.parent == home / "runtimes" if target == "runtime_dir" else dst_path == home / "active.json"
+        if hit:
+            hits.append(str(dst_path))
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert hits, "the injected rename was never reached"
+    assert code != 0
+    assert "Input/output error" in payload["error"]["message"]
+    assert "unchanged" in payload["error"]["message"]
+    _assert_unchanged_and_retry_works(capsys, home, github, before, monkeypatch.undo)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to tell which file is fsynced")
+@pytest.mark.parametrize("target", ["/downloads/", "/staging/", ".llama-runtime.json.", ".active.json."])
+def test_failing_fsync_is_an_error_and_changes_nothing(
+    target: str,
+    b7000_active: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = b7000_active
+    before = _frozen(home)
+    real_fsync = os.fsync
+    hits: list[str] = []
+
+    def failing_fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(str(home)) and target in path:
+            hits.append(path)
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert len(hits) == 1, "fsync must be tried once and never retried"
+    assert code != 0
+    assert "Input/output error" in payload["error"]["message"]
+    _assert_unchanged_and_retry_works(capsys, home, github, before, monkeypatch.undo)
+
+
+# -- what counts as a leftover --------------------------------------------------------
+
+
+def test_cleanup_removes_only_what_nothing_refers_to(
+    b7000_active: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime.layout import Home
+    from updater.recovery import clean_leftovers, download_name
+
+    home = Home(b7000_active)
+    active = json.loads(home.pointer_path.read_text())["active"]
+    installed = home.load(active).marker
+    doomed = [
+        home.staging_dir / "1234-abcd1234",
+        home.staging_dir / "1234-abcd1234.extra",
+        home.downloads_dir / "install-file-1234-abcd1234",
+        home.root / ".active.json.k2j3.tmp",
+        home.cache_dir / ".etag-x8y9",
+        home.downloads_dir / download_name(installed.sha256, installed.asset),
+        home.runtimes_dir / "ggml-org_llama.cpp-b6999-cpu-0000dead",  # no marker, not named
+    ]
+    kept = [
+        home.downloads_dir / download_name("f" * 64, "llama-b7002-bin-ubuntu-x64.tar.gz"),  # resumable
+        home.runtimes_dir / "ggml-org_llama.cpp-b6998-cpu-0000beef",  # a damaged marker: doctor's call
+    ]
+    for path in doomed[:3] + doomed[-1:] + kept[1:]:
+        path.mkdir(parents=True)
+    for path in doomed[3:-1] + kept[:1]:
+        path.write_bytes(b"x")
+    (kept[1] / "llama-runtime.json").write_text("{")
+    before = snapshot_tree(home.runtime_path(active))
+
+    removed = {leftover.path for leftover in clean_leftovers(home)}
+    assert removed == set(doomed)
+    assert not any(p.exists() for p in doomed)
+    assert all(p.exists() for p in kept)
+    assert snapshot_tree(home.runtime_path(active)) == before
+    assert_status_runs(capsys, b7000_active, github, "b7000")
+
+
+def test_cleanup_keeps_a_markerless_directory_the_pointer_names(b7000_active: Path) -> None:
+    from runtime.layout import Home
+    from updater.recovery import find_leftovers
+
+    home = Home(b7000_active)
+    active = json.loads(home.pointer_path.read_text())["active"]
+    (home.runtime_path(active) / "llama-runtime.json").unlink()
+    assert find_leftovers(home) == []

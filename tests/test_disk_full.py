@@ -1,0 +1,234 @@
+"""A full disk: refused up front when it can be known, exit 4 when it fills midway.
+
+The home lives on a real 20 MiB tmpfs when this process may mount one (CI
+runs as root); elsewhere the same tests inject ENOSPC at the same places
+(``shutil.disk_usage`` for the up-front check, the download's and the
+extractor's writes for the midway cases). Either way: exit 4 with the
+sentence "Not enough disk space to install llama.cpp b7001: need X, have Y
+in DIR", no partial file left, and the active runtime untouched.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import random
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.archives import build_release_archive
+from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+from updater.cli import main
+
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+MiB = 1024 * 1024
+FS_BYTES = 20 * MiB
+DISK_FULL = re.compile(
+    r"^Not enough disk space to install llama\.cpp b7001: need [\d.]+ [kMGT]?B, have [\d.]+ [kMGT]?B in \S+\.$"
+)
+
+
+@dataclass(frozen=True)
+class SmallFs:
+    """Where the home lives, and whether the disk there is really small."""
+
+    root: Path
+    real: bool
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[SmallFs]:
+    root = tmp_path / "small"
+    root.mkdir()
+    mounted = (
+        shutil.which("mount") is not None
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(root)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
+    try:
+        yield SmallFs(root, mounted)
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(root)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
+    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def padded_tarball(path: Path, pad_bytes: int) -> Path:
+    """A stand-in b7001 with ``pad_bytes`` of incompressible data (the archive is about as big)."""
+    files: dict[str, bytes | Path] = {
+        "llama-server": stand_in_server("version: 7001 (stand-in)"),
+        "pad.bin": random.Random(pad_bytes).randbytes(pad_bytes),
+    }
+    return build_release_archive(path, "tar-tagdir", files, modes={"pad.bin": 0o644}, tag="b7001")
+
+
+@pytest.fixture
+def home(capsys: pytest.CaptureFixture[str], small_fs: SmallFs, github: FakeGitHub, tmp_path: Path) -> Path:
+    home = small_fs.root / "home"
+    good = stand_in_tarball(tmp_path / "b7000.tar.gz", tag="b7000")
+    github.add_release(REPO, "b7000", {CPU.format(tag="b7000"): good})
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+    assert code == 0, payload
+    return home
+
+
+def fail_update_with_exit_4(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub) -> dict[str, Any]:
+    before = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 4, payload
+    assert payload["error"]["code"] == "disk_full"
+    assert DISK_FULL.match(payload["error"]["message"]), payload["error"]["message"]
+    assert str(home) in payload["error"]["message"]
+    assert list((home / "downloads").iterdir()) == [], "the partial download must be removed"
+    assert list((home / "staging").iterdir()) == []
+    assert (snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()) == before
+    code, status = run_cli(capsys, home, github, "status")
+    assert code == 0 and status["active"]["tag"] == "b7000"
+    assert_runs(Path(status["active"]["binary"]))
+    return dict(payload["error"])
+
+
+def inject_enospc(monkeypatch: pytest.MonkeyPatch, owner: str, method: str) -> list[int]:
+    """Make ``owner.method``'s writes fail with ENOSPC after 1 MiB (used without a real small disk)."""
+    module_name, class_name = owner.rsplit(".", 1)
+    cls = getattr(__import__(module_name, fromlist=[class_name]), class_name)
+    original = getattr(cls, method)
+    raised: list[int] = []
+
+    class FillingUp:
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.written = inner, 0
+
+        def write(self, data: bytes) -> int:
+            self.written += len(data)
+            if self.written > MiB:
+                raised.append(self.written)
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            return int(self.inner.write(data))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    if method == "_stream":  # download: (self, response, fh, ...)
+
+        def stream(self: Any, response: Any, fh: Any, *rest: Any) -> Any:
+            return original(self, response, FillingUp(fh), *rest)
+
+        monkeypatch.setattr(cls, method, stream)
+    else:  # extraction: _copy(self, src, name, member) opens its own file
+
+        def copy(self: Any, src: Any, name: str, member: Any) -> Any:
+            if member.size > MiB:
+                raised.append(member.size)
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            return original(self, src, name, member)
+
+        monkeypatch.setattr(cls, method, copy)
+    return raised
+
+
+def test_release_bigger_than_the_free_space_is_refused_before_downloading(
+    capsys: pytest.CaptureFixture[str],
+    small_fs: SmallFs,
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 5 * MiB)})
+    if not small_fs.real:
+        usage = shutil.disk_usage(home)
+        monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage._replace(free=FS_BYTES))
+    blob_requests = len(github.requests_to("blob"))
+    fail_update_with_exit_4(capsys, home, github)
+    assert len(github.requests_to("blob")) == blob_requests, "nothing may be downloaded"
+
+
+def test_disk_filling_up_during_the_download_exits_4_and_removes_the_partial(
+    capsys: pytest.CaptureFixture[str],
+    small_fs: SmallFs,
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Space taken by someone else after the up-front check: the write itself fails.
+    monkeypatch.setattr("updater.install.check_free_space", lambda *_a, **_k: None)
+    raised = [] if small_fs.real else inject_enospc(monkeypatch, "updater.download._Job", "_stream")
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 30 * MiB)})
+    fail_update_with_exit_4(capsys, home, github)
+    assert small_fs.real or raised
+    assert github.requests_to("blob", "b7001"), "the download had started"
+
+
+def test_disk_filling_up_during_extraction_exits_4_and_removes_staging_and_download(
+    capsys: pytest.CaptureFixture[str],
+    small_fs: SmallFs,
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("updater.install.check_free_space", lambda *_a, **_k: None)
+    raised = [] if small_fs.real else inject_enospc(monkeypatch, "updater.archive._Writer", "_copy")
+    # 12 MiB fits once (the download) but not twice (download + extracted copy).
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 12 * MiB)})
+    fail_update_with_exit_4(capsys, home, github)
+    assert small_fs.real or raised
+
+
+def test_after_space_is_freed_the_same_update_succeeds(
+    capsys: pytest.CaptureFixture[str],
+    small_fs: SmallFs,
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 5 * MiB)})
+    with monkeypatch.context() as patch:
+        if not small_fs.real:
+            usage = shutil.disk_usage(home)
+            patch.setattr(shutil, "disk_usage", lambda _p: usage._replace(free=FS_BYTES))
+        fail_update_with_exit_4(capsys, home, github)
+    if small_fs.real:
+        grown = subprocess.run(
+            ["mount", "-o", "remount,size=200m", str(small_fs.root)], capture_output=True, check=False
+        )
+        assert grown.returncode == 0, grown.stderr
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7001"
+    assert_runs(Path(payload["active"]["binary"]))
+
+
+def test_enospc_and_edquot_are_both_disk_full() -> None:
+    from updater.recovery import is_disk_full
+
+    assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    if hasattr(errno, "EDQUOT"):
+        assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert not is_disk_full(OSError(errno.EIO, "Input/output error"))
+    assert not is_disk_full(ValueError("no"))

@@ -1,0 +1,216 @@
+"""Recovery after an interrupted update, and a full disk reported as such.
+
+A crashed or killed update can leave behind, in the home:
+
+* ``staging/<pid>-<hex>[.extra]`` directories (killed before activation),
+  and ``downloads/install-file-<pid>-<hex>`` work directories;
+* ``.<name>.<random>.tmp`` files of an atomic write that never got renamed;
+* a finished download of a release that did get activated (killed right
+  after the pointer flip, before the download was deleted);
+* a ``runtimes/`` directory without an install marker (a half-finished
+  removal: nothing this program writes ever lacks one, since the marker is
+  written in staging before the rename that publishes the directory).
+
+Invariant: nothing removed here is reachable from the pointer, and nothing
+removed here is needed to resume: partial downloads of releases that are not
+installed stay, so the next update asks only for the rest. The caller holds
+the update lock; without it, staging belongs to the update that is running.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from runtime.errors import CorruptStateError, DiskSpaceError
+from runtime.fsutil import remove_tree
+from runtime.layout import Home, InstalledRuntime
+from runtime.marker import marker_path
+from updater.checkpoints import checkpoint
+
+__all__ = [
+    "DISK_FULL_ERRNOS",
+    "Leftover",
+    "clean_leftovers",
+    "damage",
+    "disk_full_error",
+    "disk_space_errors",
+    "download_name",
+    "find_leftovers",
+    "is_disk_full",
+]
+
+#: "No space left on device" and "disk quota exceeded": both mean the bytes do
+#: not fit, and both deserve the same exit code (4) and sentence.
+DISK_FULL_ERRNOS: Final = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if e is not None)
+#: Suffix of :func:`runtime.fsutil.atomic_write_bytes` temp files.
+_TMP_SUFFIX: Final = ".tmp"
+#: Prefix of the ETag cache's temp files (updater.github.JsonFileEtagCache).
+_ETAG_TMP_PREFIX: Final = ".etag-"
+_PARTIAL_SUFFIX: Final = ".part"
+#: Work directories of ``install-file`` in downloads/ (updater.offline), made under the lock.
+_INSTALL_FILE_PREFIX: Final = "install-file-"
+#: Hex digits of the sha256 that name a download (updater.install._download).
+_DOWNLOAD_KEY_CHARS: Final = 16
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A path an interrupted update left behind, and why it is safe to remove."""
+
+    path: Path
+    why: str
+
+
+def download_name(sha256: str | None, asset: str) -> str:
+    """File name of the download of ``asset`` in ``downloads/`` (install's naming)."""
+    key = sha256[:_DOWNLOAD_KEY_CHARS] if sha256 else "nodigest"
+    return f"{key}-{asset}{_PARTIAL_SUFFIX}"
+
+
+def find_leftovers(home: Home) -> list[Leftover]:
+    """What interrupted updates left in ``home``; reads listings, changes nothing."""
+    found: list[Leftover] = []
+    found += [Leftover(p, "staging of an interrupted update") for p in _entries(home.staging_dir)]
+    for directory in (home.root, home.locks_dir, home.cache_dir):
+        found += [
+            Leftover(p, "temporary file of an interrupted write")
+            for p in _entries(directory)
+            if p.is_file() and _is_temp_name(p.name)
+        ]
+    found += [
+        Leftover(p, "work directory of an interrupted install-file")
+        for p in _entries(home.downloads_dir)
+        if p.name.startswith(_INSTALL_FILE_PREFIX) and p.is_dir() and not p.is_symlink()
+    ]
+    found += _installed_downloads(home)
+    found += _markerless_runtimes(home)
+    return found
+
+
+def clean_leftovers(home: Home) -> list[Leftover]:
+    """Remove :func:`find_leftovers`; the caller holds the update lock.
+
+    A crash in the middle is harmless: each removal is of something nothing
+    refers to, so the next run simply removes the rest.
+
+    Returns:
+        What was removed (a leftover that cannot be removed is skipped).
+    """
+    removed: list[Leftover] = []
+    for leftover in find_leftovers(home):
+        try:
+            remove_tree(leftover.path)
+        except OSError:
+            continue  # best effort: a leftover that resists removal must not block the update
+        removed.append(leftover)
+        checkpoint("during_gc")
+    return removed
+
+
+def damage(runtime: InstalledRuntime) -> list[str]:
+    """Recorded files of ``runtime`` that are gone or changed size (stat only, no hashing).
+
+    Cheap enough for ``status`` and for every update: a runtime whose
+    directory was half deleted must not count as installed.
+    """
+    problems: list[str] = []
+    if not runtime.binary.is_file():
+        problems.append(f"{runtime.marker.binary} is missing")
+    for rel, record in runtime.marker.files.items():
+        if rel == runtime.marker.binary:
+            continue
+        try:
+            size = (runtime.path / rel).stat().st_size
+        except OSError:
+            problems.append(f"{rel} is missing")
+            continue
+        if size != record.size:
+            problems.append(f"{rel} has {size} bytes, expected {record.size}")
+    return problems
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the user's quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def disk_full_error(directory: Path, needed: int, what: str) -> DiskSpaceError:
+    """The exit-4 error for ``what`` needing ``needed`` bytes in ``directory``."""
+    from updater.download import human_size  # deferred: pulls in httpx, which status never needs
+
+    probe = directory
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        free = 0
+    return DiskSpaceError(
+        f"Not enough disk space to install {what}: need {human_size(needed)}, have {human_size(free)} in {directory}.",
+        hint="Free some space (or run `llama-runtime gc`) and run the update again.",
+    )
+
+
+@contextmanager
+def disk_space_errors(directory: Path, needed: int, what: str) -> Iterator[None]:
+    """Turn ENOSPC/EDQUOT raised inside the block into :class:`DiskSpaceError`.
+
+    The block itself removes what it wrote; this only names the problem.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        raise disk_full_error(directory, needed, what) from exc
+
+
+# -- helpers ---------------------------------------------------------------------
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return sorted(Path(entry.path) for entry in os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _is_temp_name(name: str) -> bool:
+    return (name.startswith(".") and name.endswith(_TMP_SUFFIX)) or name.startswith(_ETAG_TMP_PREFIX)
+
+
+def _installed_downloads(home: Home) -> list[Leftover]:
+    """Downloads whose release is installed: keeping them only costs disk."""
+    wanted: set[str] = set()
+    for runtime in home.installed():
+        wanted.add(download_name(runtime.marker.sha256, runtime.marker.asset))
+        for extra in runtime.marker.extra_assets:
+            name, sha = extra.get("name"), extra.get("sha256")
+            if isinstance(name, str) and isinstance(sha, str):
+                wanted.add(download_name(sha, name))
+    return [
+        Leftover(p, "download of a release that is already installed")
+        for p in _entries(home.downloads_dir)
+        if p.name in wanted and p.is_file()
+    ]
+
+
+def _markerless_runtimes(home: Home) -> list[Leftover]:
+    """Runtime directories with no marker that the pointer does not name."""
+    try:
+        pointer = home.read_pointer()
+    except CorruptStateError:
+        return []  # cannot tell what is referenced: touch nothing
+    named = {pointer.active, pointer.previous}
+    return [
+        Leftover(p, "runtime directory without an install marker (an interrupted removal)")
+        for p in _entries(home.runtimes_dir)
+        if p.is_dir() and not p.is_symlink() and p.name not in named and not os.path.lexists(marker_path(p))
+    ]
