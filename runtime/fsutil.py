@@ -13,6 +13,7 @@ data).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -28,6 +29,17 @@ from typing import Final
 # usual short-lived handles without hanging a user for long.
 _REMOVE_ATTEMPTS: Final = 5
 _REMOVE_BACKOFF_SECONDS: Final = 0.2
+# Large enough to amortise syscalls, small enough to keep memory flat for GB files.
+_HASH_CHUNK_BYTES: Final = 1024 * 1024
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 hex of a file, read in 1 MiB chunks (never whole into memory)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def fsync_directory(directory: Path) -> None:

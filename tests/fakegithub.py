@@ -149,9 +149,7 @@ class FakeGitHub:
     def __enter__(self) -> FakeGitHub:
         return self.start()
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
     @property
@@ -250,13 +248,7 @@ class FakeGitHub:
             for key, fault in self._faults:
                 if not (path == key or path.endswith("/" + key)):
                     continue
-                kind = (
-                    "redirect"
-                    if fault.redirect_loop
-                    else "body"
-                    if fault.is_body_fault
-                    else "status"
-                )
+                kind = "redirect" if fault.redirect_loop else "body" if fault.is_body_fault else "status"
                 if kind not in kinds:
                     continue
                 if fault.times is not None:
@@ -300,12 +292,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
 
-    def _simple(
-        self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None
-    ) -> None:
-        self._head(
-            status, {"Content-Type": ctype, "Content-Length": str(len(body)), **(extra or {})}
-        )
+    def _simple(self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None) -> None:
+        self._head(status, {"Content-Type": ctype, "Content-Length": str(len(body)), **(extra or {})})
         self.wfile.write(body)
 
     def _route(self, fake: FakeGitHub, path: str, query: dict[str, list[str]]) -> None:
@@ -380,9 +368,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._head(304, headers)
             return
         fault = fake._take_fault(path, {"body"})
-        self._send_body(
-            fault, [body], len(body), 200, {**headers, "Content-Type": "application/json"}
-        )
+        self._send_body(fault, [body], len(body), 200, {**headers, "Content-Type": "application/json"})
 
     # -- downloads -------------------------------------------------------------------------
     def _serve_redirect(self, fake: FakeGitHub, path: str) -> None:
@@ -408,11 +394,7 @@ class _Handler(BaseHTTPRequestHandler):
         fault = fake._take_fault(path, {"body"})
         start = 0
         wanted = self._record.headers.get("range", "")
-        if (
-            wanted.startswith("bytes=")
-            and wanted.endswith("-")
-            and not (fault and fault.ignore_range)
-        ):
+        if wanted.startswith("bytes=") and wanted.endswith("-") and not (fault and fault.ignore_range):
             start = int(wanted[6:-1])
             if start >= blob.size:
                 self._simple(416, b"", "application/xml", {"Content-Range": f"bytes */{blob.size}"})
@@ -436,9 +418,7 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         f = fault or Fault(times=None)
         self._head(status, {**headers, "Content-Length": str(length + f.extra_bytes)})
-        stop_at = min(
-            x for x in (f.reset_after_bytes, f.truncate_after_bytes, 1 << 62) if x is not None
-        )
+        stop_at = min(x for x in (f.reset_after_bytes, f.truncate_after_bytes, 1 << 62) if x is not None)
         sent = 0
         for chunk in self._body_pieces(chunks, f):
             piece = chunk[: max(0, stop_at - sent)]

@@ -100,10 +100,7 @@ def test_release_layout_extracts_every_file_with_its_digest(tmp_path: Path, layo
 
     result = extract_archive(archive, tmp_path / "dest")
 
-    expected = {
-        PREFIX[layout] + name: (len(data), hashlib.sha256(data).hexdigest())
-        for name, data in files.items()
-    }
+    expected = {PREFIX[layout] + name: (len(data), hashlib.sha256(data).hexdigest()) for name, data in files.items()}
     assert result.files == expected
     assert result.total_bytes == sum(len(data) for data in files.values())
     for name, data in files.items():
@@ -291,8 +288,7 @@ def test_dotdot_refusal_names_the_member_and_the_reason(tmp_path: Path) -> None:
     error = assert_refused_without_escape(tmp_path, archive)
 
     assert error.message == (
-        "Refusing llama-b7000-bin-ubuntu-x64.zip: member '../escaped' would be written "
-        "outside the runtime directory."
+        "Refusing llama-b7000-bin-ubuntu-x64.zip: member '../escaped' would be written outside the runtime directory."
     )
 
 
@@ -387,9 +383,7 @@ def test_archive_over_member_cap_is_refused(tmp_path: Path, layout: str) -> None
 
 
 def test_zip_member_over_compression_ratio_is_refused(tmp_path: Path) -> None:
-    archive = build_release_archive(
-        tmp_path / "a.zip", "zip-buildbin", {"zeros.bin": bytes(64 * 1024)}
-    )
+    archive = build_release_archive(tmp_path / "a.zip", "zip-buildbin", {"zeros.bin": bytes(64 * 1024)})
     limits = ExtractLimits(max_ratio=10, ratio_floor_bytes=1024)
 
     error = assert_refused_without_escape_with(tmp_path, archive, limits)
@@ -399,9 +393,7 @@ def test_zip_member_over_compression_ratio_is_refused(tmp_path: Path) -> None:
 
 
 def test_small_zip_member_is_exempt_from_the_ratio_cap(tmp_path: Path) -> None:
-    archive = build_release_archive(
-        tmp_path / "a.zip", "zip-buildbin", {"zeros.bin": bytes(64 * 1024)}
-    )
+    archive = build_release_archive(tmp_path / "a.zip", "zip-buildbin", {"zeros.bin": bytes(64 * 1024)})
 
     result = extract_archive(
         archive, tmp_path / "dest", limits=ExtractLimits(max_ratio=10, ratio_floor_bytes=128 * 1024)
@@ -410,9 +402,7 @@ def test_small_zip_member_is_exempt_from_the_ratio_cap(tmp_path: Path) -> None:
     assert result.files["build/bin/zeros.bin"][0] == 64 * 1024
 
 
-def assert_refused_without_escape_with(
-    tmp_path: Path, archive: Path, limits: ExtractLimits
-) -> UnsafeArchiveError:
+def assert_refused_without_escape_with(tmp_path: Path, archive: Path, limits: ExtractLimits) -> UnsafeArchiveError:
     dest = tmp_path / "dest"
     before = tree(tmp_path, dest)
     with pytest.raises(UnsafeArchiveError) as caught:
@@ -508,9 +498,7 @@ def make_tree(root: Path, files: list[str]) -> Path:
         (["server", "build/bin/llama-server"], "build/bin/llama-server"),
     ],
 )
-def test_server_binary_prefers_new_name_then_shallowest(
-    tmp_path: Path, files: list[str], expected: str
-) -> None:
+def test_server_binary_prefers_new_name_then_shallowest(tmp_path: Path, files: list[str], expected: str) -> None:
     root = make_tree(tmp_path / "rt", files)
 
     assert find_server_binary(root) == root / expected

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +29,6 @@ from updater.schedule import (
 )
 
 LIST_PATH = f"/api/repos/{REPO}/releases"
-
-
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
 
 
 @pytest.fixture

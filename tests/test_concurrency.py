@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +47,6 @@ elif action == "ensure":
     }), flush=True)
 """
 CHILD_TIMEOUT_SECONDS = 60
-
-
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ failing check; the repair leaves a runtime that runs.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +58,6 @@ SCENARIOS: dict[str, tuple[Callable[[Path], None], str]] = {
     "garbage_pointer": (garbage_pointer, "pointer"),
     "half_deleted_runtime": (half_deleted_runtime, "llama-server is missing"),
 }
-
-
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:

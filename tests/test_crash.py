@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +40,6 @@ LEFT_BEHIND = {
     "before_pointer_flip": {"staging": False, "downloads": True},
     "after_pointer_flip": {"staging": False, "downloads": True},
 }
-
-
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:

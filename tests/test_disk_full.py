@@ -64,12 +64,6 @@ def small_fs(tmp_path: Path) -> Iterator[SmallFs]:
             subprocess.run(["umount", "-l", str(root)], capture_output=True, check=False)
 
 
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
-
-
 def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
     code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
     return code, json.loads(capsys.readouterr().out)

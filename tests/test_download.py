@@ -87,9 +87,7 @@ def test_download_follows_redirect_and_verifies_digest(gh: FakeGitHub, tmp_path:
     assert gh.download_bytes_sent == len(PAYLOAD)
 
 
-def test_token_reaches_download_url_on_api_origin_but_never_the_blob_host(
-    gh: FakeGitHub, tmp_path: Path
-) -> None:
+def test_token_reaches_download_url_on_api_origin_but_never_the_blob_host(gh: FakeGitHub, tmp_path: Path) -> None:
     asset = publish(gh)
     fetch(api(gh, token="s3cret"), asset, tmp_path / "a.partial")
     (redirect,) = gh.requests_to("api", "/dl/")
@@ -100,9 +98,7 @@ def test_token_reaches_download_url_on_api_origin_but_never_the_blob_host(
     assert "localhost" in blob.headers["host"]
 
 
-def test_plain_httpx_client_downloads_without_any_authorization(
-    gh: FakeGitHub, tmp_path: Path
-) -> None:
+def test_plain_httpx_client_downloads_without_any_authorization(gh: FakeGitHub, tmp_path: Path) -> None:
     asset = publish(gh, b"small file")
     with httpx.Client() as http:
         result = fetch(http, asset, tmp_path / "a.partial")
@@ -110,9 +106,7 @@ def test_plain_httpx_client_downloads_without_any_authorization(
     assert all("authorization" not in r.headers for r in gh.requests)
 
 
-def test_asset_without_published_digest_is_size_checked_only(
-    gh: FakeGitHub, tmp_path: Path
-) -> None:
+def test_asset_without_published_digest_is_size_checked_only(gh: FakeGitHub, tmp_path: Path) -> None:
     asset = publish(gh, b"old asset", digests=False)
     result = fetch(api(gh), asset, tmp_path / "a.partial")
     assert (result.digest_verified, result.size) == (False, len(b"old asset"))
@@ -146,9 +140,7 @@ def test_body_longer_than_published_size_is_refused(gh: FakeGitHub, tmp_path: Pa
     assert not dest.exists()
 
 
-def test_truncated_body_resumes_with_range_from_the_bytes_on_disk(
-    gh: FakeGitHub, tmp_path: Path
-) -> None:
+def test_truncated_body_resumes_with_range_from_the_bytes_on_disk(gh: FakeGitHub, tmp_path: Path) -> None:
     asset = publish(gh)
     cut = 2 * MiB + 777
     gh.inject(NAME, Fault(truncate_after_bytes=cut))
@@ -176,9 +168,7 @@ def test_connection_reset_mid_body_resumes_and_completes(gh: FakeGitHub, tmp_pat
     assert gh.download_bytes_sent <= len(PAYLOAD) + 2 * MiB
 
 
-def test_truncated_body_without_retries_keeps_partial_for_the_next_run(
-    gh: FakeGitHub, tmp_path: Path
-) -> None:
+def test_truncated_body_without_retries_keeps_partial_for_the_next_run(gh: FakeGitHub, tmp_path: Path) -> None:
     asset = publish(gh)
     gh.inject(NAME, Fault(truncate_after_bytes=MiB))
     dest = tmp_path / "a.partial"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,17 +88,6 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("updater.download._BACKOFF_SECONDS", 0.0)
     for name in ("GITHUB_TOKEN", "GH_TOKEN", "LLAMA_RUNTIME_READ_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:

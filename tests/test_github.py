@@ -95,9 +95,7 @@ def test_latest_of_empty_repository_is_release_not_found(gh: FakeGitHub) -> None
         client(gh).latest_release()
 
 
-def test_second_call_with_etag_cache_is_a_304_returning_the_same_release(
-    gh: FakeGitHub, tmp_path: Path
-) -> None:
+def test_second_call_with_etag_cache_is_a_304_returning_the_same_release(gh: FakeGitHub, tmp_path: Path) -> None:
     gh.add_release(REPO, "b7000", {"a.zip": b"abc"})
     cache_file = tmp_path / "etags.json"
     first = client(gh, etag_cache=JsonFileEtagCache(cache_file)).get_release("b7000")
@@ -197,9 +195,7 @@ def test_html_instead_of_json_is_a_remote_error_naming_the_type(gh: FakeGitHub) 
     gh.inject(f"{TAGS_PATH}/b7000", Fault(status=200, html=True))
     with pytest.raises(RemoteError) as err:
         client(gh).get_release("b7000")
-    assert err.value.message == (
-        "GitHub answered with something that is not release data (text/html)."
-    )
+    assert err.value.message == ("GitHub answered with something that is not release data (text/html).")
 
 
 def test_unreachable_api_is_a_network_error_not_an_httpx_exception() -> None:

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,6 @@ CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 CPU_ZIP = "llama-{tag}-bin-ubuntu-x64.zip"
 #: Written by every update, hostile or not: the lock side file and the ETag cache.
 EXPECTED_CHANGES = ("home/locks/", "home/cache/")
-
-
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:

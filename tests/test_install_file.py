@@ -30,11 +30,6 @@ def sha256(path: Path) -> str:
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
-
-
-@pytest.fixture
 def active_b7000(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path) -> dict[str, Any]:
     """A stand-in b7000 cpu build installed from a file and active."""
     archive = stand_in_tarball(tmp_path / CPU.format(tag="b7000"), tag="b7000", libs=("ggml", "llama"))

@@ -30,12 +30,6 @@ CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 
 
 @pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
-
-
-@pytest.fixture
 def home(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "home"
     yield path

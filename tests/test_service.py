@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -82,17 +82,6 @@ class Frozen:
         assert list((self.home / "staging").iterdir()) == []
         active = Home(self.home).load(Home(self.home).read_pointer().active or "")
         assert_runs(active.binary)
-
-
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,6 @@ from updater.install import Installer, UpdateRequest
 
 LINUX_VULKAN_HOST = HostFacts(os="linux", arch="x64", sources=(("os", "test"),))
 CUDA_HOST = HostFacts(os="linux", arch="x64", cuda_driver_version="12.4", sources=(("cuda", "test"),))
-
-
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
 
 
 def _installer(home: Path, github: FakeGitHub, host: HostFacts) -> Installer:

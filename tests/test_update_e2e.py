@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +21,6 @@ from updater.cli import main
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
-
-
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
 
 
 def run_cli(

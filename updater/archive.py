@@ -60,9 +60,7 @@ _PLAIN_MODE: Final = 0o644
 _DIR_MODE: Final = 0o755
 
 # O_NOFOLLOW does not exist on Windows; there the parent checks are the guard.
-_CREATE_FLAGS: Final = (
-    os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
-)
+_CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 _READ_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 
 _TAR_SPECIAL: Final = {
@@ -263,9 +261,7 @@ def _reading(label: str) -> Iterator[None]:
     try:
         yield
     except _CORRUPT_ERRORS as exc:
-        raise UnsafeArchiveError(
-            f"Refusing {label}: the archive is corrupt or truncated ({exc})."
-        ) from exc
+        raise UnsafeArchiveError(f"Refusing {label}: the archive is corrupt or truncated ({exc}).") from exc
 
 
 def _tar_members(archive: Path, label: str) -> Iterator[tuple[_Member, _Opener]]:
@@ -338,8 +334,7 @@ def _zip_link_target(zf: zipfile.ZipFile, info: zipfile.ZipInfo, label: str) -> 
         raw = body.read(_MAX_LINK_TARGET_BYTES + 1)
     if len(raw) > _MAX_LINK_TARGET_BYTES:
         raise UnsafeArchiveError(
-            f"Refusing {label}: symlink {info.orig_filename!r} has a target longer than "
-            f"{_MAX_LINK_TARGET_BYTES} bytes."
+            f"Refusing {label}: symlink {info.orig_filename!r} has a target longer than {_MAX_LINK_TARGET_BYTES} bytes."
         )
     try:
         return raw.decode("utf-8")
@@ -402,9 +397,7 @@ class _Plan:
         if "\x00" in raw:
             raise self.refuse(f"{what} {raw!r} has a NUL byte in its name.")
         if "\\" in raw:
-            raise self.refuse(
-                f"{what} {raw!r} contains a backslash, which Windows treats as a path separator."
-            )
+            raise self.refuse(f"{what} {raw!r} contains a backslash, which Windows treats as a path separator.")
         try:
             raw.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -421,23 +414,16 @@ class _Plan:
         for parent in reversed(list(parents)[:-1]):  # outermost first, without "."
             kind = self.kinds.get(str(parent))
             if kind is _Kind.SYMLINK:
-                raise self.refuse(
-                    f"member {member.raw_name!r} would be written through the symlink '{parent}'."
-                )
+                raise self.refuse(f"member {member.raw_name!r} would be written through the symlink '{parent}'.")
             if kind is not None and kind is not _Kind.DIR:
-                raise self.refuse(
-                    f"member {member.raw_name!r} would be written inside the file '{parent}'."
-                )
+                raise self.refuse(f"member {member.raw_name!r} would be written inside the file '{parent}'.")
             self.kinds[str(parent)] = _Kind.DIR
         if name in self.explicit:
-            raise self.refuse(
-                f"member {member.raw_name!r} appears more than once, so its content is ambiguous."
-            )
+            raise self.refuse(f"member {member.raw_name!r} appears more than once, so its content is ambiguous.")
         existing = self.kinds.get(name)
         if existing is _Kind.DIR and member.kind is not _Kind.DIR:
             raise self.refuse(
-                f"member {member.raw_name!r} is a {member.kind.value} where other members "
-                "need a directory."
+                f"member {member.raw_name!r} is a {member.kind.value} where other members need a directory."
             )
 
     def _check_symlink(self, name: str, member: _Member) -> None:
@@ -450,9 +436,7 @@ class _Plan:
                 "relative links inside the runtime directory are allowed."
             )
         if not _stays_inside(PurePosixPath(name).parent.parts, target):
-            raise self.refuse(
-                f"symlink {member.raw_name!r} -> {target!r} points outside the runtime directory."
-            )
+            raise self.refuse(f"symlink {member.raw_name!r} -> {target!r} points outside the runtime directory.")
 
     def _check_hardlink(self, member: _Member) -> None:
         target = hardlink_source(member.link_target)
@@ -466,9 +450,7 @@ class _Plan:
         self.declared_bytes += member.size
         if self.declared_bytes > self.limits.max_total_bytes:
             raise self.refuse(f"it unpacks to more than {self.limits.max_total_bytes} bytes.")
-        if member.compressed_size is not None and exceeds_ratio(
-            member.size, member.compressed_size, self.limits
-        ):
+        if member.compressed_size is not None and exceeds_ratio(member.size, member.compressed_size, self.limits):
             raise self.refuse(_ratio_reason(member, member.size, self.limits))
 
 
@@ -505,10 +487,7 @@ def exceeds_ratio(size: int, compressed_size: int, limits: ExtractLimits) -> boo
 
 def _ratio_reason(member: _Member, size: int, limits: ExtractLimits) -> str:
     ratio = size / max(member.compressed_size or 0, 1)
-    return (
-        f"member {member.raw_name!r} expands {ratio:.0f}:1, above the {limits.max_ratio:.0f}:1 "
-        "limit (a zip bomb)."
-    )
+    return f"member {member.raw_name!r} expands {ratio:.0f}:1, above the {limits.max_ratio:.0f}:1 limit (a zip bomb)."
 
 
 # --- the write pass ---------------------------------------------------------------
@@ -517,9 +496,7 @@ def _ratio_reason(member: _Member, size: int, limits: ExtractLimits) -> str:
 class _Writer:
     """Writes admitted members under ``root``, counting every byte."""
 
-    def __init__(
-        self, root: Path, label: str, limits: ExtractLimits, cancel: Callable[[], bool] | None
-    ) -> None:
+    def __init__(self, root: Path, label: str, limits: ExtractLimits, cancel: Callable[[], bool] | None) -> None:
         self.root = root
         self.label = label
         self.limits = limits
@@ -560,8 +537,7 @@ class _Writer:
                 # The plan rules this out; this guards against a racing writer.
                 if not stat.S_ISDIR(os.lstat(current).st_mode):
                     raise self.refuse(
-                        f"member {member.raw_name!r} would be written through '{part}', which is "
-                        "not a directory."
+                        f"member {member.raw_name!r} would be written through '{part}', which is not a directory."
                     ) from None
 
     def _copy(self, src: IO[bytes], name: str, member: _Member) -> tuple[int, str]:
@@ -579,20 +555,13 @@ class _Writer:
                 written += len(chunk)
                 self.result.total_bytes += len(chunk)
                 if self.result.total_bytes > self.limits.max_total_bytes:
-                    raise self.refuse(
-                        f"it unpacks to more than {self.limits.max_total_bytes} bytes."
-                    )
-                if member.compressed_size is not None and exceeds_ratio(
-                    written, member.compressed_size, self.limits
-                ):
+                    raise self.refuse(f"it unpacks to more than {self.limits.max_total_bytes} bytes.")
+                if member.compressed_size is not None and exceeds_ratio(written, member.compressed_size, self.limits):
                     raise self.refuse(_ratio_reason(member, written, self.limits))
                 out.write(chunk)
                 digest.update(chunk)
         if member.kind is _Kind.FILE and written != member.size:
-            raise self.refuse(
-                f"member {member.raw_name!r} holds {written} bytes but its header says "
-                f"{member.size}."
-            )
+            raise self.refuse(f"member {member.raw_name!r} holds {written} bytes but its header says {member.size}.")
         os.chmod(target, _EXEC_MODE if member.mode & 0o111 else _PLAIN_MODE)
         return written, digest.hexdigest()
 
@@ -605,13 +574,11 @@ def _check_links_on_disk(root: Path, symlinks: dict[str, str], label: str) -> No
         real = os.path.realpath(link)
         if os.path.commonpath([root_text, real]) != root_text:
             raise UnsafeArchiveError(
-                f"Refusing {label}: symlink {name!r} -> {target!r} resolves outside the runtime "
-                "directory."
+                f"Refusing {label}: symlink {name!r} -> {target!r} resolves outside the runtime directory."
             )
         if not os.path.exists(link):
             raise UnsafeArchiveError(
-                f"Refusing {label}: symlink {name!r} -> {target!r} points to nothing in the "
-                "archive (a dangling link)."
+                f"Refusing {label}: symlink {name!r} -> {target!r} points to nothing in the archive (a dangling link)."
             )
 
 
@@ -620,9 +587,7 @@ def _check_links_on_disk(root: Path, symlinks: dict[str, str], label: str) -> No
 
 def _prepare_dest(dest: Path) -> None:
     if dest.is_symlink() or (dest.exists() and (not dest.is_dir() or any(dest.iterdir()))):
-        raise LlamaRuntimeError(
-            f"Extraction needs an empty staging directory, but {dest} is not one."
-        )
+        raise LlamaRuntimeError(f"Extraction needs an empty staging directory, but {dest} is not one.")
     dest.mkdir(parents=True, exist_ok=True)
 
 

@@ -11,20 +11,18 @@ pointer does not name: see :mod:`updater.recovery`); it never deletes a runtime.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 from runtime.binary import ProcessRunner, run_process, server_override
 from runtime.errors import BusyError, CorruptStateError, VerificationError
+from runtime.fsutil import sha256_file
 from runtime.layout import Home, InstalledRuntime, Pointer
 from runtime.lock import UpdateLock
 from updater.recovery import clean_leftovers, find_leftovers
 from updater.verify import probe_binary
 
-_HASH_CHUNK: Final = 1024 * 1024  # bytes
 #: CPU flags that decide which llama.cpp CPU build runs (old Windows avx/avx2/avx512 assets).
 _ISA_FLAGS: Final = frozenset({"avx", "avx2", "avx512f", "fma", "f16c", "asimd", "sve", "neon"})
 
@@ -85,14 +83,6 @@ class DoctorReport:
         return out
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify_files(runtime: InstalledRuntime) -> list[str]:
     """Recorded files that are missing or differ in size or sha256."""
     problems = []
@@ -102,7 +92,7 @@ def verify_files(runtime: InstalledRuntime) -> list[str]:
             problems.append(f"{rel} is missing")
         elif path.stat().st_size != record.size:
             problems.append(f"{rel} has {path.stat().st_size} bytes, expected {record.size}")
-        elif _sha256(path) != record.sha256:
+        elif sha256_file(path) != record.sha256:
             problems.append(f"{rel} does not match its recorded sha256")
     return problems
 

@@ -240,9 +240,7 @@ class _Job:
 
     def _check_status(self, response: httpx.Response, offset: int) -> None:
         status = response.status_code
-        if status == 206 and not response.headers.get("content-range", "").startswith(
-            f"bytes {offset}-"
-        ):
+        if status == 206 and not response.headers.get("content-range", "").startswith(f"bytes {offset}-"):
             self.path.unlink(missing_ok=True)
             raise self._network_error("the server resumed at the wrong offset", kept=False)
         if status in (200, 206):
@@ -253,8 +251,7 @@ class _Job:
         if status == 429 or status >= 500:
             raise self._network_error(f"the server answered HTTP {status}")
         raise RemoteError(
-            f"Could not download {self.asset.name}: the server answered HTTP {status} "
-            f"for {response.url}."
+            f"Could not download {self.asset.name}: the server answered HTTP {status} for {response.url}."
         )
 
     def _stream(
@@ -306,9 +303,7 @@ class _Job:
     # -- helpers ---------------------------------------------------------------------------
     def _check_cancel(self, cancel: Cancel | None) -> None:
         if cancel is not None and cancel():
-            raise CancelledError(
-                f"The download of {self.asset.name} was cancelled; the partial file is kept."
-            )
+            raise CancelledError(f"The download of {self.asset.name} was cancelled; the partial file is kept.")
 
     def _network_error(self, what: str, *, kept: bool = True) -> NetworkError:
         then = "the partial file is kept for resuming" if kept else "the next try starts over"
@@ -320,7 +315,4 @@ class _Job:
                 f"{self.asset.name} is larger than its published size of "
                 f"{self.expected_size} bytes; the download was discarded."
             )
-        return (
-            f"{self.asset.name} exceeds the download cap of {human_size(self.cap)}; "
-            "the download was discarded."
-        )
+        return f"{self.asset.name} exceeds the download cap of {human_size(self.cap)}; the download was discarded."

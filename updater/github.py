@@ -56,9 +56,7 @@ _BUILD_TAG: Final[re.Pattern[str]] = re.compile(r"^b(\d+)$")
 _STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
     {"application/octet-stream", "binary/octet-stream", "text/plain", "unknown"}
 )
-_TOKEN_HINT: Final[str] = (
-    "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit from 60 to 5,000 requests an hour."
-)
+_TOKEN_HINT: Final[str] = "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit from 60 to 5,000 requests an hour."
 
 
 def _package_version() -> str:
@@ -247,9 +245,7 @@ class GitHubClient:
         url = f"{self.api_url}/repos/{self.repo}/releases?per_page={_PER_PAGE}&page=1"
         payload = self._get_json(url, f"No releases found in {self.repo}.")
         if not isinstance(payload, list):
-            raise RemoteError(
-                "GitHub answered with something that is not release data (not a list)."
-            )
+            raise RemoteError("GitHub answered with something that is not release data (not a list).")
         return [_absolute_urls(parse_release(self.repo, item), url) for item in payload]
 
     def latest_release(self) -> Release:
@@ -332,9 +328,7 @@ class GitHubClient:
         if status == 404:
             raise ReleaseNotFoundError(not_found)
         if status == 401:
-            raise RemoteError(
-                "GitHub rejected the token (HTTP 401); fix or unset GITHUB_TOKEN / GH_TOKEN."
-            )
+            raise RemoteError("GitHub rejected the token (HTTP 401); fix or unset GITHUB_TOKEN / GH_TOKEN.")
         if status in (403, 429):
             rate_error = self._rate_limit_error(response)
             if rate_error is not None:
@@ -342,8 +336,7 @@ class GitHubClient:
             raise RemoteError(f"GitHub refused the request (HTTP {status}) for {self.repo}.")
         if status >= 500:
             raise NetworkError(
-                f"GitHub kept failing with HTTP {status} after {self.attempts} attempts; "
-                "try again later."
+                f"GitHub kept failing with HTTP {status} after {self.attempts} attempts; try again later."
             )
         raise RemoteError(f"GitHub answered HTTP {status} for {self.repo} releases.")
 
@@ -397,6 +390,4 @@ def _decode_json(response: httpx.Response) -> Any:
     try:
         return response.json()
     except ValueError as exc:
-        raise RemoteError(
-            f"GitHub answered with something that is not release data ({ctype})."
-        ) from exc
+        raise RemoteError(f"GitHub answered with something that is not release data ({ctype}).") from exc

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from typing import Any, Final, Literal
 
 from runtime.fsutil import atomic_write_json
 from runtime.layout import Home
+from runtime.process import pid_alive
 from updater.progress import RateMeter
 
 JobPhase = Literal["resolve", "download", "verify", "activate", "done", "failed", "cancelled"]
@@ -147,30 +147,6 @@ def _opt_int(value: object) -> int | None:
 
 def _opt_float(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (without signalling it)."""
-    if pid <= 0:
-        return False
-    if sys.platform == "win32":  # os.kill would terminate the process on Windows
-        import ctypes
-
-        kernel32 = ctypes.windll.kernel32
-        handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
-        if not handle:
-            return False
-        code = ctypes.c_ulong()
-        kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
-        kernel32.CloseHandle(handle)
-        return code.value == 259  # STILL_ACTIVE
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return True
 
 
 def stale_error(pid: int) -> dict[str, Any]:

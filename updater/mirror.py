@@ -23,7 +23,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import urllib.request
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 import httpx
 
 from runtime.errors import IntegrityError, UserInputError
-from runtime.fsutil import atomic_write_json, fsync_directory
+from runtime.fsutil import atomic_write_json, fsync_directory, sha256_file
 from updater.assetnames import parse_asset_name
 from updater.github import build_number
 from updater.release import Asset, Release
@@ -329,7 +328,7 @@ def _ensure_asset(
     target = paths.asset(tag, asset.name)
     published = asset.sha256
     if target.is_file() and target.stat().st_size == asset.size:
-        sha = _sha256_of(target)
+        sha = sha256_file(target)
         if published is None or sha == published:
             report.reused.append(f"{tag}/{asset.name}")
             return sha, "upstream" if published else "mirror"
@@ -387,11 +386,3 @@ def _size_matches(path: Path, size: object) -> bool:
         return isinstance(size, int) and path.stat().st_size == size
     except OSError:
         return False
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Final
 
 from runtime.errors import BusyError, CancelledError, CorruptStateError, LlamaRuntimeError, RemoteError
 from runtime.layout import Home, InstalledRuntime
-from updater.jobs import JobListener, JobRecorder, JobState, JobStore, pid_alive
+from runtime.process import pid_alive
+from updater.jobs import JobListener, JobRecorder, JobState, JobStore
 from updater.schedule import CheckResult
 
 if TYPE_CHECKING:
