@@ -169,3 +169,20 @@ def test_killed_button_process_leaves_a_stale_job_and_the_next_press_recovers(ho
     again = lines_of(spawn(home, github, "start"))
     assert again[0]["id"] != stale.id and again[-1]["phase"] == "done"
     assert_active(home, "b7001")
+
+
+def test_cli_update_while_the_button_job_runs_is_busy_with_that_jobs_progress(home: Path, github: FakeGitHub) -> None:
+    button = spawn(home, github, "start")
+    wait_for_download(home)
+    pointer = (home / "active.json").read_bytes()
+    busy = cli(home, github, "update", "--tag", "b7001", "--backend", "cpu", "--json")
+    assert busy.returncode == 3
+    message = json.loads(busy.stdout)["error"]["message"]
+    assert message.startswith("Another llama-runtime process is updating this runtime")
+    job_id = JobStore(Home(home)).current()
+    assert job_id is not None and f"Its job {job_id.id}: " in message
+    assert (home / "active.json").read_bytes() == pointer
+    assert_active(home, "b7000")
+    assert lines_of(button)[-1]["phase"] == "done"
+    assert blob_requests(github, "b7001") == 1
+    assert_active(home, "b7001")

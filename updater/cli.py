@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from runtime.errors import LlamaRuntimeError, UserInputError
+from runtime.errors import BusyError, LlamaRuntimeError, UserInputError
 
 if TYPE_CHECKING:
     from runtime.layout import Home, InstalledRuntime, Pointer
@@ -266,6 +266,8 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
     bar = None if args.json else terminal_progress()
     try:
         outcome = installer.update(request, lock_timeout=args.wait, progress=bar)
+    except BusyError as exc:
+        raise _with_running_job(exc, installer.home) from None
     finally:
         if bar is not None:
             bar.close()
@@ -296,6 +298,16 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
     lines += [f"warning: {w}" for w in warnings]
     out.result(payload, lines)
     return 0
+
+
+def _with_running_job(exc: BusyError, home: Home) -> BusyError:
+    """The busy error, with the progress of the job that holds the lock when there is one."""
+    from updater.jobs import JobStore
+
+    job = JobStore(home).current()
+    if job is None or not job.running:
+        return exc
+    return BusyError(f"{exc.message} Its job {job.id}: {job.describe()}.", hint=exc.hint)
 
 
 def _tag_or_none(tag: str | None) -> str | None:
