@@ -268,6 +268,10 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
         outcome = installer.update(request, lock_timeout=args.wait, progress=bar)
     except BusyError as exc:
         raise _with_running_job(exc, installer.home) from None
+    except LlamaRuntimeError as exc:
+        if exc.hint is None:  # say what a person most wants to know after a failure
+            exc.hint = "Nothing changed: the runtime that was active is still active."
+        raise
     finally:
         if bar is not None:
             bar.close()
