@@ -338,3 +338,21 @@ def test_token_goes_to_the_api_host_only(
     assert api and all(r.headers.get("authorization") == "Bearer ghp_secret" for r in api)
     assert blobs and all("authorization" not in r.headers for r in blobs)
     assert all(r.headers.get("user-agent", "").startswith("llama-runtime/") for r in api)
+
+
+def test_latest_older_than_the_active_build_is_never_installed_by_a_plain_update(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    github.add_release(REPO, "b7005", {CPU.format(tag="b7005"): stand_in_tarball(tmp_path / "new.tar.gz", tag="b7005")})
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7005", "--backend", "cpu")
+    assert code == 0, payload
+    # a mirror that lags behind: its newest release is older than what runs here
+    with FakeGitHub() as lagging:
+        lagging.add_release(
+            REPO, "b7000", {CPU.format(tag="b7000"): stand_in_tarball(tmp_path / "o.tar.gz", tag="b7000")}
+        )
+        code, payload = run_cli(capsys, home, lagging, "update")
+    assert code == 0, payload
+    assert payload["result"] == "up_to_date" and payload["active"]["tag"] == "b7005"
+    assert any("older than the active b7005" in w for w in payload["warnings"])
+    assert not lagging.requests_to("blob")

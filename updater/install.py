@@ -49,6 +49,7 @@ from updater.logs import get_logger
 from updater.recovery import clean_leftovers, damage, disk_full_error, disk_space_errors, is_disk_full
 from updater.release import Asset, Release
 from updater.swap import HEALTH_TIMEOUT_SECONDS, ServerSwitch, SwitchReport, switch_with_server
+from updater.tags import compare_tags, parse_tag
 from updater.verify import Expected, probe_binary, read_back_marker
 
 if TYPE_CHECKING:
@@ -242,6 +243,12 @@ class Installer:
             )
             if active and intact and self._same_build(active, release, choice):
                 return UpdateOutcome("up_to_date", active, self.previous(), tuple(warnings))
+            if active and intact and request.tag is None and self._newer_than_latest(active, release, choice):
+                warnings.append(
+                    f"The newest release {release.tag} is older than the active {active.marker.tag}; "
+                    f"kept {active.marker.tag}. Pin --tag {release.tag} to go back on purpose."
+                )
+                return UpdateOutcome("up_to_date", active, self.previous(), tuple(warnings))
             return self._install_release(
                 release, choice, backend_request, request, active, emit, cancel or (lambda: False), warnings
             )
@@ -280,6 +287,14 @@ class Installer:
             and marker.backend == choice.backend
             and marker.asset == choice.asset.name
         )
+
+    @staticmethod
+    def _newer_than_latest(active: InstalledRuntime, release: Release, choice: Choice) -> bool:
+        """Whether "latest" would be a downgrade (a lagging mirror, a pinned newer build)."""
+        marker = active.marker
+        if marker.repo != release.repo or marker.backend != choice.backend:
+            return False
+        return compare_tags(parse_tag(marker.tag), parse_tag(release.tag)) == 1
 
     def _resolve(self, request: UpdateRequest) -> Release:
         if self.source is None:
