@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -277,3 +277,58 @@ def test_resume_against_a_server_that_ignores_range_restarts_cleanly(
     assert last.headers.get("range") and last.status == 200  # asked to resume, got the whole file
     assert state.result is not None
     assert_runs(Path(state.result["active"]["binary"]))
+
+
+class RecordingAppServer:
+    """An app's own llama-server control: records what the updater asks of it."""
+
+    def __init__(self, binary: Path) -> None:
+        self.binary: Path | None = binary
+        self.args = ["--port", "8080", "--models-dir", "/models"]
+        self.calls: list[str] = []
+
+    def is_running(self) -> bool:
+        return self.binary is not None
+
+    def stop(self, timeout: float) -> None:
+        self.calls.append("stop")
+        self.binary = None
+
+    def start(self, binary: Path, args: Sequence[str]) -> None:
+        self.calls.append(f"start {Path(binary).parent.name} {' '.join(args)}")
+        self.binary = Path(binary)
+
+    def wait_healthy(self, timeout: float) -> bool:
+        self.calls.append("health")
+        return True
+
+    def current_args(self) -> list[str]:
+        return list(self.args) if self.binary else []
+
+    def current_binary(self) -> Path | None:
+        return self.binary
+
+
+def test_an_apps_own_server_is_stopped_and_restarted_on_the_new_binary(github: FakeGitHub, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    publish(github, tmp_path, "b7000")
+    publish(github, tmp_path, "b7001")
+    first = make_updater(home, github).start_update(tag="b7000").wait(60)
+    assert first.phase == "done", first.error
+    old_binary = Path(first.result["active"]["binary"]) if first.result else None
+    assert old_binary is not None
+    app = RecordingAppServer(old_binary)
+    updater = RuntimeUpdater(
+        home,
+        repo=REPO,
+        backend="cpu",
+        api_url=github.api_url,
+        host=lambda: host_for_platform("linux-x64"),
+        server=app,
+    )
+    final = updater.start_update(tag="b7001").wait(60)
+    assert final.phase == "done", final.error
+    assert app.calls == ["stop", "start llama-b7001 --port 8080 --models-dir /models", "health"]
+    assert app.binary is not None and app.binary.name == "llama-server"
+    assert final.result is not None and Path(final.result["active"]["binary"]) == app.binary
+    assert_runs(app.binary)

@@ -2,7 +2,7 @@
 
 ::
 
-    from llama_runtime_updater import RuntimeUpdater   # or: from updater import RuntimeUpdater
+    from updater import RuntimeUpdater
 
     updater = RuntimeUpdater(backend="vulkan")
     ready = updater.ensure()                 # start-up: no network, never waits
@@ -33,19 +33,19 @@ from typing import TYPE_CHECKING, Final
 from runtime.errors import BusyError, CancelledError, CorruptStateError, LlamaRuntimeError, RemoteError
 from runtime.layout import Home, InstalledRuntime
 from runtime.process import pid_alive
+from updater.config import DEFAULT_API_URL, DEFAULT_REPO
 from updater.jobs import JobListener, JobRecorder, JobState, JobStore
 from updater.schedule import CheckResult
 
 if TYPE_CHECKING:
     from runtime.binary import ProcessRunner
+    from runtime.process import ServerControl
     from updater.github import GitHubClient
     from updater.host import HostFacts
     from updater.install import Installer, Progress, UpdateRequest
 
 __all__ = ["CheckResult", "EnsureResult", "JobState", "RuntimeUpdater", "UpdateJob"]
 
-DEFAULT_REPO: Final = "ggml-org/llama.cpp"
-DEFAULT_API_URL: Final = "https://api.github.com"
 # How often a handle on another process's job re-reads the job file; the
 # owner persists at most four times a second, so faster polling sees nothing new.
 FOLLOW_POLL_SECONDS: Final[float] = 0.1
@@ -192,6 +192,9 @@ class RuntimeUpdater:
         host: Returns the host facts; default :func:`~updater.host.detect_host`.
         runner: Runs the staged binary to verify it.
         clock: Epoch seconds (rate-limit backoff).
+        server: The app's own llama-server (a :class:`~runtime.process.ServerControl`)
+            to stop, switch and restart around an activation; by default the
+            server ``llama-runtime server start`` manages in this home.
     """
 
     def __init__(
@@ -206,6 +209,7 @@ class RuntimeUpdater:
         host: Callable[[], HostFacts] | None = None,
         runner: ProcessRunner | None = None,
         clock: Callable[[], float] = time.time,
+        server: ServerControl | None = None,
     ) -> None:
         from runtime.backends import parse_backend
         from updater.config import github_token, validate_repo
@@ -225,6 +229,7 @@ class RuntimeUpdater:
         self._host: HostFacts | None = None
         self._runner = runner
         self._clock = clock
+        self._server = server
 
     # -- collaborators -----------------------------------------------------------
 
@@ -252,11 +257,13 @@ class RuntimeUpdater:
         return self._host
 
     def _installer(self, source: GitHubClient | None) -> Installer:
+        from runtime.binary import run_process
+        from runtime.process import ManagedServer
         from updater.install import Installer
 
-        if self._runner is None:
-            return Installer(self.home, source=source, host=self.host)
-        return Installer(self.home, source=source, host=self.host, runner=self._runner)
+        # The app's own server, or the one `llama-runtime server start` manages in this home.
+        server = self._server if self._server is not None else ManagedServer(self.home.server_dir)
+        return Installer(self.home, source=source, host=self.host, runner=self._runner or run_process, server=server)
 
     def update_running(self) -> bool:
         """Whether an update holds the lock or a job runs now (reads files; never touches the lock)."""
