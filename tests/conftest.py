@@ -41,6 +41,16 @@ def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
 
 
+class Sleeps:
+    """Records backoff sleeps instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+
 @pytest.fixture(scope="session")
 def archive_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("archives")

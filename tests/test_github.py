@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runtime.errors import NetworkError, RateLimitError, ReleaseNotFoundError, RemoteError
+from tests.conftest import Sleeps
 from tests.fakegithub import FakeGitHub, Fault
 from updater.github import GitHubClient, JsonFileEtagCache, build_number
 
@@ -18,116 +18,100 @@ TAGS_PATH = f"/api/repos/{REPO}/releases/tags"
 LIST_PATH = f"/api/repos/{REPO}/releases"
 
 
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub() as server:
-        yield server
+def client(github: FakeGitHub, **kwargs: object) -> GitHubClient:
+    return GitHubClient(github.api_url, REPO, sleep=Sleeps(), **kwargs)  # type: ignore[arg-type]
 
 
-class Sleeps:
-    """Records backoff sleeps instead of sleeping."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
-
-
-def client(gh: FakeGitHub, **kwargs: object) -> GitHubClient:
-    return GitHubClient(gh.api_url, REPO, sleep=Sleeps(), **kwargs)  # type: ignore[arg-type]
-
-
-def test_release_by_tag_returns_assets_with_size_and_digest(gh: FakeGitHub) -> None:
-    published = gh.add_release(REPO, "b7000", {"llama-b7000-bin-ubuntu-x64.tar.gz": b"x" * 1234})
-    release = client(gh).get_release("b7000")
+def test_release_by_tag_returns_assets_with_size_and_digest(github: FakeGitHub) -> None:
+    published = github.add_release(REPO, "b7000", {"llama-b7000-bin-ubuntu-x64.tar.gz": b"x" * 1234})
+    release = client(github).get_release("b7000")
     assert release.tag == "b7000"
     (asset,) = release.assets
     assert asset.size == 1234
     assert asset.digest == published["assets"][0]["digest"]
     assert asset.sha256 is not None and len(asset.sha256) == 64
-    assert asset.download_url.startswith(gh.base_url + "/dl/")
+    assert asset.download_url.startswith(github.base_url + "/dl/")
 
 
-def test_requests_carry_github_headers_and_user_agent(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "b7000", {})
-    client(gh).get_release("b7000")
-    (req,) = gh.requests_to("api", TAGS_PATH)
+def test_requests_carry_github_headers_and_user_agent(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b7000", {})
+    client(github).get_release("b7000")
+    (req,) = github.requests_to("api", TAGS_PATH)
     assert req.headers["user-agent"].startswith("llama-runtime/")
     assert req.headers["accept"] == "application/vnd.github+json"
     assert req.headers["x-github-api-version"] == "2022-11-28"
     assert "authorization" not in req.headers
 
 
-def test_missing_tag_raises_release_not_found_without_retry(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "b6999", {})
+def test_missing_tag_raises_release_not_found_without_retry(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b6999", {})
     with pytest.raises(ReleaseNotFoundError) as err:
-        client(gh).get_release("b7000")
+        client(github).get_release("b7000")
     assert err.value.message == "Release b7000 not found in ggml-org/llama.cpp."
     assert err.value.exit_code == 7
-    assert len(gh.requests_to("api")) == 1
+    assert len(github.requests_to("api")) == 1
 
 
-def test_latest_picks_b10000_over_later_created_b9999(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "b10000", {})
-    gh.add_release(REPO, "b9999", {})  # created later: GitHub's /latest would say b9999
-    assert client(gh).latest_release().tag == "b10000"
-    assert len(gh.requests_to("api")) == 1
+def test_latest_picks_b10000_over_later_created_b9999(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b10000", {})
+    github.add_release(REPO, "b9999", {})  # created later: GitHub's /latest would say b9999
+    assert client(github).latest_release().tag == "b10000"
+    assert len(github.requests_to("api")) == 1
 
 
-def test_latest_skips_drafts_and_prereleases(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "b100", {})
-    gh.add_release(REPO, "b102", {}, draft=True)
-    gh.add_release(REPO, "b101", {}, prerelease=True)
-    assert client(gh).latest_release().tag == "b100"
+def test_latest_skips_drafts_and_prereleases(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b100", {})
+    github.add_release(REPO, "b102", {}, draft=True)
+    github.add_release(REPO, "b101", {}, prerelease=True)
+    assert client(github).latest_release().tag == "b100"
 
 
-def test_latest_without_build_tags_falls_back_to_releases_latest(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "v1.0", {})
-    gh.add_release(REPO, "v1.1", {})
-    assert client(gh).latest_release().tag == "v1.1"
-    assert [r.path for r in gh.requests_to("api")] == [LIST_PATH, LIST_PATH + "/latest"]
+def test_latest_without_build_tags_falls_back_to_releases_latest(github: FakeGitHub) -> None:
+    github.add_release(REPO, "v1.0", {})
+    github.add_release(REPO, "v1.1", {})
+    assert client(github).latest_release().tag == "v1.1"
+    assert [r.path for r in github.requests_to("api")] == [LIST_PATH, LIST_PATH + "/latest"]
 
 
-def test_latest_of_empty_repository_is_release_not_found(gh: FakeGitHub) -> None:
-    gh.add_release("someone/else", "b1", {})
+def test_latest_of_empty_repository_is_release_not_found(github: FakeGitHub) -> None:
+    github.add_release("someone/else", "b1", {})
     with pytest.raises(ReleaseNotFoundError, match=r"No releases found in ggml-org/llama\.cpp"):
-        client(gh).latest_release()
+        client(github).latest_release()
 
 
-def test_second_call_with_etag_cache_is_a_304_returning_the_same_release(gh: FakeGitHub, tmp_path: Path) -> None:
-    gh.add_release(REPO, "b7000", {"a.zip": b"abc"})
+def test_second_call_with_etag_cache_is_a_304_returning_the_same_release(github: FakeGitHub, tmp_path: Path) -> None:
+    github.add_release(REPO, "b7000", {"a.zip": b"abc"})
     cache_file = tmp_path / "etags.json"
-    first = client(gh, etag_cache=JsonFileEtagCache(cache_file)).get_release("b7000")
+    first = client(github, etag_cache=JsonFileEtagCache(cache_file)).get_release("b7000")
     # A fresh client and cache object: the ETag must have survived on disk.
-    second = client(gh, etag_cache=JsonFileEtagCache(cache_file)).get_release("b7000")
+    second = client(github, etag_cache=JsonFileEtagCache(cache_file)).get_release("b7000")
     assert second == first
-    statuses = [r.status for r in gh.requests_to("api", TAGS_PATH)]
+    statuses = [r.status for r in github.requests_to("api", TAGS_PATH)]
     assert statuses == [200, 304]
-    assert gh.requests_to("api")[1].headers["if-none-match"].startswith('W/"')
+    assert github.requests_to("api")[1].headers["if-none-match"].startswith('W/"')
 
 
-def test_changed_release_is_refetched_despite_etag_cache(gh: FakeGitHub, tmp_path: Path) -> None:
+def test_changed_release_is_refetched_despite_etag_cache(github: FakeGitHub, tmp_path: Path) -> None:
     cache = JsonFileEtagCache(tmp_path / "etags.json")
-    gh.add_release(REPO, "b1", {})
-    assert client(gh, etag_cache=cache).latest_release().tag == "b1"
-    gh.add_release(REPO, "b2", {})
-    assert client(gh, etag_cache=cache).latest_release().tag == "b2"
-    assert [r.status for r in gh.requests_to("api")] == [200, 200]
+    github.add_release(REPO, "b1", {})
+    assert client(github, etag_cache=cache).latest_release().tag == "b1"
+    github.add_release(REPO, "b2", {})
+    assert client(github, etag_cache=cache).latest_release().tag == "b2"
+    assert [r.status for r in github.requests_to("api")] == [200, 200]
 
 
-def test_corrupt_etag_cache_file_is_treated_as_empty(gh: FakeGitHub, tmp_path: Path) -> None:
+def test_corrupt_etag_cache_file_is_treated_as_empty(github: FakeGitHub, tmp_path: Path) -> None:
     cache_file = tmp_path / "etags.json"
     cache_file.write_text("{not json")
-    gh.add_release(REPO, "b7000", {})
-    assert client(gh, etag_cache=JsonFileEtagCache(cache_file)).get_release("b7000").tag == "b7000"
-    assert "if-none-match" not in gh.requests_to("api")[0].headers
+    github.add_release(REPO, "b7000", {})
+    assert client(github, etag_cache=JsonFileEtagCache(cache_file)).get_release("b7000").tag == "b7000"
+    assert "if-none-match" not in github.requests_to("api")[0].headers
 
 
-def test_rate_limit_403_names_reset_time_and_token_hint_without_retry(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "b7000", {})
-    gh.inject(f"{TAGS_PATH}/b7000", Fault(status=403, rate_limited=True))
-    api = client(gh)
+def test_rate_limit_403_names_reset_time_and_token_hint_without_retry(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b7000", {})
+    github.inject(f"{TAGS_PATH}/b7000", Fault(status=403, rate_limited=True))
+    api = client(github)
     with pytest.raises(RateLimitError) as err:
         api.get_release("b7000")
     assert err.value.reset_at is not None
@@ -135,66 +119,66 @@ def test_rate_limit_403_names_reset_time_and_token_hint_without_retry(gh: FakeGi
     assert local in err.value.message
     assert err.value.hint is not None and "GITHUB_TOKEN (or GH_TOKEN)" in err.value.hint
     assert "60 to 5,000" in err.value.hint
-    assert len(gh.requests_to("api")) == 1
+    assert len(github.requests_to("api")) == 1
     assert api.last_rate_limit is not None and api.last_rate_limit.remaining == 0
 
 
-def test_rate_limit_429_with_retry_after_reports_the_wait(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "b7000", {})
-    gh.inject(f"{TAGS_PATH}/b7000", Fault(status=429, retry_after=37))
+def test_rate_limit_429_with_retry_after_reports_the_wait(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b7000", {})
+    github.inject(f"{TAGS_PATH}/b7000", Fault(status=429, retry_after=37))
     with pytest.raises(RateLimitError, match="retry after 37 seconds") as err:
-        client(gh).get_release("b7000")
+        client(github).get_release("b7000")
     assert err.value.retry_after == 37
 
 
-def test_plain_403_is_a_remote_error_not_a_rate_limit(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "b7000", {})
-    gh.inject(f"{TAGS_PATH}/b7000", Fault(status=403))
+def test_plain_403_is_a_remote_error_not_a_rate_limit(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b7000", {})
+    github.inject(f"{TAGS_PATH}/b7000", Fault(status=403))
     with pytest.raises(RemoteError) as err:
-        client(gh).get_release("b7000")
+        client(github).get_release("b7000")
     assert not isinstance(err.value, RateLimitError)
 
 
-def test_bad_token_401_is_reported_and_not_retried(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "b7000", {})
-    gh.inject(f"{TAGS_PATH}/b7000", Fault(status=401))
+def test_bad_token_401_is_reported_and_not_retried(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b7000", {})
+    github.inject(f"{TAGS_PATH}/b7000", Fault(status=401))
     with pytest.raises(RemoteError, match="rejected the token"):
-        client(gh, token="bad").get_release("b7000")
-    assert len(gh.requests_to("api")) == 1
+        client(github, token="bad").get_release("b7000")
+    assert len(github.requests_to("api")) == 1
 
 
-def test_token_is_sent_as_bearer_to_the_api_origin_only(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "b7000", {})
-    api = client(gh, token="s3cret")
+def test_token_is_sent_as_bearer_to_the_api_origin_only(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b7000", {})
+    api = client(github, token="s3cret")
     api.get_release("b7000")
-    assert gh.requests_to("api")[0].headers["authorization"] == "Bearer s3cret"
-    assert api.auth_headers_for(gh.blob_url + "/blob/1/x") == {}
+    assert github.requests_to("api")[0].headers["authorization"] == "Bearer s3cret"
+    assert api.auth_headers_for(github.blob_url + "/blob/1/x") == {}
     assert api.auth_headers_for("https://api.github.com/repos") == {}
 
 
-def test_server_errors_are_retried_with_backoff_then_succeed(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "b7000", {})
-    gh.inject(f"{TAGS_PATH}/b7000", Fault(status=500, times=2))
+def test_server_errors_are_retried_with_backoff_then_succeed(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b7000", {})
+    github.inject(f"{TAGS_PATH}/b7000", Fault(status=500, times=2))
     sleeps = Sleeps()
-    release = GitHubClient(gh.api_url, REPO, sleep=sleeps).get_release("b7000")
+    release = GitHubClient(github.api_url, REPO, sleep=sleeps).get_release("b7000")
     assert release.tag == "b7000"
-    assert [r.status for r in gh.requests_to("api")] == [500, 500, 200]
+    assert [r.status for r in github.requests_to("api")] == [500, 500, 200]
     assert sleeps.calls == [1.0, 2.0]
 
 
 def test_persistent_server_errors_become_network_error_after_three_attempts(
-    gh: FakeGitHub,
+    github: FakeGitHub,
 ) -> None:
-    gh.inject(f"{TAGS_PATH}/b7000", Fault(status=502, times=None))
+    github.inject(f"{TAGS_PATH}/b7000", Fault(status=502, times=None))
     with pytest.raises(NetworkError, match="HTTP 502"):
-        client(gh).get_release("b7000")
-    assert len(gh.requests_to("api")) == 3
+        client(github).get_release("b7000")
+    assert len(github.requests_to("api")) == 3
 
 
-def test_html_instead_of_json_is_a_remote_error_naming_the_type(gh: FakeGitHub) -> None:
-    gh.inject(f"{TAGS_PATH}/b7000", Fault(status=200, html=True))
+def test_html_instead_of_json_is_a_remote_error_naming_the_type(github: FakeGitHub) -> None:
+    github.inject(f"{TAGS_PATH}/b7000", Fault(status=200, html=True))
     with pytest.raises(RemoteError) as err:
-        client(gh).get_release("b7000")
+        client(github).get_release("b7000")
     assert err.value.message == ("GitHub answered with something that is not release data (text/html).")
 
 
@@ -209,11 +193,11 @@ def test_unreachable_api_is_a_network_error_not_an_httpx_exception() -> None:
     assert len(sleeps.calls) == 2
 
 
-def test_api_redirect_loop_is_a_remote_error(gh: FakeGitHub) -> None:
-    gh.add_release(REPO, "b7000", {})
-    gh.inject(f"{TAGS_PATH}/b7000", Fault(redirect_loop=True, times=None))
+def test_api_redirect_loop_is_a_remote_error(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b7000", {})
+    github.inject(f"{TAGS_PATH}/b7000", Fault(redirect_loop=True, times=None))
     with pytest.raises(RemoteError, match="redirected in a loop"):
-        client(gh).get_release("b7000")
+        client(github).get_release("b7000")
 
 
 @pytest.mark.parametrize(("tag", "number"), [("b9999", 9999), ("b10000", 10000), ("v1", None)])
