@@ -175,6 +175,23 @@ def test_only_a_software_vulkan_icd_is_not_vulkan() -> None:
     assert not detect_host(FakeRunner(), {}, system="Linux", machine="x86_64", files=files).vulkan
 
 
+def test_software_vulkan_icd_shown_by_ggml_vk_visible_devices_is_vulkan() -> None:
+    files = FakeFiles(dirs={"/usr/share/vulkan/icd.d": ("lvp_icd.x86_64.json",)},
+                      libraries={"vulkan": "libvulkan.so.1"})  # fmt: skip
+    env = {"GGML_VK_VISIBLE_DEVICES": "0"}
+    host = detect_host(FakeRunner(), env, system="Linux", machine="x86_64", files=files)
+    assert host.vulkan
+    assert "shown by GGML_VK_VISIBLE_DEVICES" in dict(host.sources)["vulkan"]
+
+
+def test_vulkaninfo_cpu_device_counts_only_when_ggml_shows_it() -> None:
+    summary = "GPU0:\n\tdeviceType = PHYSICAL_DEVICE_TYPE_CPU\n\tdeviceName = llvmpipe\n"
+    runner = FakeRunner({"vulkaninfo --summary": CommandResult(0, summary)})
+    hidden = detect_host(runner, {}, system="Linux", machine="x86_64", files=FakeFiles())
+    shown = detect_host(runner, {"GGML_VK_VISIBLE_DEVICES": "0"}, system="Linux", machine="x86_64", files=FakeFiles())
+    assert not hidden.vulkan and shown.vulkan
+
+
 def test_vulkan_icd_without_loader_is_not_vulkan() -> None:
     files = FakeFiles(dirs={"/usr/share/vulkan/icd.d": ("nvidia_icd.json",)})
     assert not detect_host(FakeRunner(), {}, system="Linux", machine="x86_64", files=files).vulkan

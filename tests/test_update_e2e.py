@@ -356,3 +356,21 @@ def test_latest_older_than_the_active_build_is_never_installed_by_a_plain_update
     assert payload["result"] == "up_to_date" and payload["active"]["tag"] == "b7005"
     assert any("older than the active b7005" in w for w in payload["warnings"])
     assert not lagging.requests_to("blob")
+
+
+def test_vulkan_build_that_lists_no_vulkan_device_on_a_vulkan_host_is_rejected_with_exit_6(
+    installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # It carries libggml-vulkan, but cannot see the device this machine has (vk_env shows Mesa's).
+    blind = stand_in_tarball(
+        tmp_path / "blind.tar.gz",
+        tag="b7001",
+        script=stand_in_server(devices="  (none)\\n"),
+        libs=("ggml-base", "ggml-cpu", "ggml-vulkan"),
+    )
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): blind})
+    before = snapshot_tree(home / "runtimes")
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 6, payload
+    assert "lists no vulkan device" in payload["error"]["message"]
+    assert_active_unchanged(home, before, "b7000", capsys, github)

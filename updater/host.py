@@ -268,8 +268,11 @@ class _Probe:
             types = _VK_DEVICE_TYPE.findall(summary)
             names = tuple(n.strip() for n in _VK_DEVICE_NAME.findall(summary))
             hardware = [t for t in types if t in {"DISCRETE_GPU", "INTEGRATED_GPU", "VIRTUAL_GPU"}]
-            self.sources.append(("vulkan", "vulkaninfo --summary"))
             kept = tuple(n for n, t in zip(names, types, strict=False) if t in hardware)
+            if not hardware and "CPU" in types and self._software_vulkan_shown():
+                self.sources.append(("vulkan", "vulkaninfo --summary (CPU device shown by GGML_VK_VISIBLE_DEVICES)"))
+                return True, ()
+            self.sources.append(("vulkan", "vulkaninfo --summary"))
             return bool(hardware), kept
         loader = self.files.find_library("vulkan") or self.files.find_library("vulkan-1")
         if loader is None:
@@ -287,9 +290,20 @@ class _Probe:
             node = next((f"/dev/dri/{n}" for n in self.files.list_dir("/dev/dri") if n.startswith("renderD")), None)
         if hardware_icds and node is not None:
             self.sources.append(("vulkan", f"loader {loader} + ICD {hardware_icds[0]} + {node}"))
-        elif hardware_icds:
+            return True, ()
+        software_icds = [p for p in icds if _SOFTWARE_ICD.search(Path(p).name)]
+        if software_icds and self._software_vulkan_shown():
+            self.sources.append(("vulkan", f"software ICD {software_icds[0]} shown by GGML_VK_VISIBLE_DEVICES"))
+            return True, ()
+        if hardware_icds:
             self.sources.append(("vulkan", "ICD files but no GPU device node"))
-        return bool(hardware_icds) and node is not None, ()
+        return False, ()
+
+    def _software_vulkan_shown(self) -> bool:
+        # llama.cpp hides CPU-type Vulkan devices (Mesa's llvmpipe) unless
+        # GGML_VK_VISIBLE_DEVICES names them; then it really runs on one, so a
+        # Vulkan build must list it.
+        return bool(self.env.get("GGML_VK_VISIBLE_DEVICES", "").strip())
 
     def _icd_files(self) -> list[str]:
         listed = self.env.get("VK_DRIVER_FILES") or self.env.get("VK_ICD_FILENAMES")
