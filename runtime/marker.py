@@ -111,8 +111,16 @@ def _files(raw: object, path: Path) -> dict[str, FileRecord]:
             or not isinstance(info.get("sha256"), str)
         ):
             raise CorruptStateError(f"The install marker {path} is damaged: entry for '{name}'.")
-        records[str(name)] = FileRecord(size=info["size"], sha256=info["sha256"])
+        records[_inside(str(name), path, "file")] = FileRecord(size=info["size"], sha256=info["sha256"])
     return records
+
+
+def _inside(rel: str, path: Path, what: str) -> str:
+    """A marker path must stay inside its runtime directory (a tampered marker must not name /bin/sh)."""
+    parts = rel.replace("\\", "/").split("/")
+    if not rel or rel.startswith(("/", "\\")) or ":" in parts[0] or ".." in parts:
+        raise CorruptStateError(f"The install marker {path} is damaged: {what} '{rel}' leaves the runtime directory.")
+    return rel
 
 
 def parse_marker(payload: object, path: Path) -> InstallMarker:
@@ -156,7 +164,7 @@ def parse_marker(payload: object, path: Path) -> InstallMarker:
         sha256=_field(payload, "sha256", str, path),
         digest_verified=_field(payload, "digest_verified", bool, path),
         installed_at=_field(payload, "installed_at", str, path),
-        binary=_field(payload, "binary", str, path),
+        binary=_inside(_field(payload, "binary", str, path), path, "binary"),
         version=payload.get("version", "") if isinstance(payload.get("version"), str) else "",
         devices=tuple(str(d) for d in devices) if isinstance(devices, list) else (),
         files=_files(payload.get("files", {}), path),

@@ -184,3 +184,11 @@ def test_malformed_repo_is_bad_input_saying_what_is_valid(bad: str) -> None:
     with pytest.raises(UserInputError) as caught:
         validate_repo(bad)
     assert "Use OWNER/NAME" in caught.value.message
+
+
+@pytest.mark.parametrize("binary", ["/bin/sh", "../../bin/sh", "llama-b7000/../../x", "C:/Windows/x.exe", ""])
+def test_marker_naming_a_binary_outside_its_runtime_is_corrupt(tmp_path: Path, binary: str) -> None:
+    (tmp_path / MARKER_NAME).write_text(json.dumps(MARKER.to_json() | {"binary": binary}))
+    with pytest.raises(CorruptStateError) as caught:
+        read_marker(tmp_path)
+    assert "leaves the runtime directory" in caught.value.message or "invalid" in caught.value.message

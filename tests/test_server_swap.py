@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import signal
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from runtime.layout import Home
 from runtime.process import ManagedServer, pid_alive
+from tests.archives import build_release_archive
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 from updater.cli import main
@@ -194,3 +196,114 @@ def test_update_never_writes_to_the_llama_server_path_override(
     assert status["active"]["tag"] == "b7001"  # the managed runtime is reported apart
     code, doctor = cli(capsys, home, github, "doctor")
     assert any("Unset LLAMA_SERVER_PATH" in a for a in doctor["advice"])
+
+
+# -- fast stand-ins: a "llama-server" that serves /health from a static file ------------
+
+
+def _http_server_build(tmp_path: Path, tag: str, *, healthy: bool = True) -> Path:
+    script = (
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        f"  --version) echo 'version: {tag[1:]} (stand-in)' >&2; exit 0 ;;\n"
+        "  --list-devices) echo 'Available devices:'; exit 0 ;;\n"
+        "esac\n"
+        'port=8080; while [ $# -gt 0 ]; do [ "$1" = --port ] && port=$2; shift; done\n'
+        'cd "$(dirname "$0")"\n'
+        f'exec {sys.executable} -m http.server "$port" --bind 127.0.0.1\n'
+    ).encode()
+    files: dict[str, bytes | Path] = {"llama-server": script}
+    if healthy:
+        files["health"] = b"ok"  # GET /health answers 200 only when this file exists
+    return build_release_archive(tmp_path / f"{tag}-{healthy}.tar.gz", "tar-tagdir", files, tag=tag)
+
+
+@pytest.fixture
+def served_b7000(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> dict[str, Any]:
+    github.add_release(REPO, "b7000", {CPU.format(tag="b7000"): _http_server_build(tmp_path, "b7000")})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+    assert code == 0, payload
+    code, started = cli(capsys, home, github, "server", "start", "--timeout", "30")
+    assert code == 0 and started["healthy"], started
+    return started
+
+
+def test_rollback_switches_the_running_server_back_to_the_previous_runtime(
+    served_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): _http_server_build(tmp_path, "b7001")})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0 and payload["server_restarted"], payload
+    code, payload = cli(capsys, home, github, "rollback")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7000" and payload["server_restarted"] is True
+    code, status = cli(capsys, home, github, "server", "status")
+    assert status["healthy"] and status["runtime"]["tag"] == "b7000"
+    assert Path(status["binary"]) == Path(payload["active"]["binary"])
+
+
+class _SecondStopFails(_StopFails):
+    """Stops the old server fine, but the new one will not stop."""
+
+    def __init__(self, inner: ManagedServer) -> None:
+        super().__init__(inner)
+        self.stops = 0
+
+    def stop(self, timeout: float) -> None:
+        self.stops += 1
+        if self.stops >= 2:
+            raise PermissionError("Operation not permitted")
+        self.inner.stop(timeout)
+
+
+def test_unhealthy_new_server_that_cannot_be_stopped_keeps_its_runtime_and_says_so(
+    served_b7000: dict[str, Any], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    unhealthy = _http_server_build(tmp_path, "b7001", healthy=False)
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): unhealthy})
+    managed = ManagedServer(Home(home).server_dir)
+    pointer = (home / "active.json").read_bytes()
+    installer = Installer(
+        Home(home),
+        source=GitHubClient(github.api_url, REPO),
+        host=detect_host,
+        server=_SecondStopFails(managed),
+        health_timeout=2,
+    )
+    with pytest.raises(SwitchError) as caught:
+        installer.update(UpdateRequest(repo=REPO, tag="b7001", backend="cpu"))
+    assert "could not be stopped (Operation not permitted); it is still running" in caught.value.message
+    assert (home / "active.json").read_bytes() == pointer  # the pointer is back on b7000
+    running = managed.current_binary()
+    assert running is not None and running.exists()  # its runtime was not deleted under it
+    managed.stop(10)
+
+
+def test_ctrl_c_while_the_new_server_starts_puts_pointer_and_old_server_back(
+    served_b7000: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): _http_server_build(tmp_path, "b7001")})
+    pointer = (home / "active.json").read_bytes()
+    before = snapshot_tree(home / "runtimes")
+    real_wait = ManagedServer.wait_healthy
+    calls = {"n": 0}
+
+    def interrupted_once(self: ManagedServer, timeout: float) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+        return real_wait(self, timeout)
+
+    monkeypatch.setattr(ManagedServer, "wait_healthy", interrupted_once)
+    code = main(["update", "--tag", "b7001", "--backend", "cpu", "--home", str(home), "--api-url", github.api_url])
+    assert code == 130
+    assert "the active runtime is unchanged" in capsys.readouterr().err
+    assert (home / "active.json").read_bytes() == pointer
+    assert snapshot_tree(home / "runtimes") == before
+    status = ManagedServer(Home(home).server_dir).status()
+    assert status.running and status.runtime_name == served_b7000["runtime"]["name"]

@@ -371,9 +371,18 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
 def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
     settings = settings_from_args(args)
     installer = make_installer(settings, with_source=False)
-    active, previous = installer.rollback()
-    payload = {"active": active.to_json(), "previous": previous.to_json() if previous else None}
+    active, previous, server = installer.rollback()
+    payload = {
+        "active": active.to_json(),
+        "previous": previous.to_json() if previous else None,
+        "server_restarted": server.restarted,
+        "reload_required": server.reload_required,
+    }
     lines = [f"Rolled back: {active.marker.tag} ({active.marker.backend}) is active again."]
+    if server.restarted:
+        lines.append(f"The running llama-server was restarted on {active.marker.tag}.")
+        if server.reload_required:
+            lines.append("Reload your model to use it.")
     if previous:
         lines.append(f"{previous.marker.tag} is kept as the previous runtime; run rollback again to return to it.")
     out.result(payload, lines)
@@ -454,11 +463,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         level = "debug" if args.verbose > 1 else "info" if args.verbose else "warning"
         configure_logging(json_lines=args.log_json, level=level)
         if not args.command:
+            if out.as_json:
+                raise UserInputError(f"No command given. Choose one of: {', '.join(sorted(COMMANDS))}.")
             build_parser().print_help()
             return 2
         return COMMANDS[args.command](args, out)
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing more can be said on stdout.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except LlamaRuntimeError as exc:
-        out.error(exc)
+        try:
+            out.error(exc)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return exc.exit_code
     except OSError as exc:
         from runtime.errors import FileSystemError

@@ -24,6 +24,7 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 
 def cmd_server(args: argparse.Namespace, out: Output) -> int:
+    from runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
     from runtime.process import ManagedServer
     from updater.cli import home_for, settings_from_args
 
@@ -33,7 +34,8 @@ def cmd_server(args: argparse.Namespace, out: Output) -> int:
         return _start(args, out, home, server)
     if args.action == "stop":
         was = server.status()
-        server.stop(args.timeout)
+        with UpdateLock(home.lock_path).hold("server stop", timeout=BUTTON_WAIT_SECONDS):
+            server.stop(args.timeout)
         lines = [f"Stopped llama-server (pid {was.pid})." if was.running else "No managed llama-server was running."]
         out.result({"stopped": was.running, "pid": was.pid}, lines)
         return 0
@@ -42,13 +44,16 @@ def cmd_server(args: argparse.Namespace, out: Output) -> int:
 
 def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedServer) -> int:
     from runtime.binary import server_override
+    from runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 
-    pointer = home.read_pointer()
-    if not pointer.active:
-        raise UserInputError("No runtime is active yet; run `llama-runtime update` first.")
-    runtime = home.load(pointer.active)
     server_args = list(getattr(args, "server_args", []))
-    server.start(runtime.binary, server_args, runtime_name=runtime.name)
+    # Under the update lock: an update that is switching runtimes must not miss this server.
+    with UpdateLock(home.lock_path).hold("server start", timeout=BUTTON_WAIT_SECONDS):
+        pointer = home.read_pointer()
+        if not pointer.active:
+            raise UserInputError("No runtime is active yet; run `llama-runtime update` first.")
+        runtime = home.load(pointer.active)
+        server.start(runtime.binary, server_args, runtime_name=runtime.name)
     healthy = server.wait_healthy(args.timeout)
     status = server.status()
     lines = [

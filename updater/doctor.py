@@ -116,20 +116,34 @@ def check_runtime(runtime: InstalledRuntime, runner: ProcessRunner, env: Mapping
 
 
 def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer) -> None:
-    candidates = home.installed()
-    preferred = [r for r in candidates if r.name == pointer.previous] + sorted(
-        (r for r in candidates if r.name != pointer.previous),
-        key=lambda r: r.marker.installed_at,
-        reverse=True,
-    )
-    for runtime in preferred:
-        if not check_runtime(runtime, runner):
-            with UpdateLock(home.lock_path).hold("doctor --repair"):
-                home.write_pointer(Pointer(active=runtime.name, previous=None))
-            report.repaired = f"the pointer now names {runtime.marker.tag} ({runtime.marker.backend}), {runtime.name}"
-            report.active = runtime
-            report.add("repair", True, report.repaired)
+    """Point at the best runtime that verifies, deciding and writing under the update lock.
+
+    The pointer seen before the lock is only what was diagnosed: if an update
+    changed it meanwhile, the repair stands down rather than overwrite it.
+    """
+    with UpdateLock(home.lock_path).hold("doctor --repair"):
+        try:
+            now = home.read_pointer()
+        except CorruptStateError:
+            now = Pointer()
+        if now != pointer:
+            report.advice.append("The runtime changed while doctor ran (an update?); run `llama-runtime doctor` again.")
             return
+        candidates = home.installed()
+        preferred = [r for r in candidates if r.name == pointer.previous] + sorted(
+            (r for r in candidates if r.name != pointer.previous),
+            key=lambda r: r.marker.installed_at,
+            reverse=True,
+        )
+        for runtime in preferred:
+            if not check_runtime(runtime, runner):
+                home.write_pointer(Pointer(active=runtime.name, previous=None))
+                report.repaired = (
+                    f"the pointer now names {runtime.marker.tag} ({runtime.marker.backend}), {runtime.name}"
+                )
+                report.active = runtime
+                report.add("repair", True, report.repaired)
+                return
     report.advice.append("No installed runtime passes verification; run `llama-runtime update` to install one.")
 
 

@@ -48,7 +48,7 @@ from updater.host import HostFacts
 from updater.logs import get_logger
 from updater.recovery import clean_leftovers, damage, disk_full_error, disk_space_errors, is_disk_full
 from updater.release import Asset, Release
-from updater.swap import HEALTH_TIMEOUT_SECONDS, ServerSwitch, SwitchReport, switch_with_server
+from updater.swap import HEALTH_TIMEOUT_SECONDS, ServerSwitch, SwitchError, SwitchReport, switch_with_server
 from updater.tags import compare_tags, parse_tag
 from updater.verify import Expected, probe_binary, read_back_marker
 
@@ -498,24 +498,44 @@ class Installer:
     def _extract(self, archives: list[Path], staging: Path, asset_name: str, cancel: CancelCheck) -> _Staged:
         result: ExtractResult = extract_archive(archives[0], staging, cancel=cancel)
         records = {p: FileRecord(size=s, sha256=h) for p, (s, h) in result.files.items()}
-        for extra in archives[1:]:
-            side = staging.with_name(staging.name + ".extra")
-            try:
-                extra_result = extract_archive(extra, side, cancel=cancel)
-                for rel, (size, sha) in extra_result.files.items():
-                    target = staging / rel
-                    if target.exists() or target.is_symlink():
-                        raise IntegrityError(f"{extra.name} would overwrite {rel} of {asset_name}.")
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(side / rel, target)
-                    records[rel] = FileRecord(size=size, sha256=sha)
-            finally:
-                remove_tree(side)
         binary = find_server_binary(staging)
         if binary is None:
             raise VerificationError(f"{asset_name} contains no llama-server binary.")
+        for extra in archives[1:]:
+            records.update(self._merge_extra(extra, staging, binary.parent, asset_name, cancel))
         rel = binary.relative_to(staging).as_posix()
         return _Staged(directory=staging, binary_rel=rel, files=records)
+
+    @staticmethod
+    def _merge_extra(
+        extra: Path, staging: Path, bin_dir: Path, asset_name: str, cancel: CancelCheck
+    ) -> dict[str, FileRecord]:
+        """Put a companion archive's files (the CUDA runtime) beside ``llama-server``.
+
+        The binaries find their libraries next to themselves ($ORIGIN,
+        Windows' DLL search order), so that is where they must land; a single
+        top-level directory of the companion is dropped. Links move as links.
+        """
+        side = staging.with_name(staging.name + ".extra")
+        records: dict[str, FileRecord] = {}
+        try:
+            found = extract_archive(extra, side, cancel=cancel)
+            entries = [*found.files, *found.symlinks]
+            tops = {e.split("/", 1)[0] for e in entries}
+            strip = len(tops) == 1 and all("/" in e for e in entries)
+            for rel in entries:
+                placed = rel.split("/", 1)[1] if strip else rel
+                target = bin_dir / placed
+                if target.exists() or target.is_symlink():
+                    raise IntegrityError(f"{extra.name} would overwrite {placed} of {asset_name}.")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(side / rel, target)
+                if rel in found.files:
+                    size, sha = found.files[rel]
+                    records[target.relative_to(staging).as_posix()] = FileRecord(size=size, sha256=sha)
+        finally:
+            remove_tree(side)
+        return records
 
     def _activate(
         self,
@@ -533,38 +553,63 @@ class Installer:
         os.replace(staging, final)
         fsync_directory(self.home.runtimes_dir)
         installed = InstalledRuntime(name=name, path=final, marker=marker)
-
-        def flip() -> None:
-            checkpoint("before_pointer_flip")
-            self.home.write_pointer(Pointer(active=name, previous=active.name if active else None))
-
-        def unflip() -> None:
-            self.home.write_pointer(old_pointer)
-
+        # Over a damaged active runtime, the intact previous one stays the rollback target.
+        previous = active.name if active else self._intact(old_pointer.previous)
+        new_pointer = Pointer(active=name, previous=previous)
         try:
-            if self.server is not None:
-                switch = ServerSwitch(self.server, health_timeout=self.health_timeout)
-                report = switch_with_server(switch, installed, active, flip, unflip)
-            else:
-                flip()
-                report = SwitchReport(restarted=False, reload_required=False, pid_changed=False)
-        except BaseException:
-            # Never delete what the pointer names (an un-flip that itself failed).
-            if not _pointer_names(self.home, name):
+            report = self._switch(installed, active, old_pointer, new_pointer)
+        except BaseException as exc:
+            # Never delete what the pointer names (an un-flip that itself failed),
+            # nor what a server that would not stop still runs from.
+            still_running = isinstance(exc, SwitchError) and exc.new_still_running
+            if not _pointer_names(self.home, name) and not still_running:
                 remove_tree(final)
             raise
         checkpoint("after_pointer_flip")
         log.info("activated", tag=marker.tag, backend=marker.backend, runtime=name)
         return UpdateOutcome("installed", installed, active, tuple(warnings), server=report)
 
+    def _intact(self, name: str | None) -> str | None:
+        """``name`` when it is a complete runtime, else ``None``."""
+        if not name:
+            return None
+        try:
+            return name if not damage(self.home.load(name)) else None
+        except CorruptStateError:
+            return None
+
+    def _switch(
+        self, new: InstalledRuntime, current: InstalledRuntime | None, old_pointer: Pointer, new_pointer: Pointer
+    ) -> SwitchReport:
+        """Flip the pointer from ``old_pointer`` to ``new_pointer``, switching a running server with it."""
+
+        def flip() -> None:
+            checkpoint("before_pointer_flip")
+            self.home.write_pointer(new_pointer)
+
+        def unflip() -> None:
+            self.home.write_pointer(old_pointer)
+
+        if self.server is None:
+            flip()
+            return SwitchReport(restarted=False, reload_required=False, pid_changed=False)
+        switch = ServerSwitch(self.server, health_timeout=self.health_timeout)
+        return switch_with_server(switch, new, current, flip, unflip)
+
     # -- rollback ----------------------------------------------------------
 
-    def rollback(self, *, lock_timeout: float = NO_WAIT) -> tuple[InstalledRuntime, InstalledRuntime | None]:
+    def rollback(
+        self, *, lock_timeout: float = NO_WAIT
+    ) -> tuple[InstalledRuntime, InstalledRuntime | None, SwitchReport]:
         """Re-activate the previous runtime; the current one becomes previous.
+
+        A running server is switched to the previous runtime too (and switched
+        back, with the pointer, if it does not come up healthy).
 
         Raises:
             UserInputError: There is no previous runtime to go back to.
             CorruptStateError: The previous runtime is damaged; nothing changed.
+            SwitchError, VerificationError: The server could not be switched; nothing changed.
         """
         self.home.ensure()
         with self.lock.hold("rollback", timeout=lock_timeout):
@@ -572,17 +617,20 @@ class Installer:
             if not pointer.previous:
                 raise UserInputError("There is no previous runtime to roll back to.")
             target = self.home.load(pointer.previous)
-            if not target.binary.is_file():
+            problems = damage(target)
+            if problems:
                 raise CorruptStateError(
-                    f"The previous runtime {target.marker.tag} is incomplete ({target.binary} is missing); "
-                    "nothing was changed."
+                    f"The previous runtime {target.marker.tag} ({target.marker.backend}) is damaged "
+                    f"({'; '.join(problems[:3])}); nothing was changed.",
+                    hint="Install the release again with `llama-runtime update --tag "
+                    f"{target.marker.tag} --backend {target.marker.backend}`.",
                 )
             try:
                 current = self.home.load(pointer.active) if pointer.active else None
             except CorruptStateError:
                 current = None
-            self.home.write_pointer(Pointer(active=target.name, previous=pointer.active))
-            return target, current
+            report = self._switch(target, current, pointer, Pointer(active=target.name, previous=pointer.active))
+            return target, current, report
 
 
 __all__ = [

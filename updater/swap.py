@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from runtime.errors import LocalError, VerificationError
 from runtime.layout import InstalledRuntime
@@ -38,10 +38,15 @@ _MODEL_FLAGS: Final = frozenset({"-m", "--model", "-hf", "--hf-repo", "-mu", "--
 
 
 class SwitchError(LocalError):
-    """The running server could not be stopped; the new runtime was not published."""
+    """A running server could not be stopped around a switch.
+
+    ``new_still_running`` is true when it was the new runtime's server that
+    would not stop: its directory must then be kept.
+    """
 
     exit_code = 6
     code = "switch_failed"
+    new_still_running: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,29 +129,41 @@ class ServerSwitch:
             return None
         return RunningServer(binary=binary, args=args)
 
-    def start_new(self, new: InstalledRuntime, running: RunningServer) -> bool:
-        """Start the previous arguments on the new binary; whether it became healthy."""
+    def start_new(self, new: InstalledRuntime, running: RunningServer) -> NewServer:
+        """Start the previous arguments on the new binary and wait for /health."""
         try:
             _start(self.server, new.binary, running.args, new.name)
         except Exception as exc:  # a start failure is a failed health check
             log.warning("new llama-server did not start", error=str(exc))
-            return False
+            return NewServer("unhealthy")
         if self.server.wait_healthy(self.health_timeout):
-            return True
+            return NewServer("healthy")
         try:
             self.server.stop(self.stop_timeout)
-        except Exception as exc:  # keep going: the old server must come back
-            log.error("could not stop the unhealthy new server", error=str(exc))
-        return False
+        except Exception as exc:  # the old server cannot come back while this one runs
+            reason = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            log.error("could not stop the unhealthy new server", error=reason)
+            return NewServer("unhealthy_still_running", reason)
+        return NewServer("unhealthy")
 
-    def restore_old(self, running: RunningServer, old: InstalledRuntime | None) -> None:
-        """Start the old server again after a failed switch (best effort, logged)."""
+    def restore_old(self, running: RunningServer, old: InstalledRuntime | None) -> bool:
+        """Start the old server again after a failed switch; whether it is healthy."""
         try:
             _start(self.server, running.binary, running.args, old.name if old else None)
-            if not self.server.wait_healthy(self.health_timeout):
-                log.error("the restored llama-server is not healthy", binary=str(running.binary))
+            if self.server.wait_healthy(self.health_timeout):
+                return True
+            log.error("the restored llama-server is not healthy", binary=str(running.binary))
         except Exception as exc:  # report, never mask the original failure
             log.error("could not restart the previous llama-server", error=str(exc))
+        return False
+
+
+@dataclass(frozen=True)
+class NewServer:
+    """How the server started on the new runtime fared."""
+
+    outcome: Literal["healthy", "unhealthy", "unhealthy_still_running"]
+    stop_failure: str = ""
 
 
 def switch_with_server(
@@ -156,10 +173,12 @@ def switch_with_server(
     flip: Callable[[], None],
     unflip: Callable[[], None],
 ) -> SwitchReport:
-    """Stop, flip, restart; on an unhealthy restart flip back and restore.
+    """Stop, flip, restart; on an unhealthy restart (or an interruption) flip back and restore.
 
     Raises:
-        SwitchError: The old server could not be stopped (pointer untouched).
+        SwitchError: The old server could not be stopped (pointer untouched), or
+            the unhealthy new server could not be stopped (pointer flipped back;
+            ``new_still_running`` is set and the new runtime must be kept).
         VerificationError: The new server failed its health check (rolled back).
     """
     running = switch.stop_current(new, current)
@@ -171,11 +190,38 @@ def switch_with_server(
         raise
     if running is None:
         return SwitchReport(restarted=False, reload_required=False, pid_changed=False)
-    if switch.start_new(new, running):
+    try:
+        started = switch.start_new(new, running)
+    except BaseException:
+        # Interrupted (Ctrl-C) while the new server came up: put everything back.
+        _undo(switch, running, current, unflip)
+        raise
+    if started.outcome == "healthy":
         return SwitchReport(restarted=True, reload_required=not loads_model_at_start(running.args))
     unflip()
-    switch.restore_old(running, current)
+    if started.outcome == "unhealthy_still_running":
+        error = SwitchError(
+            f"rolled back the pointer to {describe(current)}: the new runtime {describe(new)} failed its health "
+            f"check and its server could not be stopped ({started.stop_failure}); it is still running.",
+            hint="Stop it with `llama-runtime server stop` (or in your app), then `llama-runtime server start`.",
+        )
+        error.new_still_running = True
+        raise error
+    restored = switch.restore_old(running, current)
+    again = "is active and running again" if restored else "is active again, but its server did not come back"
     raise VerificationError(
         f"rolled back: the new runtime failed its health check ({describe(new)} did not answer /health "
-        f"within {switch.health_timeout:.0f} s); {describe(current)} is active and running again."
+        f"within {switch.health_timeout:.0f} s); {describe(current)} {again}.",
+        hint=None if restored else "Start it with `llama-runtime server start -- ARGS`.",
     )
+
+
+def _undo(
+    switch: ServerSwitch, running: RunningServer, current: InstalledRuntime | None, unflip: Callable[[], None]
+) -> None:
+    try:
+        switch.server.stop(switch.stop_timeout)
+    except Exception as exc:  # best effort while unwinding
+        log.error("could not stop the new llama-server while undoing the switch", error=str(exc))
+    unflip()
+    switch.restore_old(running, current)

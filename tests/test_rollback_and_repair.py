@@ -1,0 +1,120 @@
+"""Rollback and repair keep the machine's runtimes intact: damaged targets are refused, an
+intact previous runtime is never forgotten, and doctor never overwrites a concurrent update."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.binary import ProcessResult, run_process
+from runtime.layout import Home
+from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+from updater.cli import main
+from updater.doctor import run_doctor
+
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+
+
+def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
+    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def publish(github: FakeGitHub, tmp_path: Path, *tags: str) -> None:
+    for tag in tags:
+        tarball = stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag, libs=("llama",))
+        github.add_release(REPO, tag, {CPU.format(tag=tag): tarball})
+
+
+def install(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *tags: str) -> None:
+    for tag in tags:
+        code, payload = cli(capsys, home, github, "update", "--tag", tag, "--backend", "cpu")
+        assert code == 0, payload
+
+
+def pointer(home: Path) -> dict[str, Any]:
+    return dict(json.loads((home / "active.json").read_text()))
+
+
+def test_update_over_a_damaged_active_runtime_keeps_the_intact_previous_one_for_rollback(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000", "b7001", "b7002")
+    install(capsys, home, github, "b7000", "b7001")
+    before = pointer(home)
+    (home / "runtimes" / before["active"] / "llama-runtime.json").write_text("garbage")
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7002", "--backend", "cpu")
+    assert code == 0, payload
+    assert pointer(home)["previous"] == before["previous"]  # b7000, intact, stays the rollback target
+    code, payload = cli(capsys, home, github, "rollback")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7000"
+    assert_runs(Path(payload["active"]["binary"]))
+
+
+def test_rollback_to_a_half_deleted_previous_runtime_is_refused_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000", "b7001")
+    install(capsys, home, github, "b7000", "b7001")
+    previous = home / "runtimes" / pointer(home)["previous"]
+    next(previous.rglob("libllama.so.0.0.1")).unlink()
+    before_pointer = (home / "active.json").read_bytes()
+    before = snapshot_tree(home / "runtimes")
+    code, payload = cli(capsys, home, github, "rollback")
+    assert code == 6, payload
+    assert payload["error"]["code"] == "corrupt_state"
+    assert "libllama.so.0.0.1 is missing" in payload["error"]["message"]
+    assert "nothing was changed" in payload["error"]["message"]
+    assert (home / "active.json").read_bytes() == before_pointer
+    assert snapshot_tree(home / "runtimes") == before
+    code, status = cli(capsys, home, github, "status")
+    assert code == 0 and status["active"]["tag"] == "b7001"
+    assert_runs(Path(status["active"]["binary"]))
+
+
+def test_an_update_during_doctor_repair_is_busy_and_the_repair_completes(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000", "b7001", "b7002")
+    install(capsys, home, github, "b7000", "b7001")
+    h = Home(home)
+    (home / "runtimes" / pointer(home)["active"] / "llama-runtime.json").write_text("garbage")
+    seen: dict[str, Any] = {}
+
+    def runner(argv: list[str], timeout: float, env: dict[str, str] | None) -> ProcessResult:
+        # An update tries to run while doctor verifies its repair candidate.
+        if "update" not in seen:
+            seen["update"] = main(
+                ["update", "--tag", "b7002", "--backend", "cpu", "--home", str(home), "--api-url", github.api_url]
+            )
+        return run_process(argv, timeout, env)
+
+    report = run_doctor(h, repair=True, runner=runner)
+    assert seen["update"] == 3  # busy: the repair decides and writes under the update lock
+    assert report.repaired is not None
+    active = h.load(h.read_pointer().active or "")
+    assert active.marker.tag == "b7000"
+    assert_runs(active.binary)
+
+
+def test_doctor_repair_stands_down_when_the_pointer_changed_since_the_diagnosis(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    from runtime.layout import Pointer
+    from updater.doctor import DoctorReport, _repair
+
+    publish(github, tmp_path, "b7000", "b7001")
+    install(capsys, home, github, "b7000", "b7001")
+    h = Home(home)
+    current = (home / "active.json").read_bytes()
+    report = DoctorReport()
+    _repair(h, report, run_process, Pointer(active="what-doctor-saw-before", previous=None))
+    assert report.repaired is None
+    assert any("changed while doctor ran" in a for a in report.advice)
+    assert (home / "active.json").read_bytes() == current
+    assert_runs(h.load(h.read_pointer().active or "").binary)
