@@ -118,6 +118,41 @@ def test_bundle_missing_a_recorded_file_exits_8(
     assert not (tmp_path / "b" / "active.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("scenario", "marker_bytes"),
+    [
+        ("not JSON", b"{not json"),
+        ("a field missing", None),
+        ("from a newer llama-runtime", None),
+    ],
+)
+def test_bundle_with_an_invalid_marker_exits_8_and_changes_nothing(
+    bundle: tuple[Path, dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    scenario: str,
+    marker_bytes: bytes | None,
+) -> None:
+    path, marker = bundle
+    if scenario == "a field missing":
+        marker_bytes = json.dumps({k: v for k, v in marker.items() if k != "backend"}).encode()
+    elif scenario == "from a newer llama-runtime":
+        marker_bytes = json.dumps({**marker, "schema_version": 999}).encode()
+    assert marker_bytes is not None
+    home_b = tmp_path / "b"
+    install(capsys, home_b, tmp_path, "b6999")
+    before, pointer = snapshot_tree(home_b / "runtimes"), (home_b / "active.json").read_bytes()
+    broken = rewrite_member(path, tmp_path / "broken.tar.gz", MARKER_NAME, marker_bytes)
+    code, payload = run_cli(capsys, home_b, "install-file", str(broken))
+    assert code == 8, payload
+    assert "doctor" not in json.dumps(payload["error"])
+    assert snapshot_tree(home_b / "runtimes") == before
+    assert (home_b / "active.json").read_bytes() == pointer
+    code, status = run_cli(capsys, home_b, "status")
+    assert status["active"]["tag"] == "b6999"
+    assert_runs(Path(status["active"]["binary"]))
+
+
 def test_bundle_with_a_contradicting_tag_exits_2(
     bundle: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

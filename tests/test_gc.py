@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -14,13 +15,14 @@ from typing import Any
 
 import pytest
 
+from runtime.errors import CorruptStateError, UserInputError
 from runtime.fsutil import tree_size
 from runtime.layout import Home, InstalledRuntime, Pointer
 from runtime.lock import UpdateLock
 from runtime.process import ManagedServer
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
 from updater.cli import main
-from updater.gc import runtimes_to_remove, stale_staging
+from updater.gc import collect_garbage, runtime_names_in_paths, runtimes_to_remove, stale_staging
 from updater.host import detect_host
 from updater.install import Installer
 from updater.offline import InstallFileRequest, install_file
@@ -148,6 +150,110 @@ def test_negative_keep_exits_2(home: Home, capsys: pytest.CaptureFixture[str]) -
     assert code == 2, report
 
 
+needs_proc = pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads the Linux process table")
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts outside the managed server (killed afterwards)."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def assert_active_unchanged(home: Home, pointer: bytes, active: InstalledRuntime) -> None:
+    assert home.pointer_path.read_bytes() == pointer
+    assert_runs(active.binary)
+
+
+@needs_proc
+def test_gc_keeps_a_runtime_whose_executable_an_app_runs_itself(
+    home: Home, started: list[subprocess.Popen[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = {r.marker.tag: r for r in home.installed()}["b7000"]
+    sleeper = old.path / "llama-sleeper"  # a real executable inside the runtime, like llama-server
+    shutil.copy2(Path(shutil.which("sleep") or "/bin/sleep").resolve(), sleeper)
+    started.append(subprocess.Popen([str(sleeper), "60"]))
+    code, report = run_cli(capsys, home.root, "gc", "--keep", "0")
+    assert code == 0, report
+    assert set(names_by_tag(home)) == {"b7000", "b7003", "b7004"}
+    assert "running" in report["kept"][old.name]
+    assert started[0].poll() is None
+
+
+@needs_proc
+def test_gc_keeps_a_runtime_whose_script_server_an_app_runs_itself(
+    home: Home, started: list[subprocess.Popen[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = {r.marker.tag: r for r in home.installed()}["b7001"]
+    script = old.path / "serve.sh"  # the kernel runs it as "sh <path>": only argv names the runtime
+    script.write_bytes(b"#!/bin/sh\nsleep 60 &\nwait\n")
+    script.chmod(0o755)
+    started.append(subprocess.Popen([str(script)]))
+    code, report = run_cli(capsys, home.root, "gc", "--keep", "0")
+    assert code == 0, report
+    assert set(names_by_tag(home)) == {"b7001", "b7003", "b7004"}
+    assert "running" in report["kept"][old.name]
+
+
+@needs_proc
+def test_gc_keeps_a_runtime_whose_library_a_process_has_mapped(
+    home: Home, started: list[subprocess.Popen[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = {r.marker.tag: r for r in home.installed()}["b7002"]
+    mapper = (
+        "import mmap, sys\n"
+        "f = open(sys.argv[1], 'rb')\n"
+        "m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+        "f.close()\n"  # only the mapping is left, as with a loaded libggml
+        "print('mapped', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", mapper, str(old.binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    started.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline() == b"mapped\n"
+    code, report = run_cli(capsys, home.root, "gc", "--keep", "0")
+    assert code == 0, report
+    assert set(names_by_tag(home)) == {"b7002", "b7003", "b7004"}
+    assert "running" in report["kept"][old.name]
+
+
+def test_gc_where_processes_cannot_be_seen_refuses_keep_0_and_removes_nothing(home: Home, tmp_path: Path) -> None:
+    before, pointer = snapshot_tree(home.runtimes_dir), home.pointer_path.read_bytes()
+    active = home.load(home.read_pointer().active or "")
+    with pytest.raises(UserInputError, match="--keep 1"):
+        collect_garbage(home, keep=0, proc_root=tmp_path / "no-proc")
+    assert snapshot_tree(home.runtimes_dir) == before
+    assert_active_unchanged(home, pointer, active)
+    report = collect_garbage(home, keep=1, proc_root=tmp_path / "no-proc")
+    assert sorted(item.tag or "" for item in report.removed) == ["b7000", "b7001"]
+
+
+def test_gc_with_the_pointer_file_missing_exits_6_and_removes_no_runtime(
+    home: Home, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot_tree(home.runtimes_dir)
+    active = home.load(home.read_pointer().active or "")
+    home.pointer_path.unlink()
+    code, report = run_cli(capsys, home.root, "gc", "--keep", "0")
+    assert code == 6, report
+    assert "doctor --repair" in report["error"]["hint"]
+    assert snapshot_tree(home.runtimes_dir) == before
+    assert_runs(active.binary)
+
+
+def test_gc_with_a_pointer_naming_a_missing_runtime_removes_no_runtime(home: Home) -> None:
+    before = snapshot_tree(home.runtimes_dir)
+    home.write_pointer(Pointer(active="gone-runtime", previous=None))
+    with pytest.raises(CorruptStateError, match="names no installed runtime"):
+        collect_garbage(home, keep=0)
+    assert snapshot_tree(home.runtimes_dir) == before
+
+
 # -- the decisions alone -----------------------------------------------------------------
 
 
@@ -168,3 +274,16 @@ def test_keep_counts_only_unprotected_runtimes_newest_first() -> None:
 def test_staging_without_a_live_owner_is_stale() -> None:
     names = ["123-aa", "456-bb", "456-bb.extra", "gc-old-runtime-cc"]
     assert stale_staging(names, alive=lambda pid: pid == 456) == ["123-aa", "gc-old-runtime-cc"]
+
+
+def test_paths_name_the_runtime_directory_they_lie_in_even_when_deleted() -> None:
+    root = Path("/h/runtimes")
+    paths = [
+        "/h/runtimes/a/llama-server",
+        "/h/runtimes/b/lib/libggml.so (deleted)",
+        "/h/runtimes/c (deleted)",
+        "/h/runtimes2/d/llama-server",
+        "relative/e",
+        "/h/runtimes",
+    ]
+    assert runtime_names_in_paths(paths, root) == {"a", "b", "c"}

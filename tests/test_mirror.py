@@ -23,6 +23,14 @@ WIN = "llama-{tag}-bin-win-cpu-x64.zip"
 RELEASES = Path("repos") / REPO / "releases"
 
 
+def mirrored_file(dest: Path, tag: str, name: str) -> Path:
+    """The file the published ``tags/{tag}`` JSON of ``dest`` names for the asset ``name``."""
+    doc = json.loads((dest / RELEASES / "tags" / tag).read_text())
+    url: str = next(a["browser_download_url"] for a in doc["assets"] if a["name"] == name)
+    assert url.startswith("../download/"), url
+    return dest / RELEASES / url.removeprefix("../")
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
     code = main([*args, "--json"])
     return code, json.loads(capsys.readouterr().out)
@@ -95,14 +103,15 @@ def test_sync_writes_github_shaped_json_with_only_the_chosen_assets(
     assert doc["tag_name"] == "b7001"
     assert [a["name"] for a in doc["assets"]] == [CPU.format(tag="b7001")]
     asset = doc["assets"][0]
-    data = (dest / RELEASES / "download" / "b7001" / asset["name"]).read_bytes()
+    data = mirrored_file(dest, "b7001", asset["name"]).read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
     assert asset["size"] == len(data)
-    assert asset["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
-    assert asset["browser_download_url"] == f"../download/b7001/{asset['name']}"
+    assert asset["digest"] == "sha256:" + sha
+    assert asset["browser_download_url"] == f"../download/b7001/{sha[:16]}/{asset['name']}"
     latest = json.loads((dest / RELEASES / "latest").read_text())
     assert latest["tag_name"] == "b7001"
-    assert latest["assets"][0]["browser_download_url"] == f"download/b7001/{asset['name']}"
-    assert not (dest / RELEASES / "download" / "b7001" / VULKAN.format(tag="b7001")).exists()
+    assert latest["assets"][0]["browser_download_url"] == f"download/b7001/{sha[:16]}/{asset['name']}"
+    assert not list((dest / RELEASES / "download").rglob(VULKAN.format(tag="b7001")))
 
 
 def test_update_and_latest_resolution_work_from_the_mirror_with_upstream_stopped(
@@ -155,7 +164,7 @@ def test_second_sync_fetches_nothing_and_a_damaged_file_is_fetched_again(
     assert code == 0, report
     assert report["fetched"] == [] and len(report["reused"]) == 2
     assert len(github.requests_to("blob")) == blobs
-    damaged = dest / RELEASES / "download" / "b7000" / CPU.format(tag="b7000")
+    damaged = mirrored_file(dest, "b7000", CPU.format(tag="b7000"))
     good = damaged.read_bytes()
     damaged.write_bytes(bytes(len(good)))
     code, report = sync(capsys, github, dest, "--latest", "2")
@@ -174,7 +183,7 @@ def test_failed_sync_of_a_new_release_leaves_it_invisible_and_a_rerun_completes_
     code, report = sync(capsys, github, dest, "--tag", "b7002")
     assert code == 7, report
     assert not (dest / RELEASES / "tags" / "b7002").exists()
-    assert not (dest / RELEASES / "download" / "b7002" / CPU.format(tag="b7002")).exists()
+    assert not list((dest / RELEASES / "download").rglob(CPU.format(tag="b7002")))
     assert json.loads((dest / RELEASES / "latest").read_text())["tag_name"] == "b7000"
     github._faults.clear()
     code, report = sync(capsys, github, dest, "--tag", "b7002")
@@ -210,7 +219,7 @@ def test_interrupted_asset_download_resumes_where_it_stopped(
     assert code == 0, report
     ranges = [r.headers.get("range") for r in github.requests_to("blob", CPU.format(tag="b7001"))]
     assert ranges == [None, "bytes=100-"]
-    data = (dest / RELEASES / "download" / "b7001" / CPU.format(tag="b7001")).read_bytes()
+    data = mirrored_file(dest, "b7001", CPU.format(tag="b7001")).read_bytes()
     doc = json.loads((dest / RELEASES / "tags" / "b7001").read_text())
     assert doc["assets"][0]["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
     assert list((dest / ".partial").iterdir()) == []
@@ -225,5 +234,106 @@ def test_a_mirror_can_be_synced_from_another_mirror(
     code, report = run_cli(capsys, "mirror", "sync", "--dest", str(second), "--api-url", first.as_uri())
     assert code == 0, report
     assert report["releases"] == ["b7001"]
-    copied = second / RELEASES / "download" / "b7001" / CPU.format(tag="b7001")
-    assert copied.read_bytes() == (first / RELEASES / "download" / "b7001" / CPU.format(tag="b7001")).read_bytes()
+    copied = mirrored_file(second, "b7001", CPU.format(tag="b7001"))
+    assert copied.read_bytes() == mirrored_file(first, "b7001", CPU.format(tag="b7001")).read_bytes()
+
+
+def test_upstream_tag_with_dotdot_exits_7_and_writes_nothing_outside_the_mirror(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    upstream = tmp_path / "upstream"
+    releases = upstream / "repos" / "o" / "n" / "releases"
+    (releases / "download").mkdir(parents=True)
+    body, name = b"whatever bytes", CPU.format(tag="b1")
+    (releases / "download" / name).write_bytes(body)
+    asset = {
+        "name": name, "size": len(body), "state": "uploaded", "browser_download_url": f"download/{name}",
+        "digest": "sha256:" + hashlib.sha256(body).hexdigest(),
+    }  # fmt: skip
+    doc = {"tag_name": "../../../../../../ESCAPED", "draft": False, "prerelease": False, "assets": [asset]}
+    (releases / "latest").write_text(json.dumps(doc))
+    dest = tmp_path / "mirror" / "dest"
+    code, report = run_cli(
+        capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.as_uri(), "--repo", "o/n"
+    )  # fmt: skip
+    assert code == 7, report
+    assert "tag" in report["error"]["message"]
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_relative_to(upstream)]
+    assert written == []
+
+
+def test_tag_flag_with_a_path_exits_2(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path) -> None:
+    dest = tmp_path / "mirror"
+    code, report = sync(capsys, github, dest, "--tag", "../b7000")
+    assert code == 2, report
+    assert not dest.exists() or not list(dest.rglob("*"))
+
+
+def test_resync_after_an_upstream_reupload_never_changes_bytes_the_published_json_names(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    dest, cpu, vulkan = tmp_path / "mirror", CPU.format(tag="b7000"), VULKAN.format(tag="b7000")
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v2").mkdir()
+    first = stand_in_tarball(tmp_path / "v1" / cpu, tag="b7000")
+    second = stand_in_tarball(tmp_path / "v2" / cpu, tag="b7000", libs=("extra",))
+    filters = ("--tag", "b7000", "--platform", "linux-x64")
+    with FakeGitHub() as upstream:
+        upstream.add_release(REPO, "b7000", {cpu: first, vulkan: b"vk-1"})
+        code, report = run_cli(capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, *filters)
+        assert code == 0, report
+        assert sorted(report["fetched"]) == sorted([f"b7000/{cpu}", f"b7000/{vulkan}"])
+    published = (dest / RELEASES / "tags" / "b7000").read_bytes()
+    v1_file = mirrored_file(dest, "b7000", cpu)
+    # Upstream re-uploads the CPU build; the sync then fails on the Vulkan one.
+    with FakeGitHub() as upstream:
+        upstream.add_release(REPO, "b7000", {cpu: second, vulkan: b"vk-2"})
+        upstream.inject(vulkan, Fault(status=404, times=None))
+        code, report = run_cli(
+            capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, *filters
+        )  # fmt: skip
+        assert code == 7, report
+        assert (dest / RELEASES / "tags" / "b7000").read_bytes() == published
+        assert v1_file.read_bytes() == first.read_bytes()
+        # A client of the mirror still gets exactly what the published JSON promises.
+        home = tmp_path / "home"
+        code, payload = run_cli(
+            capsys, "update", "--home", str(home), "--api-url", dest.as_uri(), "--tag", "b7000", "--backend", "cpu"
+        )  # fmt: skip
+        assert code == 0, payload
+        marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
+        assert marker["sha256"] == hashlib.sha256(first.read_bytes()).hexdigest()
+        assert_runs(Path(payload["active"]["binary"]))
+        # Once the whole release is in place the JSON switches to the new bytes; the old
+        # file stays one more sync for clients that read the old JSON, then goes.
+        upstream._faults.clear()
+        code, report = run_cli(capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, *filters)
+        assert code == 0, report
+        assert mirrored_file(dest, "b7000", cpu).read_bytes() == second.read_bytes()
+        assert v1_file.read_bytes() == first.read_bytes()
+        code, report = run_cli(capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, *filters)
+        assert code == 0, report
+        assert report["fetched"] == []
+        assert not v1_file.exists()
+        assert mirrored_file(dest, "b7000", cpu).read_bytes() == second.read_bytes()
+
+
+def test_digestless_upstream_is_mirrored_with_a_null_digest_and_clients_record_it_unverified(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    dest, cpu = tmp_path / "mirror", CPU.format(tag="b7000")
+    with FakeGitHub() as upstream:
+        upstream.add_release(REPO, "b7000", {cpu: stand_in_tarball(tmp_path / cpu, tag="b7000")}, digests=False)
+        assert sync(capsys, upstream, dest, "--tag", "b7000")[0] == 0
+        doc = json.loads((dest / RELEASES / "tags" / "b7000").read_text())
+        assert doc["assets"][0]["digest"] is None
+        code, report = sync(capsys, upstream, dest, "--tag", "b7000")
+        assert code == 0, report
+        assert report["fetched"] == [] and report["reused"] == [f"b7000/{cpu}"]
+    code, payload = run_cli(
+        capsys, "update", "--home", str(tmp_path / "home"), "--api-url", dest.as_uri(), "--tag", "b7000",
+        "--backend", "cpu",
+    )  # fmt: skip
+    assert code == 0, payload
+    assert payload["active"]["digest_verified"] is False
+    assert_runs(Path(payload["active"]["binary"]))

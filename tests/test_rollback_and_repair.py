@@ -118,3 +118,19 @@ def test_doctor_repair_stands_down_when_the_pointer_changed_since_the_diagnosis(
     assert any("changed while doctor ran" in a for a in report.advice)
     assert (home / "active.json").read_bytes() == current
     assert_runs(h.load(h.read_pointer().active or "").binary)
+
+
+def test_doctor_repair_rebuilds_a_lost_pointer_from_the_newest_verified_runtime(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000", "b7001")
+    install(capsys, home, github, "b7000", "b7001")
+    (home / "active.json").unlink()
+    code, report = cli(capsys, home, github, "doctor")
+    assert code == 6 and not report["healthy"]
+    assert any("doctor --repair" in a for a in report["advice"])
+    code, report = cli(capsys, home, github, "doctor", "--repair")
+    assert code == 0, report
+    code, status = cli(capsys, home, github, "status")
+    assert status["active"]["tag"] == "b7001"
+    assert_runs(Path(status["active"]["binary"]))

@@ -182,8 +182,17 @@ def run_doctor(
             report.advice.append("Run `llama-runtime doctor --repair`.")
         return report
     if pointer.active is None:
-        report.add("pointer", True, "no runtime is active yet")
-        report.advice.append("Run `llama-runtime update` to install llama.cpp.")
+        orphans = home.installed()
+        if not orphans:
+            report.add("pointer", True, "no runtime is active yet")
+            report.advice.append("Run `llama-runtime update` to install llama.cpp.")
+            return report
+        # Runtimes without a pointer: the pointer file was lost, not never written.
+        report.add("pointer", False, f"{home.pointer_path} is missing but {len(orphans)} runtimes are installed")
+        if repair:
+            _repair(home, report, runner, pointer)
+        else:
+            report.advice.append("Run `llama-runtime doctor --repair` to point at the newest verified runtime.")
         return report
     try:
         active = home.load(pointer.active)

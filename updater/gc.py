@@ -1,10 +1,15 @@
 """Housekeeping: remove old runtimes, stale staging and forgotten partial downloads.
 
 Never removed: the active runtime, the previous one (the rollback target),
-one whose binary a running managed server (or ``LLAMA_SERVER_PATH``) uses,
-and the newest ``keep`` of the other runtimes. Everything happens under the
-update lock, taken without waiting: while an update runs, its staging and
-downloads are live, so gc reports busy instead.
+one a running process uses (the managed server, ``LLAMA_SERVER_PATH``, and on
+Linux any process whose executable, command line, working directory, open
+files or mapped libraries lie inside it, as ``/proc`` shows them), and the
+newest ``keep`` of the other runtimes. Where the process table cannot be read
+(macOS, Windows) gc cannot see a server an app started itself, so it refuses
+``--keep 0`` there. Everything happens under the update lock, taken without
+waiting: while an update runs, its staging and downloads are live, so gc
+reports busy instead. Without a valid pointer gc cannot tell the active
+runtime apart and refuses to remove any runtime.
 
 Invariant: a runtime disappears from ``runtimes/`` in one rename (into
 ``staging/``) before its files are deleted, so no reader ever sees a
@@ -18,7 +23,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
@@ -34,13 +39,17 @@ __all__ = [
     "GcItem",
     "GcReport",
     "collect_garbage",
+    "runtime_names_in_paths",
     "runtimes_to_remove",
+    "runtimes_used_by_processes",
     "stale_staging",
 ]
 
 #: Inactive runtimes kept besides the active and previous one: enough to go
 #: back two releases by hand without keeping every nightly build on disk.
 DEFAULT_KEEP: Final[int] = 2
+#: Where Linux shows every process's executable, arguments and mappings.
+PROC_ROOT: Final[Path] = Path("/proc")
 #: A partial download untouched this long (seconds) belongs to an abandoned
 #: update; a day leaves a resumable download alone over a working day.
 PARTIAL_MAX_AGE_SECONDS: Final[float] = 24 * 3600
@@ -139,16 +148,117 @@ def runtime_containing(binary: Path | None, runtimes: Iterable[InstalledRuntime]
     return None
 
 
+def runtime_names_in_paths(paths: Iterable[str], runtimes_dir: Path) -> set[str]:
+    """Names of the runtime directories that ``paths`` (absolute, resolved) point into.
+
+    ``runtimes_dir`` must be resolved too. A trailing `` (deleted)`` (how
+    ``/proc`` shows a replaced file) still names the directory it was in.
+    """
+    names: set[str] = set()
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_absolute() or not path.is_relative_to(runtimes_dir):
+            continue
+        parts = path.relative_to(runtimes_dir).parts
+        if parts:
+            names.add(parts[0].removesuffix(" (deleted)"))
+    return names
+
+
 # -- the run (IO) ------------------------------------------------------------------------
 
 
-def _in_use(home: Home, runtimes: list[InstalledRuntime]) -> set[str]:
+def runtimes_used_by_processes(runtimes_dir: Path, proc_root: Path = PROC_ROOT) -> set[str] | None:
+    """Runtime names any running process uses, from ``/proc``; ``None`` where it cannot be read.
+
+    A process counts when its executable, working directory, an argument
+    (a script started as ``llama-server`` shows as ``sh <path>``), an open file
+    or a mapped shared library lies inside a runtime. Entries that vanish or
+    that we may not read (other users' processes) are skipped.
+    """
+    if not (proc_root / "self" / "maps").is_file():
+        return None
+    root = runtimes_dir.resolve()
+    prefix = str(root)
+    found: set[str] = set()
+    try:
+        entries = [entry for entry in os.scandir(proc_root) if entry.name.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        found |= runtime_names_in_paths(_process_paths(Path(entry.path), prefix), root)
+    return found
+
+
+def _process_paths(proc: Path, prefix: str) -> Iterator[str]:
+    """Paths one process uses (only those that may be under ``prefix`` are worth resolving)."""
+    cwd = _readlink(proc / "cwd")
+    for link in (proc / "exe", proc / "cwd"):
+        if (target := _readlink(link)) is not None:
+            yield target
+    try:
+        argv = (proc / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        argv = []
+    for raw in argv:
+        arg = os.fsdecode(raw)
+        if "/" in arg and cwd is not None:
+            yield os.path.realpath(os.path.join(cwd, arg))
+    try:
+        with (proc / "maps").open("rb") as fh:
+            for line in fh:
+                fields = line.rstrip(b"\n").split(maxsplit=5)
+                if len(fields) == 6 and fields[5].startswith(b"/"):
+                    yield os.fsdecode(fields[5])
+    except OSError:
+        pass
+    try:
+        fds = list(os.scandir(proc / "fd"))
+    except OSError:
+        fds = []
+    for fd in fds:
+        if (target := _readlink(Path(fd.path))) is not None and target.startswith(prefix):
+            yield target
+
+
+def _readlink(link: Path) -> str | None:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return None
+
+
+def _in_use(home: Home, runtimes: list[InstalledRuntime], proc_root: Path) -> set[str] | None:
+    """Runtimes a running process uses; ``None`` when other processes cannot be seen."""
     from runtime.binary import server_override
     from runtime.process import ManagedServer
 
     used = {runtime_containing(ManagedServer(home.server_dir).running_binary(), runtimes)}
     used.add(runtime_containing(server_override(), runtimes))
-    return {name for name in used if name is not None}
+    named = {name for name in used if name is not None}
+    scanned = runtimes_used_by_processes(home.runtimes_dir, proc_root)
+    return None if scanned is None else named | scanned
+
+
+def _checked_pointer(home: Home, runtimes: list[InstalledRuntime]) -> Pointer:
+    """The pointer, which must name an installed runtime whenever one is installed.
+
+    Raises:
+        CorruptStateError: Runtimes are installed but the pointer is missing or
+            names none of them: every runtime would look unprotected.
+    """
+    from runtime.errors import CorruptStateError
+
+    pointer = home.read_pointer()
+    if runtimes and pointer.active not in {r.name for r in runtimes}:
+        what = "is missing" if not home.pointer_path.exists() else "names no installed runtime"
+        raise CorruptStateError(
+            f"The active-runtime pointer {home.pointer_path} {what}, so gc cannot tell which runtime is "
+            "active and removed nothing.",
+            hint="Run `llama-runtime doctor --repair` (or `llama-runtime update`) to point it at a verified "
+            "runtime, then run gc again.",
+        )
+    return pointer
 
 
 def collect_garbage(
@@ -157,11 +267,20 @@ def collect_garbage(
     keep: int = DEFAULT_KEEP,
     dry_run: bool = False,
     now: Callable[[], float] = time.time,
+    proc_root: Path = PROC_ROOT,
 ) -> GcReport:
     """Remove what :mod:`updater.gc` may remove; with ``dry_run`` only report it.
 
+    Args:
+        home: The llama-runtime home.
+        keep: How many of the newest unprotected runtimes to keep.
+        dry_run: Only report what would be removed.
+        now: Clock (seconds since the epoch) for the age of partial downloads.
+        proc_root: Where the process table is read (``/proc``; tests point it elsewhere).
+
     Raises:
-        UserInputError: ``keep`` is negative.
+        UserInputError: ``keep`` is negative, or 0 where running processes cannot be seen.
+        CorruptStateError: Runtimes are installed but the pointer names none of them.
         BusyError: An update is running (nothing was removed).
     """
     from runtime.errors import UserInputError
@@ -173,7 +292,16 @@ def collect_garbage(
     home.ensure()
     with UpdateLock(home.lock_path).hold("gc", timeout=NO_WAIT):
         runtimes = home.installed()
-        doomed, report.kept = runtimes_to_remove(runtimes, home.read_pointer(), _in_use(home, runtimes), keep)
+        pointer = _checked_pointer(home, runtimes)
+        in_use = _in_use(home, runtimes, proc_root)
+        if in_use is None:
+            if keep == 0:
+                raise UserInputError(
+                    "--keep 0 needs a readable process table (/proc) to see servers an app started itself; "
+                    "use --keep 1 or more on this system."
+                )
+            in_use = set()
+        doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, keep)
         for runtime in doomed:
             _remove(home, GcItem("runtime", runtime.path, tree_size(runtime.path), runtime.marker.tag), report)
         for name in stale_staging((e.name for e in os.scandir(home.staging_dir)), pid_alive):

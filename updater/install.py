@@ -127,8 +127,13 @@ def _pointer_names(home: Home, name: str) -> bool:
 
 
 def utc_now() -> str:
-    """Current UTC time, ISO 8601 with a ``Z``."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Current UTC time, ISO 8601 with milliseconds and a ``Z``.
+
+    Milliseconds, because "newest" (gc, doctor --repair) orders runtimes by this
+    field and two installs can finish within one second.
+    """
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
 def host_has_device(backend: str, host: HostFacts) -> bool:

@@ -5,24 +5,37 @@ for, so any static web server or S3-style bucket can serve it::
 
     DIR/repos/{owner}/{name}/releases/tags/{tag}             release JSON (GitHub API shape)
     DIR/repos/{owner}/{name}/releases/latest                 the highest build mirrored
-    DIR/repos/{owner}/{name}/releases/download/{tag}/{file}  the assets
+    DIR/repos/{owner}/{name}/releases/download/{tag}/{sha16}/{file}  the assets
     DIR/.partial/                                            resumable downloads in flight
 
-``browser_download_url`` values are relative (``../download/{tag}/{file}``),
-so the tree works under any host name or prefix.
+``browser_download_url`` values are relative
+(``../download/{tag}/{sha16}/{file}``), so the tree works under any host name
+or prefix. ``sha16`` is the start of the file's sha256: asset files are
+content-addressed.
 
 Invariants:
     * A release becomes visible only when its JSON is replaced, and that
       happens last, after every asset it names is complete and checked: a
       half-synced release is never visible.
+    * A file a published JSON names is never given other bytes: an asset
+      re-uploaded upstream lands under a new ``sha16`` directory, and the
+      previous generation's files stay for one more sync, so a client that
+      read the old JSON a moment ago still downloads what it promised.
     * An asset file appears under ``download/`` only by a rename of a fully
       verified download; existing files are re-hashed, never trusted.
+    * ``digest`` is GitHub's own; when upstream published none it stays
+      ``null`` (clients record ``digest_verified: false``, as they would from
+      upstream). The mirror keeps the sha256 it computed under
+      ``llama_runtime_sha256`` for its own re-checks.
+    * Every tag and asset name becomes a path only after it is validated,
+      and every path is checked to stay inside the mirror.
     * There is no list page: ``releases`` is a directory in the tree, and the
       client falls back to ``releases/latest`` when the list cannot be read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.request
@@ -33,11 +46,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 
-from runtime.errors import IntegrityError, UserInputError
+from runtime.errors import IntegrityError, RemoteError, UserInputError
 from runtime.fsutil import atomic_write_json, fsync_directory, sha256_file
 from updater.assetnames import parse_asset_name
 from updater.github import build_number
 from updater.release import Asset, Release
+from updater.tags import parse_tag, validate_tag
 
 if TYPE_CHECKING:
     from updater.github import GitHubClient
@@ -47,6 +61,7 @@ __all__ = [
     "MirrorReport",
     "file_api_url",
     "mirror_paths",
+    "mirror_tag",
     "select_assets",
     "sync_mirror",
 ]
@@ -56,6 +71,11 @@ _CHUNK_BYTES: Final[int] = 1024 * 1024
 # The largest asset the mirror accepts (bytes); same bound the installer uses, so a
 # hostile upstream cannot fill the mirror's disk with an endless body.
 _MAX_ASSET_BYTES: Final[int] = 2 * 1024**3
+# Hex digits of the sha256 that name an asset's directory: 64 bits cannot collide
+# between the few uploads one asset name ever sees, and keep URLs short.
+_SHA_DIR_CHARS: Final[int] = 16
+# The JSON key holding the sha256 the mirror computed itself (not GitHub's digest).
+_OWN_SHA_KEY: Final = "llama_runtime_sha256"
 
 
 # -- reading a mirror without a server (file://) ------------------------------------------
@@ -118,30 +138,80 @@ class _FileStream(httpx.SyncByteStream):
 # -- the decisions (pure) ---------------------------------------------------------------
 
 
+def mirror_tag(tag: str) -> str:
+    """``tag`` if it can name a mirrored release: a well-formed build tag (``b7000``, a fork's ``b7000-…``).
+
+    Raises:
+        UserInputError: Malformed (slashes, ``..``, spaces…) or without a build number.
+    """
+    cleaned = validate_tag(tag)
+    if parse_tag(cleaned).build is None:
+        raise UserInputError(
+            f"The tag {tag!r} has no build number; the mirror holds build releases such as 'b7000' "
+            "(or a fork's 'b7000-mix-1a2b3c4')."
+        )
+    return cleaned
+
+
 @dataclass(frozen=True)
 class MirrorPaths:
-    """Where one repository's release data lives in a mirror."""
+    """Where one repository's release data lives in a mirror.
 
+    Every helper returns a path that resolves inside ``dest`` or raises
+    :class:`~runtime.errors.RemoteError` (a name came from the upstream).
+    """
+
+    dest: Path
     releases: Path
+
+    def inside(self, path: Path) -> Path:
+        """``path``, checked to resolve inside the mirror.
+
+        Raises:
+            RemoteError: It would leave the mirror directory.
+        """
+        if not path.resolve().is_relative_to(self.dest.resolve()) or ".." in path.relative_to(self.dest).parts:
+            raise RemoteError(f"The upstream names a file {path} outside the mirror {self.dest}; nothing was written.")
+        return path
 
     def tag_json(self, tag: str) -> Path:
         """The release JSON the client reads for ``tag``."""
-        return self.releases / "tags" / tag
+        return self.inside(self.releases / "tags" / tag)
 
     @property
     def latest_json(self) -> Path:
         """The JSON behind ``releases/latest``."""
         return self.releases / "latest"
 
-    def asset(self, tag: str, name: str) -> Path:
-        """Where the asset file ``name`` of ``tag`` lives."""
-        return self.releases / "download" / tag / name
+    def asset(self, tag: str, sha256: str, name: str) -> Path:
+        """Where the asset file ``name`` of ``tag`` with content ``sha256`` lives."""
+        return self.inside(self.releases / "download" / tag / sha256[:_SHA_DIR_CHARS] / name)
+
+    def tag_downloads(self, tag: str) -> Path:
+        """The directory of every asset generation of ``tag``."""
+        return self.inside(self.releases / "download" / tag)
+
+    def published_file(self, entry: dict[str, Any]) -> Path | None:
+        """The file an asset object of a ``tags/`` JSON names, or ``None`` if it names none in the mirror."""
+        url = entry.get("browser_download_url")
+        if not isinstance(url, str) or not url.startswith("../download/"):
+            return None
+        try:
+            return self.inside(self.releases / url.removeprefix("../"))
+        except RemoteError:
+            return None
 
 
 def mirror_paths(dest: Path, repo: str) -> MirrorPaths:
-    """The paths of ``repo`` inside the mirror ``dest``."""
-    owner, name = repo.split("/", 1)
-    return MirrorPaths(dest / "repos" / owner / name / "releases")
+    """The paths of ``repo`` inside the mirror ``dest``.
+
+    Raises:
+        UserInputError: ``repo`` is not ``owner/name``.
+    """
+    owner, _, name = repo.partition("/")
+    if not all(part and part not in {".", ".."} and "/" not in part and "\\" not in part for part in (owner, name)):
+        raise UserInputError(f"The repository {repo!r} is not OWNER/NAME.")
+    return MirrorPaths(dest, dest / "repos" / owner / name / "releases")
 
 
 def select_assets(release: Release, platforms: Iterable[str], backends: Iterable[str]) -> list[Asset]:
@@ -176,17 +246,21 @@ def newest(releases: Iterable[Release], count: int) -> list[Release]:
     return [rel for _, rel in numbered[:count]]
 
 
-def asset_json(asset: Asset, tag: str, sha256: str, digest_origin: str) -> dict[str, Any]:
-    """One asset object of the mirror's release JSON (GitHub API shape, relative URL)."""
+def asset_json(asset: Asset, tag: str, sha256: str) -> dict[str, Any]:
+    """One asset object of the mirror's release JSON (GitHub API shape, relative URL).
+
+    ``digest`` repeats upstream's (``null`` when it published none); the
+    mirror's own hash goes under ``llama_runtime_sha256``, which clients ignore.
+    """
     return {
         "name": asset.name,
         "label": "",
         "state": "uploaded",
         "content_type": "application/octet-stream",
         "size": asset.size,
-        "digest": f"sha256:{sha256}",
-        "browser_download_url": f"../download/{tag}/{asset.name}",
-        "llama_runtime_digest_origin": digest_origin,
+        "digest": f"sha256:{sha256}" if asset.sha256 is not None else None,
+        "browser_download_url": f"../download/{tag}/{sha256[:_SHA_DIR_CHARS]}/{asset.name}",
+        _OWN_SHA_KEY: sha256,
     }
 
 
@@ -264,6 +338,8 @@ def sync_mirror(
     """
     if tag is None and latest < 1:
         raise UserInputError(f"--latest must be at least 1, not {latest}.")
+    if tag is not None:
+        tag = mirror_tag(tag)
     if dest.exists() and not dest.is_dir():
         raise UserInputError(f"The mirror destination {dest} exists and is not a directory.")
     report = MirrorReport(dest=dest)
@@ -304,38 +380,95 @@ def _sync_release(
 ) -> None:
     from runtime.errors import BackendUnavailableError
 
+    try:
+        tag = mirror_tag(release.tag)
+    except UserInputError as exc:
+        raise RemoteError(
+            f"The upstream {client.repo} offers a release whose tag cannot be mirrored: {exc.message}"
+        ) from None
     chosen = select_assets(release, platforms, backends)
     if not chosen:
         wanted = ", ".join([*platforms, *backends]) or "any platform"
-        raise BackendUnavailableError(f"{client.repo} {release.tag} has no complete asset for {wanted}.")
-    previous = _read_json(paths.tag_json(release.tag))
+        raise BackendUnavailableError(f"{client.repo} {tag} has no complete asset for {wanted}.")
+    previous = _read_json(paths.tag_json(tag))
     kept = {str(a["name"]): a for a in (previous or {}).get("assets", []) if isinstance(a, dict)}
     for asset in chosen:
-        sha, origin = _ensure_asset(client, dest, paths, release.tag, asset, report)
-        kept[asset.name] = asset_json(asset, release.tag, sha, origin)
+        sha = _ensure_asset(client, dest, paths, tag, asset, kept.get(asset.name), report)
+        kept[asset.name] = asset_json(asset, tag, sha)
     # Assets mirrored by an earlier sync stay listed only while their file is intact in size.
-    listed = [a for a in kept.values() if _size_matches(paths.asset(release.tag, str(a["name"])), a.get("size"))]
+    listed = [a for a in kept.values() if _size_matches(paths.published_file(a), a.get("size"))]
     # The commit point of this release: everything it names is already in place.
-    atomic_write_json(paths.tag_json(release.tag), release_json(release, listed))
+    atomic_write_json(paths.tag_json(tag), release_json(release, listed))
+    # Files of the generation before the one just replaced go now; the one just
+    # replaced (and whatever releases/latest names) stays for in-flight clients.
+    _prune(paths, tag, [listed, list(_entries(previous)), list(_entries(_read_json(paths.latest_json)))])
+
+
+def _entries(doc: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
+    """The asset objects of a release JSON (none when it is missing or malformed)."""
+    assets = (doc or {}).get("assets")
+    for entry in assets if isinstance(assets, list) else []:
+        if isinstance(entry, dict):
+            yield entry
+
+
+def _prune(paths: MirrorPaths, tag: str, generations: list[list[dict[str, Any]]]) -> None:
+    """Remove asset files of ``tag`` that none of ``generations`` names (best effort)."""
+    keep: set[Path] = set()
+    for entries in generations:
+        for entry in entries:
+            path = paths.published_file(entry)
+            if path is None:
+                # latest/ names files without the "../" of tags/.
+                url = entry.get("browser_download_url")
+                if isinstance(url, str) and url.startswith("download/"):
+                    path = paths.published_file({**entry, "browser_download_url": "../" + url})
+            if path is not None:
+                keep.add(path.resolve())
+    root = paths.tag_downloads(tag)
+    if not root.is_dir():
+        return
+    for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
+        for filename in filenames:
+            file = Path(dirpath) / filename
+            if file.resolve() not in keep:
+                with contextlib.suppress(OSError):  # left for the next sync
+                    file.unlink()
+        if Path(dirpath) != root:
+            with contextlib.suppress(OSError):  # still holds a kept file
+                Path(dirpath).rmdir()
 
 
 def _ensure_asset(
-    client: GitHubClient, dest: Path, paths: MirrorPaths, tag: str, asset: Asset, report: MirrorReport
-) -> tuple[str, str]:
-    """The asset's file in the mirror, checked; returns its sha256 and whose digest it matches."""
+    client: GitHubClient,
+    dest: Path,
+    paths: MirrorPaths,
+    tag: str,
+    asset: Asset,
+    previous: dict[str, Any] | None,
+    report: MirrorReport,
+) -> str:
+    """The asset's file in the mirror, checked; returns its sha256.
+
+    The content is known up front from upstream's digest, or (digest-less
+    upstream) from what the previous sync computed for a file of this size.
+    """
     from updater.download import download_asset
 
-    target = paths.asset(tag, asset.name)
     published = asset.sha256
-    if target.is_file() and target.stat().st_size == asset.size:
-        sha = sha256_file(target)
-        if published is None or sha == published:
+    known = published
+    if known is None and previous is not None and previous.get("size") == asset.size:
+        own = previous.get(_OWN_SHA_KEY)
+        known = own if isinstance(own, str) and len(own) == 64 else None
+    if known is not None:
+        target = paths.asset(tag, known, asset.name)
+        if target.is_file() and target.stat().st_size == asset.size and sha256_file(target) == known:
             report.reused.append(f"{tag}/{asset.name}")
-            return sha, "upstream" if published else "mirror"
+            return known
     partial_dir = dest / ".partial"
     partial_dir.mkdir(parents=True, exist_ok=True)
-    key = published[:16] if published else f"nodigest-{asset.size}"
-    partial = partial_dir / f"{tag}-{key}-{asset.name}.part"
+    key = published[:_SHA_DIR_CHARS] if published else f"nodigest-{asset.size}"
+    partial = paths.inside(partial_dir / f"{tag}-{key}-{asset.name}.part")
     result = download_asset(
         client,
         asset,
@@ -347,12 +480,15 @@ def _ensure_asset(
     if result.size != asset.size:
         partial.unlink(missing_ok=True)
         raise IntegrityError(f"{asset.name} is {result.size} bytes, not the published {asset.size}.")
+    # Content-addressed: this path only ever holds these bytes, so the rename
+    # cannot change a file a published JSON names (at most it repairs one).
+    target = paths.asset(tag, result.sha256, asset.name)
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(partial, target)
     fsync_directory(target.parent)
     report.fetched.append(f"{tag}/{asset.name}")
     report.fetched_bytes += result.size
-    return result.sha256, "upstream" if published else "mirror"
+    return result.sha256
 
 
 def _publish_latest(paths: MirrorPaths) -> str | None:
@@ -381,8 +517,8 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) else None
 
 
-def _size_matches(path: Path, size: object) -> bool:
+def _size_matches(path: Path | None, size: object) -> bool:
     try:
-        return isinstance(size, int) and path.stat().st_size == size
+        return path is not None and isinstance(size, int) and path.stat().st_size == size
     except OSError:
         return False

@@ -177,7 +177,8 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
     Raises:
         UserInputError: The file is missing or unreadable, or tag/backend are unclear.
         DigestMismatchError: ``--sha256`` was given and does not match.
-        IntegrityError: Not an archive, unsafe, or a bundle whose files differ from its marker.
+        IntegrityError: Not an archive, unsafe, a bundle with an invalid marker, or one whose files
+            differ from its marker.
         VerificationError: The runtime was rejected; the active one is unchanged.
         BusyError: Another update holds the lock.
     """
@@ -264,7 +265,8 @@ def read_bundle_marker(archive: Path) -> InstallMarker | None:
     telling a multi-GB release archive apart costs one block.
 
     Raises:
-        CorruptStateError: The first member is a marker but not a valid one.
+        IntegrityError: The first member is a marker but not a valid one (the
+            file is not a bundle this version can restore).
     """
     try:
         with archive.open("rb") as fh:
@@ -283,8 +285,20 @@ def read_bundle_marker(archive: Path) -> InstallMarker | None:
     try:
         payload = json.loads(raw)
     except ValueError:
-        raise CorruptStateError(f"The bundle {archive.name} has a marker that is not valid JSON.") from None
-    return parse_marker(payload, archive / MARKER_NAME)
+        raise IntegrityError(
+            f"{archive.name} is not a valid bundle: its {MARKER_NAME} is not valid JSON; nothing was installed."
+        ) from None
+    try:
+        return parse_marker(payload, archive / MARKER_NAME)
+    except ForeignMarkerError:
+        raise IntegrityError(
+            f"{archive.name} was written by a newer llama-runtime (its marker has a schema or backend this "
+            "version does not know); nothing was installed.",
+            hint="Upgrade llama-runtime-updater to restore this bundle.",
+        ) from None
+    except CorruptStateError as exc:
+        # The marker's own wording points at `doctor`, which is about this machine, not the file.
+        raise IntegrityError(f"{archive.name} is not a valid bundle ({exc.message}); nothing was installed.") from None
 
 
 class _HashingReader:
