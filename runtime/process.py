@@ -656,6 +656,15 @@ def _process_start_ticks(pid: int) -> int | None:
         return None
 
 
+def process_start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot; Linux), or ``None`` where unknown.
+
+    A pid names the same process only while this value is unchanged: records
+    that store it next to a pid can tell a recycled pid from their owner.
+    """
+    return _process_start_ticks(pid)
+
+
 if sys.platform == "win32":
     import ctypes
 

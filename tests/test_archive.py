@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import gzip
 import hashlib
 import io
 import os
@@ -535,3 +537,158 @@ def test_zip_built_with_symlinks_round_trips_through_zipfile(tmp_path: Path) -> 
         info = zf.getinfo("build/bin/libllama.so")
         assert stat.S_ISLNK(info.external_attr >> 16)
         assert zf.read(info) == b"libllama.so.0"
+
+
+# --- names the filesystem cannot hold, and tar extended headers -------------------------
+
+
+def tar_of(archive: Path, members: dict[str, bytes], *, fmt: int = tarfile.PAX_FORMAT) -> Path:
+    with tarfile.open(archive, "w:gz", format=fmt) as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tf.addfile(info, io.BytesIO(data))
+    return archive
+
+
+def zip_of(archive: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return archive
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("llama-b7000/" + "a" * 256, "has a path component longer than 255 bytes"),
+        ("llama-b7000/" + "é" * 128, "has a path component longer than 255 bytes"),  # 128 chars, 256 bytes
+        ("/".join(["d" * 200] * 21) + "/f", "has a name longer than 4096 bytes"),
+    ],
+)
+@pytest.mark.parametrize("build", [tar_of, zip_of])
+def test_member_name_longer_than_the_filesystem_allows_is_refused_before_writing(
+    tmp_path: Path, build: Callable[[Path, dict[str, bytes]], Path], name: str, reason: str
+) -> None:
+    suffix = ".tar.gz" if build is tar_of else ".zip"
+    archive = build(tmp_path / f"long{suffix}", {"llama-b7000/llama-server": SERVER, name: b"x"})
+
+    error = assert_refused_without_escape(tmp_path, archive)
+
+    assert reason in error.message
+    assert len(error.message) < 300  # the name is quoted shortened
+    assert list((tmp_path / "dest").iterdir()) == []  # refused in the plan pass
+
+
+def test_component_of_exactly_255_bytes_extracts(tmp_path: Path) -> None:
+    name = "llama-b7000/" + "a" * 255
+    archive = tar_of(tmp_path / "ok.tar.gz", {name: b"x"})
+
+    result = extract_archive(archive, tmp_path / "dest")
+
+    assert name in result.files
+
+
+def test_symlink_target_longer_than_path_max_is_refused(tmp_path: Path) -> None:
+    archive = tar_with(
+        tmp_path / "link.tar.gz",
+        [("a/lib", tarfile.REGTYPE, ""), ("a/l", tarfile.SYMTYPE, "/".join(["."] * 2100) + "/lib")],
+    )
+
+    error = assert_refused_without_escape(tmp_path, archive)
+
+    assert "symlink 'a/l' has a target longer than 4096 bytes" in error.message
+
+
+def test_member_the_filesystem_cannot_create_is_refused_naming_it(tmp_path: Path) -> None:
+    # Every name is within the caps, but the staging path plus the name passes PATH_MAX.
+    deep = tmp_path.joinpath(*["s" * 250] * ((4000 - len(str(tmp_path))) // 251))
+    deep.mkdir(parents=True)
+    archive = tar_of(tmp_path / "deep.tar.gz", {"llama-b7000/" + "b" * 250 + "/llama-server": SERVER})
+
+    with pytest.raises(UnsafeArchiveError) as caught:
+        extract_archive(archive, deep / "dest")
+
+    assert caught.value.exit_code == 8
+    assert caught.value.message.startswith("Refusing deep.tar.gz: member 'llama-b7000/bbbb")
+    assert "could not be written (File name too long)." in caught.value.message
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_full_disk_while_writing_stays_an_os_error_for_the_installer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    archive, _ = release(tmp_path, "tar-tagdir")
+    real_fdopen = os.fdopen
+
+    def full(fd: int, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if "w" in mode:
+            os.close(fd)
+            raise OSError(code, os.strerror(code))
+        return real_fdopen(fd, mode, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("updater.archive.os.fdopen", full)
+
+    with pytest.raises(OSError) as caught:
+        extract_archive(archive, tmp_path / "dest")
+
+    assert not isinstance(caught.value, UnsafeArchiveError)
+    assert caught.value.errno == code
+
+
+def raw_tar_gz(archive: Path, blocks: list[bytes]) -> Path:
+    """A tar.gz of hand-made header/body blocks, padded and terminated like tarfile does."""
+    data = b"".join(b + b"\0" * (-len(b) % tarfile.BLOCKSIZE) for b in blocks) + b"\0" * 2 * tarfile.BLOCKSIZE
+    archive.write_bytes(gzip.compress(data))
+    return archive
+
+
+def header(name: str, kind: bytes, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info.tobuf(format=tarfile.USTAR_FORMAT)
+
+
+def pax_record(key: str, value: str) -> bytes:
+    body = f" {key}={value}\n"
+    length = len(body) + len(str(len(body)))
+    length = len(body) + len(str(length))
+    return f"{length}{body}".encode()
+
+
+def test_pax_header_declaring_a_gigabyte_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    # tarfile would buffer the whole declared body; the gzip stays tiny.
+    archive = raw_tar_gz(tmp_path / "pax.tar.gz", [header("././@PaxHeader", tarfile.XHDTYPE, 1 << 30)])
+
+    error = assert_refused_without_escape(tmp_path, archive)
+
+    assert f"an extended (PAX/GNU) header of {1 << 30} bytes" in error.message
+
+
+def test_gnu_long_name_header_over_64_kib_is_refused(tmp_path: Path) -> None:
+    name = "/".join(["d" * 200] * 400)  # 80 KiB: a GNU 'L' header carries it
+    archive = tar_of(tmp_path / "gnu.tar.gz", {name: b"x"}, fmt=tarfile.GNU_FORMAT)
+
+    error = assert_refused_without_escape(tmp_path, archive)
+
+    assert "extended (PAX/GNU) header" in error.message
+
+
+def test_endless_chain_of_pax_headers_is_refused(tmp_path: Path) -> None:
+    record = pax_record("comment", "hi")
+    blocks = [b for _ in range(9) for b in (header("././@PaxHeader", tarfile.XHDTYPE, len(record)), record)]
+    archive = raw_tar_gz(tmp_path / "chain.tar.gz", [*blocks, header("f", tarfile.REGTYPE, 0)])
+
+    error = assert_refused_without_escape(tmp_path, archive)
+
+    assert "more than 8 extended headers in a row" in error.message
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT])
+def test_long_names_within_the_caps_extract_in_pax_and_gnu_tars(tmp_path: Path, fmt: int) -> None:
+    name = "llama-b7000/" + "/".join(["d" * 200] * 3) + "/llama-server"  # needs an extended header
+    archive = tar_of(tmp_path / "ok.tar.gz", {name: SERVER}, fmt=fmt)
+
+    result = extract_archive(archive, tmp_path / "dest")
+
+    assert result.files[name] == (len(SERVER), hashlib.sha256(SERVER).hexdigest())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from pathlib import Path
@@ -20,13 +21,17 @@ from tests.test_service import Frozen, make_updater, publish
 from updater import cli_jobs
 from updater.cli import main
 from updater.github import RateLimit
+from updater.host import host_for_platform
 from updater.schedule import (
     DEFAULT_BACKOFF_SECONDS,
+    MAX_BACKOFF_SECONDS,
+    Backoff,
     not_before_after_error,
     not_before_after_success,
     parse_duration,
     update_decision,
 )
+from updater.service import RuntimeUpdater
 
 LIST_PATH = f"/api/repos/{REPO}/releases"
 
@@ -99,15 +104,51 @@ def test_update_is_available_only_for_a_strictly_newer_build_of_same_repo_and_ba
 
 def test_backoff_after_refusal_honours_retry_after_then_reset_then_a_minute() -> None:
     now = 1_000.0
-    assert not_before_after_error(RateLimitError("x", retry_after=120.0, reset_at=9_999.0), now) == now + 120
-    assert not_before_after_error(RateLimitError("x", reset_at=5_000.0), now) == 5_000.0
+    assert not_before_after_error(RateLimitError("x", retry_after=120.0, reset_at=2_999.0), now) == now + 120
+    assert not_before_after_error(RateLimitError("x", reset_at=3_000.0), now) == 3_000.0
     assert not_before_after_error(RateLimitError("x"), now) == now + DEFAULT_BACKOFF_SECONDS
 
 
 def test_backoff_after_success_only_when_the_last_request_was_spent() -> None:
-    assert not_before_after_success(RateLimit(60, 5, 5_000), 1_000.0) is None
-    assert not_before_after_success(RateLimit(60, 0, 5_000), 1_000.0) == 5_000.0
+    assert not_before_after_success(RateLimit(60, 5, 3_000), 1_000.0) is None
+    assert not_before_after_success(RateLimit(60, 0, 3_000), 1_000.0) == 3_000.0
     assert not_before_after_success(None, 1_000.0) is None
+
+
+def test_backoff_longer_than_githubs_hourly_window_is_capped_at_an_hour() -> None:
+    now = 1_000.0
+    cap = now + MAX_BACKOFF_SECONDS
+    assert not_before_after_error(RateLimitError("x", retry_after=10.0**9), now) == cap
+    assert not_before_after_error(RateLimitError("x", reset_at=now + 86_400), now) == cap
+    assert not_before_after_success(RateLimit(60, 0, int(now) + 86_400), now) == cap
+
+
+def test_stored_backoff_is_read_as_at_most_an_hour_ahead(tmp_path: Path) -> None:
+    backoff = Backoff(tmp_path)
+    now = 1_000_000.0
+    backoff.path.write_text(json.dumps({"not_before": now + 10 * 86_400}))  # by hand, or an older version
+    assert backoff.not_before(now) == now + MAX_BACKOFF_SECONDS
+    backoff.set(now + 10 * 86_400, "x", now=now)
+    assert json.loads(backoff.path.read_text())["not_before"] == now + MAX_BACKOFF_SECONDS
+
+
+def test_stored_backoff_is_ignored_once_the_clock_went_back_before_it_was_stored(tmp_path: Path) -> None:
+    backoff = Backoff(tmp_path)
+    backoff.set(1_000_000.0 + 600, "x", now=1_000_000.0)
+    assert backoff.not_before(1_000_000.0 + 1) == 1_000_000.0 + 600
+    assert backoff.not_before(1_000_000.0 - 86_400) is None  # NTP set the clock back a day
+
+
+@pytest.mark.parametrize("seconds", [math.nan, math.inf, -1.0])
+def test_check_wait_that_is_not_a_finite_non_negative_number_is_bad_input(
+    installed_b7000: Path, github: FakeGitHub, seconds: float
+) -> None:
+    frozen = Frozen(installed_b7000)
+    before = len(github.requests)
+    with pytest.raises(UserInputError):
+        make_updater(installed_b7000, github).check(apply=True, wait=seconds)
+    assert github.requests[before:] == []
+    frozen.assert_unchanged_and_runs()
 
 
 # -- against the local GitHub ---------------------------------------------------------
@@ -228,6 +269,89 @@ def test_jitter_sleeps_a_random_time_within_the_duration(
     code, _payload = check(capsys, installed_b7000, github, "--jitter", "10m")
     assert code == 0
     assert len(slept) == 1 and 0.0 <= slept[0] <= 600.0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("check", "--apply", "--wait", "nan"), ("check", "--apply", "--wait=-5"), ("job", "wait", "--timeout", "inf")],
+)
+def test_cli_wait_or_timeout_that_is_not_a_finite_non_negative_number_exits_2(
+    installed_b7000: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
+    publish(github, tmp_path, "b7001")
+    frozen = Frozen(installed_b7000)
+    before = len(github.requests)
+    code = main([*args, "--home", str(installed_b7000), "--api-url", github.api_url, "--backend", "cpu", "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 2 and payload["error"]["code"] == "bad_input"
+    assert github.requests[before:] == []
+    frozen.assert_unchanged_and_runs()
+
+
+def test_rate_limit_reset_a_day_ahead_of_a_skewed_clock_skips_at_most_an_hour(
+    installed_b7000: Path, github: FakeGitHub
+) -> None:
+    def behind() -> float:  # an air-gapped box whose clock is a day behind
+        return time.time() - 86_400
+
+    updater = RuntimeUpdater(
+        installed_b7000,
+        repo=REPO,
+        backend="cpu",
+        api_url=github.api_url,
+        host=lambda: host_for_platform("linux-x64"),
+        clock=behind,
+    )
+    github.inject(LIST_PATH, Fault(status=403, rate_limited=True))
+    with pytest.raises(RateLimitError):
+        updater.check()
+    skipped = updater.check()
+    assert skipped.skipped == "rate_limited" and skipped.not_before is not None
+    assert skipped.not_before - behind() <= MAX_BACKOFF_SECONDS
+
+
+def test_check_with_damaged_active_binary_offers_no_downgrade_and_reports_the_damage(
+    home: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish(github, tmp_path, "b7003")
+    publish(github, tmp_path, "b7005", prerelease=True)  # installable by tag; "latest" stays b7003
+    assert make_updater(home, github).start_update(tag="b7005").wait(30).phase == "done"
+    binary = make_updater(home, github).ensure().binary
+    assert binary is not None
+    binary.write_bytes(binary.read_bytes() + b"\n# one byte of damage\n")
+    frozen = Frozen(home)
+    code, payload = check(capsys, home, github, "--apply")
+    assert code == 0, payload
+    assert payload["installed"] == "b7005" and payload["latest"] == "b7003"
+    assert payload["update_available"] is False and payload["applied"] is False
+    assert payload["problem"] and "differs" in payload["problem"] and "downgrad" in payload["reason"]
+    frozen.assert_unchanged_and_runs()
+
+
+def test_check_with_explicit_backend_decides_and_installs_for_that_backend(
+    installed_b7000: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish(github, tmp_path, "b7001")  # a CPU build only; the active b7000 is CPU too
+    frozen = Frozen(installed_b7000)
+    code = main(
+        [
+            "check",
+            "--apply",
+            "--home",
+            str(installed_b7000),
+            "--api-url",
+            github.api_url,
+            "--backend",
+            "vulkan",
+            "--json",
+        ]
+    )
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 0, payload
+    assert payload["update_available"] is False and payload["applied"] is False
+    assert "vulkan" in payload["reason"]
+    assert github.requests_to("blob", "llama-b7001-bin-ubuntu-x64.tar.gz") == []
+    frozen.assert_unchanged_and_runs()
 
 
 def test_malformed_jitter_is_bad_input(

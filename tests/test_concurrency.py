@@ -7,6 +7,7 @@ active runtime runs.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +187,24 @@ def test_cli_update_while_the_button_job_runs_is_busy_with_that_jobs_progress(ho
     assert lines_of(button)[-1]["phase"] == "done"
     assert blob_requests(github, "b7001") == 1
     assert_active(home, "b7001")
+
+
+def test_ctrl_c_during_check_apply_exits_130_and_records_the_job_cancelled(home: Path, github: FakeGitHub) -> None:
+    runtimes = snapshot_tree(home / "runtimes")
+    pointer = (home / "active.json").read_bytes()
+    argv = [sys.executable, "-m", "updater.cli", "check", "--apply", "--backend", "cpu", "--json"]
+    proc = subprocess.Popen(
+        [*argv, "--home", str(home), "--api-url", github.api_url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_download(home)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=CHILD_TIMEOUT_SECONDS)
+    assert proc.returncode == 130, err
+    job = JobStore(Home(home)).current()
+    assert job is not None and job.phase == "cancelled" and not job.stale
+    assert job.error is not None and job.error["code"] == "cancelled"
+    assert snapshot_tree(home / "runtimes") == runtimes and (home / "active.json").read_bytes() == pointer
+    assert_active(home, "b7000")

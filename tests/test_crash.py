@@ -253,11 +253,12 @@ def test_cleanup_removes_only_what_nothing_refers_to(
         home.downloads_dir / "install-file-1234-abcd1234",
         home.root / ".active.json.k2j3.tmp",
         home.cache_dir / ".etag-x8y9",
-        home.downloads_dir / download_name(installed.sha256, installed.asset),
+        home.downloads_dir / download_name(installed.sha256, installed.asset, repo=installed.repo, size=installed.size),
         home.runtimes_dir / "ggml-org_llama.cpp-b6999-cpu-0000dead",  # no marker, not named
     ]
     kept = [
-        home.downloads_dir / download_name("f" * 64, "llama-b7002-bin-ubuntu-x64.tar.gz"),  # resumable
+        home.downloads_dir
+        / download_name("f" * 64, "llama-b7002-bin-ubuntu-x64.tar.gz", repo=REPO, size=1),  # resumable
         home.runtimes_dir / "ggml-org_llama.cpp-b6998-cpu-0000beef",  # a damaged marker: doctor's call
     ]
     for path in doomed[:3] + doomed[-1:] + kept[1:]:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import gzip
 import hashlib
+import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,7 +24,16 @@ from runtime.errors import (
 )
 from tests.conftest import Sleeps
 from tests.fakegithub import FakeGitHub, Fault
-from updater.download import DownloadResult, check_free_space, download_asset, human_size
+from updater.download import (
+    DownloadResult,
+    PartialOrigin,
+    Resume,
+    check_free_space,
+    download_asset,
+    human_size,
+    plan_resume,
+    sidecar_path,
+)
 from updater.github import GitHubClient
 from updater.release import Asset, parse_asset
 
@@ -272,3 +285,232 @@ def test_free_space_check_passes_when_enough(tmp_path: Path) -> None:
 )
 def test_human_size_uses_decimal_units(size: int, text: str) -> None:
     assert human_size(size) == text
+
+
+# --- partial files never mix two uploads (sidecar + If-Range) -------------------------------
+
+CDN = "https://cdn.example/asset.tar.gz"  # served by httpx.MockTransport: no socket at all
+
+
+class Upload(httpx.SyncByteStream):
+    """A body sent in 64 KiB pieces that can fail after ``fail_after`` bytes like a reset."""
+
+    def __init__(self, data: bytes, fail_after: int | None = None) -> None:
+        self.data = data
+        self.fail_after = fail_after
+
+    def __iter__(self) -> Iterator[bytes]:
+        for start in range(0, len(self.data), 64 * 1024):
+            if self.fail_after is not None and start >= self.fail_after:
+                raise httpx.ReadError("connection reset by peer")
+            yield self.data[start : start + 64 * 1024]
+
+
+class Cdn:
+    """An asset host with a strong ETag that honours If-Range the way GitHub's CDN does."""
+
+    def __init__(self, data: bytes, etag: str = '"upload-1"', *, honours_if_range: bool = True) -> None:
+        self.data = data
+        self.etag = etag
+        self.last_modified = "Mon, 02 Jun 2025 10:00:00 GMT"
+        self.honours_if_range = honours_if_range
+        self.fail_after: int | None = None
+        self.extra_headers: dict[str, str] = {}
+        self.requests: list[httpx.Request] = []
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(self.handle))
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        headers = {"ETag": self.etag, "Last-Modified": self.last_modified, **self.extra_headers}
+        wanted = request.headers.get("range", "")
+        if_range = request.headers.get("if-range")
+        same = if_range is None or if_range in (self.etag, self.last_modified) or not self.honours_if_range
+        start = int(wanted[6:-1]) if wanted.startswith("bytes=") and same else 0
+        body = self.data[start:]
+        headers["Content-Length"] = str(len(body))
+        fail_after, self.fail_after = self.fail_after, None
+        if start:
+            headers["Content-Range"] = f"bytes {start}-{len(self.data) - 1}/{len(self.data)}"
+            return httpx.Response(206, headers=headers, stream=Upload(body, fail_after))
+        return httpx.Response(200, headers=headers, stream=Upload(body, fail_after))
+
+
+def cdn_asset(data: bytes, sha256: str | None = None) -> Asset:
+    digest = f"sha256:{sha256}" if sha256 else None
+    return Asset(name=NAME, size=len(data), download_url=CDN, digest=digest)
+
+
+def started_partial(cdn: Cdn, asset: Asset, dest: Path, cut: int) -> None:
+    """Leave ``dest`` as an interrupted download of ``cdn``'s current upload."""
+    cdn.fail_after = cut
+    with pytest.raises(NetworkError):
+        fetch(cdn.client(), asset, dest, attempts=1)
+    assert dest.stat().st_size == cut
+
+
+def test_undigested_partial_without_sidecar_is_discarded_not_resumed(github: FakeGitHub, tmp_path: Path) -> None:
+    asset = publish(github, digests=False)
+    dest = tmp_path / "a.partial"
+    dest.write_bytes(os.urandom(MiB))  # left by some earlier, unknown download
+    result = fetch(api(github), asset, dest)
+    (blob,) = github.requests_to("blob")
+    assert "range" not in blob.headers
+    assert (result.resumed_from, dest.read_bytes()) == (0, PAYLOAD)
+
+
+def test_complete_undigested_partial_is_fetched_again_not_trusted(github: FakeGitHub, tmp_path: Path) -> None:
+    asset = publish(github, digests=False)
+    dest = tmp_path / "a.partial"
+    dest.write_bytes(os.urandom(len(PAYLOAD)))  # right size, other upload
+    result = fetch(api(github), asset, dest)
+    assert len(github.requests_to("blob")) == 1
+    assert (result.resumed_from, dest.read_bytes()) == (0, PAYLOAD)
+
+
+def test_undigested_partial_resumes_under_if_range_with_the_first_responses_etag(tmp_path: Path) -> None:
+    cdn, dest = Cdn(PAYLOAD), tmp_path / "a.partial"
+    asset = cdn_asset(PAYLOAD)
+    started_partial(cdn, asset, dest, cut=MiB)
+    result = fetch(cdn.client(), asset, dest)
+    resumed = cdn.requests[-1]
+    assert (resumed.headers["range"], resumed.headers["if-range"]) == (f"bytes={MiB}-", cdn.etag)
+    assert (result.resumed_from, dest.read_bytes()) == (MiB, PAYLOAD)
+    assert not sidecar_path(dest).exists()  # complete: nothing left to resume
+
+
+def test_server_answering_200_to_if_range_restarts_from_zero(tmp_path: Path) -> None:
+    cdn, dest = Cdn(PAYLOAD), tmp_path / "a.partial"
+    asset = cdn_asset(PAYLOAD)
+    started_partial(cdn, asset, dest, cut=MiB)
+    cdn.data, cdn.etag = os.urandom(len(PAYLOAD)), '"upload-2"'  # re-uploaded under the same name
+    result = fetch(cdn.client(), asset, dest)
+    assert cdn.requests[-1].headers["if-range"] == '"upload-1"'
+    assert (result.resumed_from, dest.read_bytes()) == (0, cdn.data)
+
+
+def test_server_ignoring_if_range_cannot_splice_two_uploads(tmp_path: Path) -> None:
+    cdn, dest = Cdn(PAYLOAD, honours_if_range=False), tmp_path / "a.partial"
+    asset = cdn_asset(PAYLOAD)
+    started_partial(cdn, asset, dest, cut=MiB)
+    cdn.data, cdn.etag = os.urandom(len(PAYLOAD)), '"upload-2"'
+    result = fetch(cdn.client(), asset, dest)
+    spliced, fresh = cdn.requests[-2:]
+    assert spliced.headers["range"] == f"bytes={MiB}-"
+    assert "range" not in fresh.headers
+    assert (result.resumed_from, dest.read_bytes()) == (0, cdn.data)
+
+
+def test_complete_undigested_partial_with_sidecar_refetches_its_last_byte(tmp_path: Path) -> None:
+    cdn, dest = Cdn(PAYLOAD), tmp_path / "a.partial"
+    asset = cdn_asset(PAYLOAD)
+    started_partial(cdn, asset, dest, cut=MiB)
+    with dest.open("ab") as fh:  # as if the rest landed and the process died before finishing
+        fh.write(PAYLOAD[MiB:])
+    result = fetch(cdn.client(), asset, dest)
+    last = cdn.requests[-1]
+    assert (last.headers["range"], last.headers["if-range"]) == (f"bytes={len(PAYLOAD) - 1}-", cdn.etag)
+    assert (result.resumed_from, dest.read_bytes()) == (len(PAYLOAD) - 1, PAYLOAD)
+
+
+def test_weak_etag_is_never_sent_and_last_modified_is_used_instead(tmp_path: Path) -> None:
+    cdn, dest = Cdn(PAYLOAD, etag='W/"weak"'), tmp_path / "a.partial"
+    asset = cdn_asset(PAYLOAD)
+    started_partial(cdn, asset, dest, cut=MiB)
+    result = fetch(cdn.client(), asset, dest)
+    assert cdn.requests[-1].headers["if-range"] == cdn.last_modified
+    assert result.resumed_from == MiB
+
+
+def test_sidecar_of_another_size_restarts_even_with_a_digest(github: FakeGitHub, tmp_path: Path) -> None:
+    asset = publish(github)
+    dest = tmp_path / "a.partial"
+    dest.write_bytes(PAYLOAD[:MiB])
+    sidecar_path(dest).write_text(json.dumps({"url": asset.download_url, "size": asset.size + 1}))
+    result = fetch(api(github), asset, dest)
+    (blob,) = github.requests_to("blob")
+    assert "range" not in blob.headers
+    assert result.resumed_from == 0
+
+
+def test_undigested_partial_started_from_another_url_restarts(tmp_path: Path) -> None:
+    cdn, dest = Cdn(PAYLOAD), tmp_path / "a.partial"
+    started_partial(cdn, cdn_asset(PAYLOAD), dest, cut=MiB)
+    elsewhere = Asset(name=NAME, size=len(PAYLOAD), download_url=CDN + "?fork=1")
+    result = fetch(cdn.client(), elsewhere, dest)
+    assert "range" not in cdn.requests[-1].headers
+    assert result.resumed_from == 0
+
+
+def test_digest_mismatch_deletes_the_sidecar_too(tmp_path: Path) -> None:
+    cdn, dest = Cdn(PAYLOAD), tmp_path / "a.partial"
+    asset = cdn_asset(PAYLOAD, sha256=hashlib.sha256(b"another file").hexdigest())
+    with pytest.raises(DigestMismatchError):
+        fetch(cdn.client(), asset, dest)
+    assert not dest.exists() and not sidecar_path(dest).exists()
+
+
+@pytest.mark.parametrize(
+    ("on_disk", "origin", "has_digest", "expected"),
+    [
+        (MiB, None, True, Resume(MiB)),
+        (MiB, None, False, Resume(0)),
+        (MiB, PartialOrigin(CDN, 10 * MiB), False, Resume(0)),  # no validator: provenance unknown
+        (MiB, PartialOrigin(CDN, 10 * MiB, etag='"e"'), False, Resume(MiB, '"e"')),
+        (10 * MiB, PartialOrigin(CDN, 10 * MiB, etag='"e"'), False, Resume(10 * MiB - 1, '"e"')),
+        (MiB, PartialOrigin(CDN, 9 * MiB, etag='"e"'), True, Resume(0)),
+        (MiB, PartialOrigin("https://other/", 10 * MiB, etag='"e"'), True, Resume(MiB)),
+        (11 * MiB, PartialOrigin(CDN, 10 * MiB, etag='"e"'), True, Resume(0)),
+    ],
+)
+def test_plan_resume_keeps_only_bytes_of_a_provable_origin(
+    on_disk: int, origin: PartialOrigin | None, has_digest: bool, expected: Resume
+) -> None:
+    assert plan_resume(on_disk, origin, url=CDN, size=10 * MiB, cap=10 * MiB, has_digest=has_digest) == expected
+
+
+# --- bytes are stored exactly as sent --------------------------------------------------------
+
+
+def test_download_asks_for_identity_encoding(github: FakeGitHub, tmp_path: Path) -> None:
+    asset = publish(github)
+    fetch(api(github), asset, tmp_path / "a.partial")
+    assert all(r.headers["accept-encoding"] == "identity" for r in github.requests)
+
+
+def test_tarball_labelled_content_encoding_gzip_is_stored_byte_for_byte(tmp_path: Path) -> None:
+    tarball = gzip.compress(PAYLOAD)  # what a .tar.gz is; the host labels it as an encoding
+    cdn, dest = Cdn(tarball), tmp_path / "a.partial"
+    cdn.extra_headers = {"Content-Encoding": "gzip"}
+    result = fetch(cdn.client(), cdn_asset(tarball, sha256=hashlib.sha256(tarball).hexdigest()), dest)
+    assert (result.digest_verified, dest.read_bytes()) == (True, tarball)
+
+
+def test_gzip_labelled_body_resumes_at_the_raw_byte_offset(tmp_path: Path) -> None:
+    tarball = gzip.compress(PAYLOAD)
+    cdn, dest = Cdn(tarball), tmp_path / "a.partial"
+    cdn.extra_headers = {"Content-Encoding": "gzip"}
+    asset = cdn_asset(tarball, sha256=hashlib.sha256(tarball).hexdigest())
+    started_partial(cdn, asset, dest, cut=MiB)
+    result = fetch(cdn.client(), asset, dest)
+    assert (result.resumed_from, dest.read_bytes()) == (MiB, tarball)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_full_disk_deletes_the_partial_and_its_sidecar_and_stays_an_os_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    cdn, dest = Cdn(PAYLOAD), tmp_path / "a.partial"
+    on_disk_when_full: list[bool] = []
+
+    def full(*_args: object) -> int:
+        on_disk_when_full.append(dest.exists() and sidecar_path(dest).exists())
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr("updater.download._Job._stream", full)
+    with pytest.raises(OSError) as caught:
+        fetch(cdn.client(), cdn_asset(PAYLOAD), dest)
+    assert caught.value.errno == code
+    assert on_disk_when_full == [True]
+    assert not dest.exists() and not sidecar_path(dest).exists()

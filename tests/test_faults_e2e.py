@@ -220,7 +220,7 @@ def test_body_cut_on_every_try_exits_7_and_the_next_run_resumes_the_partial(
     code, payload = run_cli(capsys, active_b7000, github, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 7 and payload["error"]["code"] == "network_error"
     assert "kept for resuming" in payload["error"]["message"]
-    (partial,) = (active_b7000 / "downloads").iterdir()
+    (partial,) = (active_b7000 / "downloads").glob("*.part")
     kept = partial.stat().st_size
     assert kept == 3 * MiB
     assert_b7000_still_active(active_b7000, before, capsys, github)

@@ -7,14 +7,16 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runtime.errors import BusyError, CancelledError
 from runtime.layout import Home
+from runtime.process import pid_alive, process_start_ticks
 from updater.install import Progress
-from updater.jobs import KEEP_FINISHED, JobRecorder, JobState, JobStore, pid_alive
+from updater.jobs import KEEP_FINISHED, JobRecorder, JobState, JobStore
 from updater.progress import RateMeter, terminal_progress
 
 
@@ -135,6 +137,86 @@ def test_finished_job_records_are_pruned_and_leave_no_temp_files(store: JobStore
     records = [p for p in store.dir.iterdir() if p.name != "current.json"]
     assert len([p for p in records if p.suffix == ".json"]) == KEEP_FINISHED
     assert not [p for p in records if p.name.endswith(".tmp")]
+
+
+@pytest.fixture
+def unrelated_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process that has nothing to do with any job."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_running_record_with_our_pid_that_this_process_never_claimed_is_stale(store: JobStore) -> None:
+    # A container restarts the app with the same pid: the crashed run's record names us.
+    store.write(JobState(id="crashed", phase="download", pid=os.getpid(), proc_start=process_start_ticks(os.getpid())))
+    state = store.current()
+    assert state is not None and state.stale and state.phase == "failed"
+    new, claimed = store.claim(new_job("b2"))
+    assert claimed and new.id == "b2"
+
+
+def test_job_claimed_by_this_process_runs_until_its_recorder_finishes(store: JobStore) -> None:
+    state, claimed = store.claim(new_job("a1"))
+    assert claimed and state.proc_start == process_start_ticks(os.getpid())
+    assert JobStore(store.home).current() == state  # a second store in this process sees it running
+    JobRecorder(store, state).finish("done", result={})
+    final = store.current()
+    assert final is not None and final.phase == "done" and not final.stale
+
+
+@pytest.mark.parametrize(
+    ("recorded", "running"),
+    [("same", True), ("earlier", False), ("missing", False)],
+)
+def test_running_record_of_a_live_pid_counts_only_with_that_process_start_time(
+    store: JobStore, unrelated_process: subprocess.Popen[bytes], recorded: str, running: bool
+) -> None:
+    ticks = process_start_ticks(unrelated_process.pid)
+    if ticks is None:
+        pytest.skip("process start times are not available on this platform")
+    proc_start = {"same": ticks, "earlier": ticks - 100, "missing": None}[recorded]
+    store.write(JobState(id="a1", phase="download", pid=unrelated_process.pid, proc_start=proc_start))
+    state = store.current()
+    assert state is not None and state.running is running and state.stale is not running
+
+
+def test_final_state_that_cannot_be_written_leaves_no_running_record(
+    store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state, _ = store.claim(new_job("a1"))
+    recorder = JobRecorder(store, state)
+    real_write = store.write
+
+    def disk_full(new: JobState) -> None:
+        if not new.running:
+            raise OSError(28, "No space left on device")
+        real_write(new)
+
+    monkeypatch.setattr(store, "write", disk_full)
+    recorder.finish("done", result={})
+    assert recorder.finished.is_set() and recorder.state.phase == "done"
+    assert not store.current_path.exists()
+    monkeypatch.undo()
+    new, claimed = JobStore(store.home).claim(new_job("b2"))
+    assert claimed and new.id == "b2"
+
+
+def test_prune_tolerates_records_that_vanish_meanwhile(store: JobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_glob = Path.glob
+
+    def glob_with_a_vanished_record(self: Path, pattern: str) -> list[Path]:
+        found = list(real_glob(self, pattern))
+        return [*found, self / "pruned-by-another-process.json"] if self == store.dir else found
+
+    monkeypatch.setattr(Path, "glob", glob_with_a_vanished_record)
+    for n in range(KEEP_FINISHED + 2):
+        store.write(JobState(id=f"j{n}", phase="done", pid=os.getpid()))
+    monkeypatch.undo()
+    assert len([p for p in store.dir.glob("j*.json")]) == KEEP_FINISHED
 
 
 # -- progress shown to people ---------------------------------------------------------

@@ -5,16 +5,21 @@ Each test that changes nothing asserts the active runtime is untouched and runs.
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from runtime.errors import BusyError
+from runtime.errors import BusyError, UserInputError
 from runtime.layout import Home
 from runtime.lock import UpdateLock
+from runtime.process import process_start_ticks
 from tests.archives import build_release_archive
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server
 from tests.fakegithub import FakeGitHub, Fault
@@ -196,6 +201,101 @@ def test_button_with_join_false_while_a_job_runs_says_busy_with_its_progress(
         installed.start_update(join=False)
     assert "download" in caught.value.message and job.id in caught.value.message
     assert job.wait(EVENTUALLY_SECONDS).phase == "done"
+
+
+def leftover_running_job(home: Path, pid: int, proc_start: int | None) -> None:
+    """What a process killed mid-download leaves in jobs/current.json."""
+    then = time.time() - 3600
+    state = JobState(
+        id="deadbeefdeadbeef",
+        phase="download",
+        pid=pid,
+        done_bytes=1000,
+        total_bytes=5000,
+        started_at=then,
+        updated_at=then,
+        proc_start=proc_start,
+    )
+    (home / "jobs" / "current.json").write_text(json.dumps(state.to_json()))
+
+
+def test_button_after_a_restart_with_the_same_pid_starts_a_new_job(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    # In a container the app gets the same pid after every restart.
+    publish(github, tmp_path, "b7001")
+    leftover_running_job(installed.home.root, os.getpid(), process_start_ticks(os.getpid()))
+    assert not installed.ensure().update_running
+    job = installed.start_update()
+    assert job.owned and job.id != "deadbeefdeadbeef"
+    state = job.wait(EVENTUALLY_SECONDS)
+    assert state.phase == "done", state.error
+    assert state.result is not None
+    assert_runs(Path(state.result["active"]["binary"]))
+
+
+def test_button_when_the_crashed_jobs_pid_now_names_another_process_starts_a_new_job(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7001")
+    unrelated = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ticks = process_start_ticks(unrelated.pid)
+        if ticks is None:
+            pytest.skip("process start times are not available on this platform")
+        leftover_running_job(installed.home.root, unrelated.pid, ticks - 100)  # the crashed owner started earlier
+        job = installed.start_update()
+        assert job.owned
+        state = job.wait(EVENTUALLY_SECONDS)
+    finally:
+        unrelated.kill()
+        unrelated.wait()
+    assert state.phase == "done", state.error
+
+
+def test_lock_owner_record_left_by_a_crash_does_not_make_the_button_busy(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    # kill -9 while holding the lock: the kernel frees the lock, the owner record stays
+    # (and after a container restart its pid is ours again).
+    publish(github, tmp_path, "b7001")
+    lock = UpdateLock(installed.home.lock_path)
+    owner = {"pid": os.getpid(), "operation": "button", "since": time.time() - 3600}
+    lock.owner_path.write_text(json.dumps(owner))
+    assert not installed.update_running()
+    state = installed.start_update().wait(EVENTUALLY_SECONDS)
+    assert state.phase == "done", state.error
+
+
+def test_ctrl_c_in_a_foreground_job_records_it_cancelled_and_propagates(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    frozen = Frozen(installed.home.root)
+    publish(github, tmp_path, "b7001", pad=PAD_BYTES)
+
+    def ctrl_c_during_download(state: JobState) -> None:
+        if state.phase == "download":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        installed.start_update(background=False, listener=ctrl_c_during_download)
+    current = installed.jobs.current()
+    assert current is not None and current.phase == "cancelled" and not current.stale
+    assert current.error is not None and current.error["code"] == "cancelled"
+    frozen.assert_unchanged_and_runs()
+    assert installed.start_update().wait(EVENTUALLY_SECONDS).phase == "done"  # nothing left blocking
+
+
+@pytest.mark.parametrize("seconds", [math.nan, math.inf, -1.0])
+def test_lock_timeout_that_is_not_a_finite_non_negative_number_is_bad_input(
+    installed: RuntimeUpdater, seconds: float
+) -> None:
+    frozen = Frozen(installed.home.root)
+    before = installed.jobs.current()
+    with pytest.raises(UserInputError):
+        installed.start_update(lock_timeout=seconds)
+    assert installed.jobs.current() == before
+    frozen.assert_unchanged_and_runs()
 
 
 # -- cancel and resume ----------------------------------------------------------------

@@ -374,3 +374,28 @@ def test_vulkan_build_that_lists_no_vulkan_device_on_a_vulkan_host_is_rejected_w
     assert code == 6, payload
     assert "lists no vulkan device" in payload["error"]["message"]
     assert_active_unchanged(home, before, "b7000", capsys, github)
+
+
+def test_an_undigested_download_left_by_a_fork_update_is_never_installed_for_upstream(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    name = CPU.format(tag="b5000")
+    theirs = stand_in_tarball(tmp_path / "fork.tar.gz", tag="b5000", script=stand_in_server("version: 5000 (FORK)"))
+    ours = stand_in_tarball(tmp_path / "up.tar.gz", tag="b5000", script=stand_in_server("version: 5000 (UPSTREAM)"))
+    size = max(theirs.stat().st_size, ours.stat().st_size)
+    for archive in (theirs, ours):  # same name, same size: only the repository differs
+        archive.write_bytes(archive.read_bytes().ljust(size, b"\0"))
+    github.add_release("someone/llama.cpp", "b5000", {name: theirs}, digests=False)
+    github.add_release(REPO, "b5000", {name: ours}, digests=False)
+    code, payload = run_cli(
+        capsys, home, github, "update", "--tag", "b5000", "--backend", "cpu", "--repo", "someone/llama.cpp"
+    )
+    assert code == 0 and "FORK" in payload["active"]["version"]
+    # an update of the fork killed after its download finished leaves the complete file behind
+    (home / "downloads").mkdir(exist_ok=True)
+    for leftover in ("nodigest-someone_llama.cpp", "nodigest-ggml-org_llama.cpp", "nodigest"):
+        (home / "downloads" / f"{leftover}-{size}-{name}.part").write_bytes(theirs.read_bytes())
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b5000", "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["repo"] == REPO
+    assert "UPSTREAM" in payload["active"]["version"]

@@ -22,6 +22,7 @@ caller discards ``dest`` itself.
 from __future__ import annotations
 
 import enum
+import errno
 import gzip
 import hashlib
 import os
@@ -47,6 +48,24 @@ CHUNK_BYTES: Final = _MiB
 
 # 4 KiB is PATH_MAX on Linux; a zip "symlink" body longer than that is not a path.
 _MAX_LINK_TARGET_BYTES: Final = 4096
+# Member names: NAME_MAX (255 bytes per component) and PATH_MAX (4096 bytes) on
+# Linux and macOS. Longer names cannot be created anywhere the runtime could live.
+_MAX_NAME_PART_BYTES: Final = 255
+_MAX_NAME_BYTES: Final = 4096
+
+# tarfile reads a whole PAX or GNU long-name header into memory before it is
+# parsed; a declared size of gigabytes of zeros gzips to almost nothing. Real
+# headers (a long path, a few attributes) are well under 1 KiB.
+_MAX_EXTENDED_HEADER_BYTES: Final = 64 * 1024
+# Extended headers chain by recursion inside tarfile; a real member carries at
+# most a global header, a PAX header and GNU long name + long link.
+_MAX_EXTENDED_HEADER_RUN: Final = 8
+_EXTENDED_HEADER_TYPES: Final = frozenset(
+    {tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE}
+)
+
+# A full disk or quota is the machine's problem (exit 4), not the archive's.
+_DISK_FULL_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 # Read this many leading bytes to tell a zip from a gzip; names can lie.
 _MAGIC_BYTES: Final = 4
@@ -76,6 +95,8 @@ _UNIX_SPECIAL: Final = {
 }
 
 _DRIVE: Final = re.compile(r"^[A-Za-z]:")
+# Characters of an over-long member name quoted in a refusal.
+_QUOTE_CHARS: Final = 80
 
 # Errors the archive libraries raise for corrupt or truncated input. Plain
 # OSError is deliberately absent: a full disk is not a bad archive.
@@ -197,7 +218,15 @@ def extract_archive(
         _poll(cancel, label)
         name = write_plan.admit(member)
         if name is not None:
-            writer.write(name, member, opener)
+            try:
+                writer.write(name, member, opener)
+            except OSError as exc:
+                if exc.errno in _DISK_FULL_ERRNOS:
+                    raise
+                raise UnsafeArchiveError(
+                    f"Refusing {label}: member {member.raw_name!r} could not be written "
+                    f"({exc.strerror or type(exc).__name__})."
+                ) from exc
     writer.result.member_count = write_plan.count
     _check_links_on_disk(root, writer.result.symlinks, label)
     return writer.result
@@ -264,12 +293,53 @@ def _reading(label: str) -> Iterator[None]:
         raise UnsafeArchiveError(f"Refusing {label}: the archive is corrupt or truncated ({exc}).") from exc
 
 
+class _ExtendedHeaderError(Exception):
+    """A PAX/GNU extended header over the caps, raised before tarfile reads it."""
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A TarInfo that refuses oversized or endlessly chained extended headers.
+
+    ``_proc_member`` is tarfile's per-header dispatch (stable since Python 2);
+    hooking it is the only point that sees an extended header's declared size
+    before its body is read into memory.
+    """
+
+    def _proc_member(self, tf: tarfile.TarFile) -> tarfile.TarInfo | None:
+        if not isinstance(tf, _BoundedTarFile):
+            raise LlamaRuntimeError("_BoundedTarInfo needs a _BoundedTarFile.")
+        if self.type not in _EXTENDED_HEADER_TYPES:
+            tf.extended_run = 0
+        else:
+            tf.extended_run += 1
+            if tf.extended_run > _MAX_EXTENDED_HEADER_RUN:
+                raise _ExtendedHeaderError(f"more than {_MAX_EXTENDED_HEADER_RUN} extended headers in a row")
+            if self.size > _MAX_EXTENDED_HEADER_BYTES:
+                raise _ExtendedHeaderError(
+                    f"an extended (PAX/GNU) header of {self.size} bytes, above the "
+                    f"{_MAX_EXTENDED_HEADER_BYTES}-byte limit"
+                )
+        result: tarfile.TarInfo | None = super()._proc_member(tf)  # type: ignore[misc]
+        return result
+
+
+class _BoundedTarFile(tarfile.TarFile):
+    """A TarFile whose headers are parsed by :class:`_BoundedTarInfo`."""
+
+    tarinfo = _BoundedTarInfo
+    # Consecutive extended headers seen since the last real member.
+    extended_run = 0
+
+
 def _tar_members(archive: Path, label: str) -> Iterator[tuple[_Member, _Opener]]:
     # Stream mode ("r|gz") reads strictly forward: no seeks that would
     # re-decompress from the start, and members are only known one at a time.
-    with _reading(label), tarfile.open(archive, mode="r|gz") as tf:
-        while (info := tf.next()) is not None:
-            yield _tar_member(info), _tar_opener(tf, info, label)
+    try:
+        with _reading(label), _BoundedTarFile.open(archive, mode="r|gz") as tf:
+            while (info := tf.next()) is not None:
+                yield _tar_member(info), _tar_opener(tf, info, label)
+    except _ExtendedHeaderError as exc:
+        raise UnsafeArchiveError(f"Refusing {label}: it has {exc}.") from exc
 
 
 def _tar_opener(tf: tarfile.TarFile, info: tarfile.TarInfo, label: str) -> _Opener:
@@ -407,7 +477,18 @@ class _Plan:
         parts = [p for p in raw.split("/") if p not in ("", ".")]
         if ".." in parts:
             raise self.refuse(f"{what} {raw!r} would be written outside the runtime directory.")
-        return "/".join(parts)
+        name = "/".join(parts)
+        self._check_length(raw, name, what)
+        return name
+
+    def _check_length(self, raw: str, name: str, what: str) -> None:
+        if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+            raise self.refuse(f"{what} {_abbreviate(raw)} has a name longer than {_MAX_NAME_BYTES} bytes.")
+        for part in name.split("/"):
+            if len(part.encode("utf-8")) > _MAX_NAME_PART_BYTES:
+                raise self.refuse(
+                    f"{what} {_abbreviate(raw)} has a path component longer than {_MAX_NAME_PART_BYTES} bytes."
+                )
 
     def _check_place(self, name: str, member: _Member) -> None:
         parents = PurePosixPath(name).parents
@@ -428,6 +509,8 @@ class _Plan:
 
     def _check_symlink(self, name: str, member: _Member) -> None:
         target = member.link_target
+        if len(target.encode("utf-8", "surrogateescape")) > _MAX_LINK_TARGET_BYTES:
+            raise self.refuse(f"symlink {member.raw_name!r} has a target longer than {_MAX_LINK_TARGET_BYTES} bytes.")
         if not target or "\x00" in target or "\\" in target:
             raise self.refuse(f"symlink {member.raw_name!r} has an invalid target {target!r}.")
         if target.startswith("/") or _DRIVE.match(target):
@@ -452,6 +535,11 @@ class _Plan:
             raise self.refuse(f"it unpacks to more than {self.limits.max_total_bytes} bytes.")
         if member.compressed_size is not None and exceeds_ratio(member.size, member.compressed_size, self.limits):
             raise self.refuse(_ratio_reason(member, member.size, self.limits))
+
+
+def _abbreviate(raw: str) -> str:
+    """``repr`` of a member name, shortened so one message cannot flood a terminal."""
+    return repr(raw) if len(raw) <= _QUOTE_CHARS else repr(raw[:_QUOTE_CHARS]) + "…"
 
 
 def hardlink_source(link_target: str) -> str | None:

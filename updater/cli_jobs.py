@@ -56,15 +56,16 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     import random
 
     from updater.progress import terminal_progress
-    from updater.schedule import parse_duration
+    from updater.schedule import parse_duration, validate_seconds
 
     jitter = parse_duration(args.jitter) if args.jitter else 0.0
+    wait = validate_seconds(args.wait, "--wait")
     updater = updater_from_args(args)
     if jitter:
         sleep(random.uniform(0.0, jitter))
     bar = terminal_progress() if args.apply and not args.json else None
     try:
-        result = updater.check(apply=args.apply, wait=args.wait, listener=bar)
+        result = updater.check(apply=args.apply, wait=wait, listener=bar)
     except BusyError as exc:
         current = updater.jobs.current()
         payload: dict[str, Any] = {"skipped": "busy", "error": exc.to_json()}
@@ -95,7 +96,9 @@ def _check_line(installed: str | None, latest: str | None, available: bool, appl
 def cmd_job(args: argparse.Namespace, out: Output) -> int:
     """``llama-runtime job [status|wait|cancel]``."""
     from updater.progress import terminal_progress
+    from updater.schedule import validate_seconds
 
+    timeout = None if args.timeout is None else validate_seconds(args.timeout, "--timeout")
     updater = updater_from_args(args)
     job = updater.current_job()
     if job is None:
@@ -112,7 +115,7 @@ def cmd_job(args: argparse.Namespace, out: Output) -> int:
     if args.action == "wait":
         bar = None if args.json else terminal_progress()
         stop = job.subscribe(bar) if bar is not None else None
-        state = job.wait(args.timeout)
+        state = job.wait(timeout)
         if stop is not None:
             stop()
         if bar is not None:

@@ -2,9 +2,21 @@
 
 Invariants:
     * Bytes that fail an integrity check (digest, size, cap) are deleted at
-      once: nothing untrusted stays on disk.
+      once: nothing untrusted stays on disk. So is a partial on a full disk.
     * A network failure or a cancel keeps the partial file, so the next attempt
       (or the next run) asks only for the rest with ``Range: bytes=N-``.
+    * A partial file never mixes bytes of two different uploads. Its sidecar
+      ``<partial>.meta`` records the URL, size and validator (strong ETag or
+      Last-Modified) of the response it was started from; a resume sends that
+      validator as ``If-Range``, and a server answering 200 starts it over.
+      Without a published digest, a partial whose origin cannot be proven is
+      never resumed, and a complete one is never trusted without a request:
+      the sidecar goes once a download completes, and a complete file that
+      still has one (a crash before that) has its last byte fetched again
+      under ``If-Range``.
+    * Bytes are stored exactly as sent (``Accept-Encoding: identity``, raw
+      reads), so a server that compresses on the fly cannot change what is
+      hashed or shift resume offsets.
     * ``Authorization`` is only ever sent to the API origin, never to the CDN
       the download URL redirects to.
     * No ``httpx`` exception escapes; failures are ``runtime.errors`` types.
@@ -12,7 +24,10 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import hashlib
+import json
 import os
 import shutil
 import time
@@ -32,13 +47,25 @@ from runtime.errors import (
     RemoteError,
     SizeMismatchError,
 )
+from runtime.fsutil import atomic_write_json
 from updater.github import GitHubClient
 from updater.release import Asset
 
 if TYPE_CHECKING:
     from hashlib import _Hash
 
-__all__ = ["DownloadResult", "check_free_space", "download_asset", "human_size"]
+__all__ = [
+    "DownloadResult",
+    "PartialOrigin",
+    "Resume",
+    "check_free_space",
+    "discard_partial",
+    "download_asset",
+    "human_size",
+    "plan_resume",
+    "read_origin",
+    "sidecar_path",
+]
 
 # Write buffer: few syscalls per GB. Chunks are taken as they arrive (not regrouped) so a
 # dropped connection loses nothing already received and resume starts exactly there.
@@ -50,6 +77,11 @@ _BACKOFF_SECONDS: Final[float] = 1.0
 # GitHub uses two hops (github.com → CDN); more than a few means a loop.
 _MAX_REDIRECTS: Final[int] = 5
 _REDIRECT_STATUSES: Final[frozenset[int]] = frozenset({301, 302, 303, 307, 308})
+# A full disk or quota: keeping the partial would only hold on to the missing space.
+_DISK_FULL_ERRNOS: Final[frozenset[int]] = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+# Suffix of the sidecar that records where a partial file's bytes came from.
+SIDECAR_SUFFIX: Final[str] = ".meta"
 
 Progress = Callable[[int, int | None], None]
 Cancel = Callable[[], bool]
@@ -60,7 +92,7 @@ class DownloadResult:
     """A fully downloaded, size- and (if published) digest-checked file.
 
     Attributes:
-        path: The partial file, now complete and fsynced.
+        path: The partial file, now complete and fsynced; its sidecar is removed.
         size: Bytes on disk.
         sha256: Lowercase hex of the whole file.
         resumed_from: Bytes reused from an earlier partial file (0: fresh).
@@ -72,6 +104,114 @@ class DownloadResult:
     sha256: str
     resumed_from: int
     digest_verified: bool
+
+
+@dataclass(frozen=True)
+class PartialOrigin:
+    """Where the bytes of a partial file came from (its ``.meta`` sidecar).
+
+    Attributes:
+        url: The asset's download URL the partial was started from.
+        size: The asset size published then, or ``None`` when unknown.
+        etag: The strong ``ETag`` of the first response, if it had one.
+        last_modified: Its ``Last-Modified``, if it had one.
+    """
+
+    url: str
+    size: int | None
+    etag: str | None = None
+    last_modified: str | None = None
+
+    @property
+    def validator(self) -> str | None:
+        """The ``If-Range`` value that proves a resume continues the same bytes."""
+        return self.etag or self.last_modified
+
+
+@dataclass(frozen=True)
+class Resume:
+    """How to continue a partial file: keep ``keep`` bytes, send ``if_range`` with the Range."""
+
+    keep: int
+    if_range: str | None = None
+
+
+def plan_resume(
+    on_disk: int,
+    origin: PartialOrigin | None,
+    *,
+    url: str,
+    size: int | None,
+    cap: int,
+    has_digest: bool,
+) -> Resume:
+    """Decide how much of a partial file may be reused (pure).
+
+    Args:
+        on_disk: Bytes of the partial file now on disk.
+        origin: Its sidecar, or ``None`` when missing or unreadable.
+        url: The download URL asked for now.
+        size: The asset size published now, if known.
+        cap: Most bytes the file may have.
+        has_digest: Whether a published sha256 will check the whole file.
+
+    Returns:
+        The bytes to keep (0: start over) and the ``If-Range`` validator to send.
+    """
+    if on_disk <= 0 or on_disk > cap:
+        return Resume(0)
+    if origin is not None and origin.size != size:
+        return Resume(0)  # another upload under the same name
+    validator = origin.validator if origin is not None and origin.url == url else None
+    if has_digest:
+        return Resume(on_disk, validator)  # the final sha256 rejects any mix
+    if validator is None:
+        return Resume(0)  # nothing proves these bytes belong to this upload
+    if size is not None and on_disk >= size:
+        # Fetch the last byte again: a 206 to If-Range proves the rest is this upload.
+        return Resume(size - 1, validator)
+    return Resume(on_disk, validator)
+
+
+def sidecar_path(partial: Path) -> Path:
+    """The ``.meta`` file that records where ``partial``'s bytes came from."""
+    return partial.with_name(partial.name + SIDECAR_SUFFIX)
+
+
+def discard_partial(partial: Path) -> None:
+    """Delete a partial file and its sidecar (either may be missing).
+
+    Raises:
+        OSError: A file exists but could not be deleted.
+    """
+    partial.unlink(missing_ok=True)
+    sidecar_path(partial).unlink(missing_ok=True)
+
+
+def read_origin(partial: Path) -> PartialOrigin | None:
+    """The sidecar of ``partial``, or ``None`` when it is missing or not one of ours."""
+    try:
+        raw = json.loads(sidecar_path(partial).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    url, size = raw.get("url"), raw.get("size")
+    etag, modified = raw.get("etag"), raw.get("last_modified")
+    if not isinstance(url, str) or not (size is None or (isinstance(size, int) and not isinstance(size, bool))):
+        return None
+    return PartialOrigin(
+        url=url,
+        size=size,
+        etag=etag if isinstance(etag, str) else None,
+        last_modified=modified if isinstance(modified, str) else None,
+    )
+
+
+def _strong_etag(response: httpx.Response) -> str | None:
+    # RFC 9110 §13.1.5: If-Range needs a strong validator; a weak ETag proves nothing.
+    etag = response.headers.get("etag")
+    return etag if etag and not etag.startswith("W/") else None
 
 
 def human_size(n_bytes: int) -> str:
@@ -143,6 +283,8 @@ def download_asset(
         NetworkError: Transport failures after all attempts (the partial is kept).
         RemoteError: 4xx, or a redirect loop.
         CancelledError: ``cancel`` returned ``True`` (the partial is kept).
+        OSError: Writing failed; on a full disk (``ENOSPC``/``EDQUOT``) the
+            partial and its sidecar are deleted first.
     """
     job = _Job(source, asset, dest_partial, max_bytes, expected_size, expected_sha256)
     for attempt in range(1, attempts + 1):
@@ -151,6 +293,10 @@ def download_asset(
         except NetworkError:
             if attempt == attempts:
                 raise
+        except OSError as exc:
+            if exc.errno in _DISK_FULL_ERRNOS:
+                discard_partial(dest_partial)  # the space is what is missing
+            raise
         sleep(_BACKOFF_SECONDS * 2 ** (attempt - 1))
     raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -176,14 +322,20 @@ class _Job:
         self.cap = min(max_bytes, expected_size) if expected_size is not None else max_bytes
 
     def run(self, progress: Progress | None, cancel: Cancel | None) -> DownloadResult:
-        offset = self._usable_prefix()
+        resume = self._usable_prefix()
+        offset = resume.keep
         hasher = self._hash_prefix(offset)
         if offset and offset == self.expected_size:
             return self._finish(hasher, offset, offset)
         self._check_cancel(cancel)
-        with self._open(offset) as response:
-            if response.status_code == 200 and offset:
-                offset = 0  # the server ignored Range: start over cleanly
+        with self._open(offset, resume.if_range) as response:
+            if response.status_code == 200:
+                # A fresh body (or the server refused the Range / If-Range): the old
+                # bytes go before the sidecar names the new origin, so a crash never
+                # pairs the two.
+                discard_partial(self.path)
+                self._record_origin(response)
+                offset = 0
                 hasher = hashlib.sha256()
             with self.path.open("ab" if offset else "wb", buffering=CHUNK_BYTES) as fh:
                 total = self._stream(response, fh, hasher, offset, progress, cancel)
@@ -192,15 +344,33 @@ class _Job:
         return self._finish(hasher, total, offset)
 
     # -- steps -----------------------------------------------------------------------------
-    def _usable_prefix(self) -> int:
+    def _usable_prefix(self) -> Resume:
         try:
-            size = self.path.stat().st_size
+            on_disk = self.path.stat().st_size
         except FileNotFoundError:
-            return 0
-        if size > self.cap:
-            self.path.unlink()
-            return 0
-        return size
+            on_disk = 0
+        resume = plan_resume(
+            on_disk,
+            read_origin(self.path),
+            url=self.asset.download_url,
+            size=self.expected_size,
+            cap=self.cap,
+            has_digest=self.expected_sha256 is not None,
+        )
+        if resume.keep == 0:
+            discard_partial(self.path)
+        elif resume.keep < on_disk:
+            os.truncate(self.path, resume.keep)
+        return resume
+
+    def _record_origin(self, response: httpx.Response) -> None:
+        origin = PartialOrigin(
+            url=self.asset.download_url,
+            size=self.expected_size,
+            etag=_strong_etag(response),
+            last_modified=response.headers.get("last-modified"),
+        )
+        atomic_write_json(sidecar_path(self.path), dataclasses.asdict(origin))
 
     def _hash_prefix(self, offset: int) -> _Hash:
         hasher = hashlib.sha256()
@@ -211,14 +381,17 @@ class _Job:
         return hasher
 
     @contextmanager
-    def _open(self, offset: int) -> Iterator[httpx.Response]:
+    def _open(self, offset: int, if_range: str | None) -> Iterator[httpx.Response]:
         url = self.asset.download_url
         for _hop in range(_MAX_REDIRECTS + 1):
-            headers = {"Accept": "application/octet-stream"}
+            # identity: the stored bytes are the asset's bytes, never a transfer encoding of them.
+            headers = {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
             if self.auth is not None:
                 headers.update(self.auth(url))
             if offset:
                 headers["Range"] = f"bytes={offset}-"
+                if if_range is not None:
+                    headers["If-Range"] = if_range
             try:
                 request = self.http.build_request("GET", url, headers=headers)
                 response = self.http.send(request, stream=True, follow_redirects=False)
@@ -228,7 +401,7 @@ class _Job:
                 if response.status_code in _REDIRECT_STATUSES:
                     url = str(response.url.join(response.headers.get("location", "")))
                     continue
-                self._check_status(response, offset)
+                self._check_status(response, offset, if_range)
                 yield response
                 return
             finally:
@@ -238,15 +411,21 @@ class _Job:
             "the server is in a redirect loop."
         )
 
-    def _check_status(self, response: httpx.Response, offset: int) -> None:
+    def _check_status(self, response: httpx.Response, offset: int, if_range: str | None) -> None:
         status = response.status_code
         if status == 206 and not response.headers.get("content-range", "").startswith(f"bytes {offset}-"):
-            self.path.unlink(missing_ok=True)
+            discard_partial(self.path)
             raise self._network_error("the server resumed at the wrong offset", kept=False)
+        sent_etag = if_range if if_range is not None and if_range.startswith('"') else None
+        etag = _strong_etag(response)
+        if status == 206 and sent_etag is not None and etag is not None and etag != sent_etag:
+            # A server that ignores If-Range would splice two uploads together.
+            discard_partial(self.path)
+            raise self._network_error("the file changed on the server since the partial was started", kept=False)
         if status in (200, 206):
             return
         if status == 416:
-            self.path.unlink(missing_ok=True)
+            discard_partial(self.path)
             raise self._network_error("the server refused to resume the partial file", kept=False)
         if status == 429 or status >= 500:
             raise self._network_error(f"the server answered HTTP {status}")
@@ -264,10 +443,10 @@ class _Job:
         cancel: Cancel | None,
     ) -> int:
         try:
-            for chunk in response.iter_bytes():
+            for chunk in response.iter_raw():
                 if total + len(chunk) > self.cap:
                     fh.close()
-                    self.path.unlink(missing_ok=True)
+                    discard_partial(self.path)
                     raise SizeMismatchError(self._too_big_message())
                 fh.write(chunk)
                 hasher.update(chunk)
@@ -287,11 +466,14 @@ class _Job:
             raise self._network_error(f"the body ended after {total} of {self.expected_size} bytes")
         digest: str = hasher.hexdigest()
         if self.expected_sha256 is not None and digest != self.expected_sha256:
-            self.path.unlink(missing_ok=True)
+            discard_partial(self.path)
             raise DigestMismatchError(
                 f"{self.asset.name} does not match its published sha256 "
                 f"(expected {self.expected_sha256}, got {digest}); the download was discarded."
             )
+        # Complete: nothing is left to resume. Without a digest, a complete file
+        # found later is therefore fetched again, never trusted as it lies.
+        sidecar_path(self.path).unlink(missing_ok=True)
         return DownloadResult(
             path=self.path,
             size=total,

@@ -14,7 +14,6 @@ pointer flip is the commit point; after it nothing can fail the update.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 from collections.abc import Callable, Mapping
@@ -43,10 +42,10 @@ from updater.archive import ExtractResult, extract_archive, find_server_binary
 from updater.checkpoints import checkpoint
 from updater.choose import Choice, choose_asset
 from updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
-from updater.download import DownloadResult, check_free_space, download_asset
+from updater.download import DownloadResult, check_free_space, discard_partial, download_asset
 from updater.host import HostFacts
 from updater.logs import get_logger
-from updater.recovery import clean_leftovers, damage, disk_full_error, disk_space_errors, is_disk_full
+from updater.recovery import clean_leftovers, damage, disk_full_error, disk_space_errors, download_name, is_disk_full
 from updater.release import Asset, Release
 from updater.swap import HEALTH_TIMEOUT_SECONDS, ServerSwitch, SwitchError, SwitchReport, switch_with_server
 from updater.tags import compare_tags, parse_tag
@@ -386,12 +385,10 @@ class Installer:
             # Rejected bytes would only fail again (and may be hostile); a full
             # disk needs the space back. A cancel or a crash keeps them to resume.
             for d in downloads:
-                with contextlib.suppress(OSError):
-                    d.path.unlink()
+                discard_partial(d.path)
             raise
         for d in downloads:
-            with contextlib.suppress(OSError):
-                d.path.unlink()
+            discard_partial(d.path)
         return outcome
 
     def _download(
@@ -412,8 +409,9 @@ class Installer:
             message = f"{asset.name} has no published digest (uploaded before June 2025); checked its size only."
             warnings.append(message)
             log.warning("no digest published", asset=asset.name)
-        key = expected_sha[:16] if expected_sha else "nodigest"
-        partial = self.home.downloads_dir / f"{key}-{asset.name}.part"
+        partial = self.home.downloads_dir / download_name(
+            expected_sha, asset.name, repo=str(self.source.repo if self.source else ""), size=asset.size
+        )
 
         def on_bytes(done: int, total: int | None) -> None:
             emit(Progress("download", done, total, asset.name))
@@ -433,7 +431,7 @@ class Installer:
             )
         except OSError as exc:
             if is_disk_full(exc):
-                partial.unlink(missing_ok=True)  # the space is what is missing
+                discard_partial(partial)  # the space is what is missing
             raise
 
     # -- shared by downloads and install-file --------------------------------

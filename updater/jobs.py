@@ -10,7 +10,10 @@ Invariants:
     * At most one job is claimed as running: :meth:`JobStore.claim` reads and
       writes the file under ``jobs/current.lock``.
     * A job whose owning process is gone is reported as failed (``stale``),
-      never as running forever.
+      never as running forever. "Gone" includes a pid that now names another
+      process (its start time differs from ``proc_start``) and, for our own
+      pid, a job this process did not claim (a container restarted with the
+      same pid finds the crashed run's record).
     * Cancelling is a file (``jobs/<id>.cancel``) that the running job polls,
       so any process can cancel it.
 """
@@ -29,8 +32,11 @@ from typing import Any, Final, Literal
 
 from runtime.fsutil import atomic_write_json
 from runtime.layout import Home
-from runtime.process import pid_alive
+from runtime.process import pid_alive, process_start_ticks
+from updater.logs import get_logger
 from updater.progress import RateMeter
+
+log = get_logger("llama_runtime.jobs")
 
 JobPhase = Literal["resolve", "download", "verify", "activate", "done", "failed", "cancelled"]
 TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"done", "failed", "cancelled"})
@@ -46,6 +52,12 @@ CANCEL_POLL_SECONDS: Final[float] = 0.1
 # Finished job records kept next to current.json, for a caller that follows an
 # older job id; more would only accumulate.
 KEEP_FINISHED: Final[int] = 5
+
+# Jobs this process claimed and has not finished, as (jobs dir, job id). A
+# running record that carries our own pid is alive only if it is in here: the
+# pid alone cannot tell us from a crashed predecessor that had the same pid.
+_OWN_JOBS: set[tuple[str, str]] = set()
+_OWN_JOBS_LOCK: Final = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,9 @@ class JobState:
         started_at: Epoch seconds when the job was claimed.
         updated_at: Epoch seconds of this snapshot.
         stale: The owning process died before the job finished.
+        proc_start: Start time of the owning process (see
+            :func:`~runtime.process.process_start_ticks`), to tell it from a
+            later process that got the same pid; ``None`` where unknown.
     """
 
     id: str
@@ -86,6 +101,7 @@ class JobState:
     started_at: float = 0.0
     updated_at: float = 0.0
     stale: bool = False
+    proc_start: int | None = None
 
     @property
     def running(self) -> bool:
@@ -123,6 +139,7 @@ class JobState:
                 started_at=float(payload.get("started_at", 0.0)),
                 updated_at=float(payload.get("updated_at", 0.0)),
                 stale=bool(payload.get("stale", False)),
+                proc_start=_opt_int(payload.get("proc_start")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -166,13 +183,39 @@ class JobStore:
     Args:
         home: The llama-runtime home.
         alive: Whether a pid is alive (injectable for tests).
+        start_ticks: When a pid started, ``None`` where unknown (injectable for tests).
     """
 
-    def __init__(self, home: Home, *, alive: Callable[[int], bool] = pid_alive) -> None:
+    def __init__(
+        self,
+        home: Home,
+        *,
+        alive: Callable[[int], bool] = pid_alive,
+        start_ticks: Callable[[int], int | None] = process_start_ticks,
+    ) -> None:
         self.home = home
         self.dir = home.jobs_dir
         self.current_path = home.jobs_dir / CURRENT_NAME
         self._alive = alive
+        self._start_ticks = start_ticks
+
+    def _own_key(self, job_id: str) -> tuple[str, str]:
+        return (str(self.dir), job_id)
+
+    def owns(self, job_id: str) -> bool:
+        """Whether this process claimed job ``job_id`` and has not finished it."""
+        with _OWN_JOBS_LOCK:
+            return self._own_key(job_id) in _OWN_JOBS
+
+    def adopt(self, job_id: str) -> None:
+        """Mark job ``job_id`` as run by this process (until :meth:`disown`)."""
+        with _OWN_JOBS_LOCK:
+            _OWN_JOBS.add(self._own_key(job_id))
+
+    def disown(self, job_id: str) -> None:
+        """This process no longer runs job ``job_id`` (it finished, or never started)."""
+        with _OWN_JOBS_LOCK:
+            _OWN_JOBS.discard(self._own_key(job_id))
 
     def _job_path(self, job_id: str) -> Path:
         return self.dir / f"{job_id}.json"
@@ -189,9 +232,21 @@ class JobStore:
             return None
 
     def _checked(self, state: JobState | None) -> JobState | None:
-        if state is None or not state.running or state.pid == os.getpid() or self._alive(state.pid):
+        if state is None or not state.running or self._owner_alive(state):
             return state
         return replace(state, phase="failed", stale=True, error=stale_error(state.pid), rate=None, eta=None)
+
+    def _owner_alive(self, state: JobState) -> bool:
+        if state.pid == os.getpid():
+            return self.owns(state.id)
+        if not self._alive(state.pid):
+            return False
+        started = self._start_ticks(state.pid)
+        if started is None:
+            return True  # a platform without start times: the pid is all we have
+        # Where start times exist, every claim records one: a record without
+        # it (an older version's, or a hand-made one) cannot prove its owner.
+        return started == state.proc_start
 
     def current(self) -> JobState | None:
         """The newest job, with a dead owner reported as failed; ``None`` if there was none."""
@@ -213,17 +268,38 @@ class JobStore:
             self._prune()
 
     def _prune(self) -> None:
-        records = [p for p in self.dir.glob("*.json") if p.name != CURRENT_NAME]
-        records.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-        for old in records[KEEP_FINISHED:]:
+        dated: list[tuple[float, Path]] = []
+        for path in self.dir.glob("*.json"):
+            if path.name == CURRENT_NAME:
+                continue
+            try:
+                dated.append((path.stat().st_mtime, path))
+            except OSError:
+                continue  # another process pruned it meanwhile
+        dated.sort(reverse=True)
+        for _mtime, old in dated[KEEP_FINISHED:]:
             with contextlib.suppress(OSError):
                 old.unlink()
+
+    def drop_running(self, job_id: str) -> None:
+        """Remove ``current.json`` if it still says job ``job_id`` runs.
+
+        The fallback when the final state cannot be written: no record is
+        better than one that says "running" for as long as this process lives.
+        """
+        state = self._load(self.current_path)
+        if state is not None and state.id == job_id and state.running:
+            with contextlib.suppress(OSError):
+                self.current_path.unlink()
 
     def claim(self, new: JobState, *, before_claim: Callable[[], None] | None = None) -> tuple[JobState, bool]:
         """Make ``new`` the running job unless one is running already.
 
+        A job claimed with this process's pid counts as running only until
+        :meth:`disown` (which :meth:`JobRecorder.finish` calls).
+
         Args:
-            new: The job to start.
+            new: The job to start; its ``proc_start`` is filled in when unset.
             before_claim: Called under the claim lock when no job runs; may raise
                 (e.g. :class:`~runtime.errors.BusyError`) to refuse the claim.
 
@@ -232,6 +308,8 @@ class JobStore:
         """
         import filelock
 
+        if new.proc_start is None:
+            new = replace(new, proc_start=self._start_ticks(new.pid))
         self.dir.mkdir(parents=True, exist_ok=True)
         with filelock.FileLock(str(self.dir / "current.lock"), thread_local=False):
             running = self.current()
@@ -240,7 +318,13 @@ class JobStore:
             if before_claim is not None:
                 before_claim()
             self.clear_cancel(new.id)
-            self.write(new)
+            if new.pid == os.getpid():
+                self.adopt(new.id)
+            try:
+                self.write(new)
+            except BaseException:
+                self.disown(new.id)
+                raise
             return new, True
 
     def request_cancel(self, job_id: str) -> None:
@@ -289,6 +373,8 @@ class JobRecorder:
         self.started = threading.Event()
         self.finished = threading.Event()
         self.exception: BaseException | None = None
+        if state.running and state.pid == os.getpid():
+            store.adopt(state.id)
 
     @property
     def state(self) -> JobState:
@@ -349,7 +435,13 @@ class JobRecorder:
             state = self._state
         try:
             self.store.write(state)
+        except OSError as write_error:
+            # The job is over either way; a record left saying "running" would
+            # block every later update for as long as this process lives.
+            log.warning("could not record the end of the update job", job=state.id, error=str(write_error))
+            self.store.drop_running(state.id)
         finally:
+            self.store.disown(state.id)
             self.store.clear_cancel(state.id)
             self.started.set()
             self.finished.set()

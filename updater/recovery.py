@@ -68,10 +68,16 @@ class Leftover:
     why: str
 
 
-def download_name(sha256: str | None, asset: str) -> str:
-    """File name of the download of ``asset`` in ``downloads/`` (install's naming)."""
-    key = sha256[:_DOWNLOAD_KEY_CHARS] if sha256 else "nodigest"
-    return f"{key}-{asset}{_PARTIAL_SUFFIX}"
+def download_name(sha256: str | None, asset: str, *, repo: str, size: int) -> str:
+    """File name of the download of ``asset`` in ``downloads/``.
+
+    With a published digest the bytes are named by it. Without one, the name
+    carries the repository and the size, so a fork's asset of the same name (or
+    another upload) never resumes or completes someone else's partial file.
+    """
+    if sha256:
+        return f"{sha256[:_DOWNLOAD_KEY_CHARS]}-{asset}{_PARTIAL_SUFFIX}"
+    return f"nodigest-{repo.replace('/', '_')}-{size}-{asset}{_PARTIAL_SUFFIX}"
 
 
 def find_leftovers(home: Home) -> list[Leftover]:
@@ -190,11 +196,14 @@ def _installed_downloads(home: Home) -> list[Leftover]:
     """Downloads whose release is installed: keeping them only costs disk."""
     wanted: set[str] = set()
     for runtime in home.installed():
-        wanted.add(download_name(runtime.marker.sha256, runtime.marker.asset))
-        for extra in runtime.marker.extra_assets:
-            name, sha = extra.get("name"), extra.get("sha256")
-            if isinstance(name, str) and isinstance(sha, str):
-                wanted.add(download_name(sha, name))
+        m = runtime.marker
+        assets: list[tuple[object, object, object]] = [(m.asset, m.sha256, m.size)]
+        assets += [(e.get("name"), e.get("sha256"), e.get("size")) for e in m.extra_assets]
+        for name, sha, size in assets:
+            if isinstance(name, str) and isinstance(sha, str) and isinstance(size, int):
+                # Named by digest when one was published, else by repo and size.
+                wanted.add(download_name(sha, name, repo=m.repo, size=size))
+                wanted.add(download_name(None, name, repo=m.repo, size=size))
     return [
         Leftover(p, "download of a release that is already installed")
         for p in _entries(home.downloads_dir)

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-from runtime.errors import RemoteError
+from runtime.errors import IntegrityError, RemoteError
 
-_SHA256_DIGEST = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
+_SHA256_DIGEST: Final = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
+# Characters of an unreadable digest quoted in a message: enough to recognise
+# "sha512:…" or junk, short enough that a hostile value cannot flood the output.
+_DIGEST_QUOTE_CHARS: Final[int] = 80
 
 
 @dataclass(frozen=True)
@@ -25,8 +28,10 @@ class Asset:
         name: The file name, the only stable key for matching.
         size: Bytes, as published.
         download_url: ``browser_download_url`` (302 to the asset host).
-        digest: ``"sha256:<hex>"``, or ``None`` for assets uploaded before
-            GitHub started publishing digests (June 2025).
+        digest: The published digest as given, normally ``"sha256:<hex>"``;
+            ``None`` for assets uploaded before GitHub started publishing
+            digests (June 2025). A value that is not a sha256 is kept, so that
+            it refuses the asset instead of passing for "no digest".
         state: ``"uploaded"`` when complete; anything else is still uploading.
         api_url: The API URL of the asset, when known.
     """
@@ -39,8 +44,24 @@ class Asset:
     api_url: str | None = None
 
     @property
+    def digest_problem(self) -> str | None:
+        """Why the published digest cannot be checked, or ``None`` (absent or a valid sha256)."""
+        if self.digest is None or _SHA256_DIGEST.match(self.digest.lower()):
+            return None
+        quoted = self.digest[:_DIGEST_QUOTE_CHARS] + ("…" if len(self.digest) > _DIGEST_QUOTE_CHARS else "")
+        return f"{self.name} publishes a digest this version cannot check ({quoted!r})"
+
+    @property
     def sha256(self) -> str | None:
-        """The published sha256 as lowercase hex, or ``None``."""
+        """The published sha256 as lowercase hex, or ``None`` when none is published.
+
+        Raises:
+            IntegrityError: A digest is published but is not ``sha256:<64 hex>``;
+                installing the asset would skip a check its publisher asked for.
+        """
+        problem = self.digest_problem
+        if problem is not None:
+            raise IntegrityError(f"{problem}; refusing to install it unverified.")
         if self.digest is None:
             return None
         match = _SHA256_DIGEST.match(self.digest.lower())
@@ -88,7 +109,9 @@ def parse_asset(payload: object) -> Asset:
     url = _require(payload, "browser_download_url", str, f"asset {name}")
     digest = payload.get("digest")
     if digest is not None and not isinstance(digest, str):
-        raise RemoteError(f"The release data from GitHub is malformed: asset {name} has a bad digest.")
+        # Kept (as text) rather than refused: one odd asset must not hide the
+        # release's other assets, and it must not pass for "no digest" either.
+        digest = repr(digest)
     if size < 0:
         raise RemoteError(f"The release data from GitHub is malformed: asset {name} has a negative size.")
     state = payload.get("state", "uploaded")

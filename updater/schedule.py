@@ -16,6 +16,7 @@ even when "latest" goes backwards.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
 BACKOFF_NAME: Final = "ratelimit.json"
 # GitHub: without retry-after or a reset time, "wait for at least one minute".
 DEFAULT_BACKOFF_SECONDS: Final[float] = 60.0
+# GitHub's primary rate limit is counted per hour, so no honest answer asks us
+# to wait longer; a longer wait comes from a skewed clock or a bogus header
+# and would silently disable every check for days.
+MAX_BACKOFF_SECONDS: Final[float] = 3600.0
 # A jitter beyond a day is a typo, not a fleet-spreading strategy.
 MAX_JITTER_SECONDS: Final[float] = 24 * 3600.0
 _DURATION: Final = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[smh]?)$")
@@ -51,6 +56,8 @@ class CheckResult:
         not_before: Epoch seconds before which the next check will skip, if any.
         reason: Why ``update_available`` is what it is, for people.
         outcome: The ``update`` object when ``applied``.
+        problem: What is wrong with the active runtime (e.g. a damaged binary),
+            or ``None``; the decision still compares against its recorded tag.
     """
 
     installed: str | None
@@ -61,6 +68,7 @@ class CheckResult:
     not_before: float | None = None
     reason: str = ""
     outcome: dict[str, Any] | None = None
+    problem: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``check`` object of the CLI contract."""
@@ -82,12 +90,28 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def validate_seconds(value: float, what: str) -> float:
+    """``value`` if it is a finite number of seconds, 0 or more.
+
+    Raises:
+        UserInputError: NaN, infinite or negative (``what`` names the option).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise UserInputError(f"Invalid {what} {value!r}; use a finite number of seconds, 0 or more.")
+    return float(value)
+
+
+def clamp_not_before(not_before: float, now: float) -> float:
+    """``not_before``, but never more than :data:`MAX_BACKOFF_SECONDS` after ``now``."""
+    return min(not_before, now + MAX_BACKOFF_SECONDS)
+
+
 def not_before_after_error(exc: RateLimitError, now: float) -> float:
-    """When to ask again after GitHub refused with a rate limit."""
+    """When to ask again after GitHub refused with a rate limit (at most an hour ahead)."""
     if exc.retry_after is not None:
-        return now + exc.retry_after
+        return clamp_not_before(now + exc.retry_after, now)
     if exc.reset_at is not None and exc.reset_at > now:
-        return exc.reset_at
+        return clamp_not_before(exc.reset_at, now)
     return now + DEFAULT_BACKOFF_SECONDS
 
 
@@ -96,19 +120,27 @@ def not_before_after_success(rate: RateLimit | None, now: float) -> float | None
     if rate is None or rate.remaining is None or rate.remaining > 0:
         return None
     if rate.reset is not None and rate.reset > now:
-        return float(rate.reset)
+        return clamp_not_before(float(rate.reset), now)
     return now + DEFAULT_BACKOFF_SECONDS
 
 
 def update_decision(
-    active: InstallMarker | None, repo: str, latest_tag: str, has_backend_build: bool
+    active: InstallMarker | None,
+    repo: str,
+    latest_tag: str,
+    has_backend_build: bool,
+    *,
+    backend: str | None = None,
 ) -> tuple[bool, str]:
-    """Whether ``latest_tag`` is an update for ``active``, and why (pure)."""
+    """Whether ``latest_tag`` is an update for ``active``, and why (pure).
+
+    ``backend`` names the backend request the build was looked up for (wording only).
+    """
     from updater.tags import is_upgrade
 
     if not has_backend_build:
-        backend = active.backend if active else "the requested backend"
-        return False, f"{latest_tag} has no {backend} build for this machine."
+        wanted = backend or (active.backend if active else "the requested backend")
+        return False, f"{latest_tag} has no {wanted} build for this machine."
     if active is None:
         return True, f"Nothing is installed; {latest_tag} can be installed."
     if active.repo != repo:
@@ -127,6 +159,10 @@ def update_decision(
 class Backoff:
     """The persisted "do not ask GitHub before" time of one home.
 
+    Invariant: the wait it reports is at most :data:`MAX_BACKOFF_SECONDS`
+    from the caller's ``now``, whatever the file says (a file written by a
+    clock that has since been set back, or by hand).
+
     Args:
         cache_dir: ``<home>/cache``.
     """
@@ -134,18 +170,30 @@ class Backoff:
     def __init__(self, cache_dir: Path) -> None:
         self.path = cache_dir / BACKOFF_NAME
 
-    def not_before(self) -> float | None:
-        """The stored time, or ``None`` (a damaged file counts as none)."""
+    def not_before(self, now: float) -> float | None:
+        """The stored time, at most an hour after ``now``; ``None`` if none (or damaged)."""
         try:
-            value = json.loads(self.path.read_bytes()).get("not_before")
+            payload = json.loads(self.path.read_bytes())
+            value = payload.get("not_before")
+            stored_at = payload.get("stored_at")
         except (OSError, ValueError, AttributeError):
             return None
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if not _is_number(value) or not math.isfinite(value):
+            return None
+        if _is_number(stored_at) and now < stored_at:
+            return None  # the clock went back since: the stored wait no longer means anything
+        return clamp_not_before(float(value), now)
 
-    def set(self, not_before: float, reason: str) -> None:
-        """Persist ``not_before`` (epoch seconds)."""
-        atomic_write_json(self.path, {"not_before": not_before, "reason": reason})
+    def set(self, not_before: float, reason: str, *, now: float) -> None:
+        """Persist ``not_before`` (epoch seconds), at most an hour after ``now``."""
+        atomic_write_json(
+            self.path, {"not_before": clamp_not_before(not_before, now), "stored_at": now, "reason": reason}
+        )
 
     def clear(self) -> None:
         """Forget the backoff (GitHub answered normally)."""
         self.path.unlink(missing_ok=True)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -11,8 +11,9 @@
     result = updater.check(apply=False)      # the scheduler: conditional, rate-limit aware
 
 Locking policy per caller:
-    * ``ensure`` never touches the update lock; it reads the pointer and the
-      marker and reports ``update_running`` from the lock's owner record.
+    * ``ensure`` never waits for the update lock; it reads the pointer and the
+      marker and reports ``update_running`` from a non-blocking probe of the
+      lock (an owner record alone may be left over from a crash).
     * ``start_update`` joins a running job (also one of another process) and
       otherwise fails fast with :class:`~runtime.errors.BusyError`.
     * ``check(apply=True)`` skips with ``BusyError`` or waits up to ``wait`` seconds.
@@ -32,13 +33,14 @@ from typing import TYPE_CHECKING, Final
 
 from runtime.errors import BusyError, CancelledError, CorruptStateError, LlamaRuntimeError, RemoteError
 from runtime.layout import Home, InstalledRuntime
-from runtime.process import pid_alive
+from runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 from updater.config import DEFAULT_API_URL, DEFAULT_REPO
 from updater.jobs import JobListener, JobRecorder, JobState, JobStore
-from updater.schedule import CheckResult
+from updater.schedule import CheckResult, validate_seconds
 
 if TYPE_CHECKING:
     from runtime.binary import ProcessRunner
+    from runtime.marker import InstallMarker
     from runtime.process import ServerControl
     from updater.github import GitHubClient
     from updater.host import HostFacts
@@ -266,11 +268,8 @@ class RuntimeUpdater:
         return Installer(self.home, source=source, host=self.host, runner=self._runner or run_process, server=server)
 
     def update_running(self) -> bool:
-        """Whether an update holds the lock or a job runs now (reads files; never touches the lock)."""
-        from runtime.lock import UpdateLock
-
-        owner = UpdateLock(self.home.lock_path).owner()
-        if owner is not None and pid_alive(owner.pid):
+        """Whether an update holds the lock or a job runs now (probes the lock; never waits)."""
+        if UpdateLock(self.home.lock_path).is_held():
             return True
         current = self.jobs.current()
         return current is not None and current.running
@@ -351,12 +350,14 @@ class RuntimeUpdater:
         Raises:
             BusyError: Another process updates without a job record, or ``join`` is
                 false and a job runs; the message carries its progress.
-            UserInputError: A malformed tag or backend.
+            UserInputError: A malformed tag or backend, or a ``lock_timeout``
+                that is negative or not finite.
         """
         from runtime.backends import parse_backend
         from updater.install import UpdateRequest
         from updater.tags import validate_tag
 
+        lock_timeout = validate_seconds(lock_timeout, "lock timeout")
         request = UpdateRequest(
             repo=self.repo,
             tag=validate_tag(tag) if tag is not None else None,
@@ -391,7 +392,11 @@ class RuntimeUpdater:
         thread = threading.Thread(
             target=self._run, args=(recorder, request, lock_timeout), name=f"llama-runtime-job-{state.id}", daemon=True
         )
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to run it: end the claimed job rather than leave it "running"
+            recorder.finish("failed", exc=LlamaRuntimeError(f"The update job could not start ({exc})."))
+            raise
         recorder.started.wait(START_TIMEOUT_SECONDS)
         if isinstance(recorder.exception, BusyError):
             raise recorder.exception
@@ -402,15 +407,17 @@ class RuntimeUpdater:
         return None if self.backend == "auto" else self.backend
 
     def _refuse_if_locked(self) -> None:
-        from runtime.lock import UpdateLock
-
+        # Only a real probe of the lock decides: the owner record survives a
+        # crash (kill -9) and its pid may be ours again after a restart.
         lock = UpdateLock(self.home.lock_path)
+        if not lock.is_held():
+            return
         owner = lock.owner()
-        if owner is not None and pid_alive(owner.pid):
-            raise BusyError(
-                f"Another llama-runtime process is updating this runtime ({owner.operation}, pid {owner.pid}).",
-                hint="Wait for it to finish, or follow it with `llama-runtime status`.",
-            )
+        doing = f" ({owner.operation}, pid {owner.pid})" if owner is not None else ""
+        raise BusyError(
+            f"Another llama-runtime process is updating this runtime{doing}.",
+            hint="Wait for it to finish, or follow it with `llama-runtime status`.",
+        )
 
     def _run(self, recorder: JobRecorder, request: UpdateRequest, lock_timeout: float) -> None:
         def progress(event: Progress) -> None:
@@ -420,17 +427,30 @@ class RuntimeUpdater:
         try:
             source = self._source()
             installer = self._installer(source)
+            # The claim found the lock free; the grace only rides over another
+            # process's non-blocking probe of it (``update_running``).
             outcome = installer.update(
-                request, progress=progress, cancel=recorder.cancel_requested, lock_timeout=lock_timeout
+                request,
+                progress=progress,
+                cancel=recorder.cancel_requested,
+                lock_timeout=max(lock_timeout, BUTTON_WAIT_SECONDS),
             )
             recorder.finish("done", result=outcome.to_json())
         except CancelledError as exc:
             recorder.finish("cancelled", exc=exc)
         except LlamaRuntimeError as exc:
             recorder.finish("failed", exc=exc)
-        except BaseException as exc:  # a bug must still end the job, never leave it "running"
+        except Exception as exc:  # a bug must still end the job, never leave it "running"
             err = LlamaRuntimeError(f"Internal error ({type(exc).__name__}: {exc}); the active runtime is unchanged.")
             recorder.finish("failed", exc=err)
+        except BaseException:  # Ctrl-C or exit: the caller stops the job; that is no bug
+            recorder.finish(
+                "cancelled",
+                exc=CancelledError(
+                    "The update was interrupted before it finished; `llama-runtime status` shows the active runtime."
+                ),
+            )
+            raise
         finally:
             if source is not None:
                 source.close()
@@ -443,12 +463,18 @@ class RuntimeUpdater:
         One conditional request when nothing changed (a 304 that GitHub does not
         count); skips without a request while a stored rate-limit backoff runs.
 
+        The active runtime's recorded tag is the baseline even when its binary
+        is damaged (never a downgrade); the damage is reported in ``problem``.
+        The decision and ``apply`` use one backend request: the updater's
+        explicit backend, else the active runtime's stored request.
+
         Args:
             apply: Install the newer build (as a job others can follow).
             wait: Seconds ``apply`` may wait for another update to finish.
             listener: Receives the states of the update ``apply`` runs.
 
         Raises:
+            UserInputError: ``wait`` is negative or not finite.
             BusyError: ``apply`` and another update holds the lock (after ``wait``).
             RateLimitError: GitHub refused right now; the backoff is stored.
             RemoteError: Network or GitHub failures.
@@ -457,13 +483,13 @@ class RuntimeUpdater:
         from updater.choose import choose_asset
         from updater.schedule import Backoff, not_before_after_error, not_before_after_success, update_decision
 
+        wait = validate_seconds(wait, "wait")
         self.home.ensure()
-        runtime, _problem = self._active_checked()
-        marker = runtime.marker if runtime else None
+        marker, problem = self._active_marker()
         installed = marker.tag if marker else None
         backoff = Backoff(self.home.cache_dir)
         now = self._clock()
-        not_before = backoff.not_before()
+        not_before = backoff.not_before(now)
         if not_before is not None and now < not_before:
             return CheckResult(
                 installed,
@@ -472,6 +498,7 @@ class RuntimeUpdater:
                 skipped="rate_limited",
                 not_before=not_before,
                 reason="GitHub's rate limit was reached; the check resumes after the stored time.",
+                problem=problem,
             )
         if apply and not wait:
             self._refuse_if_locked()
@@ -479,28 +506,35 @@ class RuntimeUpdater:
             try:
                 release = source.latest_release()
             except RateLimitError as exc:
-                backoff.set(not_before_after_error(exc, self._clock()), exc.message)
+                refused_at = self._clock()
+                backoff.set(not_before_after_error(exc, refused_at), exc.message, now=refused_at)
                 raise
-            after = not_before_after_success(source.last_rate_limit, self._clock())
+            answered_at = self._clock()
+            after = not_before_after_success(source.last_rate_limit, answered_at)
         if after is not None:
-            backoff.set(after, "the last request used GitHub's remaining quota")
+            backoff.set(after, "the last request used GitHub's remaining quota", now=answered_at)
         else:
             backoff.clear()
-        backend = marker.backend if marker else self.backend
+        backend = self._check_backend(marker)
         try:
             choose_asset(release, self.host(), backend)
             has_build = True
         except BackendUnavailableError:
             has_build = False
-        available, reason = update_decision(marker, self.repo, release.tag, has_build)
+        available, reason = update_decision(marker, self.repo, release.tag, has_build, backend=backend)
+        if problem is not None:
+            reason = f"{reason} {problem}"
+            if not available and marker is not None:
+                reason += f" Reinstall it with `llama-runtime update --tag {marker.tag}`."
         if not (apply and available):
-            return CheckResult(installed, release.tag, available, not_before=after, reason=reason)
+            return CheckResult(installed, release.tag, available, not_before=after, reason=reason, problem=problem)
         deadline = time.monotonic() + wait
         running = self.jobs.current()
         if running is not None and running.running and wait:
             UpdateJob(self.jobs, running.id).wait(wait)
         job = self.start_update(
             tag=release.tag,
+            backend=backend,
             join=False,
             lock_timeout=max(deadline - time.monotonic(), 0.0),
             operation="schedule",
@@ -513,5 +547,31 @@ class RuntimeUpdater:
         if state.result is None:
             raise RemoteError(f"The update to {release.tag} ended without a result ({state.phase}).")
         return CheckResult(
-            installed, release.tag, True, applied=True, not_before=after, reason=reason, outcome=state.result
+            installed,
+            release.tag,
+            True,
+            applied=True,
+            not_before=after,
+            reason=reason,
+            outcome=state.result,
+            problem=problem,
         )
+
+    def _check_backend(self, marker: InstallMarker | None) -> str:
+        # An explicit request wins; "auto" keeps what the active runtime asked for.
+        if self.backend != "auto":
+            return self.backend
+        return marker.backend_request if marker is not None else "auto"
+
+    def _active_marker(self) -> tuple[InstallMarker | None, str | None]:
+        """The active runtime's marker, also when its binary is damaged, and what is wrong."""
+        runtime, problem = self._active_checked()
+        if runtime is not None:
+            return runtime.marker, None
+        try:
+            pointer = self.home.read_pointer()
+            if not pointer.active:
+                return None, None  # nothing installed is no problem for a check
+            return self.home.load(pointer.active).marker, problem
+        except CorruptStateError as exc:
+            return None, exc.message
