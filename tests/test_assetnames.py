@@ -20,6 +20,8 @@ CASES: dict[str, str] = {
     "llama-b2500-bin-win-kompute-x64.zip": "windows x64 vulkan - kompute zip main b2500",
     "llama-b2500-bin-win-clblast-x64.zip": "windows x64 opencl - clblast zip main b2500",
     "llama-b2500-bin-win-arm64-x64.zip": "windows arm64 cpu - - zip main b2500",
+    "llama-b2400-bin-win-arm64-x64.zip": "windows arm64 cpu - - zip main b2400",  # first ARM64 build
+    "llama-b2500-bin-macos-arm64.zip": "macos arm64 metal - - zip main b2500",
     "cudart-llama-bin-win-cu11.7.1-x64.zip": "windows x64 cuda 11.7.1 - zip cudart -",
     "llama-b3000-bin-win-cuda-cu12.2.0-x64.zip": "windows x64 cuda 12.2.0 - zip main b3000",
     "llama-b3000-bin-win-rpc-x64.zip": "windows x64 cpu - rpc zip main b3000",
@@ -27,6 +29,8 @@ CASES: dict[str, str] = {
     "llama-b3000-bin-win-msvc-arm64.zip": "windows arm64 cpu - msvc zip main b3000",
     "llama-b4000-bin-win-hip-x64-gfx1100.zip": "windows x64 rocm gfx1100 - zip main b4000",
     "llama-b4300-bin-win-cuda-cu12.4-x64.zip": "windows x64 cuda 12.4 - zip main b4300",
+    "llama-b4300-bin-win-cuda-cu11.7-x64.zip": "windows x64 cuda 11.7 - zip main b4300",
+    "cudart-llama-bin-win-cu12.4-x64.zip": "windows x64 cuda 12.4 - zip cudart -",
     "llama-b4400-bin-win-llvm-arm64-opencl-adreno.zip": "windows arm64 opencl - llvm-adreno zip main b4400",
     "llama-b5400-bin-win-cuda12.4-x64.zip": "windows x64 cuda 12.4 - zip main b5400",
     "cudart-llama-bin-win-cuda12.4-x64.zip": "windows x64 cuda 12.4 - zip cudart -",
@@ -40,6 +44,8 @@ CASES: dict[str, str] = {
     "llama-b7000-bin-ubuntu-s390x.zip": "linux s390x cpu - - zip main b7000",
     "llama-b7100-bin-910b-openEuler-aarch64.zip": "linux arm64 cann - 910b zip main b7100",
     "llama-b7902-bin-910b-openEuler-x86-aclgraph.tar.gz": "linux x64 cann - 910b-aclgraph tar.gz main b7902",
+    "llama-b7902-bin-910b-openEuler-aarch64-aclgraph.tar.gz": "linux arm64 cann - 910b-aclgraph tar.gz main b7902",
+    "llama-b7902-bin-310p-openEuler-x86.tar.gz": "linux x64 cann - 310p tar.gz main b7902",
     "llama-b7250-bin-macos-arm64.tar.gz": "macos arm64 metal - - tar.gz main b7250",
     "llama-b7250-bin-macos-x64.zip": "macos x64 cpu - - zip main b7250",
     "llama-b8700-bin-macos-arm64-kleidiai.tar.gz": "macos arm64 cpu - kleidiai tar.gz main b8700",
@@ -55,6 +61,9 @@ CASES: dict[str, str] = {
     "llama-b10356-bin-ubuntu-rocm-7.14-x64.tar.gz": "linux x64 rocm 7.14 - tar.gz main b10356",
     "llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz": "linux x64 cuda 12.8 - tar.gz main b11026",
     "cudart-llama-b11026-bin-ubuntu-cuda-13.3-arm64.tar.gz": "linux arm64 cuda 13.3 - tar.gz cudart b11026",
+    "cudart-llama-bin-win-cuda-13.4-arm64.zip": "windows arm64 cuda 13.4 - zip cudart -",
+    "llama-b10772-bin-win-rocm-10.0-x64.zip": "windows x64 rocm 10.0 - zip main b10772",
+    "llama-b11459-bin-win-vulkan-arm64.zip": "windows arm64 vulkan - - zip main b11459",
     # janhq
     "llama-b6500-bin-linux-cuda-12-common_cpus-x64.tar.gz": "linux x64 cuda 12 common_cpus tar.gz main b6500",
     "llama-b6500-bin-linux-vulkan-common_cpus-x64.tar.gz": "linux x64 vulkan - common_cpus tar.gz main b6500",
@@ -75,6 +84,7 @@ CASES: dict[str, str] = {
     "llama-turboquant-windows-x64-vulkan.zip": "windows x64 vulkan - - zip main -",
     # lemonade-sdk
     "llama-b1342-ubuntu-rocm-gfx110X-x64.zip": "linux x64 rocm gfx110X - zip main b1342",
+    "llama-b1342-windows-rocm-gfx90a-x64.zip": "windows x64 rocm gfx90a - zip main b1342",
 }
 
 
@@ -103,6 +113,13 @@ def test_asset_name_parses_to_platform_backend_and_version(name: str) -> None:
         "llama-b7000-bin-solaris-x64.zip",
         "llama-b7000-bin-win-x64-arm32.zip",
         "cudart-llama-bin-win-vulkan-x64.zip",  # companion of a non-CUDA backend
+        "llama-b9999-bin-win-hip-gfx1100-gfx1030-x64.zip",  # two gfx targets: which one?
+        "llama-b9999-bin-win-cuda-12.4-13.1-x64.zip",  # two CUDA lines
+        "llama-b9999-bin-win-arm64-arm64.zip",  # only "arm64-x64" is the known anomaly
+        "llama-b9999-bin-ubuntu-arm64-x64.tar.gz",  # ... and only on Windows
+        "llama-b9999-bin-win-x86.zip",  # x86 outside openEuler is a 32-bit build
+        "llama-b9999-bin-ubuntu-x86.tar.gz",
+        "llama-b11459-bin-linux-arm64-snapdragon.tar.gz",  # unknown qualifier: not guessed
         "checksums.txt",
         "",
         ".zip",
@@ -149,3 +166,12 @@ def test_b7902_listing_has_twenty_assets_two_of_them_cuda_runtimes() -> None:
     companions = [i for i in infos if i is not None and i.is_companion]
     assert len(runtimes) == 17
     assert sorted(c.backend_version or "" for c in companions) == ["12.4", "13.1"]
+
+
+@pytest.mark.parametrize(("stem", "assets", "ubuntu"), [("b10356", 27, 9), ("b11026", 33, 12)])
+def test_era_listing_has_the_published_asset_count(stem: str, assets: int, ubuntu: int) -> None:
+    # asset_naming.md: b10356 has 9 Ubuntu assets, b11026 was published with 33.
+    release = json.loads((RELEASES / f"{stem}.json").read_text())
+    infos = [parse_asset_name(n) for n in release["assets"]]
+    linux = [i for i in infos if i is not None and i.os == "linux" and not i.is_companion]
+    assert (len(release["assets"]), len(linux)) == (assets, ubuntu)

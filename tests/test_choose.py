@@ -79,6 +79,13 @@ TABLE: list[tuple[str, HostFacts, str, str | None, str, tuple[str, ...]]] = [
      ("cudart-llama-bin-win-cuda-13.1-x64.zip",)),
     ("b10356", CUDA134_WIN_ARM, "auto", None, "llama-b10356-bin-win-cuda-13.4-arm64.zip",
      ("cudart-llama-bin-win-cuda-13.4-arm64.zip",)),
+    # A 12.2 driver never gets a 12.4 build: the highest line not above it, with its own cudart.
+    ("b5000", CUDA122_WIN, "auto", None, "llama-b5000-bin-win-cuda-cu11.7-x64.zip",
+     ("cudart-llama-bin-win-cu11.7-x64.zip",)),
+    ("b4000", CUDA122_WIN, "auto", None, "llama-b4000-bin-win-cuda-cu12.2.0-x64.zip",
+     ("cudart-llama-bin-win-cu12.2.0-x64.zip",)),
+    ("b7902", replace(CUDA124_WIN, cuda_driver_version=" 12.4\n"), "auto", None,
+     "llama-b7902-bin-win-cuda-12.4-x64.zip", ("cudart-llama-bin-win-cuda-12.4-x64.zip",)),
     # Driver too old for every CUDA line: auto moves on to Vulkan.
     ("b10015", CUDA122_WIN, "auto", None, "llama-b10015-bin-win-vulkan-x64.zip", ()),
     # Linux CUDA (post-mirror) takes the tagged cudart.
@@ -108,6 +115,10 @@ TABLE: list[tuple[str, HostFacts, str, str | None, str, tuple[str, ...]]] = [
     ("b4000", replace(ROCM_WIN, rocm_gfx=("gfx906",)), "auto", None,
      "llama-b4000-bin-win-noavx-x64.zip", ()),
     ("b7000", ROCM_WIN, "hip", None, "llama-b7000-bin-win-hip-radeon-x64.zip", ()),
+    # ROCm outranks Vulkan when the host has both.
+    ("b10356", replace(ROCM_WIN, vulkan=True), "auto", None, "llama-b10356-bin-win-rocm-7.14-x64.zip", ()),
+    ("b4000", replace(ROCM_WIN, vulkan=True, rocm_gfx=("gfx1030",)), "auto", None,
+     "llama-b4000-bin-win-hip-x64-gfx1030.zip", ()),
     # Old fixed-ISA Windows CPU builds need proof of the instruction set.
     ("b2500", WIN_PLAIN, "auto", None, "llama-b2500-bin-win-noavx-x64.zip", ()),
     ("b2500", replace(WIN_PLAIN, cpu_features=X86), "cpu", None, "llama-b2500-bin-win-avx2-x64.zip", ()),
@@ -130,6 +141,11 @@ TABLE: list[tuple[str, HostFacts, str, str | None, str, tuple[str, ...]]] = [
     ("janhq-b6500", CUDA130_LINUX, "auto", None,
      "llama-b6500-bin-linux-cuda-13-common_cpus-x64.tar.gz", ("cudart-llama-bin-linux-cu13.0-x64.tar.gz",)),
     ("janhq-b6500", NONE_LINUX, "auto", None, "llama-b6500-bin-linux-common_cpus-x64.tar.gz", ()),
+    # Driver 580 reports CUDA 13.0 on Pascal too, but 13.x cannot target compute capability < 7.5.
+    ("janhq-b6500", replace(CUDA130_LINUX, compute_capability="6.1"), "auto", None,
+     "llama-b6500-bin-linux-cuda-12-common_cpus-x64.tar.gz", ("cudart-llama-bin-linux-cu12.0-x64.tar.gz",)),
+    ("janhq-b6500", replace(CUDA130_LINUX, compute_capability="7.5"), "auto", None,
+     "llama-b6500-bin-linux-cuda-13-common_cpus-x64.tar.gz", ("cudart-llama-bin-linux-cu13.0-x64.tar.gz",)),
     ("hybridgroup-b8000", CUDA124_LINUX, "auto", None, "llama-b8000-bin-ubuntu-cuda-x64.tar.gz", ()),
     ("hybridgroup-b8000", CUDA130_LINUX, "auto", None, "llama-b8000-bin-ubuntu-cuda-13-x64.tar.gz", ()),
     ("unslothai-b9596-mix-e6f2453", CUDA124_LINUX, "auto", None,
@@ -254,3 +270,52 @@ def test_unknown_backend_request_is_a_user_error() -> None:
 def test_malformed_cuda_pin_is_a_user_error() -> None:
     with pytest.raises(UserInputError, match="malformed"):
         choose_asset(load("b7000"), CUDA124_WIN, "cuda", "twelve")
+
+
+def _release(*names: str) -> Release:
+    assets = tuple(Asset(name, 1, f"http://127.0.0.1/{name}") for name in names)
+    return Release("ggml-org/llama.cpp", "b1", assets)
+
+
+@pytest.mark.parametrize(
+    ("names", "facts", "best"),
+    [
+        (("llama-b1-bin-ubuntu-cuda-13-x64.tar.gz", "llama-b1-bin-ubuntu-cuda-13.3-x64.tar.gz"),
+         replace(CUDA130_LINUX, cuda_driver_version="13.4"), "llama-b1-bin-ubuntu-cuda-13.3-x64.tar.gz"),
+        (("llama-b1-bin-ubuntu-cuda-12-x64.tar.gz", "llama-b1-bin-ubuntu-cuda-12.8-x64.tar.gz"),
+         CUDA130_LINUX, "llama-b1-bin-ubuntu-cuda-12.8-x64.tar.gz"),
+        (("llama-b1-bin-ubuntu-rocm-7.2-x64.tar.gz", "llama-b1-bin-ubuntu-rocm-7.14-x64.tar.gz"),
+         ROCM_LINUX, "llama-b1-bin-ubuntu-rocm-7.14-x64.tar.gz"),
+    ],
+)  # fmt: skip
+def test_higher_line_wins_even_when_the_lower_one_is_written_shorter(
+    names: tuple[str, ...], facts: HostFacts, best: str
+) -> None:
+    for order in (names, names[::-1]):
+        assert choose_asset(_release(*order), facts, "auto").asset.name == best
+
+
+def test_explicit_cuda_13_on_a_pre_turing_gpu_is_refused_with_the_reason() -> None:
+    pascal = replace(CUDA130_LINUX, compute_capability="6.1")
+    with pytest.raises(BackendUnavailableError, match=r"compute capability 6\.1"):
+        choose_asset(load("janhq-b6500"), pascal, "cuda", "13")
+
+
+def test_unknown_compute_capability_does_not_block_cuda_13() -> None:
+    choice = choose_asset(load("hybridgroup-b8000"), replace(CUDA130_LINUX, compute_capability=None), "auto")
+    assert choice.info.backend_version == "13"
+
+
+def test_metal_is_never_chosen_for_an_intel_mac() -> None:
+    with pytest.raises(BackendUnavailableError, match=r"No metal build .* for macos-x64\. Available here: cpu\."):
+        choose_asset(load("b7902"), MAC_X64, "metal")
+
+
+def test_cudart_of_another_arch_or_line_is_never_taken() -> None:
+    release = _release(
+        "llama-b1-bin-win-cuda-13.4-arm64.zip",
+        "cudart-llama-bin-win-cuda-13.4-x64.zip",
+        "cudart-llama-bin-win-cuda-13.3-arm64.zip",
+        "cudart-llama-bin-win-cuda-13-arm64.zip",
+    )
+    assert choose_asset(release, CUDA134_WIN_ARM, "cuda").extra_assets == ()

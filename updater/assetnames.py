@@ -38,11 +38,13 @@ _OS_TOKENS: Final[dict[str, OS]] = {
 }
 _ARCH_TOKENS: Final[dict[str, Arch]] = {
     "x64": "x64",
-    "x86": "x64",  # openEuler spells x86-64 "x86"
     "arm64": "arm64",
     "aarch64": "arm64",
     "s390x": "s390x",
 }
+# openEuler/CANN names spell x86-64 "x86". Elsewhere "x86" would mean a 32-bit
+# build, so it is only accepted inside the openEuler shape.
+_OPENEULER_ARCH: Final[dict[str, Arch]] = {"x86": "x64", "aarch64": "arm64"}
 
 # Tokens naming a backend on their own; a version may be glued on ("cuda12.4",
 # "cublas", "cu12.2.0") or follow as the next token ("cuda-12.4", "rocm-7.14").
@@ -142,10 +144,15 @@ def _split_extension(name: str) -> tuple[str, Archive] | None:
 
 
 def _is_version_of(token: str, backend: str | None, version: str | None) -> bool:
-    """A bare version ("12.4") follows its backend word; a gfx target follows hip/rocm."""
+    """A bare version ("12.4") follows its backend word; a gfx target follows hip/rocm.
+
+    A name holds at most one: a second one ("hip-gfx1100-gfx1030") is not understood.
+    """
+    if version is not None:
+        return False
     if _GFX.match(token):
         return backend == "rocm"
-    return bool(_VERSION.match(token)) and backend not in (None, "cpu") and version is None
+    return bool(_VERSION.match(token)) and backend not in (None, "cpu")
 
 
 def _classify(tokens: list[str], default: str) -> _Parts | None:
@@ -187,7 +194,8 @@ def _platform_parts(rest: str) -> tuple[OS, Arch, list[str]] | None:
     others = tokens[1:]
     arches = [_ARCH_TOKENS[t] for t in others if t in _ARCH_TOKENS]
     # "win-arm64-x64" (b2399-b2895): the template appended "-x64" to the ARM build.
-    if "arm64" in arches:
+    # Only that exact pair is the anomaly; any other double arch is not understood.
+    if os == "windows" and arches == ["arm64", "x64"]:
         arch: Arch = "arm64"
     elif len(arches) == 1:
         arch = arches[0]
@@ -236,7 +244,7 @@ def _parse(name: str) -> AssetInfo | None:
         return _from_rest(name, m["rest"], archive, m["tag"], companion=True)
     if m := _OPENEULER.match(stem):
         variant = m["chip"] + ("-aclgraph" if m["graph"] else "")
-        arch: Arch = _ARCH_TOKENS[m["arch"]]
+        arch: Arch = _OPENEULER_ARCH[m["arch"]]
         return AssetInfo(name, "linux", arch, "cann", None, variant, archive, False, m["tag"])
     if m := _ATOMIC.match(stem):
         rest = "-".join(p for p in (m["os"], m["arch"], m["rest"]) if p)

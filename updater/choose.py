@@ -9,7 +9,8 @@ Rules, in order:
   platform, :class:`~runtime.errors.BackendUnavailableError` lists what it
   does have. Nothing falls back silently.
 * ``auto`` ranks what the host can run: CUDA (the highest line the driver
-  supports) > ROCm > Vulkan > CPU on Linux/Windows, Metal on Apple silicon.
+  supports, and no 13.x line below compute capability 7.5) > ROCm > Vulkan >
+  CPU on Linux/Windows, Metal on Apple silicon.
 * Within a backend: highest usable CUDA/ROCm line, generic runtime-dispatch
   CPU builds before fixed-ISA ones, ``.tar.gz`` before ``.zip``.
 * A CUDA build takes along its ``cudart-…`` runtime companion of the same
@@ -36,6 +37,10 @@ _AUTO_ORDER: Final[tuple[str, ...]] = ("cuda", "rocm", "vulkan", "metal", "cpu")
 _ISA: Final[tuple[tuple[str, str | None], ...]] = (
     ("avx512", "avx512f"), ("avx2", "avx2"), ("avx", "avx"), ("noavx", None),
 )  # fmt: skip
+#: CUDA 13.0 removed code generation for Maxwell, Pascal and Volta (compute
+#: capability < 7.5), yet driver 580, which supports those GPUs, reports CUDA
+#: 13.0: the driver line alone would hand them a 13.x build that finds no device.
+_CUDA13_MIN_CAPABILITY: Final[tuple[int, ...]] = (7, 5)
 _UPSTREAM_REPOS: Final[frozenset[str]] = frozenset({"ggml-org/llama.cpp", "ggerganov/llama.cpp"})
 
 
@@ -71,9 +76,16 @@ class Choice:
 
 
 def _version_key(version: str | None) -> tuple[int, ...]:
-    if version is None or not re.match(r"^\d+(?:\.\d+)*$", version):
+    text = version.strip() if version is not None else ""
+    if not re.match(r"^\d+(?:\.\d+)*$", text):
         return ()
-    return tuple(int(p) for p in version.split("."))
+    return tuple(int(p) for p in text.split("."))
+
+
+def _rank_key(version: str | None) -> tuple[int, ...]:
+    """Negated, zero-padded version for "highest first": ``13`` sorts as 13.0.0, below 13.3."""
+    key = _version_key(version)
+    return tuple(-p for p in (*key, 0, 0, 0)[: max(3, len(key))]) if key else ()
 
 
 def _line(version: str | None) -> tuple[int, int]:
@@ -164,10 +176,16 @@ class _Ranker:
                 )
         elif driver is None and self.auto:
             return None, "no NVIDIA driver detected"
+        capability = _version_key(self.host.compute_capability)[:2]
+        if capability and capability < _CUDA13_MIN_CAPABILITY and _line(info.backend_version)[0] >= 13:
+            return (
+                None,
+                f"CUDA {info.backend_version} builds cannot run on compute capability "
+                f"{self.host.compute_capability} (13.x needs 7.5 or newer)",
+            )
         # Unknown lines ("ubuntu-cuda-x64") rank below every named one.
         known = 0 if info.backend_version is not None else 1
-        neg = tuple(-p for p in _version_key(info.backend_version))
-        return (known, neg), "usable"
+        return (known, _rank_key(info.backend_version)), "usable"
 
     def _rocm(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
         version = info.backend_version or ""
@@ -178,8 +196,7 @@ class _Ranker:
             if self.auto:
                 return None, f"built for {version}, not for this GPU"
             return (2, ()), "built for one GPU target only"
-        neg = tuple(-p for p in _version_key(info.backend_version))
-        return (0, neg), "usable"
+        return (0, _rank_key(info.backend_version)), "usable"
 
 
 def _host_can_run(backend: str, host: HostFacts) -> str | None:
