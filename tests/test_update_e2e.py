@@ -61,6 +61,18 @@ def assert_active_unchanged(
     assert list((home / "staging").iterdir()) == []
 
 
+def failing_update(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str
+) -> tuple[int, dict[str, Any]]:
+    """Run an update expected to fail; assert b7000 stayed active (files and pointer) and runs."""
+    before = snapshot_tree(home / "runtimes")
+    pointer = (home / "active.json").read_bytes()
+    code, payload = run_cli(capsys, home, github, "update", *args)
+    assert (home / "active.json").read_bytes() == pointer
+    assert_active_unchanged(home, before, "b7000", capsys, github)
+    return code, payload
+
+
 # -- the happy path -------------------------------------------------------------------
 
 
@@ -157,11 +169,9 @@ def test_new_binary_that_exits_1_is_rejected_with_exit_6(
 ) -> None:
     broken = stand_in_tarball(tmp_path / "broken.tar.gz", tag="b7001", script=stand_in_server(exit_code=1))
     github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): broken})
-    before = snapshot_tree(home / "runtimes")
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "cpu")
     assert code == 6
     assert "--version exited 1" in payload["error"]["message"]
-    assert_active_unchanged(home, before, "b7000", capsys, github)
 
 
 def test_digest_mismatch_exits_8_and_keeps_nothing(
@@ -173,12 +183,10 @@ def test_digest_mismatch_exits_8_and_keeps_nothing(
 ) -> None:
     publish_real(github, real_vulkan_tarball, "b7001")
     github.inject(VULKAN.format(tag="b7001"), Fault(wrong_bytes=True, times=None))
-    before = snapshot_tree(home / "runtimes")
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "vulkan")
     assert code == 8, payload
     assert "sha256" in payload["error"]["message"].lower() or "digest" in payload["error"]["message"].lower()
     assert list((home / "downloads").iterdir()) == []
-    assert_active_unchanged(home, before, "b7000", capsys, github)
 
 
 def test_archive_without_llama_server_exits_6(
@@ -188,11 +196,9 @@ def test_archive_without_llama_server_exits_6(
         tmp_path / "noserver.tar.gz", "tar-tagdir", {"llama-cli": b"#!/bin/sh\n"}, tag="b7001"
     )
     github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): empty})
-    before = snapshot_tree(home / "runtimes")
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "cpu")
     assert code == 6
     assert "no llama-server" in payload["error"]["message"]
-    assert_active_unchanged(home, before, "b7000", capsys, github)
 
 
 def test_vulkan_asset_holding_a_cpu_only_build_is_rejected_with_exit_6(
@@ -205,11 +211,9 @@ def test_vulkan_asset_holding_a_cpu_only_build_is_rejected_with_exit_6(
         libs=("ggml-base", "ggml-cpu", "ggml", "llama"),
     )
     github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): cpu_only})
-    before = snapshot_tree(home / "runtimes")
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "vulkan")
     assert code == 6
     assert "requested vulkan" in payload["error"]["message"]
-    assert_active_unchanged(home, before, "b7000", capsys, github)
 
 
 def test_real_build_without_its_vulkan_library_is_rejected_with_exit_6(
@@ -220,31 +224,25 @@ def test_real_build_without_its_vulkan_library_is_rejected_with_exit_6(
         tmp_path / "novk.tar.gz", "tar-tagdir", build.files, symlinks=build.symlinks, tag="b7001"
     )
     github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): stripped})
-    before = snapshot_tree(home / "runtimes")
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "vulkan")
     assert code == 6, payload
-    assert_active_unchanged(home, before, "b7000", capsys, github)
 
 
 def test_missing_release_exits_7_with_the_release_named(
     installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    before = snapshot_tree(home / "runtimes")
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7999", "--backend", "vulkan")
+    code, payload = failing_update(capsys, home, github, "--tag", "b7999", "--backend", "vulkan")
     assert code == 7
     assert payload["error"]["message"].startswith("Release b7999 not found in ggml-org/llama.cpp")
-    assert_active_unchanged(home, before, "b7000", capsys, github)
 
 
 def test_unknown_backend_exits_2_listing_valid_names(
     installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    before = snapshot_tree(home / "runtimes")
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "VLLM")
+    code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "VLLM")
     assert code == 2
     assert payload["error"]["message"].startswith("Unknown backend 'VLLM'")
     assert "Choose one of: auto, cpu, cuda, vulkan, rocm" in payload["error"]["message"]
-    assert_active_unchanged(home, before, "b7000", capsys, github)
 
 
 def test_cli_as_a_subprocess_speaks_the_contract(
@@ -307,12 +305,10 @@ def test_require_digest_refuses_a_release_without_digest_with_exit_8(
 ) -> None:
     old = stand_in_tarball(tmp_path / "old.tar.gz", tag="b5000")
     github.add_release(REPO, "b5000", {CPU.format(tag="b5000"): old}, digests=False)
-    before = snapshot_tree(home / "runtimes")
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b5000", "--backend", "cpu", "--require-digest")
+    code, payload = failing_update(capsys, home, github, "--tag", "b5000", "--backend", "cpu", "--require-digest")
     assert code == 8
     assert "no published sha256 digest" in payload["error"]["message"]
     assert not github.requests_to("blob", "b5000")  # refused before downloading a byte
-    assert_active_unchanged(home, before, "b7000", capsys, github)
 
 
 def test_latest_is_the_highest_build_number_not_the_newest_date(
@@ -369,11 +365,9 @@ def test_vulkan_build_that_lists_no_vulkan_device_on_a_vulkan_host_is_rejected_w
         libs=("ggml-base", "ggml-cpu", "ggml-vulkan"),
     )
     github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): blind})
-    before = snapshot_tree(home / "runtimes")
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "vulkan")
     assert code == 6, payload
     assert "lists no vulkan device" in payload["error"]["message"]
-    assert_active_unchanged(home, before, "b7000", capsys, github)
 
 
 def test_an_undigested_download_left_by_a_fork_update_is_never_installed_for_upstream(
