@@ -13,7 +13,7 @@ import difflib
 import re
 from typing import Final
 
-from runtime.errors import UnknownBackendError
+from llama_runtime.runtime.errors import UnknownBackendError
 
 AUTO: Final = "auto"
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from runtime.errors import CorruptStateError
-from runtime.fsutil import atomic_write_json
-from runtime.marker import InstallMarker, marker_path, read_marker
+from llama_runtime.runtime.errors import CorruptStateError
+from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.marker import InstallMarker, marker_path, read_marker
 
 POINTER_NAME: Final = "active.json"
 POINTER_SCHEMA: Final = 1

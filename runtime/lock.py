@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from runtime.errors import BusyError
-from runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.errors import BusyError
+from llama_runtime.runtime.fsutil import atomic_write_json
 
 if TYPE_CHECKING:
     import filelock

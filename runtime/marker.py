@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from runtime.backends import BACKEND_CHOICES, CONCRETE_BACKENDS, parse_backend
-from runtime.errors import CorruptStateError, UnknownBackendError
-from runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.backends import BACKEND_CHOICES, CONCRETE_BACKENDS, parse_backend
+from llama_runtime.runtime.errors import CorruptStateError, UnknownBackendError
+from llama_runtime.runtime.fsutil import atomic_write_json
 
 MARKER_NAME: Final = "llama-runtime.json"
 SCHEMA_VERSION: Final = 1

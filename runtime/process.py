@@ -39,9 +39,8 @@ from pathlib import Path
 from typing import Final, Protocol
 
 import filelock
-
-from runtime.errors import BusyError, LocalError
-from runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.errors import BusyError, LocalError
+from llama_runtime.runtime.fsutil import atomic_write_json
 
 STATE_NAME: Final = "server.json"
 LOG_NAME: Final = "llama-server.log"

@@ -134,7 +134,7 @@ class _Random:
 
 
 def cli(home: Path, api_url: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "updater.cli", *args, "--home", str(home), "--api-url", api_url, "--json"]
+    return [sys.executable, "-m", "llama_runtime", *args, "--home", str(home), "--api-url", api_url, "--json"]
 
 
 def env_for_update() -> dict[str, str]:

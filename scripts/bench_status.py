@@ -75,7 +75,7 @@ def main() -> int:
         # An unreachable API proves status makes no request: any request would fail or hang.
         env = {**os.environ, "LLAMA_RUNTIME_HOME": str(home), "LLAMA_RUNTIME_GITHUB_API": "http://127.0.0.1:9"}
         bare_argv = [sys.executable, "-c", "pass"]
-        status_argv = [sys.executable, "-m", "updater.cli", "status", "--json"]
+        status_argv = [sys.executable, "-m", "llama_runtime", "status", "--json"]
         time_once(status_argv, env)  # warm the page cache and .pyc files
         bare: list[float] = []
         status: list[float] = []

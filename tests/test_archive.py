@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from llama_runtime.runtime.errors import CancelledError, IntegrityError, LlamaRuntimeError, UnsafeArchiveError
+from llama_runtime.updater.install.archive import ExtractLimits, extract_archive, find_server_binary
 
-from runtime.errors import CancelledError, IntegrityError, LlamaRuntimeError, UnsafeArchiveError
 from tests.archives import (
     LAYOUTS,
     TAR_HOSTILE_KINDS,
@@ -24,7 +25,6 @@ from tests.archives import (
     build_hostile_zip,
     build_release_archive,
 )
-from updater.archive import ExtractLimits, extract_archive, find_server_binary
 
 SERVER = b"\x7fELF pretend llama-server\n"
 LIB = b"\x7fELF pretend libllama\n" * 100
@@ -627,7 +627,7 @@ def test_full_disk_while_writing_stays_an_os_error_for_the_installer(
             raise OSError(code, os.strerror(code))
         return real_fdopen(fd, mode, *args, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr("updater.archive.os.fdopen", full)
+    monkeypatch.setattr("llama_runtime.updater.install.archive.os.fdopen", full)
 
     with pytest.raises(OSError) as caught:
         extract_archive(archive, tmp_path / "dest")

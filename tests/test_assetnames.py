@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from updater.assetnames import parse_asset_name
+from llama_runtime.updater.choice.assetnames import parse_asset_name
 
 RELEASES = Path(__file__).parent / "data" / "releases"
 

@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from runtime.backends import BACKEND_CHOICES, CONCRETE_BACKENDS, parse_backend
-from runtime.errors import UnknownBackendError
-from updater.cli import main
-from updater.config import resolve_settings
+from llama_runtime.runtime.backends import BACKEND_CHOICES, CONCRETE_BACKENDS, parse_backend
+from llama_runtime.runtime.errors import UnknownBackendError
+from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.config import resolve_settings
 
 
 @pytest.mark.parametrize(

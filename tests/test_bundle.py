@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.runtime.marker import MARKER_NAME
+from llama_runtime.updater.cli.main import main
 
-from runtime.marker import MARKER_NAME
 from tests.conftest import assert_runs, snapshot_tree, stand_in_tarball
-from updater.cli import main
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 

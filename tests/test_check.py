@@ -10,19 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from runtime.errors import RateLimitError, UserInputError
-from runtime.layout import Home
-from runtime.lock import UpdateLock
-from runtime.marker import InstallMarker
-from tests.conftest import REPO, assert_runs
-from tests.fakegithub import FakeGitHub, Fault
-from tests.test_service import Frozen, make_updater, publish
-from updater import cli_jobs
-from updater.cli import main
-from updater.github import RateLimit
-from updater.host import host_for_platform
-from updater.schedule import (
+from llama_runtime.runtime.errors import RateLimitError, UserInputError
+from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.runtime.marker import InstallMarker
+from llama_runtime.updater.api.schedule import (
     DEFAULT_BACKOFF_SECONDS,
     MAX_BACKOFF_SECONDS,
     Backoff,
@@ -31,7 +23,15 @@ from updater.schedule import (
     parse_duration,
     update_decision,
 )
-from updater.service import RuntimeUpdater
+from llama_runtime.updater.api.service import RuntimeUpdater
+from llama_runtime.updater.choice.host import host_for_platform
+from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.sources.github import RateLimit
+
+from llama_runtime.updater.cli import jobs as cli_jobs
+from tests.conftest import REPO, assert_runs
+from tests.fakegithub import FakeGitHub, Fault
+from tests.test_service import Frozen, make_updater, publish
 
 LIST_PATH = f"/api/repos/{REPO}/releases"
 

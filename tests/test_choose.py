@@ -7,11 +7,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from runtime.errors import BackendUnavailableError, UnknownBackendError, UserInputError
-from updater.choose import choose_asset
-from updater.host import HostFacts
-from updater.release import Asset, Release
+from llama_runtime.runtime.errors import BackendUnavailableError, UnknownBackendError, UserInputError
+from llama_runtime.updater.choice.choose import choose_asset
+from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.sources.release import Asset, Release
 
 RELEASES = Path(__file__).parent / "data" / "releases"
 

@@ -14,20 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.api.jobs import JobStore
 
-from runtime.layout import Home
 from tests.conftest import assert_runs, snapshot_tree
 from tests.fakegithub import FakeGitHub
 from tests.test_service import PAD_BYTES, downloading, eventually, make_updater, publish, slow_down
-from updater.jobs import JobStore
 
 # A child process that drives the embeddable API: python -c CHILD HOME API ACTION
 CHILD = """
 import json, sys
 from pathlib import Path
-from updater.host import host_for_platform
-from updater.logs import configure_logging
-from updater.service import RuntimeUpdater
+from llama_runtime.updater.choice.host import host_for_platform
+from llama_runtime.updater.logs import configure_logging
+from llama_runtime.updater.api.service import RuntimeUpdater
 
 configure_logging(json_lines=False, level="warning")  # logs to stderr; stdout is for results
 home, api, action = sys.argv[1:4]
@@ -79,7 +79,7 @@ def lines_of(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
 
 
 def cli(home: Path, github: FakeGitHub, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "updater.cli", *args, "--home", str(home), "--api-url", github.api_url]
+    argv = [sys.executable, "-m", "llama_runtime", *args, "--home", str(home), "--api-url", github.api_url]
     return subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECONDS, check=False)
 
 
@@ -192,7 +192,7 @@ def test_cli_update_while_the_button_job_runs_is_busy_with_that_jobs_progress(ho
 def test_ctrl_c_during_check_apply_exits_130_and_records_the_job_cancelled(home: Path, github: FakeGitHub) -> None:
     runtimes = snapshot_tree(home / "runtimes")
     pointer = (home / "active.json").read_bytes()
-    argv = [sys.executable, "-m", "updater.cli", "check", "--apply", "--backend", "cpu", "--json"]
+    argv = [sys.executable, "-m", "llama_runtime", "check", "--apply", "--backend", "cpu", "--json"]
     proc = subprocess.Popen(
         [*argv, "--home", str(home), "--api-url", github.api_url],
         stdout=subprocess.PIPE,

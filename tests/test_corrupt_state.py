@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.runtime.fsutil import remove_tree
+from llama_runtime.updater.cli.main import main
 
-from runtime.fsutil import remove_tree
 from tests.conftest import REPO, assert_runs, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-from updater.cli import main
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 MARKER = "llama-runtime.json"

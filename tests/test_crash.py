@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.install.checkpoints import CHECKPOINTS, KILL_AT_ENV
 
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-from updater.checkpoints import CHECKPOINTS, KILL_AT_ENV
-from updater.cli import main
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
@@ -50,7 +50,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, 
 def run_killed(home: Path, github: FakeGitHub, point: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, KILL_AT_ENV: point}
     return subprocess.run(
-        [sys.executable, "-m", "updater.cli", *args, "--home", str(home), "--api-url", github.api_url, "--json"],
+        [sys.executable, "-m", "llama_runtime", *args, "--home", str(home), "--api-url", github.api_url, "--json"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -241,8 +241,8 @@ def test_failing_fsync_is_an_error_and_changes_nothing(
 def test_cleanup_removes_only_what_nothing_refers_to(
     b7000_active: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from runtime.layout import Home
-    from updater.recovery import clean_leftovers, download_name
+    from llama_runtime.runtime.layout import Home
+    from llama_runtime.updater.install.recovery import clean_leftovers, download_name
 
     home = Home(b7000_active)
     active = json.loads(home.pointer_path.read_text())["active"]
@@ -277,8 +277,8 @@ def test_cleanup_removes_only_what_nothing_refers_to(
 
 
 def test_cleanup_keeps_a_markerless_directory_the_pointer_names(b7000_active: Path) -> None:
-    from runtime.layout import Home
-    from updater.recovery import find_leftovers
+    from llama_runtime.runtime.layout import Home
+    from llama_runtime.updater.install.recovery import find_leftovers
 
     home = Home(b7000_active)
     active = json.loads(home.pointer_path.read_text())["active"]

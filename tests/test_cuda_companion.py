@@ -6,14 +6,15 @@ import json
 import os
 from pathlib import Path
 
-from runtime.binary import ProcessResult, run_process
-from runtime.layout import Home
+from llama_runtime.runtime.binary import ProcessResult, run_process
+from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.install.transaction import Installer, UpdateRequest
+from llama_runtime.updater.sources.github import GitHubClient
+
 from tests.archives import build_release_archive
 from tests.conftest import REPO, assert_runs, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-from updater.github import GitHubClient
-from updater.host import HostFacts
-from updater.install import Installer, UpdateRequest
 
 CUDA_12_8_HOST = HostFacts(os="linux", arch="x64", cuda_driver_version="12.8", nvidia_driver="570.86")
 

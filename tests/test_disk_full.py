@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-from updater.cli import main
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 MiB = 1024 * 1024
@@ -169,8 +169,10 @@ def test_disk_filling_up_during_the_download_exits_4_and_removes_the_partial(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Space taken by someone else after the up-front check: the write itself fails.
-    monkeypatch.setattr("updater.install.check_free_space", lambda *_a, **_k: None)
-    raised = [] if small_fs.real else inject_enospc(monkeypatch, "updater.download._Job", "_stream")
+    monkeypatch.setattr("llama_runtime.updater.install.transaction.check_free_space", lambda *_a, **_k: None)
+    raised = (
+        [] if small_fs.real else inject_enospc(monkeypatch, "llama_runtime.updater.install.download._Job", "_stream")
+    )
     github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 30 * MiB)})
     fail_update_with_exit_4(capsys, home, github)
     assert small_fs.real or raised
@@ -185,8 +187,10 @@ def test_disk_filling_up_during_extraction_exits_4_and_removes_staging_and_downl
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("updater.install.check_free_space", lambda *_a, **_k: None)
-    raised = [] if small_fs.real else inject_enospc(monkeypatch, "updater.archive._Writer", "_copy")
+    monkeypatch.setattr("llama_runtime.updater.install.transaction.check_free_space", lambda *_a, **_k: None)
+    raised = (
+        [] if small_fs.real else inject_enospc(monkeypatch, "llama_runtime.updater.install.archive._Writer", "_copy")
+    )
     # 12 MiB fits once (the download) but not twice (download + extracted copy).
     github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 12 * MiB)})
     fail_update_with_exit_4(capsys, home, github)
@@ -219,7 +223,7 @@ def test_after_space_is_freed_the_same_update_succeeds(
 
 
 def test_enospc_and_edquot_are_both_disk_full() -> None:
-    from updater.recovery import is_disk_full
+    from llama_runtime.updater.install.recovery import is_disk_full
 
     assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
     if hasattr(errno, "EDQUOT"):

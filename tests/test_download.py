@@ -13,8 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from runtime.errors import (
+from llama_runtime.runtime.errors import (
     CancelledError,
     DigestMismatchError,
     DiskSpaceError,
@@ -22,9 +21,7 @@ from runtime.errors import (
     RemoteError,
     SizeMismatchError,
 )
-from tests.conftest import Sleeps
-from tests.fakegithub import FakeGitHub, Fault
-from updater.download import (
+from llama_runtime.updater.install.download import (
     DownloadResult,
     PartialOrigin,
     Resume,
@@ -34,8 +31,11 @@ from updater.download import (
     plan_resume,
     sidecar_path,
 )
-from updater.github import GitHubClient
-from updater.release import Asset, parse_asset
+from llama_runtime.updater.sources.github import GitHubClient
+from llama_runtime.updater.sources.release import Asset, parse_asset
+
+from tests.conftest import Sleeps
+from tests.fakegithub import FakeGitHub, Fault
 
 REPO = "ggml-org/llama.cpp"
 NAME = "llama-b7000-bin-ubuntu-x64.tar.gz"
@@ -508,7 +508,7 @@ def test_full_disk_deletes_the_partial_and_its_sidecar_and_stays_an_os_error(
         on_disk_when_full.append(dest.exists() and sidecar_path(dest).exists())
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr("updater.download._Job._stream", full)
+    monkeypatch.setattr("llama_runtime.updater.install.download._Job._stream", full)
     with pytest.raises(OSError) as caught:
         fetch(cdn.client(), cdn_asset(PAYLOAD), dest)
     assert caught.value.errno == code

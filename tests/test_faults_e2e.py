@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
-from updater.cli import main
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 NEW = CPU.format(tag="b7001")
@@ -84,8 +84,8 @@ FAILING = [name for name, case in CASES.items() if case.exit_code]
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Retries still happen (the request log proves it); only the waits go."""
-    monkeypatch.setattr("updater.github._BACKOFF_SECONDS", 0.0)
-    monkeypatch.setattr("updater.download._BACKOFF_SECONDS", 0.0)
+    monkeypatch.setattr("llama_runtime.updater.sources.github._BACKOFF_SECONDS", 0.0)
+    monkeypatch.setattr("llama_runtime.updater.install.download._BACKOFF_SECONDS", 0.0)
     for name in ("GITHUB_TOKEN", "GH_TOKEN", "LLAMA_RUNTIME_READ_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
 

@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.runtime.errors import CorruptStateError, UserInputError
+from llama_runtime.runtime.fsutil import tree_size
+from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.runtime.process import ManagedServer
+from llama_runtime.updater.choice.host import detect_host
+from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.install.gc import collect_garbage, runtime_names_in_paths, runtimes_to_remove, stale_staging
+from llama_runtime.updater.install.offline import InstallFileRequest, install_file
+from llama_runtime.updater.install.transaction import Installer
 
-from runtime.errors import CorruptStateError, UserInputError
-from runtime.fsutil import tree_size
-from runtime.layout import Home, InstalledRuntime, Pointer
-from runtime.lock import UpdateLock
-from runtime.process import ManagedServer
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
-from updater.cli import main
-from updater.gc import collect_garbage, runtime_names_in_paths, runtimes_to_remove, stale_staging
-from updater.host import detect_host
-from updater.install import Installer
-from updater.offline import InstallFileRequest, install_file
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 TAGS = ("b7000", "b7001", "b7002", "b7003", "b7004")
@@ -258,7 +258,7 @@ def test_gc_with_a_pointer_naming_a_missing_runtime_removes_no_runtime(home: Hom
 
 
 def _runtime(name: str, stamp: str) -> InstalledRuntime:
-    from runtime.marker import InstallMarker
+    from llama_runtime.runtime.marker import InstallMarker
 
     marker = InstallMarker(REPO, name, "cpu", "auto", "a.tar.gz", 1, "0" * 64, False, stamp, "llama-server")
     return InstalledRuntime(name, Path("/nowhere") / name, marker)

@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
+from llama_runtime.runtime.errors import NetworkError, RateLimitError, ReleaseNotFoundError, RemoteError
+from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache, build_number
 
-from runtime.errors import NetworkError, RateLimitError, ReleaseNotFoundError, RemoteError
 from tests.conftest import Sleeps
 from tests.fakegithub import FakeGitHub, Fault
-from updater.github import GitHubClient, JsonFileEtagCache, build_number
 
 REPO = "ggml-org/llama.cpp"
 TAGS_PATH = f"/api/repos/{REPO}/releases/tags"

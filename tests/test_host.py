@@ -7,9 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pytest
-
-from runtime.errors import UserInputError
-from updater.host import (
+from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.updater.choice.host import (
     PLATFORMS,
     CommandResult,
     cuda_from_driver,

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.updater.cli.main import main
 
 from tests.archives import TAR_HOSTILE_KINDS, ZIP_HOSTILE_KINDS, build_hostile_tar, build_hostile_zip
 from tests.conftest import REPO, assert_runs, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-from updater.cli import main
 
 CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 CPU_ZIP = "llama-{tag}-bin-ubuntu-x64.zip"

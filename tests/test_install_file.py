@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.updater.cli.main import main
 
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
-from updater.cli import main
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"

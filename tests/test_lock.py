@@ -10,14 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-from runtime.errors import BusyError
-from runtime.lock import UpdateLock
+from llama_runtime.runtime.errors import BusyError
+from llama_runtime.runtime.lock import UpdateLock
 
 _HOLDER = """
 import sys, time
 from pathlib import Path
-from runtime.lock import UpdateLock
+from llama_runtime.runtime.lock import UpdateLock
 with UpdateLock(Path(sys.argv[1])).hold("update (test holder)"):
     print("held", flush=True)
     time.sleep(60)

@@ -8,12 +8,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from runtime.errors import CorruptStateError, UserInputError, VerificationError
-from runtime.layout import Home, Pointer
-from runtime.marker import MARKER_NAME, FileRecord, ForeignMarkerError, InstallMarker, read_marker, write_marker
-from updater.config import validate_repo
-from updater.verify import Expected, check_marker, read_back_marker
+from llama_runtime.runtime.errors import CorruptStateError, UserInputError, VerificationError
+from llama_runtime.runtime.layout import Home, Pointer
+from llama_runtime.runtime.marker import (
+    MARKER_NAME,
+    FileRecord,
+    ForeignMarkerError,
+    InstallMarker,
+    read_marker,
+    write_marker,
+)
+from llama_runtime.updater.config import validate_repo
+from llama_runtime.updater.install.verify import Expected, check_marker, read_back_marker
 
 MARKER = InstallMarker(
     repo="ggml-org/llama.cpp",

@@ -19,9 +19,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-
-from runtime.errors import BusyError, LocalError
-from runtime.process import (
+from llama_runtime.runtime.errors import BusyError, LocalError
+from llama_runtime.runtime.process import (
     Health,
     ManagedServer,
     ServerAlreadyRunningError,
@@ -33,6 +32,7 @@ from runtime.process import (
     probe_health,
     with_listen_args,
 )
+
 from tests.realbuild import real_bin_dir
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="stand-ins are POSIX shell scripts")
@@ -438,7 +438,7 @@ def test_health_503_loading_model_is_not_healthy_yet(loading_server: int) -> Non
 
 
 def test_health_of_a_closed_port_is_not_healthy() -> None:
-    from runtime.process import free_port
+    from llama_runtime.runtime.process import free_port
 
     answer = probe_health("127.0.0.1", free_port(), 2.0)
 

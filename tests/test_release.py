@@ -6,9 +6,8 @@ import hashlib
 from typing import Any
 
 import pytest
-
-from runtime.errors import IntegrityError, RemoteError
-from updater.release import parse_asset, parse_release
+from llama_runtime.runtime.errors import IntegrityError, RemoteError
+from llama_runtime.updater.sources.release import parse_asset, parse_release
 
 SHA = hashlib.sha256(b"llama").hexdigest()
 

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.runtime.binary import ProcessResult, run_process
+from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.api.doctor import run_doctor
+from llama_runtime.updater.cli.main import main
 
-from runtime.binary import ProcessResult, run_process
-from runtime.layout import Home
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-from updater.cli import main
-from updater.doctor import run_doctor
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 
@@ -105,8 +105,8 @@ def test_an_update_during_doctor_repair_is_busy_and_the_repair_completes(
 def test_doctor_repair_stands_down_when_the_pointer_changed_since_the_diagnosis(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    from runtime.layout import Pointer
-    from updater.doctor import DoctorReport, _repair
+    from llama_runtime.runtime.layout import Pointer
+    from llama_runtime.updater.api.doctor import DoctorReport, _repair
 
     publish(github, tmp_path, "b7000", "b7001")
     install(capsys, home, github, "b7000", "b7001")

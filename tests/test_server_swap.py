@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.process import ManagedServer, pid_alive
+from llama_runtime.updater.choice.host import detect_host
+from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.install.swap import SwitchError
+from llama_runtime.updater.install.transaction import Installer, UpdateRequest
+from llama_runtime.updater.sources.github import GitHubClient
 
-from runtime.layout import Home
-from runtime.process import ManagedServer, pid_alive
 from tests.archives import build_release_archive
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-from updater.cli import main
-from updater.github import GitHubClient
-from updater.host import detect_host
-from updater.install import Installer, UpdateRequest
-from updater.swap import SwitchError
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"

@@ -15,17 +15,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from llama_runtime.runtime.errors import BusyError, UserInputError
+from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.runtime.process import process_start_ticks
+from llama_runtime.updater.api.jobs import JobState
+from llama_runtime.updater.api.service import RuntimeUpdater
+from llama_runtime.updater.choice.host import host_for_platform
 
-from runtime.errors import BusyError, UserInputError
-from runtime.layout import Home
-from runtime.lock import UpdateLock
-from runtime.process import process_start_ticks
 from tests.archives import build_release_archive
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server
 from tests.fakegithub import FakeGitHub, Fault
-from updater.host import host_for_platform
-from updater.jobs import JobState
-from updater.service import RuntimeUpdater
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 # Incompressible padding so that a dripped download lasts long enough to overlap.

@@ -6,15 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+from llama_runtime.runtime.errors import BackendUnavailableError
+from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.install.transaction import Installer, UpdateRequest
+from llama_runtime.updater.sources.github import GitHubClient
 
-from runtime.errors import BackendUnavailableError
-from runtime.layout import Home
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-from updater.cli import main
-from updater.github import GitHubClient
-from updater.host import HostFacts
-from updater.install import Installer, UpdateRequest
 
 LINUX_VULKAN_HOST = HostFacts(os="linux", arch="x64", sources=(("os", "test"),))
 CUDA_HOST = HostFacts(os="linux", arch="x64", cuda_driver_version="12.4", sources=(("cuda", "test"),))
@@ -105,7 +105,7 @@ def test_stored_request_that_cannot_be_served_falls_back_to_auto_with_a_warning(
 
 def _no_device_check_runner(argv, timeout, env):  # type: ignore[no-untyped-def]
     """The stand-in lists the device its library promises, as a real build on that host would."""
-    from runtime.binary import ProcessResult, run_process
+    from llama_runtime.runtime.binary import ProcessResult, run_process
 
     if argv[-1] == "--list-devices":
         name = "CUDA0: stand-in" if "cuda" in argv[0] else "Vulkan0: stand-in"

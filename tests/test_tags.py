@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from runtime.errors import UserInputError
-from updater.tags import compare_tags, highest, is_upgrade, parse_tag, validate_tag
+from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.updater.choice.tags import compare_tags, highest, is_upgrade, parse_tag, validate_tag
 
 
 @pytest.mark.parametrize(

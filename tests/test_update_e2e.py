@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
 from tests.conftest import REPO, assert_runs, real_build, snapshot_tree, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
-from updater.cli import main
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
@@ -249,7 +249,7 @@ def test_cli_as_a_subprocess_speaks_the_contract(
     installed_b7000: dict[str, Any], home: Path, github: FakeGitHub
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "updater.cli", "status", "--json", "--home", str(home)],
+        [sys.executable, "-m", "llama_runtime", "status", "--json", "--home", str(home)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from runtime.backends import parse_backend
-from runtime.errors import UserInputError
+from llama_runtime.runtime.backends import parse_backend
+from llama_runtime.runtime.errors import UserInputError
 
 DEFAULT_API_URL: Final = "https://api.github.com"
 DEFAULT_REPO: Final = "ggml-org/llama.cpp"
@@ -77,7 +77,7 @@ def resolve_settings(
     if home_value:
         home_path = Path(home_value).expanduser()
     else:
-        from runtime.layout import default_home
+        from llama_runtime.runtime.layout import default_home
 
         home_path = default_home()
     url = (api_url or env.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")

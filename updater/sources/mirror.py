@@ -45,16 +45,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import httpx
-
-from runtime.errors import IntegrityError, RemoteError, UserInputError
-from runtime.fsutil import atomic_write_json, fsync_directory, sha256_file
-from updater.assetnames import parse_asset_name
-from updater.github import build_number
-from updater.release import Asset, Release
-from updater.tags import parse_tag, validate_tag
+from llama_runtime.runtime.errors import IntegrityError, RemoteError, UserInputError
+from llama_runtime.runtime.fsutil import atomic_write_json, fsync_directory, sha256_file
+from llama_runtime.updater.choice.assetnames import parse_asset_name
+from llama_runtime.updater.choice.tags import parse_tag, validate_tag
+from llama_runtime.updater.sources.github import build_number
+from llama_runtime.updater.sources.release import Asset, Release
 
 if TYPE_CHECKING:
-    from updater.github import GitHubClient
+    from llama_runtime.updater.sources.github import GitHubClient
 
 __all__ = [
     "FileTransport",
@@ -345,7 +344,7 @@ def sync_mirror(
     report = MirrorReport(dest=dest)
     releases = [client.get_release(tag)] if tag else _newest(client, latest)
     if not releases:
-        from runtime.errors import ReleaseNotFoundError
+        from llama_runtime.runtime.errors import ReleaseNotFoundError
 
         raise ReleaseNotFoundError(f"No bN releases found in {client.repo} to mirror.")
     paths = mirror_paths(dest, client.repo)
@@ -358,7 +357,7 @@ def sync_mirror(
 
 
 def _newest(client: GitHubClient, count: int) -> list[Release]:
-    from runtime.errors import NetworkError, RateLimitError, RemoteError
+    from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
 
     try:
         return newest(client.recent_releases(), count)
@@ -378,7 +377,7 @@ def _sync_release(
     backends: list[str],
     report: MirrorReport,
 ) -> None:
-    from runtime.errors import BackendUnavailableError
+    from llama_runtime.runtime.errors import BackendUnavailableError
 
     try:
         tag = mirror_tag(release.tag)
@@ -453,7 +452,7 @@ def _ensure_asset(
     The content is known up front from upstream's digest, or (digest-less
     upstream) from what the previous sync computed for a file of this size.
     """
-    from updater.download import download_asset
+    from llama_runtime.updater.install.download import download_asset
 
     published = asset.sha256
     known = published

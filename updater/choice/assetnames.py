@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from updater.logs import get_logger
+from llama_runtime.updater.logs import get_logger
 
 OS = Literal["linux", "windows", "macos", "android"]
 Arch = Literal["x64", "arm64", "s390x"]

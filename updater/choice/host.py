@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
-from runtime.errors import UserInputError
+from llama_runtime.runtime.errors import UserInputError
 
 #: Seconds one probe command may take. nvidia-smi can stall for many seconds on
 #: a wedged driver; a slow probe must not hold up an update.

@@ -29,20 +29,20 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Final
 
-from runtime.errors import (
+from llama_runtime.runtime.errors import (
     BackendUnavailableError,
     CorruptStateError,
     DigestMismatchError,
     IntegrityError,
     UserInputError,
 )
-from runtime.fsutil import fsync_directory, remove_tree
-from runtime.layout import Home, InstalledRuntime
-from runtime.marker import MARKER_NAME, ForeignMarkerError, InstallMarker, parse_marker
-from updater.assetnames import AssetInfo, parse_asset_name
-from updater.config import EXTRACTED_SIZE_FACTOR
-from updater.download import check_free_space
-from updater.install import Installer, UpdateOutcome
+from llama_runtime.runtime.fsutil import fsync_directory, remove_tree
+from llama_runtime.runtime.layout import Home, InstalledRuntime
+from llama_runtime.runtime.marker import MARKER_NAME, ForeignMarkerError, InstallMarker, parse_marker
+from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
+from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
+from llama_runtime.updater.install.download import check_free_space
+from llama_runtime.updater.install.transaction import Installer, UpdateOutcome
 
 __all__ = [
     "ExportResult",
@@ -401,8 +401,8 @@ def export_bundle(home: Home, output: Path) -> ExportResult:
         CorruptStateError: The active runtime's files differ from its marker.
         BusyError: An update is running.
     """
-    from runtime.lock import UpdateLock
-    from updater.doctor import verify_files
+    from llama_runtime.runtime.lock import UpdateLock
+    from llama_runtime.updater.api.doctor import verify_files
 
     output = output.expanduser().absolute()
     if output.is_dir():

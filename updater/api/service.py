@@ -2,7 +2,7 @@
 
 ::
 
-    from updater import RuntimeUpdater
+    from llama_runtime import RuntimeUpdater
 
     updater = RuntimeUpdater(backend="vulkan")
     ready = updater.ensure()                 # start-up: no network, never waits
@@ -31,20 +31,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from runtime.errors import BusyError, CancelledError, CorruptStateError, LlamaRuntimeError, RemoteError
-from runtime.layout import Home, InstalledRuntime
-from runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
-from updater.config import DEFAULT_API_URL, DEFAULT_REPO
-from updater.jobs import JobListener, JobRecorder, JobState, JobStore
-from updater.schedule import CheckResult, validate_seconds
+from llama_runtime.runtime.errors import BusyError, CancelledError, CorruptStateError, LlamaRuntimeError, RemoteError
+from llama_runtime.runtime.layout import Home, InstalledRuntime
+from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+from llama_runtime.updater.api.jobs import JobListener, JobRecorder, JobState, JobStore
+from llama_runtime.updater.api.schedule import CheckResult, validate_seconds
+from llama_runtime.updater.config import DEFAULT_API_URL, DEFAULT_REPO
 
 if TYPE_CHECKING:
-    from runtime.binary import ProcessRunner
-    from runtime.marker import InstallMarker
-    from runtime.process import ServerControl
-    from updater.github import GitHubClient
-    from updater.host import HostFacts
-    from updater.install import Installer, Progress, UpdateRequest
+    from llama_runtime.runtime.binary import ProcessRunner
+    from llama_runtime.runtime.marker import InstallMarker
+    from llama_runtime.runtime.process import ServerControl
+    from llama_runtime.updater.choice.host import HostFacts
+    from llama_runtime.updater.install.transaction import Installer, Progress, UpdateRequest
+    from llama_runtime.updater.sources.github import GitHubClient
 
 __all__ = ["CheckResult", "EnsureResult", "JobState", "RuntimeUpdater", "UpdateJob"]
 
@@ -213,11 +213,11 @@ class RuntimeUpdater:
         clock: Callable[[], float] = time.time,
         server: ServerControl | None = None,
     ) -> None:
-        from runtime.backends import parse_backend
-        from updater.config import github_token, validate_repo
+        from llama_runtime.runtime.backends import parse_backend
+        from llama_runtime.updater.config import github_token, validate_repo
 
         if home is None:
-            from runtime.layout import default_home
+            from llama_runtime.runtime.layout import default_home
 
             home = default_home()
         self.home = Home(home)
@@ -238,7 +238,7 @@ class RuntimeUpdater:
     def _source(self) -> GitHubClient:
         if self._source_factory is not None:
             return self._source_factory()
-        from updater.github import GitHubClient, JsonFileEtagCache
+        from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 
         return GitHubClient(
             self.api_url,
@@ -253,15 +253,15 @@ class RuntimeUpdater:
             if self._host_probe is not None:
                 self._host = self._host_probe()
             else:
-                from updater.host import detect_host
+                from llama_runtime.updater.choice.host import detect_host
 
                 self._host = detect_host()
         return self._host
 
     def _installer(self, source: GitHubClient | None) -> Installer:
-        from runtime.binary import run_process
-        from runtime.process import ManagedServer
-        from updater.install import Installer
+        from llama_runtime.runtime.binary import run_process
+        from llama_runtime.runtime.process import ManagedServer
+        from llama_runtime.updater.install.transaction import Installer
 
         # The app's own server, or the one `llama-runtime server start` manages in this home.
         server = self._server if self._server is not None else ManagedServer(self.home.server_dir)
@@ -353,9 +353,9 @@ class RuntimeUpdater:
             UserInputError: A malformed tag or backend, or a ``lock_timeout``
                 that is negative or not finite.
         """
-        from runtime.backends import parse_backend
-        from updater.install import UpdateRequest
-        from updater.tags import validate_tag
+        from llama_runtime.runtime.backends import parse_backend
+        from llama_runtime.updater.choice.tags import validate_tag
+        from llama_runtime.updater.install.transaction import UpdateRequest
 
         lock_timeout = validate_seconds(lock_timeout, "lock timeout")
         request = UpdateRequest(
@@ -479,9 +479,14 @@ class RuntimeUpdater:
             RateLimitError: GitHub refused right now; the backoff is stored.
             RemoteError: Network or GitHub failures.
         """
-        from runtime.errors import BackendUnavailableError, RateLimitError
-        from updater.choose import choose_asset
-        from updater.schedule import Backoff, not_before_after_error, not_before_after_success, update_decision
+        from llama_runtime.runtime.errors import BackendUnavailableError, RateLimitError
+        from llama_runtime.updater.api.schedule import (
+            Backoff,
+            not_before_after_error,
+            not_before_after_success,
+            update_decision,
+        )
+        from llama_runtime.updater.choice.choose import choose_asset
 
         wait = validate_seconds(wait, "wait")
         self.home.ensure()

@@ -18,12 +18,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from runtime.errors import BusyError, LlamaRuntimeError, UserInputError
+from llama_runtime.runtime.errors import BusyError, LlamaRuntimeError, UserInputError
 
 if TYPE_CHECKING:
-    from runtime.layout import Home, InstalledRuntime, Pointer
-    from updater.config import Settings
-    from updater.install import Installer
+    from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+    from llama_runtime.updater.config import Settings
+    from llama_runtime.updater.install.transaction import Installer
 
 
 class _Parser(argparse.ArgumentParser):
@@ -116,27 +116,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    from updater.config import resolve_settings
+    from llama_runtime.updater.config import resolve_settings
 
     return resolve_settings(home=args.home, api_url=args.api_url, repo=args.repo, backend=args.backend)
 
 
 def home_for(settings: Settings) -> Home:
-    from runtime.layout import Home
+    from llama_runtime.runtime.layout import Home
 
     return Home(settings.home)
 
 
 def make_installer(settings: Settings, *, with_source: bool) -> Installer:
-    from runtime.process import ManagedServer
-    from updater.host import detect_host
-    from updater.install import Installer
-    from updater.swap import HEALTH_TIMEOUT_SECONDS
+    from llama_runtime.runtime.process import ManagedServer
+    from llama_runtime.updater.choice.host import detect_host
+    from llama_runtime.updater.install.swap import HEALTH_TIMEOUT_SECONDS
+    from llama_runtime.updater.install.transaction import Installer
 
     home = home_for(settings)
     source = None
     if with_source:
-        from updater.github import DEFAULT_TIMEOUT, GitHubClient, JsonFileEtagCache
+        from llama_runtime.updater.sources.github import DEFAULT_TIMEOUT, GitHubClient, JsonFileEtagCache
 
         home.ensure()
         # LLAMA_RUNTIME_READ_TIMEOUT (seconds, every phase of a request): for slow links and for tests.
@@ -166,7 +166,7 @@ def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
 
 
 def _override_json() -> dict[str, Any] | None:
-    from runtime.binary import VERSION_TIMEOUT_SECONDS, run_process, server_override
+    from llama_runtime.runtime.binary import VERSION_TIMEOUT_SECONDS, run_process, server_override
 
     path = server_override()
     if path is None:
@@ -189,9 +189,9 @@ _REPAIR_HINT = (
 
 def _read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
     """The pointer and the intact active runtime; damage is an exit-6 error naming the repair."""
-    from runtime.errors import CorruptStateError
-    from runtime.marker import ForeignMarkerError
-    from updater.recovery import damage
+    from llama_runtime.runtime.errors import CorruptStateError
+    from llama_runtime.runtime.marker import ForeignMarkerError
+    from llama_runtime.updater.install.recovery import damage
 
     try:
         pointer = home.read_pointer()
@@ -211,7 +211,7 @@ def _read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
 
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
-    from runtime.lock import UpdateLock
+    from llama_runtime.runtime.lock import UpdateLock
 
     settings = settings_from_args(args)
     home = home_for(settings)
@@ -249,7 +249,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_update(args: argparse.Namespace, out: Output) -> int:
-    from updater.install import UpdateRequest
+    from llama_runtime.updater.install.transaction import UpdateRequest
 
     settings = settings_from_args(args)
     tag = _tag_or_none(args.tag)
@@ -261,7 +261,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
         cuda_version=args.cuda_version,
         require_digest=args.require_digest,
     )
-    from updater.progress import terminal_progress
+    from llama_runtime.updater.api.progress import terminal_progress
 
     bar = None if args.json else terminal_progress()
     try:
@@ -306,7 +306,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
 
 def _with_running_job(exc: BusyError, home: Home) -> BusyError:
     """The busy error, with the progress of the job that holds the lock when there is one."""
-    from updater.jobs import JobStore
+    from llama_runtime.updater.api.jobs import JobStore
 
     job = JobStore(home).current()
     if job is None or not job.running:
@@ -317,15 +317,15 @@ def _with_running_job(exc: BusyError, home: Home) -> BusyError:
 def _tag_or_none(tag: str | None) -> str | None:
     if tag is None:
         return None
-    from updater.tags import validate_tag
+    from llama_runtime.updater.choice.tags import validate_tag
 
     return validate_tag(tag)
 
 
 def cmd_plan(args: argparse.Namespace, out: Output) -> int:
-    from updater.choose import choose_asset
-    from updater.github import GitHubClient
-    from updater.host import detect_host, host_for_platform
+    from llama_runtime.updater.choice.choose import choose_asset
+    from llama_runtime.updater.choice.host import detect_host, host_for_platform
+    from llama_runtime.updater.sources.github import GitHubClient
 
     settings = settings_from_args(args)
     tag = _tag_or_none(args.tag)
@@ -390,7 +390,7 @@ def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
-    from runtime.fsutil import tree_size
+    from llama_runtime.runtime.fsutil import tree_size
 
     settings = settings_from_args(args)
     home = home_for(settings)
@@ -416,8 +416,8 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
-    from updater.doctor import run_doctor
-    from updater.host import detect_host
+    from llama_runtime.updater.api.doctor import run_doctor
+    from llama_runtime.updater.choice.host import detect_host
 
     settings = settings_from_args(args)
     report = run_doctor(home_for(settings), repair=args.repair, host=detect_host().to_json())
@@ -431,9 +431,9 @@ AddParser = Callable[[str, str], argparse.ArgumentParser]
 #: Modules that add commands: each has ``register(add: AddParser) -> dict[str, Handler]``
 #: and keeps its heavy imports inside its handlers.
 EXTENSIONS: list[str] = [
-    "updater.cli_offline",
-    "updater.cli_server",
-    "updater.cli_jobs",
+    "llama_runtime.updater.cli.offline",
+    "llama_runtime.updater.cli.server",
+    "llama_runtime.updater.cli.jobs",
 ]
 
 COMMANDS: dict[str, Handler] = {
@@ -458,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         args.server_args = server_args
         out.as_json = bool(args.json)
-        from updater.logs import configure_logging
+        from llama_runtime.updater.logs import configure_logging
 
         level = "debug" if args.verbose > 1 else "info" if args.verbose else "warning"
         configure_logging(json_lines=args.log_json, level=level)
@@ -480,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return exc.exit_code
     except OSError as exc:
-        from runtime.errors import FileSystemError
+        from llama_runtime.runtime.errors import FileSystemError
 
         where = f" ({exc.filename})" if exc.filename else ""
         io_error = FileSystemError(

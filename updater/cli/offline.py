@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.errors import UserInputError
+from llama_runtime.runtime.errors import UserInputError
 
 if TYPE_CHECKING:
-    from updater.cli import Output
+    from llama_runtime.updater.cli.main import Output
 
 Handler = Callable[[argparse.Namespace, "Output"], int]
 AddParser = Callable[[str, str], argparse.ArgumentParser]
@@ -57,13 +57,13 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
     """``install-file ARCHIVE [--tag TAG] [--sha256 HEX]``."""
-    from updater.cli import make_installer, settings_from_args
-    from updater.offline import InstallFileRequest, install_file
+    from llama_runtime.updater.cli.main import make_installer, settings_from_args
+    from llama_runtime.updater.install.offline import InstallFileRequest, install_file
 
     settings = settings_from_args(args)
     tag = None
     if args.tag is not None:
-        from updater.tags import validate_tag
+        from llama_runtime.updater.choice.tags import validate_tag
 
         tag = validate_tag(args.tag)
     request = InstallFileRequest(
@@ -91,9 +91,9 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
     """``export --output FILE``."""
-    from updater.cli import home_for, settings_from_args
-    from updater.download import human_size
-    from updater.offline import export_bundle
+    from llama_runtime.updater.cli.main import home_for, settings_from_args
+    from llama_runtime.updater.install.download import human_size
+    from llama_runtime.updater.install.offline import export_bundle
 
     result = export_bundle(home_for(settings_from_args(args)), Path(args.output))
     m = result.runtime.marker
@@ -109,11 +109,11 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR [--tag T | --latest N] [--platform P]… [--backend B]…``."""
-    from runtime.backends import parse_backend
-    from updater.cli import settings_from_args
-    from updater.download import human_size
-    from updater.github import GitHubClient
-    from updater.mirror import sync_mirror
+    from llama_runtime.runtime.backends import parse_backend
+    from llama_runtime.updater.cli.main import settings_from_args
+    from llama_runtime.updater.install.download import human_size
+    from llama_runtime.updater.sources.github import GitHubClient
+    from llama_runtime.updater.sources.mirror import sync_mirror
 
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
     backends = [parse_backend(b, allow_auto=False, source="--backend") for b in raw_backends]
@@ -121,7 +121,7 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     settings = settings_from_args(argparse.Namespace(**{**vars(args), "backend": None}))
     tag = None
     if args.tag is not None:
-        from updater.tags import validate_tag
+        from llama_runtime.updater.choice.tags import validate_tag
 
         tag = validate_tag(args.tag)
     with GitHubClient(settings.api_url, settings.repo, token=settings.token) as client:
@@ -151,9 +151,9 @@ def _platform(value: str) -> str:
 
 def cmd_gc(args: argparse.Namespace, out: Output) -> int:
     """``gc [--keep N] [--dry-run]``."""
-    from updater.cli import home_for, settings_from_args
-    from updater.download import human_size
-    from updater.gc import DEFAULT_KEEP, collect_garbage
+    from llama_runtime.updater.cli.main import home_for, settings_from_args
+    from llama_runtime.updater.install.download import human_size
+    from llama_runtime.updater.install.gc import DEFAULT_KEEP, collect_garbage
 
     keep = DEFAULT_KEEP if args.keep is None else args.keep
     report = collect_garbage(home_for(settings_from_args(args)), keep=keep, dry_run=args.dry_run)

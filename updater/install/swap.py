@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from runtime.errors import LocalError, VerificationError
-from runtime.layout import InstalledRuntime
-from runtime.process import ManagedServer, ServerControl
-from updater.logs import get_logger
+from llama_runtime.runtime.errors import LocalError, VerificationError
+from llama_runtime.runtime.layout import InstalledRuntime
+from llama_runtime.runtime.process import ManagedServer, ServerControl
+from llama_runtime.updater.logs import get_logger
 
 log = get_logger("llama_runtime.swap")
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from runtime.errors import UserInputError
+from llama_runtime.runtime.errors import UserInputError
 
 if TYPE_CHECKING:
-    from runtime.layout import Home
-    from runtime.process import ManagedServer
-    from updater.cli import AddParser, Handler, Output
+    from llama_runtime.runtime.layout import Home
+    from llama_runtime.runtime.process import ManagedServer
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -24,9 +24,9 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 
 def cmd_server(args: argparse.Namespace, out: Output) -> int:
-    from runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
-    from runtime.process import ManagedServer
-    from updater.cli import home_for, settings_from_args
+    from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+    from llama_runtime.runtime.process import ManagedServer
+    from llama_runtime.updater.cli.main import home_for, settings_from_args
 
     home = home_for(settings_from_args(args))
     server = ManagedServer(home.server_dir)
@@ -43,8 +43,8 @@ def cmd_server(args: argparse.Namespace, out: Output) -> int:
 
 
 def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedServer) -> int:
-    from runtime.binary import server_override
-    from runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+    from llama_runtime.runtime.binary import server_override
+    from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 
     server_args = list(getattr(args, "server_args", []))
     # Under the update lock: an update that is switching runtimes must not miss this server.
@@ -72,7 +72,7 @@ def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedSer
 
 
 def _status(out: Output, home: Home, server: ManagedServer) -> int:
-    from runtime.errors import CorruptStateError
+    from llama_runtime.runtime.errors import CorruptStateError
 
     status = server.status()
     payload = status.to_json()

@@ -30,11 +30,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from runtime.fsutil import atomic_write_json
-from runtime.layout import Home
-from runtime.process import pid_alive, process_start_ticks
-from updater.logs import get_logger
-from updater.progress import RateMeter
+from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.process import pid_alive, process_start_ticks
+from llama_runtime.updater.api.progress import RateMeter
+from llama_runtime.updater.logs import get_logger
 
 log = get_logger("llama_runtime.jobs")
 
@@ -146,7 +146,7 @@ class JobState:
 
     def describe(self) -> str:
         """One line for people, e.g. ``download 12 MB of 30 MB (40%), ETA 5s``."""
-        from updater.download import human_size
+        from llama_runtime.updater.install.download import human_size
 
         if self.phase != "download":
             return self.phase + (f" ({self.message})" if self.message else "")

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from runtime.fsutil import remove_tree, tree_size
-from runtime.layout import Home, InstalledRuntime, Pointer
-from runtime.lock import NO_WAIT, UpdateLock
-from updater.checkpoints import checkpoint
+from llama_runtime.runtime.fsutil import remove_tree, tree_size
+from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
+from llama_runtime.updater.install.checkpoints import checkpoint
 
 __all__ = [
     "DEFAULT_KEEP",
@@ -230,8 +230,8 @@ def _readlink(link: Path) -> str | None:
 
 def _in_use(home: Home, runtimes: list[InstalledRuntime], proc_root: Path) -> set[str] | None:
     """Runtimes a running process uses; ``None`` when other processes cannot be seen."""
-    from runtime.binary import server_override
-    from runtime.process import ManagedServer
+    from llama_runtime.runtime.binary import server_override
+    from llama_runtime.runtime.process import ManagedServer
 
     used = {runtime_containing(ManagedServer(home.server_dir).running_binary(), runtimes)}
     used.add(runtime_containing(server_override(), runtimes))
@@ -247,7 +247,7 @@ def _checked_pointer(home: Home, runtimes: list[InstalledRuntime]) -> Pointer:
         CorruptStateError: Runtimes are installed but the pointer is missing or
             names none of them: every runtime would look unprotected.
     """
-    from runtime.errors import CorruptStateError
+    from llama_runtime.runtime.errors import CorruptStateError
 
     pointer = home.read_pointer()
     if runtimes and pointer.active not in {r.name for r in runtimes}:
@@ -283,8 +283,8 @@ def collect_garbage(
         CorruptStateError: Runtimes are installed but the pointer names none of them.
         BusyError: An update is running (nothing was removed).
     """
-    from runtime.errors import UserInputError
-    from runtime.process import pid_alive
+    from llama_runtime.runtime.errors import UserInputError
+    from llama_runtime.runtime.process import pid_alive
 
     if keep < 0:
         raise UserInputError(f"--keep must be 0 or more, not {keep}.")

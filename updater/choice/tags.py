@@ -20,9 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from llama_runtime.runtime.errors import UserInputError
 from packaging.version import InvalidVersion, Version
-
-from runtime.errors import UserInputError
 
 Scheme = Literal["upstream", "mix", "semver", "branch", "decorated", "prebuilt", "other"]
 

@@ -63,7 +63,7 @@ class RateMeter:
 
 def format_bar(done: int, total: int | None, rate: float | None, eta: float | None, label: str) -> str:
     """One line of progress, e.g. ``[#####-----]  45%  12.3/27.0 MB  3.2 MB/s  ETA 5s  name``."""
-    from updater.download import human_size
+    from llama_runtime.updater.install.download import human_size
 
     if total:
         frac = min(done / total, 1.0)

@@ -23,14 +23,13 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 import httpx
-
-from runtime.errors import (
+from llama_runtime.runtime.errors import (
     NetworkError,
     RateLimitError,
     ReleaseNotFoundError,
     RemoteError,
 )
-from updater.release import Release, parse_release
+from llama_runtime.updater.sources.release import Release, parse_release
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -189,7 +188,7 @@ class GitHubClient:
         self.api_url = api_url.rstrip("/")
         if self.api_url.startswith("file://") and transport is None:
             # A mirror directory (``llama-runtime mirror sync``), read without a server.
-            from updater.mirror import FileTransport, file_api_url
+            from llama_runtime.updater.sources.mirror import FileTransport, file_api_url
 
             self.api_url, root = file_api_url(self.api_url)
             transport = FileTransport(root)

@@ -22,13 +22,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from runtime.errors import UserInputError
-from runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.runtime.fsutil import atomic_write_json
 
 if TYPE_CHECKING:
-    from runtime.errors import RateLimitError
-    from runtime.marker import InstallMarker
-    from updater.github import RateLimit
+    from llama_runtime.runtime.errors import RateLimitError
+    from llama_runtime.runtime.marker import InstallMarker
+    from llama_runtime.updater.sources.github import RateLimit
 
 BACKOFF_NAME: Final = "ratelimit.json"
 # GitHub: without retry-after or a reset time, "wait for at least one minute".
@@ -136,7 +136,7 @@ def update_decision(
 
     ``backend`` names the backend request the build was looked up for (wording only).
     """
-    from updater.tags import is_upgrade
+    from llama_runtime.updater.choice.tags import is_upgrade
 
     if not has_backend_build:
         wanted = backend or (active.backend if active else "the requested backend")

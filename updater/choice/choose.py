@@ -23,11 +23,11 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from runtime.backends import AUTO, CONCRETE_BACKENDS, parse_backend
-from runtime.errors import BackendUnavailableError, UserInputError
-from updater.assetnames import AssetInfo, parse_asset_name
-from updater.host import HostFacts
-from updater.release import Asset, Release
+from llama_runtime.runtime.backends import AUTO, CONCRETE_BACKENDS, parse_backend
+from llama_runtime.runtime.errors import BackendUnavailableError, UserInputError
+from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
+from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.sources.release import Asset, Release
 
 #: What ``auto`` tries, best first. Other backends (SYCL, OpenVINO, OpenCL,
 #: CANN) need explicit intent: their presence is not reliably detectable.

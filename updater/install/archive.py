@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Final
 
-from runtime.errors import CancelledError, LlamaRuntimeError, UnsafeArchiveError
+from llama_runtime.runtime.errors import CancelledError, LlamaRuntimeError, UnsafeArchiveError
 
 _MiB: Final = 1024 * 1024
 _GiB: Final = 1024 * _MiB

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from runtime.errors import IntegrityError, RemoteError
+from llama_runtime.runtime.errors import IntegrityError, RemoteError
 
 _SHA256_DIGEST: Final = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
 # Characters of an unreadable digest quoted in a message: enough to recognise

@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from runtime.backends import is_gpu_backend
-from runtime.binary import ProcessRunner, run_process
-from runtime.errors import (
+from llama_runtime.runtime.backends import is_gpu_backend
+from llama_runtime.runtime.binary import ProcessRunner, run_process
+from llama_runtime.runtime.errors import (
     BackendUnavailableError,
     CorruptStateError,
     DiskSpaceError,
@@ -33,26 +33,39 @@ from runtime.errors import (
     UserInputError,
     VerificationError,
 )
-from runtime.fsutil import fsync_directory, fsync_tree, remove_tree
-from runtime.layout import Home, InstalledRuntime, Pointer
-from runtime.lock import NO_WAIT, UpdateLock
-from runtime.marker import FileRecord, ForeignMarkerError, InstallMarker, write_marker
-from runtime.process import ServerControl
-from updater.archive import ExtractResult, extract_archive, find_server_binary
-from updater.checkpoints import checkpoint
-from updater.choose import Choice, choose_asset
-from updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
-from updater.download import DownloadResult, check_free_space, discard_partial, download_asset
-from updater.host import HostFacts
-from updater.logs import get_logger
-from updater.recovery import clean_leftovers, damage, disk_full_error, disk_space_errors, download_name, is_disk_full
-from updater.release import Asset, Release
-from updater.swap import HEALTH_TIMEOUT_SECONDS, ServerSwitch, SwitchError, SwitchReport, switch_with_server
-from updater.tags import compare_tags, parse_tag
-from updater.verify import Expected, probe_binary, read_back_marker
+from llama_runtime.runtime.fsutil import fsync_directory, fsync_tree, remove_tree
+from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
+from llama_runtime.runtime.marker import FileRecord, ForeignMarkerError, InstallMarker, write_marker
+from llama_runtime.runtime.process import ServerControl
+from llama_runtime.updater.choice.choose import Choice, choose_asset
+from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.choice.tags import compare_tags, parse_tag
+from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
+from llama_runtime.updater.install.archive import ExtractResult, extract_archive, find_server_binary
+from llama_runtime.updater.install.checkpoints import checkpoint
+from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, download_asset
+from llama_runtime.updater.install.recovery import (
+    clean_leftovers,
+    damage,
+    disk_full_error,
+    disk_space_errors,
+    download_name,
+    is_disk_full,
+)
+from llama_runtime.updater.install.swap import (
+    HEALTH_TIMEOUT_SECONDS,
+    ServerSwitch,
+    SwitchError,
+    SwitchReport,
+    switch_with_server,
+)
+from llama_runtime.updater.install.verify import Expected, probe_binary, read_back_marker
+from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.sources.release import Asset, Release
 
 if TYPE_CHECKING:
-    from updater.github import GitHubClient
+    from llama_runtime.updater.sources.github import GitHubClient
 
 log = get_logger("llama_runtime.install")
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from runtime.errors import CorruptStateError, DiskSpaceError
-from runtime.fsutil import remove_tree
-from runtime.layout import Home, InstalledRuntime
-from runtime.marker import marker_path
-from updater.checkpoints import checkpoint
+from llama_runtime.runtime.errors import CorruptStateError, DiskSpaceError
+from llama_runtime.runtime.fsutil import remove_tree
+from llama_runtime.runtime.layout import Home, InstalledRuntime
+from llama_runtime.runtime.marker import marker_path
+from llama_runtime.updater.install.checkpoints import checkpoint
 
 __all__ = [
     "DISK_FULL_ERRNOS",
@@ -149,7 +149,7 @@ def is_disk_full(exc: BaseException) -> bool:
 
 def disk_full_error(directory: Path, needed: int, what: str) -> DiskSpaceError:
     """The exit-4 error for ``what`` needing ``needed`` bytes in ``directory``."""
-    from updater.download import human_size  # deferred: pulls in httpx, which status never needs
+    from llama_runtime.updater.install.download import human_size  # deferred: pulls in httpx, which status never needs
 
     probe = directory
     while not probe.exists() and probe.parent != probe:

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from runtime.errors import BusyError
+from llama_runtime.runtime.errors import BusyError
 
 if TYPE_CHECKING:
-    from updater.cli import AddParser, Handler, Output
-    from updater.service import RuntimeUpdater
+    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 #: The jitter sleep; tests replace it so they never wait.
 sleep: Callable[[float], None] = time.sleep
@@ -38,8 +38,8 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 def updater_from_args(args: argparse.Namespace) -> RuntimeUpdater:
     """A :class:`RuntimeUpdater` configured from the common flags."""
-    from updater.cli import settings_from_args
-    from updater.service import RuntimeUpdater
+    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.cli.main import settings_from_args
 
     settings = settings_from_args(args)
     return RuntimeUpdater(
@@ -55,8 +55,8 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     """``llama-runtime check [--apply] [--jitter DURATION] [--wait SECONDS]``."""
     import random
 
-    from updater.progress import terminal_progress
-    from updater.schedule import parse_duration, validate_seconds
+    from llama_runtime.updater.api.progress import terminal_progress
+    from llama_runtime.updater.api.schedule import parse_duration, validate_seconds
 
     jitter = parse_duration(args.jitter) if args.jitter else 0.0
     wait = validate_seconds(args.wait, "--wait")
@@ -95,8 +95,8 @@ def _check_line(installed: str | None, latest: str | None, available: bool, appl
 
 def cmd_job(args: argparse.Namespace, out: Output) -> int:
     """``llama-runtime job [status|wait|cancel]``."""
-    from updater.progress import terminal_progress
-    from updater.schedule import validate_seconds
+    from llama_runtime.updater.api.progress import terminal_progress
+    from llama_runtime.updater.api.schedule import validate_seconds
 
     timeout = None if args.timeout is None else validate_seconds(args.timeout, "--timeout")
     updater = updater_from_args(args)

@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from runtime.binary import ProcessRunner, run_process, server_override
-from runtime.errors import BusyError, CorruptStateError, VerificationError
-from runtime.fsutil import sha256_file
-from runtime.layout import Home, InstalledRuntime, Pointer
-from runtime.lock import UpdateLock
-from updater.recovery import clean_leftovers, find_leftovers
-from updater.verify import probe_binary
+from llama_runtime.runtime.binary import ProcessRunner, run_process, server_override
+from llama_runtime.runtime.errors import BusyError, CorruptStateError, VerificationError
+from llama_runtime.runtime.fsutil import sha256_file
+from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.updater.install.recovery import clean_leftovers, find_leftovers
+from llama_runtime.updater.install.verify import probe_binary
 
 #: CPU flags that decide which llama.cpp CPU build runs (old Windows avx/avx2/avx512 assets).
 _ISA_FLAGS: Final = frozenset({"avx", "avx2", "avx512f", "fma", "f16c", "asimd", "sve", "neon"})

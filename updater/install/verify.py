@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.backends import is_gpu_backend
-from runtime.binary import (
+from llama_runtime.runtime.backends import is_gpu_backend
+from llama_runtime.runtime.binary import (
     LIST_DEVICES_TIMEOUT_SECONDS,
     VERSION_TIMEOUT_SECONDS,
     ProcessRunner,
@@ -23,8 +23,8 @@ from runtime.binary import (
     has_backend_library,
     parse_devices,
 )
-from runtime.errors import CorruptStateError, VerificationError
-from runtime.marker import InstallMarker, read_marker
+from llama_runtime.runtime.errors import CorruptStateError, VerificationError
+from llama_runtime.runtime.marker import InstallMarker, read_marker
 
 
 @dataclass(frozen=True)

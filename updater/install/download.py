@@ -38,8 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Final
 
 import httpx
-
-from runtime.errors import (
+from llama_runtime.runtime.errors import (
     CancelledError,
     DigestMismatchError,
     DiskSpaceError,
@@ -47,9 +46,9 @@ from runtime.errors import (
     RemoteError,
     SizeMismatchError,
 )
-from runtime.fsutil import atomic_write_json
-from updater.github import GitHubClient
-from updater.release import Asset
+from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.updater.sources.github import GitHubClient
+from llama_runtime.updater.sources.release import Asset
 
 if TYPE_CHECKING:
     from hashlib import _Hash

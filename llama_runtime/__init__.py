@@ -1,0 +1,116 @@
+"""llama-runtime: keep a machine's llama.cpp runtime current, verified and rollback-safe.
+
+This module is the public, stable API for apps that embed llama-runtime:
+
+* :class:`RuntimeUpdater` and the result types it returns;
+* the exception tree, rooted at :class:`LlamaRuntimeError` and split by who is at fault.
+
+Everything under ``llama_runtime.updater`` and ``llama_runtime.runtime`` is internal and may change.
+Imports are lazy: ``from llama_runtime import RuntimeUpdater`` loads only what start-up needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llama_runtime.runtime.errors import (
+        BackendUnavailableError,
+        BusyError,
+        CancelledError,
+        CorruptStateError,
+        DigestMismatchError,
+        DiskSpaceError,
+        FileSystemError,
+        IntegrityError,
+        LlamaRuntimeError,
+        LocalError,
+        NetworkError,
+        RateLimitError,
+        ReleaseNotFoundError,
+        RemoteError,
+        SizeMismatchError,
+        UnknownBackendError,
+        UnsafeArchiveError,
+        UserInputError,
+        VerificationError,
+    )
+    from llama_runtime.updater.api.jobs import JobState
+    from llama_runtime.updater.api.schedule import CheckResult
+    from llama_runtime.updater.api.service import EnsureResult, RuntimeUpdater, UpdateJob
+
+_ERRORS = "llama_runtime.runtime.errors"
+
+#: Public name -> the module that defines it. Loaded on first attribute access.
+_EXPORTS: dict[str, str] = {
+    "CheckResult": "llama_runtime.updater.api.schedule",
+    "EnsureResult": "llama_runtime.updater.api.service",
+    "JobState": "llama_runtime.updater.api.jobs",
+    "RuntimeUpdater": "llama_runtime.updater.api.service",
+    "UpdateJob": "llama_runtime.updater.api.service",
+    **{
+        name: _ERRORS
+        for name in (
+            "BackendUnavailableError",
+            "BusyError",
+            "CancelledError",
+            "CorruptStateError",
+            "DigestMismatchError",
+            "DiskSpaceError",
+            "FileSystemError",
+            "IntegrityError",
+            "LlamaRuntimeError",
+            "LocalError",
+            "NetworkError",
+            "RateLimitError",
+            "ReleaseNotFoundError",
+            "RemoteError",
+            "SizeMismatchError",
+            "UnknownBackendError",
+            "UnsafeArchiveError",
+            "UserInputError",
+            "VerificationError",
+        )
+    },
+}
+
+__all__ = [
+    "BackendUnavailableError",
+    "BusyError",
+    "CancelledError",
+    "CheckResult",
+    "CorruptStateError",
+    "DigestMismatchError",
+    "DiskSpaceError",
+    "EnsureResult",
+    "FileSystemError",
+    "IntegrityError",
+    "JobState",
+    "LlamaRuntimeError",
+    "LocalError",
+    "NetworkError",
+    "RateLimitError",
+    "ReleaseNotFoundError",
+    "RemoteError",
+    "RuntimeUpdater",
+    "SizeMismatchError",
+    "UnknownBackendError",
+    "UnsafeArchiveError",
+    "UpdateJob",
+    "UserInputError",
+    "VerificationError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llama_runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

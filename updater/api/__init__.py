@@ -1,0 +1,1 @@
+"""How apps drive the updater: RuntimeUpdater, jobs, the scheduled check, doctor."""

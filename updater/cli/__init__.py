@@ -1,0 +1,1 @@
+"""How people and scripts drive the updater: the ``llama-runtime`` command."""

@@ -1,0 +1,1 @@
+"""How a release is installed: download, extraction, verification, the transaction."""

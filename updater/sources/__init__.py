@@ -1,0 +1,1 @@
+"""Where a release comes from: the GitHub API, a static mirror, release data."""
