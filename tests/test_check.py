@@ -21,14 +21,14 @@ from llama_runtime.updater.api.schedule import (
     not_before_after_error,
     not_before_after_success,
     parse_duration,
-    update_decision,
 )
 from llama_runtime.updater.api.service import RuntimeUpdater
+from llama_runtime.updater.choice.decide import upgrade_verdict
 from llama_runtime.updater.choice.host import host_for_platform
+from llama_runtime.updater.cli import jobs as cli_jobs
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.sources.github import RateLimit
 
-from llama_runtime.updater.cli import jobs as cli_jobs
 from tests.conftest import REPO, assert_runs
 from tests.fakegithub import FakeGitHub, Fault
 from tests.test_service import Frozen, make_updater, publish
@@ -98,7 +98,7 @@ def test_malformed_or_too_long_duration_is_refused(text: str) -> None:
 def test_update_is_available_only_for_a_strictly_newer_build_of_same_repo_and_backend(
     active: InstallMarker | None, latest: str, has_build: bool, expected: bool
 ) -> None:
-    available, reason = update_decision(active, REPO, latest, has_build)
+    available, reason = upgrade_verdict(active, REPO, latest, has_build)
     assert available is expected and reason
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from llama_runtime.runtime.errors import NetworkError, RateLimitError, ReleaseNotFoundError, RemoteError
-from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache, build_number
+from llama_runtime.updater.choice.latest import build_number
+from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 
 from tests.conftest import Sleeps
 from tests.fakegithub import FakeGitHub, Fault

@@ -8,9 +8,9 @@ A fleet of machines running ``llama-runtime check`` from cron shares GitHub's
 * and, once GitHub says the quota is spent, persists a "not before" time and
   skips every run until then instead of hammering the API.
 
-Invariant: ``update_available`` is true only for a strictly newer build of the
-same repository that has an asset for the same backend; never a downgrade,
-even when "latest" goes backwards.
+The decision itself (a strictly newer build of the same repository with an
+asset for the same backend; never a downgrade) is the one update decision's,
+:func:`~updater.choice.decide.decide` with ``mode="upgrade_only"``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from llama_runtime.runtime.fsutil import atomic_write_json
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.errors import RateLimitError
-    from llama_runtime.runtime.marker import InstallMarker
     from llama_runtime.updater.sources.github import RateLimit
 
 BACKOFF_NAME: Final = "ratelimit.json"
@@ -122,38 +121,6 @@ def not_before_after_success(rate: RateLimit | None, now: float) -> float | None
     if rate.reset is not None and rate.reset > now:
         return clamp_not_before(float(rate.reset), now)
     return now + DEFAULT_BACKOFF_SECONDS
-
-
-def update_decision(
-    active: InstallMarker | None,
-    repo: str,
-    latest_tag: str,
-    has_backend_build: bool,
-    *,
-    backend: str | None = None,
-) -> tuple[bool, str]:
-    """Whether ``latest_tag`` is an update for ``active``, and why (pure).
-
-    ``backend`` names the backend request the build was looked up for (wording only).
-    """
-    from llama_runtime.updater.choice.tags import is_upgrade
-
-    if not has_backend_build:
-        wanted = backend or (active.backend if active else "the requested backend")
-        return False, f"{latest_tag} has no {wanted} build for this machine."
-    if active is None:
-        return True, f"Nothing is installed; {latest_tag} can be installed."
-    if active.repo != repo:
-        return False, f"The active runtime comes from {active.repo}, not {repo}; switching needs an explicit update."
-    try:
-        newer = is_upgrade(active.tag, latest_tag)
-    except UserInputError:
-        newer = False
-    if newer:
-        return True, f"{latest_tag} is newer than the active {active.tag}."
-    if active.tag == latest_tag:
-        return False, f"{active.tag} is the newest release."
-    return False, f"{latest_tag} is not newer than the active {active.tag}; never downgrading."
 
 
 class Backoff:

@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.binary import ProcessRunner
     from llama_runtime.runtime.marker import InstallMarker
     from llama_runtime.runtime.process import ServerControl
+    from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import HostFacts
-    from llama_runtime.updater.install.transaction import Installer, Progress, UpdateRequest
+    from llama_runtime.updater.install.transaction import Installer, Progress
     from llama_runtime.updater.sources.github import GitHubClient
 
 __all__ = ["CheckResult", "EnsureResult", "JobState", "RuntimeUpdater", "UpdateJob"]
@@ -354,8 +355,8 @@ class RuntimeUpdater:
                 that is negative or not finite.
         """
         from llama_runtime.runtime.backends import parse_backend
+        from llama_runtime.updater.choice.decide import UpdateRequest
         from llama_runtime.updater.choice.tags import validate_tag
-        from llama_runtime.updater.install.transaction import UpdateRequest
 
         lock_timeout = validate_seconds(lock_timeout, "lock timeout")
         request = UpdateRequest(
@@ -401,10 +402,6 @@ class RuntimeUpdater:
         if isinstance(recorder.exception, BusyError):
             raise recorder.exception
         return job
-
-    def _default_backend(self) -> str | None:
-        # "auto" means: keep the active runtime's stored request (the installer's rule).
-        return None if self.backend == "auto" else self.backend
 
     def _refuse_if_locked(self) -> None:
         # Only a real probe of the lock decides: the owner record survives a
@@ -479,14 +476,9 @@ class RuntimeUpdater:
             RateLimitError: GitHub refused right now; the backoff is stored.
             RemoteError: Network or GitHub failures.
         """
-        from llama_runtime.runtime.errors import BackendUnavailableError, RateLimitError
-        from llama_runtime.updater.api.schedule import (
-            Backoff,
-            not_before_after_error,
-            not_before_after_success,
-            update_decision,
-        )
-        from llama_runtime.updater.choice.choose import choose_asset
+        from llama_runtime.runtime.errors import RateLimitError
+        from llama_runtime.updater.api.schedule import Backoff, not_before_after_error, not_before_after_success
+        from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest, decide
 
         wait = validate_seconds(wait, "wait")
         self.home.ensure()
@@ -520,13 +512,10 @@ class RuntimeUpdater:
             backoff.set(after, "the last request used GitHub's remaining quota", now=answered_at)
         else:
             backoff.clear()
-        backend = self._check_backend(marker)
-        try:
-            choose_asset(release, self.host(), backend)
-            has_build = True
-        except BackendUnavailableError:
-            has_build = False
-        available, reason = update_decision(marker, self.repo, release.tag, has_build, backend=backend)
+        request = UpdateRequest(repo=self.repo, backend=None if self.backend == "auto" else self.backend)
+        active = ActiveState(marker) if marker is not None else None
+        plan = decide(request, active, release, self.host(), mode="upgrade_only")
+        available, reason, backend = plan.action == "install", plan.reason, plan.backend_request
         if problem is not None:
             reason = f"{reason} {problem}"
             if not available and marker is not None:
@@ -561,12 +550,6 @@ class RuntimeUpdater:
             outcome=state.result,
             problem=problem,
         )
-
-    def _check_backend(self, marker: InstallMarker | None) -> str:
-        # An explicit request wins; "auto" keeps what the active runtime asked for.
-        if self.backend != "auto":
-            return self.backend
-        return marker.backend_request if marker is not None else "auto"
 
     def _active_marker(self) -> tuple[InstallMarker | None, str | None]:
         """The active runtime's marker, also when its binary is damaged, and what is wrong."""

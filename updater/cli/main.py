@@ -22,6 +22,7 @@ from llama_runtime.runtime.errors import BusyError, LlamaRuntimeError, UserInput
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+    from llama_runtime.updater.choice.decide import ActiveState
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.install.transaction import Installer
 
@@ -249,7 +250,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_update(args: argparse.Namespace, out: Output) -> int:
-    from llama_runtime.updater.install.transaction import UpdateRequest
+    from llama_runtime.updater.choice.decide import UpdateRequest
 
     settings = settings_from_args(args)
     tag = _tag_or_none(args.tag)
@@ -322,8 +323,21 @@ def _tag_or_none(tag: str | None) -> str | None:
     return validate_tag(tag)
 
 
+def _active_state(home: Home) -> ActiveState | None:
+    """The active runtime as the decision sees it; ``None`` when nothing usable is active."""
+    from llama_runtime.runtime.errors import CorruptStateError
+    from llama_runtime.updater.install.recovery import active_state
+
+    try:
+        pointer = home.read_pointer()
+        active = home.load(pointer.active) if pointer.active else None
+    except CorruptStateError:
+        return None
+    return active_state(active) if active else None
+
+
 def cmd_plan(args: argparse.Namespace, out: Output) -> int:
-    from llama_runtime.updater.choice.choose import choose_asset
+    from llama_runtime.updater.choice.decide import UpdateRequest, decide
     from llama_runtime.updater.choice.host import detect_host, host_for_platform
     from llama_runtime.updater.sources.github import GitHubClient
 
@@ -337,9 +351,17 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
         host = dataclasses.replace(detect_host(), cuda_driver_version=args.cuda_version.strip())
     else:
         host = detect_host()
-    client = GitHubClient(settings.api_url, settings.repo, token=settings.token)
-    release = client.get_release(tag) if tag else client.latest_release()
-    choice = choose_asset(release, host, settings.backend)
+    # What update would do on this machine compares with the active runtime;
+    # a plan for another machine (--platform) has none.
+    active = None if args.platform else _active_state(home_for(settings))
+    request = UpdateRequest(repo=settings.repo, tag=tag, backend=settings.backend)
+    with GitHubClient(settings.api_url, settings.repo, token=settings.token) as client:
+        release = client.get_release(tag) if tag else client.latest_release()
+    plan = decide(request, active, release, host)
+    plan.raise_if_refused()
+    choice = plan.choice
+    if choice is None:
+        raise AssertionError("unreachable: a plan with a release names its asset")
     payload: dict[str, Any] = {
         "repo": release.repo,
         "tag": release.tag,
@@ -350,6 +372,8 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
         "size": choice.asset.size + sum(a.size for a in choice.extra_assets),
         "reason": choice.reason,
         "host": host.to_json(),
+        "action": plan.action,
+        "warnings": list(plan.warnings),
     }
     lines = [
         f"{release.repo} {release.tag}: {choice.asset.name} ({choice.backend})",

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.errors import CorruptStateError, DiskSpaceError
 from llama_runtime.runtime.fsutil import remove_tree
@@ -34,9 +34,13 @@ from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import marker_path
 from llama_runtime.updater.install.checkpoints import checkpoint
 
+if TYPE_CHECKING:
+    from llama_runtime.updater.choice.decide import ActiveState
+
 __all__ = [
     "DISK_FULL_ERRNOS",
     "Leftover",
+    "active_state",
     "clean_leftovers",
     "damage",
     "disk_full_error",
@@ -140,6 +144,13 @@ def damage(runtime: InstalledRuntime) -> list[str]:
         if size != record.size:
             problems.append(f"{rel} has {size} bytes, expected {record.size}")
     return problems
+
+
+def active_state(runtime: InstalledRuntime) -> ActiveState:
+    """``runtime`` as the update decision sees it: its marker, and whether its files are intact."""
+    from llama_runtime.updater.choice.decide import ActiveState
+
+    return ActiveState(runtime.marker, intact=not damage(runtime), name=runtime.name)
 
 
 def is_disk_full(exc: BaseException) -> bool:

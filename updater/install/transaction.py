@@ -22,10 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from llama_runtime.runtime.backends import is_gpu_backend
 from llama_runtime.runtime.binary import ProcessRunner, run_process
 from llama_runtime.runtime.errors import (
-    BackendUnavailableError,
     CorruptStateError,
     DiskSpaceError,
     IntegrityError,
@@ -38,14 +36,15 @@ from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import FileRecord, ForeignMarkerError, InstallMarker, write_marker
 from llama_runtime.runtime.process import ServerControl
-from llama_runtime.updater.choice.choose import Choice, choose_asset
+from llama_runtime.updater.choice.choose import Choice
+from llama_runtime.updater.choice.decide import UpdateRequest, decide, settled
 from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.choice.tags import compare_tags, parse_tag
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
 from llama_runtime.updater.install.archive import ExtractResult, extract_archive, find_server_binary
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, download_asset
 from llama_runtime.updater.install.recovery import (
+    active_state,
     clean_leftovers,
     damage,
     disk_full_error,
@@ -84,21 +83,6 @@ class Progress:
 
 ProgressCallback = Callable[[Progress], None]
 CancelCheck = Callable[[], bool]
-
-
-@dataclass(frozen=True)
-class UpdateRequest:
-    """What the caller asked for.
-
-    ``backend`` is ``None`` when the caller gave none: then the active
-    runtime's stored request is used, or ``auto``.
-    """
-
-    repo: str
-    tag: str | None = None
-    backend: str | None = None
-    cuda_version: str | None = None
-    require_digest: bool = False
 
 
 @dataclass(frozen=True)
@@ -247,27 +231,27 @@ class Installer:
             clean_leftovers(self.home)
             active = self._active_for_replacement()
             # A half-deleted active runtime is never "up to date": reinstall over it.
-            intact = active is not None and not damage(active)
-            backend_request, explicit = self._backend_request(request, active)
-            satisfied = active and request.tag and self._satisfies(active, request.repo, request.tag, backend_request)
-            if active and intact and satisfied:
-                return UpdateOutcome("up_to_date", active, self.previous())
-            emit(Progress("resolve", message="resolving the release"))
-            release = self._resolve(request)
-            warnings: list[str] = []
-            choice, backend_request = self._choose(
-                release, backend_request, request.cuda_version, active, explicit, warnings
-            )
-            if active and intact and self._same_build(active, release, choice):
-                return UpdateOutcome("up_to_date", active, self.previous(), tuple(warnings))
-            if active and intact and request.tag is None and self._newer_than_latest(active, release, choice):
-                warnings.append(
-                    f"The newest release {release.tag} is older than the active {active.marker.tag}; "
-                    f"kept {active.marker.tag}. Pin --tag {release.tag} to go back on purpose."
-                )
-                return UpdateOutcome("up_to_date", active, self.previous(), tuple(warnings))
+            state = active_state(active) if active else None
+            plan = settled(request, state)
+            if plan is None:
+                emit(Progress("resolve", message="resolving the release"))
+                plan = decide(request, state, self._resolve(request), self.host)
+            for warning in plan.warnings:
+                log.warning("plan", warning=warning)
+            plan.raise_if_refused()
+            if plan.action == "up_to_date" and active is not None:
+                return UpdateOutcome("up_to_date", active, self.previous(), plan.warnings)
+            if plan.release is None or plan.choice is None:
+                raise AssertionError(f"unreachable: a {plan.action} plan names its release and asset")
             return self._install_release(
-                release, choice, backend_request, request, active, emit, cancel or (lambda: False), warnings
+                plan.release,
+                plan.choice,
+                plan.backend_request,
+                request,
+                active,
+                emit,
+                cancel or (lambda: False),
+                list(plan.warnings),
             )
 
     def _active_for_replacement(self) -> InstalledRuntime | None:
@@ -280,80 +264,10 @@ class Installer:
             log.warning("active runtime unusable; installing over it", reason=exc.message)
             return None
 
-    @staticmethod
-    def _backend_request(request: UpdateRequest, active: InstalledRuntime | None) -> tuple[str, bool]:
-        if request.backend is not None:
-            return request.backend, True
-        if active is not None:
-            return active.marker.backend_request, False
-        return "auto", False
-
-    @staticmethod
-    def _satisfies(active: InstalledRuntime, repo: str, tag: str, backend_request: str) -> bool:
-        marker = active.marker
-        if marker.repo != repo or marker.tag != tag:
-            return False
-        return marker.backend == backend_request or (backend_request == "auto" and marker.backend_request == "auto")
-
-    @staticmethod
-    def _same_build(active: InstalledRuntime, release: Release, choice: Choice) -> bool:
-        marker = active.marker
-        return (
-            marker.repo == release.repo
-            and marker.tag == release.tag
-            and marker.backend == choice.backend
-            and marker.asset == choice.asset.name
-        )
-
-    @staticmethod
-    def _newer_than_latest(active: InstalledRuntime, release: Release, choice: Choice) -> bool:
-        """Whether "latest" would be a downgrade (a lagging mirror, a pinned newer build)."""
-        marker = active.marker
-        if marker.repo != release.repo or marker.backend != choice.backend:
-            return False
-        return compare_tags(parse_tag(marker.tag), parse_tag(release.tag)) == 1
-
     def _resolve(self, request: UpdateRequest) -> Release:
         if self.source is None:
             raise UserInputError("No release source configured for this operation.")
         return self.source.get_release(request.tag) if request.tag else self.source.latest_release()
-
-    def _choose(
-        self,
-        release: Release,
-        backend_request: str,
-        cuda_version: str | None,
-        active: InstalledRuntime | None,
-        explicit: bool,
-        warnings: list[str],
-    ) -> tuple[Choice, str]:
-        """The asset to install and the backend request to record for it."""
-        try:
-            choice = choose_asset(release, self.host, backend_request, cuda_version=cuda_version)
-        except BackendUnavailableError as exc:
-            if explicit or backend_request == "auto":
-                raise
-            message = (
-                f"The stored backend request '{backend_request}' can no longer be served "
-                f"({exc.message}); falling back to auto."
-            )
-            log.warning("stored backend request unavailable; falling back to auto", stored=backend_request)
-            warnings.append(message)
-            backend_request = "auto"
-            choice = choose_asset(release, self.host, "auto", cuda_version=cuda_version)
-        if (
-            not explicit
-            and active is not None
-            and is_gpu_backend(active.marker.backend)
-            and not is_gpu_backend(choice.backend)
-        ):
-            raise BackendUnavailableError(
-                f"Refusing to replace the working {active.marker.backend} runtime "
-                f"({active.marker.tag}) with a {choice.backend} build of {release.tag}: "
-                f"no {active.marker.backend} build fits this machine.",
-                hint=f"Keep {active.marker.tag}, or ask for it explicitly with --backend {choice.backend}.",
-            )
-        return choice, backend_request
 
     def _install_release(
         self,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from llama_runtime.runtime.errors import (
     ReleaseNotFoundError,
     RemoteError,
 )
+from llama_runtime.updater.choice.latest import pick_latest
 from llama_runtime.updater.sources.release import Release, parse_release
 
 __all__ = [
@@ -37,8 +37,6 @@ __all__ = [
     "GitHubClient",
     "JsonFileEtagCache",
     "RateLimit",
-    "build_number",
-    "pick_latest",
     "same_origin",
 ]
 
@@ -50,7 +48,6 @@ _ATTEMPTS: Final[int] = 3
 _BACKOFF_SECONDS: Final[float] = 1.0
 # 100 is GitHub's maximum page size; one page covers months of llama.cpp builds.
 _PER_PAGE: Final[int] = 100
-_BUILD_TAG: Final[re.Pattern[str]] = re.compile(r"^b(\d+)$")
 # What static web servers and S3-style buckets send for an extension-less file.
 _STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
     {"application/octet-stream", "binary/octet-stream", "text/plain", "unknown"}
@@ -134,12 +131,6 @@ class JsonFileEtagCache:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-
-
-def build_number(tag: str) -> int | None:
-    """The integer ``N`` of an upstream ``bN`` tag, else ``None`` (so b9999 < b10000)."""
-    match = _BUILD_TAG.match(tag)
-    return int(match[1]) if match else None
 
 
 def same_origin(a: str, b: str) -> bool:
@@ -358,16 +349,6 @@ class GitHubClient:
             retry_after=float(retry_after) if retry_after is not None else None,
             hint=hint,
         )
-
-
-def pick_latest(releases: list[Release]) -> Release | None:
-    """The published, non-prerelease ``bN`` release with the highest ``N``."""
-    candidates = [
-        (number, rel)
-        for rel in releases
-        if not rel.draft and not rel.prerelease and (number := build_number(rel.tag)) is not None
-    ]
-    return max(candidates, key=lambda pair: pair[0])[1] if candidates else None
 
 
 def _absolute_urls(release: Release, json_url: str) -> Release:

@@ -48,8 +48,8 @@ import httpx
 from llama_runtime.runtime.errors import IntegrityError, RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import atomic_write_json, fsync_directory, sha256_file
 from llama_runtime.updater.choice.assetnames import parse_asset_name
+from llama_runtime.updater.choice.latest import highest_build_tag, newest_releases
 from llama_runtime.updater.choice.tags import parse_tag, validate_tag
-from llama_runtime.updater.sources.github import build_number
 from llama_runtime.updater.sources.release import Asset, Release
 
 if TYPE_CHECKING:
@@ -234,17 +234,6 @@ def select_assets(release: Release, platforms: Iterable[str], backends: Iterable
     return chosen
 
 
-def newest(releases: Iterable[Release], count: int) -> list[Release]:
-    """The ``count`` published ``bN`` releases with the highest ``N``, newest first."""
-    numbered = [
-        (number, rel)
-        for rel in releases
-        if not rel.draft and not rel.prerelease and (number := build_number(rel.tag)) is not None
-    ]
-    numbered.sort(key=lambda pair: pair[0], reverse=True)
-    return [rel for _, rel in numbered[:count]]
-
-
 def asset_json(asset: Asset, tag: str, sha256: str) -> dict[str, Any]:
     """One asset object of the mirror's release JSON (GitHub API shape, relative URL).
 
@@ -360,7 +349,7 @@ def _newest(client: GitHubClient, count: int) -> list[Release]:
     from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
 
     try:
-        return newest(client.recent_releases(), count)
+        return newest_releases(client.recent_releases(), count)
     except (RateLimitError, NetworkError):
         raise
     except RemoteError:
@@ -493,14 +482,11 @@ def _ensure_asset(
 def _publish_latest(paths: MirrorPaths) -> str | None:
     """Point ``releases/latest`` at the highest build the mirror holds; returns its tag."""
     tags_dir = paths.releases / "tags"
-    candidates = [
-        (number, entry.name)
-        for entry in (tags_dir.iterdir() if tags_dir.is_dir() else [])
-        if entry.is_file() and (number := build_number(entry.name)) is not None
-    ]
-    if not candidates:
+    tag = highest_build_tag(
+        entry.name for entry in (tags_dir.iterdir() if tags_dir.is_dir() else []) if entry.is_file()
+    )
+    if tag is None:
         return None
-    tag = max(candidates)[1]
     doc = _read_json(paths.tag_json(tag))
     if doc is None:
         return None

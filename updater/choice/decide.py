@@ -1,0 +1,308 @@
+"""The one update decision (pure, no IO): what to do about a request, given what is active.
+
+Every caller asks here — ``update`` (the installer), ``check`` (the scheduled
+job, apps), ``plan`` and the API's button — so "is there an update", "what
+would be installed" and "install it" cannot drift apart. The IO layers only
+gather the inputs (the active marker, the resolved release, host facts) and
+carry out the :class:`Plan`.
+
+The inputs::
+
+    request  (repo, tag or latest, backend request or none, CUDA pin)
+    active   (the active runtime's marker and whether its files are intact)
+    release  (the release the request resolved to; see :mod:`.latest`)
+    host     (what this machine can run)
+
+The rules, in order (``mode="update"``, what a person asked for):
+
+1. The backend request is the request's own (explicit), else the active
+   runtime's stored one, else ``auto`` (:func:`backend_request`).
+2. A pinned tag that the intact active runtime already is, for that backend
+   request, is up to date — the installer asks :func:`settled` before any
+   network; :func:`decide` gives the same answer with the asset attached.
+3. The asset comes from :func:`~.choose.choose_asset`. A stored (not explicit)
+   request that can no longer be served falls back to ``auto`` with a
+   warning; an explicit or ``auto`` request that cannot be served is refused.
+4. A stored request never trades a working GPU runtime for a CPU build.
+5. The same repo, tag, backend and asset as the intact active runtime is up
+   to date; so is a "latest" that is older than the active build (a lagging
+   mirror): never a downgrade unless the tag is pinned.
+6. An intact installed runtime that is exactly the choice is switched to
+   (only when the caller passes ``installed``); otherwise install.
+
+``mode="upgrade_only"`` (the scheduled check) answers a narrower question:
+is the release a strictly newer build of the active repository with a build
+for the backend request? It never falls back, never installs across
+repositories and never installs an unorderable tag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+from llama_runtime.runtime.backends import is_gpu_backend
+from llama_runtime.runtime.errors import BackendUnavailableError, LlamaRuntimeError, UserInputError
+from llama_runtime.updater.choice.choose import Choice, choose_asset
+from llama_runtime.updater.choice.tags import compare_tags, is_upgrade, parse_tag
+
+if TYPE_CHECKING:
+    from llama_runtime.runtime.marker import InstallMarker
+    from llama_runtime.updater.choice.host import HostFacts
+    from llama_runtime.updater.sources.release import Release
+
+__all__ = [
+    "Action",
+    "ActiveState",
+    "Mode",
+    "Plan",
+    "UpdateRequest",
+    "backend_request",
+    "decide",
+    "settled",
+    "upgrade_verdict",
+]
+
+#: ``install``: download and activate ``choice``; ``switch``: activate the
+#: installed runtime ``switch_to``; ``up_to_date``: nothing to do; ``refuse``:
+#: the request cannot be served here (``error`` says why).
+Action = Literal["install", "switch", "up_to_date", "refuse"]
+#: ``update``: what a person or app asked for; ``upgrade_only``: the scheduled check.
+Mode = Literal["update", "upgrade_only"]
+
+
+@dataclass(frozen=True)
+class UpdateRequest:
+    """What the caller asked for.
+
+    ``backend`` is ``None`` when the caller gave none: then the active
+    runtime's stored request is used, or ``auto``.
+    """
+
+    repo: str
+    tag: str | None = None
+    backend: str | None = None
+    cuda_version: str | None = None
+    require_digest: bool = False
+
+
+@dataclass(frozen=True)
+class ActiveState:
+    """What the decision needs to know about the active runtime.
+
+    Attributes:
+        marker: Its install marker.
+        intact: Its files are all there as installed (a damaged runtime is never up to date).
+        name: Its directory name under ``runtimes/`` (for ``switch``).
+    """
+
+    marker: InstallMarker
+    intact: bool = True
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision: what to do, with what, and why.
+
+    Attributes:
+        action: See :data:`Action`.
+        backend_request: The backend request to record with the runtime.
+        release: The release decided on (``None`` when settled before resolving).
+        choice: The asset to install (``install``/``switch``, and ``up_to_date`` after a choice).
+        warnings: Sentences for people (a fallback, a kept newer build).
+        reason: Why, in one sentence.
+        error: For ``refuse``: the error to report (its exit code is the contract's).
+        switch_to: For ``switch``: the installed runtime's name.
+    """
+
+    action: Action
+    backend_request: str
+    release: Release | None = None
+    choice: Choice | None = None
+    warnings: tuple[str, ...] = ()
+    reason: str = ""
+    error: LlamaRuntimeError | None = None
+    switch_to: str | None = None
+
+    @property
+    def changes(self) -> bool:
+        """Whether carrying out the plan changes the active runtime."""
+        return self.action in ("install", "switch")
+
+    def raise_if_refused(self) -> None:
+        """Raise the refusal's error (``refuse`` only).
+
+        Raises:
+            LlamaRuntimeError: The plan refuses.
+        """
+        if self.action == "refuse" and self.error is not None:
+            raise self.error
+
+
+def backend_request(request: UpdateRequest, active: InstallMarker | None) -> tuple[str, bool]:
+    """The backend request to serve and whether the caller gave it explicitly."""
+    if request.backend is not None:
+        return request.backend, True
+    if active is not None:
+        return active.backend_request, False
+    return "auto", False
+
+
+def settled(request: UpdateRequest, active: ActiveState | None) -> Plan | None:
+    """``up_to_date`` when a pinned tag is already the intact active runtime, else ``None``.
+
+    Decided without the release, so the caller asks no network.
+    """
+    if active is None or not active.intact or request.tag is None:
+        return None
+    wanted, _ = backend_request(request, active.marker)
+    marker = active.marker
+    if marker.repo != request.repo or marker.tag != request.tag:
+        return None
+    if marker.backend == wanted or (wanted == "auto" and marker.backend_request == "auto"):
+        return Plan("up_to_date", wanted, reason=f"{marker.tag} ({marker.backend}) is already active.")
+    return None
+
+
+def decide(
+    request: UpdateRequest,
+    active: ActiveState | None,
+    release: Release,
+    host: HostFacts,
+    *,
+    mode: Mode = "update",
+    installed: Sequence[ActiveState] = (),
+) -> Plan:
+    """What to do about ``request`` now that it resolved to ``release`` (see the module's rules).
+
+    Args:
+        request: What was asked for.
+        active: The active runtime, or ``None`` when nothing (usable) is active.
+        release: The release the request resolved to.
+        host: The machine to install on.
+        mode: ``update`` (default) or ``upgrade_only`` (the scheduled check).
+        installed: Other installed runtimes that ``update`` may switch to instead of downloading.
+
+    Raises:
+        UserInputError: The request itself is malformed (an unknown backend).
+    """
+    if mode == "upgrade_only":
+        return _upgrade_only(request, active, release, host)
+    early = settled(request, active)
+    warnings: list[str] = []
+    marker = active.marker if active is not None else None
+    wanted, explicit = backend_request(request, marker)
+    try:
+        choice, wanted = _choose(release, host, wanted, explicit, request.cuda_version, warnings)
+    except BackendUnavailableError as exc:
+        if early is not None:
+            return replace(early, release=release)
+        return Plan("refuse", wanted, release, warnings=tuple(warnings), reason=exc.message, error=exc)
+    if early is not None:
+        return replace(early, release=release, choice=choice, warnings=tuple(warnings))
+    refusal = _gpu_to_cpu_refusal(marker, release, choice, explicit)
+    if refusal is not None:
+        return Plan("refuse", wanted, release, choice, tuple(warnings), refusal.message, error=refusal)
+    if active is not None and active.intact:
+        if _same_build(active.marker, release, choice):
+            return Plan("up_to_date", wanted, release, choice, tuple(warnings), f"{release.tag} is already active.")
+        if request.tag is None and _newer_than(active.marker, release, choice):
+            kept = active.marker.tag
+            warnings.append(
+                f"The newest release {release.tag} is older than the active {kept}; "
+                f"kept {kept}. Pin --tag {release.tag} to go back on purpose."
+            )
+            return Plan("up_to_date", wanted, release, choice, tuple(warnings), f"{kept} is newer than {release.tag}.")
+    for other in installed:
+        if other.intact and other.name and _same_build(other.marker, release, choice):
+            why = f"{release.tag} ({choice.backend}) is already installed as {other.name}."
+            return Plan("switch", wanted, release, choice, tuple(warnings), why, switch_to=other.name)
+    return Plan("install", wanted, release, choice, tuple(warnings), choice.reason)
+
+
+def _choose(
+    release: Release, host: HostFacts, wanted: str, explicit: bool, cuda_version: str | None, warnings: list[str]
+) -> tuple[Choice, str]:
+    """The asset for ``wanted``, falling back to ``auto`` for a stored request that cannot be served."""
+    try:
+        return choose_asset(release, host, wanted, cuda_version=cuda_version), wanted
+    except BackendUnavailableError as exc:
+        if explicit or wanted == "auto":
+            raise
+        warnings.append(
+            f"The stored backend request '{wanted}' can no longer be served ({exc.message}); falling back to auto."
+        )
+        return choose_asset(release, host, "auto", cuda_version=cuda_version), "auto"
+
+
+def _gpu_to_cpu_refusal(
+    active: InstallMarker | None, release: Release, choice: Choice, explicit: bool
+) -> BackendUnavailableError | None:
+    if explicit or active is None or not is_gpu_backend(active.backend) or is_gpu_backend(choice.backend):
+        return None
+    return BackendUnavailableError(
+        f"Refusing to replace the working {active.backend} runtime "
+        f"({active.tag}) with a {choice.backend} build of {release.tag}: "
+        f"no {active.backend} build fits this machine.",
+        hint=f"Keep {active.tag}, or ask for it explicitly with --backend {choice.backend}.",
+    )
+
+
+def _same_build(marker: InstallMarker, release: Release, choice: Choice) -> bool:
+    return (
+        marker.repo == release.repo
+        and marker.tag == release.tag
+        and marker.backend == choice.backend
+        and marker.asset == choice.asset.name
+    )
+
+
+def _newer_than(marker: InstallMarker, release: Release, choice: Choice) -> bool:
+    """Whether the active build is newer than ``release`` (a lagging mirror, a pinned newer build)."""
+    if marker.repo != release.repo or marker.backend != choice.backend:
+        return False
+    return compare_tags(parse_tag(marker.tag), parse_tag(release.tag)) == 1
+
+
+def _upgrade_only(request: UpdateRequest, active: ActiveState | None, release: Release, host: HostFacts) -> Plan:
+    marker = active.marker if active is not None else None
+    wanted, _ = backend_request(request, marker)
+    try:
+        choice = choose_asset(release, host, wanted)
+    except BackendUnavailableError as exc:
+        _, reason = upgrade_verdict(marker, request.repo, release.tag, False, backend=wanted)
+        return Plan("refuse", wanted, release, reason=reason, error=exc)
+    available, reason = upgrade_verdict(marker, request.repo, release.tag, True, backend=wanted)
+    return Plan("install" if available else "up_to_date", wanted, release, choice, reason=reason)
+
+
+def upgrade_verdict(
+    active: InstallMarker | None,
+    repo: str,
+    latest_tag: str,
+    has_backend_build: bool,
+    *,
+    backend: str | None = None,
+) -> tuple[bool, str]:
+    """Whether ``latest_tag`` is a strictly newer build for ``active``, and why.
+
+    ``backend`` names the backend request the build was looked up for (wording only).
+    """
+    if not has_backend_build:
+        wanted = backend or (active.backend if active else "the requested backend")
+        return False, f"{latest_tag} has no {wanted} build for this machine."
+    if active is None:
+        return True, f"Nothing is installed; {latest_tag} can be installed."
+    if active.repo != repo:
+        return False, f"The active runtime comes from {active.repo}, not {repo}; switching needs an explicit update."
+    try:
+        newer = is_upgrade(active.tag, latest_tag)
+    except UserInputError:
+        newer = False
+    if newer:
+        return True, f"{latest_tag} is newer than the active {active.tag}."
+    if active.tag == latest_tag:
+        return False, f"{active.tag} is the newest release."
+    return False, f"{latest_tag} is not newer than the active {active.tag}; never downgrading."

@@ -1,0 +1,77 @@
+"""Which release is "latest" (pure, no IO).
+
+The one place that answers "which of these releases is the newest build": the
+GitHub source, the static mirror's ``releases/latest`` and ``mirror sync
+--latest N`` all ask here, and the ordering itself is :mod:`.tags`'s.
+
+A picker is a plain function ``(releases) -> Release | None`` so another
+policy (a release channel) can replace :func:`pick_latest` without touching
+the callers.
+
+Invariant: only published (non-draft, non-prerelease) plain upstream ``bN``
+releases are candidates, ordered by the integer ``N`` (``b9999 < b10000``);
+``None`` when there is none, and the caller then asks the source's own
+``releases/latest``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.updater.choice.tags import TagVersion, compare_tags, parse_tag
+from llama_runtime.updater.sources.release import Release
+
+__all__ = ["LatestPicker", "build_number", "highest_build_tag", "newest_releases", "pick_latest"]
+
+#: Chooses the latest of a page of releases, or ``None`` when none qualifies.
+LatestPicker = Callable[[Sequence[Release]], Release | None]
+
+
+def build_number(tag: str) -> int | None:
+    """The integer ``N`` of a plain upstream ``bN`` tag, else ``None`` (so b9999 < b10000)."""
+    parsed = _upstream(tag)
+    return parsed.build if parsed is not None else None
+
+
+def _upstream(tag: str) -> TagVersion | None:
+    try:
+        parsed = parse_tag(tag)
+    except UserInputError:
+        return None
+    return parsed if parsed.is_upstream else None
+
+
+def _published_builds(releases: Iterable[Release]) -> list[tuple[TagVersion, Release]]:
+    found = []
+    for release in releases:
+        parsed = None if release.draft or release.prerelease else _upstream(release.tag)
+        if parsed is not None:
+            found.append((parsed, release))
+    return found
+
+
+def _build_key(pair: tuple[TagVersion, Release]) -> int:
+    # Plain upstream tags always carry a build; compare_tags orders them by it alone.
+    return pair[0].build or 0
+
+
+def newest_releases(releases: Iterable[Release], count: int) -> list[Release]:
+    """The ``count`` published ``bN`` releases with the highest ``N``, newest first."""
+    numbered = sorted(_published_builds(releases), key=_build_key, reverse=True)
+    return [release for _, release in numbered[:count]]
+
+
+def pick_latest(releases: Sequence[Release]) -> Release | None:
+    """The published, non-prerelease ``bN`` release with the highest ``N`` (the default picker)."""
+    best: tuple[TagVersion, Release] | None = None
+    for pair in _published_builds(releases):
+        if best is None or (compare_tags(best[0], pair[0]) or 0) < 0:
+            best = pair
+    return best[1] if best is not None else None
+
+
+def highest_build_tag(tags: Iterable[str]) -> str | None:
+    """The plain ``bN`` tag with the highest ``N`` among ``tags`` (a mirror's ``releases/latest``)."""
+    numbered = [parsed for tag in tags if (parsed := _upstream(tag)) is not None]
+    return max(numbered, key=lambda parsed: parsed.build or 0).tag if numbered else None
