@@ -14,6 +14,7 @@ CLI ``exit_code`` promised by the command-line contract::
     |   +-- CancelledError            exit 130
     |   +-- FileSystemError           exit 1  an OS-level I/O failure (EIO, EACCES …)
     +-- BackendUnavailableError       exit 5  no asset for this host, or host cannot run it
+    |   +-- NothingActiveError                no runtime is active (``which``)
     +-- VerificationError             exit 6  the new runtime was rejected
     +-- RemoteError                   exit 7  GitHub / mirror / network
     |   +-- ReleaseNotFoundError
@@ -121,6 +122,12 @@ class BackendUnavailableError(LlamaRuntimeError):
     exit_code = 5
     code = "backend_unavailable"
     fault = "remote"
+
+
+class NothingActiveError(BackendUnavailableError):
+    """No runtime is active, so there is no ``llama-server`` to run (exit 5 per the contract)."""
+
+    code = "nothing_active"
 
 
 class VerificationError(LlamaRuntimeError):

@@ -17,9 +17,9 @@ from typing import Final
 
 from llama_runtime.runtime.binary import ProcessRunner, run_process, server_override
 from llama_runtime.runtime.errors import BusyError, CorruptStateError, VerificationError
-from llama_runtime.runtime.fsutil import sha256_file
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.updater.install.installed import verify_files
 from llama_runtime.updater.install.recovery import clean_leftovers, find_leftovers
 from llama_runtime.updater.install.verify import probe_binary
 
@@ -81,20 +81,6 @@ class DoctorReport:
         if self.healthy and not self.advice:
             out.append("Everything checks out.")
         return out
-
-
-def verify_files(runtime: InstalledRuntime) -> list[str]:
-    """Recorded files that are missing or differ in size or sha256."""
-    problems = []
-    for rel, record in runtime.marker.files.items():
-        path = runtime.path / rel
-        if not path.is_file():
-            problems.append(f"{rel} is missing")
-        elif path.stat().st_size != record.size:
-            problems.append(f"{rel} has {path.stat().st_size} bytes, expected {record.size}")
-        elif sha256_file(path) != record.sha256:
-            problems.append(f"{rel} does not match its recorded sha256")
-    return problems
 
 
 def check_runtime(runtime: InstalledRuntime, runner: ProcessRunner, env: Mapping[str, str] | None = None) -> list[str]:

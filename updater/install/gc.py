@@ -4,7 +4,8 @@ Never removed: the active runtime, the previous one (the rollback target),
 one a running process uses (the managed server, ``LLAMA_SERVER_PATH``, and on
 Linux any process whose executable, command line, working directory, open
 files or mapped libraries lie inside it, as ``/proc`` shows them), and the
-newest ``keep`` of the other runtimes. Where the process table cannot be read
+newest ``keep`` of the other runtimes (distinct builds: a second copy of one
+build is always removed unless it is protected itself). Where the process table cannot be read
 (macOS, Windows) gc cannot see a server an app started itself, so it refuses
 ``--keep 0`` there. Everything happens under the update lock, taken without
 waiting: while an update runs, its staging and downloads are live, so gc
@@ -32,6 +33,7 @@ from llama_runtime.runtime.fsutil import remove_tree, tree_size
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.updater.install.checkpoints import checkpoint
+from llama_runtime.updater.install.installed import build_key
 
 __all__ = [
     "DEFAULT_KEEP",
@@ -39,6 +41,7 @@ __all__ = [
     "GcItem",
     "GcReport",
     "collect_garbage",
+    "remove_runtime",
     "runtime_names_in_paths",
     "runtimes_to_remove",
     "runtimes_used_by_processes",
@@ -106,6 +109,9 @@ def runtimes_to_remove(
 ) -> tuple[list[InstalledRuntime], dict[str, str]]:
     """Which runtimes to remove (oldest first), and why each other one stays.
 
+    A copy of a build that stays anyway (protected, or a newer copy) is removed
+    whatever ``keep`` says: the newest ``keep`` are distinct builds.
+
     Args:
         runtimes: Installed runtimes.
         pointer: The active/previous pointer.
@@ -121,10 +127,21 @@ def runtimes_to_remove(
         protected[pointer.active] = "active"
     newest_first = sorted(runtimes, key=lambda r: (r.marker.installed_at, r.name), reverse=True)
     kept = {r.name: protected[r.name] for r in newest_first if r.name in protected}
-    others = [r for r in newest_first if r.name not in protected]
+    # A copy of a build that is kept anyway (protected, or a newer copy) is never
+    # one of the newest ``keep``: the home holds one runtime per build.
+    seen = {build_key(r.marker) for r in newest_first if r.name in protected}
+    others: list[InstalledRuntime] = []
+    duplicates: list[InstalledRuntime] = []
+    for runtime in newest_first:
+        if runtime.name in protected:
+            continue
+        key = build_key(runtime.marker)
+        (duplicates if key in seen else others).append(runtime)
+        seen.add(key)
     for runtime in others[: max(keep, 0)]:
         kept[runtime.name] = f"among the newest {keep}"
-    return list(reversed(others[max(keep, 0) :])), kept
+    doomed = others[max(keep, 0) :] + duplicates
+    return sorted(doomed, key=lambda r: (r.marker.installed_at, r.name)), kept
 
 
 def stale_staging(names: Iterable[str], alive: Callable[[int], bool]) -> list[str]:
@@ -335,3 +352,38 @@ def _remove(home: Home, item: GcItem, report: GcReport) -> None:
         return
     report.removed.append(item)
     checkpoint("during_gc")
+
+
+def remove_runtime(home: Home, name: str, *, proc_root: Path = PROC_ROOT) -> GcItem:
+    """Delete the installed runtime ``name`` (``llama-runtime remove``), under the update lock.
+
+    Raises:
+        UserInputError: It is the active or the previous runtime.
+        BusyError: An update is running, or a running process uses the runtime.
+        CorruptStateError: ``name`` is not an installed runtime, or the pointer is unreadable.
+    """
+    from llama_runtime.runtime.errors import BusyError, FileSystemError, UserInputError
+
+    home.ensure()
+    with UpdateLock(home.lock_path).hold("remove", timeout=NO_WAIT):
+        target = home.load(name)
+        runtimes = home.installed()
+        pointer = _checked_pointer(home, runtimes)
+        tag = f"{target.marker.tag} ({target.marker.backend})"
+        if name == pointer.active:
+            raise UserInputError(
+                f"{tag} is the active runtime and cannot be removed.",
+                hint="Activate another one first (`llama-runtime use TAG`), then remove this one.",
+            )
+        if name == pointer.previous:
+            raise UserInputError(
+                f"{tag} is the previous runtime (the rollback target) and cannot be removed.",
+                hint="Once another runtime becomes the previous one (the next update or `use`), it can be removed.",
+            )
+        if name in (_in_use(home, runtimes, proc_root) or set()):
+            raise BusyError(f"{tag} is used by a running process ({target.path}); stop it first.")
+        report = GcReport(dry_run=False)
+        _remove(home, GcItem("runtime", target.path, tree_size(target.path), target.marker.tag), report)
+    if report.failed:
+        raise FileSystemError(f"Could not remove {report.failed[0]}.")
+    return report.removed[0]

@@ -42,7 +42,8 @@ from llama_runtime.runtime.marker import MARKER_NAME, ForeignMarkerError, Instal
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
 from llama_runtime.updater.install.download import check_free_space
-from llama_runtime.updater.install.transaction import Installer, UpdateOutcome
+from llama_runtime.updater.install.installed import find_build
+from llama_runtime.updater.install.transaction import Installer, Progress, UpdateOutcome
 
 __all__ = [
     "ExportResult",
@@ -213,11 +214,25 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
             if is_same_install(active, meta):
                 assert active is not None
                 return UpdateOutcome("up_to_date", active, installer.previous())
+            there = _installed_copy(home, meta, active)
+            if there is not None and installer.reverify(there, _silent):
+                return installer.activate_installed(there, active, _silent, [], verified=True)
             return installer.install_archives(
-                archives, meta, active=active, emit=lambda _event: None, cancel=lambda: False, warnings=[]
+                archives, meta, active=active, emit=_silent, cancel=lambda: False, warnings=[]
             )
         finally:
             remove_tree(work)
+
+
+def _silent(_event: Progress) -> None:
+    """install-file reports no progress."""
+
+
+def _installed_copy(home: Home, meta: dict[str, object], active: InstalledRuntime | None) -> InstalledRuntime | None:
+    """An installed runtime built from these very bytes (switched to instead of a second copy)."""
+    key = (str(meta["repo"]).lower(), str(meta["tag"]), str(meta["backend"]), str(meta["asset"]))
+    there = find_build(home.installed(), key, exclude=active.name if active else None)
+    return there if there is not None and there.marker.sha256 == meta["sha256"] else None
 
 
 def _check_readable(archive: Path) -> None:
@@ -402,7 +417,7 @@ def export_bundle(home: Home, output: Path) -> ExportResult:
         BusyError: An update is running.
     """
     from llama_runtime.runtime.lock import UpdateLock
-    from llama_runtime.updater.api.doctor import verify_files
+    from llama_runtime.updater.install.installed import verify_files
 
     output = output.expanduser().absolute()
     if output.is_dir():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -37,12 +37,13 @@ from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import FileRecord, ForeignMarkerError, InstallMarker, write_marker
 from llama_runtime.runtime.process import ServerControl
 from llama_runtime.updater.choice.choose import Choice
-from llama_runtime.updater.choice.decide import UpdateRequest, decide, settled
+from llama_runtime.updater.choice.decide import UpdateRequest, backend_request, decide, settled
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
 from llama_runtime.updater.install.archive import ExtractResult, extract_archive, find_server_binary
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, download_asset
+from llama_runtime.updater.install.installed import describe, verify_installed
 from llama_runtime.updater.install.recovery import (
     active_state,
     clean_leftovers,
@@ -89,7 +90,7 @@ CancelCheck = Callable[[], bool]
 class UpdateOutcome:
     """The result of :meth:`Installer.update`."""
 
-    result: Literal["installed", "up_to_date"]
+    result: Literal["installed", "switched", "up_to_date"]
     active: InstalledRuntime
     previous: InstalledRuntime | None
     warnings: tuple[str, ...] = ()
@@ -233,14 +234,24 @@ class Installer:
             # A half-deleted active runtime is never "up to date": reinstall over it.
             state = active_state(active) if active else None
             plan = settled(request, state)
+            if plan is None and request.tag:
+                # A pinned build already on disk: switch to it, no network needed.
+                there = self._installed_settling(request, active)
+                if there is not None and self.reverify(there, emit):
+                    return self.activate_installed(there, active, emit, [], verified=True)
             if plan is None:
                 emit(Progress("resolve", message="resolving the release"))
-                plan = decide(request, state, self._resolve(request), self.host)
+                others = [active_state(r) for r in self.home.installed() if active is None or r.name != active.name]
+                plan = decide(request, state, self._resolve(request), self.host, installed=others)
             for warning in plan.warnings:
                 log.warning("plan", warning=warning)
             plan.raise_if_refused()
             if plan.action == "up_to_date" and active is not None:
                 return UpdateOutcome("up_to_date", active, self.previous(), plan.warnings)
+            if plan.action == "switch" and plan.switch_to is not None:
+                there = self.home.load(plan.switch_to)
+                if self.reverify(there, emit):
+                    return self.activate_installed(there, active, emit, list(plan.warnings), verified=True)
             if plan.release is None or plan.choice is None:
                 raise AssertionError(f"unreachable: a {plan.action} plan names its release and asset")
             return self._install_release(
@@ -263,6 +274,21 @@ class Installer:
             # A damaged active runtime must not block the repair by update.
             log.warning("active runtime unusable; installing over it", reason=exc.message)
             return None
+
+    def _installed_settling(self, request: UpdateRequest, active: InstalledRuntime | None) -> InstalledRuntime | None:
+        """The newest intact installed runtime (not the active one) that a pinned ``request`` is settled by.
+
+        The backend request is the active runtime's, as for any update; the rule is
+        the decision core's :func:`settled`, asked about each installed runtime.
+        """
+        wanted, _ = backend_request(request, active.marker if active else None)
+        pinned = replace(request, backend=wanted)
+        for runtime in reversed(self.home.installed()):  # newest first
+            if active is not None and runtime.name == active.name:
+                continue
+            if settled(pinned, active_state(runtime)) is not None:
+                return runtime
+        return None
 
     def _resolve(self, request: UpdateRequest) -> Release:
         if self.source is None:
@@ -525,6 +551,81 @@ class Installer:
             return SwitchReport(restarted=False, reload_required=False, pid_changed=False)
         switch = ServerSwitch(self.server, health_timeout=self.health_timeout)
         return switch_with_server(switch, new, current, flip, unflip)
+
+    # -- switching to what is installed ---------------------------------------
+
+    def use(
+        self, name: str, *, progress: ProgressCallback | None = None, lock_timeout: float = NO_WAIT
+    ) -> UpdateOutcome:
+        """Activate the installed runtime ``name`` (no download), verified like a fresh install.
+
+        Raises:
+            CorruptStateError: ``name`` is no longer a complete runtime.
+            VerificationError: It fails verification; the active runtime is unchanged.
+            SwitchError: A running server could not be switched; nothing changed.
+        """
+        emit = progress or (lambda _event: None)
+        self.home.ensure()
+        with self.lock.hold("use", timeout=lock_timeout):
+            target = self.home.load(name)
+            active = self._active_for_replacement()
+            if active is not None and active.name == target.name and not damage(active):
+                return UpdateOutcome("up_to_date", active, self.previous())
+            return self.activate_installed(target, active, emit, [])
+
+    def _verify_installed(self, target: InstalledRuntime) -> None:
+        verify_installed(
+            target,
+            host_has_device=host_has_device(target.marker.backend, self.host),
+            runner=self.runner,
+            env=self.env,
+        )
+
+    def reverify(self, target: InstalledRuntime, emit: ProgressCallback) -> bool:
+        """Whether the installed ``target`` still passes verification (a failure is logged).
+
+        For callers that would otherwise install the same build again: a copy
+        that fails is installed afresh, and gc removes the damaged duplicate.
+        """
+        emit(Progress("verify", message=f"verifying the installed {describe(target)}"))
+        try:
+            self._verify_installed(target)
+        except VerificationError as exc:
+            log.warning("installed copy fails verification; installing it again", reason=exc.message)
+            return False
+        return True
+
+    def activate_installed(
+        self,
+        target: InstalledRuntime,
+        active: InstalledRuntime | None,
+        emit: ProgressCallback,
+        warnings: list[str],
+        *,
+        verified: bool = False,
+    ) -> UpdateOutcome:
+        """Verify the installed ``target`` again and make it active, switching a running server with it.
+
+        The caller holds the update lock; ``active`` is what is active now.
+
+        Raises:
+            VerificationError: ``target`` fails verification; nothing changed.
+            SwitchError: A running server could not be switched; nothing changed.
+        """
+        if not verified:
+            emit(Progress("verify", message=f"verifying the installed {describe(target)}"))
+            self._verify_installed(target)
+        emit(Progress("activate", message="activating"))
+        try:
+            old_pointer = self.home.read_pointer()
+        except CorruptStateError:
+            old_pointer = Pointer()  # a damaged pointer is what this switch repairs
+        previous = active.name if active else self._intact(old_pointer.previous)
+        if previous == target.name:  # nothing was active: the target stops being the rollback target
+            previous = None
+        report = self._switch(target, active, old_pointer, Pointer(active=target.name, previous=previous))
+        log.info("switched", tag=target.marker.tag, backend=target.marker.backend, runtime=target.name)
+        return UpdateOutcome("switched", target, active, tuple(warnings), server=report)
 
     # -- rollback ----------------------------------------------------------
 
