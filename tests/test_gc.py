@@ -83,7 +83,7 @@ def test_gc_keeps_active_previous_and_the_newest_n_and_frees_the_rest(
     assert "previous" in report["kept"][runtimes["b7003"].name]
     assert_runs(runtimes["b7004"].binary)
     code, listed = run_cli(capsys, home.root, "list")
-    assert all(entry["size_bytes"] > 0 for entry in listed["runtimes"])
+    assert all(entry["size_bytes"] > 0 for entry in listed["installed"])
     assert list(home.staging_dir.iterdir()) == []
 
 

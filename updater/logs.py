@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     import structlog
 
-_LEVELS: Final = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+_LEVELS: Final = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 # The configuration asked for; applied to structlog on first use.
 _wanted: dict[str, Any] = {"json_lines": False, "level": "warning", "explicit": False}

@@ -19,12 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from llama_runtime.runtime.errors import BusyError, LlamaRuntimeError, UserInputError
+from llama_runtime.updater.cli.common import explain_failure, outcome_lines, progress_for, user_tag
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
     from llama_runtime.updater.choice.decide import ActiveState
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.install.transaction import Installer
+    from llama_runtime.updater.sources.github import GitHubClient
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,23 +60,70 @@ class Output:
                 sys.stderr.write(f"  next: {exc.hint}\n")
 
 
+#: Shown under every command's help instead of repeating the global options there.
+GLOBAL_EPILOG = (
+    "Global options such as --backend, --repo, --home, --json, -q and -v (see `llama-runtime --help`) "
+    "may be given before or after the command."
+)
+
+
 def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The global options: listed once at the top level, accepted (unlisted) after a command too."""
     default = None if top else argparse.SUPPRESS
-    parser.add_argument("--home", default=default, help="llama-runtime home (LLAMA_RUNTIME_HOME)")
-    parser.add_argument("--api-url", default=default, help="GitHub API base (LLAMA_RUNTIME_GITHUB_API)")
-    parser.add_argument("--repo", default=default, help="OWNER/NAME to take releases from (LLAMA_RUNTIME_REPO)")
+
+    def shown(text: str) -> str:
+        return text if top else argparse.SUPPRESS
+
+    parser.add_argument("--home", default=default, help=shown("llama-runtime home (LLAMA_RUNTIME_HOME)"))
     parser.add_argument(
-        "--backend", default=default, help="auto, cpu, cuda, vulkan, rocm, metal, … (LLAMA_RUNTIME_BACKEND)"
+        "--api-url", default=default, help=shown("GitHub API base or mirror (LLAMA_RUNTIME_GITHUB_API)")
+    )
+    parser.add_argument("--repo", default=default, help=shown("OWNER/NAME to take releases from (LLAMA_RUNTIME_REPO)"))
+    parser.add_argument(
+        "--backend", default=default, help=shown("auto, cpu, cuda, vulkan, rocm, metal, … (LLAMA_RUNTIME_BACKEND)")
+    )
+    flag = False if top else argparse.SUPPRESS
+    parser.add_argument("--json", action="store_true", default=flag, help=shown("one JSON object on stdout"))
+    parser.add_argument(
+        "--log-json", action="store_true", default=flag, help=shown("log lines and errors on stderr as JSON")
     )
     parser.add_argument(
-        "--json", action="store_true", default=False if top else argparse.SUPPRESS, help="one JSON object on stdout"
+        "-v",
+        "--verbose",
+        action="count",
+        default=0 if top else argparse.SUPPRESS,
+        help=shown("-v: each step (release, asset, download, checks); -vv: also every request and candidate"),
     )
     parser.add_argument(
-        "--log-json", action="store_true", default=False if top else argparse.SUPPRESS, help="JSON log lines on stderr"
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=flag,
+        help=shown("no progress bar, warnings or log lines; results and errors only"),
     )
-    parser.add_argument(
-        "-v", "--verbose", action="count", default=0 if top else argparse.SUPPRESS, help="more log output"
-    )
+    parser.add_argument("--no-progress", action="store_true", default=flag, help=shown("no progress bar"))
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the tool's own version, looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kwargs: object) -> None:
+        sys.stdout.write(f"llama-runtime {tool_version()}\n")
+        sys.stdout.flush()
+        parser.exit(0)
+
+
+def tool_version() -> str:
+    """The installed version of llama-runtime."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama-runtime-updater")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,10 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="llama-runtime", description="Keep llama.cpp's llama-server current, verified and rollback-safe."
     )
     _common(parser, top=True)
+    parser.add_argument("--version", action=_VersionAction, help="print llama-runtime's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, epilog=GLOBAL_EPILOG)
         _common(p, top=False)
         return p
 
@@ -108,7 +158,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda-version", help="CUDA version the (other) machine's driver supports")
     p.add_argument("--explain", action="store_true", help="list every candidate and why it was taken or dropped")
     p = add("rollback", "re-activate the previously active runtime")
-    add("list", "installed runtimes")
     p = add("doctor", "re-verify the active runtime and say what to do")
     p.add_argument("--repair", action="store_true", help="point the pointer at a verified runtime if it is damaged")
     for module in EXTENSIONS:
@@ -128,6 +177,23 @@ def home_for(settings: Settings) -> Home:
     return Home(settings.home)
 
 
+def make_source(settings: Settings) -> GitHubClient:
+    """The release client for ``settings``, with the home's ETag cache."""
+    from llama_runtime.updater.sources.github import DEFAULT_TIMEOUT, GitHubClient, JsonFileEtagCache
+
+    home = home_for(settings)
+    home.ensure()
+    # LLAMA_RUNTIME_READ_TIMEOUT (seconds, every phase of a request): for slow links and for tests.
+    read_timeout = os.environ.get("LLAMA_RUNTIME_READ_TIMEOUT", "").strip()
+    return GitHubClient(
+        settings.api_url,
+        settings.repo,
+        token=settings.token,
+        etag_cache=JsonFileEtagCache(home.cache_dir / "etags.json"),
+        timeout=float(read_timeout) if read_timeout else DEFAULT_TIMEOUT,
+    )
+
+
 def make_installer(settings: Settings, *, with_source: bool) -> Installer:
     from llama_runtime.runtime.process import ManagedServer
     from llama_runtime.updater.choice.host import detect_host
@@ -135,20 +201,7 @@ def make_installer(settings: Settings, *, with_source: bool) -> Installer:
     from llama_runtime.updater.install.transaction import Installer
 
     home = home_for(settings)
-    source = None
-    if with_source:
-        from llama_runtime.updater.sources.github import DEFAULT_TIMEOUT, GitHubClient, JsonFileEtagCache
-
-        home.ensure()
-        # LLAMA_RUNTIME_READ_TIMEOUT (seconds, every phase of a request): for slow links and for tests.
-        read_timeout = os.environ.get("LLAMA_RUNTIME_READ_TIMEOUT", "").strip()
-        source = GitHubClient(
-            settings.api_url,
-            settings.repo,
-            token=settings.token,
-            etag_cache=JsonFileEtagCache(home.cache_dir / "etags.json"),
-            timeout=float(read_timeout) if read_timeout else DEFAULT_TIMEOUT,
-        )
+    source = make_source(settings) if with_source else None
     health_timeout = float(os.environ.get("LLAMA_RUNTIME_HEALTH_TIMEOUT", "") or HEALTH_TIMEOUT_SECONDS)
     return Installer(
         home,
@@ -188,7 +241,7 @@ _REPAIR_HINT = (
 )
 
 
-def _read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
+def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
     """The pointer and the intact active runtime; damage is an exit-6 error naming the repair."""
     from llama_runtime.runtime.errors import CorruptStateError
     from llama_runtime.runtime.marker import ForeignMarkerError
@@ -216,7 +269,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
     settings = settings_from_args(args)
     home = home_for(settings)
-    pointer, active = _read_active(home)
+    pointer, active = read_active(home)
     installed = home.installed()
     previous = next((r for r in installed if r.name == pointer.previous), None)
     override = _override_json()
@@ -262,21 +315,18 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
         cuda_version=args.cuda_version,
         require_digest=args.require_digest,
     )
-    from llama_runtime.updater.api.progress import terminal_progress
-
-    bar = None if args.json else terminal_progress()
+    had_active = _has_active(installer.home)
+    bar = progress_for(args)
     try:
         outcome = installer.update(request, lock_timeout=args.wait, progress=bar)
     except BusyError as exc:
         raise _with_running_job(exc, installer.home) from None
     except LlamaRuntimeError as exc:
-        if exc.hint is None:  # say what a person most wants to know after a failure
-            exc.hint = "Nothing changed: the runtime that was active is still active."
+        explain_failure(exc, had_active=had_active)
         raise
     finally:
         if bar is not None:
             bar.close()
-    m = outcome.active.marker
     warnings = list(outcome.warnings)
     override = _override_json()
     if override:
@@ -286,23 +336,19 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
         )
     payload = outcome.to_json()
     payload["warnings"] = warnings
-    if outcome.result == "up_to_date":
-        lines = [f"Already up to date: {m.repo} {m.tag} ({m.backend}) is active."]
-    else:
-        lines = [f"Installed {m.repo} {m.tag} ({m.backend}) and made it active."]
-        if outcome.previous:
-            lines.append(
-                f"The previous runtime {outcome.previous.marker.tag} ({outcome.previous.marker.backend}) "
-                "is kept: `llama-runtime rollback` returns to it."
-            )
-        lines.append(f"binary: {outcome.active.binary}")
-        if outcome.server and outcome.server.restarted:
-            lines.append(f"The running llama-server was restarted on {m.tag}.")
-            if outcome.server.reload_required:
-                lines.append("Reload your model to use it.")
-    lines += [f"warning: {w}" for w in warnings]
+    lines = outcome_lines(outcome) + ([] if args.quiet else [f"warning: {w}" for w in warnings])
     out.result(payload, lines)
     return 0
+
+
+def _has_active(home: Home) -> bool:
+    """Whether the pointer names a runtime (a damaged pointer counts: something was there)."""
+    from llama_runtime.runtime.errors import CorruptStateError
+
+    try:
+        return home.read_pointer().active is not None
+    except CorruptStateError:
+        return True
 
 
 def _with_running_job(exc: BusyError, home: Home) -> BusyError:
@@ -316,11 +362,7 @@ def _with_running_job(exc: BusyError, home: Home) -> BusyError:
 
 
 def _tag_or_none(tag: str | None) -> str | None:
-    if tag is None:
-        return None
-    from llama_runtime.updater.choice.tags import validate_tag
-
-    return validate_tag(tag)
+    return None if tag is None else user_tag(tag)
 
 
 def _active_state(home: Home) -> ActiveState | None:
@@ -397,6 +439,7 @@ def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
     installer = make_installer(settings, with_source=False)
     active, previous, server = installer.rollback()
     payload = {
+        "result": "switched",
         "active": active.to_json(),
         "previous": previous.to_json() if previous else None,
         "server_restarted": server.restarted,
@@ -410,32 +453,6 @@ def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
     if previous:
         lines.append(f"{previous.marker.tag} is kept as the previous runtime; run rollback again to return to it.")
     out.result(payload, lines)
-    return 0
-
-
-def cmd_list(args: argparse.Namespace, out: Output) -> int:
-    from llama_runtime.runtime.fsutil import tree_size
-
-    settings = settings_from_args(args)
-    home = home_for(settings)
-    pointer = home.read_pointer()
-    items = []
-    lines = []
-    for runtime in home.installed():
-        entry = runtime.to_json()
-        entry["size_bytes"] = tree_size(runtime.path)
-        entry["active"] = runtime.name == pointer.active
-        entry["previous"] = runtime.name == pointer.previous
-        items.append(entry)
-        flag = "active" if entry["active"] else "previous" if entry["previous"] else ""
-        size_mb = int(str(entry["size_bytes"])) / 1e6
-        lines.append(
-            f"{'*' if entry['active'] else ' '} {runtime.marker.tag:<10} {runtime.marker.backend:<8} "
-            f"{size_mb:8.1f} MB  {runtime.marker.installed_at}  {runtime.name} {flag}".rstrip()
-        )
-    if not lines:
-        lines = ["No runtimes installed. Run `llama-runtime update`."]
-    out.result({"runtimes": items, "installed": items}, lines)
     return 0
 
 
@@ -458,6 +475,7 @@ EXTENSIONS: list[str] = [
     "llama_runtime.updater.cli.offline",
     "llama_runtime.updater.cli.server",
     "llama_runtime.updater.cli.jobs",
+    "llama_runtime.updater.cli.lifecycle",
 ]
 
 COMMANDS: dict[str, Handler] = {
@@ -465,7 +483,6 @@ COMMANDS: dict[str, Handler] = {
     "update": cmd_update,
     "plan": cmd_plan,
     "rollback": cmd_rollback,
-    "list": cmd_list,
     "doctor": cmd_doctor,
 }
 
@@ -484,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.as_json = bool(args.json)
         from llama_runtime.updater.logs import configure_logging
 
-        level = "debug" if args.verbose > 1 else "info" if args.verbose else "warning"
+        level = "error" if args.quiet else "debug" if args.verbose > 1 else "info" if args.verbose else "warning"
         configure_logging(json_lines=args.log_json, level=level)
         if not args.command:
             if out.as_json:

@@ -1,0 +1,84 @@
+"""Which published releases this host could install (``list --available``), without IO.
+
+Each release is asked the same question ``update`` asks — which asset fits this
+host and backend — and the releases with an answer are listed, newest first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from llama_runtime.runtime.errors import BackendUnavailableError, UserInputError
+from llama_runtime.updater.choice.choose import choose_asset
+from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.choice.tags import parse_tag
+from llama_runtime.updater.sources.release import Release
+
+__all__ = ["Available", "available_builds"]
+
+
+@dataclass(frozen=True)
+class Available:
+    """One release this host can install, with the asset ``update`` would take."""
+
+    tag: str
+    version: str | None
+    asset: str
+    backend: str
+    installed: bool
+
+    def to_json(self) -> dict[str, object]:
+        """An item of ``list --available``'s ``available``."""
+        return {
+            "tag": self.tag,
+            "version": self.version,
+            "asset": self.asset,
+            "backend": self.backend,
+            "installed": self.installed,
+        }
+
+
+def _build_number(tag: str) -> int | None:
+    try:
+        return parse_tag(tag).build
+    except UserInputError:  # a remote tag no release can have: never a candidate
+        return None
+
+
+def _newest_first(releases: Iterable[Release]) -> list[Release]:
+    """Releases with a build number, highest first (unorderable ones are never "available")."""
+    numbered = [(n, r) for r in releases if (n := _build_number(r.tag)) is not None]
+    return [r for _n, r in sorted(numbered, key=lambda pair: pair[0], reverse=True)]
+
+
+def available_builds(
+    releases: Iterable[Release],
+    host: HostFacts,
+    backend: str,
+    *,
+    installed: set[tuple[str, str]],
+    limit: int,
+) -> list[Available]:
+    """The newest ``limit`` published builds that have an asset for ``host`` and ``backend``.
+
+    Args:
+        releases: Releases as the source lists them (drafts and prereleases are skipped,
+            as "latest" skips them).
+        host: The machine to install on.
+        backend: The backend request (``auto`` or a name).
+        installed: ``(tag, asset)`` pairs already installed.
+        limit: How many to return at most.
+    """
+    found: list[Available] = []
+    published = [r for r in releases if not r.draft and not r.prerelease]
+    for release in _newest_first(published):
+        if len(found) >= limit:
+            break
+        try:
+            choice = choose_asset(release, host, backend)
+        except BackendUnavailableError:
+            continue
+        name = choice.asset.name
+        found.append(Available(release.tag, None, name, choice.backend, (release.tag, name) in installed))
+    return found

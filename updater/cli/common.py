@@ -1,0 +1,83 @@
+"""What several CLI commands share: tags typed by people, the progress bar, the
+sentences that report an activation, and the hint after a failed update."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from llama_runtime.runtime.errors import LlamaRuntimeError, RemoteError, UserInputError
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.api.progress import TerminalProgress
+    from llama_runtime.updater.install.transaction import UpdateOutcome
+
+#: After a failed first install: where a machine without GitHub gets a runtime from.
+OFFLINE_HINT = (
+    "Without access to GitHub: point --api-url (LLAMA_RUNTIME_GITHUB_API) at a mirror "
+    "(`llama-runtime mirror sync`, an https:// or file:// URL), or install an archive you have with "
+    "`llama-runtime install-file ARCHIVE --tag TAG`."
+)
+
+
+def user_tag(tag: str) -> str:
+    """A tag as a person typed it, checked; a bare build number is refused with the tag it means.
+
+    Raises:
+        UserInputError: Malformed, or a bare number such as ``7000`` (did you mean ``b7000``?).
+    """
+    from llama_runtime.updater.choice.tags import validate_tag
+
+    cleaned = validate_tag(tag)
+    if cleaned.isdigit():
+        raise UserInputError(
+            f"'{cleaned}' is not a release tag; did you mean b{cleaned}?",
+            hint="llama.cpp builds are tagged bNNNN (e.g. b7000).",
+        )
+    return cleaned
+
+
+def progress_for(args: argparse.Namespace) -> TerminalProgress | None:
+    """The progress bar on stderr, unless --json, --quiet or --no-progress, or stderr is no terminal."""
+    if getattr(args, "json", False) or getattr(args, "quiet", False) or getattr(args, "no_progress", False):
+        return None
+    from llama_runtime.updater.api.progress import terminal_progress
+
+    return terminal_progress()
+
+
+def outcome_lines(outcome: UpdateOutcome) -> list[str]:
+    """What ``update``, ``use`` and ``install-file`` say about the runtime they activated."""
+    m = outcome.active.marker
+    if outcome.result == "up_to_date":
+        return [f"Already up to date: {m.repo} {m.tag} ({m.backend}) is active."]
+    if outcome.result == "switched":
+        lines = [f"Switched to {m.repo} {m.tag} ({m.backend}), already installed: nothing was downloaded."]
+    else:
+        lines = [f"Installed {m.repo} {m.tag} ({m.backend}) and made it active."]
+    if outcome.previous:
+        p = outcome.previous.marker
+        lines.append(f"The previous runtime {p.tag} ({p.backend}) is kept: `llama-runtime rollback` returns to it.")
+    lines.append(f"binary: {outcome.active.binary}")
+    if outcome.server and outcome.server.restarted:
+        lines.append(f"The running llama-server was restarted on {m.tag}.")
+        if outcome.server.reload_required:
+            lines.append("Reload your model to use it.")
+    return lines
+
+
+def explain_failure(exc: LlamaRuntimeError, *, had_active: bool) -> None:
+    """Add the hint a person wants after a failed update, unless the error carries one.
+
+    With a runtime active, that it still is; on a first run, that nothing is
+    installed yet, and for a network or remote failure where an offline machine
+    gets a runtime from.
+    """
+    if exc.hint is not None:
+        return
+    if had_active:
+        exc.hint = "Nothing changed: the runtime that was active is still active."
+    elif isinstance(exc, RemoteError):
+        exc.hint = f"Nothing was installed. {OFFLINE_HINT}"
+    else:
+        exc.hint = "Nothing was installed; no runtime is active yet."

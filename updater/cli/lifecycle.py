@@ -1,0 +1,184 @@
+"""CLI commands for the runtimes on this machine: ``list``, ``use``, ``remove``, ``which``.
+
+The verbs of a runtime manager (``uv python list/find/uninstall``, LM Studio's
+``lms runtime ls/select/remove``): ``use`` activates what is installed through
+the same verification and server switch as ``update``; ``remove`` deletes what
+is neither active nor the rollback target; ``which`` prints one path for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING, Any
+
+from llama_runtime.runtime.errors import NothingActiveError
+
+if TYPE_CHECKING:
+    from llama_runtime.runtime.layout import Home, InstalledRuntime
+    from llama_runtime.updater.choice.available import Available
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.config import Settings
+
+#: Releases ``list --available`` shows by default: a screenful, and one page of the API.
+AVAILABLE_DEFAULT: int = 10
+
+
+def register(add: AddParser) -> dict[str, Handler]:
+    """Add ``list``, ``use``, ``remove`` and ``which``."""
+    p = add("list", "installed runtimes; --available also lists releases that fit this host")
+    p.add_argument("--available", action="store_true", help="also list the newest releases this host can install")
+    p.add_argument(
+        "--limit", type=int, default=AVAILABLE_DEFAULT, metavar="N", help="with --available: at most N releases"
+    )
+    p = add("use", "activate an installed runtime (no download), verified like an update")
+    p.add_argument("tag", metavar="TAG", help="an installed build, e.g. b7000, or a runtime name from `list`")
+    p = add("remove", "delete an installed runtime that is neither active nor previous")
+    p.add_argument("tag", metavar="TAG", help="an installed build, e.g. b7000, or a runtime name from `list`")
+    add("which", "print the active llama-server's path (exit 5 when none is active)")
+    return {"list": cmd_list, "use": cmd_use, "remove": cmd_remove, "which": cmd_which}
+
+
+def _repo_filter(args: argparse.Namespace) -> str | None:
+    """The repository to match installed runtimes against, only when one was asked for."""
+    from llama_runtime.updater.config import validate_repo
+
+    given = args.repo or os.environ.get("LLAMA_RUNTIME_REPO", "").strip()
+    return validate_repo(given) if given else None
+
+
+def _select(args: argparse.Namespace, settings: Settings, home: Home) -> InstalledRuntime:
+    from llama_runtime.updater.cli.common import user_tag
+    from llama_runtime.updater.install.installed import select_installed
+
+    return select_installed(
+        home.installed(),
+        user_tag(args.tag),
+        repo=_repo_filter(args),
+        backend=settings.backend if settings.backend_explicit else None,
+    )
+
+
+def cmd_use(args: argparse.Namespace, out: Output) -> int:
+    """``use TAG``: switch to an installed runtime."""
+    from llama_runtime.updater.cli.common import outcome_lines, progress_for
+    from llama_runtime.updater.cli.main import make_installer, settings_from_args
+
+    settings = settings_from_args(args)
+    installer = make_installer(settings, with_source=False)
+    target = _select(args, settings, installer.home)
+    bar = progress_for(args)
+    try:
+        outcome = installer.use(target.name, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    out.result(outcome.to_json(), outcome_lines(outcome))
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace, out: Output) -> int:
+    """``remove TAG``: delete an installed runtime that is neither active nor previous."""
+    from llama_runtime.updater.cli.main import home_for, settings_from_args
+    from llama_runtime.updater.install.download import human_size
+    from llama_runtime.updater.install.gc import remove_runtime
+
+    settings = settings_from_args(args)
+    home = home_for(settings)
+    target = _select(args, settings, home)
+    item = remove_runtime(home, target.name)
+    m = target.marker
+    payload = {"removed": target.to_json(), "freed_bytes": item.size_bytes}
+    out.result(
+        payload, [f"Removed {m.repo} {m.tag} ({m.backend}) from {target.path}; freed {human_size(item.size_bytes)}."]
+    )
+    return 0
+
+
+def cmd_which(args: argparse.Namespace, out: Output) -> int:
+    """``which``: the active ``llama-server``, one line (exit 5 when none is active)."""
+    import sys
+
+    from llama_runtime.runtime.binary import server_override
+    from llama_runtime.updater.cli.main import home_for, read_active, settings_from_args
+
+    _pointer, active = read_active(home_for(settings_from_args(args)))
+    if active is None:
+        raise NothingActiveError(
+            "No runtime is active, so there is no llama-server to run.",
+            hint="Run `llama-runtime update` to install the latest llama.cpp.",
+        )
+    override = server_override()
+    if override is not None and not out.as_json:
+        sys.stderr.write(f"warning: LLAMA_SERVER_PATH={override} is set; apps using it run that binary instead.\n")
+    payload = {"binary": str(active.binary), "override": str(override) if override else None}
+    out.result(payload, [str(active.binary)])
+    return 0
+
+
+def cmd_list(args: argparse.Namespace, out: Output) -> int:
+    """``list [--available]``: installed runtimes, and what the remote offers this host."""
+    from llama_runtime.runtime.fsutil import tree_size
+    from llama_runtime.updater.cli.main import home_for, settings_from_args
+
+    settings = settings_from_args(args)
+    home = home_for(settings)
+    pointer = home.read_pointer()
+    installed = home.installed()
+    items = []
+    lines = []
+    for runtime in installed:
+        entry = runtime.to_json()
+        entry["size_bytes"] = tree_size(runtime.path)
+        entry["active"] = runtime.name == pointer.active
+        entry["previous"] = runtime.name == pointer.previous
+        items.append(entry)
+        lines.append(_installed_line(runtime, entry))
+    if not lines:
+        lines = ["No runtimes installed. Run `llama-runtime update`."]
+    payload: dict[str, Any] = {"installed": items}
+    if args.available:
+        available = _available(args, settings, installed, pointer.active)
+        payload["available"] = [a.to_json() for a in available]
+        lines.append(f"available from {settings.repo} for this machine (newest first):")
+        lines += [
+            f"  {a.tag:<10} {a.backend:<8} {a.asset}" + ("  (installed)" if a.installed else "") for a in available
+        ]
+        if not available:
+            lines.append("  none")
+    out.result(payload, lines)
+    return 0
+
+
+def _installed_line(runtime: InstalledRuntime, entry: dict[str, Any]) -> str:
+    flag = "active" if entry["active"] else "previous" if entry["previous"] else ""
+    size_mb = int(entry["size_bytes"]) / 1e6
+    m = runtime.marker
+    return (
+        f"{'*' if entry['active'] else ' '} {m.tag:<10} {m.backend:<8} "
+        f"{size_mb:8.1f} MB  {m.installed_at}  {runtime.name} {flag}".rstrip()
+    )
+
+
+def _available(
+    args: argparse.Namespace, settings: Settings, installed: list[InstalledRuntime], active_name: str | None
+) -> list[Available]:
+    """The newest releases with an asset for this host and the backend asked for (or the active one's)."""
+    from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError, UserInputError
+    from llama_runtime.updater.choice.available import available_builds
+    from llama_runtime.updater.choice.host import detect_host
+    from llama_runtime.updater.cli.main import make_source
+
+    if args.limit < 1:
+        raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
+    active = next((r for r in installed if r.name == active_name), None)
+    backend = settings.backend if settings.backend_explicit else (active.marker.backend_request if active else "auto")
+    with make_source(settings) as source:
+        try:
+            releases = source.recent_releases()
+        except (RateLimitError, NetworkError):
+            raise
+        except RemoteError:
+            releases = [source.latest_release()]  # a static mirror lists no releases, only the newest
+    have = {(r.marker.tag, r.marker.asset) for r in installed if r.marker.repo.lower() == settings.repo.lower()}
+    return available_builds(releases, detect_host(), backend, installed=have, limit=args.limit)
