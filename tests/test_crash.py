@@ -101,7 +101,10 @@ def test_sigkill_at_checkpoint_leaves_a_working_runtime_and_the_rerun_completes(
 
     code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
-    assert payload["result"] == ("up_to_date" if point in FLIPPED else "installed")
+    # Killed before the flip, the verified runtime is already in runtimes/: the rerun checks it
+    # again and switches to it instead of installing a second copy.
+    expected = "up_to_date" if point in FLIPPED else "switched" if point == "before_pointer_flip" else "installed"
+    assert payload["result"] == expected
     assert payload["active"]["tag"] == "b7001"
     assert_runs(Path(payload["active"]["binary"]))
     assert_no_leftovers(home)
@@ -147,8 +150,10 @@ def test_sigkill_before_the_pointer_flip_with_the_real_build_keeps_the_old_one_r
 
     code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
     assert code == 0, payload
-    assert payload["result"] == "installed" and payload["previous"]["tag"] == "b7000"
+    # The runtime renamed into runtimes/ before the kill is verified again and switched to.
+    assert payload["result"] == "switched" and payload["previous"]["tag"] == "b7000"
     assert "version:" in assert_runs(Path(payload["active"]["binary"]))
+    assert len(list((home / "runtimes").iterdir())) == 2, "no second copy of b7001"
     assert_no_leftovers(home)
 
 
