@@ -115,6 +115,15 @@ class FileSystemError(LocalError):
 
     code = "io_error"
 
+    @classmethod
+    def from_os_error(cls, exc: OSError) -> FileSystemError:
+        """The sentence for an ``OSError`` no layer below turned into a better error."""
+        where = f" ({exc.filename})" if exc.filename else ""
+        return cls(
+            f"A file operation failed: {exc.strerror or exc}{where}. The active runtime is unchanged.",
+            hint="Check permissions and the health of the disk, then try again.",
+        )
+
 
 class BackendUnavailableError(LlamaRuntimeError):
     """No asset for this platform/backend, or the host cannot run it."""

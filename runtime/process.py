@@ -47,9 +47,9 @@ LOG_NAME: Final = "llama-server.log"
 LOCK_NAME: Final = "server.lock"
 STATE_SCHEMA: Final = 1
 
-#: llama-server answers /health from its HTTP thread even while a model loads;
-#: 2 s only fails for a wedged or unreachable server.
-HEALTH_TIMEOUT_SECONDS: Final = 2.0
+#: One /health probe (seconds). llama-server answers /health from its HTTP
+#: thread even while a model loads; 2 s only fails for a wedged or unreachable server.
+HEALTH_PROBE_TIMEOUT_SECONDS: Final = 2.0
 #: Seconds between health or exit probes: fast enough that a stop or a start
 #: returns promptly, slow enough not to busy-loop a CPU.
 POLL_INTERVAL_SECONDS: Final = 0.05
@@ -302,7 +302,7 @@ class ManagedServer(ServerControl):
                 return False
             if state.port is not None:
                 remaining = max(deadline - self._clock(), 0.0)
-                if self._probe(state.host, state.port, min(HEALTH_TIMEOUT_SECONDS, remaining)).ok:
+                if self._probe(state.host, state.port, min(HEALTH_PROBE_TIMEOUT_SECONDS, remaining)).ok:
                     return True
             if self._clock() >= deadline:
                 return False
@@ -344,7 +344,7 @@ class ManagedServer(ServerControl):
             healthy: bool | None = None
             detail = "no --port recorded; health unknown"
         else:
-            answer = self._probe(state.host, state.port, HEALTH_TIMEOUT_SECONDS)
+            answer = self._probe(state.host, state.port, HEALTH_PROBE_TIMEOUT_SECONDS)
             healthy, detail = answer.ok, answer.detail
         return ServerStatus(
             running=True,

@@ -159,6 +159,39 @@ def test_job_status_from_the_cli_follows_a_job_of_another_process(home: Path, gi
     assert_active(home, "b7001")
 
 
+def test_job_status_and_wait_from_another_terminal_follow_a_cli_update(home: Path, github: FakeGitHub) -> None:
+    argv = [sys.executable, "-m", "llama_runtime", "update", "--tag", "b7001", "--backend", "cpu", "--json"]
+    update = subprocess.Popen(
+        [*argv, "--home", str(home), "--api-url", github.api_url], stdout=subprocess.PIPE, text=True
+    )
+    wait_for_download(home)
+    status = cli(home, github, "job", "status", "--json")
+    job = json.loads(status.stdout)["job"]
+    assert job["running"] and job["operation"] == "update" and job["tag"] == "b7001"
+    followed = cli(home, github, "job", "wait", "--json")
+    assert followed.returncode == 0
+    assert json.loads(followed.stdout)["job"]["phase"] == "done"
+    out, _ = update.communicate(timeout=CHILD_TIMEOUT_SECONDS)
+    assert update.returncode == 0 and json.loads(out)["result"] == "installed"
+    assert_active(home, "b7001")
+
+
+def test_job_cancel_from_another_terminal_stops_a_cli_update(home: Path, github: FakeGitHub) -> None:
+    pointer = (home / "active.json").read_bytes()
+    argv = [sys.executable, "-m", "llama_runtime", "update", "--tag", "b7001", "--backend", "cpu", "--json"]
+    update = subprocess.Popen(
+        [*argv, "--home", str(home), "--api-url", github.api_url], stdout=subprocess.PIPE, text=True
+    )
+    wait_for_download(home)
+    assert cli(home, github, "job", "cancel", "--json").returncode == 0
+    out, _ = update.communicate(timeout=CHILD_TIMEOUT_SECONDS)
+    assert update.returncode != 0 and json.loads(out)["error"]["code"] == "cancelled"
+    job = JobStore(Home(home)).current()
+    assert job is not None and job.phase == "cancelled"
+    assert (home / "active.json").read_bytes() == pointer
+    assert_active(home, "b7000")
+
+
 def test_killed_button_process_leaves_a_stale_job_and_the_next_press_recovers(home: Path, github: FakeGitHub) -> None:
     button = spawn(home, github, "start")
     wait_for_download(home)

@@ -22,6 +22,7 @@ from llama_runtime.runtime.process import process_start_ticks
 from llama_runtime.updater.api.jobs import JobState
 from llama_runtime.updater.api.service import RuntimeUpdater
 from llama_runtime.updater.choice.host import host_for_platform
+from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
 from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server
@@ -432,3 +433,30 @@ def test_an_apps_own_server_is_stopped_and_restarted_on_the_new_binary(github: F
     assert app.binary is not None and app.binary.name == "llama-server"
     assert final.result is not None and Path(final.result["active"]["binary"]) == app.binary
     assert_runs(app.binary)
+
+
+# -- one composition root ---------------------------------------------------------------
+
+
+def test_updater_takes_the_api_url_and_repo_from_the_environment_like_the_cli(
+    home: Path, github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish(github, tmp_path, "b7000")
+    monkeypatch.setenv("LLAMA_RUNTIME_GITHUB_API", github.api_url)
+    monkeypatch.setenv("LLAMA_RUNTIME_REPO", REPO)
+    updater = RuntimeUpdater(home, backend="cpu", host=lambda: host_for_platform("linux-x64"))
+    assert updater.api_url == github.api_url
+    state = updater.start_update().wait(EVENTUALLY_SECONDS)
+    assert state.phase == "done", state.error
+    assert github.requests_to("api"), "the update asked the configured API"
+
+
+@pytest.mark.parametrize("name", ["LLAMA_RUNTIME_READ_TIMEOUT", "LLAMA_RUNTIME_HEALTH_TIMEOUT"])
+def test_updater_and_cli_refuse_the_same_malformed_timeout(
+    home: Path, name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(name, "soon")
+    with pytest.raises(UserInputError, match=name):
+        RuntimeUpdater(home)
+    assert main(["status", "--home", str(home), "--json"]) == 2
+    assert name in json.loads(capsys.readouterr().out)["error"]["message"]

@@ -1,11 +1,15 @@
 """Settings of one llama-runtime invocation: flag > environment > default.
 
-Also the limits that protect the machine from a hostile or broken release;
+The CLI's flags and :class:`~updater.api.service.RuntimeUpdater`'s arguments
+are both "flags" here: one :func:`resolve_settings` merges them with the
+environment, and :class:`~updater.engine.Engine` builds everything from the
+result. Also the limits that protect the machine from a hostile or broken release;
 each carries its unit and why it has the value it has.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -27,12 +31,31 @@ MAX_ASSET_BYTES: Final = 2 * 1024**3
 #: compress ~3:1); used to estimate the disk space needed before downloading.
 EXTRACTED_SIZE_FACTOR: Final = 4
 
+#: How long a restarted llama-server has to answer ``/health`` after a switch
+#: (seconds). A router-mode server is healthy in well under a second; a server
+#: that loads a model named on its command line may need to map several GB first.
+SERVER_READY_TIMEOUT_SECONDS: Final[float] = 120.0
+#: Read timeout of one GitHub or download request (seconds, every phase but
+#: connect): GitHub can be slow to render a long release list.
+READ_TIMEOUT_SECONDS: Final[float] = 30.0
+
 _REPO = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Where the runtime lives and where releases come from."""
+    """Where the runtime lives, where releases come from, and how long to wait.
+
+    Attributes:
+        home: The llama-runtime home (``--home`` / ``LLAMA_RUNTIME_HOME``).
+        api_url: GitHub REST API base (``--api-url`` / ``LLAMA_RUNTIME_GITHUB_API``).
+        repo: ``owner/name`` (``--repo`` / ``LLAMA_RUNTIME_REPO``).
+        backend: Backend request (``--backend`` / ``LLAMA_RUNTIME_BACKEND``), ``auto`` if none.
+        token: GitHub token (``GITHUB_TOKEN``, then ``GH_TOKEN``).
+        backend_explicit: The backend was given (flag or environment), not defaulted.
+        read_timeout: Seconds one request may stall (``LLAMA_RUNTIME_READ_TIMEOUT``).
+        health_timeout: Seconds a restarted server has to come up (``LLAMA_RUNTIME_HEALTH_TIMEOUT``).
+    """
 
     home: Path
     api_url: str
@@ -40,6 +63,8 @@ class Settings:
     backend: str
     token: str | None
     backend_explicit: bool = False
+    read_timeout: float = READ_TIMEOUT_SECONDS
+    health_timeout: float = SERVER_READY_TIMEOUT_SECONDS
 
 
 def validate_repo(repo: str) -> str:
@@ -59,12 +84,27 @@ def github_token(env: Mapping[str, str]) -> str | None:
     return None
 
 
+def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
+    """A positive number of seconds from ``env[key]``, or ``default`` when unset or blank."""
+    raw = env.get(key, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise UserInputError(f"Invalid {key}={raw!r}; use a positive number of seconds, e.g. 30.")
+    return value
+
+
 def resolve_settings(
     *,
-    home: str | None = None,
+    home: str | Path | None = None,
     api_url: str | None = None,
     repo: str | None = None,
     backend: str | None = None,
+    token: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
@@ -73,7 +113,7 @@ def resolve_settings(
         UserInputError: A value is malformed (unknown backend, bad repo or URL).
     """
     env = os.environ if env is None else env
-    home_value = home or env.get("LLAMA_RUNTIME_HOME", "").strip()
+    home_value = str(home or "") or env.get("LLAMA_RUNTIME_HOME", "").strip()
     if home_value:
         home_path = Path(home_value).expanduser()
     else:
@@ -96,6 +136,8 @@ def resolve_settings(
         api_url=url,
         repo=repo_value,
         backend=backend_value,
-        token=github_token(env),
+        token=token if token is not None else github_token(env),
         backend_explicit=explicit,
+        read_timeout=_seconds(env, "LLAMA_RUNTIME_READ_TIMEOUT", READ_TIMEOUT_SECONDS),
+        health_timeout=_seconds(env, "LLAMA_RUNTIME_HEALTH_TIMEOUT", SERVER_READY_TIMEOUT_SECONDS),
     )

@@ -28,13 +28,16 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from llama_runtime.runtime.fsutil import atomic_write_json
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.process import pid_alive, process_start_ticks
 from llama_runtime.updater.api.progress import RateMeter
 from llama_runtime.updater.logs import get_logger
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.install.transaction import UpdateOutcome
 
 log = get_logger("llama_runtime.jobs")
 
@@ -370,6 +373,8 @@ class JobRecorder:
         self._last_persist = 0.0
         self._last_cancel_poll = 0.0
         self._cancelled = threading.Event()
+        #: What the job's work returned (its process only; others read ``state.result``).
+        self.outcome: UpdateOutcome | None = None
         self.started = threading.Event()
         self.finished = threading.Event()
         self.exception: BaseException | None = None

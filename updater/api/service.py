@@ -26,17 +26,23 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from llama_runtime.runtime.errors import BusyError, CancelledError, CorruptStateError, LlamaRuntimeError, RemoteError
-from llama_runtime.runtime.layout import Home, InstalledRuntime
+from llama_runtime.runtime.errors import (
+    BusyError,
+    CancelledError,
+    CorruptStateError,
+    FileSystemError,
+    LlamaRuntimeError,
+    RemoteError,
+)
+from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 from llama_runtime.updater.api.jobs import JobListener, JobRecorder, JobState, JobStore
 from llama_runtime.updater.api.schedule import CheckResult, validate_seconds
-from llama_runtime.updater.config import DEFAULT_API_URL, DEFAULT_REPO
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.binary import ProcessRunner
@@ -44,7 +50,8 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.process import ServerControl
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import HostFacts
-    from llama_runtime.updater.install.transaction import Installer, Progress
+    from llama_runtime.updater.engine import Engine
+    from llama_runtime.updater.install.transaction import Progress, UpdateOutcome
     from llama_runtime.updater.sources.github import GitHubClient
 
 __all__ = ["CheckResult", "EnsureResult", "JobState", "RuntimeUpdater", "UpdateJob"]
@@ -100,6 +107,11 @@ class UpdateJob:
     def owned(self) -> bool:
         """Whether this process runs the job (else it follows the job file)."""
         return self._recorder is not None
+
+    @property
+    def outcome(self) -> UpdateOutcome | None:
+        """What an owned job installed (or found up to date); ``None`` until it is done."""
+        return self._recorder.outcome if self._recorder else None
 
     @property
     def exception(self) -> BaseException | None:
@@ -185,10 +197,13 @@ class RuntimeUpdater:
     """Keeps one home's llama.cpp runtime current; safe to use from many threads and processes.
 
     Args:
-        home: The llama-runtime home (default: the platform's user data dir).
-        repo: ``owner/name`` releases come from.
-        backend: ``auto`` (keep the active runtime's request) or a backend name.
-        api_url: GitHub REST API base.
+        home: The llama-runtime home (default: ``LLAMA_RUNTIME_HOME``, else the
+            platform's user data dir).
+        repo: ``owner/name`` releases come from (default: ``LLAMA_RUNTIME_REPO``,
+            else ggml-org/llama.cpp).
+        backend: ``auto`` (keep the active runtime's request) or a backend name
+            (default: ``LLAMA_RUNTIME_BACKEND``, else ``auto``).
+        api_url: GitHub REST API base (default: ``LLAMA_RUNTIME_GITHUB_API``, else GitHub's).
         token: GitHub token; default ``GITHUB_TOKEN`` / ``GH_TOKEN`` from the environment.
         source_factory: Builds the release client (tests, mirrors); default a
             :class:`~updater.github.GitHubClient` with the home's ETag cache.
@@ -198,75 +213,58 @@ class RuntimeUpdater:
         server: The app's own llama-server (a :class:`~runtime.process.ServerControl`)
             to stop, switch and restart around an activation; by default the
             server ``llama-runtime server start`` manages in this home.
+        env: The environment to read settings from (default ``os.environ``).
+
+    Raises:
+        UserInputError: A malformed repository, backend, URL or timeout.
     """
 
     def __init__(
         self,
         home: Path | None = None,
         *,
-        repo: str = DEFAULT_REPO,
-        backend: str = "auto",
-        api_url: str = DEFAULT_API_URL,
+        repo: str | None = None,
+        backend: str | None = None,
+        api_url: str | None = None,
         token: str | None = None,
         source_factory: Callable[[], GitHubClient] | None = None,
         host: Callable[[], HostFacts] | None = None,
         runner: ProcessRunner | None = None,
         clock: Callable[[], float] = time.time,
         server: ServerControl | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        from llama_runtime.runtime.backends import parse_backend
-        from llama_runtime.updater.config import github_token, validate_repo
+        from llama_runtime.updater.config import resolve_settings
+        from llama_runtime.updater.engine import Engine, Seams
 
-        if home is None:
-            from llama_runtime.runtime.layout import default_home
+        settings = resolve_settings(home=home, api_url=api_url, repo=repo, backend=backend, token=token, env=env)
+        seams = Seams(source_factory=source_factory, host=host, runner=runner, server=server, clock=clock)
+        self._bind(Engine(settings, seams))
 
-            home = default_home()
-        self.home = Home(home)
-        self.repo = validate_repo(repo)
-        self.backend = parse_backend(backend)
-        self.api_url = api_url.rstrip("/")
-        self.token = token if token is not None else github_token(os.environ)
+    @classmethod
+    def from_engine(cls, engine: Engine) -> RuntimeUpdater:
+        """An updater over an engine the caller built (the CLI's composition root)."""
+        updater = cls.__new__(cls)
+        updater._bind(engine)
+        return updater
+
+    def _bind(self, engine: Engine) -> None:
+        settings = engine.settings
+        self.engine = engine
+        self.home = engine.home
+        self.repo = settings.repo
+        # "auto" keeps the active runtime's stored request (the decision's rule).
+        self.backend = settings.backend if settings.backend_explicit else "auto"
+        self.api_url = settings.api_url
+        self.token = settings.token
         self.jobs = JobStore(self.home)
-        self._source_factory = source_factory
-        self._host_probe = host
-        self._host: HostFacts | None = None
-        self._runner = runner
-        self._clock = clock
-        self._server = server
+        self._clock = engine.seams.clock
 
     # -- collaborators -----------------------------------------------------------
 
-    def _source(self) -> GitHubClient:
-        if self._source_factory is not None:
-            return self._source_factory()
-        from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
-
-        return GitHubClient(
-            self.api_url,
-            self.repo,
-            token=self.token,
-            etag_cache=JsonFileEtagCache(self.home.cache_dir / "etags.json"),
-        )
-
     def host(self) -> HostFacts:
         """Host facts, detected once per updater."""
-        if self._host is None:
-            if self._host_probe is not None:
-                self._host = self._host_probe()
-            else:
-                from llama_runtime.updater.choice.host import detect_host
-
-                self._host = detect_host()
-        return self._host
-
-    def _installer(self, source: GitHubClient | None) -> Installer:
-        from llama_runtime.runtime.binary import run_process
-        from llama_runtime.runtime.process import ManagedServer
-        from llama_runtime.updater.install.transaction import Installer
-
-        # The app's own server, or the one `llama-runtime server start` manages in this home.
-        server = self._server if self._server is not None else ManagedServer(self.home.server_dir)
-        return Installer(self.home, source=source, host=self.host, runner=self._runner or run_process, server=server)
+        return self.engine.host()
 
     def update_running(self) -> bool:
         """Whether an update holds the lock or a job runs now (probes the lock; never waits)."""
@@ -336,6 +334,8 @@ class RuntimeUpdater:
         operation: str = "button",
         background: bool = True,
         listener: JobListener | None = None,
+        cuda_version: str | None = None,
+        require_digest: bool = False,
     ) -> UpdateJob:
         """Start an update job, or return the one already running (single-flight).
 
@@ -347,6 +347,8 @@ class RuntimeUpdater:
             operation: Who asks (recorded in the job and the lock owner).
             background: Run in a thread (default); ``False`` runs here and returns when over.
             listener: Called with every state of a job this call starts (e.g. a progress bar).
+            cuda_version: CUDA line to prefer, e.g. ``"12.4"``.
+            require_digest: Refuse assets without a published sha256.
 
         Raises:
             BusyError: Another process updates without a job record, or ``join`` is
@@ -365,7 +367,45 @@ class RuntimeUpdater:
             backend=parse_backend(backend)
             if backend is not None
             else (None if self.backend == "auto" else self.backend),
+            cuda_version=cuda_version,
+            require_digest=require_digest,
         )
+        return self._start(request, join, lock_timeout, operation, background, listener)
+
+    def run_update(
+        self,
+        request: UpdateRequest,
+        *,
+        wait: float = 0.0,
+        operation: str = "cli",
+        listener: JobListener | None = None,
+    ) -> UpdateJob:
+        """Run ``request`` here, as the job others follow; returns when it is over.
+
+        A job that runs already is waited for (at most ``wait`` seconds), never
+        joined: the caller asked for its own request.
+
+        Raises:
+            BusyError: Another update still runs after ``wait`` seconds.
+            UserInputError: ``wait`` is negative or not finite.
+        """
+        wait = validate_seconds(wait, "wait")
+        deadline = time.monotonic() + wait
+        running = self.jobs.current()
+        if running is not None and running.running and wait:
+            UpdateJob(self.jobs, running.id).wait(wait)
+        lock_timeout = max(deadline - time.monotonic(), 0.0)
+        return self._start(request, False, lock_timeout, operation, False, listener)
+
+    def _start(
+        self,
+        request: UpdateRequest,
+        join: bool,
+        lock_timeout: float,
+        operation: str,
+        background: bool,
+        listener: JobListener | None,
+    ) -> UpdateJob:
         self.home.ensure()
         now = self._clock()
         new = JobState(
@@ -406,15 +446,18 @@ class RuntimeUpdater:
     def _refuse_if_locked(self) -> None:
         # Only a real probe of the lock decides: the owner record survives a
         # crash (kill -9) and its pid may be ours again after a restart.
-        lock = UpdateLock(self.home.lock_path)
-        if not lock.is_held():
-            return
-        owner = lock.owner()
+        if UpdateLock(self.home.lock_path).is_held():
+            raise self.busy_error()
+
+    def busy_error(self) -> BusyError:
+        """Who updates this home now, in one sentence: the lock's holder and its job's progress."""
+        owner = UpdateLock(self.home.lock_path).owner()
         doing = f" ({owner.operation}, pid {owner.pid})" if owner is not None else ""
-        raise BusyError(
-            f"Another llama-runtime process is updating this runtime{doing}.",
-            hint="Wait for it to finish, or follow it with `llama-runtime status`.",
-        )
+        message = f"Another llama-runtime process is updating this runtime{doing}."
+        job = self.jobs.current()
+        if job is not None and job.running:
+            message += f" Its job {job.id}: {job.describe()}."
+        return BusyError(message, hint="Wait for it to finish, or follow it with `llama-runtime job wait`.")
 
     def _run(self, recorder: JobRecorder, request: UpdateRequest, lock_timeout: float) -> None:
         def progress(event: Progress) -> None:
@@ -422,8 +465,8 @@ class RuntimeUpdater:
 
         source: GitHubClient | None = None
         try:
-            source = self._source()
-            installer = self._installer(source)
+            source = self.engine.open_source()
+            installer = self.engine.installer(source)
             # The claim found the lock free; the grace only rides over another
             # process's non-blocking probe of it (``update_running``).
             outcome = installer.update(
@@ -432,11 +475,14 @@ class RuntimeUpdater:
                 cancel=recorder.cancel_requested,
                 lock_timeout=max(lock_timeout, BUTTON_WAIT_SECONDS),
             )
+            recorder.outcome = outcome
             recorder.finish("done", result=outcome.to_json())
         except CancelledError as exc:
             recorder.finish("cancelled", exc=exc)
         except LlamaRuntimeError as exc:
             recorder.finish("failed", exc=exc)
+        except OSError as exc:  # the system refused (permissions, a broken disk): no bug, say which file
+            recorder.finish("failed", exc=FileSystemError.from_os_error(exc))
         except Exception as exc:  # a bug must still end the job, never leave it "running"
             err = LlamaRuntimeError(f"Internal error ({type(exc).__name__}: {exc}); the active runtime is unchanged.")
             recorder.finish("failed", exc=err)
@@ -499,7 +545,7 @@ class RuntimeUpdater:
             )
         if apply and not wait:
             self._refuse_if_locked()
-        with self._source() as source:
+        with self.engine.open_source() as source:
             try:
                 release = source.latest_release()
             except RateLimitError as exc:
@@ -522,19 +568,10 @@ class RuntimeUpdater:
                 reason += f" Reinstall it with `llama-runtime update --tag {marker.tag}`."
         if not (apply and available):
             return CheckResult(installed, release.tag, available, not_before=after, reason=reason, problem=problem)
-        deadline = time.monotonic() + wait
-        running = self.jobs.current()
-        if running is not None and running.running and wait:
-            UpdateJob(self.jobs, running.id).wait(wait)
-        job = self.start_update(
-            tag=release.tag,
-            backend=backend,
-            join=False,
-            lock_timeout=max(deadline - time.monotonic(), 0.0),
-            operation="schedule",
-            background=False,
-            listener=listener,
-        )
+        from llama_runtime.runtime.backends import parse_backend
+
+        apply_request = UpdateRequest(repo=self.repo, tag=release.tag, backend=parse_backend(backend))
+        job = self.run_update(apply_request, wait=wait, operation="schedule", listener=listener)
         if job.exception is not None:
             raise job.exception
         state = job.state()

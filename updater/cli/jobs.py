@@ -37,18 +37,11 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 
 def updater_from_args(args: argparse.Namespace) -> RuntimeUpdater:
-    """A :class:`RuntimeUpdater` configured from the common flags."""
+    """A :class:`RuntimeUpdater` over the engine the common flags configure."""
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.main import settings_from_args
+    from llama_runtime.updater.cli.main import engine_for, settings_from_args
 
-    settings = settings_from_args(args)
-    return RuntimeUpdater(
-        settings.home,
-        repo=settings.repo,
-        backend=settings.backend if settings.backend_explicit else "auto",
-        api_url=settings.api_url,
-        token=settings.token,
-    )
+    return RuntimeUpdater.from_engine(engine_for(settings_from_args(args)))
 
 
 def cmd_check(args: argparse.Namespace, out: Output) -> int:

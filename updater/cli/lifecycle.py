@@ -62,10 +62,10 @@ def _select(args: argparse.Namespace, settings: Settings, home: Home) -> Install
 def cmd_use(args: argparse.Namespace, out: Output) -> int:
     """``use TAG``: switch to an installed runtime."""
     from llama_runtime.updater.cli.common import outcome_lines, progress_for
-    from llama_runtime.updater.cli.main import make_installer, settings_from_args
+    from llama_runtime.updater.cli.main import engine_for, settings_from_args
 
     settings = settings_from_args(args)
-    installer = make_installer(settings, with_source=False)
+    installer = engine_for(settings).installer()
     target = _select(args, settings, installer.home)
     bar = progress_for(args)
     try:
@@ -167,13 +167,13 @@ def _available(
     from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError, UserInputError
     from llama_runtime.updater.choice.available import available_builds
     from llama_runtime.updater.choice.host import detect_host
-    from llama_runtime.updater.cli.main import make_source
+    from llama_runtime.updater.cli.main import engine_for
 
     if args.limit < 1:
         raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
     active = next((r for r in installed if r.name == active_name), None)
     backend = settings.backend if settings.backend_explicit else (active.marker.backend_request if active else "auto")
-    with make_source(settings) as source:
+    with engine_for(settings).open_source() as source:
         try:
             releases = source.recent_releases()
         except (RateLimitError, NetworkError):

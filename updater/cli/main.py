@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
     from llama_runtime.updater.choice.decide import ActiveState
     from llama_runtime.updater.config import Settings
-    from llama_runtime.updater.install.transaction import Installer
-    from llama_runtime.updater.sources.github import GitHubClient
+    from llama_runtime.updater.engine import Engine
 
 
 class _Parser(argparse.ArgumentParser):
@@ -177,39 +176,11 @@ def home_for(settings: Settings) -> Home:
     return Home(settings.home)
 
 
-def make_source(settings: Settings) -> GitHubClient:
-    """The release client for ``settings``, with the home's ETag cache."""
-    from llama_runtime.updater.sources.github import DEFAULT_TIMEOUT, GitHubClient, JsonFileEtagCache
+def engine_for(settings: Settings) -> Engine:
+    """The engine every command builds its collaborators from (the one composition root)."""
+    from llama_runtime.updater.engine import Engine
 
-    home = home_for(settings)
-    home.ensure()
-    # LLAMA_RUNTIME_READ_TIMEOUT (seconds, every phase of a request): for slow links and for tests.
-    read_timeout = os.environ.get("LLAMA_RUNTIME_READ_TIMEOUT", "").strip()
-    return GitHubClient(
-        settings.api_url,
-        settings.repo,
-        token=settings.token,
-        etag_cache=JsonFileEtagCache(home.cache_dir / "etags.json"),
-        timeout=float(read_timeout) if read_timeout else DEFAULT_TIMEOUT,
-    )
-
-
-def make_installer(settings: Settings, *, with_source: bool) -> Installer:
-    from llama_runtime.runtime.process import ManagedServer
-    from llama_runtime.updater.choice.host import detect_host
-    from llama_runtime.updater.install.swap import HEALTH_TIMEOUT_SECONDS
-    from llama_runtime.updater.install.transaction import Installer
-
-    home = home_for(settings)
-    source = make_source(settings) if with_source else None
-    health_timeout = float(os.environ.get("LLAMA_RUNTIME_HEALTH_TIMEOUT", "") or HEALTH_TIMEOUT_SECONDS)
-    return Installer(
-        home,
-        source=source,
-        host=detect_host,
-        server=ManagedServer(home.server_dir),
-        health_timeout=health_timeout,
-    )
+    return Engine(settings)
 
 
 def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
@@ -303,11 +274,13 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_update(args: argparse.Namespace, out: Output) -> int:
+    """``update``: runs as the home's update job, so ``job status/wait/cancel`` follow it from elsewhere."""
+    from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import UpdateRequest
 
     settings = settings_from_args(args)
     tag = _tag_or_none(args.tag)
-    installer = make_installer(settings, with_source=True)
+    updater = RuntimeUpdater.from_engine(engine_for(settings))
     request = UpdateRequest(
         repo=settings.repo,
         tag=tag,
@@ -315,18 +288,23 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
         cuda_version=args.cuda_version,
         require_digest=args.require_digest,
     )
-    had_active = _has_active(installer.home)
+    had_active = _has_active(updater.home)
     bar = progress_for(args)
     try:
-        outcome = installer.update(request, lock_timeout=args.wait, progress=bar)
-    except BusyError as exc:
-        raise _with_running_job(exc, installer.home) from None
+        job = updater.run_update(request, wait=args.wait, operation="update", listener=bar)
+        if job.exception is not None:
+            raise job.exception
+    except BusyError:
+        raise updater.busy_error() from None
     except LlamaRuntimeError as exc:
         explain_failure(exc, had_active=had_active)
         raise
     finally:
         if bar is not None:
             bar.close()
+    outcome = job.outcome
+    if outcome is None:
+        raise LlamaRuntimeError(f"The update job {job.id} ended without a result ({job.state().phase}).")
     warnings = list(outcome.warnings)
     override = _override_json()
     if override:
@@ -351,16 +329,6 @@ def _has_active(home: Home) -> bool:
         return True
 
 
-def _with_running_job(exc: BusyError, home: Home) -> BusyError:
-    """The busy error, with the progress of the job that holds the lock when there is one."""
-    from llama_runtime.updater.api.jobs import JobStore
-
-    job = JobStore(home).current()
-    if job is None or not job.running:
-        return exc
-    return BusyError(f"{exc.message} Its job {job.id}: {job.describe()}.", hint=exc.hint)
-
-
 def _tag_or_none(tag: str | None) -> str | None:
     return None if tag is None else user_tag(tag)
 
@@ -381,7 +349,6 @@ def _active_state(home: Home) -> ActiveState | None:
 def cmd_plan(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.updater.choice.decide import UpdateRequest, decide
     from llama_runtime.updater.choice.host import detect_host, host_for_platform
-    from llama_runtime.updater.sources.github import GitHubClient
 
     settings = settings_from_args(args)
     tag = _tag_or_none(args.tag)
@@ -397,7 +364,7 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
     # a plan for another machine (--platform) has none.
     active = None if args.platform else _active_state(home_for(settings))
     request = UpdateRequest(repo=settings.repo, tag=tag, backend=settings.backend)
-    with GitHubClient(settings.api_url, settings.repo, token=settings.token) as client:
+    with engine_for(settings).open_source(etag_cache=False) as client:
         release = client.get_release(tag) if tag else client.latest_release()
     plan = decide(request, active, release, host)
     plan.raise_if_refused()
@@ -435,9 +402,7 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
-    settings = settings_from_args(args)
-    installer = make_installer(settings, with_source=False)
-    active, previous, server = installer.rollback()
+    active, previous, server = engine_for(settings_from_args(args)).installer().rollback()
     payload = {
         "result": "switched",
         "active": active.to_json(),
@@ -523,11 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         from llama_runtime.runtime.errors import FileSystemError
 
-        where = f" ({exc.filename})" if exc.filename else ""
-        io_error = FileSystemError(
-            f"A file operation failed: {exc.strerror or exc}{where}. The active runtime is unchanged.",
-            hint="Check permissions and the health of the disk, then try again.",
-        )
+        io_error = FileSystemError.from_os_error(exc)
         out.error(io_error)
         return io_error.exit_code
     except KeyboardInterrupt:

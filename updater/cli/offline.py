@@ -57,7 +57,7 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
     """``install-file ARCHIVE [--tag TAG] [--sha256 HEX]``."""
-    from llama_runtime.updater.cli.main import make_installer, settings_from_args
+    from llama_runtime.updater.cli.main import engine_for, settings_from_args
     from llama_runtime.updater.install.offline import InstallFileRequest, install_file
 
     settings = settings_from_args(args)
@@ -74,7 +74,7 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
         backend=settings.backend if settings.backend_explicit else None,
         sha256=args.sha256,
     )
-    outcome = install_file(make_installer(settings, with_source=False), request)
+    outcome = install_file(engine_for(settings).installer(), request)
     m = outcome.active.marker
     if outcome.result == "up_to_date":
         lines = [f"Already active: {m.repo} {m.tag} ({m.backend}) from these very bytes."]
@@ -110,9 +110,8 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR [--tag T | --latest N] [--platform P]… [--backend B]…``."""
     from llama_runtime.runtime.backends import parse_backend
-    from llama_runtime.updater.cli.main import settings_from_args
+    from llama_runtime.updater.cli.main import engine_for, settings_from_args
     from llama_runtime.updater.install.download import human_size
-    from llama_runtime.updater.sources.github import GitHubClient
     from llama_runtime.updater.sources.mirror import sync_mirror
 
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
@@ -124,7 +123,7 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
         from llama_runtime.updater.choice.tags import validate_tag
 
         tag = validate_tag(args.tag)
-    with GitHubClient(settings.api_url, settings.repo, token=settings.token) as client:
+    with engine_for(settings).open_source(etag_cache=False) as client:
         report = sync_mirror(
             client,
             Path(args.dest).expanduser().absolute(),

@@ -23,13 +23,11 @@ from typing import Final, Literal
 from llama_runtime.runtime.errors import LocalError, VerificationError
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.process import ManagedServer, ServerControl
+from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.logs import get_logger
 
 log = get_logger("llama_runtime.swap")
 
-#: A router-mode server is healthy in well under a second; a server that loads
-#: a model named on its command line may need to map several GB first.
-HEALTH_TIMEOUT_SECONDS: Final = 120.0
 #: SIGTERM grace before SIGKILL when quiescing the old server.
 STOP_TIMEOUT_SECONDS: Final = 10.0
 
@@ -98,7 +96,7 @@ class ServerSwitch:
         self,
         server: ServerControl,
         *,
-        health_timeout: float = HEALTH_TIMEOUT_SECONDS,
+        health_timeout: float = SERVER_READY_TIMEOUT_SECONDS,
         stop_timeout: float = STOP_TIMEOUT_SECONDS,
     ) -> None:
         self.server = server

@@ -39,7 +39,7 @@ from llama_runtime.runtime.process import ServerControl
 from llama_runtime.updater.choice.choose import Choice
 from llama_runtime.updater.choice.decide import UpdateRequest, backend_request, decide, settled
 from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
+from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES, SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.install.archive import ExtractResult, extract_archive, find_server_binary
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, download_asset
@@ -54,7 +54,6 @@ from llama_runtime.updater.install.recovery import (
     is_disk_full,
 )
 from llama_runtime.updater.install.swap import (
-    HEALTH_TIMEOUT_SECONDS,
     ServerSwitch,
     SwitchError,
     SwitchReport,
@@ -168,7 +167,7 @@ class Installer:
         env: Mapping[str, str] | None = None,
         clock: Callable[[], str] = utc_now,
         server: ServerControl | None = None,
-        health_timeout: float = HEALTH_TIMEOUT_SECONDS,
+        health_timeout: float = SERVER_READY_TIMEOUT_SECONDS,
     ) -> None:
         self.home = home
         self.source = source

@@ -1,0 +1,133 @@
+"""The composition root: the one place that assembles the engine.
+
+The CLI and :class:`~updater.api.service.RuntimeUpdater` both build their
+collaborators here, from one :class:`~updater.config.Settings` (flag >
+environment > default) and one :class:`Seams` (what tests and embedding apps
+may replace). So a setting that works for one works for the other, the GitHub
+client is built in one place, and every collaborator is built on first use:
+importing this module costs nothing of httpx, the installer or process control.
+
+::
+
+    settings = resolve_settings(home=..., api_url=...)
+    engine = Engine(settings, Seams(host=my_probe))
+    with engine.open_source() as source:          # GitHubClient, closed by the with
+        installer = engine.installer(source)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from llama_runtime.runtime.layout import Home
+
+if TYPE_CHECKING:
+    from llama_runtime.runtime.binary import ProcessRunner
+    from llama_runtime.runtime.process import ServerControl
+    from llama_runtime.updater.choice.host import HostFacts
+    from llama_runtime.updater.config import Settings
+    from llama_runtime.updater.install.transaction import Installer
+    from llama_runtime.updater.sources.github import GitHubClient
+
+__all__ = ["Engine", "Seams"]
+
+#: Connect timeout of a request (seconds): a dead host should fail fast.
+CONNECT_TIMEOUT_SECONDS: Final[float] = 10.0
+#: Name of the ETag cache in ``<home>/cache`` (conditional requests cost no quota).
+ETAG_CACHE_NAME: Final = "etags.json"
+
+
+@dataclass(frozen=True)
+class Seams:
+    """What tests and embedding apps may replace; ``None`` means the real part.
+
+    Attributes:
+        source_factory: Builds the release client (a test double, a mirror client).
+        host: Returns the host facts (default: detect this machine once).
+        runner: Runs a staged binary to verify it.
+        server: The llama-server to switch around an activation (default: the
+            server ``llama-runtime server start`` manages in the home).
+        clock: Epoch seconds (job times, the rate-limit backoff).
+    """
+
+    source_factory: Callable[[], GitHubClient] | None = None
+    host: Callable[[], HostFacts] | None = None
+    runner: ProcessRunner | None = None
+    server: ServerControl | None = None
+    clock: Callable[[], float] = time.time
+
+
+class Engine:
+    """Builds the updater's collaborators from settings and seams.
+
+    Args:
+        settings: The merged settings.
+        seams: Replacements for tests and apps.
+    """
+
+    def __init__(self, settings: Settings, seams: Seams | None = None) -> None:
+        self.settings = settings
+        self.seams = seams or Seams()
+        self.home = Home(settings.home)
+        self._host: HostFacts | None = None
+
+    def open_source(self, *, etag_cache: bool = True) -> GitHubClient:
+        """A release client for the configured API and repository; the caller closes it.
+
+        Args:
+            etag_cache: Keep ETags in the home so repeated questions are free 304s
+                (``plan`` and ``mirror sync`` leave the home alone).
+        """
+        if self.seams.source_factory is not None:
+            return self.seams.source_factory()
+        import httpx
+        from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
+
+        cache = None
+        if etag_cache:
+            self.home.ensure()
+            cache = JsonFileEtagCache(self.home.cache_dir / ETAG_CACHE_NAME)
+        read = self.settings.read_timeout
+        return GitHubClient(
+            self.settings.api_url,
+            self.settings.repo,
+            token=self.settings.token,
+            etag_cache=cache,
+            timeout=httpx.Timeout(read, connect=min(CONNECT_TIMEOUT_SECONDS, read)),
+        )
+
+    def host(self) -> HostFacts:
+        """Host facts, detected once per engine."""
+        if self._host is None:
+            if self.seams.host is not None:
+                self._host = self.seams.host()
+            else:
+                from llama_runtime.updater.choice.host import detect_host
+
+                self._host = detect_host()
+        return self._host
+
+    def server(self) -> ServerControl:
+        """The app's own server, or the one ``llama-runtime server start`` manages in this home."""
+        if self.seams.server is not None:
+            return self.seams.server
+        from llama_runtime.runtime.process import ManagedServer
+
+        return ManagedServer(self.home.server_dir)
+
+    def installer(self, source: GitHubClient | None = None) -> Installer:
+        """The install transaction over this home (``source`` for updates, none for local work)."""
+        from llama_runtime.runtime.binary import run_process
+        from llama_runtime.updater.install.transaction import Installer
+
+        return Installer(
+            self.home,
+            source=source,
+            host=self.host,
+            runner=self.seams.runner or run_process,
+            server=self.server(),
+            health_timeout=self.settings.health_timeout,
+        )
