@@ -26,7 +26,9 @@ from tests.fakegithub import FakeGitHub
 CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 CPU_ZIP = "llama-{tag}-bin-ubuntu-x64.zip"
 #: Written by every update, hostile or not: the lock side file and the ETag cache.
-EXPECTED_CHANGES = ("home/locks/", "home/cache/")
+# Bookkeeping a refused update may write: the lock, the ETag cache, and the job record
+# (a CLI update is the home's update job, so `job status` reports the refusal).
+EXPECTED_CHANGES = ("home/locks/", "home/cache/", "home/jobs/")
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
