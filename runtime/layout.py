@@ -31,7 +31,10 @@ from typing import Final
 
 from llama_runtime.runtime.errors import CorruptStateError
 from llama_runtime.runtime.fsutil import atomic_write_json
-from llama_runtime.runtime.marker import InstallMarker, marker_path, read_marker
+from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, marker_path, read_marker
+
+#: The directory of installed runtimes inside a home.
+RUNTIMES_DIR_NAME: Final = "runtimes"
 
 POINTER_NAME: Final = "active.json"
 POINTER_SCHEMA: Final = 1
@@ -77,6 +80,14 @@ class InstalledRuntime:
         }
 
 
+def runtime_name_of(binary: Path) -> str | None:
+    """The installed runtime (its directory name under ``runtimes/``) that ``binary`` belongs to, if any."""
+    for parent in Path(binary).parents:
+        if parent.parent.name == RUNTIMES_DIR_NAME and (parent / MARKER_NAME).is_file():
+            return parent.name
+    return None
+
+
 def default_home() -> Path:
     """The platform's user data directory for llama-runtime."""
     import platformdirs  # deferred: costs ~10 ms at start-up, only needed here
@@ -93,7 +104,7 @@ class Home:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root).expanduser().absolute()
-        self.runtimes_dir = self.root / "runtimes"
+        self.runtimes_dir = self.root / RUNTIMES_DIR_NAME
         self.staging_dir = self.root / "staging"
         self.downloads_dir = self.root / "downloads"
         self.locks_dir = self.root / "locks"

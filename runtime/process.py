@@ -244,7 +244,8 @@ class ManagedServer(ServerControl):
         Args:
             binary: The llama-server executable.
             args: Its arguments, without the program name.
-            runtime_name: The installed runtime the binary belongs to, if any.
+            runtime_name: The installed runtime the binary belongs to; found from
+                the binary's path (``runtimes/NAME/…`` with a marker) when not given.
             env: Environment for the child; None inherits this process's.
 
         Raises:
@@ -253,6 +254,10 @@ class ManagedServer(ServerControl):
             BusyError: Another process is starting or stopping the server.
         """
         binary = Path(binary).absolute()
+        if runtime_name is None:
+            from llama_runtime.runtime.layout import runtime_name_of
+
+            runtime_name = runtime_name_of(binary)
         with self._server_lock():
             state = self._read_state()
             if state is not None and self._alive(state):

@@ -33,6 +33,7 @@ from llama_runtime.updater.install.download import (
 )
 from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.sources.release import Asset, parse_asset
+from llama_runtime.updater.sources.source import AssetHost, PlainHttp
 
 from tests.conftest import Sleeps
 from tests.fakegithub import FakeGitHub, Fault
@@ -49,7 +50,7 @@ def publish(github: FakeGitHub, data: bytes = PAYLOAD, *, digests: bool = True) 
 
 
 def fetch(
-    source: GitHubClient | httpx.Client,
+    source: AssetHost,
     asset: Asset,
     dest: Path,
     *,
@@ -100,7 +101,7 @@ def test_token_reaches_download_url_on_api_origin_but_never_the_blob_host(github
 def test_plain_httpx_client_downloads_without_any_authorization(github: FakeGitHub, tmp_path: Path) -> None:
     asset = publish(github, b"small file")
     with httpx.Client() as http:
-        result = fetch(http, asset, tmp_path / "a.partial")
+        result = fetch(PlainHttp(http), asset, tmp_path / "a.partial")
     assert result.size == len(b"small file")
     assert all("authorization" not in r.headers for r in github.requests)
 
@@ -318,8 +319,8 @@ class Cdn:
         self.extra_headers: dict[str, str] = {}
         self.requests: list[httpx.Request] = []
 
-    def client(self) -> httpx.Client:
-        return httpx.Client(transport=httpx.MockTransport(self.handle))
+    def client(self) -> PlainHttp:
+        return PlainHttp(httpx.Client(transport=httpx.MockTransport(self.handle)))
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from llama_runtime.runtime.errors import CorruptStateError, UserInputError, VerificationError
-from llama_runtime.runtime.layout import Home, Pointer
+from llama_runtime.runtime.layout import Home, Pointer, runtime_name_of
 from llama_runtime.runtime.marker import (
     MARKER_NAME,
     FileRecord,
@@ -198,3 +198,13 @@ def test_marker_naming_a_binary_outside_its_runtime_is_corrupt(tmp_path: Path, b
     with pytest.raises(CorruptStateError) as caught:
         read_marker(tmp_path)
     assert "leaves the runtime directory" in caught.value.message or "invalid" in caught.value.message
+
+
+def test_runtime_name_of_a_binary_is_its_marked_directory_under_runtimes(tmp_path: Path) -> None:
+    runtime = tmp_path / "runtimes" / "b7000-cpu-1a2b"
+    (runtime / "build" / "bin").mkdir(parents=True)
+    binary = runtime / "build" / "bin" / "llama-server"
+    assert runtime_name_of(binary) is None  # no marker: not an installed runtime
+    (runtime / "llama-runtime.json").write_text("{}")
+    assert runtime_name_of(binary) == "b7000-cpu-1a2b"
+    assert runtime_name_of(tmp_path / "elsewhere" / "llama-server") is None

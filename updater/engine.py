@@ -11,7 +11,7 @@ importing this module costs nothing of httpx, the installer or process control.
 
     settings = resolve_settings(home=..., api_url=...)
     engine = Engine(settings, Seams(host=my_probe))
-    with engine.open_source() as source:          # GitHubClient, closed by the with
+    source = engine.open_source()                 # a ReleaseSource; the caller closes it
         installer = engine.installer(source)
 """
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.install.transaction import Installer
-    from llama_runtime.updater.sources.github import GitHubClient
+    from llama_runtime.updater.sources.source import ReleaseSource
 
 __all__ = ["Engine", "Seams"]
 
@@ -53,7 +53,7 @@ class Seams:
         clock: Epoch seconds (job times, the rate-limit backoff).
     """
 
-    source_factory: Callable[[], GitHubClient] | None = None
+    source_factory: Callable[[], ReleaseSource] | None = None
     host: Callable[[], HostFacts] | None = None
     runner: ProcessRunner | None = None
     server: ServerControl | None = None
@@ -74,8 +74,11 @@ class Engine:
         self.home = Home(settings.home)
         self._host: HostFacts | None = None
 
-    def open_source(self, *, etag_cache: bool = True) -> GitHubClient:
-        """A release client for the configured API and repository; the caller closes it.
+    def open_source(self, *, etag_cache: bool = True) -> ReleaseSource:
+        """The release source for the configured API URL and repository; the caller closes it.
+
+        A ``file://`` URL is a mirror directory read through a file transport;
+        anything else is the GitHub REST API (or a static mirror) over HTTP.
 
         Args:
             etag_cache: Keep ETags in the home so repeated questions are free 304s
@@ -91,10 +94,18 @@ class Engine:
             self.home.ensure()
             cache = JsonFileEtagCache(self.home.cache_dir / ETAG_CACHE_NAME)
         read = self.settings.read_timeout
+        api_url, transport = self.settings.api_url, None
+        if api_url.startswith("file://"):
+            # A mirror directory (``llama-runtime mirror sync``), read without a server.
+            from llama_runtime.updater.sources.files import FileTransport, file_api_url
+
+            api_url, root = file_api_url(api_url)
+            transport = FileTransport(root)
         return GitHubClient(
-            self.settings.api_url,
+            api_url,
             self.settings.repo,
             token=self.settings.token,
+            transport=transport,
             etag_cache=cache,
             timeout=httpx.Timeout(read, connect=min(CONNECT_TIMEOUT_SECONDS, read)),
         )
@@ -118,7 +129,7 @@ class Engine:
 
         return ManagedServer(self.home.server_dir)
 
-    def installer(self, source: GitHubClient | None = None) -> Installer:
+    def installer(self, source: ReleaseSource | None = None) -> Installer:
         """The install transaction over this home (``source`` for updates, none for local work)."""
         from llama_runtime.runtime.binary import run_process
         from llama_runtime.updater.install.transaction import Installer

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.install.transaction import Progress, UpdateOutcome
-    from llama_runtime.updater.sources.github import GitHubClient
+    from llama_runtime.updater.sources.source import ReleaseSource
 
 __all__ = ["CheckResult", "EnsureResult", "JobState", "RuntimeUpdater", "UpdateJob"]
 
@@ -206,7 +206,7 @@ class RuntimeUpdater:
         api_url: GitHub REST API base (default: ``LLAMA_RUNTIME_GITHUB_API``, else GitHub's).
         token: GitHub token; default ``GITHUB_TOKEN`` / ``GH_TOKEN`` from the environment.
         source_factory: Builds the release client (tests, mirrors); default a
-            :class:`~updater.github.GitHubClient` with the home's ETag cache.
+            :class:`~updater.sources.github.GitHubClient` with the home's ETag cache.
         host: Returns the host facts; default :func:`~updater.host.detect_host`.
         runner: Runs the staged binary to verify it.
         clock: Epoch seconds (rate-limit backoff).
@@ -227,7 +227,7 @@ class RuntimeUpdater:
         backend: str | None = None,
         api_url: str | None = None,
         token: str | None = None,
-        source_factory: Callable[[], GitHubClient] | None = None,
+        source_factory: Callable[[], ReleaseSource] | None = None,
         host: Callable[[], HostFacts] | None = None,
         runner: ProcessRunner | None = None,
         clock: Callable[[], float] = time.time,
@@ -463,7 +463,7 @@ class RuntimeUpdater:
         def progress(event: Progress) -> None:
             recorder.on_progress(event.phase, event.done_bytes, event.total_bytes, event.message)
 
-        source: GitHubClient | None = None
+        source: ReleaseSource | None = None
         try:
             source = self.engine.open_source()
             installer = self.engine.installer(source)

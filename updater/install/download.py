@@ -47,11 +47,12 @@ from llama_runtime.runtime.errors import (
     SizeMismatchError,
 )
 from llama_runtime.runtime.fsutil import atomic_write_json
-from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.sources.release import Asset
 
 if TYPE_CHECKING:
     from hashlib import _Hash
+
+    from llama_runtime.updater.sources.source import AssetHost
 
 __all__ = [
     "DownloadResult",
@@ -246,7 +247,7 @@ def check_free_space(directory: Path, needed: int, *, what: str = "llama.cpp") -
 
 
 def download_asset(
-    source: GitHubClient | httpx.Client,
+    source: AssetHost,
     asset: Asset,
     dest_partial: Path,
     *,
@@ -261,8 +262,8 @@ def download_asset(
     """Download ``asset`` into ``dest_partial``, resuming what is already there.
 
     Args:
-        source: A :class:`GitHubClient` (its timeouts and API-only token are used)
-            or a plain ``httpx.Client``.
+        source: Where the bytes come from: a release source (its timeouts and
+            origin-only token are used), or :class:`~updater.sources.source.PlainHttp`.
         asset: The asset; its ``download_url`` is fetched.
         dest_partial: The partial file, in a staging directory the caller owns.
         max_bytes: Hard ceiling; reading stops past it.
@@ -305,15 +306,15 @@ class _Job:
 
     def __init__(
         self,
-        source: GitHubClient | httpx.Client,
+        source: AssetHost,
         asset: Asset,
         path: Path,
         max_bytes: int,
         expected_size: int | None,
         expected_sha256: str | None,
     ) -> None:
-        self.http = source.http if isinstance(source, GitHubClient) else source
-        self.auth = source.auth_headers_for if isinstance(source, GitHubClient) else None
+        self.http = source.http
+        self.auth = source.auth_headers_for
         self.asset = asset
         self.path = path
         self.expected_size = expected_size
@@ -385,8 +386,7 @@ class _Job:
         for _hop in range(_MAX_REDIRECTS + 1):
             # identity: the stored bytes are the asset's bytes, never a transfer encoding of them.
             headers = {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
-            if self.auth is not None:
-                headers.update(self.auth(url))
+            headers.update(self.auth(url))
             if offset:
                 headers["Range"] = f"bytes={offset}-"
                 if if_range is not None:

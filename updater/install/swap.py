@@ -22,7 +22,7 @@ from typing import Final, Literal
 
 from llama_runtime.runtime.errors import LocalError, VerificationError
 from llama_runtime.runtime.layout import InstalledRuntime
-from llama_runtime.runtime.process import ManagedServer, ServerControl
+from llama_runtime.runtime.process import ServerControl
 from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.logs import get_logger
 
@@ -76,13 +76,6 @@ def loads_model_at_start(args: Sequence[str]) -> bool:
     return any(a.split("=", 1)[0] in _MODEL_FLAGS for a in args)
 
 
-def _start(server: ServerControl, binary: Path, args: list[str], runtime_name: str | None) -> None:
-    if isinstance(server, ManagedServer):
-        server.start(binary, args, runtime_name=runtime_name)
-    else:
-        server.start(binary, args)
-
-
 class ServerSwitch:
     """Quiesces a running server around a pointer flip.
 
@@ -130,7 +123,7 @@ class ServerSwitch:
     def start_new(self, new: InstalledRuntime, running: RunningServer) -> NewServer:
         """Start the previous arguments on the new binary and wait for /health."""
         try:
-            _start(self.server, new.binary, running.args, new.name)
+            self.server.start(new.binary, running.args)
         except Exception as exc:  # a start failure is a failed health check
             log.warning("new llama-server did not start", error=str(exc))
             return NewServer("unhealthy")
@@ -147,7 +140,7 @@ class ServerSwitch:
     def restore_old(self, running: RunningServer, old: InstalledRuntime | None) -> bool:
         """Start the old server again after a failed switch; whether it is healthy."""
         try:
-            _start(self.server, running.binary, running.args, old.name if old else None)
+            self.server.start(running.binary, running.args)
             if self.server.wait_healthy(self.health_timeout):
                 return True
             log.error("the restored llama-server is not healthy", binary=str(running.binary))

@@ -64,7 +64,7 @@ from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.release import Asset, Release
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.sources.github import GitHubClient
+    from llama_runtime.updater.sources.source import ReleaseSource
 
 log = get_logger("llama_runtime.install")
 
@@ -161,7 +161,7 @@ class Installer:
         self,
         home: Home,
         *,
-        source: GitHubClient | None = None,
+        source: ReleaseSource | None = None,
         host: Callable[[], HostFacts],
         runner: ProcessRunner = run_process,
         env: Mapping[str, str] | None = None,

@@ -16,7 +16,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -30,6 +30,7 @@ from llama_runtime.runtime.errors import (
 )
 from llama_runtime.updater.choice.latest import pick_latest
 from llama_runtime.updater.sources.release import Release, parse_release
+from llama_runtime.updater.sources.source import RateLimit
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -63,21 +64,6 @@ def _package_version() -> str:
 
 
 DEFAULT_USER_AGENT: Final[str] = f"llama-runtime/{_package_version()}"
-
-
-@dataclass(frozen=True)
-class RateLimit:
-    """The rate-limit headers of the last API answer.
-
-    Attributes:
-        limit: Requests allowed per window, if sent.
-        remaining: Requests left in the window, if sent.
-        reset: UTC epoch seconds when the window resets, if sent.
-    """
-
-    limit: int | None
-    remaining: int | None
-    reset: int | None
 
 
 class EtagCache(Protocol):
@@ -155,7 +141,8 @@ class GitHubClient:
         api_url: API root, e.g. ``https://api.github.com``.
         repo: ``owner/name``.
         token: Sent as ``Authorization: Bearer`` to the API origin only.
-        transport: httpx transport override (tests).
+        transport: httpx transport override (a ``file://`` mirror's
+            :class:`~updater.sources.files.FileTransport`, tests).
         user_agent: ``User-Agent`` for every request (GitHub requires one).
         timeout: httpx timeouts; connect 10 s, read 30 s by default.
         etag_cache: Where ETags and bodies persist for conditional requests.
@@ -177,27 +164,31 @@ class GitHubClient:
         attempts: int = _ATTEMPTS,
     ) -> None:
         self.api_url = api_url.rstrip("/")
-        if self.api_url.startswith("file://") and transport is None:
-            # A mirror directory (``llama-runtime mirror sync``), read without a server.
-            from llama_runtime.updater.sources.mirror import FileTransport, file_api_url
-
-            self.api_url, root = file_api_url(self.api_url)
-            transport = FileTransport(root)
-        self.repo = repo
+        self._repo = repo
         self.etag_cache = etag_cache
         self.sleep = sleep
         self.attempts = attempts
         self.last_rate_limit: RateLimit | None = None
         self._token = token
-        self.http = httpx.Client(
+        self._http = httpx.Client(
             transport=transport,
             timeout=timeout,
             headers={"User-Agent": user_agent},
         )
 
+    @property
+    def repo(self) -> str:
+        """``owner/name`` of the repository."""
+        return self._repo
+
+    @property
+    def http(self) -> httpx.Client:
+        """The connection pool; downloads share it (and its timeouts)."""
+        return self._http
+
     def close(self) -> None:
         """Release the connection pool."""
-        self.http.close()
+        self._http.close()
 
     def __enter__(self) -> GitHubClient:
         return self
@@ -288,7 +279,7 @@ class GitHubClient:
         for attempt in range(1, self.attempts + 1):
             last = attempt == self.attempts
             try:
-                response = self.http.get(url, headers=headers, follow_redirects=True)
+                response = self._http.get(url, headers=headers, follow_redirects=True)
             except httpx.TooManyRedirects as exc:
                 raise RemoteError(f"GitHub redirected in a loop for {url}.") from exc
             except httpx.HTTPError as exc:

@@ -31,6 +31,9 @@ Invariants:
       and every path is checked to stay inside the mirror.
     * There is no list page: ``releases`` is a directory in the tree, and the
       client falls back to ``releases/latest`` when the list cannot be read.
+
+A ``file://`` mirror is read without a server through
+:mod:`updater.sources.files`.
 """
 
 from __future__ import annotations
@@ -38,13 +41,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import httpx
 from llama_runtime.runtime.errors import IntegrityError, RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import atomic_write_json, fsync_directory, sha256_file
 from llama_runtime.updater.choice.assetnames import parse_asset_name
@@ -53,12 +54,10 @@ from llama_runtime.updater.choice.tags import parse_tag, validate_tag
 from llama_runtime.updater.sources.release import Asset, Release
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.sources.github import GitHubClient
+    from llama_runtime.updater.sources.source import ReleaseSource
 
 __all__ = [
-    "FileTransport",
     "MirrorReport",
-    "file_api_url",
     "mirror_paths",
     "mirror_tag",
     "select_assets",
@@ -75,63 +74,6 @@ _MAX_ASSET_BYTES: Final[int] = 2 * 1024**3
 _SHA_DIR_CHARS: Final[int] = 16
 # The JSON key holding the sha256 the mirror computed itself (not GitHub's digest).
 _OWN_SHA_KEY: Final = "llama_runtime_sha256"
-
-
-# -- reading a mirror without a server (file://) ------------------------------------------
-
-
-def file_api_url(url: str) -> tuple[str, Path]:
-    """``file:///DIR`` as the URL the client uses (``file://localhost/DIR``) and DIR.
-
-    httpx's cookie handling rejects host-less URLs, so the host is spelled out.
-    """
-    parsed = httpx.URL(url)
-    root = Path(urllib.request.url2pathname(parsed.path)).absolute()
-    return str(parsed.copy_with(host="localhost")).rstrip("/"), root
-
-
-class FileTransport(httpx.BaseTransport):
-    """Serves files under ``root`` for ``file://`` URLs, like a static web server.
-
-    Query strings are ignored (as static servers do); directories and paths
-    that leave ``root`` are 404; ``Range: bytes=N-`` is honoured for resumes.
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root).resolve()
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        """Answer one request from the file system."""
-        path = Path(urllib.request.url2pathname(request.url.path)).resolve()
-        if request.method != "GET" or not path.is_relative_to(self.root) or not path.is_file():
-            return httpx.Response(404, content=b"Not Found", headers={"content-type": "text/plain"})
-        size = path.stat().st_size
-        start = _range_start(request.headers.get("range", ""))
-        headers = {"content-type": "application/octet-stream", "accept-ranges": "bytes"}
-        if start is None or start == 0:
-            return httpx.Response(200, stream=_FileStream(path, 0), headers={**headers, "content-length": str(size)})
-        if start >= size:
-            return httpx.Response(416, content=b"", headers={"content-range": f"bytes */{size}"})
-        headers.update({"content-length": str(size - start), "content-range": f"bytes {start}-{size - 1}/{size}"})
-        return httpx.Response(206, stream=_FileStream(path, start), headers=headers)
-
-
-def _range_start(value: str) -> int | None:
-    if value.startswith("bytes=") and value.endswith("-") and value[6:-1].isdigit():
-        return int(value[6:-1])
-    return None
-
-
-class _FileStream(httpx.SyncByteStream):
-    def __init__(self, path: Path, start: int) -> None:
-        self.path = path
-        self.start = start
-
-    def __iter__(self) -> Iterator[bytes]:
-        with self.path.open("rb") as fh:
-            fh.seek(self.start)
-            while chunk := fh.read(_CHUNK_BYTES):
-                yield chunk
 
 
 # -- the decisions (pure) ---------------------------------------------------------------
@@ -300,7 +242,7 @@ class MirrorReport:
 
 
 def sync_mirror(
-    client: GitHubClient,
+    client: ReleaseSource,
     dest: Path,
     *,
     tag: str | None = None,
@@ -345,7 +287,7 @@ def sync_mirror(
     return report
 
 
-def _newest(client: GitHubClient, count: int) -> list[Release]:
+def _newest(client: ReleaseSource, count: int) -> list[Release]:
     from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
 
     try:
@@ -358,7 +300,7 @@ def _newest(client: GitHubClient, count: int) -> list[Release]:
 
 
 def _sync_release(
-    client: GitHubClient,
+    client: ReleaseSource,
     dest: Path,
     paths: MirrorPaths,
     release: Release,
@@ -428,7 +370,7 @@ def _prune(paths: MirrorPaths, tag: str, generations: list[list[dict[str, Any]]]
 
 
 def _ensure_asset(
-    client: GitHubClient,
+    client: ReleaseSource,
     dest: Path,
     paths: MirrorPaths,
     tag: str,

@@ -1,0 +1,105 @@
+"""Where releases come from, as the rest of the updater sees it: two small protocols.
+
+Every source of releases — the GitHub REST API, a static mirror served over
+HTTP, a mirror directory read through ``file://`` — is one
+:class:`ReleaseSource`. The installer, ``check``, ``plan`` and ``mirror sync``
+ask it for releases, and :func:`~updater.install.download.download_asset`
+fetches asset bytes through its :class:`AssetHost` half, never knowing which
+source it is. The composition root (:class:`~updater.engine.Engine`) decides.
+
+Invariant: an :class:`AssetHost` adds credentials only to URLs it vouches for
+(the GitHub client: its API origin), never to a CDN or another host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, Self
+
+if TYPE_CHECKING:
+    import httpx
+    from llama_runtime.updater.sources.release import Release
+
+__all__ = ["AssetHost", "PlainHttp", "RateLimit", "ReleaseSource"]
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """The rate-limit headers of the last API answer.
+
+    Attributes:
+        limit: Requests allowed per window, if sent.
+        remaining: Requests left in the window, if sent.
+        reset: UTC epoch seconds when the window resets, if sent.
+    """
+
+    limit: int | None
+    remaining: int | None
+    reset: int | None
+
+
+class AssetHost(Protocol):
+    """Fetches asset bytes: a connection pool and the headers one URL may carry."""
+
+    @property
+    def http(self) -> httpx.Client:
+        """The connection pool (with its timeouts) downloads use."""
+        ...
+
+    def auth_headers_for(self, url: str) -> dict[str, str]:
+        """Headers ``url`` may carry (a token only for the source's own origin)."""
+        ...
+
+
+class ReleaseSource(AssetHost, Protocol):
+    """A repository's releases, and the host their assets come from."""
+
+    @property
+    def repo(self) -> str:
+        """``owner/name`` of the repository."""
+        ...
+
+    def get_release(self, tag: str) -> Release:
+        """The release whose tag is exactly ``tag`` (raises ``ReleaseNotFoundError``)."""
+        ...
+
+    def latest_release(self) -> Release:
+        """The release "latest" means for this source (see :mod:`updater.choice.latest`)."""
+        ...
+
+    def recent_releases(self) -> list[Release]:
+        """The newest page of releases (a static mirror may raise ``RemoteError``: it has no list)."""
+        ...
+
+    @property
+    def last_rate_limit(self) -> RateLimit | None:
+        """The rate-limit headers of the last answer (``None``: none sent, e.g. a mirror)."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class PlainHttp:
+    """An :class:`AssetHost` over a bare ``httpx.Client``: no credentials for any URL.
+
+    Args:
+        http: The client; the caller closes it.
+    """
+
+    def __init__(self, http: httpx.Client) -> None:
+        self._http = http
+
+    @property
+    def http(self) -> httpx.Client:
+        """The wrapped client."""
+        return self._http
+
+    def auth_headers_for(self, url: str) -> dict[str, str]:
+        """Nothing: a plain client vouches for no host."""
+        return {}
