@@ -3,22 +3,28 @@
 Checks, in order, each reported as a finding with a verdict: the pointer, the
 active runtime's marker, every recorded file (size and sha256), the binary's
 ``--version`` and ``--list-devices``, the ``LLAMA_SERVER_PATH`` override and
-leftovers of interrupted updates. ``--repair`` only ever moves the pointer to
-a runtime that passes these checks, and removes those leftovers (staging,
-temporary files, downloads of installed releases, marker-less directories the
-pointer does not name: see :mod:`updater.recovery`); it never deletes a runtime.
+leftovers of interrupted updates. ``--repair`` first reinstalls a damaged
+active build in place (the same release, through the full verification), and
+only when that cannot be done moves the pointer to a runtime that passes these
+checks, saying so when that one is older and keeping the damaged one as
+``previous``. It removes leftovers (staging, temporary files, downloads of
+installed releases, marker-less directories the pointer does not name: see
+:mod:`updater.recovery`); it never deletes a runtime, and never touches one a
+newer llama-runtime installed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from llama_runtime.runtime.binary import ProcessRunner, run_process, server_override
-from llama_runtime.runtime.errors import BusyError, CorruptStateError, VerificationError
+from llama_runtime.runtime.errors import BusyError, CorruptStateError, LlamaRuntimeError, VerificationError
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.runtime.marker import ForeignMarkerError
+from llama_runtime.updater.choice.tags import compare_tags, parse_tag
 from llama_runtime.updater.install.installed import verify_files
 from llama_runtime.updater.install.recovery import clean_leftovers, find_leftovers
 from llama_runtime.updater.install.verify import probe_binary
@@ -101,11 +107,44 @@ def check_runtime(runtime: InstalledRuntime, runner: ProcessRunner, env: Mapping
     return problems
 
 
+#: Reinstalls the build of a damaged runtime (same repo, tag, asset) through the
+#: full verification and returns the new active runtime; raises LlamaRuntimeError.
+Reinstall = Callable[[InstalledRuntime], InstalledRuntime]
+
+
+def _reinstall(active: InstalledRuntime, reinstall: Reinstall, runner: ProcessRunner, report: DoctorReport) -> bool:
+    """Repair in place: the damaged build again, from what is at hand; whether it worked."""
+    what = f"{active.marker.tag} ({active.marker.backend})"
+    try:
+        fresh = reinstall(active)
+    except LlamaRuntimeError as exc:
+        report.add("reinstall", False, f"could not reinstall {what}: {exc.message}")
+        return False
+    problems = check_runtime(fresh, runner)
+    if problems:  # the installer verified it; this only guards against a racing change
+        report.add("reinstall", False, f"the reinstalled {what} does not verify: {'; '.join(problems[:3])}")
+        return False
+    report.repaired = f"reinstalled {what} through the full verification: {fresh.name}"
+    report.active = fresh
+    report.add("repair", True, report.repaired)
+    return True
+
+
+def _is_older(candidate: InstalledRuntime, than: InstalledRuntime | None) -> bool:
+    """Whether moving from ``than`` to ``candidate`` goes back (unknown: assume it does)."""
+    if than is None:
+        return True  # a runtime whose marker cannot be read may be the newest one
+    order = compare_tags(parse_tag(candidate.marker.tag), parse_tag(than.marker.tag))
+    return order is None or order < 0 or (order == 0 and candidate.marker.installed_at < than.marker.installed_at)
+
+
 def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer) -> None:
     """Point at the best runtime that verifies, deciding and writing under the update lock.
 
     The pointer seen before the lock is only what was diagnosed: if an update
     changed it meanwhile, the repair stands down rather than overwrite it.
+    Moving back to an older runtime is said, and the damaged newer one stays
+    the rollback target (``previous``) so nothing newer is forgotten.
     """
     with UpdateLock(home.lock_path).hold("doctor --repair"):
         try:
@@ -115,22 +154,41 @@ def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Po
         if now != pointer:
             report.advice.append("The runtime changed while doctor ran (an update?); run `llama-runtime doctor` again.")
             return
-        candidates = home.installed()
+        candidates = [r for r in home.installed() if r.name != pointer.active]
         preferred = [r for r in candidates if r.name == pointer.previous] + sorted(
             (r for r in candidates if r.name != pointer.previous),
             key=lambda r: r.marker.installed_at,
             reverse=True,
         )
+        damaged = _loadable(home, pointer.active)
         for runtime in preferred:
-            if not check_runtime(runtime, runner):
-                home.write_pointer(Pointer(active=runtime.name, previous=None))
-                report.repaired = (
-                    f"the pointer now names {runtime.marker.tag} ({runtime.marker.backend}), {runtime.name}"
+            if check_runtime(runtime, runner):
+                continue
+            was_active = pointer.active
+            going_back = was_active is not None and _is_older(runtime, damaged)
+            keep = was_active if was_active and going_back and home.runtime_path(was_active).is_dir() else None
+            home.write_pointer(Pointer(active=runtime.name, previous=keep))
+            report.repaired = f"the pointer now names {runtime.marker.tag} ({runtime.marker.backend}), {runtime.name}"
+            report.active = runtime
+            report.add("repair", True, report.repaired)
+            if keep is not None:
+                was = f"{damaged.marker.tag} ({damaged.marker.backend})" if damaged else keep
+                report.advice.append(
+                    f"Moved back to the older {runtime.marker.tag} because {was} is damaged; {was} is kept as "
+                    "the previous runtime. Reinstall it with `llama-runtime update"
+                    + (f" --tag {damaged.marker.tag}`." if damaged else "`.")
                 )
-                report.active = runtime
-                report.add("repair", True, report.repaired)
-                return
+            return
     report.advice.append("No installed runtime passes verification; run `llama-runtime update` to install one.")
+
+
+def _loadable(home: Home, name: str | None) -> InstalledRuntime | None:
+    if name is None:
+        return None
+    try:
+        return home.load(name)
+    except CorruptStateError:
+        return None
 
 
 def run_doctor(
@@ -139,6 +197,7 @@ def run_doctor(
     repair: bool = False,
     runner: ProcessRunner = run_process,
     host: dict[str, object] | None = None,
+    reinstall: Reinstall | None = None,
 ) -> DoctorReport:
     """Check the home and the active runtime; optionally repair the pointer.
 
@@ -147,6 +206,8 @@ def run_doctor(
         repair: Point the pointer at a verified runtime when it is damaged.
         runner: The process seam for running binaries.
         host: Host facts (with their sources) to report alongside.
+        reinstall: With ``repair``, reinstalls a damaged active runtime's build
+            (tried before moving the pointer to another runtime).
     """
     report = DoctorReport(host=host)
     override = server_override()
@@ -182,6 +243,13 @@ def run_doctor(
         return report
     try:
         active = home.load(pointer.active)
+    except ForeignMarkerError as exc:
+        # Not damage: a newer llama-runtime wrote it. Moving away would drop it.
+        report.add("active runtime", False, exc.message)
+        report.advice.append(
+            "doctor leaves that runtime active and changes nothing; upgrade llama-runtime to verify or repair it."
+        )
+        return report
     except CorruptStateError as exc:
         report.add("active runtime", False, exc.message)
         if repair:
@@ -198,7 +266,8 @@ def run_doctor(
         "; ".join(problems) if problems else f"{active.marker.tag} ({active.marker.backend}) verifies and runs",
     )
     if problems and repair:
-        _repair(home, report, runner, pointer)
+        if reinstall is None or not _reinstall(active, reinstall, runner, report):
+            _repair(home, report, runner, pointer)
     elif problems:
         report.advice.append("Run `llama-runtime doctor --repair` (or `llama-runtime update`) to recover.")
     return report

@@ -279,7 +279,9 @@ class RuntimeUpdater:
         """The runtime to start, found without network and without waiting.
 
         A runtime counts as ready when the pointer names it, its marker is
-        valid and its binary exists with the size the marker recorded.
+        valid and every file it records (the binary included) exists with the
+        recorded size. A damaged runtime is not ready: ``install_if_missing``
+        then reinstalls it through the full verification.
 
         Args:
             install_if_missing: With no usable runtime and no update running,
@@ -292,7 +294,10 @@ class RuntimeUpdater:
         running = self.update_running()
         if runtime is not None or running or not install_if_missing:
             return EnsureResult(runtime, running, problem)
-        job = self.start_update(operation="startup")
+        # A damaged runtime is repaired as the same build, not upgraded behind the app's back.
+        marker, _ = self._active_marker()
+        same = marker.tag if marker is not None and marker.repo == self.repo else None
+        job = self.start_update(tag=same, operation="startup")
         job.wait()
         if job.exception is not None:
             raise job.exception
@@ -307,14 +312,15 @@ class RuntimeUpdater:
             runtime = self.home.load(pointer.active)
         except CorruptStateError as exc:
             return None, exc.message
-        marker = runtime.marker
-        record = marker.files.get(marker.binary)
-        try:
-            size = runtime.binary.stat().st_size
-        except OSError:
-            return None, f"The active runtime's binary {runtime.binary} is missing."
-        if not runtime.binary.is_file() or (record is not None and record.size != size):
-            return None, f"The active runtime's binary {runtime.binary} differs from what was installed."
+        from llama_runtime.runtime.integrity import file_problems
+
+        # Sizes of every recorded file, the binary included: stat calls only,
+        # so start-up stays cheap and a truncated llama-server is not "ready".
+        problems = file_problems(runtime.path, runtime.marker, "size")
+        if problems:
+            shown = "; ".join(problems[:3])
+            where = f"The active runtime {runtime.marker.tag} in {runtime.path}"
+            return None, f"{where} differs from what was installed: {shown}."
         return runtime, None
 
     # -- the button ----------------------------------------------------------------

@@ -426,9 +426,32 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.updater.choice.host import detect_host
 
     settings = settings_from_args(args)
-    report = run_doctor(home_for(settings), repair=args.repair, host=detect_host().to_json())
+    report = run_doctor(
+        home_for(settings),
+        repair=args.repair,
+        host=detect_host().to_json(),
+        reinstall=_reinstaller(settings) if args.repair else None,
+    )
     out.result(report.to_json(), report.lines())
     return 0 if report.healthy else 6
+
+
+def _reinstaller(settings: Settings) -> Callable[[InstalledRuntime], InstalledRuntime]:
+    """``doctor --repair``'s in-place repair: the damaged build again, by ``update``'s own path."""
+
+    def reinstall(damaged: InstalledRuntime) -> InstalledRuntime:
+        from llama_runtime.updater.install.transaction import UpdateRequest
+
+        m = damaged.marker
+        installer = make_installer(dataclasses.replace(settings, repo=m.repo), with_source=True)
+        try:
+            # backend None: the installer keeps the damaged runtime's stored request.
+            return installer.update(UpdateRequest(repo=m.repo, tag=m.tag)).active
+        finally:
+            if installer.source is not None:
+                installer.source.close()
+
+    return reinstall
 
 
 Handler = Callable[[argparse.Namespace, "Output"], int]

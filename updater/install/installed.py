@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from llama_runtime.runtime.binary import ProcessRunner
 from llama_runtime.runtime.errors import UserInputError, VerificationError
-from llama_runtime.runtime.fsutil import sha256_file
+from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker
 from llama_runtime.updater.install.recovery import damage
@@ -112,16 +112,7 @@ def select_installed(
 
 def verify_files(runtime: InstalledRuntime) -> list[str]:
     """Recorded files that are missing or differ in size or sha256 (empty when all match)."""
-    problems = []
-    for rel, record in runtime.marker.files.items():
-        path = runtime.path / rel
-        if not path.is_file():
-            problems.append(f"{rel} is missing")
-        elif path.stat().st_size != record.size:
-            problems.append(f"{rel} has {path.stat().st_size} bytes, expected {record.size}")
-        elif sha256_file(path) != record.sha256:
-            problems.append(f"{rel} does not match its recorded sha256")
-    return problems
+    return file_problems(runtime.path, runtime.marker, "sha256")
 
 
 def verify_installed(

@@ -43,6 +43,7 @@ from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
 from llama_runtime.updater.install.download import check_free_space
 from llama_runtime.updater.install.installed import find_build
+from llama_runtime.updater.install.recovery import damage
 from llama_runtime.updater.install.transaction import Installer, Progress, UpdateOutcome
 
 __all__ = [
@@ -211,6 +212,8 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
                 archives = [copy.path]
             else:
                 archives = [_repack_bundle(copy.path, bundled, work / "bundle-files" / archive.name)]
+            if active is not None and damage(active, hash_binary=True):
+                active = None  # reinstalled from these bytes; a damaged runtime is no rollback target
             if is_same_install(active, meta):
                 assert active is not None
                 return UpdateOutcome("up_to_date", active, installer.previous())

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.errors import CorruptStateError, DiskSpaceError
 from llama_runtime.runtime.fsutil import remove_tree
+from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import marker_path
 from llama_runtime.updater.install.checkpoints import checkpoint
@@ -124,33 +125,25 @@ def clean_leftovers(home: Home) -> list[Leftover]:
     return removed
 
 
-def damage(runtime: InstalledRuntime) -> list[str]:
-    """Recorded files of ``runtime`` that are gone or changed size (stat only, no hashing).
+def damage(runtime: InstalledRuntime, *, hash_binary: bool = False) -> list[str]:
+    """Recorded files of ``runtime`` that are gone or changed size, the binary included.
 
-    Cheap enough for ``status`` and for every update: a runtime whose
-    directory was half deleted must not count as installed.
+    Cheap enough for ``status`` and for every update (stat only, plus the
+    binary's sha256 when ``hash_binary``): a runtime whose directory was half
+    deleted, or whose ``llama-server`` was truncated, must not count as installed.
     """
-    problems: list[str] = []
-    if not runtime.binary.is_file():
-        problems.append(f"{runtime.marker.binary} is missing")
-    for rel, record in runtime.marker.files.items():
-        if rel == runtime.marker.binary:
-            continue
-        try:
-            size = (runtime.path / rel).stat().st_size
-        except OSError:
-            problems.append(f"{rel} is missing")
-            continue
-        if size != record.size:
-            problems.append(f"{rel} has {size} bytes, expected {record.size}")
-    return problems
+    return file_problems(runtime.path, runtime.marker, "size", hash_binary=hash_binary)
 
 
 def active_state(runtime: InstalledRuntime) -> ActiveState:
-    """``runtime`` as the update decision sees it: its marker, and whether its files are intact."""
+    """``runtime`` as the update decision sees it: its marker, and whether its files are intact.
+
+    Intact means every recorded size and the binary's sha256 (the file that runs,
+    a few MB): a rewritten ``llama-server`` of the same size is not "up to date".
+    """
     from llama_runtime.updater.choice.decide import ActiveState
 
-    return ActiveState(runtime.marker, intact=not damage(runtime), name=runtime.name)
+    return ActiveState(runtime.marker, intact=not damage(runtime, hash_binary=True), name=runtime.name)
 
 
 def is_disk_full(exc: BaseException) -> bool:

@@ -230,14 +230,16 @@ class Installer:
             # installed this very release while we waited.
             clean_leftovers(self.home)
             active = self._active_for_replacement()
-            # A half-deleted active runtime is never "up to date": reinstall over it.
+            # A half-deleted or rewritten active runtime is never "up to date": reinstall
+            # over it (sizes of every file plus the binary's sha256: see active_state).
             state = active_state(active) if active else None
+            replaced = active if state is not None and state.intact else None  # damaged: no rollback target
             plan = settled(request, state)
             if plan is None and request.tag:
                 # A pinned build already on disk: switch to it, no network needed.
                 there = self._installed_settling(request, active)
                 if there is not None and self.reverify(there, emit):
-                    return self.activate_installed(there, active, emit, [], verified=True)
+                    return self.activate_installed(there, replaced, emit, [], verified=True)
             if plan is None:
                 emit(Progress("resolve", message="resolving the release"))
                 others = [active_state(r) for r in self.home.installed() if active is None or r.name != active.name]
@@ -250,7 +252,7 @@ class Installer:
             if plan.action == "switch" and plan.switch_to is not None:
                 there = self.home.load(plan.switch_to)
                 if self.reverify(there, emit):
-                    return self.activate_installed(there, active, emit, list(plan.warnings), verified=True)
+                    return self.activate_installed(there, replaced, emit, list(plan.warnings), verified=True)
             if plan.release is None or plan.choice is None:
                 raise AssertionError(f"unreachable: a {plan.action} plan names its release and asset")
             return self._install_release(
@@ -258,7 +260,7 @@ class Installer:
                 plan.choice,
                 plan.backend_request,
                 request,
-                active,
+                replaced,
                 emit,
                 cancel or (lambda: False),
                 list(plan.warnings),
@@ -568,7 +570,7 @@ class Installer:
         with self.lock.hold("use", timeout=lock_timeout):
             target = self.home.load(name)
             active = self._active_for_replacement()
-            if active is not None and active.name == target.name and not damage(active):
+            if active is not None and active.name == target.name and not damage(active, hash_binary=True):
                 return UpdateOutcome("up_to_date", active, self.previous())
             return self.activate_installed(target, active, emit, [])
 
