@@ -443,13 +443,10 @@ def _reinstaller(settings: Settings) -> Callable[[InstalledRuntime], InstalledRu
         from llama_runtime.updater.install.transaction import UpdateRequest
 
         m = damaged.marker
-        installer = make_installer(dataclasses.replace(settings, repo=m.repo), with_source=True)
-        try:
+        engine = engine_for(dataclasses.replace(settings, repo=m.repo))
+        with engine.open_source() as source:
             # backend None: the installer keeps the damaged runtime's stored request.
-            return installer.update(UpdateRequest(repo=m.repo, tag=m.tag)).active
-        finally:
-            if installer.source is not None:
-                installer.source.close()
+            return engine.installer(source).update(UpdateRequest(repo=m.repo, tag=m.tag)).active
 
     return reinstall
 
