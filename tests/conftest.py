@@ -121,3 +121,69 @@ def vk_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Environment in which llama.cpp lists Mesa's software Vulkan device."""
     monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")
     return dict(os.environ)
+
+
+def snapshot_outside(root: Path, home: Path) -> dict[str, str]:
+    """Every entry under ``root`` but outside ``home``: dirs, links with targets, files with mode and sha256.
+
+    Iterative (a hostile test may leave a deep tree) and never follows links.
+    """
+    seen: dict[str, str] = {}
+    home_real = os.path.abspath(home)
+    stack = [Path(root)]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError as exc:
+            seen[str(directory.relative_to(root))] = f"unreadable {exc.errno}"
+            continue
+        for entry in entries:
+            full = Path(entry.path)
+            if os.path.abspath(full) == home_real:
+                continue
+            rel = full.relative_to(root).as_posix()
+            st = full.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                seen[rel] = "link -> " + os.readlink(full)
+            elif stat.S_ISDIR(st.st_mode):
+                seen[rel] = f"dir {oct(st.st_mode & 0o7777)}"
+                stack.append(full)
+            elif stat.S_ISREG(st.st_mode):
+                seen[rel] = f"{oct(st.st_mode & 0o7777)} {hashlib.sha256(full.read_bytes()).hexdigest()}"
+            else:
+                seen[rel] = f"special {oct(st.st_mode)}"
+    return seen
+
+
+class HomeGuard:
+    """What a failed operation must leave alone: everything outside the home, and the active runtime.
+
+    Take it before the hostile step, call :meth:`assert_intact` after: nothing
+    outside ``home`` (under ``root``) changed, the pointer and every installed
+    runtime are byte-identical, and the active ``llama-server`` still runs.
+    """
+
+    def __init__(self, root: Path, home: Path) -> None:
+        self.root = root
+        self.home = home
+        self.outside = snapshot_outside(root, home)
+        self.runtimes = snapshot_tree(home / "runtimes")
+        pointer = home / "active.json"
+        self.pointer = pointer.read_bytes() if pointer.exists() else None
+
+    def assert_intact(self, expected_tag: str | None) -> None:
+        from llama_runtime.runtime.layout import Home
+
+        assert snapshot_outside(self.root, self.home) == self.outside, "something outside the home changed"
+        pointer = self.home / "active.json"
+        assert (pointer.read_bytes() if pointer.exists() else None) == self.pointer
+        assert snapshot_tree(self.home / "runtimes") == self.runtimes
+        if expected_tag is None:
+            return
+        layout = Home(self.home)
+        active_name = layout.read_pointer().active
+        assert active_name is not None
+        active = layout.load(active_name)
+        assert active.marker.tag == expected_tag
+        assert_runs(active.binary)

@@ -342,7 +342,8 @@ class _Handler(BaseHTTPRequestHandler):
         payload: Any = None
         link = ""
         if len(bits) == 8 and bits[6] == "tags":
-            payload = next((r for r in public if r["tag_name"] == bits[7]), None)
+            # "_served_for": a hostile server answering tags/T with another release.
+            payload = next((r for r in public if r.get("_served_for", r["tag_name"]) == bits[7]), None)
         elif len(bits) == 7 and bits[6] == "latest":
             stable = [r for r in public if not r["prerelease"]]
             payload = stable[-1] if stable else None

@@ -51,7 +51,7 @@ class Settings:
         api_url: GitHub REST API base (``--api-url`` / ``LLAMA_RUNTIME_GITHUB_API``).
         repo: ``owner/name`` (``--repo`` / ``LLAMA_RUNTIME_REPO``).
         backend: Backend request (``--backend`` / ``LLAMA_RUNTIME_BACKEND``), ``auto`` if none.
-        token: GitHub token (``GITHUB_TOKEN``, then ``GH_TOKEN``).
+        token: The token the contract allows for the API origin (updater.sources.credentials).
         backend_explicit: The backend was given (flag or environment), not defaulted.
         read_timeout: Seconds one request may stall (``LLAMA_RUNTIME_READ_TIMEOUT``).
         health_timeout: Seconds a restarted server has to come up (``LLAMA_RUNTIME_HEALTH_TIMEOUT``).
@@ -75,13 +75,16 @@ def validate_repo(repo: str) -> str:
     return value
 
 
-def github_token(env: Mapping[str, str]) -> str | None:
-    """``GITHUB_TOKEN``, then ``GH_TOKEN``; blank values count as unset."""
-    for key in ("GITHUB_TOKEN", "GH_TOKEN"):
-        value = env.get(key, "").strip()
-        if value:
-            return value
-    return None
+def github_token(env: Mapping[str, str], api_url: str = DEFAULT_API_URL) -> str | None:
+    """The token the contract allows for ``api_url`` (see ``updater.sources.credentials``).
+
+    ``GITHUB_TOKEN``/``GH_TOKEN`` only for ``https://api.github.com``;
+    ``LLAMA_RUNTIME_GITHUB_TOKEN`` for the configured origin when it is https
+    or http on a loopback address. Blank values count as unset.
+    """
+    from llama_runtime.updater.sources.credentials import token_for
+
+    return token_for(api_url, env)
 
 
 def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
@@ -136,7 +139,7 @@ def resolve_settings(
         api_url=url,
         repo=repo_value,
         backend=backend_value,
-        token=token if token is not None else github_token(env),
+        token=token if token is not None else github_token(env, url),
         backend_explicit=explicit,
         read_timeout=_seconds(env, "LLAMA_RUNTIME_READ_TIMEOUT", READ_TIMEOUT_SECONDS),
         health_timeout=_seconds(env, "LLAMA_RUNTIME_HEALTH_TIMEOUT", SERVER_READY_TIMEOUT_SECONDS),

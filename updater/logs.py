@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ def _apply() -> None:
     if not _wanted["explicit"] and structlog.is_configured():
         return
     processors: list[structlog.typing.Processor] = [
+        _escape_controls,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
@@ -72,6 +74,13 @@ def _apply() -> None:
         logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )
+
+
+def _escape_controls(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
+    """Show control characters in logged text (a tag, a server's words) instead of sending them to a terminal."""
+    from llama_runtime.runtime.text import printable
+
+    return {key: printable(value) if isinstance(value, str) else value for key, value in event.items()}
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

@@ -204,7 +204,7 @@ class RuntimeUpdater:
         backend: ``auto`` (keep the active runtime's request) or a backend name
             (default: ``LLAMA_RUNTIME_BACKEND``, else ``auto``).
         api_url: GitHub REST API base (default: ``LLAMA_RUNTIME_GITHUB_API``, else GitHub's).
-        token: GitHub token; default ``GITHUB_TOKEN`` / ``GH_TOKEN`` from the environment.
+        token: GitHub token; default: what the contract allows for ``api_url`` from the environment.
         source_factory: Builds the release client (tests, mirrors); default a
             :class:`~updater.sources.github.GitHubClient` with the home's ETag cache.
         host: Returns the host facts; default :func:`~updater.host.detect_host`.

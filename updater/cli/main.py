@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from llama_runtime.runtime.errors import BusyError, LlamaRuntimeError, UserInputError
 from llama_runtime.updater.cli.common import explain_failure, outcome_lines, progress_for, user_tag
+from llama_runtime.runtime.text import printable
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
@@ -46,7 +47,8 @@ class Output:
             sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
         else:
             for line in lines:
-                sys.stdout.write(line + "\n")
+                # Tags and names may come from a release server: show escapes, never send them.
+                sys.stdout.write(printable(line) + "\n")
         sys.stdout.flush()
 
     def error(self, exc: LlamaRuntimeError) -> None:
@@ -54,9 +56,9 @@ class Output:
             sys.stdout.write(json.dumps({"error": exc.to_json()}, indent=2, sort_keys=True) + "\n")
             sys.stdout.flush()
         else:
-            sys.stderr.write(f"error: {exc.message}\n")
+            sys.stderr.write(f"error: {printable(exc.message)}\n")
             if exc.hint:
-                sys.stderr.write(f"  next: {exc.hint}\n")
+                sys.stderr.write(f"  next: {printable(exc.hint)}\n")
 
 
 #: Shown under every command's help instead of repeating the global options there.

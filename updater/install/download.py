@@ -47,6 +47,7 @@ from llama_runtime.runtime.errors import (
     SizeMismatchError,
 )
 from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.updater.sources.credentials import redact_url
 from llama_runtime.updater.sources.release import Asset
 
 if TYPE_CHECKING:
@@ -429,7 +430,8 @@ class _Job:
         if status == 429 or status >= 500:
             raise self._network_error(f"the server answered HTTP {status}")
         raise RemoteError(
-            f"Could not download {self.asset.name}: the server answered HTTP {status} for {response.url}."
+            f"Could not download {self.asset.name}: the server answered HTTP {status} "
+            f"for {redact_url(str(response.url))}."
         )
 
     def _stream(

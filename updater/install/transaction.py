@@ -62,6 +62,7 @@ from llama_runtime.updater.install.swap import (
 from llama_runtime.updater.install.verify import Expected, probe_binary, read_back_marker
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.release import Asset, Release
+from llama_runtime.updater.sources.remote_names import path_inside
 
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -363,8 +364,10 @@ class Installer:
             message = f"{asset.name} has no published digest (uploaded before June 2025); checked its size only."
             warnings.append(message)
             log.warning("no digest published", asset=asset.name)
-        partial = self.home.downloads_dir / download_name(
-            expected_sha, asset.name, repo=str(self.source.repo if self.source else ""), size=asset.size
+        # The asset name comes from the server: it becomes a path only through path_inside.
+        partial = path_inside(
+            self.home.downloads_dir,
+            download_name(expected_sha, asset.name, repo=str(self.source.repo if self.source else ""), size=asset.size),
         )
 
         def on_bytes(done: int, total: int | None) -> None:

@@ -4,7 +4,11 @@ Invariants:
     * No ``httpx`` exception leaves this module; every failure is a
       :class:`~runtime.errors.RemoteError` subclass with one readable sentence.
     * The token goes only to the API origin (scheme, host and port of
-      ``api_url``), never to download or CDN hosts.
+      ``api_url``), never to download or CDN hosts, and never in clear text
+      over a network (http only to a loopback address).
+    * A release this client returns has a tag of the tag grammar and plain
+      asset names (``remote_names``); one asked for by tag is that tag.
+    * Bodies are read with a decoded-size cap and JSON with a depth cap.
     * Rate-limit refusals are reported, never retried here: the caller decides
       whether to wait, because a tight retry loop only burns the quota.
 """
@@ -29,8 +33,18 @@ from llama_runtime.runtime.errors import (
     RemoteError,
 )
 from llama_runtime.updater.choice.latest import pick_latest
+from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, loads_bounded, read_capped
+from llama_runtime.updater.sources.credentials import may_send_token, redact_url
 from llama_runtime.updater.sources.release import Release, parse_release
 from llama_runtime.updater.sources.source import RateLimit
+from llama_runtime.updater.sources.remote_names import (
+    RemoteDataError,
+    check_release,
+    is_valid_remote_tag,
+    printable,
+    quote_remote,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -53,6 +67,8 @@ _PER_PAGE: Final[int] = 100
 _STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
     {"application/octet-stream", "binary/octet-stream", "text/plain", "unknown"}
 )
+# Characters of a Content-Type quoted in a message (a hostile header cannot flood it).
+_CTYPE_QUOTE_CHARS: Final[int] = 60
 _TOKEN_HINT: Final[str] = "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit from 60 to 5,000 requests an hour."
 
 
@@ -64,6 +80,7 @@ def _package_version() -> str:
 
 
 DEFAULT_USER_AGENT: Final[str] = f"llama-runtime/{_package_version()}"
+log = get_logger("llama_runtime.github")
 
 
 class EtagCache(Protocol):
@@ -169,7 +186,9 @@ class GitHubClient:
         self.sleep = sleep
         self.attempts = attempts
         self.last_rate_limit: RateLimit | None = None
-        self._token = token
+        # Last guard of the token policy: whatever the caller passes, a token
+        # never travels in clear text to a host that is not this machine.
+        self._token = token if token and may_send_token(self.api_url) else None
         self._http = httpx.Client(
             transport=transport,
             timeout=timeout,
@@ -214,7 +233,7 @@ class GitHubClient:
         """
         url = f"{self.api_url}/repos/{self.repo}/releases/tags/{tag}"
         payload = self._get_json(url, f"Release {tag} not found in {self.repo}.")
-        return _absolute_urls(parse_release(self.repo, payload), url)
+        return _absolute_urls(check_release(parse_release(self.repo, payload), asked=tag), url)
 
     def recent_releases(self) -> list[Release]:
         """The newest page of the repository's releases (up to 100), as GitHub orders them.
@@ -227,7 +246,7 @@ class GitHubClient:
         payload = self._get_json(url, f"No releases found in {self.repo}.")
         if not isinstance(payload, list):
             raise RemoteError("GitHub answered with something that is not release data (not a list).")
-        return [_absolute_urls(parse_release(self.repo, item), url) for item in payload]
+        return [_absolute_urls(r, url) for r in _usable([parse_release(self.repo, item) for item in payload])]
 
     def latest_release(self) -> Release:
         """The non-draft, non-prerelease release with the highest build number.
@@ -252,7 +271,7 @@ class GitHubClient:
             return best
         url = f"{self.api_url}/repos/{self.repo}/releases/latest"
         payload = self._get_json(url, f"No releases found in {self.repo}.")
-        return _absolute_urls(parse_release(self.repo, payload), url)
+        return _absolute_urls(check_release(parse_release(self.repo, payload)), url)
 
     # -- transport -------------------------------------------------------------------------
     def _get_json(self, url: str, not_found: str) -> Any:
@@ -260,37 +279,44 @@ class GitHubClient:
         headers = {
             "Accept": "application/vnd.github+json",
             "X-GitHub-Api-Version": "2022-11-28",
+            "Accept-Encoding": ACCEPT_ENCODING,
             **self.auth_headers_for(url),
         }
         if cached:
             headers["If-None-Match"] = cached[0]
-        response = self._send_with_retries(url, headers)
+        response, raw = self._send_with_retries(url, headers)
         self._note_rate_limit(response)
         if response.status_code == 304 and cached:
             return cached[1]
         self._raise_for_status(response, not_found)
-        body = _decode_json(response)
+        body = _decode_json(response, raw)
         etag = response.headers.get("etag")
         if self.etag_cache and etag:
             self.etag_cache.put(url, etag, body)
         return body
 
-    def _send_with_retries(self, url: str, headers: dict[str, str]) -> httpx.Response:
+    def _send_with_retries(self, url: str, headers: dict[str, str]) -> tuple[httpx.Response, bytes]:
+        """The (closed) response and its decoded body, read under the size cap."""
         for attempt in range(1, self.attempts + 1):
             last = attempt == self.attempts
             try:
-                response = self._http.get(url, headers=headers, follow_redirects=True)
+                request = self._http.build_request("GET", url, headers=headers)
+                response = self._http.send(request, stream=True, follow_redirects=True)
+                try:
+                    body = read_capped(response, what=f"an answer for {redact_url(url)}")
+                finally:
+                    response.close()
             except httpx.TooManyRedirects as exc:
-                raise RemoteError(f"GitHub redirected in a loop for {url}.") from exc
+                raise RemoteError(f"GitHub redirected in a loop for {redact_url(url)}.") from exc
             except httpx.HTTPError as exc:
                 if last:
                     raise NetworkError(
-                        f"Could not reach GitHub at {url}: {type(exc).__name__}; "
+                        f"Could not reach GitHub at {redact_url(url)}: {type(exc).__name__}; "
                         "check the network connection and try again."
                     ) from exc
             else:
                 if response.status_code < 500 or last:
-                    return response
+                    return response, body
             self.sleep(_BACKOFF_SECONDS * 2 ** (attempt - 1))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -343,22 +369,56 @@ class GitHubClient:
 
 
 def _absolute_urls(release: Release, json_url: str) -> Release:
-    """Resolve relative ``browser_download_url`` values (a mirror's) against the JSON's URL."""
+    """Resolve relative ``browser_download_url`` values (a mirror's) against the JSON's URL.
+
+    Raises:
+        RemoteDataError: A download URL is not a URL at all (control characters …).
+    """
     base = httpx.URL(json_url)
-    assets = tuple(
-        a if httpx.URL(a.download_url).is_absolute_url else replace(a, download_url=str(base.join(a.download_url)))
-        for a in release.assets
-    )
-    return replace(release, assets=assets)
+    assets = []
+    for a in release.assets:
+        try:
+            url = httpx.URL(a.download_url)
+            absolute = a if url.is_absolute_url else replace(a, download_url=str(base.join(url)))
+        except httpx.InvalidURL as exc:
+            raise RemoteDataError(
+                f"The server sent a download URL for {a.name} that is not a URL ({quote_remote(a.download_url)}); "
+                "nothing was kept."
+            ) from exc
+        assets.append(absolute)
+    return replace(release, assets=tuple(assets))
 
 
-def _decode_json(response: httpx.Response) -> Any:
+def _usable(releases: list[Release]) -> list[Release]:
+    """The releases of a list whose tag and asset names follow the rules.
+
+    One odd entry of a fork's list (a ``nightly`` tag, say) must not hide the
+    others; it is left out and can never become a candidate, a path or a line
+    on the terminal. A release asked for by tag is refused instead (exit 8).
+    """
+    kept: list[Release] = []
+    for release in releases:
+        if not is_valid_remote_tag(release.tag):
+            log.warning("release with an invalid tag ignored", tag=quote_remote(release.tag))
+            continue
+        try:
+            kept.append(check_release(release))
+        except RemoteDataError as exc:
+            log.warning("release with an invalid asset name ignored", tag=release.tag, reason=exc.message)
+    return kept
+
+
+def _decode_json(response: httpx.Response, raw: bytes) -> Any:
     ctype = response.headers.get("content-type", "unknown").split(";")[0].strip() or "unknown"
     # Static servers and buckets label extension-less mirror files as binary or
     # text; an HTML page is never release data (a portal or an error page).
     if "json" not in ctype and ctype not in _STATIC_FILE_TYPES:
-        raise RemoteError(f"GitHub answered with something that is not release data ({ctype}).")
+        raise RemoteError(
+            f"GitHub answered with something that is not release data ({printable(ctype[:_CTYPE_QUOTE_CHARS])})."
+        )
     try:
-        return response.json()
+        return loads_bounded(raw, what="release data")
     except ValueError as exc:
-        raise RemoteError(f"GitHub answered with something that is not release data ({ctype}).") from exc
+        raise RemoteError(
+            f"GitHub answered with something that is not release data ({printable(ctype[:_CTYPE_QUOTE_CHARS])})."
+        ) from exc

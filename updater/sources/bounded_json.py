@@ -1,0 +1,122 @@
+"""API answers read with a ceiling: decoded bytes and JSON nesting are both bounded.
+
+A hostile or broken server can send a small gzip body that expands to
+gigabytes, or JSON nested so deep that the parser recurses until it fails.
+Both limits here apply to what the server *sent after decoding*, and both end
+in :class:`~updater.sources.remote_names.RemoteDataError` (exit 8) with one
+sentence, never in an exhausted machine or a bug exit.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any, Final
+
+import httpx
+from llama_runtime.updater.sources.remote_names import RemoteDataError
+
+__all__ = ["ACCEPT_ENCODING", "MAX_API_BODY_BYTES", "MAX_JSON_DEPTH", "loads_bounded", "read_capped"]
+
+#: What API requests accept: gzip only, which :func:`read_capped` inflates itself
+#: in bounded steps (httpx would also offer br/zstd when those modules exist).
+ACCEPT_ENCODING: Final[str] = "gzip"
+_ZLIB_ENCODINGS: Final[frozenset[str]] = frozenset({"gzip", "x-gzip", "deflate"})
+# 32 + MAX_WBITS: zlib detects a gzip or a zlib header by itself.
+_GZIP_OR_ZLIB_WBITS: Final[int] = 32 + zlib.MAX_WBITS
+
+#: Largest decoded API body. The biggest answer we ask for is one page of 100
+#: releases; a llama.cpp release has ~45 assets of ~1.8 KB JSON each (the
+#: uploader object is most of it), so a page is ~8 MB. 16 MiB is twice that,
+#: and a gzip bomb stops here instead of at the machine's memory.
+MAX_API_BODY_BYTES: Final[int] = 16 * 1024 * 1024
+#: Deepest JSON nesting accepted. Release JSON is 4 levels deep (list, release,
+#: assets, asset.uploader); 64 leaves room for any field GitHub may add while
+#: staying far below the interpreter's recursion limit.
+MAX_JSON_DEPTH: Final[int] = 64
+
+
+def read_capped(response: httpx.Response, *, cap: int = MAX_API_BODY_BYTES, what: str) -> bytes:
+    """The decoded body of a streamed ``response``, refusing more than ``cap`` bytes.
+
+    Decompression is done here, in steps of at most what the cap still allows
+    (``max_length``): httpx would inflate a whole network read at once, and
+    64 KiB of gzip can be 64 MiB of zeros.
+
+    Raises:
+        RemoteDataError: The decoded body exceeds ``cap`` (reading stops there),
+            or it uses an encoding that was not asked for.
+        httpx.HTTPError: The transfer failed (the caller maps it).
+    """
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        inflater = None
+    elif encoding in _ZLIB_ENCODINGS:
+        inflater = zlib.decompressobj(_GZIP_OR_ZLIB_WBITS)
+    else:
+        raise RemoteDataError(f"The server sent {what} in the encoding {encoding[:40]!r}, which was not asked for.")
+    declared = response.headers.get("content-length", "")
+    if inflater is None and declared.isdigit() and int(declared) > cap:
+        raise _too_big(what, cap)
+    pieces: list[bytes] = []
+    total = 0
+    try:
+        for raw in response.iter_raw():
+            pending = raw
+            while pending:
+                if inflater is None:
+                    out, pending = pending, b""
+                else:
+                    out = inflater.decompress(pending, cap + 1 - total)
+                    pending = inflater.unconsumed_tail
+                total += len(out)
+                if total > cap:
+                    raise _too_big(what, cap)
+                pieces.append(out)
+    except zlib.error as exc:
+        raise RemoteDataError(f"The server sent {what} whose compression is corrupt ({exc}).") from exc
+    return b"".join(pieces)
+
+
+def _too_big(what: str, cap: int) -> RemoteDataError:
+    return RemoteDataError(
+        f"The server sent {what} larger than {cap // (1024 * 1024)} MiB once decoded; "
+        "no release answer is that big, so it was not read further."
+    )
+
+
+def loads_bounded(data: bytes, *, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Decode JSON ``data`` whose nesting is at most ``max_depth`` levels.
+
+    Raises:
+        ValueError: ``data`` is not JSON (the caller words that one).
+        RemoteDataError: The JSON nests deeper than ``max_depth``.
+    """
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise _too_deep(what, max_depth) from None
+    if _depth_exceeds(value, max_depth):
+        raise _too_deep(what, max_depth)
+    return value
+
+
+def _too_deep(what: str, max_depth: int) -> RemoteDataError:
+    return RemoteDataError(f"The server sent {what} nested more than {max_depth} levels deep; it was not used.")
+
+
+def _depth_exceeds(value: Any, max_depth: int) -> bool:
+    """Whether ``value`` nests deeper than ``max_depth`` (iterative: no recursion to exhaust)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > max_depth:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False

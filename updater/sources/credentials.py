@@ -1,0 +1,101 @@
+"""Which token goes where, and URLs with their credentials taken out.
+
+The policy of the command-line contract:
+    * ``GITHUB_TOKEN`` (then ``GH_TOKEN``) is a github.com credential: it is
+      sent only when the API origin is exactly ``https://api.github.com``,
+      never to a mirror, an Enterprise host or a test server;
+    * ``LLAMA_RUNTIME_GITHUB_TOKEN`` is meant for the configured API origin:
+      it is sent there when the origin is https, or plain http on a loopback
+      address (a local mirror or test server), never in clear over a network;
+    * no token ever leaves for a download host (see ``updater.sources.github``).
+
+Every URL the tool prints or stores goes through :func:`redact_url`: user
+information and query strings (signed CDN URLs carry a signature there) are
+replaced, so a credential typed into ``--api-url`` never reaches a message,
+a log line or ``jobs/current.json``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import Final
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = ["GITHUB_API_ORIGIN", "may_send_token", "redact_text", "redact_url", "token_for"]
+
+#: The only origin a github.com token (GITHUB_TOKEN / GH_TOKEN) is sent to.
+GITHUB_API_ORIGIN: Final[str] = "https://api.github.com"
+_GITHUB_TOKEN_VARS: Final[tuple[str, ...]] = ("GITHUB_TOKEN", "GH_TOKEN")
+_OWN_TOKEN_VAR: Final[str] = "LLAMA_RUNTIME_GITHUB_TOKEN"
+_LOOPBACK_NAMES: Final[frozenset[str]] = frozenset({"localhost", "localhost.localdomain"})
+# A URL inside free text (an error message from a library): scheme://… up to a blank or quote.
+_URL_IN_TEXT: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    default = {"https": 443, "http": 80}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), default if port is None else port
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` names this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def may_send_token(api_url: str) -> bool:
+    """Whether any token may go to ``api_url`` at all: https, or http on loopback."""
+    scheme, host, _port = _origin(api_url)
+    return scheme == "https" or (scheme == "http" and is_loopback_host(host))
+
+
+def token_for(api_url: str, env: Mapping[str, str]) -> str | None:
+    """The token the contract allows for ``api_url`` from ``env``, or ``None``.
+
+    ``LLAMA_RUNTIME_GITHUB_TOKEN`` wins on its own origin; a github.com token
+    is used only for ``https://api.github.com``. Blank values count as unset.
+    """
+    own = env.get(_OWN_TOKEN_VAR, "").strip()
+    if own and may_send_token(api_url):
+        return own
+    if _origin(api_url) != _origin(GITHUB_API_ORIGIN):
+        return None
+    for key in _GITHUB_TOKEN_VARS:
+        value = env.get(key, "").strip()
+        if value:
+            return value
+    return None
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user information and without its query string.
+
+    ``https://user:secret@host/x?sig=abc`` becomes ``https://host/x?…``.
+    Text that is not a URL comes back unchanged.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if not parts.scheme or not parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[-1]
+    query = "…" if parts.query else ""
+    return urlunsplit((parts.scheme, host, parts.path, query, ""))
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every URL in it passed through :func:`redact_url`."""
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group()), text)
