@@ -238,7 +238,7 @@ def test_a_mirror_can_be_synced_from_another_mirror(
     assert copied.read_bytes() == mirrored_file(first, "b7001", CPU.format(tag="b7001")).read_bytes()
 
 
-def test_upstream_tag_with_dotdot_exits_7_and_writes_nothing_outside_the_mirror(
+def test_upstream_tag_with_dotdot_exits_8_and_writes_nothing_outside_the_mirror(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     upstream = tmp_path / "upstream"
@@ -256,7 +256,7 @@ def test_upstream_tag_with_dotdot_exits_7_and_writes_nothing_outside_the_mirror(
     code, report = run_cli(
         capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.as_uri(), "--repo", "o/n"
     )  # fmt: skip
-    assert code == 7, report
+    assert code == 8, report  # the contract: remote data that breaks the rules is an integrity refusal
     assert "tag" in report["error"]["message"]
     written = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_relative_to(upstream)]
     assert written == []

@@ -325,7 +325,9 @@ def test_latest_is_the_highest_build_number_not_the_newest_date(
 def test_token_goes_to_the_api_host_only(
     home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret")
+    # The fake is a loopback http origin: the contract's LLAMA_RUNTIME_GITHUB_TOKEN goes there,
+    # GITHUB_TOKEN only to https://api.github.com (tests/test_hostile_remote.py).
+    monkeypatch.setenv("LLAMA_RUNTIME_GITHUB_TOKEN", "ghp_secret")
     github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): stand_in_tarball(tmp_path / "s.tar.gz", tag="b7001")})
     code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload

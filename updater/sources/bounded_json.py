@@ -48,6 +48,14 @@ def read_capped(response: httpx.Response, *, cap: int = MAX_API_BODY_BYTES, what
             or it uses an encoding that was not asked for.
         httpx.HTTPError: The transfer failed (the caller maps it).
     """
+    try:
+        finished = response.content  # a transport that hands over a finished body (the file:// mirror)
+    except httpx.ResponseNotRead:
+        pass
+    else:
+        if len(finished) > cap:
+            raise _too_big(what, cap)
+        return finished
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("", "identity"):
         inflater = None
