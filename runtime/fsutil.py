@@ -13,14 +13,15 @@ data).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
-import shutil
+import stat
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -31,6 +32,11 @@ _REMOVE_ATTEMPTS: Final = 5
 _REMOVE_BACKOFF_SECONDS: Final = 0.2
 # Large enough to amortise syscalls, small enough to keep memory flat for GB files.
 _HASH_CHUNK_BYTES: Final = 1024 * 1024
+# Directories are opened relative to their parent and never through a link.
+_DIR_OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+_READ_NOFOLLOW: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+# Deletion relative to an open directory (POSIX): no path ever gets longer than one name.
+_FD_WALK: Final = os.unlink in os.supports_dir_fd and os.scandir in os.supports_fd
 
 
 def sha256_file(path: Path) -> str:
@@ -84,17 +90,17 @@ def atomic_write_json(path: Path, payload: object) -> None:
 def remove_tree(path: Path, *, sleep: Callable[[float], None] = time.sleep) -> None:
     """Delete a directory tree, retrying files that are briefly in use (Windows).
 
-    A path that does not exist is fine. Symlinks inside are removed, never followed.
+    A path that does not exist is fine. Symlinks inside are removed, never
+    followed, and a symlink given as ``path`` is removed itself. The walk is
+    iterative: a chain thousands of directories deep (longer than PATH_MAX,
+    deeper than the recursion limit) is removed like any other tree.
 
     Raises:
         OSError: The tree could still not be removed after the retries.
     """
     for attempt in range(_REMOVE_ATTEMPTS):
         try:
-            if path.is_symlink() or path.is_file():
-                path.unlink()
-            else:
-                shutil.rmtree(path)
+            _remove_tree_once(path)
             return
         except FileNotFoundError:
             return
@@ -104,14 +110,129 @@ def remove_tree(path: Path, *, sleep: Callable[[float], None] = time.sleep) -> N
             sleep(_REMOVE_BACKOFF_SECONDS * (attempt + 1))
 
 
+def remove_tree_quietly(path: Path) -> OSError | None:
+    """:func:`remove_tree` for clean-ups: never raises, returns what went wrong.
+
+    A clean-up runs while another error is on its way to the user, or before
+    the real work; its failure must never replace that error or become a bug
+    exit. The next clean-up tries again.
+    """
+    try:
+        remove_tree(path)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def walk_tree(root: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk(root)`` top-down without recursion and without following links.
+
+    Python 3.11's ``os.walk`` recurses once per level, so a directory chain a
+    few thousand deep (a hostile archive, a leftover of one) ends in
+    ``RecursionError``. Symlinks to directories are listed as files. A directory
+    that cannot be listed is skipped, as ``os.walk`` does.
+    """
+    stack = [os.fspath(root)]
+    while stack:
+        top = stack.pop()
+        dirs: list[str] = []
+        files: list[str] = []
+        try:
+            with os.scandir(top) as entries:
+                for entry in entries:
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        is_dir = False
+                    (dirs if is_dir else files).append(entry.name)
+        except OSError:
+            continue
+        yield top, dirs, files
+        # Callers may prune ``dirs`` in place, as with os.walk.
+        stack.extend(os.path.join(top, name) for name in reversed(dirs))
+
+
+def _remove_tree_once(path: Path) -> None:
+    """Delete ``path`` and everything under it, iteratively, never following a link."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+        return
+    if not _FD_WALK:
+        _remove_tree_by_path(path)
+        return
+    fd = os.open(path, _DIR_OPEN_FLAGS)
+    # One open descriptor at a time: descend by name, come back through "..",
+    # so a chain thousands deep needs neither recursion nor thousands of fds.
+    names: list[str] = []
+    pending: list[list[tuple[str, bool]]] = []
+    try:
+        pending.append(_listing(fd))
+        while pending:
+            if pending[-1]:
+                name, is_dir = pending[-1].pop()
+                if is_dir:
+                    try:
+                        child = os.open(name, _DIR_OPEN_FLAGS, dir_fd=fd)
+                    except FileNotFoundError:
+                        continue
+                    except (NotADirectoryError, OSError) as exc:
+                        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                            raise
+                        os.unlink(name, dir_fd=fd)  # replaced by a link or a file meanwhile
+                        continue
+                    os.close(fd)
+                    fd = child
+                    names.append(name)
+                    pending.append(_listing(fd))
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(name, dir_fd=fd)
+                continue
+            pending.pop()
+            if names:
+                parent = os.open("..", _DIR_OPEN_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = parent
+                os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+def _listing(fd: int) -> list[tuple[str, bool]]:
+    with os.scandir(fd) as entries:
+        return [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+
+
+def _remove_tree_by_path(path: Path) -> None:
+    """Windows (no ``dir_fd``): the same post-order walk with paths."""
+    order: list[str] = []
+    for top, _dirs, files in walk_tree(path):
+        for name in files:
+            full = os.path.join(top, name)
+            with contextlib.suppress(FileNotFoundError):
+                if os.path.isdir(full) and os.path.islink(full):
+                    os.rmdir(full)  # a directory junction/link: remove the link only
+                else:
+                    os.unlink(full)
+        order.append(top)
+    for top in reversed(order):
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(top)
+
+
 def tree_size(path: Path) -> int:
     """Bytes used by the regular files under ``path`` (symlinks not followed)."""
     total = 0
-    for root, _dirs, files in os.walk(path):
+    for root, _dirs, files in walk_tree(path):
         for name in files:
             with contextlib.suppress(OSError):
                 st = os.lstat(os.path.join(root, name))
-                if not os.path.islink(os.path.join(root, name)):
+                if stat.S_ISREG(st.st_mode):
                     total += st.st_size
     return total
 
@@ -122,12 +243,12 @@ def fsync_tree(root: Path) -> None:
     Called on a staged runtime before its marker is written, so that a marker
     that survives a crash never describes files that did not.
     """
-    for dirpath, _dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in walk_tree(root):
         for name in filenames:
             full = os.path.join(dirpath, name)
-            if os.path.islink(full):
+            if not stat.S_ISREG(os.lstat(full).st_mode):
                 continue
-            fd = os.open(full, os.O_RDONLY)
+            fd = os.open(full, _READ_NOFOLLOW)
             try:
                 os.fsync(fd)
             finally:

@@ -31,6 +31,7 @@ from typing import Final
 
 from llama_runtime.runtime.errors import CorruptStateError
 from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.home_safety import check_home
 from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, marker_path, read_marker
 
 #: The directory of installed runtimes inside a home.
@@ -114,9 +115,10 @@ class Home:
         self.pointer_path = self.root / POINTER_NAME
         self.lock_path = self.locks_dir / "update.lock"
 
-    def ensure(self) -> None:
-        """Create the directories (idempotent)."""
-        for directory in (
+    @property
+    def subdirs(self) -> tuple[Path, ...]:
+        """Every directory of the home the tool writes, deletes or runs from."""
+        return (
             self.runtimes_dir,
             self.staging_dir,
             self.downloads_dir,
@@ -124,7 +126,25 @@ class Home:
             self.jobs_dir,
             self.cache_dir,
             self.server_dir,
-        ):
+        )
+
+    def check_safe(self) -> None:
+        """Refuse a home someone else could rearrange (``runtime.home_safety``).
+
+        Raises:
+            UnsafeHomeError: A subdirectory is a symlink, or the home or a
+                subdirectory is another user's or writable by everyone.
+        """
+        check_home(self.root, self.subdirs)
+
+    def ensure(self) -> None:
+        """Check the home is safely ours, then create the directories (idempotent).
+
+        Raises:
+            UnsafeHomeError: See :meth:`check_safe`; nothing was created.
+        """
+        self.check_safe()
+        for directory in self.subdirs:
             directory.mkdir(parents=True, exist_ok=True)
 
     # -- pointer -----------------------------------------------------------
@@ -134,7 +154,9 @@ class Home:
 
         Raises:
             CorruptStateError: The pointer file exists but is not valid.
+            UnsafeHomeError: The home is not safely ours (a pointer there proves nothing).
         """
+        self.check_safe()
         try:
             raw = self.pointer_path.read_bytes()
         except FileNotFoundError:

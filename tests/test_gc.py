@@ -271,9 +271,9 @@ def test_keep_counts_only_unprotected_runtimes_newest_first() -> None:
     assert set(kept) == {"a", "b", "c", "f"}
 
 
-def test_staging_without_a_live_owner_is_stale() -> None:
-    names = ["123-aa", "456-bb", "456-bb.extra", "gc-old-runtime-cc"]
-    assert stale_staging(names, alive=lambda pid: pid == 456) == ["123-aa", "gc-old-runtime-cc"]
+def test_staging_without_a_live_owner_is_stale_and_other_names_are_never_touched() -> None:
+    names = ["123-000000aa", "456-000000bb", "456-000000bb.extra", "gc-old-runtime-000000cc", "notes.txt", "123-x"]
+    assert stale_staging(names, alive=lambda pid: pid == 456) == ["123-000000aa", "gc-old-runtime-000000cc"]
 
 
 def test_paths_name_the_runtime_directory_they_lie_in_even_when_deleted() -> None:

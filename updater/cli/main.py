@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from llama_runtime.runtime.errors import BusyError, LlamaRuntimeError, UserInputError
-from llama_runtime.updater.cli.common import explain_failure, outcome_lines, progress_for, user_tag
 from llama_runtime.runtime.text import printable
+from llama_runtime.updater.cli.common import explain_failure, outcome_lines, progress_for, user_tag
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer

@@ -125,12 +125,19 @@ class ExtractLimits:
             binaries compress about 3:1, a zip bomb thousands to one.
         ratio_floor_bytes: Members at or below this size skip the ratio check,
             since small text files legitimately compress very well.
+        max_depth: Most path components of one member. llama.cpp archives
+            are at most 4 deep (``llama-bN/build/bin/Release/``); 32 leaves
+            room for any layout while keeping the per-member work (parents
+            checked, directories made) a small constant, so extraction stays
+            linear in the member count and no tree the tool walks later is
+            deep enough to matter.
     """
 
     max_total_bytes: int = 4 * _GiB
     max_members: int = 20_000
     max_ratio: float = 200.0
     ratio_floor_bytes: int = _MiB
+    max_depth: int = 32
 
 
 DEFAULT_LIMITS: Final = ExtractLimits()
@@ -332,13 +339,47 @@ class _BoundedTarFile(tarfile.TarFile):
     tarinfo = _BoundedTarInfo
     # Consecutive extended headers seen since the last real member.
     extended_run = 0
+    # The gzip reader under a stream opened by open_tar_stream (TarFile leaves it open).
+    owned_stream: gzip.GzipFile | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.owned_stream is not None:
+                self.owned_stream.close()
+
+
+def open_tar_stream(archive: Path) -> tarfile.TarFile:
+    """A forward-only ``.tar.gz`` reader whose extended headers are bounded.
+
+    Anything else that reads a tar.gz from outside (``install-file`` reading a
+    bundle's marker) uses this, so a huge PAX header is refused before it is
+    read into memory. Iterating raises :class:`BoundedHeaderError` past a cap.
+    """
+    # gzip.GzipFile inflates at most what is asked for; tarfile's own "r|gz" inflates a
+    # whole buffer of input at once, and 1 MiB of gzipped zeros is 1 GiB in memory.
+    raw = gzip.open(archive, "rb")  # noqa: SIM115  (closed by the TarFile, see owned_stream)
+    try:
+        tf = _BoundedTarFile.open(fileobj=raw, mode="r|", bufsize=_TAR_STREAM_BUFFER)
+    except BaseException:
+        raw.close()
+        raise
+    if not isinstance(tf, _BoundedTarFile):  # pragma: no cover - open() returns cls
+        raise LlamaRuntimeError("tarfile returned an unexpected reader.")
+    tf.owned_stream = raw
+    return tf
+
+
+#: Raised while iterating :func:`open_tar_stream` for an extended header over the caps.
+BoundedHeaderError = _ExtendedHeaderError
 
 
 def _tar_members(archive: Path, label: str) -> Iterator[tuple[_Member, _Opener]]:
     # Stream mode ("r|gz") reads strictly forward: no seeks that would
     # re-decompress from the start, and members are only known one at a time.
     try:
-        with _reading(label), _BoundedTarFile.open(archive, mode="r|gz", bufsize=_TAR_STREAM_BUFFER) as tf:
+        with _reading(label), open_tar_stream(archive) as tf:
             while (info := tf.next()) is not None:
                 yield _tar_member(info), _tar_opener(tf, info, label)
     except _ExtendedHeaderError as exc:
@@ -480,6 +521,11 @@ class _Plan:
         parts = [p for p in raw.split("/") if p not in ("", ".")]
         if ".." in parts:
             raise self.refuse(f"{what} {raw!r} would be written outside the runtime directory.")
+        if len(parts) > self.limits.max_depth:
+            raise self.refuse(
+                f"{what} {_abbreviate(raw)} nests {len(parts)} levels deep, above the limit of "
+                f"{self.limits.max_depth} (llama.cpp archives are at most 4 deep)."
+            )
         name = "/".join(parts)
         self._check_length(raw, name, what)
         return name
@@ -655,6 +701,19 @@ class _Writer:
             raise self.refuse(f"member {member.raw_name!r} holds {written} bytes but its header says {member.size}.")
         os.chmod(target, _EXEC_MODE if member.mode & 0o111 else _PLAIN_MODE)
         return written, digest.hexdigest()
+
+
+def check_links_inside(root: Path, symlinks: dict[str, str], label: str) -> None:
+    """Every link in ``symlinks`` (relative path -> target) resolves to something existing inside ``root``.
+
+    Also for links moved after extraction (a CUDA companion's, merged beside
+    ``llama-server``): a target that was inside the companion's own tree can
+    point elsewhere, or nowhere, from its new place.
+
+    Raises:
+        UnsafeArchiveError: A link escapes ``root`` or dangles.
+    """
+    _check_links_on_disk(root.resolve(), symlinks, label)
 
 
 def _check_links_on_disk(root: Path, symlinks: dict[str, str], label: str) -> None:

@@ -34,6 +34,7 @@ from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.installed import build_key
+from llama_runtime.updater.install.recovery import is_own_staging_name
 
 __all__ = [
     "DEFAULT_KEEP",
@@ -145,9 +146,11 @@ def runtimes_to_remove(
 
 
 def stale_staging(names: Iterable[str], alive: Callable[[int], bool]) -> list[str]:
-    """Staging entries whose owning process is gone (or that name no owner)."""
+    """Staging entries the tool made whose owning process is gone (or that name no owner)."""
     stale = []
     for name in names:
+        if not is_own_staging_name(name):
+            continue  # not a name the tool makes: not ours to delete
         match = _STAGING_OWNER.match(name)
         if match is None or not alive(int(match["pid"])):
             stale.append(name)
@@ -326,10 +329,15 @@ def collect_garbage(
             _remove(home, GcItem("staging", path, _size(path)), report)
         cutoff = now() - PARTIAL_MAX_AGE_SECONDS
         for entry in sorted(os.scandir(home.downloads_dir), key=lambda e: e.name):
-            if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+            if _is_own_download(entry.name) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
                 path = Path(entry.path)
                 _remove(home, GcItem("download", path, _size(path)), report)
     return report
+
+
+def _is_own_download(name: str) -> bool:
+    """Partial downloads, their sidecars and temp files, install-file work directories: ours."""
+    return name.endswith((".part", ".part.meta", ".tmp")) or name.startswith("install-file-")
 
 
 def _size(path: Path) -> int:

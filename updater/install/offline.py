@@ -24,6 +24,7 @@ import os
 import secrets
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -34,13 +35,15 @@ from llama_runtime.runtime.errors import (
     CorruptStateError,
     DigestMismatchError,
     IntegrityError,
+    UnsafeArchiveError,
     UserInputError,
 )
-from llama_runtime.runtime.fsutil import fsync_directory, remove_tree
+from llama_runtime.runtime.fsutil import fsync_directory, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import MARKER_NAME, ForeignMarkerError, InstallMarker, parse_marker
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
+from llama_runtime.updater.install.archive import BoundedHeaderError, open_tar_stream
 from llama_runtime.updater.install.download import check_free_space
 from llama_runtime.updater.install.installed import find_build
 from llama_runtime.updater.install.recovery import damage
@@ -224,7 +227,7 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
                 archives, meta, active=active, emit=_silent, cancel=lambda: False, warnings=[]
             )
         finally:
-            remove_tree(work)
+            remove_tree_quietly(work)  # best effort: never hides the install's own outcome
 
 
 def _silent(_event: Progress) -> None:
@@ -290,7 +293,8 @@ def read_bundle_marker(archive: Path) -> InstallMarker | None:
         with archive.open("rb") as fh:
             if fh.read(2) != _GZIP_MAGIC:
                 return None
-        with tarfile.open(archive, "r:gz") as tf:
+        # Bounded headers: a PAX header declaring gigabytes is refused before it is read.
+        with open_tar_stream(archive) as tf:
             first = tf.next()
             if first is None or not first.isreg() or _member_name(first.name) != MARKER_NAME:
                 return None
@@ -298,7 +302,9 @@ def read_bundle_marker(archive: Path) -> InstallMarker | None:
                 return None
             handle = tf.extractfile(first)
             raw = handle.read() if handle else b""
-    except (OSError, tarfile.TarError, EOFError):
+    except BoundedHeaderError as exc:
+        raise UnsafeArchiveError(f"Refusing {archive.name}: it has {exc}.") from None
+    except (OSError, tarfile.TarError, EOFError, zlib.error):
         return None  # not a readable tar.gz: the extraction will say why
     try:
         payload = json.loads(raw)
@@ -348,7 +354,7 @@ def _repack_bundle(bundle: Path, marker: InstallMarker, target: Path) -> Path:
     label = bundle.name
     try:
         with (
-            tarfile.open(bundle, "r:gz") as src,
+            open_tar_stream(bundle) as src,
             tarfile.open(target, "w:gz", compresslevel=_REPACK_COMPRESSLEVEL) as dst,
         ):
             for info in src:
@@ -369,7 +375,9 @@ def _repack_bundle(bundle: Path, marker: InstallMarker, target: Path) -> Path:
                 if reader.size != record.size or reader.digest.hexdigest() != record.sha256:
                     raise IntegrityError(f"{name} in the bundle {label} does not match its marker (size or sha256).")
                 seen.add(name)
-    except (tarfile.TarError, EOFError) as exc:
+    except BoundedHeaderError as exc:
+        raise UnsafeArchiveError(f"Refusing {label}: it has {exc}.") from None
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
         raise IntegrityError(f"The bundle {label} is damaged ({type(exc).__name__}).") from None
     missing = sorted(set(marker.files) - seen)
     if missing:

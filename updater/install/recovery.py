@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,6 +50,7 @@ __all__ = [
     "download_name",
     "find_leftovers",
     "is_disk_full",
+    "is_own_staging_name",
 ]
 
 #: "No space left on device" and "disk quota exceeded": both mean the bytes do
@@ -63,6 +65,12 @@ _PARTIAL_SUFFIX: Final = ".part"
 _INSTALL_FILE_PREFIX: Final = "install-file-"
 #: Hex digits of the sha256 that name a download (updater.install._download).
 _DOWNLOAD_KEY_CHARS: Final = 16
+#: What the tool names entries of staging/: "<pid>-<8 hex>" (an install), its
+#: ".extra" side directory, and "gc-<runtime>-<8 hex>" (a runtime being removed).
+#: Clean-ups delete only these: anything else there is not ours to delete.
+_OWN_STAGING_NAME: Final = re.compile(r"^(?:\d+-[0-9a-f]{8}(?:\.extra)?|gc-[A-Za-z0-9._-]+-[0-9a-f]{8})$")
+#: Runtime directories are "<label>-<8 hex>" (runtime.layout.Home.new_runtime_name).
+_OWN_RUNTIME_NAME: Final = re.compile(r"^[A-Za-z0-9._-]+-[0-9a-f]{8}$")
 
 
 @dataclass(frozen=True)
@@ -88,8 +96,13 @@ def download_name(sha256: str | None, asset: str, *, repo: str, size: int) -> st
 def find_leftovers(home: Home) -> list[Leftover]:
     """What interrupted updates left in ``home``; reads listings, changes nothing."""
     found: list[Leftover] = []
-    found += [Leftover(p, "staging of an interrupted update") for p in _entries(home.staging_dir)]
-    for directory in (home.root, home.locks_dir, home.cache_dir):
+    found += [
+        Leftover(p, "staging of an interrupted update")
+        for p in _entries(home.staging_dir)
+        if is_own_staging_name(p.name)
+    ]
+    # Every directory an atomic write can leave a temp file in (a killed .meta write: downloads/).
+    for directory in (home.root, home.locks_dir, home.cache_dir, home.downloads_dir, home.jobs_dir, home.server_dir):
         found += [
             Leftover(p, "temporary file of an interrupted write")
             for p in _entries(directory)
@@ -192,6 +205,11 @@ def _entries(directory: Path) -> list[Path]:
         return []
 
 
+def is_own_staging_name(name: str) -> bool:
+    """Whether ``name`` in ``staging/`` is one the tool makes (nothing else is ever deleted there)."""
+    return _OWN_STAGING_NAME.match(name) is not None
+
+
 def _is_temp_name(name: str) -> bool:
     return (name.startswith(".") and name.endswith(_TMP_SUFFIX)) or name.startswith(_ETAG_TMP_PREFIX)
 
@@ -225,5 +243,9 @@ def _markerless_runtimes(home: Home) -> list[Leftover]:
     return [
         Leftover(p, "runtime directory without an install marker (an interrupted removal)")
         for p in _entries(home.runtimes_dir)
-        if p.is_dir() and not p.is_symlink() and p.name not in named and not os.path.lexists(marker_path(p))
+        if _OWN_RUNTIME_NAME.match(p.name)
+        and p.is_dir()
+        and not p.is_symlink()
+        and p.name not in named
+        and not os.path.lexists(marker_path(p))
     ]

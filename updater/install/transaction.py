@@ -28,19 +28,32 @@ from llama_runtime.runtime.errors import (
     DiskSpaceError,
     IntegrityError,
     LlamaRuntimeError,
+    UnsafeArchiveError,
     UserInputError,
     VerificationError,
 )
-from llama_runtime.runtime.fsutil import fsync_directory, fsync_tree, remove_tree
+from llama_runtime.runtime.fsutil import fsync_directory, fsync_tree, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
-from llama_runtime.runtime.marker import FileRecord, ForeignMarkerError, InstallMarker, write_marker
+from llama_runtime.runtime.marker import (
+    MARKER_NAME,
+    FileRecord,
+    ForeignMarkerError,
+    InstallMarker,
+    marker_path,
+    write_marker,
+)
 from llama_runtime.runtime.process import ServerControl
 from llama_runtime.updater.choice.choose import Choice
 from llama_runtime.updater.choice.decide import UpdateRequest, backend_request, decide, settled
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES, SERVER_READY_TIMEOUT_SECONDS
-from llama_runtime.updater.install.archive import ExtractResult, extract_archive, find_server_binary
+from llama_runtime.updater.install.archive import (
+    ExtractResult,
+    check_links_inside,
+    extract_archive,
+    find_server_binary,
+)
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, download_asset
 from llama_runtime.updater.install.installed import describe, verify_installed
@@ -449,7 +462,7 @@ class Installer:
             emit(Progress("activate", message="activating"))
             return self._activate(staging, marker, active, warnings)
         except BaseException as exc:
-            remove_tree(staging)
+            remove_tree_quietly(staging)  # best effort: never hides the error on its way out
             if is_disk_full(exc):
                 needed = sum(a.stat().st_size for a in archives) * EXTRACTED_SIZE_FACTOR
                 raise disk_full_error(self.home.root, needed, f"llama.cpp {meta['tag']}") from exc
@@ -463,6 +476,12 @@ class Installer:
             raise VerificationError(f"{asset_name} contains no llama-server binary.")
         for extra in archives[1:]:
             records.update(self._merge_extra(extra, staging, binary.parent, asset_name, cancel))
+        if os.path.lexists(marker_path(staging)):
+            # The marker is written last, at this very path: an archive's file of that
+            # name would be replaced by it and the fresh runtime would look damaged.
+            raise UnsafeArchiveError(
+                f"Refusing {asset_name}: it ships a file named {MARKER_NAME}, the name of the install marker."
+            )
         rel = binary.relative_to(staging).as_posix()
         return _Staged(directory=staging, binary_rel=rel, files=records)
 
@@ -483,6 +502,7 @@ class Installer:
             entries = [*found.files, *found.symlinks]
             tops = {e.split("/", 1)[0] for e in entries}
             strip = len(tops) == 1 and all("/" in e for e in entries)
+            moved_links: dict[str, str] = {}
             for rel in entries:
                 placed = rel.split("/", 1)[1] if strip else rel
                 target = bin_dir / placed
@@ -493,8 +513,12 @@ class Installer:
                 if rel in found.files:
                     size, sha = found.files[rel]
                     records[target.relative_to(staging).as_posix()] = FileRecord(size=size, sha256=sha)
+                else:
+                    moved_links[target.relative_to(staging).as_posix()] = found.symlinks[rel]
+            # A link checked inside the companion's tree may point elsewhere from its new place.
+            check_links_inside(staging, moved_links, extra.name)
         finally:
-            remove_tree(side)
+            remove_tree_quietly(side)
         return records
 
     def _activate(
@@ -523,7 +547,7 @@ class Installer:
             # nor what a server that would not stop still runs from.
             still_running = isinstance(exc, SwitchError) and exc.new_still_running
             if not _pointer_names(self.home, name) and not still_running:
-                remove_tree(final)
+                remove_tree_quietly(final)
             raise
         checkpoint("after_pointer_flip")
         log.info("activated", tag=marker.tag, backend=marker.backend, runtime=name)

@@ -37,7 +37,6 @@ from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, loads_bounded, read_capped
 from llama_runtime.updater.sources.credentials import may_send_token, redact_url
 from llama_runtime.updater.sources.release import Release, parse_release
-from llama_runtime.updater.sources.source import RateLimit
 from llama_runtime.updater.sources.remote_names import (
     RemoteDataError,
     check_release,
@@ -45,6 +44,7 @@ from llama_runtime.updater.sources.remote_names import (
     printable,
     quote_remote,
 )
+from llama_runtime.updater.sources.source import RateLimit
 
 __all__ = [
     "DEFAULT_TIMEOUT",
