@@ -47,6 +47,7 @@ from llama_runtime.runtime.errors import (
     SizeMismatchError,
 )
 from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
 from llama_runtime.updater.sources.credentials import redact_url
 from llama_runtime.updater.sources.release import Asset
 
@@ -259,6 +260,7 @@ def download_asset(
     cancel: Cancel | None = None,
     sleep: Callable[[float], None] = time.sleep,
     attempts: int = _ATTEMPTS,
+    pace: DownloadPace | None = None,
 ) -> DownloadResult:
     """Download ``asset`` into ``dest_partial``, resuming what is already there.
 
@@ -274,6 +276,8 @@ def download_asset(
         cancel: Polled between chunks; ``True`` stops the download.
         sleep: Backoff sleep, injectable for tests.
         attempts: Tries for resets, truncation, timeouts and 5xx.
+        pace: Minimum rate and overall deadline (default: from the environment);
+            a download below it fails with :class:`NetworkError`, keeping the bytes.
 
     Returns:
         The checked file.
@@ -288,7 +292,9 @@ def download_asset(
             partial and its sidecar are deleted first.
     """
     job = _Job(source, asset, dest_partial, max_bytes, expected_size, expected_sha256)
+    job.watch = PaceWatch(pace if pace is not None else DownloadPace.from_env(os.environ))
     for attempt in range(1, attempts + 1):
+        job.watch.new_attempt()
         try:
             return job.run(progress, cancel)
         except NetworkError:
@@ -321,6 +327,8 @@ class _Job:
         self.expected_size = expected_size
         self.expected_sha256 = expected_sha256.lower() if expected_sha256 else None
         self.cap = min(max_bytes, expected_size) if expected_size is not None else max_bytes
+        # A stalled link ends the download (and frees the update lock); see install/pace.py.
+        self.watch: PaceWatch | None = None
 
     def run(self, progress: Progress | None, cancel: Cancel | None) -> DownloadResult:
         resume = self._usable_prefix()
@@ -455,6 +463,9 @@ class _Job:
                 if progress is not None:
                     progress(total, self.expected_size)
                 self._check_cancel(cancel)
+                if self.watch is not None and (too_slow := self.watch.too_slow(len(chunk))):
+                    fh.flush()
+                    raise self._network_error(too_slow)
         except httpx.HTTPError as exc:
             fh.flush()
             raise self._network_error(

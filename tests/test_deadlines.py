@@ -1,0 +1,116 @@
+"""A slow drip never holds the update forever (issue 12, finding 6).
+
+One byte every few seconds used to keep an update (and its lock) alive with no
+end: httpx's read timeout only bounds the wait for the next byte. A download
+now has a minimum rate and an overall deadline (``install/pace.py``); below
+either it ends with exit 7, keeps its bytes for a resume, releases the lock,
+and leaves the previous runtime active and running.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
+
+from tests.conftest import REPO, HomeGuard, stand_in_tarball
+from tests.fakegithub import FakeGitHub, Fault
+
+CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+
+
+def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
+    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def installed(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    for tag in ("b7000", "b7001"):
+        archive = stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): archive})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+    assert code == 0, payload
+    return home
+
+
+def test_a_drip_below_the_minimum_rate_ends_the_update_with_exit_7_and_frees_the_lock(
+    capsys: pytest.CaptureFixture[str],
+    github: FakeGitHub,
+    installed: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 16 bytes every half second: the ~270-byte asset would take ~8 s per attempt.
+    github.inject(CPU_TAR.format(tag="b7001"), Fault(drip_seconds=0.5, drip_chunk=16, times=None))
+    monkeypatch.setenv("LLAMA_RUNTIME_MIN_RATE", "1000")
+    monkeypatch.setenv("LLAMA_RUNTIME_MIN_RATE_WINDOW", "1")
+    guard = HomeGuard(tmp_path, installed)
+    code, payload = cli(capsys, installed, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 7, payload
+    assert "below the minimum of 1000 bytes/s" in payload["error"]["message"]
+    assert "kept for resuming" in payload["error"]["message"]
+    assert not UpdateLock(installed / "locks" / "update.lock").is_held()
+    guard.assert_intact("b7000")
+    code, payload = cli(capsys, installed, github, "gc")  # another verb gets the lock at once
+    assert code == 0, payload
+
+
+def test_the_overall_deadline_ends_a_download_that_keeps_just_above_the_rate(
+    capsys: pytest.CaptureFixture[str],
+    github: FakeGitHub,
+    installed: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    github.inject(CPU_TAR.format(tag="b7001"), Fault(drip_seconds=0.3, drip_chunk=16, times=None))
+    monkeypatch.setenv("LLAMA_RUNTIME_MIN_RATE", "0")
+    monkeypatch.setenv("LLAMA_RUNTIME_DOWNLOAD_DEADLINE", "1")
+    guard = HomeGuard(tmp_path, installed)
+    code, payload = cli(capsys, installed, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 7, payload
+    assert "deadline" in payload["error"]["message"]
+    guard.assert_intact("b7000")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_pace_watch_averages_over_its_window_and_tolerates_a_short_stall() -> None:
+    clock = _Clock()
+    watch = PaceWatch(DownloadPace(min_rate=100, window=10, deadline=1000), clock)
+    clock.now = 5
+    assert watch.too_slow(10) is None  # 10 bytes in 5 s: the window is not over yet
+    clock.now = 10
+    assert watch.too_slow(2000) is None  # 2010 bytes in 10 s: fine
+    clock.now = 21
+    reason = watch.too_slow(5)
+    assert reason is not None and "below the minimum of 100 bytes/s" in reason
+    watch.new_attempt()
+    clock.now = 1001
+    deadline = watch.too_slow(10**9)
+    assert deadline is not None and "1000 s deadline" in deadline
+
+
+@pytest.mark.parametrize("value", ["fast", "-1", "nan", "inf", "0"])
+def test_a_deadline_setting_that_is_not_a_positive_number_is_exit_2(value: str) -> None:
+    with pytest.raises(UserInputError) as err:
+        DownloadPace.from_env({"LLAMA_RUNTIME_DOWNLOAD_DEADLINE": value})
+    assert "LLAMA_RUNTIME_DOWNLOAD_DEADLINE" in err.value.message
+
+
+def test_defaults_and_overrides() -> None:
+    assert DownloadPace.from_env({}) == DownloadPace()
+    assert DownloadPace.from_env({"LLAMA_RUNTIME_MIN_RATE": "0"}).min_rate == 0
