@@ -464,11 +464,13 @@ class ManagedServer(ServerControl):
             return child.poll() is None
         if not pid_alive(state.pid):
             return False
-        if state.proc_start is not None:
-            current = _process_start_ticks(state.pid)
-            if current is not None and current != state.proc_start:
-                return False  # the pid was recycled by an unrelated process
-        return True
+        current = _process_start_ticks(state.pid)
+        if current is None:
+            return True  # no start times on this system (macOS, Windows): the pid is all there is
+        # Where start times exist, every record we write has one: a record without
+        # it (hand-written, planted) proves nothing, and a different one means the
+        # pid was recycled by an unrelated process. Neither may be signalled.
+        return state.proc_start == current
 
     def _running_state(self) -> _State | None:
         state = self._read_state()

@@ -10,6 +10,7 @@ fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -474,6 +475,22 @@ COMMANDS: dict[str, Handler] = {
 }
 
 
+def _active_now(args: argparse.Namespace | None) -> str:
+    """Which runtime the pointer names right now, as a sentence; never raises."""
+    try:
+        if args is None:
+            raise LookupError("no home yet")
+        home = home_for(settings_from_args(args))
+        pointer = home.read_pointer()
+        if not pointer.active:
+            return "no runtime is active"
+        marker = home.load(pointer.active).marker
+        return f"{marker.repo} {marker.tag} ({marker.backend}) is active"
+    except Exception as exc:  # the interruption is the news; this is only context
+        reason = getattr(exc, "message", None) or type(exc).__name__
+        return f"the active runtime could not be read ({reason}); `llama-runtime status` shows it"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``llama-runtime``; returns the exit code of the contract."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -482,6 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cut = argv.index("--")
         argv, server_args = argv[:cut], argv[cut + 1 :]
     out = Output(as_json="--json" in argv)
+    args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)
         args.server_args = server_args
@@ -514,8 +532,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.error(io_error)
         return io_error.exit_code
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted; the active runtime is unchanged.\n")
-        return 130
+        from llama_runtime.runtime.errors import CancelledError
+
+        # The truth, read from the pointer now: a Ctrl-C after the flip changed it.
+        interrupted = CancelledError(f"Interrupted; {_active_now(args)}.")
+        with contextlib.suppress(OSError):
+            out.error(interrupted)
+        return interrupted.exit_code
     except Exception as exc:  # a bug: say so in one line, never a traceback
         if os.environ.get("LLAMA_RUNTIME_DEBUG"):
             raise

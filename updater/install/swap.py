@@ -108,7 +108,13 @@ class ServerSwitch:
         args = self.server.current_args()
         try:
             self.server.stop(self.stop_timeout)
-        except Exception as exc:  # any failure to stop blocks the switch
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # Ctrl-C (or exit) while we stopped it: the update is abandoned,
+                # and the server must not stay down because of it.
+                self._restart_if_down(binary, args, current)
+                raise
+            # any failure to stop blocks the switch
             reason = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             raise SwitchError(
                 f"Could not switch llama.cpp to {describe(new)}: stopping the current "
@@ -119,6 +125,14 @@ class ServerSwitch:
         if binary is None:
             return None
         return RunningServer(binary=binary, args=args)
+
+    def _restart_if_down(self, binary: Path | None, args: list[str], current: InstalledRuntime | None) -> None:
+        try:
+            down = binary is not None and not self.server.is_running()
+        except Exception:  # cannot tell: starting a second server would be worse
+            return
+        if down and binary is not None:
+            self.restore_old(RunningServer(binary=binary, args=args), current)
 
     def start_new(self, new: InstalledRuntime, running: RunningServer) -> NewServer:
         """Start the previous arguments on the new binary and wait for /health."""

@@ -1,0 +1,99 @@
+"""Ctrl-C at any point: the server comes back, and the message tells the truth (issue 12, finding 7).
+
+The truth is read from the pointer after the interruption, never assumed: a
+Ctrl-C after the pointer flip reports the new runtime as active.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.process import ManagedServer
+from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.install.transaction import Installer
+
+from tests.conftest import HomeGuard, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+from tests.test_server_swap import CPU, REPO, _http_server_build, served_b7000  # noqa: F401  (fixture)
+from tests.test_server_swap import home as swap_home  # noqa: F401  (fixture)
+
+
+def test_ctrl_c_while_the_old_server_stops_restarts_it_and_keeps_the_pointer(
+    served_b7000: dict[str, Any],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    swap_home: Path,  # noqa: F811  (tmp_path/"home" with test_server_swap's stray-server clean-up)
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = swap_home
+    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): _http_server_build(tmp_path, "b7001")})
+    guard = HomeGuard(tmp_path, home)
+    real_stop = ManagedServer.stop
+    calls = {"n": 0}
+
+    def stopped_then_interrupted(self: ManagedServer, *args: Any, **kwargs: Any) -> None:
+        real_stop(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt  # Ctrl-C lands while the update waits for the stop
+
+    monkeypatch.setattr(ManagedServer, "stop", stopped_then_interrupted)
+    code = main(["update", "--tag", "b7001", "--backend", "cpu", "--home", str(home), "--api-url", github.api_url])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert "b7000" in err and "active" in err
+    guard.assert_intact("b7000")
+    status = ManagedServer(Home(home).server_dir).status()
+    assert status.running and status.runtime_name == served_b7000["runtime"]["name"]
+
+
+def test_ctrl_c_after_the_pointer_flip_says_the_new_runtime_is_active(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    for tag in ("b7000", "b7001"):
+        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
+    args = ["--backend", "cpu", "--home", str(home), "--api-url", github.api_url]
+    assert main(["update", "--tag", "b7000", *args]) == 0
+    capsys.readouterr()
+    real_switch = Installer._switch
+
+    def flipped_then_interrupted(self: Installer, *a: Any, **kw: Any) -> Any:
+        real_switch(self, *a, **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Installer, "_switch", flipped_then_interrupted)
+    code = main(["update", "--tag", "b7001", "--json", *args])
+    assert code == 130
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "cancelled"
+    assert "unchanged" not in error["message"]
+    assert "b7001" in error["message"]
+    pointer = Home(home).read_pointer()
+    assert pointer.active is not None and Home(home).load(pointer.active).marker.tag == "b7001"
+
+
+def test_ctrl_c_before_anything_changed_names_the_runtime_still_active(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    for tag in ("b7000", "b7001"):
+        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
+    args = ["--backend", "cpu", "--home", str(home), "--api-url", github.api_url]
+    assert main(["update", "--tag", "b7000", *args]) == 0
+    capsys.readouterr()
+    guard = HomeGuard(tmp_path, home)
+
+    def interrupted(*_a: Any, **_kw: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Installer, "install_archives", interrupted)
+    code = main(["update", "--tag", "b7001", *args])
+    assert code == 130
+    assert "b7000 (cpu) is active" in capsys.readouterr().err
+    guard.assert_intact("b7000")
