@@ -5,6 +5,9 @@ end: httpx's read timeout only bounds the wait for the next byte. A download
 now has a minimum rate and an overall deadline (``install/pace.py``); below
 either it ends with exit 7, keeps its bytes for a resume, releases the lock,
 and leaves the previous runtime active and running.
+
+(The pace module is imported inside the unit tests so the end-to-end ones
+also run against code from before the fix.)
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import pytest
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
 
 from tests.conftest import REPO, HomeGuard, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
@@ -89,6 +91,8 @@ class _Clock:
 
 
 def test_pace_watch_averages_over_its_window_and_tolerates_a_short_stall() -> None:
+    from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
+
     clock = _Clock()
     watch = PaceWatch(DownloadPace(min_rate=100, window=10, deadline=1000), clock)
     clock.now = 5
@@ -106,11 +110,15 @@ def test_pace_watch_averages_over_its_window_and_tolerates_a_short_stall() -> No
 
 @pytest.mark.parametrize("value", ["fast", "-1", "nan", "inf", "0"])
 def test_a_deadline_setting_that_is_not_a_positive_number_is_exit_2(value: str) -> None:
+    from llama_runtime.updater.install.pace import DownloadPace
+
     with pytest.raises(UserInputError) as err:
         DownloadPace.from_env({"LLAMA_RUNTIME_DOWNLOAD_DEADLINE": value})
     assert "LLAMA_RUNTIME_DOWNLOAD_DEADLINE" in err.value.message
 
 
 def test_defaults_and_overrides() -> None:
+    from llama_runtime.updater.install.pace import DownloadPace
+
     assert DownloadPace.from_env({}) == DownloadPace()
     assert DownloadPace.from_env({"LLAMA_RUNTIME_MIN_RATE": "0"}).min_rate == 0

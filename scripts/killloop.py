@@ -1,0 +1,239 @@
+"""Randomised kill loop: SIGKILL and SIGINT at random moments during updates, with rollback and gc racing.
+
+Each iteration starts ``llama-runtime update --tag <random>`` against the fake
+GitHub on 127.0.0.1, sometimes races a ``rollback`` or a ``gc`` against it,
+waits a random time within one update's duration, then sends SIGKILL or
+SIGINT to the update (and, sometimes, to the racer). Afterwards the machine
+must have a working runtime: ``status`` exits 0, its active binary runs, and
+no process ever ended in exit 1 (a bug). Leftovers of a killed update are for
+the next one to clean; nothing outside the home may change.
+
+Usage::
+
+    .venv/bin/python scripts/killloop.py --iterations 120 --seed 12
+
+Prints the figures (kills by signal, which moment they hit, exit codes,
+leftovers, failures) and exits 1 when any iteration left no working runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.archives import build_release_archive  # noqa: E402
+from tests.fakegithub import FakeGitHub  # noqa: E402
+
+REPO: Final = "ggml-org/llama.cpp"
+TAGS: Final = ("b7000", "b7001", "b7002", "b7003")
+ASSET: Final = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+#: Exit codes the contract allows for an interrupted or racing command; 1 is a bug.
+ALLOWED_EXITS: Final = frozenset({0, 2, 3, 5, 6, 7, 130, -signal.SIGKILL, -signal.SIGINT})
+#: A command that has not ended this long after its signal is itself a failure (a wedge).
+EXIT_WAIT_SECONDS: Final = 120.0
+
+
+@dataclass
+class Figures:
+    """What the loop saw."""
+
+    iterations: int = 0
+    signals: collections.Counter[str] = field(default_factory=collections.Counter)
+    update_exits: collections.Counter[int] = field(default_factory=collections.Counter)
+    racer_exits: collections.Counter[str] = field(default_factory=collections.Counter)
+    finished_before_signal: int = 0
+    active_changed: int = 0
+    leftovers_seen: int = 0
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def stand_in_server(tag: str) -> bytes:
+    return (
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        f"  --version) echo 'version: {tag[1:]} (kill-loop stand-in)' >&2; exit 0 ;;\n"
+        "  --list-devices) echo 'Available devices:'; exit 0 ;;\n"
+        "esac\nexit 0\n"
+    ).encode()
+
+
+def publish(github: FakeGitHub, work: Path) -> None:
+    for tag in TAGS:
+        files: dict[str, bytes | Path] = {
+            "llama-server": stand_in_server(tag),
+            "libllama.so.0.0.1": os.urandom(256 * 1024),  # enough bytes that a kill can land mid-download
+        }
+        archive = build_release_archive(
+            work / f"{tag}.tar.gz",
+            "tar-tagdir",
+            files,
+            symlinks={"libllama.so.0": "libllama.so.0.0.1", "libllama.so": "libllama.so.0"},
+            modes={"llama-server": 0o755},
+            tag=tag,
+        )
+        github.add_release(REPO, tag, {ASSET.format(tag=tag): archive})
+
+
+def cli(home: Path, api_url: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "llama_runtime", *args, "--home", str(home), "--api-url", api_url, "--json"]
+
+
+def run(home: Path, api_url: str, *args: str) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run(cli(home, api_url, *args), capture_output=True, timeout=EXIT_WAIT_SECONDS, check=False)
+    try:
+        payload = json.loads(done.stdout or b"{}")
+    except ValueError:
+        payload = {"unparsable": done.stdout.decode(errors="replace")[-300:]}
+    return done.returncode, payload
+
+
+def snapshot_outside(root: Path, home: Path) -> dict[str, str]:
+    seen: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if Path(dirpath, d) != home]
+        for name in filenames:
+            full = Path(dirpath, name)
+            seen[str(full.relative_to(root))] = hashlib.sha256(full.read_bytes()).hexdigest()
+    return seen
+
+
+def working_runtime(home: Path, api_url: str) -> tuple[bool, str, str | None]:
+    """Whether ``status`` exits 0 and its active binary runs; (ok, why, active tag)."""
+    code, status = run(home, api_url, "status")
+    if code != 0 or not status.get("active"):
+        return False, f"status exit {code}: {json.dumps(status)[:300]}", None
+    binary = status["active"]["binary"]
+    done = subprocess.run([binary, "--version"], capture_output=True, timeout=30, check=False)
+    if done.returncode != 0:
+        return False, f"active binary {binary} does not run", status["active"]["tag"]
+    return True, "", str(status["active"]["tag"])
+
+
+def one_iteration(rng: random.Random, home: Path, api_url: str, window: float, figures: Figures, before: str) -> str:
+    target = rng.choice([t for t in TAGS if t != before] or list(TAGS))
+    update = subprocess.Popen(
+        cli(home, api_url, "update", "--tag", target, "--backend", "cpu"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    racer: subprocess.Popen[bytes] | None = None
+    racer_verb = rng.choice(["none", "rollback", "gc", "gc-keep-0"])
+    if racer_verb != "none":
+        time.sleep(rng.uniform(0, window / 2))
+        verb = {"rollback": ["rollback"], "gc": ["gc"], "gc-keep-0": ["gc", "--keep", "0"]}[racer_verb]
+        racer = subprocess.Popen(cli(home, api_url, *verb), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    time.sleep(rng.uniform(0, window))
+    signame = rng.choice(["SIGKILL", "SIGINT"])
+    if update.poll() is not None:
+        figures.finished_before_signal += 1
+    else:
+        update.send_signal(getattr(signal, signame))
+        figures.signals[signame] += 1
+    if racer is not None and rng.random() < 0.3 and racer.poll() is None:
+        racer.send_signal(signal.SIGKILL)
+        figures.signals["SIGKILL (racer)"] += 1
+    for proc, what in ((update, f"update {target}"), (racer, racer_verb)):
+        if proc is None:
+            continue
+        try:
+            code = proc.wait(timeout=EXIT_WAIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            figures.failures.append(f"iteration {figures.iterations}: {what} did not end after its signal")
+            continue
+        if proc is update:
+            figures.update_exits[code] += 1
+        else:
+            figures.racer_exits[f"{racer_verb}: {code}"] += 1
+        if code not in ALLOWED_EXITS:
+            out = proc.stdout.read().decode(errors="replace")[-400:] if proc.stdout else ""
+            figures.failures.append(f"iteration {figures.iterations}: {what} exited {code}: {out}")
+    staging = home / "staging"
+    figures.leftovers_seen += len(os.listdir(staging)) if staging.is_dir() else 0
+    ok, why, tag = working_runtime(home, api_url)
+    if not ok:
+        figures.failures.append(f"iteration {figures.iterations}: no working runtime after {signame}: {why}")
+        # Recover the way a user would, so one failure does not hide the next.
+        run(home, api_url, "doctor", "--repair")
+        run(home, api_url, "update", "--tag", "b7000", "--backend", "cpu")
+        return before
+    if tag != before:
+        figures.active_changed += 1
+    return tag or before
+
+
+def measure_window(home: Path, api_url: str) -> float:
+    """One update's duration here (a switch plus a fresh install), the span kills are spread over."""
+    started = time.monotonic()
+    code, payload = run(home, api_url, "update", "--tag", "b7001", "--backend", "cpu")
+    if code != 0:
+        raise SystemExit(f"the baseline update failed: {payload}")
+    return max(time.monotonic() - started, 0.3)
+
+
+def report(figures: Figures, window: float) -> None:
+    print(f"iterations:              {figures.iterations}")
+    print(f"kill window:             0 - {window:.2f} s (one measured update)")
+    print(f"signals sent:            {dict(figures.signals)}")
+    print(f"update done before kill: {figures.finished_before_signal}")
+    print(f"update exit codes:       {dict(sorted(figures.update_exits.items()))}")
+    print(f"racer exit codes:        {dict(sorted(figures.racer_exits.items()))}")
+    print(f"active runtime changed:  {figures.active_changed} times")
+    print(f"staging leftovers seen:  {figures.leftovers_seen} (each cleaned by a later update/gc)")
+    print(f"wall time:               {figures.seconds:.0f} s")
+    print(f"working runtime after every iteration: {'yes' if not figures.failures else 'NO'}")
+    for failure in figures.failures:
+        print(f"FAILURE: {failure}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
+    rng = random.Random(seed)
+    print(f"seed: {seed}")
+    figures = Figures()
+    with tempfile.TemporaryDirectory(prefix="killloop-") as tmp, FakeGitHub() as github:
+        root = Path(tmp)
+        home = root / "home"
+        publish(github, root)
+        code, payload = run(home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
+        if code != 0:
+            raise SystemExit(f"the first install failed: {payload}")
+        window = measure_window(home, github.api_url)
+        outside = snapshot_outside(root, home)
+        active = "b7001"
+        started = time.monotonic()
+        for i in range(args.iterations):
+            figures.iterations = i + 1
+            active = one_iteration(rng, home, github.api_url, window, figures, active)
+        figures.seconds = time.monotonic() - started
+        if snapshot_outside(root, home) != outside:
+            figures.failures.append("files outside the home changed")
+        code, payload = run(home, github.api_url, "update", "--tag", "b7003", "--backend", "cpu")
+        if code != 0 or not working_runtime(home, github.api_url)[0]:
+            figures.failures.append(f"a final clean update failed: {payload}")
+    report(figures, window)
+    return 1 if figures.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
