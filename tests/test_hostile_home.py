@@ -14,6 +14,7 @@ import io
 import json
 import os
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,17 @@ def installed(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: 
     code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return home
+
+
+@pytest.fixture(autouse=True)
+def no_deep_tree_left(tmp_path: Path) -> Iterator[None]:
+    """Remove any deep tree a failing test left: pytest's own clean-up of old
+    temp dirs recurses (shutil.rmtree) and would fail every later session."""
+    yield
+    from llama_runtime.runtime.fsutil import remove_tree_quietly
+
+    for entry in tmp_path.iterdir():
+        remove_tree_quietly(entry)
 
 
 def deep_chain_tar(path: Path, depth: int, *, explicit_dirs: bool) -> Path:
