@@ -5,11 +5,13 @@ active runtime is unchanged and still runs"."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,3 +189,31 @@ class HomeGuard:
         active = layout.load(active_name)
         assert active.marker.tag == expected_tag
         assert_runs(active.binary)
+
+
+CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+
+
+def run_json(capsys: pytest.CaptureFixture[str], home: Path, api_url: str, *args: str) -> tuple[int, Any]:
+    """``llama-runtime ARGS --home HOME --api-url URL --json``: the exit code and the one JSON object."""
+    from llama_runtime.updater.cli.main import main
+
+    code = main([*args, "--home", str(home), "--api-url", api_url, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else None
+
+
+def publish_stand_in(github: FakeGitHub, tmp_path: Path, tag: str) -> None:
+    """Publish ``tag`` with a stand-in CPU build (b7278+ layout)."""
+    archive = stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)
+    github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): archive})
+
+
+@pytest.fixture
+def b7000_home(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path) -> Path:
+    """A home with b7000 (a stand-in CPU build) active: the runtime a failure must leave alone."""
+    home = tmp_path / "home"
+    publish_stand_in(github, tmp_path, "b7000")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
+    assert code == 0, payload
+    return home

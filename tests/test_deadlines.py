@@ -12,71 +12,52 @@ also run against code from before the fix.)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.lock import UpdateLock
-from llama_runtime.updater.cli.main import main
 
-from tests.conftest import REPO, HomeGuard, stand_in_tarball
+from tests.conftest import CPU_TAR, HomeGuard, publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub, Fault
-
-CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
-
-
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
-@pytest.fixture
-def installed(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    for tag in ("b7000", "b7001"):
-        archive = stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): archive})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
-    assert code == 0, payload
-    return home
 
 
 def test_a_drip_below_the_minimum_rate_ends_the_update_with_exit_7_and_frees_the_lock(
     capsys: pytest.CaptureFixture[str],
     github: FakeGitHub,
-    installed: Path,
+    b7000_home: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 16 bytes every half second: the ~270-byte asset would take ~8 s per attempt.
+    publish_stand_in(github, tmp_path, "b7001")
     github.inject(CPU_TAR.format(tag="b7001"), Fault(drip_seconds=0.5, drip_chunk=16, times=None))
     monkeypatch.setenv("LLAMA_RUNTIME_MIN_RATE", "1000")
     monkeypatch.setenv("LLAMA_RUNTIME_MIN_RATE_WINDOW", "1")
-    guard = HomeGuard(tmp_path, installed)
-    code, payload = cli(capsys, installed, github, "update", "--tag", "b7001", "--backend", "cpu")
+    guard = HomeGuard(tmp_path, b7000_home)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 7, payload
     assert "below the minimum of 1000 bytes/s" in payload["error"]["message"]
     assert "kept for resuming" in payload["error"]["message"]
-    assert not UpdateLock(installed / "locks" / "update.lock").is_held()
+    assert not UpdateLock(b7000_home / "locks" / "update.lock").is_held()
     guard.assert_intact("b7000")
-    code, payload = cli(capsys, installed, github, "gc")  # another verb gets the lock at once
+    code, payload = run_json(capsys, b7000_home, github.api_url, "gc")  # another verb gets the lock at once
     assert code == 0, payload
 
 
 def test_the_overall_deadline_ends_a_download_that_keeps_just_above_the_rate(
     capsys: pytest.CaptureFixture[str],
     github: FakeGitHub,
-    installed: Path,
+    b7000_home: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    publish_stand_in(github, tmp_path, "b7001")
     github.inject(CPU_TAR.format(tag="b7001"), Fault(drip_seconds=0.3, drip_chunk=16, times=None))
     monkeypatch.setenv("LLAMA_RUNTIME_MIN_RATE", "0")
     monkeypatch.setenv("LLAMA_RUNTIME_DOWNLOAD_DEADLINE", "1")
-    guard = HomeGuard(tmp_path, installed)
-    code, payload = cli(capsys, installed, github, "update", "--tag", "b7001", "--backend", "cpu")
+    guard = HomeGuard(tmp_path, b7000_home)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 7, payload
     assert "deadline" in payload["error"]["message"]
     guard.assert_intact("b7000")

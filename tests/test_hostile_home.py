@@ -11,7 +11,6 @@ active runtime intact and running (:class:`tests.conftest.HomeGuard`).
 from __future__ import annotations
 
 import io
-import json
 import os
 import tarfile
 from collections.abc import Iterator
@@ -19,29 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
-from tests.conftest import REPO, HomeGuard, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, HomeGuard, publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
-
-CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
-
-
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    out = capsys.readouterr().out
-    return code, json.loads(out) if out.strip() else None
 
 
 @pytest.fixture
-def installed(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    for tag in ("b7000", "b7001"):
-        archive = stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): archive})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
-    assert code == 0, payload
-    return home
+def installed(b7000_home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
+    publish_stand_in(github, tmp_path, "b7001")
+    return b7000_home
+
+
+def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
+    return run_json(capsys, home, github.api_url, *args)
 
 
 @pytest.fixture(autouse=True)

@@ -21,28 +21,26 @@ from llama_runtime.updater.api.service import RuntimeUpdater
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.sources.github import GitHubClient
 
-from tests.conftest import REPO, HomeGuard, stand_in_tarball
+from tests.conftest import (
+    CPU_TAR,
+    REPO,
+    HomeGuard,
+    run_json,
+    stand_in_tarball,
+)
 from tests.fakegithub import FakeGitHub
 
-CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 #: updater.sources.bounded_json.MAX_API_BODY_BYTES (not imported: this file runs against older code too).
 _CAP_BYTES = 16 * 1024 * 1024
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], home: Path, api_url: str, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
+    return run_json(capsys, home, api_url, *args)
 
 
 @pytest.fixture
-def installed(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path) -> Path:
-    """A home with b7000 (stand-in build) active, and b7001's good archive on disk."""
-    home = tmp_path / "home"
-    good = stand_in_tarball(tmp_path / "b7000.tar.gz", tag="b7000")
-    github.add_release(REPO, "b7000", {CPU_TAR.format(tag="b7000"): good})
-    code, payload = run_cli(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
-    assert code == 0, payload
-    return home
+def installed(b7000_home: Path) -> Path:
+    return b7000_home
 
 
 # -- finding 1: names become paths only after validation ------------------------------------

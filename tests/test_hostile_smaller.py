@@ -19,31 +19,22 @@ from typing import Any
 import pytest
 from llama_runtime.runtime.errors import UnsafeArchiveError
 from llama_runtime.runtime.layout import Home
-from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.transaction import Installer, UpdateRequest
 from llama_runtime.updater.sources.github import GitHubClient
 
 from tests.archives import build_release_archive
-from tests.conftest import REPO, HomeGuard, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, HomeGuard, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 from tests.test_cuda_companion import CUDA_12_8_HOST, _lists_a_cuda_device
 
-CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+
+@pytest.fixture
+def installed(b7000_home: Path) -> Path:
+    return b7000_home
 
 
 def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
-@pytest.fixture
-def installed(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path) -> Path:
-    home = tmp_path / "home"
-    archive = stand_in_tarball(tmp_path / "b7000.tar.gz", tag="b7000")
-    github.add_release(REPO, "b7000", {CPU_TAR.format(tag="b7000"): archive})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
-    assert code == 0, payload
-    return home
+    return run_json(capsys, home, github.api_url, *args)
 
 
 def huge_pax_header_tar(path: Path, declared: int) -> Path:
@@ -157,8 +148,7 @@ def test_the_temp_file_of_a_killed_meta_write_is_cleaned_by_the_next_update(
 ) -> None:
     leftover = installed / "downloads" / ".0123456789abcdef-llama-b7001.part.meta.x1y2z3.tmp"
     leftover.write_text('{"url": "http://')
-    archive = stand_in_tarball(tmp_path / "b7001.tar.gz", tag="b7001")
-    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): archive})
+    publish_stand_in(github, tmp_path, "b7001")
     code, payload = cli(capsys, installed, github, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert not leftover.exists()

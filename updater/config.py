@@ -87,8 +87,14 @@ def github_token(env: Mapping[str, str], api_url: str = DEFAULT_API_URL) -> str 
     return token_for(api_url, env)
 
 
-def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
-    """A positive number of seconds from ``env[key]``, or ``default`` when unset or blank."""
+def env_number(
+    env: Mapping[str, str], key: str, default: float, *, unit: str = "seconds", zero_ok: bool = False
+) -> float:
+    """A positive number (or 0 with ``zero_ok``) from ``env[key]``, or ``default`` when unset or blank.
+
+    Raises:
+        UserInputError: The value is not such a number (exit 2).
+    """
     raw = env.get(key, "").strip()
     if not raw:
         return default
@@ -96,9 +102,14 @@ def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise UserInputError(f"Invalid {key}={raw!r}; use a positive number of seconds, e.g. 30.")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        kind = "0 or a positive number" if zero_ok else "a positive number"
+        raise UserInputError(f"Invalid {key}={raw!r}; use {kind} of {unit}, e.g. 30.")
     return value
+
+
+def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
+    return env_number(env, key, default)
 
 
 def resolve_settings(

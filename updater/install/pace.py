@@ -14,13 +14,12 @@ Configurable for slow links (and tests), each in the environment:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.updater.config import env_number
 
 __all__ = [
     "DOWNLOAD_DEADLINE_SECONDS",
@@ -58,24 +57,12 @@ class DownloadPace:
             UserInputError: A value is not a positive number (``LLAMA_RUNTIME_MIN_RATE`` may be 0: off).
         """
         return cls(
-            min_rate=_number(env, "LLAMA_RUNTIME_MIN_RATE", MIN_RATE_BYTES_PER_SECOND, zero_ok=True),
-            window=_number(env, "LLAMA_RUNTIME_MIN_RATE_WINDOW", MIN_RATE_WINDOW_SECONDS),
-            deadline=_number(env, "LLAMA_RUNTIME_DOWNLOAD_DEADLINE", DOWNLOAD_DEADLINE_SECONDS),
+            min_rate=env_number(
+                env, "LLAMA_RUNTIME_MIN_RATE", MIN_RATE_BYTES_PER_SECOND, unit="bytes per second", zero_ok=True
+            ),
+            window=env_number(env, "LLAMA_RUNTIME_MIN_RATE_WINDOW", MIN_RATE_WINDOW_SECONDS),
+            deadline=env_number(env, "LLAMA_RUNTIME_DOWNLOAD_DEADLINE", DOWNLOAD_DEADLINE_SECONDS),
         )
-
-
-def _number(env: Mapping[str, str], key: str, default: float, *, zero_ok: bool = False) -> float:
-    raw = env.get(key, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        floor = "0 or more" if zero_ok else "more than 0"
-        raise UserInputError(f"{key}={raw!r} is not a number of {floor}.")
-    return value
 
 
 class PaceWatch:
