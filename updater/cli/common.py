@@ -4,12 +4,15 @@ sentences that report an activation, and the hint after a failed update."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, RemoteError, UserInputError
 
 if TYPE_CHECKING:
     from llama_runtime.updater.api.progress import TerminalProgress
+    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.cli.main import Output
     from llama_runtime.updater.install.transaction import UpdateOutcome
 
 #: After a failed first install: where a machine without GitHub gets a runtime from.
@@ -37,9 +40,36 @@ def user_tag(tag: str) -> str:
     return cleaned
 
 
+def add_events_flag(parser: argparse.ArgumentParser) -> None:
+    """``--events``: JSON Lines on stdout (phases, progress, warnings, then the result or error)."""
+    parser.add_argument(
+        "--events",
+        action="store_true",
+        help="JSON Lines on stdout for apps: phase, progress (≤10/s), warning, then result or error",
+    )
+
+
+def cancel_on_signals(updater: RuntimeUpdater, out: Output) -> contextlib.AbstractContextManager[None]:
+    """With ``--events``, SIGINT/SIGTERM first ask the running job to stop (see ``cli/events.py``)."""
+    if out.events is None:
+        return contextlib.nullcontext()
+    from llama_runtime.updater.cli.events import cancel_on_signals as on_signals
+
+    events = out.events
+
+    def request_cancel() -> bool:
+        if events.job_id is None:
+            return False
+        updater.jobs.request_cancel(events.job_id)
+        return True
+
+    return on_signals(request_cancel)
+
+
 def progress_for(args: argparse.Namespace) -> TerminalProgress | None:
     """The progress bar on stderr, unless --json, --quiet or --no-progress, or stderr is no terminal."""
-    if getattr(args, "json", False) or getattr(args, "quiet", False) or getattr(args, "no_progress", False):
+    quiet = ("json", "events", "quiet", "no_progress")
+    if any(getattr(args, flag, False) for flag in quiet):
         return None
     from llama_runtime.updater.api.progress import terminal_progress
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from llama_runtime.runtime.errors import BusyError
+from llama_runtime.updater.cli.common import add_events_flag, cancel_on_signals
 
 if TYPE_CHECKING:
     from llama_runtime.updater.api.service import RuntimeUpdater
@@ -30,9 +31,11 @@ def register(add: AddParser) -> dict[str, Handler]:
     p.add_argument(
         "--wait", type=float, default=0.0, metavar="SECONDS", help="with --apply, wait this long for a running update"
     )
+    add_events_flag(p)
     p = add("job", "show, follow or cancel the update job")
     p.add_argument("action", nargs="?", default="status", choices=("status", "wait", "cancel"))
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="how long `job wait` waits")
+    add_events_flag(p)
     return {"check": cmd_check, "job": cmd_job}
 
 
@@ -56,10 +59,13 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     updater = updater_from_args(args)
     if jitter:
         sleep(random.uniform(0.0, jitter))
-    bar = terminal_progress() if args.apply and not args.json else None
+    bar = terminal_progress() if args.apply and not (args.json or args.events) else None
     try:
-        result = updater.check(apply=args.apply, wait=wait, listener=bar)
+        with cancel_on_signals(updater, out):
+            result = updater.check(apply=args.apply, wait=wait, listener=out.events or bar)
     except BusyError as exc:
+        if out.events is not None:
+            raise
         current = updater.jobs.current()
         payload: dict[str, Any] = {"skipped": "busy", "error": exc.to_json()}
         payload["job"] = current.to_json() if current and current.running else None
@@ -105,6 +111,10 @@ def cmd_job(args: argparse.Namespace, out: Output) -> int:
         else:
             out.result({"job": state.to_json(), "cancel_requested": False}, [f"Job {job.id} is already {state.phase}."])
         return 0
+    if args.action == "wait" and out.events is not None:
+        from llama_runtime.updater.cli.events import follow_events
+
+        return follow_events(job, out, timeout)
     if args.action == "wait":
         bar = None if args.json else terminal_progress()
         stop = job.subscribe(bar) if bar is not None else None

@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from llama_runtime.runtime.errors import NothingActiveError
+from llama_runtime.updater.cli.common import add_events_flag
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime
@@ -33,6 +34,7 @@ def register(add: AddParser) -> dict[str, Handler]:
     )
     p = add("use", "activate an installed runtime (no download), verified like an update")
     p.add_argument("tag", metavar="TAG", help="an installed build, e.g. b7000, or a runtime name from `list`")
+    add_events_flag(p)
     p = add("remove", "delete an installed runtime that is neither active nor previous")
     p.add_argument("tag", metavar="TAG", help="an installed build, e.g. b7000, or a runtime name from `list`")
     add("which", "print the active llama-server's path (exit 5 when none is active)")
@@ -69,7 +71,7 @@ def cmd_use(args: argparse.Namespace, out: Output) -> int:
     target = _select(args, settings, installer.home)
     bar = progress_for(args)
     try:
-        outcome = installer.use(target.name, progress=bar)
+        outcome = installer.use(target.name, progress=out.events or bar)
     finally:
         if bar is not None:
             bar.close()

@@ -21,11 +21,19 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from llama_runtime.runtime.errors import BusyError, LlamaRuntimeError, UserInputError
 from llama_runtime.runtime.text import printable
-from llama_runtime.updater.cli.common import explain_failure, outcome_lines, progress_for, user_tag
+from llama_runtime.updater.cli.common import (
+    add_events_flag,
+    cancel_on_signals,
+    explain_failure,
+    outcome_lines,
+    progress_for,
+    user_tag,
+)
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
     from llama_runtime.updater.choice.decide import ActiveState
+    from llama_runtime.updater.cli.events import EventStream
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
 
@@ -38,13 +46,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 class Output:
-    """Writes the one result of a command: JSON or sentences for people."""
+    """Writes the one result of a command: JSON, JSON Lines events, or sentences for people."""
 
-    def __init__(self, as_json: bool) -> None:
-        self.as_json = as_json
+    def __init__(self, as_json: bool, events: EventStream | None = None) -> None:
+        self.as_json = as_json or events is not None
+        #: With ``--events``: the JSON Lines stream; the result and the error are its last line.
+        self.events = events
 
     def result(self, payload: dict[str, Any], lines: Sequence[str]) -> None:
-        if self.as_json:
+        if self.events is not None:
+            self.events.result(payload)
+        elif self.as_json:
             sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
         else:
             for line in lines:
@@ -53,7 +65,9 @@ class Output:
         sys.stdout.flush()
 
     def error(self, exc: LlamaRuntimeError) -> None:
-        if self.as_json:
+        if self.events is not None:
+            self.events.error(exc)
+        elif self.as_json:
             sys.stdout.write(json.dumps({"error": exc.to_json()}, indent=2, sort_keys=True) + "\n")
             sys.stdout.flush()
         else:
@@ -152,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--wait", type=float, default=0.0, metavar="SECONDS", help="wait this long for another update to finish"
     )
+    add_events_flag(p)
     p = add("plan", "what update would install and why; downloads nothing")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--tag")
@@ -293,11 +308,17 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
     )
     had_active = _has_active(updater.home)
     bar = progress_for(args)
+    listener = out.events if out.events is not None else bar
     try:
-        job = updater.run_update(request, wait=args.wait, operation="update", listener=bar)
+        with cancel_on_signals(updater, out):
+            job = updater.run_update(request, wait=args.wait, operation="update", listener=listener)
         if job.exception is not None:
             raise job.exception
     except BusyError:
+        if out.events is not None and tag is None:
+            from llama_runtime.updater.cli.events import attach_events
+
+            return attach_events(updater, out, busy=updater.busy_error())
         raise updater.busy_error() from None
     except LlamaRuntimeError as exc:
         explain_failure(exc, had_active=had_active)
@@ -498,12 +519,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:  # everything after -- belongs to llama-server (`server start -- ARGS`)
         cut = argv.index("--")
         argv, server_args = argv[:cut], argv[cut + 1 :]
-    out = Output(as_json="--json" in argv)
+    out = Output(as_json="--json" in argv, events=_events_stream() if "--events" in argv else None)
     args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)
         args.server_args = server_args
-        out.as_json = bool(args.json)
+        if not getattr(args, "events", False):
+            out.events = None
+        out.as_json = bool(args.json) or out.events is not None
         from llama_runtime.updater.logs import configure_logging
 
         level = "error" if args.quiet else "debug" if args.verbose > 1 else "info" if args.verbose else "warning"
@@ -548,6 +571,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         out.error(err)
         return 1
+
+
+def _events_stream() -> EventStream:
+    from llama_runtime.updater.cli.events import EventStream
+
+    return EventStream()
 
 
 if __name__ == "__main__":
