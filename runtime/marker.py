@@ -64,6 +64,9 @@ class InstallMarker:
     extra_assets: tuple[dict[str, Any], ...] = ()
     host: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
+    #: Inference speeds measured on this machine, per model (see ``runtime.inference``):
+    #: model key -> {"prompt_per_second", "predicted_per_second", "args", "measured_at", ...}.
+    speeds: dict[str, dict[str, Any]] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -113,6 +116,13 @@ def _files(raw: object, path: Path) -> dict[str, FileRecord]:
             raise CorruptStateError(f"The install marker {path} is damaged: entry for '{name}'.")
         records[_inside(str(name), path, "file")] = FileRecord(size=info["size"], sha256=info["sha256"])
     return records
+
+
+def _speeds(raw: object) -> dict[str, dict[str, Any]]:
+    """The speed records; a damaged one is dropped, never fatal (they are measurements, not trust)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): dict(v) for k, v in raw.items() if isinstance(v, dict)}
 
 
 def _inside(rel: str, path: Path, what: str) -> str:
@@ -172,6 +182,7 @@ def parse_marker(payload: object, path: Path) -> InstallMarker:
         extra_assets=tuple(e for e in extra if isinstance(e, dict)) if isinstance(extra, list) else (),
         host=host if isinstance(host, dict) else {},
         reason=str(payload.get("reason", "")),
+        speeds=_speeds(payload.get("speeds", {})),
         schema_version=schema if isinstance(schema, int) else SCHEMA_VERSION,
     )
 

@@ -123,6 +123,15 @@ class ServerControl(Protocol):
         """Binary of the running server, or None when none runs."""
         ...
 
+    def endpoint(self) -> str | None:
+        """``http://HOST:PORT`` of the running server, or None when unknown.
+
+        The inference gate sends its completion request there after a switch.
+        A control that returns None (or predates this method) gets the health
+        check only.
+        """
+        ...
+
 
 @dataclass(frozen=True)
 class Health:
@@ -322,6 +331,13 @@ class ManagedServer(ServerControl):
         """Binary of the running server, or None when none runs."""
         state = self._running_state()
         return state.binary if state else None
+
+    def endpoint(self) -> str | None:
+        """``http://HOST:PORT`` of the running server, or None when none runs or no port is recorded."""
+        state = self._running_state()
+        if state is None or state.port is None:
+            return None
+        return f"http://{http_netloc(state.host, state.port)}"
 
     # -- for the CLI and gc ------------------------------------------------------
 
@@ -576,10 +592,15 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return port
 
 
+def http_netloc(host: str, port: int) -> str:
+    """``HOST:PORT`` to connect to a server bound to ``host`` (a wildcard means loopback)."""
+    probe_host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"[{probe_host}]:{port}" if ":" in probe_host else f"{probe_host}:{port}"
+
+
 def probe_health(host: str, port: int, timeout: float) -> Health:
     """``GET /health``: 200 is healthy; 503 means loading; anything else is not."""
-    probe_host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    netloc = f"[{probe_host}]:{port}" if ":" in probe_host else f"{probe_host}:{port}"
+    netloc = http_netloc(host, port)
     # No proxies: an http_proxy from the environment must not see local traffic.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:

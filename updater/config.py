@@ -15,10 +15,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.backends import parse_backend
 from llama_runtime.runtime.errors import UserInputError
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.install.gate import GatePolicy
 
 DEFAULT_API_URL: Final = "https://api.github.com"
 DEFAULT_REPO: Final = "ggml-org/llama.cpp"
@@ -55,6 +58,8 @@ class Settings:
         backend_explicit: The backend was given (flag or environment), not defaulted.
         read_timeout: Seconds one request may stall (``LLAMA_RUNTIME_READ_TIMEOUT``).
         health_timeout: Seconds a restarted server has to come up (``LLAMA_RUNTIME_HEALTH_TIMEOUT``).
+        gate: The inference gate's policy for this invocation; None: the home's stored
+            one (``<home>/gate.json``), else the default.
     """
 
     home: Path
@@ -65,6 +70,7 @@ class Settings:
     backend_explicit: bool = False
     read_timeout: float = READ_TIMEOUT_SECONDS
     health_timeout: float = SERVER_READY_TIMEOUT_SECONDS
+    gate: GatePolicy | None = None
 
 
 def validate_repo(repo: str) -> str:

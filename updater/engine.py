@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.process import ServerControl
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
+    from llama_runtime.updater.install.gate import GatePolicy
     from llama_runtime.updater.install.transaction import Installer
     from llama_runtime.updater.sources.source import ReleaseSource
 
@@ -141,4 +142,13 @@ class Engine:
             runner=self.seams.runner or run_process,
             server=self.server(),
             health_timeout=self.settings.health_timeout,
+            gate=self.gate_policy(),
         )
+
+    def gate_policy(self) -> GatePolicy:
+        """The inference gate's policy: the settings' own, else what the home stores (``gate.json``)."""
+        if self.settings.gate is not None:
+            return self.settings.gate
+        from llama_runtime.updater.install.gate_store import load_gate_settings
+
+        return load_gate_settings(self.home.root)

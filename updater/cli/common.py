@@ -8,6 +8,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, RemoteError, UserInputError
+from llama_runtime.updater.cli.gate import gate_lines
 
 if TYPE_CHECKING:
     from llama_runtime.updater.api.progress import TerminalProgress
@@ -93,7 +94,7 @@ def outcome_lines(outcome: UpdateOutcome) -> list[str]:
         lines.append(f"The running llama-server was restarted on {m.tag}.")
         if outcome.server.reload_required:
             lines.append("Reload your model to use it.")
-    return lines
+    return lines + gate_lines(outcome.server)
 
 
 def explain_failure(exc: LlamaRuntimeError, *, had_active: bool) -> None:

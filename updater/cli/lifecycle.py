@@ -27,6 +27,8 @@ AVAILABLE_DEFAULT: int = 10
 
 def register(add: AddParser) -> dict[str, Handler]:
     """Add ``list``, ``use``, ``remove`` and ``which``."""
+    from llama_runtime.updater.cli.gate import add_gate_arguments
+
     p = add("list", "installed runtimes; --available also lists releases that fit this host")
     p.add_argument("--available", action="store_true", help="also list the newest releases this host can install")
     p.add_argument(
@@ -35,6 +37,7 @@ def register(add: AddParser) -> dict[str, Handler]:
     p = add("use", "activate an installed runtime (no download), verified like an update")
     p.add_argument("tag", metavar="TAG", help="an installed build, e.g. b7000, or a runtime name from `list`")
     add_events_flag(p)
+    add_gate_arguments(p, smoke=False)
     p = add("remove", "delete an installed runtime that is neither active nor previous")
     p.add_argument("tag", metavar="TAG", help="an installed build, e.g. b7000, or a runtime name from `list`")
     add("which", "print the active llama-server's path (exit 5 when none is active)")
@@ -64,9 +67,10 @@ def _select(args: argparse.Namespace, settings: Settings, home: Home) -> Install
 def cmd_use(args: argparse.Namespace, out: Output) -> int:
     """``use TAG``: switch to an installed runtime."""
     from llama_runtime.updater.cli.common import outcome_lines, progress_for
+    from llama_runtime.updater.cli.gate import with_gate
     from llama_runtime.updater.cli.main import engine_for, settings_from_args
 
-    settings = settings_from_args(args)
+    settings = with_gate(args, settings_from_args(args))
     installer = engine_for(settings).installer()
     target = _select(args, settings, installer.home)
     bar = progress_for(args)
@@ -75,7 +79,8 @@ def cmd_use(args: argparse.Namespace, out: Output) -> int:
     finally:
         if bar is not None:
             bar.close()
-    out.result(outcome.to_json(), outcome_lines(outcome))
+    lines = outcome_lines(outcome) + [f"warning: {w}" for w in outcome.warnings]
+    out.result(outcome.to_json(), lines)
     return 0
 
 

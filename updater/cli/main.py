@@ -144,6 +144,8 @@ def tool_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``llama-runtime``."""
+    from llama_runtime.updater.cli.gate import add_gate_arguments
+
     parser = _Parser(
         prog="llama-runtime", description="Keep llama.cpp's llama-server current, verified and rollback-safe."
     )
@@ -167,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait", type=float, default=0.0, metavar="SECONDS", help="wait this long for another update to finish"
     )
     add_events_flag(p)
+    add_gate_arguments(p, smoke=True)
     p = add("plan", "what update would install and why; downloads nothing")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--tag")
@@ -175,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda-version", help="CUDA version the (other) machine's driver supports")
     p.add_argument("--explain", action="store_true", help="list every candidate and why it was taken or dropped")
     p = add("rollback", "re-activate the previously active runtime")
+    add_gate_arguments(p, smoke=False)
     p = add("doctor", "re-verify the active runtime and say what to do")
     p.add_argument("--repair", action="store_true", help="point the pointer at a verified runtime if it is damaged")
     for module in EXTENSIONS:
@@ -255,6 +259,7 @@ def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.runtime.lock import UpdateLock
+    from llama_runtime.updater.cli.gate import speed_table
 
     settings = settings_from_args(args)
     home = home_for(settings)
@@ -263,6 +268,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     previous = next((r for r in installed if r.name == pointer.previous), None)
     override = _override_json()
     busy = home.lock_path.exists() and UpdateLock(home.lock_path).is_held()
+    speeds, speed_lines = speed_table(active, previous)
     payload = {
         "active": active.to_json() if active else None,
         "previous": previous.to_json() if previous else None,
@@ -271,6 +277,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         "override_info": override,
         "update_running": busy,
         "home": str(home.root),
+        "speeds": speeds,
     }
     lines = [_runtime_line("active", active)]
     if active is None:
@@ -280,6 +287,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     if previous:
         lines.append(_runtime_line("previous", previous) + "  (`llama-runtime rollback` goes back to it)")
     lines.append(f"installed runtimes: {len(installed)} in {home.runtimes_dir}")
+    lines += speed_lines
     if override:
         lines.append(
             f"override: LLAMA_SERVER_PATH={override['path']} ({override['version'] or 'does not run'}) is in force; "
@@ -295,8 +303,9 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
     """``update``: runs as the home's update job, so ``job status/wait/cancel`` follow it from elsewhere."""
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import UpdateRequest
+    from llama_runtime.updater.cli.gate import with_gate
 
-    settings = settings_from_args(args)
+    settings = with_gate(args, settings_from_args(args))  # bad input is exit 2 before anything changes
     tag = _tag_or_none(args.tag)
     updater = RuntimeUpdater.from_engine(engine_for(settings))
     request = UpdateRequest(
@@ -426,19 +435,26 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
-    active, previous, server = engine_for(settings_from_args(args)).installer().rollback()
+    from llama_runtime.updater.cli.gate import gate_lines, with_gate
+
+    settings = with_gate(args, settings_from_args(args))
+    active, previous, server = engine_for(settings).installer().rollback()
     payload = {
         "result": "switched",
         "active": active.to_json(),
         "previous": previous.to_json() if previous else None,
         "server_restarted": server.restarted,
         "reload_required": server.reload_required,
+        "gate": server.gate_json(),
+        "warnings": list(server.warnings),
     }
     lines = [f"Rolled back: {active.marker.tag} ({active.marker.backend}) is active again."]
     if server.restarted:
         lines.append(f"The running llama-server was restarted on {active.marker.tag}.")
         if server.reload_required:
             lines.append("Reload your model to use it.")
+    lines += gate_lines(server)
+    lines += [f"warning: {w}" for w in server.warnings]
     if previous:
         lines.append(f"{previous.marker.tag} is kept as the previous runtime; run rollback again to return to it.")
     out.result(payload, lines)
@@ -485,6 +501,7 @@ EXTENSIONS: list[str] = [
     "llama_runtime.updater.cli.server",
     "llama_runtime.updater.cli.jobs",
     "llama_runtime.updater.cli.lifecycle",
+    "llama_runtime.updater.cli.gate",
 ]
 
 COMMANDS: dict[str, Handler] = {

@@ -8,6 +8,8 @@ engine while the old one failed to stop)::
       -> flip the pointer
       -> start the same arguments on the new binary, wait for /health
                                          failure: pointer flipped back, old server restarted
+      -> with a model loaded: the inference gate's completion request (gate.py)
+                                         failure or (if asked) too slow: the same roll back
 
 Runtimes live in their own directories and only the pointer flips, so no file
 a running process uses is ever replaced (Windows cannot replace a running .exe).
@@ -15,16 +17,21 @@ a running process uses is ever replaced (Windows cannot replace a running .exe).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from llama_runtime.runtime.errors import LocalError, VerificationError
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.process import ServerControl
 from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.logs import get_logger
+
+if TYPE_CHECKING:
+    from llama_runtime.runtime.inference import Speed
+    from llama_runtime.updater.install.gate import InferenceGate, Verdict
 
 log = get_logger("llama_runtime.swap")
 
@@ -62,6 +69,19 @@ class SwitchReport:
     restarted: bool
     reload_required: bool
     pid_changed: bool = True
+    #: The inference gate ran and the new server generated.
+    gated: bool = False
+    warnings: tuple[str, ...] = ()
+    speed: Speed | None = None
+    previous_speed: Speed | None = None
+
+    def gate_json(self) -> dict[str, object]:
+        """The ``gate`` object of an update/rollback result."""
+        return {
+            "checked": self.gated,
+            "speed": self.speed.to_json() if self.speed else None,
+            "previous_speed": self.previous_speed.to_json() if self.previous_speed else None,
+        }
 
 
 def describe(runtime: InstalledRuntime | None) -> str:
@@ -76,6 +96,12 @@ def loads_model_at_start(args: Sequence[str]) -> bool:
     return any(a.split("=", 1)[0] in _MODEL_FLAGS for a in args)
 
 
+def endpoint(server: ServerControl) -> str | None:
+    """Where ``server`` listens, or None (also for app controls written before ``endpoint`` existed)."""
+    ask = getattr(server, "endpoint", None)
+    return ask() if callable(ask) else None
+
+
 class ServerSwitch:
     """Quiesces a running server around a pointer flip.
 
@@ -83,6 +109,7 @@ class ServerSwitch:
         server: The process to manage (the home's ManagedServer or an app's own).
         health_timeout: Seconds the new server has to answer /health.
         stop_timeout: SIGTERM grace before SIGKILL.
+        gate: The inference gate for servers that load a model; None: /health only.
     """
 
     def __init__(
@@ -91,10 +118,21 @@ class ServerSwitch:
         *,
         health_timeout: float = SERVER_READY_TIMEOUT_SECONDS,
         stop_timeout: float = STOP_TIMEOUT_SECONDS,
+        gate: InferenceGate | None = None,
     ) -> None:
         self.server = server
         self.health_timeout = health_timeout
         self.stop_timeout = stop_timeout
+        self.gate = gate
+
+    def measure_current(self, current: InstalledRuntime | None) -> None:
+        """Before the old server stops: time it on the gate's request when no figure is on record."""
+        if self.gate is None or not self.server.is_running():
+            return
+        args = self.server.current_args()
+        url = endpoint(self.server)
+        if url is not None and loads_model_at_start(args):
+            self.gate.baseline(url, args, current)
 
     def stop_current(self, new: InstalledRuntime, current: InstalledRuntime | None) -> RunningServer | None:
         """Stop the running server, if any, remembering how to start it again.
@@ -134,22 +172,38 @@ class ServerSwitch:
         if down and binary is not None:
             self.restore_old(RunningServer(binary=binary, args=args), current)
 
-    def start_new(self, new: InstalledRuntime, running: RunningServer) -> NewServer:
-        """Start the previous arguments on the new binary and wait for /health."""
+    def start_new(
+        self, new: InstalledRuntime, running: RunningServer, current: InstalledRuntime | None = None
+    ) -> NewServer:
+        """Start the previous arguments on the new binary, wait for /health, then run the gate."""
         try:
             self.server.start(new.binary, running.args)
         except Exception as exc:  # a start failure is a failed health check
             log.warning("new llama-server did not start", error=str(exc))
             return NewServer("unhealthy")
+        failure, reason = "unhealthy", ""
         if self.server.wait_healthy(self.health_timeout):
-            return NewServer("healthy")
+            verdict = self._gate(new, running, current)
+            if verdict is None or verdict.ok:
+                return NewServer("healthy", verdict=verdict)
+            failure, reason = "failed_gate", verdict.reason
         try:
             self.server.stop(self.stop_timeout)
         except Exception as exc:  # the old server cannot come back while this one runs
             reason = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-            log.error("could not stop the unhealthy new server", error=reason)
+            log.error("could not stop the rejected new server", error=reason)
             return NewServer("unhealthy_still_running", reason)
-        return NewServer("unhealthy")
+        return NewServer("failed_gate", reason=reason) if failure == "failed_gate" else NewServer("unhealthy")
+
+    def _gate(self, new: InstalledRuntime, running: RunningServer, current: InstalledRuntime | None) -> Verdict | None:
+        """The gate's verdict on the healthy new server; None when it does not apply."""
+        if self.gate is None or not loads_model_at_start(running.args):
+            return None
+        url = endpoint(self.server)
+        if url is None:
+            log.warning("the server control does not say where the server listens; inference gate skipped")
+            return None
+        return self.gate.check(url, running.args, new, current)
 
     def restore_old(self, running: RunningServer, old: InstalledRuntime | None) -> bool:
         """Start the old server again after a failed switch; whether it is healthy."""
@@ -167,8 +221,10 @@ class ServerSwitch:
 class NewServer:
     """How the server started on the new runtime fared."""
 
-    outcome: Literal["healthy", "unhealthy", "unhealthy_still_running"]
+    outcome: Literal["healthy", "unhealthy", "failed_gate", "unhealthy_still_running"]
     stop_failure: str = ""
+    reason: str = ""
+    verdict: Verdict | None = None
 
 
 def switch_with_server(
@@ -184,8 +240,10 @@ def switch_with_server(
         SwitchError: The old server could not be stopped (pointer untouched), or
             the unhealthy new server could not be stopped (pointer flipped back;
             ``new_still_running`` is set and the new runtime must be kept).
-        VerificationError: The new server failed its health check (rolled back).
+        VerificationError: The new server failed its health check or the
+            inference gate (rolled back).
     """
+    switch.measure_current(current)
     running = switch.stop_current(new, current)
     try:
         flip()
@@ -196,28 +254,40 @@ def switch_with_server(
     if running is None:
         return SwitchReport(restarted=False, reload_required=False, pid_changed=False)
     try:
-        started = switch.start_new(new, running)
+        started = switch.start_new(new, running, current)
     except BaseException:
         # Interrupted (Ctrl-C) while the new server came up: put everything back.
         _undo(switch, running, current, unflip)
         raise
     if started.outcome == "healthy":
-        return SwitchReport(restarted=True, reload_required=not loads_model_at_start(running.args))
+        return _healthy_report(running, started.verdict)
     unflip()
     if started.outcome == "unhealthy_still_running":
         error = SwitchError(
-            f"rolled back the pointer to {describe(current)}: the new runtime {describe(new)} failed its health "
-            f"check and its server could not be stopped ({started.stop_failure}); it is still running.",
+            f"rolled back the pointer to {describe(current)}: the new runtime {describe(new)} failed its checks "
+            f"and its server could not be stopped ({started.stop_failure}); it is still running.",
             hint="Stop it with `llama-runtime server stop` (or in your app), then `llama-runtime server start`.",
         )
         error.new_still_running = True
         raise error
     restored = switch.restore_old(running, current)
     again = "is active and running again" if restored else "is active again, but its server did not come back"
+    if started.outcome == "failed_gate":
+        what = f"failed its inference check ({describe(new)}: {started.reason})"
+    else:
+        what = f"failed its health check ({describe(new)} did not answer /health within {switch.health_timeout:.0f} s)"
     raise VerificationError(
-        f"rolled back: the new runtime failed its health check ({describe(new)} did not answer /health "
-        f"within {switch.health_timeout:.0f} s); {describe(current)} {again}.",
+        f"rolled back: the new runtime {what}; {describe(current)} {again}.",
         hint=None if restored else "Start it with `llama-runtime server start -- ARGS`.",
+    )
+
+
+def _healthy_report(running: RunningServer, verdict: Verdict | None) -> SwitchReport:
+    report = SwitchReport(restarted=True, reload_required=not loads_model_at_start(running.args))
+    if verdict is None:
+        return report
+    return dataclasses.replace(
+        report, gated=True, warnings=verdict.warnings, speed=verdict.speed, previous_speed=verdict.previous_speed
     )
 
 

@@ -56,6 +56,7 @@ from llama_runtime.updater.install.archive import (
 )
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, download_asset
+from llama_runtime.updater.install.gate import GatePolicy, InferenceGate
 from llama_runtime.updater.install.installed import describe, verify_installed
 from llama_runtime.updater.install.recovery import (
     active_state,
@@ -118,6 +119,7 @@ class UpdateOutcome:
             "warnings": list(self.warnings),
             "server_restarted": bool(self.server and self.server.restarted),
             "reload_required": bool(self.server and self.server.reload_required),
+            "gate": self.server.gate_json() if self.server else None,
         }
 
 
@@ -169,6 +171,8 @@ class Installer:
         server: A running llama-server to stop, switch and restart around
             activation (the home's ManagedServer, or an app's own process).
         health_timeout: Seconds a restarted server has to answer /health.
+        gate: The inference gate's policy (the default: on, slowdowns warn);
+            None switches servers on /health alone.
     """
 
     def __init__(
@@ -182,6 +186,7 @@ class Installer:
         clock: Callable[[], str] = utc_now,
         server: ServerControl | None = None,
         health_timeout: float = SERVER_READY_TIMEOUT_SECONDS,
+        gate: GatePolicy | None = GatePolicy(),  # noqa: B008 - frozen, so one shared default is safe
     ) -> None:
         self.home = home
         self.source = source
@@ -192,6 +197,7 @@ class Installer:
         self.clock = clock
         self.server = server
         self.health_timeout = health_timeout
+        self.gate = gate
         self.lock = UpdateLock(home.lock_path)
 
     # -- state -------------------------------------------------------------
@@ -551,7 +557,7 @@ class Installer:
             raise
         checkpoint("after_pointer_flip")
         log.info("activated", tag=marker.tag, backend=marker.backend, runtime=name)
-        return UpdateOutcome("installed", installed, active, tuple(warnings), server=report)
+        return UpdateOutcome("installed", installed, active, (*warnings, *report.warnings), server=report)
 
     def _intact(self, name: str | None) -> str | None:
         """``name`` when it is a complete runtime, else ``None``."""
@@ -577,7 +583,8 @@ class Installer:
         if self.server is None:
             flip()
             return SwitchReport(restarted=False, reload_required=False, pid_changed=False)
-        switch = ServerSwitch(self.server, health_timeout=self.health_timeout)
+        gate = InferenceGate(self.gate, clock=self.clock) if self.gate and self.gate.enabled else None
+        switch = ServerSwitch(self.server, health_timeout=self.health_timeout, gate=gate)
         return switch_with_server(switch, new, current, flip, unflip)
 
     # -- switching to what is installed ---------------------------------------
@@ -653,7 +660,7 @@ class Installer:
             previous = None
         report = self._switch(target, active, old_pointer, Pointer(active=target.name, previous=previous))
         log.info("switched", tag=target.marker.tag, backend=target.marker.backend, runtime=target.name)
-        return UpdateOutcome("switched", target, active, tuple(warnings), server=report)
+        return UpdateOutcome("switched", target, active, (*warnings, *report.warnings), server=report)
 
     # -- rollback ----------------------------------------------------------
 

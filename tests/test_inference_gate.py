@@ -1,0 +1,234 @@
+"""The inference gate end to end: real llama-server builds generating on a tiny GGUF model.
+
+The model is written in the test setup with the ``gguf`` package (tests/tinymodel.py).
+Two variants of the real build serve it: the CPU path (``--device none``) and the
+Vulkan path on Mesa's software device (lavapipe, ``GGML_VK_VISIBLE_DEVICES=0``).
+Broken and slow builds are wrapper scripts around the same real binary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_runtime.runtime.inference import probe_inference
+from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.process import ManagedServer, pid_alive
+from llama_runtime.updater.cli.main import main
+
+from tests.archives import build_release_archive
+from tests.conftest import REPO, assert_runs
+from tests.fakegithub import FakeGitHub
+from tests.realbuild import real_bin_dir
+from tests.tinymodel import write_tiny_llama
+
+pytestmark = [pytest.mark.real_binary, pytest.mark.slow]
+
+VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
+CPU_ARGS = ("--device", "none")  # the real build's CPU path: the second build variant
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_llama(tmp_path_factory.mktemp("models") / "tiny.gguf")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "home"
+    yield path
+    state = path / "server" / "server.json"  # never leave a llama-server behind
+    if state.exists():
+        pid = json.loads(state.read_text()).get("pid")
+        if isinstance(pid, int) and pid > 0 and pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
+    code = main(["--home", str(home), "--api-url", github.api_url, "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def wrapper_tarball(tmp_path: Path, tag: str, extra_args: str) -> Path:
+    """A build whose llama-server runs the real binary with ``extra_args`` appended when serving."""
+    real = real_bin_dir()
+    assert real is not None
+    script = (
+        "#!/bin/sh\n"
+        f'case "$1" in --version|--list-devices) exec "{real}/llama-server" "$@" ;; esac\n'
+        f'exec "{real}/llama-server" "$@" {extra_args}\n'
+    ).encode()
+    return build_release_archive(tmp_path / f"{tag}.tar.gz", "tar-tagdir", {"llama-server": script}, tag=tag)
+
+
+def runtimes_snapshot(home: Path) -> dict[str, str]:
+    """Every file of every runtime, markers without their measured ``speeds`` (measuring is not changing)."""
+    snap: dict[str, str] = {}
+    for path in sorted((home / "runtimes").rglob("*")):
+        if path.is_symlink():
+            snap[str(path)] = "-> " + os.readlink(path)
+        elif path.is_file():
+            data = path.read_bytes()
+            if path.name == "llama-runtime.json":
+                marker = json.loads(data)
+                marker.pop("speeds", None)
+                data = json.dumps(marker, sort_keys=True).encode()
+            snap[str(path)] = hashlib.sha256(data).hexdigest()
+    return snap
+
+
+def serving(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tarball: Path, model: Path, *extra: str
+) -> dict[str, Any]:
+    """b7000 from ``tarball`` installed and serving ``model``."""
+    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): tarball})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    assert code == 0, payload
+    code, started = cli(capsys, home, github, "server", "start", "--timeout", "120", "--", "-m", str(model), *extra)
+    assert code == 0 and started["healthy"] is True, started
+    return started
+
+
+def assert_old_server_serves(home: Path, pid: int, pointer: bytes, before: dict[str, str]) -> None:
+    """The pointer and runtimes are as before, and b7000's server runs and generates again."""
+    assert (home / "active.json").read_bytes() == pointer
+    assert runtimes_snapshot(home) == before
+    assert list((home / "staging").iterdir()) == []
+    server = ManagedServer(Home(home).server_dir)
+    status = server.status()
+    assert status.running and status.healthy, status
+    assert status.runtime_name is not None and "b7000" in status.runtime_name
+    assert status.pid != pid  # restarted, not left alone
+    assert_runs(status.binary or Path("/missing"))
+    url = server.endpoint()
+    assert url is not None
+    assert probe_inference(url, timeout=120).ok
+
+
+def speeds_of(runtime: dict[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(Path(runtime["marker_path"]).read_text()).get("speeds", {}))
+
+
+@pytest.mark.parametrize("variant", ["cpu", "vulkan"])
+def test_switch_with_a_loaded_model_completes_after_a_real_completion_on_the_new_build(
+    variant: str,
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    vk_env: dict[str, str],
+) -> None:
+    extra = CPU_ARGS if variant == "cpu" else ()
+    started = serving(capsys, home, github, real_vulkan_tarball, tiny_model, *extra)
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): real_vulkan_tarball})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 0, payload
+    assert payload["server_restarted"] is True and payload["reload_required"] is False
+    gate = payload["gate"]
+    assert gate["checked"] is True
+    assert gate["speed"]["predicted_per_second"] > 0 and gate["speed"]["prompt_per_second"] > 0
+    # b7000 had no figure on record: it was measured on the same request before it stopped.
+    assert gate["previous_speed"]["predicted_per_second"] > 0
+    new_speeds, old_speeds = speeds_of(payload["active"]), speeds_of(payload["previous"])
+    assert set(new_speeds) == set(old_speeds) == {"tiny.gguf"}
+    assert new_speeds["tiny.gguf"]["args"] == old_speeds["tiny.gguf"]["args"]
+    server = ManagedServer(Home(home).server_dir)
+    status = server.status()
+    assert status.healthy and status.pid != started["pid"] and status.runtime_name == payload["active"]["name"]
+    code, shown = cli(capsys, home, github, "status")
+    assert shown["speeds"]["active"]["tiny.gguf"]["predicted_per_second"] > 0
+    assert shown["speeds"]["previous"]["tiny.gguf"]["predicted_per_second"] > 0
+
+
+def test_build_that_answers_health_but_fails_generation_is_rolled_back_and_old_server_serves(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    tmp_path: Path,
+    vk_env: dict[str, str],
+) -> None:
+    started = serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
+    # The real binary with an API key nobody knows: /health stays public, /completion answers 401.
+    broken = wrapper_tarball(tmp_path, "b7001", "--api-key wrapper-secret")
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): broken})
+    pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 6, payload
+    message = payload["error"]["message"]
+    assert message.startswith("rolled back: the new runtime failed its inference check (b7001 (vulkan): ")
+    assert "HTTP 401: Invalid API Key" in message
+    assert message.endswith("b7000 (vulkan) is active and running again.")
+    assert_old_server_serves(home, started["pid"], pointer, before)
+
+
+def test_build_slower_than_max_slowdown_is_rolled_back_and_old_server_serves(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    tmp_path: Path,
+    vk_env: dict[str, str],
+) -> None:
+    started = serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
+    # Throttled: the same real binary, forced from the CPU onto the software Vulkan device.
+    slow = wrapper_tarball(tmp_path, "b7001", "--device Vulkan0")
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): slow})
+    pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
+    code, payload = cli(
+        capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan", "--max-slowdown", "50%"
+    )
+    assert code == 6, payload
+    message = payload["error"]["message"]
+    assert message.startswith("rolled back: the new runtime failed its inference check (b7001 (vulkan): ")
+    assert "slower than b7000 (vulkan) on the same request" in message and "the limit is 50%" in message
+    assert_old_server_serves(home, started["pid"], pointer, before)
+
+
+def test_slower_build_only_warns_by_default_and_status_shows_both_figures(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    tmp_path: Path,
+    vk_env: dict[str, str],
+) -> None:
+    serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
+    slow = wrapper_tarball(tmp_path, "b7001", "--device Vulkan0")
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): slow})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 0, payload
+    assert any("slower than b7000 (vulkan) on the same request" in w for w in payload["warnings"]), payload
+    new, old = payload["gate"]["speed"], payload["gate"]["previous_speed"]
+    assert new["predicted_per_second"] < old["predicted_per_second"] / 2
+    code, shown = cli(capsys, home, github, "status")
+    assert shown["speeds"]["active"]["tiny.gguf"]["predicted_per_second"] == new["predicted_per_second"]
+    assert shown["speeds"]["previous"]["tiny.gguf"]["predicted_per_second"] == old["predicted_per_second"]
+
+
+def test_rollback_runs_the_gate_on_the_previous_build_too(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    vk_env: dict[str, str],
+) -> None:
+    serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): real_vulkan_tarball})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 0, payload
+    code, back = cli(capsys, home, github, "rollback")
+    assert code == 0, back
+    assert back["active"]["tag"] == "b7000" and back["server_restarted"] is True
+    assert back["gate"]["checked"] is True and back["gate"]["speed"]["predicted_per_second"] > 0

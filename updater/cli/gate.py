@@ -1,0 +1,176 @@
+"""The inference gate on the command line: flags of ``update``/``rollback`` and the ``gate`` command.
+
+``llama-runtime gate`` shows the stored settings; with options it stores them
+(``<home>/gate.json``) for every later update, the scheduled ones included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llama_runtime.runtime.inference import Speed
+    from llama_runtime.runtime.layout import InstalledRuntime
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.config import Settings
+    from llama_runtime.updater.install.gate import GatePolicy
+    from llama_runtime.updater.install.swap import SwitchReport
+
+
+def add_gate_arguments(parser: argparse.ArgumentParser, *, smoke: bool) -> None:
+    """The gate's per-command options (they win over the stored settings)."""
+    parser.add_argument(
+        "--max-slowdown",
+        metavar="PCT",
+        help="roll back when the new runtime is more than PCT slower on the gate's request (e.g. 20%%), or off; "
+        "default: warn beyond 20%%",
+    )
+    parser.add_argument(
+        "--on-slowdown",
+        choices=("warn", "rollback"),
+        help="what a larger slowdown does (with --max-slowdown: rollback)",
+    )
+    parser.add_argument("--no-gate", action="store_true", help="switch a running server on /health alone")
+    parser.add_argument("--gate-timeout", type=float, metavar="SECONDS", help="time limit of the completion request")
+    if smoke:
+        parser.add_argument(
+            "--smoke-model",
+            metavar="PATH.gguf",
+            help="run the staged llama-server on this model first",
+        )
+
+
+def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
+    """Stored settings, overridden by this command's flags; the smoke model is checked.
+
+    Raises:
+        UserInputError: A malformed percentage, or a smoke model that is missing or not GGUF.
+    """
+    from llama_runtime.updater.install.gate import parse_slowdown, validate_gguf
+    from llama_runtime.updater.install.gate_store import load_gate_settings
+
+    policy = load_gate_settings(home_root)
+    if args.max_slowdown is not None:
+        policy = policy.with_slowdown(parse_slowdown(args.max_slowdown), args.on_slowdown or "rollback")
+    elif args.on_slowdown is not None:
+        policy = dataclasses.replace(policy, on_slowdown=args.on_slowdown)
+    if args.no_gate:
+        policy = dataclasses.replace(policy, enabled=False)
+    if args.gate_timeout is not None:
+        policy = dataclasses.replace(policy, timeout=_positive(args.gate_timeout, "--gate-timeout"))
+    smoke = getattr(args, "smoke_model", None)
+    if smoke:
+        policy = dataclasses.replace(policy, smoke_model=Path(smoke))
+    if policy.smoke_model is not None:
+        policy = dataclasses.replace(policy, smoke_model=validate_gguf(policy.smoke_model))
+    return policy
+
+
+def with_gate(args: argparse.Namespace, settings: Settings) -> Settings:
+    """``settings`` carrying this command's gate policy (stored settings, then its flags)."""
+    return dataclasses.replace(settings, gate=policy_from_args(args, Path(settings.home).expanduser().absolute()))
+
+
+def _positive(value: float, flag: str) -> float:
+    from llama_runtime.runtime.errors import UserInputError
+
+    if not 0 < value <= 3600:
+        raise UserInputError(f"Invalid {flag} {value:g}. Use a number of seconds between 0 and 3600.")
+    return value
+
+
+def speed_text(speed: Speed | None) -> str:
+    """``prompt 42.1 tokens/s, generation 39.9 tokens/s`` (or ``not measured``)."""
+    if speed is None:
+        return "not measured"
+    return f"prompt {speed.prompt_per_second:.1f} tokens/s, generation {speed.predicted_per_second:.1f} tokens/s"
+
+
+def gate_lines(report: SwitchReport | None) -> list[str]:
+    """What the gate did in a switch, for people."""
+    if report is None or not report.gated:
+        return []
+    lines = [f"The new server generated on the gate's request: {speed_text(report.speed)}."]
+    if report.previous_speed is not None:
+        lines.append(f"  the previous runtime on the same request: {speed_text(report.previous_speed)}.")
+    return lines
+
+
+def speed_table(
+    active: InstalledRuntime | None, previous: InstalledRuntime | None
+) -> tuple[dict[str, object], list[str]]:
+    """The ``speeds`` object of ``status`` and its lines: each model's figures, active beside previous."""
+    now = dict(active.marker.speeds) if active else {}
+    before = dict(previous.marker.speeds) if previous else {}
+    payload: dict[str, object] = {"active": now, "previous": before}
+    models = sorted(set(now) | set(before))
+    if not models:
+        return payload, []
+    lines = ["speed on the gate's request (tokens/s, prompt / generation):"]
+    for model in models:
+        cells = [
+            f"{label} {runtime.marker.tag} {_pair(figures.get(model))}"
+            for label, runtime, figures in (("active", active, now), ("previous", previous, before))
+            if runtime is not None
+        ]
+        lines.append(f"  {model}: " + "   ".join(cells))
+    return payload, lines
+
+
+def _pair(record: dict[str, object] | None) -> str:
+    if not record:
+        return "-"
+    return f"{record.get('prompt_per_second', '?')} / {record.get('predicted_per_second', '?')}"
+
+
+def register(add: AddParser) -> dict[str, Handler]:
+    """Add the ``gate`` command."""
+    p = add("gate", "show or store the inference gate's settings for later updates")
+    smoke = p.add_mutually_exclusive_group()
+    smoke.add_argument("--smoke-model", metavar="PATH.gguf", help="a small model every update runs before activating")
+    smoke.add_argument("--no-smoke-model", action="store_true", help="forget the stored smoke model")
+    p.add_argument("--max-slowdown", metavar="PCT", help="largest tolerated slowdown (e.g. 20%%), or off")
+    p.add_argument("--on-slowdown", choices=("warn", "rollback"), help="what a larger slowdown does")
+    onoff = p.add_mutually_exclusive_group()
+    onoff.add_argument("--enable", action="store_true", help="run the gate after switches (the default)")
+    onoff.add_argument("--disable", action="store_true", help="switch servers on /health alone")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="time limit of the completion request")
+    return {"gate": cmd_gate}
+
+
+def cmd_gate(args: argparse.Namespace, out: Output) -> int:
+    from llama_runtime.updater.cli.main import home_for, settings_from_args
+    from llama_runtime.updater.install.gate import parse_slowdown
+    from llama_runtime.updater.install.gate_store import gate_settings_json, load_gate_settings, save_gate_settings
+
+    home = home_for(settings_from_args(args))
+    policy = load_gate_settings(home.root)
+    changes: dict[str, object] = {}
+    if args.smoke_model:
+        changes["smoke_model"] = Path(args.smoke_model)
+    if args.no_smoke_model:
+        changes["smoke_model"] = None
+    if args.max_slowdown is not None:
+        changes["max_slowdown"] = parse_slowdown(args.max_slowdown)
+    if args.on_slowdown is not None:
+        changes["on_slowdown"] = args.on_slowdown
+    if args.enable or args.disable:
+        changes["enabled"] = bool(args.enable)
+    if args.timeout is not None:
+        changes["timeout"] = _positive(args.timeout, "--timeout")
+    if changes:
+        policy = dataclasses.replace(policy, **changes)  # type: ignore[arg-type]
+        save_gate_settings(home.root, policy)
+    payload = gate_settings_json(policy)
+    slow = "off" if policy.max_slowdown is None else f"{policy.max_slowdown:.0%} ({policy.on_slowdown})"
+    lines = [
+        f"inference gate: {'on' if policy.enabled else 'off'}, time limit {policy.timeout:g} s, max slowdown {slow}",
+        f"smoke model: {policy.smoke_model or 'none'}",
+    ]
+    if changes:
+        lines.append("Stored; later updates of this home apply these settings.")
+    out.result(payload, lines)
+    return 0

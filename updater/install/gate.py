@@ -1,0 +1,310 @@
+"""The inference gate: a switch is complete only once the new server generates.
+
+After a switch restarts llama-server on a new runtime and ``/health`` answers,
+the gate sends the fixed completion request of :mod:`runtime.inference`. A
+failure (error, timeout, empty output) fails the switch like an unhealthy
+server: flip back, restart the old server, exit 6 with the reason.
+
+The same request times prompt and generation speed. Each runtime's marker keeps
+its figures per model (``speeds``), so the new runtime is compared with the one
+it replaces on the very same request and server arguments; when the old
+runtime has no figure on record, it is measured before its server is stopped.
+A drop beyond ``max_slowdown`` warns, or rolls back when the caller asked for
+that (see the README, "Inference gate", for why warning is the default).
+
+Pure decisions (:func:`model_key`, :func:`slowdown`, :func:`judge`) do no IO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.runtime.inference import (
+    GATE_SAMPLES,
+    GATE_TIMEOUT_SECONDS,
+    InferenceResult,
+    Speed,
+    probe_inference,
+)
+from llama_runtime.runtime.layout import InstalledRuntime
+from llama_runtime.runtime.marker import read_marker, write_marker
+from llama_runtime.runtime.process import arg_value
+from llama_runtime.updater.logs import get_logger
+
+log = get_logger("llama_runtime.gate")
+
+#: Below this drop two runs of the same build differ by noise alone: on a real
+#: model on a GPU repeated 16-token timings vary by a few percent; 20 % is a
+#: change a user notices (and a regression reported upstream is usually 30 %+).
+DEFAULT_MAX_SLOWDOWN: Final = 0.20
+#: The first four bytes of every GGUF file (ggml's gguf.h, GGUF_MAGIC).
+GGUF_MAGIC: Final = b"GGUF"
+
+OnSlowdown = Literal["warn", "rollback"]
+_MODEL_PATH_FLAGS: Final = ("-m", "--model")
+_MODEL_REPO_FLAGS: Final = ("-hf", "--hf-repo", "-mu", "--model-url", "-dr", "--docker-repo")
+# Arguments that change where a server listens, not how fast it computes.
+_ADDRESS_FLAGS: Final = frozenset({"--host", "--port", "--api-key", "--api-key-file"})
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """How a switch is judged.
+
+    Attributes:
+        enabled: Run the completion request after a switch with a loaded model.
+        timeout: Seconds the new server has to answer all samples.
+        samples: Identical requests per measurement (the best figures count).
+        max_slowdown: Largest tolerated drop of tokens/s (0.2 = 20 %); None: never compare.
+        on_slowdown: What a larger drop does.
+        smoke_model: A small GGUF the staged build must run before activation.
+    """
+
+    enabled: bool = True
+    timeout: float = GATE_TIMEOUT_SECONDS
+    samples: int = GATE_SAMPLES
+    max_slowdown: float | None = DEFAULT_MAX_SLOWDOWN
+    on_slowdown: OnSlowdown = "warn"
+    smoke_model: Path | None = None
+
+    def with_slowdown(self, max_slowdown: float | None, on_slowdown: OnSlowdown) -> GatePolicy:
+        """A copy with another slowdown rule."""
+        return dataclasses.replace(self, max_slowdown=max_slowdown, on_slowdown=on_slowdown)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's judgement of one new runtime."""
+
+    ok: bool
+    reason: str = ""
+    warnings: tuple[str, ...] = ()
+    speed: Speed | None = None
+    previous_speed: Speed | None = None
+
+
+# -- pure decisions ------------------------------------------------------------------
+
+
+def parse_slowdown(text: str) -> float | None:
+    """``20%``, ``20`` or ``off`` as a fraction (0.2) or None.
+
+    Raises:
+        UserInputError: Anything else.
+    """
+    value = text.strip().lower()
+    if value in {"off", "none", "no"}:
+        return None
+    try:
+        percent = float(value.removesuffix("%"))
+    except ValueError:
+        percent = -1.0
+    if not 0 < percent < 100:
+        raise UserInputError(
+            f"Invalid --max-slowdown '{text}'. Use a percentage between 0 and 100 (for example 20%), or off."
+        )
+    return percent / 100
+
+
+def model_key(args: Sequence[str]) -> str | None:
+    """The model a server with ``args`` loads at start (its file name or repo), or None."""
+    for flag in _MODEL_PATH_FLAGS:
+        value = arg_value(args, flag)
+        if value:
+            return Path(value).name
+    for flag in _MODEL_REPO_FLAGS:
+        value = arg_value(args, flag)
+        if value:
+            return value
+    return None
+
+
+def args_fingerprint(args: Sequence[str]) -> str:
+    """Twelve hex digits naming the arguments that shape speed (not the address)."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in _ADDRESS_FLAGS:
+            skip = "=" not in arg
+            continue
+        kept.append(arg)
+    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:12]
+
+
+def api_key(args: Sequence[str]) -> str | None:
+    """The key a server started with ``args`` demands (``--api-key``, or the first of ``--api-key-file``)."""
+    key = arg_value(args, "--api-key")
+    if key:
+        return key.split(",")[0]
+    path = arg_value(args, "--api-key-file")
+    if path:
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return None
+        return next((line.strip() for line in lines if line.strip()), None)
+    return None
+
+
+def slowdown(old: Speed, new: Speed) -> float:
+    """The larger relative drop of prompt and generation speed (0 when not slower)."""
+    drops = (
+        1 - new.prompt_per_second / old.prompt_per_second,
+        1 - new.predicted_per_second / old.predicted_per_second,
+    )
+    return max(0.0, *drops)
+
+
+def judge(old: Speed | None, new: Speed | None, policy: GatePolicy, *, old_name: str, new_name: str) -> Verdict:
+    """Whether ``new`` is acceptably fast next to ``old`` under ``policy``."""
+    if old is None or new is None or policy.max_slowdown is None:
+        return Verdict(True, speed=new, previous_speed=old)
+    drop = slowdown(old, new)
+    if drop <= policy.max_slowdown:
+        return Verdict(True, speed=new, previous_speed=old)
+    sentence = (
+        f"{new_name} is {drop:.0%} slower than {old_name} on the same request "
+        f"(prompt {new.prompt_per_second:.1f} vs {old.prompt_per_second:.1f} tokens/s, "
+        f"generation {new.predicted_per_second:.1f} vs {old.predicted_per_second:.1f} tokens/s; "
+        f"the limit is {policy.max_slowdown:.0%})"
+    )
+    if policy.on_slowdown == "rollback":
+        return Verdict(False, sentence, speed=new, previous_speed=old)
+    return Verdict(True, warnings=(sentence + ".",), speed=new, previous_speed=old)
+
+
+# -- the figures in the marker ---------------------------------------------------------
+
+
+def recorded_speed(runtime: InstalledRuntime | None, key: str, fingerprint: str) -> Speed | None:
+    """The figure ``runtime`` has on record for ``key`` measured with the same arguments."""
+    if runtime is None:
+        return None
+    record = runtime.marker.speeds.get(key)
+    if record is None or record.get("args") != fingerprint:
+        return None
+    return Speed.from_json(record)
+
+
+def record_speed(runtime: InstalledRuntime, key: str, fingerprint: str, speed: Speed, measured_at: str) -> None:
+    """Keep ``speed`` in ``runtime``'s marker (read again, so no other field is lost)."""
+    marker = read_marker(runtime.path)
+    speeds = dict(marker.speeds)
+    speeds[key] = {**speed.to_json(), "args": fingerprint, "measured_at": measured_at}
+    write_marker(runtime.path, dataclasses.replace(marker, speeds=speeds))
+
+
+def describe_speeds(runtime: InstalledRuntime | None) -> dict[str, dict[str, Any]]:
+    """A runtime's figures per model, for ``status``."""
+    if runtime is None:
+        return {}
+    return {k: dict(v) for k, v in sorted(runtime.marker.speeds.items())}
+
+
+# -- the gate ------------------------------------------------------------------------------
+
+
+Probe = Callable[..., InferenceResult]
+
+
+class InferenceGate:
+    """Runs the completion request on running servers and judges the new runtime.
+
+    Args:
+        policy: What to check and what a slowdown does.
+        clock: The measurement time written next to the figures.
+        probe: The request seam (:func:`runtime.inference.probe_inference`).
+    """
+
+    def __init__(self, policy: GatePolicy, *, clock: Callable[[], str], probe: Probe = probe_inference) -> None:
+        self.policy = policy
+        self.clock = clock
+        self.probe = probe
+
+    def measure(self, url: str, args: Sequence[str]) -> InferenceResult:
+        """The completion request against the server at ``url`` started with ``args``."""
+        return self.probe(url, timeout=self.policy.timeout, samples=self.policy.samples, api_key=api_key(args))
+
+    def baseline(self, url: str, args: Sequence[str], current: InstalledRuntime | None) -> None:
+        """Measure the running old server when ``current`` has no figure for its model on record.
+
+        A failure here is the old runtime's, not the new one's: it is logged and
+        the switch goes on (the new build may be the fix).
+        """
+        key = model_key(args)
+        if key is None or current is None or self.policy.max_slowdown is None:
+            return
+        fingerprint = args_fingerprint(args)
+        if recorded_speed(current, key, fingerprint) is not None:
+            return
+        result = self.measure(url, args)
+        if not result.ok or result.speed is None:
+            log.warning("could not measure the running server before the switch", reason=result.reason)
+            return
+        record_speed(current, key, fingerprint, result.speed, self.clock())
+        log.info("measured the running server", model=key, **result.speed.to_json())
+
+    def check(self, url: str, args: Sequence[str], new: InstalledRuntime, current: InstalledRuntime | None) -> Verdict:
+        """Does the new server at ``url`` generate, and fast enough next to ``current``?"""
+        result = self.measure(url, args)
+        if not result.ok:
+            return Verdict(False, f"its completion request failed: {result.reason}")
+        key = model_key(args)
+        if key is None or result.speed is None:
+            return Verdict(True)
+        fingerprint = args_fingerprint(args)
+        old = _reread(current)
+        verdict = judge(
+            recorded_speed(old, key, fingerprint),
+            result.speed,
+            self.policy,
+            old_name=_name(current),
+            new_name=_name(new),
+        )
+        record_speed(new, key, fingerprint, result.speed, self.clock())
+        return verdict
+
+
+def _reread(runtime: InstalledRuntime | None) -> InstalledRuntime | None:
+    """``runtime`` with its marker as on disk now (a baseline may have just been written)."""
+    if runtime is None:
+        return None
+    return dataclasses.replace(runtime, marker=read_marker(runtime.path))
+
+
+def _name(runtime: InstalledRuntime | None) -> str:
+    return f"{runtime.marker.tag} ({runtime.marker.backend})" if runtime else "the unmanaged runtime"
+
+
+def validate_gguf(path: str | Path) -> Path:
+    """``path`` as an absolute path to a GGUF file.
+
+    Raises:
+        UserInputError: It does not exist, is not a file, or does not start with the GGUF magic.
+    """
+    model = Path(path).expanduser().absolute()
+    try:
+        with open(model, "rb") as handle:
+            head = handle.read(len(GGUF_MAGIC))
+    except FileNotFoundError:
+        raise UserInputError(f"The model {model} does not exist. Give the path of a .gguf model file.") from None
+    except IsADirectoryError:
+        raise UserInputError(f"{model} is a directory. Give the path of a .gguf model file.") from None
+    except OSError as exc:
+        raise UserInputError(f"Cannot read the model {model}: {exc.strerror or exc}.") from None
+    if head != GGUF_MAGIC:
+        raise UserInputError(
+            f"{model} is not a GGUF model (it does not start with 'GGUF'). Give a .gguf file that llama-server loads."
+        )
+    return model
