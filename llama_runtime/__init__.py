@@ -3,7 +3,9 @@
 This module is the public, stable API for apps that embed llama-runtime:
 
 * :class:`RuntimeUpdater` and the result types it returns;
-* the exception tree, rooted at :class:`LlamaRuntimeError` and split by who is at fault.
+* the exception tree, rooted at :class:`LlamaRuntimeError` and split by who is at fault;
+* the inference gate: :func:`probe_inference` (the completion check for any llama-server URL),
+  :class:`GatePolicy` and :func:`save_gate_settings` (what every later update of a home applies).
 
 Everything under ``llama_runtime.updater`` and ``llama_runtime.runtime`` is internal and may change.
 Imports are lazy: ``from llama_runtime import RuntimeUpdater`` loads only what start-up needs.
@@ -36,9 +38,12 @@ if TYPE_CHECKING:
         UserInputError,
         VerificationError,
     )
+    from llama_runtime.runtime.inference import InferenceResult, Speed, probe_inference
     from llama_runtime.updater.api.jobs import JobState
     from llama_runtime.updater.api.schedule import CheckResult
     from llama_runtime.updater.api.service import EnsureResult, RuntimeUpdater, UpdateJob
+    from llama_runtime.updater.install.gate import GatePolicy
+    from llama_runtime.updater.install.gate_store import load_gate_settings, save_gate_settings
 
 _ERRORS = "llama_runtime.runtime.errors"
 
@@ -49,6 +54,13 @@ _EXPORTS: dict[str, str] = {
     "JobState": "llama_runtime.updater.api.jobs",
     "RuntimeUpdater": "llama_runtime.updater.api.service",
     "UpdateJob": "llama_runtime.updater.api.service",
+    # The inference gate: the check itself, and the settings every later update applies.
+    "GatePolicy": "llama_runtime.updater.install.gate",
+    "InferenceResult": "llama_runtime.runtime.inference",
+    "Speed": "llama_runtime.runtime.inference",
+    "probe_inference": "llama_runtime.runtime.inference",
+    "load_gate_settings": "llama_runtime.updater.install.gate_store",
+    "save_gate_settings": "llama_runtime.updater.install.gate_store",
     **{
         name: _ERRORS
         for name in (
@@ -85,6 +97,8 @@ __all__ = [
     "DiskSpaceError",
     "EnsureResult",
     "FileSystemError",
+    "GatePolicy",
+    "InferenceResult",
     "IntegrityError",
     "JobState",
     "LlamaRuntimeError",
@@ -95,11 +109,15 @@ __all__ = [
     "RemoteError",
     "RuntimeUpdater",
     "SizeMismatchError",
+    "Speed",
     "UnknownBackendError",
     "UnsafeArchiveError",
     "UpdateJob",
     "UserInputError",
     "VerificationError",
+    "load_gate_settings",
+    "probe_inference",
+    "save_gate_settings",
 ]
 
 

@@ -232,3 +232,76 @@ def test_rollback_runs_the_gate_on_the_previous_build_too(
     assert code == 0, back
     assert back["active"]["tag"] == "b7000" and back["server_restarted"] is True
     assert back["gate"]["checked"] is True and back["gate"]["speed"]["predicted_per_second"] > 0
+
+
+# -- probe before publish: --smoke-model ------------------------------------------------------
+
+
+def test_first_install_with_a_stored_smoke_model_generates_before_activation(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    vk_env: dict[str, str],
+) -> None:
+    code, stored = cli(capsys, home, github, "gate", "--smoke-model", str(tiny_model))
+    assert code == 0 and stored["smoke_model"] == str(tiny_model), stored
+    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): real_vulkan_tarball})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    assert code == 0, payload
+    figures = speeds_of(payload["active"])["tiny.gguf"]
+    assert figures["predicted_per_second"] > 0 and figures["prompt_per_second"] > 0
+    assert not ManagedServer(Home(home).server_dir).status().running  # the smoke server is gone
+    assert list((home / "staging").iterdir()) == []
+
+
+def test_smoke_model_the_staged_build_cannot_generate_with_is_rejected_before_activation(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    tmp_path: Path,
+    vk_env: dict[str, str],
+) -> None:
+    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): real_vulkan_tarball})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    assert code == 0, payload
+    broken = wrapper_tarball(tmp_path, "b7001", "--api-key wrapper-secret")
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): broken})
+    pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
+    args = ("update", "--tag", "b7001", "--backend", "vulkan", "--smoke-model", str(tiny_model))
+    code, payload = cli(capsys, home, github, *args)
+    assert code == 6, payload
+    assert payload["error"]["message"] == (
+        "The staged runtime b7001 (vulkan) was rejected: it failed to generate with the smoke model tiny.gguf: "
+        "HTTP 401: Invalid API Key."
+    )
+    assert (home / "active.json").read_bytes() == pointer
+    assert runtimes_snapshot(home) == before
+    assert list((home / "staging").iterdir()) == []
+    # b7000 had no figure on the smoke model: it was measured on the same request first.
+    code, status = cli(capsys, home, github, "status")
+    assert status["speeds"]["active"]["tiny.gguf"]["predicted_per_second"] > 0
+    assert_runs(Path(status["active"]["binary"]))
+
+
+@pytest.mark.parametrize("problem", ["missing", "not_gguf"])
+def test_smoke_model_that_is_missing_or_not_gguf_is_exit_2_before_anything_changes(
+    problem: str,
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+) -> None:
+    model = tmp_path / "model.gguf"
+    if problem == "not_gguf":
+        model.write_bytes(b"\x7fELF not a model")
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--smoke-model", str(model))
+    assert code == 2, payload
+    assert ("does not exist" if problem == "missing" else "is not a GGUF model") in payload["error"]["message"]
+    assert github.requests == []  # nothing was even asked of the release source
+    assert not (home / "active.json").exists()
+    code, payload = cli(capsys, home, github, "gate", "--smoke-model", str(model))
+    assert code == 2 and not (home / "gate.json").exists()

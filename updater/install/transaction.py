@@ -56,7 +56,7 @@ from llama_runtime.updater.install.archive import (
 )
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, download_asset
-from llama_runtime.updater.install.gate import GatePolicy, InferenceGate
+from llama_runtime.updater.install.gate import GatePolicy, InferenceGate, validate_gguf
 from llama_runtime.updater.install.installed import describe, verify_installed
 from llama_runtime.updater.install.recovery import (
     active_state,
@@ -67,6 +67,7 @@ from llama_runtime.updater.install.recovery import (
     download_name,
     is_disk_full,
 )
+from llama_runtime.updater.install.smoke import SmokeRun, smoke_check
 from llama_runtime.updater.install.swap import (
     ServerSwitch,
     SwitchError,
@@ -244,6 +245,7 @@ class Installer:
             LlamaRuntimeError: Any failure; the active runtime is then unchanged.
         """
         emit = progress or (lambda _event: None)
+        self._check_smoke_model()
         self.home.ensure()
         with self.lock.hold("update", timeout=lock_timeout):
             # Re-read the state under the lock: another process may have
@@ -285,6 +287,11 @@ class Installer:
                 cancel or (lambda: False),
                 list(plan.warnings),
             )
+
+    def _check_smoke_model(self) -> None:
+        """A smoke model that is missing or not GGUF is bad input, found before anything changes."""
+        if self.gate is not None and self.gate.smoke_model is not None:
+            validate_gguf(self.gate.smoke_model)
 
     def _active_for_replacement(self) -> InstalledRuntime | None:
         try:
@@ -427,6 +434,7 @@ class Installer:
         The caller holds the update lock. ``meta`` carries the marker fields
         that describe where the archives came from.
         """
+        self._check_smoke_model()
         staging = self.home.staging_dir / f"{os.getpid()}-{secrets.token_hex(4)}"
         try:
             emit(Progress("verify", message="extracting"))
@@ -441,6 +449,7 @@ class Installer:
                 runner=self.runner,
                 env=self.env,
             )
+            speeds = self._smoke(staging / staged.binary_rel, f"{meta['tag']} ({backend})", active, emit, warnings)
             marker = InstallMarker(
                 repo=str(meta["repo"]),
                 tag=str(meta["tag"]),
@@ -459,6 +468,7 @@ class Installer:
                 extra_assets=tuple(meta.get("extra_assets", ())),  # type: ignore[arg-type]
                 host=self.host.to_json(),
                 reason=str(meta.get("reason", "")),
+                speeds=speeds,
             )
             fsync_tree(staging)
             write_marker(staging, marker)
@@ -473,6 +483,29 @@ class Installer:
                 needed = sum(a.stat().st_size for a in archives) * EXTRACTED_SIZE_FACTOR
                 raise disk_full_error(self.home.root, needed, f"llama.cpp {meta['tag']}") from exc
             raise
+
+    def _smoke(
+        self,
+        binary: Path,
+        name: str,
+        active: InstalledRuntime | None,
+        emit: ProgressCallback,
+        warnings: list[str],
+    ) -> dict[str, dict[str, object]]:
+        """Run the smoke model on the staged binary; returns the speed record for its marker.
+
+        Raises:
+            VerificationError: It did not generate, or is slower than allowed.
+        """
+        if self.gate is None or self.gate.smoke_model is None:
+            return {}
+        emit(Progress("verify", message=f"generating with {self.gate.smoke_model.name}"))
+        smoke = SmokeRun(self.home.staging_dir, InferenceGate(self.gate, clock=self.clock), env=self.env)
+        verdict, record = smoke_check(smoke, binary, new_name=name, active=active, policy=self.gate, clock=self.clock)
+        if not verdict.ok:
+            raise VerificationError(f"The staged runtime {name} was rejected: {verdict.reason}.")
+        warnings.extend(verdict.warnings)
+        return record
 
     def _extract(self, archives: list[Path], staging: Path, asset_name: str, cancel: CancelCheck) -> _Staged:
         result: ExtractResult = extract_archive(archives[0], staging, cancel=cancel)
