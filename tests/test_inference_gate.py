@@ -305,3 +305,29 @@ def test_smoke_model_that_is_missing_or_not_gguf_is_exit_2_before_anything_chang
     assert not (home / "active.json").exists()
     code, payload = cli(capsys, home, github, "gate", "--smoke-model", str(model))
     assert code == 2 and not (home / "gate.json").exists()
+
+
+def test_use_of_an_installed_build_that_fails_generation_is_rolled_back_and_old_server_serves(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    tmp_path: Path,
+    vk_env: dict[str, str],
+) -> None:
+    serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
+    broken = wrapper_tarball(tmp_path, "b7001", "--api-key wrapper-secret")
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): broken})
+    # Installed without the gate (its server answers /health), then back to b7000 through it.
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan", "--no-gate")
+    assert code == 0 and payload["gate"]["checked"] is False, payload
+    code, payload = cli(capsys, home, github, "use", "b7000")
+    assert code == 0 and payload["gate"]["checked"] is True, payload
+    started = ManagedServer(Home(home).server_dir).status()
+    pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
+    code, payload = cli(capsys, home, github, "use", "b7001")
+    assert code == 6, payload
+    assert "failed its inference check (b7001 (vulkan): " in payload["error"]["message"]
+    assert "HTTP 401: Invalid API Key" in payload["error"]["message"]
+    assert_old_server_serves(home, started.pid or 0, pointer, before)
