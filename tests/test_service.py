@@ -197,7 +197,9 @@ def test_button_with_join_false_while_a_job_runs_says_busy_with_its_progress(
     asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
     slow_down(github, asset)
     job = installed.start_update()
-    eventually(lambda: downloading(job.state()), "the download to start")
+    # The busy message reads the job file, which is written just after the in-memory state changes
+    # (an fsync on a busy disk can take a while): wait for the file too.
+    eventually(lambda: downloading(job.state()) and downloading(installed.jobs.current()), "the download to start")
     with pytest.raises(BusyError) as caught:
         installed.start_update(join=False)
     assert "download" in caught.value.message and job.id in caught.value.message
