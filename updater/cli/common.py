@@ -8,7 +8,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, RemoteError, UserInputError
-from llama_runtime.updater.cli.gate import gate_lines
+from llama_runtime.updater.cli.gateopts import gate_lines
 
 if TYPE_CHECKING:
     from llama_runtime.updater.api.progress import TerminalProgress

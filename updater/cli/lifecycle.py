@@ -27,7 +27,7 @@ AVAILABLE_DEFAULT: int = 10
 
 def register(add: AddParser) -> dict[str, Handler]:
     """Add ``list``, ``use``, ``remove`` and ``which``."""
-    from llama_runtime.updater.cli.gate import add_gate_arguments
+    from llama_runtime.updater.cli.gateopts import add_gate_arguments
 
     p = add("list", "installed runtimes; --available also lists releases that fit this host")
     p.add_argument("--available", action="store_true", help="also list the newest releases this host can install")
@@ -67,7 +67,7 @@ def _select(args: argparse.Namespace, settings: Settings, home: Home) -> Install
 def cmd_use(args: argparse.Namespace, out: Output) -> int:
     """``use TAG``: switch to an installed runtime."""
     from llama_runtime.updater.cli.common import outcome_lines, progress_for
-    from llama_runtime.updater.cli.gate import with_gate
+    from llama_runtime.updater.cli.gateopts import with_gate
     from llama_runtime.updater.cli.main import engine_for, settings_from_args
 
     settings = with_gate(args, settings_from_args(args))

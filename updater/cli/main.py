@@ -144,7 +144,7 @@ def tool_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``llama-runtime``."""
-    from llama_runtime.updater.cli.gate import add_gate_arguments
+    from llama_runtime.updater.cli.gateopts import add_gate_arguments
 
     parser = _Parser(
         prog="llama-runtime", description="Keep llama.cpp's llama-server current, verified and rollback-safe."
@@ -259,7 +259,7 @@ def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.runtime.lock import UpdateLock
-    from llama_runtime.updater.cli.gate import speed_table
+    from llama_runtime.updater.cli.gateopts import speed_table
 
     settings = settings_from_args(args)
     home = home_for(settings)
@@ -303,7 +303,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
     """``update``: runs as the home's update job, so ``job status/wait/cancel`` follow it from elsewhere."""
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import UpdateRequest
-    from llama_runtime.updater.cli.gate import with_gate
+    from llama_runtime.updater.cli.gateopts import with_gate
 
     settings = with_gate(args, settings_from_args(args))  # bad input is exit 2 before anything changes
     tag = _tag_or_none(args.tag)
@@ -435,7 +435,7 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
-    from llama_runtime.updater.cli.gate import gate_lines, with_gate
+    from llama_runtime.updater.cli.gateopts import gate_lines, with_gate
 
     settings = with_gate(args, settings_from_args(args))
     active, previous, server = engine_for(settings).installer().rollback()
