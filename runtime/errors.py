@@ -24,6 +24,8 @@ CLI ``exit_code`` promised by the command-line contract::
         +-- DigestMismatchError
         +-- SizeMismatchError
         +-- UnsafeArchiveError
+        +-- ProvenanceError           a published build attestation fails verification
+        +-- ProvenanceMissingError    none verified, and --require-provenance was given
 
 Invariant: raising any of these never changes the active runtime; the code
 that raises them is responsible for discarding what it staged first.
@@ -215,3 +217,15 @@ class UnsafeArchiveError(IntegrityError):
     """An archive member would escape the extraction root or is not allowed."""
 
     code = "unsafe_archive"
+
+
+class ProvenanceError(IntegrityError):
+    """A published build attestation does not verify (signature, trust root, log, subject or signer)."""
+
+    code = "provenance_failed"
+
+
+class ProvenanceMissingError(IntegrityError):
+    """No verified build attestation, and the caller required one."""
+
+    code = "provenance_missing"

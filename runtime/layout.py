@@ -32,7 +32,7 @@ from typing import Final
 from llama_runtime.runtime.errors import CorruptStateError
 from llama_runtime.runtime.fsutil import atomic_write_json
 from llama_runtime.runtime.home_safety import check_home
-from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, marker_path, read_marker
+from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, marker_path, provenance_summary, read_marker
 
 #: The directory of installed runtimes inside a home.
 RUNTIMES_DIR_NAME: Final = "runtimes"
@@ -78,6 +78,7 @@ class InstalledRuntime:
             "version": self.marker.version,
             "digest_verified": self.marker.digest_verified,
             "asset": self.marker.asset,
+            "provenance": provenance_summary(self.marker),
         }
 
 

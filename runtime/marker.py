@@ -67,6 +67,10 @@ class InstallMarker:
     #: Inference speeds measured on this machine, per model (see ``runtime.inference``):
     #: model key -> {"prompt_per_second", "predicted_per_second", "args", "measured_at", ...}.
     speeds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Build provenance: ``status`` (verified/absent/unverified), ``reason``, the signer
+    #: when verified, and the verified Sigstore ``bundle`` (so an export re-verifies offline).
+    #: Empty for runtimes installed before provenance was checked.
+    provenance: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -75,6 +79,13 @@ class InstallMarker:
         payload["devices"] = list(self.devices)
         payload["extra_assets"] = list(self.extra_assets)
         return payload
+
+
+def provenance_summary(marker: InstallMarker) -> dict[str, Any]:
+    """The contract's ``provenance`` object of a runtime: its status and signer, without the bundle."""
+    if not isinstance(marker.provenance.get("status"), str):
+        return {"status": "unverified", "reason": "not checked: installed before llama-runtime checked provenance"}
+    return {k: v for k, v in marker.provenance.items() if k != "bundle"}
 
 
 def marker_path(runtime_dir: Path) -> Path:
@@ -183,6 +194,7 @@ def parse_marker(payload: object, path: Path) -> InstallMarker:
         host=host if isinstance(host, dict) else {},
         reason=str(payload.get("reason", "")),
         speeds=_speeds(payload.get("speeds", {})),
+        provenance=provenance if isinstance(provenance := payload.get("provenance"), dict) else {},
         schema_version=schema if isinstance(schema, int) else SCHEMA_VERSION,
     )
 
@@ -223,6 +235,7 @@ __all__ = [
     "InstallMarker",
     "marker_path",
     "parse_marker",
+    "provenance_summary",
     "read_marker",
     "write_marker",
 ]

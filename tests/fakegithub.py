@@ -124,6 +124,7 @@ class FakeGitHub:
         self.requests: list[Request] = []
         self.download_bytes_sent = 0
         self._repos: dict[str, _Repo] = {}
+        self._attestations: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._blobs: dict[int, _Blob] = {}
         self._faults: list[tuple[str, Fault]] = []
         self._next_id = 1000
@@ -234,6 +235,17 @@ class FakeGitHub:
             "browser_download_url": f"{self.base_url}/dl/{repo}/releases/download/{tag}/{name}",
         }
 
+    def add_attestation(self, repo: str, sha256: str, bundle: dict[str, Any]) -> None:
+        """Publish a Sigstore ``bundle`` for the file ``sha256`` in ``repo`` (the attestations API).
+
+        Served as GitHub does (docs.github.com, "List attestations", repos):
+        ``GET /repos/{owner}/{repo}/attestations/sha256:{hex}`` answers
+        ``{"attestations": [{"bundle": …, "repository_id": …, "bundle_url": …}]}``;
+        a digest with none answers 404.
+        """
+        with self._lock:
+            self._attestations.setdefault((repo, sha256), []).append(bundle)
+
     def inject(self, key: str, fault: Fault) -> None:
         """Misbehave on requests whose path is ``key`` or ends with ``/key`` (an asset name)."""
         with self._lock:
@@ -337,6 +349,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- API -------------------------------------------------------------------------------
     def _serve_api(self, fake: FakeGitHub, path: str, query: dict[str, list[str]]) -> None:
         bits = path.split("/")  # ["", "api", "repos", o, r, "releases", ...]
+        if len(bits) == 7 and bits[5] == "attestations":
+            self._serve_attestations(fake, f"{bits[3]}/{bits[4]}", bits[6])
+            return
         repo = fake._repos.get(f"{bits[3]}/{bits[4]}") if len(bits) > 5 else None
         public = [r for r in repo.releases if not r["draft"]] if repo else []
         payload: Any = None
@@ -370,6 +385,16 @@ class _Handler(BaseHTTPRequestHandler):
             return
         fault = fake._take_fault(path, {"body"})
         self._send_body(fault, [body], len(body), 200, {**headers, "Content-Type": "application/json"})
+
+    def _serve_attestations(self, fake: FakeGitHub, repo: str, subject: str) -> None:
+        bundles = fake._attestations.get((repo, subject.removeprefix("sha256:")), [])
+        if not subject.startswith("sha256:") or not bundles:
+            body = b'{"message":"Not Found","documentation_url":"https://docs.github.com/rest/repos/attestations"}'
+            self._simple(404, body, "application/json; charset=utf-8", self._rate_headers(40))
+            return
+        entries = [{"bundle": b, "repository_id": 612354784, "bundle_url": None} for b in bundles]
+        body = json.dumps({"attestations": entries}).encode()
+        self._simple(200, body, "application/json; charset=utf-8", self._rate_headers(58))
 
     # -- downloads -------------------------------------------------------------------------
     def _serve_redirect(self, fake: FakeGitHub, path: str) -> None:

@@ -60,6 +60,8 @@ class Settings:
         health_timeout: Seconds a restarted server has to come up (``LLAMA_RUNTIME_HEALTH_TIMEOUT``).
         gate: The inference gate's policy for this invocation; None: the home's stored
             one (``<home>/gate.json``), else the default.
+        require_provenance: Refuse assets without a verified build attestation
+            (``--require-provenance`` / ``LLAMA_RUNTIME_REQUIRE_PROVENANCE=1``).
     """
 
     home: Path
@@ -71,6 +73,7 @@ class Settings:
     read_timeout: float = READ_TIMEOUT_SECONDS
     health_timeout: float = SERVER_READY_TIMEOUT_SECONDS
     gate: GatePolicy | None = None
+    require_provenance: bool = False
 
 
 def validate_repo(repo: str) -> str:
@@ -125,6 +128,7 @@ def resolve_settings(
     repo: str | None = None,
     backend: str | None = None,
     token: str | None = None,
+    require_provenance: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
@@ -160,4 +164,6 @@ def resolve_settings(
         backend_explicit=explicit,
         read_timeout=_seconds(env, "LLAMA_RUNTIME_READ_TIMEOUT", READ_TIMEOUT_SECONDS),
         health_timeout=_seconds(env, "LLAMA_RUNTIME_HEALTH_TIMEOUT", SERVER_READY_TIMEOUT_SECONDS),
+        require_provenance=require_provenance
+        or env.get("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "").strip().lower() in {"1", "true", "yes", "on"},
     )

@@ -133,8 +133,11 @@ class Engine:
     def installer(self, source: ReleaseSource | None = None) -> Installer:
         """The install transaction over this home (``source`` for updates, none for local work)."""
         from llama_runtime.runtime.binary import run_process
+        from llama_runtime.updater.install.provenance import ProvenanceCheck
         from llama_runtime.updater.install.transaction import Installer
 
+        # No source (install-file, use) or a file:// mirror: an offline machine, no trust-root refresh.
+        offline = source is None or self.settings.api_url.startswith("file://")
         return Installer(
             self.home,
             source=source,
@@ -143,6 +146,7 @@ class Engine:
             server=self.server(),
             health_timeout=self.settings.health_timeout,
             gate=self.gate_policy(),
+            provenance=ProvenanceCheck.from_env(require=self.settings.require_provenance, offline=offline),
         )
 
     def gate_policy(self) -> GatePolicy:

@@ -213,6 +213,8 @@ class RuntimeUpdater:
         server: The app's own llama-server (a :class:`~runtime.process.ServerControl`)
             to stop, switch and restart around an activation; by default the
             server ``llama-runtime server start`` manages in this home.
+        require_provenance: Refuse assets without a verified build attestation
+            (also ``LLAMA_RUNTIME_REQUIRE_PROVENANCE=1``).
         env: The environment to read settings from (default ``os.environ``).
 
     Raises:
@@ -233,11 +235,20 @@ class RuntimeUpdater:
         clock: Callable[[], float] = time.time,
         server: ServerControl | None = None,
         env: Mapping[str, str] | None = None,
+        require_provenance: bool = False,
     ) -> None:
         from llama_runtime.updater.config import resolve_settings
         from llama_runtime.updater.engine import Engine, Seams
 
-        settings = resolve_settings(home=home, api_url=api_url, repo=repo, backend=backend, token=token, env=env)
+        settings = resolve_settings(
+            home=home,
+            api_url=api_url,
+            repo=repo,
+            backend=backend,
+            token=token,
+            require_provenance=require_provenance,
+            env=env,
+        )
         seams = Seams(source_factory=source_factory, host=host, runner=runner, server=server, clock=clock)
         self._bind(Engine(settings, seams))
 

@@ -11,6 +11,7 @@ from llama_runtime.runtime.errors import LlamaRuntimeError, RemoteError, UserInp
 from llama_runtime.updater.cli.gateopts import gate_lines
 
 if TYPE_CHECKING:
+    from llama_runtime.runtime.layout import InstalledRuntime
     from llama_runtime.updater.api.progress import TerminalProgress
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.cli.main import Output
@@ -90,11 +91,25 @@ def outcome_lines(outcome: UpdateOutcome) -> list[str]:
         p = outcome.previous.marker
         lines.append(f"The previous runtime {p.tag} ({p.backend}) is kept: `llama-runtime rollback` returns to it.")
     lines.append(f"binary: {outcome.active.binary}")
+    lines.append(provenance_line(outcome.active))
     if outcome.server and outcome.server.restarted:
         lines.append(f"The running llama-server was restarted on {m.tag}.")
         if outcome.server.reload_required:
             lines.append("Reload your model to use it.")
     return lines + gate_lines(outcome.server)
+
+
+def provenance_line(runtime: InstalledRuntime) -> str:
+    """``provenance: verified …`` / ``absent …`` / ``unverified …`` for people."""
+    from llama_runtime.runtime.marker import provenance_summary
+
+    p = provenance_summary(runtime.marker)
+    if p["status"] == "verified":
+        return (
+            f"provenance: verified, built by {p.get('repository')} {p.get('workflow')} "
+            f"at commit {str(p.get('commit'))[:12]} ({p.get('run_url')})"
+        )
+    return f"provenance: {p['status']} ({p.get('reason')})"
 
 
 def explain_failure(exc: LlamaRuntimeError, *, had_active: bool) -> None:

@@ -32,6 +32,9 @@ def register(add: AddParser) -> dict[str, Handler]:
         "--wait", type=float, default=0.0, metavar="SECONDS", help="with --apply, wait this long for a running update"
     )
     add_events_flag(p)
+    from llama_runtime.updater.cli.main import add_require_provenance
+
+    add_require_provenance(p)
     p = add("job", "show, follow or cancel the update job")
     p.add_argument("action", nargs="?", default="status", choices=("status", "wait", "cancel"))
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="how long `job wait` waits")

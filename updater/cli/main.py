@@ -27,6 +27,7 @@ from llama_runtime.updater.cli.common import (
     explain_failure,
     outcome_lines,
     progress_for,
+    provenance_line,
     user_tag,
 )
 
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--latest", action="store_true", help="the newest release (default)")
     p.add_argument("--cuda-version", help="CUDA line to prefer, e.g. 12 or 12.4")
     p.add_argument("--require-digest", action="store_true", help="refuse assets without a published sha256")
+    add_require_provenance(p)
     p.add_argument(
         "--wait", type=float, default=0.0, metavar="SECONDS", help="wait this long for another update to finish"
     )
@@ -186,10 +188,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_require_provenance(parser: argparse.ArgumentParser) -> None:
+    """The ``--require-provenance`` flag (also LLAMA_RUNTIME_REQUIRE_PROVENANCE=1)."""
+    parser.add_argument(
+        "--require-provenance",
+        action="store_true",
+        help="refuse an asset without a verified build attestation (LLAMA_RUNTIME_REQUIRE_PROVENANCE=1)",
+    )
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
     from llama_runtime.updater.config import resolve_settings
 
-    return resolve_settings(home=args.home, api_url=args.api_url, repo=args.repo, backend=args.backend)
+    return resolve_settings(
+        home=args.home,
+        api_url=args.api_url,
+        repo=args.repo,
+        backend=args.backend,
+        require_provenance=bool(getattr(args, "require_provenance", False)),
+    )
 
 
 def home_for(settings: Settings) -> Home:
@@ -284,6 +301,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         lines.append("Nothing is installed yet. Run `llama-runtime update` to install the latest llama.cpp.")
     else:
         lines.append(f"binary: {active.binary}")
+        lines.append(provenance_line(active))
     if previous:
         lines.append(_runtime_line("previous", previous) + "  (`llama-runtime rollback` goes back to it)")
     lines.append(f"installed runtimes: {len(installed)} in {home.runtimes_dir}")

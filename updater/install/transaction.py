@@ -58,6 +58,7 @@ from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, download_asset
 from llama_runtime.updater.install.gate import GatePolicy, InferenceGate, validate_gguf
 from llama_runtime.updater.install.installed import describe, verify_installed
+from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, combine, parse_attestations
 from llama_runtime.updater.install.recovery import (
     active_state,
     clean_leftovers,
@@ -174,6 +175,7 @@ class Installer:
         health_timeout: Seconds a restarted server has to answer /health.
         gate: The inference gate's policy (the default: on, slowdowns warn);
             None switches servers on /health alone.
+        provenance: How build attestations are checked (default: from the environment).
     """
 
     def __init__(
@@ -188,8 +190,10 @@ class Installer:
         server: ServerControl | None = None,
         health_timeout: float = SERVER_READY_TIMEOUT_SECONDS,
         gate: GatePolicy | None = GatePolicy(),  # noqa: B008 - frozen, so one shared default is safe
+        provenance: ProvenanceCheck | None = None,
     ) -> None:
         self.home = home
+        self.provenance = provenance or ProvenanceCheck.from_env()
         self.source = source
         self._host_probe = host
         self._host: HostFacts | None = None
@@ -359,6 +363,8 @@ class Installer:
             ),
         }
         try:
+            emit(Progress("verify", message="checking build provenance"))
+            meta["provenance"] = self._provenance(release.repo, assets, downloads).to_marker()
             outcome = self.install_archives(
                 [d.path for d in downloads], meta, active=active, emit=emit, cancel=cancel, warnings=warnings
             )
@@ -371,6 +377,29 @@ class Installer:
         for d in downloads:
             discard_partial(d.path)
         return outcome
+
+    def _provenance(self, repo: str, assets: tuple[Asset, ...], downloads: list[DownloadResult]) -> Provenance:
+        """Each downloaded file's build provenance, combined (before anything is extracted).
+
+        Raises:
+            ProvenanceError: A published attestation does not verify.
+            ProvenanceMissingError: Provenance is required and one file has none verified.
+            RemoteError: The attestations could not be fetched and provenance is required.
+        """
+        from llama_runtime.runtime.errors import RemoteError
+
+        assert self.source is not None  # downloads came from it
+        results: list[tuple[str, Provenance]] = []
+        for asset, download in zip(assets, downloads, strict=True):
+            try:
+                published = parse_attestations(self.source.attestations(download.sha256))
+            except RemoteError as exc:
+                if self.provenance.require:
+                    raise
+                results.append((asset.name, Provenance("unverified", f"attestations not fetched: {exc.message}")))
+                continue
+            results.append((asset.name, self.provenance.evaluate(asset.name, download.sha256, repo, published)))
+        return combine(results)
 
     def _download(
         self,
@@ -469,6 +498,7 @@ class Installer:
                 host=self.host.to_json(),
                 reason=str(meta.get("reason", "")),
                 speeds=speeds,
+                provenance=dict(meta.get("provenance") or {}),  # type: ignore[call-overload]
             )
             fsync_tree(staging)
             write_marker(staging, marker)

@@ -273,9 +273,26 @@ class GitHubClient:
         payload = self._get_json(url, f"No releases found in {self.repo}.")
         return _absolute_urls(check_release(parse_release(self.repo, payload)), url)
 
+    def attestations(self, sha256: str) -> object:
+        """The build attestations published for the file ``sha256`` (the API's JSON), or ``[]`` for none.
+
+        ``GET /repos/{owner}/{repo}/attestations/sha256:{hex}`` answers
+        ``{"attestations": [{"bundle": …, "repository_id": …}, …]}``; 404 means
+        none is published (a mirror without one answers the same). Not cached:
+        an attestation is fetched once per install.
+
+        Raises:
+            RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
+        """
+        url = f"{self.api_url}/repos/{self.repo}/attestations/sha256:{sha256}"
+        try:
+            return self._get_json(url, "", use_cache=False)
+        except ReleaseNotFoundError:
+            return []
+
     # -- transport -------------------------------------------------------------------------
-    def _get_json(self, url: str, not_found: str) -> Any:
-        cached = self.etag_cache.get(url) if self.etag_cache else None
+    def _get_json(self, url: str, not_found: str, *, use_cache: bool = True) -> Any:
+        cached = self.etag_cache.get(url) if self.etag_cache and use_cache else None
         headers = {
             "Accept": "application/vnd.github+json",
             "X-GitHub-Api-Version": "2022-11-28",
@@ -291,7 +308,7 @@ class GitHubClient:
         self._raise_for_status(response, not_found)
         body = _decode_json(response, raw)
         etag = response.headers.get("etag")
-        if self.etag_cache and etag:
+        if self.etag_cache and etag and use_cache:
             self.etag_cache.put(url, etag, body)
         return body
 

@@ -1,0 +1,210 @@
+"""End to end: build attestations served by the GitHub-like hub, checked before activation.
+
+The bundle is real: a Sigstore staging bundle from sigstore-python's test data
+(tests/data/sigstore/README.md), verified by sigstore-python against the
+staging trust root with no network. Its signer is a GitHub Actions workflow of
+``sigstore-conformance/extremely-dangerous-public-oidc-beacon``, so the hub
+publishes releases under that repository (a fork, as far as llama-runtime can
+tell) and ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW`` names that workflow, exactly as
+a fork that releases from its own workflow would configure it. The llama.cpp
+values of the policy are tested on their own in tests/test_provenance.py.
+
+No real bundle attests the test archives, so the one test that installs a
+``verified`` runtime re-maps the archive's digest to the digest the real
+bundle attests (``remap_subject``); everything else in the check runs as in
+production. Every failure asserts that b7000 stays active, unchanged, and runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_runtime.updater.install import attestation
+
+from tests.conftest import REPO
+from tests.fakegithub import FakeGitHub
+from tests.test_update_e2e import VULKAN, failing_update, installed_b7000, run_cli
+
+# Every test starts from b7000 (the real Vulkan build, unattested) installed and active.
+pytestmark = pytest.mark.usefixtures(installed_b7000.__name__)
+
+DATA = Path(__file__).parent / "data" / "sigstore"
+BUNDLE = DATA / "a.dsse.staging-rekor-v2.txt.sigstore.json"
+BEACON = "sigstore-conformance/extremely-dangerous-public-oidc-beacon"
+BEACON_WORKFLOW = ".github/workflows/extremely-dangerous-oidc-beacon.yml"
+#: What the real bundle attests (its statement's subject "a.txt").
+ATTESTED_SHA256 = "a0cfc71271d6e278e57cd332ff957c3f7043fdda354c4cbb190a30d56efa01bf"
+
+
+@pytest.fixture(autouse=True)
+def staging_trust_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verify against the shipped staging root: never a network refresh in tests."""
+    monkeypatch.setenv("LLAMA_RUNTIME_TRUSTED_ROOT", str(DATA / "staging_trusted_root.json"))
+    monkeypatch.delenv("LLAMA_RUNTIME_REQUIRE_PROVENANCE", raising=False)
+
+
+def real_bundle() -> dict[str, Any]:
+    return json.loads(BUNDLE.read_text())
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def publish(github: FakeGitHub, repo: str, tag: str, tarball: Path, bundle: dict[str, Any] | None) -> str:
+    github.add_release(repo, tag, {VULKAN.format(tag=tag): tarball})
+    digest = sha256_of(tarball)
+    if bundle is not None:
+        github.add_attestation(repo, digest, bundle)
+    return digest
+
+
+def remap_subject(monkeypatch: pytest.MonkeyPatch, archive_sha256: str) -> None:
+    """Verify the real bundle as if it attested the test archive (the one substitution in this file)."""
+    real = attestation.verify_bundle
+
+    def verify(bundle: dict[str, Any], sha256: str, policy: Any, trust: Any) -> Any:
+        return real(bundle, ATTESTED_SHA256 if sha256 == archive_sha256 else sha256, policy, trust)
+
+    monkeypatch.setattr(attestation, "verify_bundle", verify)
+
+
+def test_attested_release_installs_verified_with_the_signer_in_marker_and_status(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
+    digest = publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())
+    remap_subject(monkeypatch, digest)
+    code, payload = run_cli(capsys, home, github, "update", "--repo", BEACON, "--tag", "b7001", "--backend", "vulkan")
+    assert code == 0, payload
+    provenance = payload["active"]["provenance"]
+    assert provenance["status"] == "verified"
+    assert provenance["repository"] == BEACON
+    assert provenance["workflow"] == BEACON_WORKFLOW
+    assert provenance["commit"] == "977e8d08554ca9bda279c96e91be2119fb67c730"
+    assert provenance["run_url"] == f"https://github.com/{BEACON}/actions/runs/25821282059/attempts/1"
+    assert provenance["issuer"] == "https://token.actions.githubusercontent.com"
+    assert "bundle" not in provenance
+    marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
+    assert marker["provenance"]["status"] == "verified"
+    assert marker["provenance"]["bundle"] == real_bundle()  # kept for an offline re-check of an export
+    asked = github.requests_to("api", f"/repos/{BEACON}/attestations/sha256:{digest}")
+    assert len(asked) == 1
+    code, status = run_cli(capsys, home, github, "status")
+    assert code == 0 and status["active"]["provenance"]["status"] == "verified"
+    assert status["active"]["provenance"]["workflow"] == BEACON_WORKFLOW
+    assert [r["provenance"]["status"] for r in status["installed"]] == ["absent", "verified"]
+
+
+def test_attestation_from_another_repository_is_exit_8_and_nothing_changes(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path
+) -> None:
+    publish(github, REPO, "b7001", real_vulkan_tarball, real_bundle())
+    code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "vulkan")
+    assert code == 8, payload
+    assert payload["error"]["code"] == "provenance_failed"
+    assert f"built in {BEACON}, not in {REPO}" in payload["error"]["message"]
+
+
+def test_attestation_from_another_workflow_is_exit_8_and_nothing_changes(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path
+) -> None:
+    publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())  # the policy wants release.yml
+    code, payload = failing_update(capsys, home, github, "--repo", BEACON, "--tag", "b7001", "--backend", "vulkan")
+    assert code == 8, payload
+    message = payload["error"]["message"]
+    assert f"signed by the workflow {BEACON_WORKFLOW}, not by {BEACON}'s .github/workflows/release.yml" in message
+
+
+def test_attestation_for_other_bytes_is_exit_8_and_nothing_changes(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
+    publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())  # genuine, but for a0cfc712…
+    code, payload = failing_update(capsys, home, github, "--repo", BEACON, "--tag", "b7001", "--backend", "vulkan")
+    assert code == 8, payload
+    assert "it attests a0cfc71271d6…, not this file" in payload["error"]["message"]
+    assert list((home / "downloads").glob("*")) == []  # rejected bytes are not kept for a resume
+
+
+def test_tampered_bundle_is_exit_8_and_nothing_changes(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
+    bundle = copy.deepcopy(real_bundle())
+    signature = bundle["dsseEnvelope"]["signatures"][0]["sig"]
+    bundle["dsseEnvelope"]["signatures"][0]["sig"] = (
+        signature[:20] + ("A" if signature[20] != "A" else "B") + signature[21:]
+    )
+    digest = publish(github, BEACON, "b7001", real_vulkan_tarball, bundle)
+    remap_subject(monkeypatch, digest)  # only the signature is wrong
+    code, payload = failing_update(capsys, home, github, "--repo", BEACON, "--tag", "b7001", "--backend", "vulkan")
+    assert code == 8, payload
+    assert payload["error"]["code"] == "provenance_failed"
+
+
+def test_stale_trust_root_is_exit_8_naming_the_root_and_the_refresh(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stale = DATA / "staging_trusted_root.stale.json"
+    monkeypatch.setenv("LLAMA_RUNTIME_TRUSTED_ROOT", str(stale))
+    monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
+    digest = publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())
+    remap_subject(monkeypatch, digest)
+    code, payload = failing_update(capsys, home, github, "--repo", BEACON, "--tag", "b7001", "--backend", "vulkan")
+    assert code == 8, payload
+    error = payload["error"]
+    assert "SCT" in error["message"] and str(stale) in error["message"]
+    assert "LLAMA_RUNTIME_TRUSTED_ROOT" in error["hint"]
+
+
+def test_unattested_release_installs_as_absent(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path
+) -> None:
+    publish(github, REPO, "b7001", real_vulkan_tarball, None)
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 0, payload
+    assert payload["active"]["provenance"]["status"] == "absent"
+    assert "publishes no build attestation" in payload["active"]["provenance"]["reason"]
+
+
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_require_provenance_refuses_an_unattested_release(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+) -> None:
+    publish(github, REPO, "b7001", real_vulkan_tarball, None)
+    args = ["--tag", "b7001", "--backend", "vulkan"]
+    if how == "flag":
+        args.append("--require-provenance")
+    else:
+        monkeypatch.setenv("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "1")
+    code, payload = failing_update(capsys, home, github, *args)
+    assert code == 8, payload
+    assert payload["error"]["code"] == "provenance_missing"
+    assert "no build attestation" in payload["error"]["message"]

@@ -1,0 +1,372 @@
+"""Build provenance: who built a downloaded asset, checked before anything is activated.
+
+A sha256 digest from the GitHub API proves the bytes are the ones the release
+lists, not who built them: whoever can edit a release can change both. GitHub
+artifact attestations close that gap: a Sigstore-signed in-toto statement
+(SLSA build provenance) naming the asset's sha256, signed with a short-lived
+certificate that Fulcio issued to one GitHub Actions workflow run.
+
+This module holds the decisions, all pure: the signer policy (issuer, source
+repository, release workflow), what a signing certificate says about its
+signer, whether a statement attests this very file, and what the per-runtime
+result (``verified`` / ``absent`` / ``unverified``) is. The cryptography (the
+signature, the chain to the Sigstore trust root, the transparency-log
+inclusion) is :mod:`updater.install.attestation`'s job, done by sigstore-python.
+
+Invariants:
+    * A published attestation that fails any check is an
+      :class:`~runtime.errors.ProvenanceError` (exit 8): nothing is activated,
+      never a quiet downgrade to ``absent``.
+    * ``absent`` means the source answered that none is published;
+      ``unverified`` means nobody checked (and says why). Only
+      ``--require-provenance`` turns either into an exit-8 refusal.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from llama_runtime.runtime.errors import ProvenanceError, ProvenanceMissingError
+
+__all__ = [
+    "GITHUB_ACTIONS_ISSUER",
+    "SLSA_PROVENANCE_V1",
+    "UPSTREAM_RELEASE_WORKFLOW",
+    "Provenance",
+    "ProvenanceCheck",
+    "Signer",
+    "SignerPolicy",
+    "attested_sha256s",
+    "parse_attestations",
+    "policy_violation",
+    "signer_from_extensions",
+    "statement_violation",
+]
+
+#: The OIDC issuer of GitHub Actions' workflow identity tokens.
+GITHUB_ACTIONS_ISSUER: Final = "https://token.actions.githubusercontent.com"
+#: The workflow that builds, uploads and (since llama.cpp PR #25933, Aug 2026:
+#: "the release attest step") attests ggml-org/llama.cpp's release assets. It
+#: runs on pushes to master and on manual dispatch, so the signer's ref is
+#: ``refs/heads/master``, never a tag: the policy pins the path, not the ref.
+UPSTREAM_RELEASE_WORKFLOW: Final = ".github/workflows/release.yml"
+#: What actions/attest-build-provenance signs: SLSA provenance in an in-toto statement.
+SLSA_PROVENANCE_V1: Final = "https://slsa.dev/provenance/v1"
+_IN_TOTO_STATEMENTS: Final = frozenset({"https://in-toto.io/Statement/v1", "https://in-toto.io/Statement/v0.1"})
+_GITHUB: Final = "https://github.com/"
+
+# Fulcio's certificate extensions (https://github.com/sigstore/fulcio/blob/main/docs/oid-info.md),
+# by the last arc of 1.3.6.1.4.1.57264.1.N; the values are DER UTF8Strings.
+OID_PREFIX: Final = "1.3.6.1.4.1.57264.1."
+EXT_ISSUER: Final = 8
+EXT_BUILD_SIGNER_URI: Final = 9
+EXT_SOURCE_REPOSITORY_URI: Final = 12
+EXT_SOURCE_REPOSITORY_DIGEST: Final = 13
+EXT_SOURCE_REPOSITORY_REF: Final = 14
+EXT_BUILD_TRIGGER: Final = 20
+EXT_RUN_INVOCATION_URI: Final = 21
+
+Status = Literal["verified", "absent", "unverified"]
+
+
+# -- the signer and the policy (pure) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Signer:
+    """Who signed an attestation, as the Fulcio certificate says.
+
+    Attributes:
+        issuer: The OIDC issuer (GitHub Actions for a workflow run).
+        repository: ``owner/name`` the workflow ran in.
+        workflow: The signing workflow's path, e.g. ``.github/workflows/release.yml``.
+        ref: The git ref the workflow ran at (``refs/heads/master``).
+        commit: The source commit the run built.
+        run_url: The workflow run (``…/actions/runs/ID/attempts/N``).
+        trigger: The event that started the run (``push``, ``workflow_dispatch``).
+        build_signer_uri: The certificate's identity, verbatim.
+    """
+
+    issuer: str
+    repository: str
+    workflow: str
+    ref: str
+    commit: str
+    run_url: str
+    trigger: str = ""
+    build_signer_uri: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        """The signer's fields as JSON."""
+        return {
+            "issuer": self.issuer,
+            "repository": self.repository,
+            "workflow": self.workflow,
+            "ref": self.ref,
+            "commit": self.commit,
+            "run_url": self.run_url,
+            "trigger": self.trigger,
+            "build_signer_uri": self.build_signer_uri,
+        }
+
+
+def _github_path(uri: str) -> str:
+    return uri[len(_GITHUB) :] if uri.startswith(_GITHUB) else ""
+
+
+def signer_from_extensions(values: Mapping[int, str]) -> Signer:
+    """The signer a certificate names, from its Fulcio extensions (keyed by last OID arc).
+
+    Missing extensions become empty strings; the policy then refuses them.
+    """
+    signer_uri = values.get(EXT_BUILD_SIGNER_URI, "")
+    repo_uri = values.get(EXT_SOURCE_REPOSITORY_URI, "")
+    repository = _github_path(repo_uri).strip("/")
+    workflow_at = _github_path(signer_uri)
+    owner_repo = workflow_at.split("/", 2)
+    # "owner/name/.github/workflows/x.yml@refs/…" -> ".github/workflows/x.yml", "refs/…"
+    workflow, _, ref = (owner_repo[2] if len(owner_repo) == 3 else "").partition("@")
+    return Signer(
+        issuer=values.get(EXT_ISSUER, ""),
+        repository=repository,
+        workflow=workflow,
+        ref=ref or values.get(EXT_SOURCE_REPOSITORY_REF, ""),
+        commit=values.get(EXT_SOURCE_REPOSITORY_DIGEST, ""),
+        run_url=values.get(EXT_RUN_INVOCATION_URI, ""),
+        trigger=values.get(EXT_BUILD_TRIGGER, ""),
+        build_signer_uri=signer_uri,
+    )
+
+
+@dataclass(frozen=True)
+class SignerPolicy:
+    """Whose signature counts: this issuer, this repository, this workflow.
+
+    Attributes:
+        repository: ``owner/name`` the asset is installed from (a fork: the fork).
+        workflow: The release workflow's path in that repository.
+        issuer: The OIDC issuer of the signing certificate.
+    """
+
+    repository: str
+    workflow: str = UPSTREAM_RELEASE_WORKFLOW
+    issuer: str = GITHUB_ACTIONS_ISSUER
+
+    def describe(self) -> str:
+        """One phrase for messages: ``ggml-org/llama.cpp's .github/workflows/release.yml``."""
+        return f"{self.repository}'s {self.workflow}"
+
+
+def policy_violation(signer: Signer, policy: SignerPolicy) -> str | None:
+    """Why ``signer`` does not satisfy ``policy``, or ``None`` when it does.
+
+    GitHub names are case-insensitive, so the repository compares folded; the
+    workflow must be the signing workflow itself (the certificate's Build
+    Signer URI, what ``gh attestation verify --signer-workflow`` checks) in
+    the same repository, at any ref.
+    """
+    if signer.issuer != policy.issuer:
+        return f"signed by an identity from {signer.issuer or 'no issuer'}, not from {policy.issuer}"
+    if signer.repository.casefold() != policy.repository.casefold():
+        return f"built in {signer.repository or 'an unknown repository'}, not in {policy.repository}"
+    expected = f"{_GITHUB}{policy.repository}/{policy.workflow}@".casefold()
+    if not signer.build_signer_uri.casefold().startswith(expected):
+        shown = signer.workflow or signer.build_signer_uri or "an unknown workflow"
+        return f"signed by the workflow {shown}, not by {policy.describe()}"
+    return None
+
+
+# -- the statement (pure) ---------------------------------------------------------------
+
+
+def attested_sha256s(statement: Mapping[str, Any]) -> list[str]:
+    """The sha256 digests of the statement's subjects (lowercase hex)."""
+    subjects = statement.get("subject")
+    found: list[str] = []
+    for subject in subjects if isinstance(subjects, list) else []:
+        digest = subject.get("digest") if isinstance(subject, dict) else None
+        value = digest.get("sha256") if isinstance(digest, dict) else None
+        if isinstance(value, str):
+            found.append(value.lower())
+    return found
+
+
+def statement_violation(statement: object, sha256: str) -> str | None:
+    """Why the signed statement does not attest SLSA provenance of the file ``sha256``, or ``None``."""
+    if not isinstance(statement, dict) or statement.get("_type") not in _IN_TOTO_STATEMENTS:
+        return "the signed payload is not an in-toto statement"
+    predicate = statement.get("predicateType")
+    if predicate != SLSA_PROVENANCE_V1:
+        return f"it attests {predicate!r}, not SLSA build provenance ({SLSA_PROVENANCE_V1})"
+    digests = attested_sha256s(statement)
+    if sha256.lower() not in digests:
+        named = ", ".join(d[:12] + "…" for d in digests) or "no sha256 subject"
+        return f"it attests {named}, not this file (sha256 {sha256[:12]}…)"
+    return None
+
+
+def parse_attestations(payload: object) -> list[dict[str, Any]]:
+    """The Sigstore bundles of an attestations answer, a bundle file or a JSON-lines file.
+
+    Accepts GitHub's ``{"attestations": [{"bundle": …}, …]}``, one bundle
+    object, or a list of either (what ``gh attestation download`` writes, one
+    bundle per line, once decoded). Entries without an inline bundle are skipped.
+    """
+    if isinstance(payload, dict) and isinstance(payload.get("attestations"), list):
+        payload = payload["attestations"]
+    items = payload if isinstance(payload, list) else [payload]
+    bundles: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("bundle"), dict):
+            item = item["bundle"]
+        if isinstance(item, dict) and "verificationMaterial" in item:
+            bundles.append(item)
+    return bundles
+
+
+# -- the per-runtime result -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """The provenance result recorded in a runtime's marker.
+
+    Attributes:
+        status: ``verified``, ``absent`` (none published) or ``unverified`` (not checked).
+        reason: Why, for ``absent`` and ``unverified``; the trust root for ``verified``.
+        signer: Who built it, when verified.
+        bundle: The verified Sigstore bundle, kept so an export can be re-verified offline.
+    """
+
+    status: Status
+    reason: str = ""
+    signer: Signer | None = None
+    bundle: dict[str, Any] | None = field(default=None, compare=False)
+
+    def to_marker(self) -> dict[str, Any]:
+        """The marker's ``provenance`` object (with the bundle)."""
+        payload = self.summary()
+        if self.bundle is not None:
+            payload["bundle"] = self.bundle
+        return payload
+
+    def summary(self) -> dict[str, Any]:
+        """The contract's ``provenance`` object of a runtime: status, reason, signer (no bundle)."""
+        payload: dict[str, Any] = {"status": self.status, "reason": self.reason or None}
+        if self.signer is not None:
+            payload.update(self.signer.to_json())
+        return payload
+
+
+def verified(signer: Signer, bundle: dict[str, Any], trust_root: str) -> Provenance:
+    """A verified result for ``signer``."""
+    return Provenance("verified", f"verified against {trust_root}", signer, bundle)
+
+
+# -- the check, wired to the cryptography -----------------------------------------------
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def combine(results: Sequence[tuple[str, Provenance]]) -> Provenance:
+    """One runtime's provenance from its assets' (main first): verified only if all are."""
+    for status in ("unverified", "absent"):
+        for name, result in results:
+            if result.status == status:
+                return result if name == results[0][0] else Provenance(status, f"{name}: {result.reason}")
+    return results[0][1]
+
+
+@dataclass(frozen=True)
+class ProvenanceCheck:
+    """How this invocation checks provenance.
+
+    Attributes:
+        require: Refuse (exit 8) anything that is not ``verified``.
+        workflow: The release workflow signatures must come from (same path for forks).
+        trusted_root: A Sigstore ``trusted_root.json`` to use instead of the production one.
+        offline: Never refresh the trust root over the network (install-file, file:// mirrors).
+    """
+
+    require: bool = False
+    workflow: str = UPSTREAM_RELEASE_WORKFLOW
+    trusted_root: Path | None = None
+    offline: bool = False
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, require: bool = False, offline: bool = False
+    ) -> ProvenanceCheck:
+        """The check the environment asks for; ``require`` is the ``--require-provenance`` flag.
+
+        ``LLAMA_RUNTIME_REQUIRE_PROVENANCE=1`` requires it too;
+        ``LLAMA_RUNTIME_TRUSTED_ROOT=FILE`` names a trust root (air-gapped fleets,
+        a private Sigstore); ``LLAMA_RUNTIME_TRUST_ROOT_OFFLINE=1`` skips the
+        refresh (a fleet behind a LAN mirror); ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW``
+        names another release workflow path (a fork that releases from its own workflow).
+        """
+        env = os.environ if env is None else env
+        root = env.get("LLAMA_RUNTIME_TRUSTED_ROOT", "").strip()
+        return cls(
+            require=require or _truthy(env.get("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "")),
+            workflow=env.get("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", "").strip() or UPSTREAM_RELEASE_WORKFLOW,
+            trusted_root=Path(root).expanduser() if root else None,
+            offline=offline or _truthy(env.get("LLAMA_RUNTIME_TRUST_ROOT_OFFLINE", "")),
+        )
+
+    def policy_for(self, repo: str) -> SignerPolicy:
+        """The signer policy for assets installed from ``repo``."""
+        return SignerPolicy(repository=repo, workflow=self.workflow)
+
+    def not_checked(self, asset: str, reason: str) -> Provenance:
+        """``unverified`` with ``reason``, or the exit-8 refusal when provenance is required."""
+        if self.require:
+            raise ProvenanceMissingError(
+                f"{asset}: provenance could not be checked ({reason}) and --require-provenance was given; "
+                "nothing was activated."
+            )
+        return Provenance("unverified", reason)
+
+    def evaluate(self, asset: str, sha256: str, repo: str, bundles: Sequence[dict[str, Any]]) -> Provenance:
+        """The provenance of the file ``asset`` (``sha256``) from ``repo``, given its published bundles.
+
+        Raises:
+            ProvenanceError: Bundles are published and none verifies (always).
+            ProvenanceMissingError: None is published, or none could be checked,
+                and provenance is required.
+        """
+        if not bundles:
+            if self.require:
+                raise ProvenanceMissingError(
+                    f"{asset} has no build attestation in {repo} and --require-provenance was given; "
+                    "nothing was activated.",
+                    hint="Install a release that publishes attestations, or drop --require-provenance.",
+                )
+            return Provenance("absent", f"{repo} publishes no build attestation for {asset}")
+        from llama_runtime.updater.install import attestation
+
+        policy = self.policy_for(repo)
+        try:
+            trust = attestation.load_trust_root(self.trusted_root, offline=self.offline)
+        except attestation.SigstoreMissingError as exc:
+            return self.not_checked(asset, exc.message)
+        failures: list[str] = []
+        for bundle in bundles:
+            try:
+                signer = attestation.verify_bundle(bundle, sha256, policy, trust)
+            except ProvenanceError as exc:
+                failures.append(exc.message)
+                continue
+            return verified(signer, bundle, trust.description)
+        count = f"{len(bundles)} attestations" if len(bundles) > 1 else "its attestation"
+        raise ProvenanceError(
+            f"{asset}: {count} failed verification ({'; '.join(dict.fromkeys(failures))}), checked against "
+            f"{trust.description}; nothing was activated.",
+            hint=trust.hint,
+        )
