@@ -26,6 +26,15 @@ def register(add: AddParser) -> dict[str, Handler]:
     p.add_argument("archive", metavar="ARCHIVE", help="a llama.cpp release .zip/.tar.gz, or a bundle from `export`")
     p.add_argument("--tag", help="the release the archive holds, e.g. b7000 (bundles carry their own)")
     p.add_argument("--sha256", metavar="HEX", help="refuse the archive unless its sha256 is this")
+    p.add_argument(
+        "--bundle",
+        metavar="FILE",
+        help="the archive's build attestation: a Sigstore bundle, `gh attestation download` JSON lines, "
+        "or the attestations API's answer; verified offline",
+    )
+    from llama_runtime.updater.cli.main import add_require_provenance
+
+    add_require_provenance(p)
     p = add("export", "write the active runtime and its marker as one bundle for `install-file`")
     p.add_argument("--output", "-o", required=True, metavar="FILE", help="the bundle to write (.tar.gz)")
     mirror = add("mirror", "mirror releases into a static directory that --api-url can point at")
@@ -57,6 +66,7 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
     """``install-file ARCHIVE [--tag TAG] [--sha256 HEX]``."""
+    from llama_runtime.updater.cli.common import provenance_line
     from llama_runtime.updater.cli.main import engine_for, settings_from_args
     from llama_runtime.updater.install.offline import InstallFileRequest, install_file
 
@@ -73,6 +83,7 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
         repo=settings.repo if args.repo is not None else None,
         backend=settings.backend if settings.backend_explicit else None,
         sha256=args.sha256,
+        attestation=Path(args.bundle).expanduser() if args.bundle else None,
     )
     outcome = install_file(engine_for(settings).installer(), request)
     m = outcome.active.marker
@@ -83,6 +94,7 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
         if outcome.previous:
             lines.append(f"`llama-runtime rollback` returns to {outcome.previous.marker.tag}.")
         lines.append(f"binary: {outcome.active.binary}")
+    lines.append(provenance_line(outcome.active))
     payload = outcome.to_json()
     payload["source"] = m.source
     out.result(payload, lines)
@@ -134,7 +146,8 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
         )
     lines = [
         f"Mirrored {settings.repo} {', '.join(report.releases)} into {report.dest}: "
-        f"{len(report.fetched)} fetched ({human_size(report.fetched_bytes)}), {len(report.reused)} re-checked.",
+        f"{len(report.fetched)} fetched ({human_size(report.fetched_bytes)}), {len(report.reused)} re-checked, "
+        f"{len(report.attestations)} with build attestations.",
         f"Clients: --api-url {report.dest.as_uri()} (or the URL a static web server gives this directory).",
     ]
     out.result(report.to_json(), lines)

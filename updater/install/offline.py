@@ -26,7 +26,7 @@ import tarfile
 import tempfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, Final
 
@@ -46,6 +46,7 @@ from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
 from llama_runtime.updater.install.archive import BoundedHeaderError, open_tar_stream
 from llama_runtime.updater.install.download import check_free_space
 from llama_runtime.updater.install.installed import find_build
+from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, read_attestation_file
 from llama_runtime.updater.install.recovery import damage
 from llama_runtime.updater.install.transaction import Installer, Progress, UpdateOutcome
 
@@ -81,6 +82,7 @@ class InstallFileRequest:
     repo: str | None = None
     backend: str | None = None
     sha256: str | None = None
+    attestation: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,34 @@ def is_same_install(active: InstalledRuntime | None, meta: dict[str, object]) ->
     return (m.repo, m.tag, m.backend, m.sha256) == (meta["repo"], meta["tag"], meta["backend"], meta["sha256"])
 
 
+def file_provenance(
+    check: ProvenanceCheck, request: InstallFileRequest, meta: dict[str, object], bundled: InstallMarker | None
+) -> Provenance:
+    """The provenance of a file install, checked offline before anything is extracted.
+
+    ``--bundle`` is verified against the file's sha256 (an export's: against the
+    archive its marker records). Without one, an export's recorded bundle is
+    verified again; a verified status is never carried over unchecked.
+
+    Raises:
+        ProvenanceError: A given or recorded attestation does not verify.
+        ProvenanceMissingError: Provenance is required and none verified.
+    """
+    asset, sha256, repo = str(meta["asset"]), str(meta["sha256"]), str(meta["repo"])
+    if request.attestation is not None:
+        return check.evaluate(asset, sha256, repo, read_attestation_file(request.attestation))
+    if bundled is None:
+        return check.not_checked(asset, "installed from a file without --bundle")
+    recorded = bundled.provenance
+    if isinstance(recorded.get("bundle"), dict):
+        result = check.evaluate(asset, sha256, repo, [recorded["bundle"]])
+        # The attestation covers the release archive; the export's files are tied to it by its marker.
+        return replace(result, reason=f"{result.reason}; files as recorded by the exporting machine")
+    if recorded.get("status") == "absent":
+        return check.evaluate(asset, sha256, repo, [])
+    return check.not_checked(asset, "restored from an export whose provenance was not checked")
+
+
 # -- install-file ------------------------------------------------------------------------
 
 
@@ -215,6 +245,7 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
                 archives = [copy.path]
             else:
                 archives = [_repack_bundle(copy.path, bundled, work / "bundle-files" / archive.name)]
+            meta["provenance"] = file_provenance(installer.provenance, request, meta, bundled).to_marker()
             if active is not None and damage(active, hash_binary=True):
                 active = None  # reinstalled from these bytes; a damaged runtime is no rollback target
             if is_same_install(active, meta):

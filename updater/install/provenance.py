@@ -24,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,8 +42,10 @@ __all__ = [
     "Signer",
     "SignerPolicy",
     "attested_sha256s",
+    "combine",
     "parse_attestations",
     "policy_violation",
+    "read_attestation_file",
     "signer_from_extensions",
     "statement_violation",
 ]
@@ -225,6 +228,40 @@ def parse_attestations(payload: object) -> list[dict[str, Any]]:
             item = item["bundle"]
         if isinstance(item, dict) and "verificationMaterial" in item:
             bundles.append(item)
+    return bundles
+
+
+#: A bundle file is a few kB per attestation; anything far larger is not one.
+_MAX_ATTESTATION_FILE_BYTES: Final = 16 * 1024 * 1024
+
+
+def read_attestation_file(path: Path) -> list[dict[str, Any]]:
+    """The Sigstore bundles in ``path`` (``install-file --bundle``): JSON or JSON lines.
+
+    Raises:
+        UserInputError: Unreadable, too large, or holding no Sigstore bundle.
+    """
+    from llama_runtime.runtime.errors import UserInputError
+
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(_MAX_ATTESTATION_FILE_BYTES + 1)
+    except OSError as exc:
+        raise UserInputError(f"Cannot read the attestation bundle {path}: {exc.strerror or exc}.") from None
+    bundles: list[dict[str, Any]] = []
+    if len(raw) <= _MAX_ATTESTATION_FILE_BYTES:
+        try:
+            bundles = parse_attestations(json.loads(raw))
+        except ValueError:  # JSON lines, as `gh attestation download` writes them
+            try:
+                bundles = parse_attestations([json.loads(line) for line in raw.splitlines() if line.strip()])
+            except ValueError:
+                bundles = []
+    if not bundles:
+        raise UserInputError(
+            f"{path} holds no Sigstore bundle; give a .sigstore.json bundle, the JSON lines "
+            "`gh attestation download` writes, or the attestations API's answer."
+        )
     return bundles
 
 

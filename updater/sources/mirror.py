@@ -6,6 +6,8 @@ for, so any static web server or S3-style bucket can serve it::
     DIR/repos/{owner}/{name}/releases/tags/{tag}             release JSON (GitHub API shape)
     DIR/repos/{owner}/{name}/releases/latest                 the highest build mirrored
     DIR/repos/{owner}/{name}/releases/download/{tag}/{sha16}/{file}  the assets
+    DIR/repos/{owner}/{name}/attestations/sha256:{hex}      the assets' build attestations
+                                                             (GitHub's answer, verbatim)
     DIR/.partial/                                            resumable downloads in flight
 
 ``browser_download_url`` values are relative
@@ -128,6 +130,12 @@ class MirrorPaths:
         """Where the asset file ``name`` of ``tag`` with content ``sha256`` lives."""
         return self.inside(self.releases / "download" / tag / sha256[:_SHA_DIR_CHARS] / name)
 
+    def attestations(self, sha256: str) -> Path:
+        """Where the attestations of the file ``sha256`` live: the API's route, as a file."""
+        if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
+            raise RemoteError(f"The upstream names a file by {sha256!r}, which is not a sha256.")
+        return self.inside(self.releases.parent / "attestations" / f"sha256:{sha256}")
+
     def tag_downloads(self, tag: str) -> Path:
         """The directory of every asset generation of ``tag``."""
         return self.inside(self.releases / "download" / tag)
@@ -228,6 +236,7 @@ class MirrorReport:
     reused: list[str] = field(default_factory=list)
     fetched_bytes: int = 0
     latest: str | None = None
+    attestations: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         """The ``mirror sync`` object of the CLI."""
@@ -238,6 +247,7 @@ class MirrorReport:
             "reused": self.reused,
             "fetched_bytes": self.fetched_bytes,
             "latest": self.latest,
+            "attestations": self.attestations,
         }
 
 
@@ -325,6 +335,8 @@ def _sync_release(
     for asset in chosen:
         sha = _ensure_asset(client, dest, paths, tag, asset, kept.get(asset.name), report)
         kept[asset.name] = asset_json(asset, tag, sha)
+        if _mirror_attestations(client, paths, sha):
+            report.attestations.append(f"{tag}/{asset.name}")
     # Assets mirrored by an earlier sync stay listed only while their file is intact in size.
     listed = [a for a in kept.values() if _size_matches(paths.published_file(a), a.get("size"))]
     # The commit point of this release: everything it names is already in place.
@@ -332,6 +344,24 @@ def _sync_release(
     # Files of the generation before the one just replaced go now; the one just
     # replaced (and whatever releases/latest names) stays for in-flight clients.
     _prune(paths, tag, [listed, list(_entries(previous)), list(_entries(_read_json(paths.latest_json)))])
+
+
+def _mirror_attestations(client: GitHubClient, paths: MirrorPaths, sha256: str) -> bool:
+    """Store upstream's attestations of the file ``sha256`` on the API's route; whether there were any.
+
+    Written before the release JSON that names the file, so a client that sees
+    the release also sees its attestation. Stored as received: every client
+    verifies them itself (the mirror is not trusted with that).
+    """
+    from llama_runtime.updater.install.provenance import parse_attestations
+
+    answer = client.attestations(sha256)
+    if not parse_attestations(answer):
+        return False
+    target = paths.attestations(sha256)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(target, answer)
+    return True
 
 
 def _entries(doc: dict[str, Any] | None) -> Iterator[dict[str, Any]]:

@@ -1,0 +1,234 @@
+"""Provenance without a network: a mirror, an export, and ``install-file --bundle``.
+
+The attestation is the real Sigstore staging bundle of tests/data/sigstore (see
+tests/test_provenance_e2e.py for why releases come from its signer's repository
+and where the one digest substitution, ``remap_subject``, is used). The trust
+root is the staging root file, so nothing here can reach the internet; the
+mirror tests also stop the upstream hub before installing.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_runtime.updater.cli.main import main
+
+from tests.conftest import assert_runs, snapshot_tree, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+from tests.test_provenance_e2e import BEACON, BEACON_WORKFLOW, real_bundle, remap_subject, sha256_of
+
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+DATA = Path(__file__).parent / "data" / "sigstore"
+
+
+@pytest.fixture(autouse=True)
+def beacon_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The staging trust root, and the real bundle's release workflow as the configured one."""
+    monkeypatch.setenv("LLAMA_RUNTIME_TRUSTED_ROOT", str(DATA / "staging_trusted_root.json"))
+    monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
+    monkeypatch.delenv("LLAMA_RUNTIME_REQUIRE_PROVENANCE", raising=False)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    code = main([*args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def archive(tmp_path: Path, tag: str = "b7001") -> Path:
+    return stand_in_tarball(tmp_path / CPU.format(tag=tag), tag=tag)
+
+
+# -- a mirror ---------------------------------------------------------------------------
+
+
+def test_mirror_stores_the_attestation_on_the_api_route_and_installs_verify_it_offline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tarball = archive(tmp_path)
+    digest = sha256_of(tarball)
+    dest = tmp_path / "mirror"
+    with FakeGitHub() as upstream:
+        upstream.add_release(BEACON, "b7001", {tarball.name: tarball})
+        upstream.add_attestation(BEACON, digest, real_bundle())
+        code, report = run_cli(
+            capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, "--repo", BEACON
+        )
+        assert code == 0, report
+    assert report["attestations"] == [f"b7001/{tarball.name}"]
+    stored = dest / "repos" / BEACON / "attestations" / f"sha256:{digest}"
+    assert json.loads(stored.read_text())["attestations"][0]["bundle"] == real_bundle()
+    remap_subject(monkeypatch, digest)
+    home = tmp_path / "home"
+    code, payload = run_cli(
+        capsys, "update", "--home", str(home), "--api-url", dest.as_uri(), "--repo", BEACON, "--tag", "b7001"
+    )
+    assert code == 0, payload
+    assert payload["active"]["provenance"]["status"] == "verified"
+    assert payload["active"]["provenance"]["workflow"] == BEACON_WORKFLOW
+
+
+def test_a_forged_attestation_on_a_mirror_is_exit_8_offline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tarball = archive(tmp_path)
+    digest = sha256_of(tarball)
+    dest = tmp_path / "mirror"
+    with FakeGitHub() as upstream:
+        upstream.add_release(BEACON, "b7001", {tarball.name: tarball})
+        code, _ = run_cli(
+            capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, "--repo", BEACON
+        )
+        assert code == 0
+    forged = copy.deepcopy(real_bundle())
+    forged["dsseEnvelope"]["signatures"][0]["sig"] = forged["dsseEnvelope"]["signatures"][0]["sig"][::-1]
+    route = dest / "repos" / BEACON / "attestations" / f"sha256:{digest}"
+    route.parent.mkdir(parents=True)
+    route.write_text(json.dumps({"attestations": [{"bundle": forged, "repository_id": 1}]}))
+    remap_subject(monkeypatch, digest)
+    home = tmp_path / "home"
+    code, payload = run_cli(
+        capsys, "update", "--home", str(home), "--api-url", dest.as_uri(), "--repo", BEACON, "--tag", "b7001"
+    )
+    assert code == 8, payload
+    assert not (home / "active.json").exists()
+
+
+# -- an export --------------------------------------------------------------------------
+
+
+def verified_home(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home whose active b7001 was installed verified (with --bundle)."""
+    tarball = archive(tmp_path)
+    remap_subject(monkeypatch, sha256_of(tarball))
+    (tmp_path / "a.sigstore.json").write_text(json.dumps(real_bundle()))
+    home = tmp_path / "source-home"
+    args = [
+        "install-file",
+        str(tarball),
+        "--home",
+        str(home),
+        "--repo",
+        BEACON,
+        "--bundle",
+        str(tmp_path / "a.sigstore.json"),
+    ]
+    code, payload = run_cli(capsys, *args)
+    assert code == 0, payload
+    assert payload["active"]["provenance"]["status"] == "verified"
+    return home
+
+
+def test_export_carries_the_bundle_and_install_file_verifies_it_again_offline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = verified_home(capsys, tmp_path, monkeypatch)
+    bundle_file = tmp_path / "runtime.tar.gz"
+    code, _ = run_cli(capsys, "export", "--home", str(source), "--output", str(bundle_file))
+    assert code == 0
+    target = tmp_path / "fleet-home"
+    code, payload = run_cli(capsys, "install-file", str(bundle_file), "--home", str(target), "--require-provenance")
+    assert code == 0, payload
+    provenance = payload["active"]["provenance"]
+    assert provenance["status"] == "verified" and provenance["workflow"] == BEACON_WORKFLOW
+    assert "files as recorded by the exporting machine" in provenance["reason"]
+    assert_runs(Path(payload["active"]["binary"]))
+
+
+def test_export_whose_recorded_bundle_was_tampered_with_is_exit_8(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = verified_home(capsys, tmp_path, monkeypatch)
+    good = tmp_path / "runtime.tar.gz"
+    assert run_cli(capsys, "export", "--home", str(source), "--output", str(good))[0] == 0
+    bad = tmp_path / "tampered.tar.gz"
+    with tarfile.open(good, "r:gz") as src, tarfile.open(bad, "w:gz") as dst:
+        for info in src:
+            data = src.extractfile(info).read() if info.isreg() else None  # type: ignore[union-attr]
+            if info.name == "llama-runtime.json":
+                marker = json.loads(data or b"")
+                envelope = marker["provenance"]["bundle"]["dsseEnvelope"]
+                envelope["signatures"][0]["sig"] = envelope["signatures"][0]["sig"][::-1]
+                data = json.dumps(marker).encode()
+                info.size = len(data)
+            dst.addfile(info, io.BytesIO(data) if data is not None else None)
+    target = tmp_path / "fleet-home"
+    code, payload = run_cli(capsys, "install-file", str(bad), "--home", str(target))
+    assert code == 8, payload
+    assert payload["error"]["code"] == "provenance_failed"
+    assert not (target / "active.json").exists()
+
+
+# -- install-file --bundle ----------------------------------------------------------------
+
+
+@pytest.fixture
+def active_b7000(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    (tmp_path / "old").mkdir()
+    code, payload = run_cli(capsys, "install-file", str(archive(tmp_path / "old", "b7000")), "--home", str(home))
+    assert code == 0, payload
+    return home
+
+
+def failing_install_file(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    code, payload = run_cli(capsys, "install-file", *args, "--home", str(home))
+    assert snapshot_tree(home / "runtimes") == before and (home / "active.json").read_bytes() == pointer
+    code_status, status = run_cli(capsys, "status", "--home", str(home))
+    assert code_status == 0 and status["active"]["tag"] == "b7000"
+    assert_runs(Path(status["active"]["binary"]))
+    return code, payload
+
+
+def test_install_file_with_gh_attestation_download_json_lines_verifies(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, active_b7000: Path
+) -> None:
+    tarball = archive(tmp_path)
+    remap_subject(monkeypatch, sha256_of(tarball))
+    lines = tmp_path / f"sha256:{sha256_of(tarball)}.jsonl"
+    lines.write_text(json.dumps(real_bundle()) + "\n")
+    args = ["install-file", str(tarball), "--home", str(active_b7000), "--repo", BEACON, "--bundle", str(lines)]
+    code, payload = run_cli(capsys, *args)
+    assert code == 0, payload
+    assert payload["active"]["provenance"]["status"] == "verified"
+
+
+def test_install_file_bundle_from_another_repository_is_exit_8(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, active_b7000: Path
+) -> None:
+    tarball = archive(tmp_path)
+    remap_subject(monkeypatch, sha256_of(tarball))
+    (tmp_path / "b.json").write_text(json.dumps(real_bundle()))
+    code, payload = failing_install_file(capsys, active_b7000, str(tarball), "--bundle", str(tmp_path / "b.json"))
+    assert code == 8, payload
+    assert f"built in {BEACON}, not in ggml-org/llama.cpp" in payload["error"]["message"]
+
+
+def test_install_file_without_bundle_is_unverified_or_refused_when_required(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, active_b7000: Path
+) -> None:
+    code, payload = failing_install_file(capsys, active_b7000, str(archive(tmp_path)), "--require-provenance")
+    assert code == 8 and payload["error"]["code"] == "provenance_missing"
+    code, payload = run_cli(capsys, "install-file", str(archive(tmp_path)), "--home", str(active_b7000))
+    assert code == 0
+    assert payload["active"]["provenance"] == {
+        "status": "unverified",
+        "reason": "installed from a file without --bundle",
+    }
+
+
+def test_install_file_with_a_file_that_is_no_bundle_is_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, active_b7000: Path
+) -> None:
+    (tmp_path / "notes.txt").write_text("hello\n")
+    code, payload = failing_install_file(
+        capsys, active_b7000, str(archive(tmp_path)), "--bundle", str(tmp_path / "notes.txt")
+    )
+    assert code == 2, payload
+    assert "holds no Sigstore bundle" in payload["error"]["message"]
