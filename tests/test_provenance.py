@@ -22,7 +22,8 @@ import pytest
 from llama_runtime.runtime.errors import ProvenanceError, ProvenanceMissingError, RateLimitError
 from llama_runtime.runtime.marker import InstallMarker, provenance_summary
 from llama_runtime.updater.install.attestation import _der_utf8
-from llama_runtime.updater.install.provenance import (
+from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, combine, parse_attestations
+from llama_runtime.updater.install.signer import (
     EXT_BUILD_SIGNER_URI,
     EXT_ISSUER,
     EXT_RUN_INVOCATION_URI,
@@ -31,12 +32,8 @@ from llama_runtime.updater.install.provenance import (
     GITHUB_ACTIONS_ISSUER,
     SLSA_PROVENANCE_V1,
     UPSTREAM_RELEASE_WORKFLOW,
-    Provenance,
-    ProvenanceCheck,
     Signer,
     SignerPolicy,
-    combine,
-    parse_attestations,
     policy_violation,
     signer_from_extensions,
     statement_violation,

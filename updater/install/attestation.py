@@ -11,7 +11,7 @@ What one :func:`verify_bundle` checks, in this order (sigstore's
    valid when the log (or a timestamp authority) saw the signature, with a
    valid SCT from a CT log of the trust root;
 3. the certificate's identity satisfies the signer policy
-   (:func:`~updater.install.provenance.policy_violation`);
+   (:func:`~updater.install.signer.policy_violation`);
 4. the log entry's inclusion proof and signed checkpoint verify against a
    Rekor key of the trust root, and the entry matches the envelope;
 5. the DSSE envelope's signature verifies with the certificate's key;
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, UserInputError
-from llama_runtime.updater.install.provenance import (
+from llama_runtime.updater.install.signer import (
     EXT_BUILD_SIGNER_URI,
     OID_PREFIX,
     Signer,

@@ -346,7 +346,7 @@ def _sync_release(
     _prune(paths, tag, [listed, list(_entries(previous)), list(_entries(_read_json(paths.latest_json)))])
 
 
-def _mirror_attestations(client: GitHubClient, paths: MirrorPaths, sha256: str) -> bool:
+def _mirror_attestations(client: ReleaseSource, paths: MirrorPaths, sha256: str) -> bool:
     """Store upstream's attestations of the file ``sha256`` on the API's route; whether there were any.
 
     Written before the release JSON that names the file, so a client that sees

@@ -67,6 +67,10 @@ class ReleaseSource(AssetHost, Protocol):
         """The release "latest" means for this source (see :mod:`updater.choice.latest`)."""
         ...
 
+    def attestations(self, sha256: str) -> object:
+        """The build attestations published for the file ``sha256`` (the API's JSON; ``[]`` for none)."""
+        ...
+
     def recent_releases(self) -> list[Release]:
         """The newest page of releases (a static mirror may raise ``RemoteError``: it has no list)."""
         ...
