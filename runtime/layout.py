@@ -9,6 +9,7 @@ Layout (everything on one filesystem, so every rename below is atomic)::
       staging/             runtimes being built; never referenced by the pointer
       downloads/           partial and finished downloads, kept for resume
       locks/update.lock    the cross-process lock, outside swapped directories
+      locks/switch.lock    held while a running server switches runtimes (and by `server` verbs)
       jobs/                state of the update job (for progress and resume)
       cache/               ETags and release JSON
       server/              pidfile and log of the managed llama-server
@@ -115,6 +116,9 @@ class Home:
         self.server_dir = self.root / "server"
         self.pointer_path = self.root / POINTER_NAME
         self.lock_path = self.locks_dir / "update.lock"
+        # Held only while a running server is switched between runtimes, so the
+        # `server` verbs are never blocked by a download that holds update.lock.
+        self.switch_lock_path = self.locks_dir / "switch.lock"
 
     @property
     def subdirs(self) -> tuple[Path, ...]:

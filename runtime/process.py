@@ -2,7 +2,7 @@
 
 The state of the one server a home manages lives in ``<home>/server/``::
 
-    server.json          pid, binary, args, host, port, started_at, runtime name
+    server.json          pid, binary, args, host, port, cwd, started_at, runtime name
     llama-server.log     its stdout and stderr (the previous start's in .log.1)
     server.lock          serialises start/stop between processes
 
@@ -15,6 +15,13 @@ Invariants:
   with a different start time is a recycled pid, not our server.
 * ``server.json`` is removed only once the process is gone, so a failed stop
   leaves the record that lets the next attempt find the process again.
+* Healthy means our process (pid and start time) is itself a listener of the
+  address that answered ``/health``: an answer from whoever else took the port
+  is never ours. A port already in use refuses the start before anything runs.
+* The server's working directory is the caller's (relative paths in its
+  arguments mean what the caller meant), recorded so a restart after an update
+  uses it again; never a runtime directory, which must hold only what its
+  marker records.
 
 Apps that run llama-server themselves implement :class:`ServerControl` so the
 updater can quiesce their process around an activation.
@@ -41,6 +48,16 @@ from typing import Final, Protocol
 import filelock
 from llama_runtime.runtime.errors import BusyError, LocalError
 from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.listen import (
+    Endpoint,
+    describe_holder,
+    endpoint_in_use,
+    listen_endpoints,
+    listens_on,
+    loopback_for,
+    probe_endpoint,
+    probe_unix_health,
+)
 
 STATE_NAME: Final = "server.json"
 LOG_NAME: Final = "llama-server.log"
@@ -65,6 +82,14 @@ SERVER_LOCK_TIMEOUT_SECONDS: Final = DEFAULT_STOP_TIMEOUT_SECONDS + KILL_WAIT_SE
 #: The address a managed server listens on unless the caller passes --host:
 #: loopback only, because llama-server has no API key by default.
 DEFAULT_HOST: Final = "127.0.0.1"
+#: Pids above this are not pids on any OS we run on (Linux pid_max is 2**22,
+#: Windows uses 32-bit ids): a larger number in server.json is not ours to signal.
+MAX_PID: Final = 2**31 - 1
+#: Process start times in clock ticks since boot fit in 63 bits for millennia.
+MAX_START_TICKS: Final = 2**63 - 1
+#: Where the server runs when the caller's directory cannot be used (gone, or
+#: inside the home, whose runtimes must hold only what their markers record).
+WORK_DIR_NAME: Final = "work"
 
 
 class ServerStopError(LocalError):
@@ -94,6 +119,12 @@ class ServerAlreadyRunningError(BusyError):
     """The home already runs a managed llama-server."""
 
     code = "server_running"
+
+
+class PortInUseError(BusyError):
+    """Another process already listens where llama-server was asked to (exit 3)."""
+
+    code = "port_in_use"
 
 
 class ServerControl(Protocol):
@@ -187,10 +218,12 @@ class _State:
     started_at: str
     runtime_name: str | None
     proc_start: int | None
+    cwd: Path | None = None
 
 
 Kill = Callable[[int, int], None]
 HealthProbe = Callable[[str, int, float], Health]
+Listens = Callable[[int, Endpoint], bool]
 
 
 class ManagedServer(ServerControl):
@@ -204,6 +237,8 @@ class ManagedServer(ServerControl):
         sleep: Waits between probes.
         kill: Sends a signal to a pid (tests inject failures here).
         health_probe: Asks ``/health`` of ``(host, port, timeout)``.
+        listens: Whether a pid itself listens on an endpoint (the proof an
+            answer came from our process).
     """
 
     def __init__(
@@ -216,6 +251,7 @@ class ManagedServer(ServerControl):
         sleep: Callable[[float], None] = time.sleep,
         kill: Kill = os.kill,
         health_probe: HealthProbe | None = None,
+        listens: Listens = listens_on,
     ) -> None:
         self.server_dir = Path(server_dir)
         self.state_path = self.server_dir / STATE_NAME
@@ -226,6 +262,10 @@ class ManagedServer(ServerControl):
         self._sleep = sleep
         self._kill = kill
         self._probe: HealthProbe = health_probe or probe_health
+        self._listens = listens
+        # The working directory of the server stopped last: a restart (an update's
+        # switch) runs in it again, so relative arguments keep their meaning.
+        self._restart_cwd: Path | None = None
         # Children this object launched: the only way to reap them (a zombie
         # still answers kill(pid, 0)) and to see their exit on every OS.
         self._children: dict[int, subprocess.Popen[bytes]] = {}
@@ -244,6 +284,7 @@ class ManagedServer(ServerControl):
         *,
         runtime_name: str | None = None,
         env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         """Launch ``binary args`` detached from this process and record it.
 
@@ -256,9 +297,13 @@ class ManagedServer(ServerControl):
             runtime_name: The installed runtime the binary belongs to; found from
                 the binary's path (``runtimes/NAME/…`` with a marker) when not given.
             env: Environment for the child; None inherits this process's.
+            cwd: The caller's directory, where relative arguments point; None
+                reuses the directory of the server stopped last, else this
+                process's. One inside the home is replaced by ``server/work``.
 
         Raises:
             ServerAlreadyRunningError: A managed server already runs.
+            PortInUseError: Another process listens on an address in ``args``.
             ServerStartError: The binary could not be executed.
             BusyError: Another process is starting or stopping the server.
         """
@@ -276,11 +321,19 @@ class ManagedServer(ServerControl):
                 )
             full_args = with_listen_args(list(args), host=self.host, port=self.port)
             host, port = listen_address(full_args, default_host=self.host)
+            for endpoint in listen_endpoints(full_args, default_host=self.host):
+                holder = self._port_in_use(endpoint)
+                if holder is not None:
+                    raise PortInUseError(
+                        f"{endpoint} is already in use by {holder}; llama-server was not started.",
+                        hint="Stop that process, or give llama-server another address (`-- --port N`).",
+                    )
             self.server_dir.mkdir(parents=True, exist_ok=True)
-            child = self._spawn(binary, full_args, env)
+            workdir = self._workdir(cwd)
+            child = self._spawn(binary, full_args, env, workdir)
             self._children[child.pid] = child
             try:
-                self._record(child.pid, binary, full_args, host, port, runtime_name)
+                self._record(child.pid, binary, full_args, host, port, runtime_name, workdir)
             except BaseException:
                 # An unrecorded server could never be found again to stop it.
                 child.kill()
@@ -304,20 +357,22 @@ class ManagedServer(ServerControl):
                 return
             if self._alive(state):
                 self._terminate(state, timeout)
+            self._restart_cwd = state.cwd
             self._forget(state.pid)
 
     def wait_healthy(self, timeout: float) -> bool:
-        """Poll ``/health`` until it answers 200 (True), or the process exits or
-        ``timeout`` seconds pass (False)."""
+        """Poll ``/health`` until our process answers 200 (True), or it exits or
+        ``timeout`` seconds pass (False). An answer from another process on the
+        same port does not count."""
         deadline = self._clock() + timeout
         while True:
             state = self._read_state()
             if state is None or not self._alive(state):
                 return False
-            if state.port is not None:
-                remaining = max(deadline - self._clock(), 0.0)
-                if self._probe(state.host, state.port, min(HEALTH_PROBE_TIMEOUT_SECONDS, remaining)).ok:
-                    return True
+            remaining = max(deadline - self._clock(), 0.0)
+            answer = self._health(state, min(HEALTH_PROBE_TIMEOUT_SECONDS, remaining))
+            if answer is not None and answer.ok:
+                return True
             if self._clock() >= deadline:
                 return False
             self._sleep(POLL_INTERVAL_SECONDS)
@@ -361,11 +416,11 @@ class ManagedServer(ServerControl):
                 started_at=state.started_at,
                 health_detail=f"the recorded process {state.pid} is no longer running",
             )
-        if state.port is None:
+        answer = self._health(state, HEALTH_PROBE_TIMEOUT_SECONDS)
+        if answer is None:
             healthy: bool | None = None
             detail = "no --port recorded; health unknown"
         else:
-            answer = self._probe(state.host, state.port, HEALTH_PROBE_TIMEOUT_SECONDS)
             healthy, detail = answer.ok, answer.detail
         return ServerStatus(
             running=True,
@@ -382,7 +437,48 @@ class ManagedServer(ServerControl):
 
     # -- internals -----------------------------------------------------------------
 
-    def _spawn(self, binary: Path, args: list[str], env: Mapping[str, str] | None) -> subprocess.Popen[bytes]:
+    def _health(self, state: _State, timeout: float) -> Health | None:
+        """``/health`` of the recorded server, counted only when our pid listens there.
+
+        ``None`` when the arguments name no address to ask.
+        """
+        target = probe_endpoint(listen_endpoints(state.args, default_host=state.host))
+        if target is None:
+            return None
+        if target.kind == "unix":
+            ok, detail = probe_unix_health(target.host, timeout)
+            answer = Health(ok=ok, detail=detail)
+        else:
+            answer = self._probe(loopback_for(target.host), target.port or 0, timeout)
+        if answer.ok and not self._listens(state.pid, target):
+            return Health(
+                ok=False,
+                detail=f"{target} answers, but not from llama-server (pid {state.pid}): "
+                f"{describe_holder(target)} listens there",
+            )
+        return answer
+
+    def _port_in_use(self, endpoint: Endpoint) -> str | None:
+        """Who already listens on ``endpoint``, or ``None`` when it is free."""
+        return describe_holder(endpoint) if endpoint_in_use(endpoint) else None
+
+    def _workdir(self, cwd: Path | None) -> Path:
+        """The server's working directory: the caller's, never one inside the home."""
+        candidate = Path(cwd) if cwd is not None else (self._restart_cwd or Path.cwd())
+        home = self.server_dir.parent.resolve()
+        try:
+            usable = candidate.is_dir() and not candidate.resolve().is_relative_to(home)
+        except OSError:
+            usable = False
+        if usable:
+            return candidate.absolute()
+        work = self.server_dir / WORK_DIR_NAME
+        work.mkdir(parents=True, exist_ok=True)
+        return work
+
+    def _spawn(
+        self, binary: Path, args: list[str], env: Mapping[str, str] | None, cwd: Path
+    ) -> subprocess.Popen[bytes]:
         log_path = self.log_path
         if log_path.exists():
             os.replace(log_path, log_path.with_name(LOG_NAME + ".1"))
@@ -394,7 +490,7 @@ class ManagedServer(ServerControl):
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=dict(env) if env is not None else None,
-                    cwd=str(binary.parent),
+                    cwd=str(cwd),
                     close_fds=True,
                     # A new session/process group: Ctrl-C in the CLI's terminal
                     # and the CLI's exit must not take the server down.
@@ -415,6 +511,7 @@ class ManagedServer(ServerControl):
         host: str,
         port: int | None,
         runtime_name: str | None,
+        cwd: Path,
     ) -> None:
         atomic_write_json(
             self.state_path,
@@ -427,6 +524,7 @@ class ManagedServer(ServerControl):
                 "port": port,
                 "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "runtime_name": runtime_name,
+                "cwd": str(cwd),
                 "proc_start": _process_start_ticks(pid),
             },
         )
@@ -528,7 +626,7 @@ def _parse_state(raw: bytes) -> _State | None:
     if not isinstance(payload, dict):
         return None
     pid, binary, args = payload.get("pid"), payload.get("binary"), payload.get("args")
-    if type(pid) is not int or pid <= 0 or not isinstance(binary, str) or not binary:
+    if type(pid) is not int or not 0 < pid <= MAX_PID or not isinstance(binary, str) or not binary:
         return None
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         return None
@@ -537,6 +635,9 @@ def _parse_state(raw: bytes) -> _State | None:
     name = payload.get("runtime_name")
     started = payload.get("started_at")
     proc_start = payload.get("proc_start")
+    if proc_start is not None and (type(proc_start) is not int or not 0 <= proc_start <= MAX_START_TICKS):
+        return None  # a start time we cannot compare cannot prove the pid is ours
+    cwd = payload.get("cwd")
     return _State(
         pid=pid,
         binary=Path(binary),
@@ -545,7 +646,8 @@ def _parse_state(raw: bytes) -> _State | None:
         port=port if type(port) is int and 0 < port < 65536 else None,
         started_at=started if isinstance(started, str) else "",
         runtime_name=name if isinstance(name, str) else None,
-        proc_start=proc_start if type(proc_start) is int else None,
+        proc_start=proc_start,
+        cwd=Path(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else None,
     )
 
 
@@ -567,20 +669,17 @@ def with_listen_args(args: list[str], *, host: str, port: int | None) -> list[st
     extra: list[str] = []
     if arg_value(args, "--host") is None:
         extra += ["--host", host]
-    bind_host = arg_value(args, "--host") or host
-    extra += ["--port", str(port if port is not None else free_port(bind_host))]
+    tcp = [e for e in listen_endpoints(args, default_host=host) if e.kind == "tcp"]
+    if not tcp:
+        return [*args, *extra]  # UNIX sockets only: no port to pick
+    extra += ["--port", str(port if port is not None else free_port(tcp[0].host or host))]
     return [*args, *extra]
 
 
 def listen_address(args: Sequence[str], *, default_host: str) -> tuple[str, int | None]:
-    """Host and port the server will listen on, as far as ``args`` say."""
-    host = arg_value(args, "--host") or default_host
-    raw_port = arg_value(args, "--port")
-    try:
-        port = int(raw_port) if raw_port is not None else None
-    except ValueError:
-        port = None
-    return host, port
+    """The first address the server will listen on (host or socket path, and port), as ``args`` say."""
+    first = listen_endpoints(args, default_host=default_host)[0]
+    return first.host, first.port
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:

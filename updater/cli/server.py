@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.errors import UserInputError
@@ -34,7 +35,8 @@ def cmd_server(args: argparse.Namespace, out: Output) -> int:
         return _start(args, out, home, server)
     if args.action == "stop":
         was = server.status()
-        with UpdateLock(home.lock_path).hold("server stop", timeout=BUTTON_WAIT_SECONDS):
+        # The switch lock, not the update lock: a download must not block this.
+        with UpdateLock(home.switch_lock_path).hold("server stop", timeout=BUTTON_WAIT_SECONDS):
             server.stop(args.timeout)
         lines = [f"Stopped llama-server (pid {was.pid})." if was.running else "No managed llama-server was running."]
         out.result({"stopped": was.running, "pid": was.pid}, lines)
@@ -47,18 +49,20 @@ def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedSer
     from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 
     server_args = list(getattr(args, "server_args", []))
-    # Under the update lock: an update that is switching runtimes must not miss this server.
-    with UpdateLock(home.lock_path).hold("server start", timeout=BUTTON_WAIT_SECONDS):
+    # Under the switch lock, which an update holds only while it switches runtimes (never
+    # while it downloads): the switch must not miss this server, nor this start its pointer.
+    with UpdateLock(home.switch_lock_path).hold("server start", timeout=BUTTON_WAIT_SECONDS):
         pointer = home.read_pointer()
         if not pointer.active:
             raise UserInputError("No runtime is active yet; run `llama-runtime update` first.")
         runtime = home.load(pointer.active)
-        server.start(runtime.binary, server_args, runtime_name=runtime.name)
+        # The caller's directory: relative paths in the arguments mean what they meant there.
+        server.start(runtime.binary, server_args, runtime_name=runtime.name, cwd=Path.cwd())
     healthy = server.wait_healthy(args.timeout)
     status = server.status()
     lines = [
         f"Started llama-server {runtime.marker.tag} ({runtime.marker.backend}), pid {status.pid}, "
-        f"on http://{status.host}:{status.port}" + ("" if healthy else " (not healthy yet; see its log)"),
+        f"on {_where(status.host, status.port)}" + ("" if healthy else " (not healthy yet; see its log)"),
         f"log: {server.log_path}",
     ]
     override = server_override()
@@ -88,6 +92,13 @@ def _status(out: Output, home: Home, server: ManagedServer) -> int:
     else:
         what = f"{runtime.marker.tag} ({runtime.marker.backend})" if runtime else str(status.binary)
         health = "healthy" if status.healthy else f"not healthy ({status.health_detail})"
-        lines = [f"llama-server {what} runs as pid {status.pid} on http://{status.host}:{status.port}: {health}."]
+        lines = [f"llama-server {what} runs as pid {status.pid} on {_where(status.host, status.port)}: {health}."]
     out.result(payload, lines)
     return 0
+
+
+def _where(host: str | None, port: int | None) -> str:
+    """``http://127.0.0.1:8080``, ``http://[::1]:8080`` or ``unix:/run/llama.sock`` for people."""
+    if host is None or port is None:
+        return f"unix:{host}"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

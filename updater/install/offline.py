@@ -442,6 +442,22 @@ def _bundle_members(runtime_dir: Path) -> Iterator[Path]:
                 yield path
 
 
+def unrecorded_files(runtime: InstalledRuntime) -> list[str]:
+    """Regular files in ``runtime`` that its marker does not record (links and folders are layout).
+
+    A bundle may carry only what the marker records: ``install-file`` elsewhere
+    refuses anything else, so export says so first.
+    """
+    recorded = set(runtime.marker.files)
+    strays: list[str] = []
+    for path in _bundle_members(runtime.path):
+        if path.is_file() and not path.is_symlink():
+            rel = path.relative_to(runtime.path).as_posix()
+            if rel not in recorded:
+                strays.append(rel)
+    return strays
+
+
 def _plain_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = ""
@@ -476,6 +492,15 @@ def export_bundle(home: Home, output: Path) -> ExportResult:
             raise CorruptStateError(
                 f"The active runtime {runtime.marker.tag} is damaged ({problems[0]}); refusing to export it.",
                 hint="Run `llama-runtime doctor` and reinstall the release.",
+            )
+        strays = unrecorded_files(runtime)
+        if strays:
+            shown = ", ".join(strays[:3]) + (f" (and {len(strays) - 3} more)" if len(strays) > 3 else "")
+            raise CorruptStateError(
+                f"The active runtime {runtime.marker.tag} holds {shown}, which its marker does not record "
+                "(written there after the install?); refusing to export it, since no other machine would "
+                "accept the bundle.",
+                hint=f"Move those files out of {runtime.path} and export again.",
             )
         fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
         tmp = Path(tmp_name)

@@ -43,7 +43,7 @@ from llama_runtime.runtime.marker import (
     marker_path,
     write_marker,
 )
-from llama_runtime.runtime.process import ServerControl
+from llama_runtime.runtime.process import SERVER_LOCK_TIMEOUT_SECONDS, ServerControl
 from llama_runtime.updater.choice.choose import Choice
 from llama_runtime.updater.choice.decide import UpdateRequest, backend_request, decide, settled
 from llama_runtime.updater.choice.host import HostFacts
@@ -648,7 +648,10 @@ class Installer:
             return SwitchReport(restarted=False, reload_required=False, pid_changed=False)
         gate = InferenceGate(self.gate, clock=self.clock) if self.gate and self.gate.enabled else None
         switch = ServerSwitch(self.server, health_timeout=self.health_timeout, gate=gate)
-        return switch_with_server(switch, new, current, flip, unflip)
+        # The switch lock (not only update.lock): `server start/stop` take just this one,
+        # so a download never blocks them, and a start never races the flip.
+        with UpdateLock(self.home.switch_lock_path).hold("switch", timeout=SERVER_LOCK_TIMEOUT_SECONDS):
+            return switch_with_server(switch, new, current, flip, unflip)
 
     # -- switching to what is installed ---------------------------------------
 

@@ -1,0 +1,213 @@
+"""Where a llama-server listens, who else listens there, and whether it is really ours.
+
+llama-server's ``--host`` takes an IP address (IPv4 or IPv6), a UNIX socket
+path (a value ending in ``.sock``, tools/server/server.cpp since 2024), and
+since ggml-org/llama.cpp#28690 (Sep 2026) a comma-separated list of both, or
+the flag repeated; every TCP address shares ``--port``. All forms are parsed
+here, never rejected: the server itself is the judge of its arguments.
+
+Invariant: "healthy" is never decided by an answer on a port alone. The
+answer counts only when the process we started (pid and start time checked by
+the caller) is itself a listener of that address: on a shared host someone
+else's server may answer on the same port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+__all__ = [
+    "Endpoint",
+    "describe_holder",
+    "endpoint_in_use",
+    "listen_endpoints",
+    "listens_on",
+    "loopback_for",
+    "probe_endpoint",
+    "probe_unix_health",
+]
+
+#: llama-server treats a --host value ending in this as a UNIX socket path.
+UNIX_SOCKET_SUFFIX: Final = ".sock"
+#: Wildcard addresses are reached through loopback of the same family.
+_LOOPBACK_FOR: Final = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1", "[::]": "::1"}
+_ADDR_IN_USE: Final = frozenset({errno.EADDRINUSE, getattr(errno, "WSAEADDRINUSE", errno.EADDRINUSE)})
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One address llama-server listens on: a TCP host and port, or a UNIX socket path."""
+
+    kind: Literal["tcp", "unix"]
+    host: str
+    port: int | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "unix":
+            return f"unix:{self.host}"
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return f"{host}:{self.port}" if self.port is not None else host
+
+
+def _values(args: Sequence[str], flag: str) -> list[str]:
+    found: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found.append(args[i + 1])
+        elif arg.startswith(flag + "="):
+            found.append(arg[len(flag) + 1 :])
+    return found
+
+
+def listen_endpoints(args: Sequence[str], *, default_host: str) -> list[Endpoint]:
+    """Every address ``args`` make llama-server listen on, in order.
+
+    ``--host`` may be repeated and each value may be a comma-separated list;
+    the last ``--port`` applies to every TCP address (``None`` when absent or
+    not a port number).
+    """
+    ports = _values(args, "--port")
+    port: int | None = None
+    if ports and ports[-1].strip().isdigit() and 0 <= int(ports[-1]) < 65536:
+        port = int(ports[-1])
+    hosts = [h.strip() for value in _values(args, "--host") for h in value.split(",") if h.strip()]
+    endpoints: list[Endpoint] = []
+    for host in hosts or [default_host]:
+        if host.endswith(UNIX_SOCKET_SUFFIX):
+            endpoints.append(Endpoint("unix", host))
+        else:
+            endpoints.append(Endpoint("tcp", host.removeprefix("[").removesuffix("]"), port))
+    return endpoints
+
+
+def probe_endpoint(endpoints: Sequence[Endpoint]) -> Endpoint | None:
+    """The endpoint health is asked on: the first TCP one with a port, else the first socket."""
+    tcp = [e for e in endpoints if e.kind == "tcp" and e.port]
+    if tcp:
+        return tcp[0]
+    unix = [e for e in endpoints if e.kind == "unix"]
+    return unix[0] if unix else None
+
+
+def loopback_for(host: str) -> str:
+    """The address a client on this machine reaches ``host`` at."""
+    return _LOOPBACK_FOR.get(host, host)
+
+
+def endpoint_in_use(endpoint: Endpoint) -> bool:
+    """Whether something already listens on ``endpoint`` (so llama-server could not bind it).
+
+    TCP: a bind with ``SO_REUSEADDR`` (what llama-server's cpp-httplib sets)
+    fails only while another socket is bound there. UNIX: the path exists and
+    accepts a connection. An address this machine does not have is not "in
+    use": llama-server reports that itself.
+    """
+    if endpoint.kind == "unix":
+        if not os.path.exists(endpoint.host) or not hasattr(socket, "AF_UNIX"):
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            try:
+                sock.connect(endpoint.host)
+            except OSError:
+                return False
+            return True
+    if not endpoint.port:
+        return False
+    host = endpoint.host or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        if sys.platform != "win32":  # on Windows SO_REUSEADDR would let us steal a bound port
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, endpoint.port))
+        except OSError as exc:
+            return exc.errno in _ADDR_IN_USE
+    return False
+
+
+def _matches(endpoint: Endpoint, laddr: object) -> bool:
+    if endpoint.kind == "unix":
+        return isinstance(laddr, str) and os.path.realpath(laddr) == os.path.realpath(endpoint.host)
+    port = getattr(laddr, "port", None)
+    ip = getattr(laddr, "ip", None)
+    if port != endpoint.port:
+        return False
+    wanted = endpoint.host
+    # "localhost" and wildcard binds: the port decides.
+    return wanted in {"", "0.0.0.0", "::", "localhost"} or ip in {wanted, "0.0.0.0", "::"}
+
+
+def _kind(endpoint: Endpoint) -> str:
+    return "unix" if endpoint.kind == "unix" else "inet"
+
+
+def listens_on(pid: int, endpoint: Endpoint) -> bool:
+    """Whether process ``pid`` itself holds a listening socket on ``endpoint``.
+
+    Reads only the process's own sockets (psutil), which a user may always
+    do for their own processes.
+    """
+    import psutil  # deferred: only process control needs it
+
+    try:
+        connections = psutil.Process(pid).net_connections(kind=_kind(endpoint))
+    except (psutil.Error, OSError):
+        return False
+    for conn in connections:
+        listening = endpoint.kind == "unix" or conn.status == psutil.CONN_LISTEN
+        if listening and _matches(endpoint, conn.laddr):
+            return True
+    return False
+
+
+def describe_holder(endpoint: Endpoint) -> str:
+    """Who listens on ``endpoint``, for people: ``pid 4242 (python3, user alice)``.
+
+    The process table may hide another user's sockets (Linux without root,
+    macOS): then it says so rather than guess.
+    """
+    import psutil  # deferred: only process control needs it
+
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind=_kind(endpoint)):
+            listening = endpoint.kind == "unix" or conn.status == psutil.CONN_LISTEN
+            if not listening or not _matches(endpoint, conn.laddr):
+                continue
+            if conn.pid is None:
+                break
+            try:
+                proc = psutil.Process(conn.pid)
+                return f"pid {conn.pid} ({proc.name()}, user {proc.username()})"
+            except (psutil.Error, OSError):
+                return f"pid {conn.pid}"
+    return "a process this user cannot see (probably another user's)"
+
+
+def probe_unix_health(path: str, timeout: float) -> tuple[bool, str]:
+    """``GET /health`` over the UNIX socket ``path``: (answered 200, what was seen)."""
+    import http.client  # deferred: only a server on a socket needs it
+
+    class _UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            sock.connect(path)
+            self.sock = sock
+
+    connection = _UnixConnection("localhost", timeout=max(timeout, 0.01))
+    try:
+        connection.request("GET", "/health")
+        status = connection.getresponse().status
+        return status == 200, f"HTTP {status}"
+    except (OSError, http.client.HTTPException) as exc:
+        return False, f"no answer from unix:{path}: {exc}"
+    finally:
+        connection.close()
