@@ -54,6 +54,7 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--tag", help="mirror exactly this release")
     which.add_argument("--latest", type=int, default=None, metavar="N", help="mirror the N newest builds (default 1)")
+    p.add_argument("--prune", action="store_true", help="remove mirrored releases that --latest N does not name")
     p.add_argument("--platform", action="append", default=[], metavar="OS-ARCH", help="only these platforms (repeat)")
     p.add_argument("--backend", action="append", default=quiet, metavar="B", help="only these backends (repeat)")
     p.add_argument("--home", default=quiet, help="llama-runtime home (LLAMA_RUNTIME_HOME)")
@@ -120,7 +121,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
-    """``mirror sync --dest DIR [--tag T | --latest N] [--platform P]… [--backend B]…``."""
+    """``mirror sync --dest DIR [--tag T | --latest N [--prune]] [--platform P]… [--backend B]…``."""
     from llama_runtime.runtime.backends import parse_backend
     from llama_runtime.updater.cli.main import engine_for, settings_from_args
     from llama_runtime.updater.install.download import human_size
@@ -143,6 +144,7 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
             latest=args.latest if args.latest is not None else 1,
             platforms=platforms,
             backends=backends,
+            prune=args.prune,
         )
     lines = [
         f"Mirrored {settings.repo} {', '.join(report.releases)} into {report.dest}: "

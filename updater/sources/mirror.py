@@ -24,7 +24,9 @@ Invariants:
       previous generation's files stay for one more sync, so a client that
       read the old JSON a moment ago still downloads what it promised.
     * An asset file appears under ``download/`` only by a rename of a fully
-      verified download; existing files are re-hashed, never trusted.
+      verified download, hashed as it lies on disk; existing files are
+      re-hashed, never trusted. One sync writes a mirror at a time (a lock
+      in it, :mod:`updater.sources.mirrorkeep`).
     * ``digest`` is GitHub's own; when upstream published none it stays
       ``null`` (clients record ``digest_verified: false``, as they would from
       upstream). The mirror keeps the sha256 it computed under
@@ -49,10 +51,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import IntegrityError, RemoteError, UserInputError
-from llama_runtime.runtime.fsutil import atomic_write_json, fsync_directory, sha256_file
+from llama_runtime.runtime.fsutil import atomic_write_json, sha256_file
 from llama_runtime.updater.choice.assetnames import parse_asset_name
 from llama_runtime.updater.choice.latest import highest_build_tag, newest_releases
 from llama_runtime.updater.choice.tags import parse_tag, validate_tag
+from llama_runtime.updater.install.recovery import disk_space_errors, is_disk_full
+from llama_runtime.updater.sources.mirrorkeep import clean_leftovers, one_writer, prune_releases, publish_checked
 from llama_runtime.updater.sources.release import Asset, Release
 
 if TYPE_CHECKING:
@@ -237,6 +241,7 @@ class MirrorReport:
     fetched_bytes: int = 0
     latest: str | None = None
     attestations: list[str] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         """The ``mirror sync`` object of the CLI."""
@@ -248,6 +253,7 @@ class MirrorReport:
             "fetched_bytes": self.fetched_bytes,
             "latest": self.latest,
             "attestations": self.attestations,
+            "pruned": self.pruned,
         }
 
 
@@ -259,8 +265,9 @@ def sync_mirror(
     latest: int = 1,
     platforms: Iterable[str] = (),
     backends: Iterable[str] = (),
+    prune: bool = False,
 ) -> MirrorReport:
-    """Bring ``dest`` up to date with releases of ``client.repo``.
+    """Bring ``dest`` up to date with releases of ``client.repo``, as its one writer.
 
     Args:
         client: The upstream (GitHub or another mirror).
@@ -269,15 +276,21 @@ def sync_mirror(
         latest: How many of the newest ``bN`` releases to mirror.
         platforms: ``os-arch`` filters (empty: all).
         backends: Backend filters (empty: all).
+        prune: Remove mirrored releases other than the ``latest`` newest.
 
     Raises:
-        UserInputError: ``dest`` is not a directory we can write, or ``latest`` < 1.
+        UserInputError: ``dest`` is not a directory we can write, ``latest`` < 1,
+            or ``prune`` with an exact ``tag``.
+        BusyError: Another sync writes ``dest`` now.
+        DiskSpaceError: The disk filled up; the partial download is removed.
         BackendUnavailableError: No asset of a release matches the filters.
         IntegrityError, RemoteError: An asset failed its checks or the upstream failed;
             releases already published in the mirror stay as they were.
     """
     if tag is None and latest < 1:
         raise UserInputError(f"--latest must be at least 1, not {latest}.")
+    if prune and tag is not None:
+        raise UserInputError("--prune keeps only the releases --latest N names; it cannot be combined with --tag.")
     if tag is not None:
         tag = mirror_tag(tag)
     if dest.exists() and not dest.is_dir():
@@ -290,10 +303,15 @@ def sync_mirror(
         raise ReleaseNotFoundError(f"No bN releases found in {client.repo} to mirror.")
     paths = mirror_paths(dest, client.repo)
     wanted_platforms, wanted_backends = list(platforms), list(backends)
-    for release in releases:
-        _sync_release(client, dest, paths, release, wanted_platforms, wanted_backends, report)
-        report.releases.append(release.tag)
-    report.latest = _publish_latest(paths)
+    needed = sum(a.size for rel in releases for a in select_assets(rel, wanted_platforms, wanted_backends))
+    with one_writer(dest), disk_space_errors(dest, needed, f"the mirror of {client.repo}"):
+        for release in releases:
+            _sync_release(client, dest, paths, release, wanted_platforms, wanted_backends, report)
+            report.releases.append(release.tag)
+        if prune:
+            report.pruned = prune_releases(paths.releases, report.releases)
+        report.latest = _publish_latest(paths)
+        clean_leftovers(dest)
     return report
 
 
@@ -429,26 +447,30 @@ def _ensure_asset(
     partial_dir.mkdir(parents=True, exist_ok=True)
     key = published[:_SHA_DIR_CHARS] if published else f"nodigest-{asset.size}"
     partial = paths.inside(partial_dir / f"{tag}-{key}-{asset.name}.part")
-    result = download_asset(
-        client,
-        asset,
-        partial,
-        max_bytes=min(_MAX_ASSET_BYTES, max(asset.size, 1)),
-        expected_size=asset.size,
-        expected_sha256=published,
-    )
+    try:
+        result = download_asset(
+            client,
+            asset,
+            partial,
+            max_bytes=min(_MAX_ASSET_BYTES, max(asset.size, 1)),
+            expected_size=asset.size,
+            expected_sha256=published,
+        )
+    except OSError as exc:
+        if is_disk_full(exc):
+            partial.unlink(missing_ok=True)  # the space is what is missing
+        raise
     if result.size != asset.size:
         partial.unlink(missing_ok=True)
         raise IntegrityError(f"{asset.name} is {result.size} bytes, not the published {asset.size}.")
     # Content-addressed: this path only ever holds these bytes, so the rename
-    # cannot change a file a published JSON names (at most it repairs one).
+    # cannot change a file a published JSON names (at most it repairs one). The
+    # file is hashed as it lies on disk, not as it was received.
     target = paths.asset(tag, result.sha256, asset.name)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(partial, target)
-    fsync_directory(target.parent)
+    sha = publish_checked(partial, target, size=asset.size, sha256=published or result.sha256)
     report.fetched.append(f"{tag}/{asset.name}")
     report.fetched_bytes += result.size
-    return result.sha256
+    return sha
 
 
 def _publish_latest(paths: MirrorPaths) -> str | None:
