@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.fsutil import atomic_write_json
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.process import pid_alive, process_start_ticks
@@ -46,6 +49,13 @@ TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"done", "failed", "cancelled
 _PHASES: Final[frozenset[str]] = frozenset({"resolve", "download", "verify", "activate"}) | TERMINAL_PHASES
 
 CURRENT_NAME: Final = "current.json"
+#: Job ids are ``secrets.token_hex(8)``; any plain name of letters, digits, ``-`` and ``_`` is
+#: accepted (a job id becomes a file name in ``jobs/``: no separators, no dots, so no ``../``).
+_JOB_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: Larger pids exist on no OS we run on (Linux pid_max is 2**22; Windows ids are 32-bit).
+MAX_PID: Final[int] = 2**31 - 1
+#: Byte counts beyond this (8 EiB) are not progress of a real download.
+MAX_BYTES: Final[int] = 2**63 - 1
 # Writing the state on every chunk would fsync hundreds of times a second;
 # four times a second is smooth enough for a progress bar in another process.
 PERSIST_INTERVAL_SECONDS: Final[float] = 0.25
@@ -124,28 +134,28 @@ class JobState:
             return None
         try:
             phase = str(payload["phase"])
-            if phase not in _PHASES:
+            if phase not in _PHASES or not is_job_id(payload["id"]):
                 return None
             return cls(
                 id=str(payload["id"]),
                 phase=phase,  # type: ignore[arg-type]
-                pid=int(payload["pid"]),
+                pid=_bounded(payload["pid"], 1, MAX_PID),
                 operation=str(payload.get("operation", "button")),
                 tag=payload.get("tag") if isinstance(payload.get("tag"), str) else None,
-                done_bytes=int(payload.get("done_bytes", 0)),
+                done_bytes=_bounded(payload.get("done_bytes", 0), 0, MAX_BYTES),
                 total_bytes=_opt_int(payload.get("total_bytes")),
                 rate=_opt_float(payload.get("rate")),
                 eta=_opt_float(payload.get("eta")),
                 message=str(payload.get("message", "")),
                 result=payload.get("result") if isinstance(payload.get("result"), dict) else None,
                 error=payload.get("error") if isinstance(payload.get("error"), dict) else None,
-                started_at=float(payload.get("started_at", 0.0)),
-                updated_at=float(payload.get("updated_at", 0.0)),
+                started_at=_finite(payload.get("started_at", 0.0)),
+                updated_at=_finite(payload.get("updated_at", 0.0)),
                 stale=bool(payload.get("stale", False)),
                 proc_start=_opt_int(payload.get("proc_start")),
             )
-        except (KeyError, TypeError, ValueError):
-            return None
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return None  # numbers out of range are no job either, never a crash
 
     def describe(self) -> str:
         """One line for people, e.g. ``download 12 MB of 30 MB (40%), ETA 5s``."""
@@ -162,11 +172,47 @@ class JobState:
 
 
 def _opt_int(value: object) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    number = int(value)
+    return number if 0 <= number <= MAX_BYTES else None
 
 
 def _opt_float(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _bounded(value: object, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{value!r} is not a number from {low} to {high}")
+    return value
+
+
+def _finite(value: object) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    return float(value)
+
+
+def is_job_id(value: object) -> bool:
+    """Whether ``value`` can be a job id (a plain name; see ``_JOB_ID``)."""
+    return isinstance(value, str) and _JOB_ID.fullmatch(value) is not None
+
+
+def validate_job_id(job_id: str) -> str:
+    """``job_id`` if it is one; a job id names a file in ``jobs/``, so nothing else may pass.
+
+    Raises:
+        UserInputError: Not a job id (``../../x`` and the like).
+    """
+    if not is_job_id(job_id):
+        raise UserInputError(
+            f"'{job_id}' is not a job id; job ids are letters, digits, '-' and '_' (16 hex digits as "
+            "`llama-runtime job status` shows them)."
+        )
+    return job_id
 
 
 def stale_error(pid: int) -> dict[str, Any]:
@@ -221,11 +267,11 @@ class JobStore:
             _OWN_JOBS.discard(self._own_key(job_id))
 
     def _job_path(self, job_id: str) -> Path:
-        return self.dir / f"{job_id}.json"
+        return self.dir / f"{validate_job_id(job_id)}.json"
 
     def cancel_path(self, job_id: str) -> Path:
-        """The file whose existence asks job ``job_id`` to stop."""
-        return self.dir / f"{job_id}.cancel"
+        """The file whose existence asks job ``job_id`` to stop (only ever inside ``jobs/``)."""
+        return self.dir / f"{validate_job_id(job_id)}.cancel"
 
     @staticmethod
     def _load(path: Path) -> JobState | None:

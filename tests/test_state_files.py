@@ -1,0 +1,156 @@
+"""Issue 19, finding 6: state files are data, not trust; `server` verbs are not blocked by a download.
+
+``jobs/current.json`` and ``server/server.json`` as a crash, a bug or a hostile
+user could leave them: out-of-range numbers and ids that are paths. Every
+command answers (never exit 1), nothing is written outside ``jobs/``, and the
+active runtime is unchanged and runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.runtime.process import process_start_ticks
+from llama_runtime.updater.cli.main import main
+
+from llama_runtime import RuntimeUpdater
+from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+
+
+def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
+    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def installed(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Home:
+    for tag in ("b7000", "b7001"):
+        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+    assert code == 0, payload
+    return Home(home)
+
+
+@pytest.fixture
+def live_process() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield proc
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+class Frozen:
+    def __init__(self, h: Home) -> None:
+        self.h = h
+        self.pointer = h.pointer_path.read_bytes()
+        self.files = snapshot_tree(h.runtimes_dir)
+
+    def assert_unchanged_and_runs(self) -> None:
+        assert self.h.pointer_path.read_bytes() == self.pointer
+        assert snapshot_tree(self.h.runtimes_dir) == self.files
+        assert_runs(self.h.load(self.h.read_pointer().active or "").binary)
+
+
+def test_job_cancel_of_a_job_id_that_is_a_path_writes_nothing_outside_jobs(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    installed: Home,
+    live_process: subprocess.Popen[bytes],
+) -> None:
+    frozen = Frozen(installed)
+    record = {
+        "id": "../../x",
+        "phase": "download",
+        "pid": live_process.pid,
+        "proc_start": process_start_ticks(live_process.pid),
+    }
+    (installed.jobs_dir / "current.json").write_text(json.dumps(record))
+    code, payload = cli(capsys, home, github, "job", "cancel")
+    assert code == 0, payload
+    assert payload["job"] is None
+    assert not (home.parent / "x.cancel").exists() and not (home / "x.cancel").exists()
+    assert not [p for p in home.parent.rglob("*.cancel")]
+    frozen.assert_unchanged_and_runs()
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"id": "deadbeefdeadbeef", "phase": "download", "pid": 10**30},
+        {"id": "deadbeefdeadbeef", "phase": "download", "pid": 1, "done_bytes": 10**40, "total_bytes": 1e400},
+        {"id": "deadbeefdeadbeef", "phase": "done", "pid": 1, "started_at": 1e400, "updated_at": -1e400},
+    ],
+    ids=["huge_pid", "huge_bytes", "infinite_times"],
+)
+def test_a_job_record_with_out_of_range_numbers_is_no_job_and_breaks_nothing(
+    record: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, installed: Home
+) -> None:
+    frozen = Frozen(installed)
+    text = json.dumps(record).replace("Infinity", "1e400")  # what a hostile file would spell
+    (installed.jobs_dir / "current.json").write_text(text)
+    code, payload = cli(capsys, home, github, "job", "status")
+    assert code == 0, payload
+    assert payload["job"] is None
+    ready = RuntimeUpdater(home, repo=REPO, backend="cpu", api_url=github.api_url).ensure()
+    assert ready.ready and not ready.update_running
+    frozen.assert_unchanged_and_runs()
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, payload
+    assert_runs(Path(payload["active"]["binary"]))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"pid": 2**64, "binary": "/bin/true", "args": []},
+        {"pid": 10**30, "binary": "/bin/true", "args": [], "port": 8080},
+        {"pid": "LIVE", "binary": "/bin/true", "args": [], "proc_start": 10**40},
+    ],
+    ids=["pid_2_64", "pid_10_30", "huge_start_time"],
+)
+def test_a_server_record_with_out_of_range_numbers_is_not_ours_and_breaks_nothing(
+    record: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    installed: Home,
+    live_process: subprocess.Popen[bytes],
+) -> None:
+    frozen = Frozen(installed)
+    installed.server_dir.mkdir(parents=True, exist_ok=True)
+    if record["pid"] == "LIVE":  # an unrelated live process: never signalled on such a record
+        record = {**record, "pid": live_process.pid}
+    (installed.server_dir / "server.json").write_text(json.dumps(record))
+    code, payload = cli(capsys, home, github, "server", "status")
+    assert code == 0, payload
+    assert payload["running"] is False
+    code, payload = cli(capsys, home, github, "server", "stop")
+    assert code == 0, payload
+    assert live_process.poll() is None
+    frozen.assert_unchanged_and_runs()
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, payload
+
+
+def test_server_verbs_are_not_blocked_by_an_update_that_holds_the_update_lock(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, installed: Home
+) -> None:
+    frozen = Frozen(installed)
+    with UpdateLock(installed.lock_path).hold("update"):  # a download in progress
+        code, payload = cli(capsys, home, github, "server", "stop")
+        assert code == 0, payload
+        code, payload = cli(capsys, home, github, "server", "status")
+        assert code == 0, payload
+    frozen.assert_unchanged_and_runs()
