@@ -26,12 +26,15 @@ from typing import Final
 from llama_runtime.runtime.backends import AUTO, CONCRETE_BACKENDS, parse_backend
 from llama_runtime.runtime.errors import BackendUnavailableError, UserInputError
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
+from llama_runtime.updater.choice.facts import Build, fact_refusal, gfx_family_members
 from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.choice.tags import parse_tag
 from llama_runtime.updater.sources.release import Asset, Release
 
-#: What ``auto`` tries, best first. Other backends (SYCL, OpenVINO, OpenCL,
-#: CANN) need explicit intent: their presence is not reliably detectable.
-_AUTO_ORDER: Final[tuple[str, ...]] = ("cuda", "rocm", "vulkan", "metal", "cpu")
+#: What ``auto`` tries, best first. SYCL only where ``sycl-ls`` shows a Level Zero GPU
+#: (upstream's llama-install.sh picks the SYCL fp16 build there). Other backends
+#: (OpenVINO, OpenCL, CANN) need explicit intent: their presence is not reliably detectable.
+_AUTO_ORDER: Final[tuple[str, ...]] = ("cuda", "rocm", "sycl", "vulkan", "metal", "cpu")
 
 #: Fixed-ISA CPU builds, widest first, with the cpuinfo flag each one needs.
 _ISA: Final[tuple[tuple[str, str | None], ...]] = (
@@ -117,6 +120,8 @@ _GENERIC_VARIANTS: Final[frozenset[str | None]] = frozenset({None, "common_cpus"
 
 def _variant_rank(info: AssetInfo, host: HostFacts) -> tuple[int, int] | None:
     """Lower is better; ``None`` when the host CPU lacks the build's fixed ISA."""
+    if info.backend == "sycl" and info.variant == "fp16" and host.sycl:
+        return (0, 0)  # a Level Zero GPU has fp16: the faster build
     for width, (isa, flag) in enumerate(_ISA):
         if info.variant == isa or (info.variant or "").startswith(f"{isa}-"):
             if flag is not None and flag not in host.cpu_features:
@@ -143,14 +148,19 @@ def _available(infos: list[AssetInfo]) -> str:
 class _Ranker:
     """Scores the platform's assets for one host and request."""
 
-    def __init__(self, host: HostFacts, cuda_pin: str | None, auto: bool) -> None:
+    def __init__(self, host: HostFacts, cuda_pin: str | None, auto: bool, release: Release | None = None) -> None:
         self.host, self.cuda_pin, self.auto = host, cuda_pin, auto
+        self.release = release
 
     def verdict(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
         """``(sort key, why)``; a ``None`` key means the host cannot use it."""
         variant = _variant_rank(info, self.host)
         if variant is None:
             return None, f"needs the {info.variant} instruction set, which this CPU lacks"
+        if self.release is not None:
+            build = Build(self.release.repo, parse_tag(self.release.tag).build, self.release.published_at, info)
+            if (refusal := fact_refusal(build, self.host)) is not None:
+                return None, refusal
         primary: tuple[object, ...] | None = ()
         why = "usable"
         if info.backend == "cuda":
@@ -190,8 +200,8 @@ class _Ranker:
     def _rocm(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
         version = info.backend_version or ""
         if version.lower().startswith("gfx"):
-            family = version.lower().rstrip("x")
-            if any(g.lower().startswith(family) for g in self.host.rocm_gfx):
+            members = gfx_family_members(version) or (version.lower(),)
+            if any(g.lower() in members for g in self.host.rocm_gfx):
                 return (1, ()), "usable"
             if self.auto:
                 return None, f"built for {version}, not for this GPU"
@@ -205,6 +215,7 @@ def _host_can_run(backend: str, host: HostFacts) -> str | None:
         "cuda": (host.cuda_driver_version is not None, "no usable NVIDIA driver"),
         "rocm": (host.rocm, "no ROCm GPU"),
         "vulkan": (host.vulkan, "no Vulkan driver"),
+        "sycl": (host.sycl, "no Level Zero GPU (sycl-ls)"),
         "metal": (host.metal, "not Apple silicon"),
         "cpu": (not host.metal, "Apple silicon uses the Metal build"),
     }
@@ -251,7 +262,7 @@ def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: 
             usable.append((asset, info))
     infos = [info for _, info in usable]
 
-    ranker = _Ranker(host, pin, auto)
+    ranker = _Ranker(host, pin, auto, release)
     skipped: list[str] = []
     chosen: tuple[Asset, AssetInfo] | None = None
     for backend in _AUTO_ORDER if auto else (backend_request,):

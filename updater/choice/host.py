@@ -139,6 +139,14 @@ class HostFacts:
         cpu_features: CPU flags (``avx2``, ``avx512f``, ``asimd`` …); empty when unknown.
         sources: ``(fact, where it came from)`` pairs for explanations.
         rocm_gfx: AMD gfx targets found ("gfx1100").
+        compute_capabilities: Compute capability of every visible NVIDIA GPU.
+        vulkan_api_version: Highest Vulkan API version a device reports ("1.3.280").
+        rocm_runtime_version: Installed ROCm runtime ("6.4.1").
+        sycl: An Intel Level Zero GPU (with fp16) for the SYCL build.
+        macos_version: macOS product version ("15.4").
+        glibc_version: The C library's version on Linux ("2.35").
+
+    ``None`` (or empty) means unknown, and unknown never means "can run it".
     """
 
     os: str
@@ -153,6 +161,12 @@ class HostFacts:
     cpu_features: frozenset[str] = field(default_factory=frozenset)
     sources: tuple[tuple[str, str], ...] = ()
     rocm_gfx: tuple[str, ...] = ()
+    compute_capabilities: tuple[str, ...] = ()
+    vulkan_api_version: str | None = None
+    rocm_runtime_version: str | None = None
+    sycl: bool = False
+    macos_version: str | None = None
+    glibc_version: str | None = None
 
     @property
     def platform(self) -> str:
@@ -174,6 +188,12 @@ class HostFacts:
             "rocm_gfx": list(self.rocm_gfx),
             "metal": self.metal,
             "cpu_features": sorted(self.cpu_features),
+            "compute_capabilities": list(self.compute_capabilities),
+            "vulkan_api_version": self.vulkan_api_version,
+            "rocm_runtime_version": self.rocm_runtime_version,
+            "sycl": self.sycl,
+            "macos_version": self.macos_version,
+            "glibc_version": self.glibc_version,
             "sources": {fact: where for fact, where in self.sources},
         }
 
@@ -211,15 +231,19 @@ class _Probe:
     def __init__(self, run: CommandRunner, env: Mapping[str, str], files: FileView) -> None:
         self.run, self.env, self.files = run, env, files
         self.sources: list[tuple[str, str]] = []
+        self.compute_capabilities: tuple[str, ...] = ()
+        self._answers: dict[tuple[str, ...], str | None] = {}
 
     def call(self, *argv: str) -> str | None:
+        if argv in self._answers:  # one pass asks each command once (vulkaninfo is slow)
+            return self._answers[argv]
         try:
             result = self.run(argv, PROBE_TIMEOUT_S)
         except Exception:  # a runner must never break detection
-            return None
-        if result is None or result.returncode != 0:
-            return None
-        return result.stdout
+            result = None
+        answer = None if result is None or result.returncode != 0 else result.stdout
+        self._answers[argv] = answer
+        return answer
 
     def nvidia(self) -> tuple[str | None, str | None, str | None, tuple[str, ...]]:
         visible = self.env.get("CUDA_VISIBLE_DEVICES")
@@ -259,6 +283,7 @@ class _Probe:
             self.sources.append(("cuda_driver_version", "driver version table"))
         self.sources.append(("nvidia_driver", "nvidia-smi --query-gpu"))
         valid_caps = [c for c in caps if re.match(r"^\d+\.\d+$", c)]
+        self.compute_capabilities = tuple(dict.fromkeys(valid_caps))
         low_cap = min(valid_caps, key=lambda c: tuple(map(int, c.split(".")))) if valid_caps else None
         return cuda, drivers[0], low_cap, tuple(names)
 
@@ -396,6 +421,9 @@ def detect_host(
     metal = os_name == "macos" and arch == "arm64"
     if metal:
         probe.sources.append(("metal", "Apple silicon"))
+    from llama_runtime.updater.choice.platform_facts import detect_platform_facts
+
+    extra = detect_platform_facts(probe.call, probe.files, os_name, vulkan, rocm, probe.sources)
     return HostFacts(
         os=os_name,
         arch=arch,
@@ -409,6 +437,12 @@ def detect_host(
         cpu_features=probe.cpu_features(os_name),
         sources=tuple(probe.sources),
         rocm_gfx=gfx,
+        compute_capabilities=probe.compute_capabilities,
+        vulkan_api_version=extra.vulkan_api_version,
+        rocm_runtime_version=extra.rocm_runtime_version,
+        sycl=extra.sycl,
+        macos_version=extra.macos_version,
+        glibc_version=extra.glibc_version,
     )
 
 

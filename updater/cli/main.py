@@ -177,7 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--tag")
     which.add_argument("--latest", action="store_true")
     p.add_argument("--platform", help="plan for another machine: OS-ARCH, e.g. windows-x64")
-    p.add_argument("--cuda-version", help="CUDA version the (other) machine's driver supports")
+    p.add_argument("--cuda-version", help="CUDA version the (other) machine's driver supports; with --host, the line")
+    p.add_argument(
+        "--host",
+        metavar="FILE",
+        dest="host_file",
+        help="plan for the machine FILE describes: the host object `doctor --json` printed there",
+    )
     p.add_argument("--explain", action="store_true", help="list every candidate and why it was taken or dropped")
     p = add("rollback", "re-activate the previously active runtime")
     add_gate_arguments(p, smoke=False)
@@ -405,7 +411,17 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
     tag = _tag_or_none(args.tag)
     # --platform and --cuda-version describe the machine to plan for (its driver's
     # CUDA version); they do not pin a CUDA line.
-    if args.platform:
+    cuda_line = None
+    if args.host_file:
+        from pathlib import Path
+
+        from llama_runtime.updater.choice.host_file import load_host_file
+
+        if args.platform:
+            raise UserInputError("Give --host FILE or --platform, not both: the file already names the platform.")
+        host = load_host_file(Path(args.host_file))
+        cuda_line = args.cuda_version  # the file has the driver; --cuda-version pins the line
+    elif args.platform:
         host = host_for_platform(args.platform, args.cuda_version)
     elif args.cuda_version:
         host = dataclasses.replace(detect_host(), cuda_driver_version=args.cuda_version.strip())
@@ -413,8 +429,8 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
         host = detect_host()
     # What update would do on this machine compares with the active runtime;
     # a plan for another machine (--platform) has none.
-    active = None if args.platform else _active_state(home_for(settings))
-    request = UpdateRequest(repo=settings.repo, tag=tag, backend=settings.backend)
+    active = None if args.platform or args.host_file else _active_state(home_for(settings))
+    request = UpdateRequest(repo=settings.repo, tag=tag, backend=settings.backend, cuda_version=cuda_line)
     with engine_for(settings).open_source(etag_cache=False) as client:
         release = client.get_release(tag) if tag else client.latest_release()
     plan = decide(request, active, release, host)
