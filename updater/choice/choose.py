@@ -293,8 +293,11 @@ def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: 
 
     if chosen is None:
         wanted = "usable" if auto else backend_request
+        # The builds this platform has and why each cannot run here (a fact, a driver, a CPU flag).
+        refused = [s for s in skipped if not s.endswith(": no build") and s.split(":")[0] in {i.backend for i in infos}]
+        why = f" Why not: {'; '.join(refused)}." if refused else ""
         raise BackendUnavailableError(
-            f"No {wanted} build of {label} for {platform}. Available here: {_available(infos)}."
+            f"No {wanted} build of {label} for {platform}. Available here: {_available(infos)}.{why}"
         )
     asset, info = chosen
     extras = _companions(release, info)
