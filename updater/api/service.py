@@ -577,7 +577,10 @@ class RuntimeUpdater:
             backoff.clear()
         request = UpdateRequest(repo=self.repo, backend=None if self.backend == "auto" else self.backend)
         active = ActiveState(marker) if marker is not None else None
-        plan = decide(request, active, release, self.host(), mode="upgrade_only")
+        from llama_runtime.runtime.failed_builds import load_failed
+
+        failed = {b.key: b.reason for b in load_failed(self.home.root)}
+        plan = decide(request, active, release, self.host(), mode="upgrade_only", failed=failed)
         available, reason, backend = plan.action == "install", plan.reason, plan.backend_request
         if problem is not None:
             reason = f"{reason} {problem}"

@@ -295,9 +295,9 @@ def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: 
         wanted = "usable" if auto else backend_request
         # The builds this platform has and why each cannot run here (a fact, a driver, a CPU flag).
         refused = [s for s in skipped if not s.endswith(": no build") and s.split(":")[0] in {i.backend for i in infos}]
-        why = f" Why not: {'; '.join(refused)}." if refused else ""
+        why_not = f" Why not: {'; '.join(refused)}." if refused else ""
         raise BackendUnavailableError(
-            f"No {wanted} build of {label} for {platform}. Available here: {_available(infos)}.{why}"
+            f"No {wanted} build of {label} for {platform}. Available here: {_available(infos)}.{why_not}"
         )
     asset, info = chosen
     extras = _companions(release, info)

@@ -38,12 +38,12 @@ repositories and never installs an unorderable tag.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from llama_runtime.runtime.backends import is_gpu_backend
-from llama_runtime.runtime.errors import BackendUnavailableError, LlamaRuntimeError, UserInputError
+from llama_runtime.runtime.errors import BackendUnavailableError, LlamaRuntimeError, UserInputError, VerificationError
 from llama_runtime.updater.choice.choose import Choice, choose_asset
 from llama_runtime.updater.choice.tags import compare_tags, is_upgrade, parse_tag
 
@@ -174,6 +174,7 @@ def decide(
     *,
     mode: Mode = "update",
     installed: Sequence[ActiveState] = (),
+    failed: Mapping[tuple[str, str, str], str] | None = None,
 ) -> Plan:
     """What to do about ``request`` now that it resolved to ``release`` (see the module's rules).
 
@@ -184,12 +185,14 @@ def decide(
         host: The machine to install on.
         mode: ``update`` (default) or ``upgrade_only`` (the scheduled check).
         installed: Other installed runtimes that ``update`` may switch to instead of downloading.
+        failed: Builds that failed verification here, ``(repo, tag, asset) -> reason``: skipped
+            unless asked for by tag (see ``runtime.failed_builds``).
 
     Raises:
         UserInputError: The request itself is malformed (an unknown backend).
     """
     if mode == "upgrade_only":
-        return _upgrade_only(request, active, release, host)
+        return _upgrade_only(request, active, release, host, failed or {})
     early = settled(request, active)
     warnings: list[str] = []
     marker = active.marker if active is not None else None
@@ -215,6 +218,11 @@ def decide(
                 f"kept {kept}. Pin --tag {release.tag} to go back on purpose."
             )
             return Plan("up_to_date", wanted, release, choice, tuple(warnings), f"{kept} is newer than {release.tag}.")
+    skip = _failed_before(request, release, choice, failed or {})
+    if skip is not None:
+        if active is not None and active.intact:
+            return Plan("up_to_date", wanted, release, choice, (*warnings, skip), skip)
+        return Plan("refuse", wanted, release, choice, tuple(warnings), skip, error=VerificationError(skip))
     for other in installed:
         if other.intact and other.name and _same_build(other.marker, release, choice):
             why = f"{release.tag} ({choice.backend}) is already installed as {other.name}."
@@ -266,7 +274,26 @@ def _newer_than(marker: InstallMarker, release: Release, choice: Choice) -> bool
     return compare_tags(parse_tag(marker.tag), parse_tag(release.tag)) == 1
 
 
-def _upgrade_only(request: UpdateRequest, active: ActiveState | None, release: Release, host: HostFacts) -> Plan:
+def _failed_before(
+    request: UpdateRequest, release: Release, choice: Choice, failed: Mapping[tuple[str, str, str], str]
+) -> str | None:
+    """The skip sentence when ``choice`` failed verification here and was not asked for by tag."""
+    reason = failed.get((release.repo, release.tag, choice.asset.name))
+    if reason is None or request.tag is not None:
+        return None
+    return (
+        f"{release.tag} ({choice.backend}) failed verification on this machine before ({reason}); "
+        f"skipped until a newer build appears. `llama-runtime update --tag {release.tag}` tries it again."
+    )
+
+
+def _upgrade_only(
+    request: UpdateRequest,
+    active: ActiveState | None,
+    release: Release,
+    host: HostFacts,
+    failed: Mapping[tuple[str, str, str], str],
+) -> Plan:
     marker = active.marker if active is not None else None
     wanted, _ = backend_request(request, marker)
     try:
@@ -275,6 +302,9 @@ def _upgrade_only(request: UpdateRequest, active: ActiveState | None, release: R
         _, reason = upgrade_verdict(marker, request.repo, release.tag, False, backend=wanted)
         return Plan("refuse", wanted, release, reason=reason, error=exc)
     available, reason = upgrade_verdict(marker, request.repo, release.tag, True, backend=wanted)
+    skip = _failed_before(request, release, choice, failed) if available else None
+    if skip is not None:
+        return Plan("up_to_date", wanted, release, choice, (skip,), reason=skip)
     return Plan("install" if available else "up_to_date", wanted, release, choice, reason=reason)
 
 

@@ -281,6 +281,7 @@ def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
 
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
+    from llama_runtime.runtime.failed_builds import load_failed
     from llama_runtime.runtime.lock import UpdateLock
     from llama_runtime.updater.cli.gateopts import speed_table
 
@@ -292,6 +293,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     override = _override_json()
     busy = home.lock_path.exists() and UpdateLock(home.lock_path).is_held()
     speeds, speed_lines = speed_table(active, previous)
+    skipped = load_failed(home.root)
     payload = {
         "active": active.to_json() if active else None,
         "previous": previous.to_json() if previous else None,
@@ -301,6 +303,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         "update_running": busy,
         "home": str(home.root),
         "speeds": speeds,
+        "skipped_builds": [dataclasses.asdict(b) for b in skipped],
     }
     lines = [_runtime_line("active", active)]
     if active is None:
@@ -319,6 +322,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         )
     if busy:
         lines.append("An update is running right now.")
+    for build in skipped:
+        lines.append(f"skipped (failed here; `update --tag {build.tag}` retries): {build.describe()}")
     out.result(payload, lines)
     return 0
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ from llama_runtime.runtime.errors import (
     UserInputError,
     VerificationError,
 )
+from llama_runtime.runtime.failed_builds import FailedBuild, forget_failed, load_failed, record_failed
 from llama_runtime.runtime.fsutil import fsync_directory, fsync_tree, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
@@ -269,7 +271,8 @@ class Installer:
             if plan is None:
                 emit(Progress("resolve", message="resolving the release"))
                 others = [active_state(r) for r in self.home.installed() if active is None or r.name != active.name]
-                plan = decide(request, state, self._resolve(request), self.host, installed=others)
+                failed = {b.key: b.reason for b in load_failed(self.home.root)}
+                plan = decide(request, state, self._resolve(request), self.host, installed=others, failed=failed)
             for warning in plan.warnings:
                 log.warning("plan", warning=warning)
             plan.raise_if_refused()
@@ -281,16 +284,27 @@ class Installer:
                     return self.activate_installed(there, replaced, emit, list(plan.warnings), verified=True)
             if plan.release is None or plan.choice is None:
                 raise AssertionError(f"unreachable: a {plan.action} plan names its release and asset")
-            return self._install_release(
-                plan.release,
-                plan.choice,
-                plan.backend_request,
-                request,
-                replaced,
-                emit,
-                cancel or (lambda: False),
-                list(plan.warnings),
-            )
+            release, choice = plan.release, plan.choice
+            try:
+                outcome = self._install_release(
+                    release,
+                    choice,
+                    plan.backend_request,
+                    request,
+                    replaced,
+                    emit,
+                    cancel or (lambda: False),
+                    list(plan.warnings),
+                )
+            except VerificationError as exc:
+                # It fails the same way next time: the scheduled job must not fetch it every hour.
+                record_failed(
+                    self.home.root,
+                    FailedBuild(release.repo, release.tag, choice.asset.name, choice.backend, exc.message, time.time()),
+                )
+                raise
+            forget_failed(self.home.root, release.repo, release.tag, choice.asset.name)
+            return outcome
 
     def _check_smoke_model(self) -> None:
         """A smoke model that is missing or not GGUF is bad input, found before anything changes."""
