@@ -135,6 +135,12 @@ class BackendUnavailableError(LlamaRuntimeError):
     fault = "remote"
 
 
+class MacOSTooOldError(BackendUnavailableError):
+    """The build declares a newer minimum macOS than this Mac runs (dyld would refuse it)."""
+
+    code = "macos_too_old"
+
+
 class NothingActiveError(BackendUnavailableError):
     """No runtime is active, so there is no ``llama-server`` to run (exit 5 per the contract)."""
 

@@ -29,6 +29,7 @@ from llama_runtime.runtime.errors import (
     DiskSpaceError,
     IntegrityError,
     LlamaRuntimeError,
+    MacOSTooOldError,
     UnsafeArchiveError,
     UserInputError,
     VerificationError,
@@ -77,7 +78,7 @@ from llama_runtime.updater.install.swap import (
     SwitchReport,
     switch_with_server,
 )
-from llama_runtime.updater.install.verify import Expected, probe_binary, read_back_marker
+from llama_runtime.updater.install.verify import Expected, check_macos_minimum, probe_binary, read_back_marker
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.release import Asset, Release
 from llama_runtime.updater.sources.remote_names import path_inside
@@ -296,7 +297,7 @@ class Installer:
                     cancel or (lambda: False),
                     list(plan.warnings),
                 )
-            except VerificationError as exc:
+            except (VerificationError, MacOSTooOldError) as exc:
                 # It fails the same way next time: the scheduled job must not fetch it every hour.
                 record_failed(
                     self.home.root,
@@ -484,6 +485,7 @@ class Installer:
             staged = self._extract(archives, staging, str(meta["asset"]), cancel)
             checkpoint("after_extract")
             backend = str(meta["backend"])
+            check_macos_minimum(staging / staged.binary_rel, self.host)
             report = probe_binary(
                 staging / staged.binary_rel,
                 backend=backend,

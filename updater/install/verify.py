@@ -23,8 +23,10 @@ from llama_runtime.runtime.binary import (
     has_backend_library,
     parse_devices,
 )
-from llama_runtime.runtime.errors import CorruptStateError, VerificationError
+from llama_runtime.runtime.errors import CorruptStateError, MacOSTooOldError, VerificationError
 from llama_runtime.runtime.marker import InstallMarker, read_marker
+from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.choice.platform_facts import version_tuple
 
 
 @dataclass(frozen=True)
@@ -134,3 +136,22 @@ def probe_binary(
             f"(devices: {shown}) although this machine has one"
         )
     return BinaryReport(version=version, devices=devices)
+
+
+def check_macos_minimum(binary: Path, host: HostFacts) -> None:
+    """Refuse, before dyld does, a Mac build that declares a newer macOS than this one runs.
+
+    Raises:
+        MacOSTooOldError: The binary's ``LC_BUILD_VERSION`` minimum is above ``host.macos_version``.
+    """
+    if host.os != "macos" or not host.macos_version:
+        return
+    from llama_runtime.runtime.macho import binary_minimum_macos
+
+    needed = binary_minimum_macos(binary)
+    if needed is not None and version_tuple(needed) > version_tuple(host.macos_version):
+        raise MacOSTooOldError(
+            f"This build of llama-server needs macOS {needed} or newer and this Mac runs {host.macos_version} "
+            "(its LC_BUILD_VERSION says so; dyld would refuse to load it).",
+            hint="Update macOS, or install an older build with `llama-runtime update --tag TAG`.",
+        )
