@@ -220,6 +220,21 @@ class Home:
             )
         return InstalledRuntime(name=name, path=path, marker=read_marker(path))
 
+    def describe_active(self) -> str:
+        """Which runtime the pointer names right now, as words for a message; never raises.
+
+        Used after an interruption: what is active is read, never assumed.
+        """
+        try:
+            pointer = self.read_pointer()
+            if not pointer.active:
+                return "no runtime is active"
+            marker = self.load(pointer.active).marker
+            return f"{marker.repo} {marker.tag} ({marker.backend}) is active"
+        except Exception as exc:  # the interruption is the news; this is only context
+            reason = getattr(exc, "message", None) or type(exc).__name__
+            return f"the active runtime could not be read ({reason}); `llama-runtime status` shows it"
+
     def installed(self) -> list[InstalledRuntime]:
         """Every runtime directory with a valid marker, oldest first."""
         found: list[InstalledRuntime] = []

@@ -76,6 +76,8 @@ def test_ctrl_c_after_the_pointer_flip_says_the_new_runtime_is_active(
     assert "b7001" in error["message"]
     pointer = Home(home).read_pointer()
     assert pointer.active is not None and Home(home).load(pointer.active).marker.tag == "b7001"
+    job = json.loads((home / "jobs" / "current.json").read_text())
+    assert job["phase"] == "cancelled" and "b7001 (cpu) is active" in job["error"]["message"]
 
 
 def test_ctrl_c_before_anything_changed_names_the_runtime_still_active(

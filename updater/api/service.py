@@ -506,9 +506,7 @@ class RuntimeUpdater:
         except BaseException:  # Ctrl-C or exit: the caller stops the job; that is no bug
             recorder.finish(
                 "cancelled",
-                exc=CancelledError(
-                    "The update was interrupted before it finished; `llama-runtime status` shows the active runtime."
-                ),
+                exc=CancelledError(f"The update was interrupted before it finished; {self.home.describe_active()}."),
             )
             raise
         finally:

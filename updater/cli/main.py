@@ -553,19 +553,15 @@ COMMANDS: dict[str, Handler] = {
 
 
 def _active_now(args: argparse.Namespace | None) -> str:
-    """Which runtime the pointer names right now, as a sentence; never raises."""
+    """Which runtime the pointer names right now, as words; never raises."""
     try:
         if args is None:
             raise LookupError("no home yet")
         home = home_for(settings_from_args(args))
-        pointer = home.read_pointer()
-        if not pointer.active:
-            return "no runtime is active"
-        marker = home.load(pointer.active).marker
-        return f"{marker.repo} {marker.tag} ({marker.backend}) is active"
-    except Exception as exc:  # the interruption is the news; this is only context
+    except Exception as exc:  # bad settings: the interruption is still the news
         reason = getattr(exc, "message", None) or type(exc).__name__
         return f"the active runtime could not be read ({reason}); `llama-runtime status` shows it"
+    return home.describe_active()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
