@@ -36,6 +36,8 @@ from typing import Any, Final
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from llama_runtime.updater.install.checkpoints import CHECKPOINTS, KILL_AT_ENV  # noqa: E402
+
 from tests.archives import build_release_archive  # noqa: E402
 from tests.fakegithub import FakeGitHub  # noqa: E402
 
@@ -44,6 +46,11 @@ TAGS: Final = ("b7000", "b7001", "b7002", "b7003")
 ASSET: Final = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 #: Exit codes the contract allows for an interrupted or racing command; 1 is a bug.
 ALLOWED_EXITS: Final = frozenset({0, 2, 3, 5, 6, 7, 130, -signal.SIGKILL, -signal.SIGINT})
+#: Size of the stand-in library in each release.
+LIB_BYTES: Final = 3 * 1024 * 1024
+#: Share of iterations that die at a named checkpoint (LLAMA_RUNTIME_TEST_KILL_AT) instead of at a
+#: random moment, so every phase of the transaction is hit, not only the long ones.
+CHECKPOINT_SHARE: Final = 0.25
 #: A command that has not ended this long after its signal is itself a failure (a wedge).
 EXIT_WAIT_SECONDS: Final = 120.0
 
@@ -77,7 +84,8 @@ def publish(github: FakeGitHub, work: Path) -> None:
     for tag in TAGS:
         files: dict[str, bytes | Path] = {
             "llama-server": stand_in_server(tag),
-            "libllama.so.0.0.1": os.urandom(256 * 1024),  # enough bytes that a kill can land mid-download
+            # Incompressible bytes: a kill can land mid-download, mid-hash and mid-extraction.
+            "libllama.so.0.0.1": os.urandom(LIB_BYTES),
         }
         archive = build_release_archive(
             work / f"{tag}.tar.gz",
@@ -127,10 +135,16 @@ def working_runtime(home: Path, api_url: str) -> tuple[bool, str, str | None]:
 
 def one_iteration(rng: random.Random, home: Path, api_url: str, window: float, figures: Figures, before: str) -> str:
     target = rng.choice([t for t in TAGS if t != before] or list(TAGS))
+    env = dict(os.environ)
+    at_checkpoint = rng.random() < CHECKPOINT_SHARE
+    if at_checkpoint:
+        env[KILL_AT_ENV] = rng.choice([c for c in CHECKPOINTS if c != "during_gc"])
+        figures.signals[f"SIGKILL at {env[KILL_AT_ENV]}"] += 1
     update = subprocess.Popen(
         cli(home, api_url, "update", "--tag", target, "--backend", "cpu"),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
     racer: subprocess.Popen[bytes] | None = None
     racer_verb = rng.choice(["none", "rollback", "gc", "gc-keep-0"])
@@ -140,7 +154,9 @@ def one_iteration(rng: random.Random, home: Path, api_url: str, window: float, f
         racer = subprocess.Popen(cli(home, api_url, *verb), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     time.sleep(rng.uniform(0, window))
     signame = rng.choice(["SIGKILL", "SIGINT"])
-    if update.poll() is not None:
+    if at_checkpoint:
+        pass  # it kills itself at the checkpoint (or finishes, for a no-op switch)
+    elif update.poll() is not None:
         figures.finished_before_signal += 1
     else:
         update.send_signal(getattr(signal, signame))
@@ -164,8 +180,9 @@ def one_iteration(rng: random.Random, home: Path, api_url: str, window: float, f
         if code not in ALLOWED_EXITS:
             out = proc.stdout.read().decode(errors="replace")[-400:] if proc.stdout else ""
             figures.failures.append(f"iteration {figures.iterations}: {what} exited {code}: {out}")
-    staging = home / "staging"
-    figures.leftovers_seen += len(os.listdir(staging)) if staging.is_dir() else 0
+    for where in ("staging", "downloads"):  # what a killed update left for the next one to clean or resume
+        directory = home / where
+        figures.leftovers_seen += len(os.listdir(directory)) if directory.is_dir() else 0
     ok, why, tag = working_runtime(home, api_url)
     if not ok:
         figures.failures.append(f"iteration {figures.iterations}: no working runtime after {signame}: {why}")
@@ -195,7 +212,7 @@ def report(figures: Figures, window: float) -> None:
     print(f"update exit codes:       {dict(sorted(figures.update_exits.items()))}")
     print(f"racer exit codes:        {dict(sorted(figures.racer_exits.items()))}")
     print(f"active runtime changed:  {figures.active_changed} times")
-    print(f"staging leftovers seen:  {figures.leftovers_seen} (each cleaned by a later update/gc)")
+    print(f"leftovers seen:          {figures.leftovers_seen} staging/partial entries (cleaned or resumed later)")
     print(f"wall time:               {figures.seconds:.0f} s")
     print(f"working runtime after every iteration: {'yes' if not figures.failures else 'NO'}")
     for failure in figures.failures:
