@@ -272,8 +272,10 @@ def test_keep_counts_only_unprotected_runtimes_newest_first() -> None:
 
 
 def test_staging_without_a_live_owner_is_stale_and_other_names_are_never_touched() -> None:
-    names = ["123-000000aa", "456-000000bb", "456-000000bb.extra", "gc-old-runtime-000000cc", "notes.txt", "123-x"]
-    assert stale_staging(names, alive=lambda pid: pid == 456) == ["123-000000aa", "gc-old-runtime-000000cc"]
+    names = ["123-000000aa", "456-000000bb", "456-000000bb.extra", "gc-old-runtime-000000cc", "smoke-000000dd"]
+    names += ["notes.txt", "123-x", "smoke-run"]
+    expected = ["123-000000aa", "gc-old-runtime-000000cc", "smoke-000000dd"]
+    assert stale_staging(names, alive=lambda pid: pid == 456) == expected
 
 
 def test_paths_name_the_runtime_directory_they_lie_in_even_when_deleted() -> None:

@@ -66,9 +66,12 @@ _INSTALL_FILE_PREFIX: Final = "install-file-"
 #: Hex digits of the sha256 that name a download (updater.install._download).
 _DOWNLOAD_KEY_CHARS: Final = 16
 #: What the tool names entries of staging/: "<pid>-<8 hex>" (an install), its
-#: ".extra" side directory, and "gc-<runtime>-<8 hex>" (a runtime being removed).
+#: ".extra" side directory, "gc-<runtime>-<8 hex>" (a runtime being removed) and
+#: "smoke-<8 hex>" (the inference gate's scratch, install/smoke.py).
 #: Clean-ups delete only these: anything else there is not ours to delete.
-_OWN_STAGING_NAME: Final = re.compile(r"^(?:\d+-[0-9a-f]{8}(?:\.extra)?|gc-[A-Za-z0-9._-]+-[0-9a-f]{8})$")
+_OWN_STAGING_NAME: Final = re.compile(
+    r"^(?:\d+-[0-9a-f]{8}(?:\.extra)?|gc-[A-Za-z0-9._-]+-[0-9a-f]{8}|smoke-[0-9a-f]{8})$"
+)
 #: Runtime directories are "<label>-<8 hex>" (runtime.layout.Home.new_runtime_name).
 _OWN_RUNTIME_NAME: Final = re.compile(r"^[A-Za-z0-9._-]+-[0-9a-f]{8}$")
 
