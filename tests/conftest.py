@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -39,8 +40,17 @@ def github() -> Iterator[FakeGitHub]:
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
+def home(tmp_path: Path) -> Iterator[Path]:
+    """The llama-runtime home of one test; a managed llama-server it left running is killed."""
+    path = tmp_path / "home"
+    yield path
+    state = path / "server" / "server.json"
+    if state.exists():
+        from llama_runtime.runtime.process import pid_alive
+
+        pid = json.loads(state.read_text()).get("pid")
+        if isinstance(pid, int) and pid > 0 and pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 class Sleeps:
@@ -198,7 +208,8 @@ def run_json(capsys: pytest.CaptureFixture[str], home: Path, api_url: str, *args
     """``llama-runtime ARGS --home HOME --api-url URL --json``: the exit code and the one JSON object."""
     from llama_runtime.updater.cli.main import main
 
-    code = main([*args, "--home", str(home), "--api-url", api_url, "--json"])
+    cut = args.index("--") if "--" in args else len(args)  # what follows -- belongs to llama-server
+    code = main([*args[:cut], "--home", str(home), "--api-url", api_url, "--json", *args[cut:]])
     out = capsys.readouterr().out
     return code, json.loads(out) if out.strip() else None
 

@@ -11,19 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from llama_runtime.runtime.inference import probe_inference
 from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.process import ManagedServer, pid_alive
-from llama_runtime.updater.cli.main import main
+from llama_runtime.runtime.process import ManagedServer
 
 from tests.archives import build_release_archive
-from tests.conftest import REPO, assert_runs
+from tests.conftest import REPO, assert_runs, run_json
 from tests.fakegithub import FakeGitHub
 from tests.realbuild import real_bin_dir
 from tests.tinymodel import write_tiny_llama
@@ -37,22 +34,6 @@ CPU_ARGS = ("--device", "none")  # the real build's CPU path: the second build v
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_llama(tmp_path_factory.mktemp("models") / "tiny.gguf")
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "home"
-    yield path
-    state = path / "server" / "server.json"  # never leave a llama-server behind
-    if state.exists():
-        pid = json.loads(state.read_text()).get("pid")
-        if isinstance(pid, int) and pid > 0 and pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-
-
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
-    code = main(["--home", str(home), "--api-url", github.api_url, "--json", *args])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def wrapper_tarball(tmp_path: Path, tag: str, extra_args: str) -> Path:
@@ -81,6 +62,10 @@ def runtimes_snapshot(home: Path) -> dict[str, str]:
                 data = json.dumps(marker, sort_keys=True).encode()
             snap[str(path)] = hashlib.sha256(data).hexdigest()
     return snap
+
+
+def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
+    return run_json(capsys, home, github.api_url, *args)
 
 
 def serving(

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 log = get_logger("llama_runtime.swap")
 
+#: A serving llama-server answers /health at once; one that does not within this is not measured.
+BASELINE_HEALTH_SECONDS: Final = 2.0
 #: SIGTERM grace before SIGKILL when quiescing the old server.
 STOP_TIMEOUT_SECONDS: Final = 10.0
 
@@ -131,7 +133,10 @@ class ServerSwitch:
             return
         args = self.server.current_args()
         url = endpoint(self.server)
-        if url is not None and loads_model_at_start(args):
+        if url is None or not loads_model_at_start(args):
+            return
+        # A wedged old server would hold the switch for the gate's whole time limit; it is not measured.
+        if self.server.wait_healthy(BASELINE_HEALTH_SECONDS):
             self.gate.baseline(url, args, current)
 
     def stop_current(self, new: InstalledRuntime, current: InstalledRuntime | None) -> RunningServer | None:
