@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from llama_runtime.runtime.inference import probe_inference
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.process import ManagedServer
 
+from llama_runtime import GatePolicy, RuntimeUpdater, save_gate_settings
 from tests.archives import build_release_archive
 from tests.conftest import REPO, assert_runs, run_json
 from tests.fakegithub import FakeGitHub
@@ -316,3 +318,68 @@ def test_use_of_an_installed_build_that_fails_generation_is_rolled_back_and_old_
     assert "failed its inference check (b7001 (vulkan): " in payload["error"]["message"]
     assert "HTTP 401: Invalid API Key" in payload["error"]["message"]
     assert_old_server_serves(home, started.pid or 0, pointer, before)
+
+
+# -- an app's own server, through the server-control seam ------------------------------------
+
+
+class AppServer:
+    """An app's own ServerControl: it runs llama-server from its own state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.inner = ManagedServer(state_dir)
+
+    def is_running(self) -> bool:
+        return self.inner.is_running()
+
+    def stop(self, timeout: float) -> None:
+        self.inner.stop(timeout)
+
+    def start(self, binary: Path, args: Sequence[str]) -> None:
+        self.inner.start(binary, args)
+
+    def wait_healthy(self, timeout: float) -> bool:
+        return self.inner.wait_healthy(timeout)
+
+    def current_args(self) -> list[str]:
+        return self.inner.current_args()
+
+    def current_binary(self) -> Path | None:
+        return self.inner.current_binary()
+
+    def endpoint(self) -> str | None:
+        return self.inner.endpoint()
+
+
+def test_apps_own_server_gets_the_gate_and_the_stored_policy_through_the_api(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    tmp_path: Path,
+    vk_env: dict[str, str],
+) -> None:
+    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): real_vulkan_tarball})
+    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    assert code == 0, payload
+    app = AppServer(tmp_path / "app-server")
+    app.start(Path(payload["active"]["binary"]), ["-m", str(tiny_model), *CPU_ARGS])
+    assert app.wait_healthy(120)
+    try:
+        # The app stores its policy once; the API's updates apply it.
+        save_gate_settings(home, GatePolicy().with_slowdown(0.5, "rollback"))
+        slow = wrapper_tarball(tmp_path, "b7001", "--device Vulkan0")
+        github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): slow})
+        pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
+        updater = RuntimeUpdater(home, api_url=github.api_url, server=app)
+        state = updater.start_update(tag="b7001", backend="vulkan").wait(300)
+        assert state.phase == "failed" and state.error is not None, state
+        assert state.error["code"] == "verification_failed"
+        assert "slower than b7000 (vulkan) on the same request" in state.error["message"]
+        assert (home / "active.json").read_bytes() == pointer and runtimes_snapshot(home) == before
+        url = app.endpoint()
+        assert app.is_running() and url is not None and probe_inference(url, timeout=60).ok
+        assert app.current_binary() == Path(payload["active"]["binary"])
+    finally:
+        app.stop(10)

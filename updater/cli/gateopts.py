@@ -121,4 +121,8 @@ def speed_table(
 def _pair(record: dict[str, object] | None) -> str:
     if not record:
         return "-"
-    return f"{record.get('prompt_per_second', '?')} / {record.get('predicted_per_second', '?')}"
+    return f"{_number(record.get('prompt_per_second'))} / {_number(record.get('predicted_per_second'))}"
+
+
+def _number(value: object) -> str:
+    return f"{value:.1f}" if isinstance(value, int | float) and not isinstance(value, bool) else "?"
