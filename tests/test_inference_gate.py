@@ -262,7 +262,7 @@ def test_smoke_model_the_staged_build_cannot_generate_with_is_rejected_before_ac
     code, payload = cli(capsys, home, github, *args)
     assert code == 6, payload
     assert payload["error"]["message"] == (
-        "The staged runtime b7001 (vulkan) was rejected: it failed to generate with the smoke model tiny.gguf: "
+        "The runtime b7001 (vulkan) was rejected: it failed to generate with the smoke model tiny.gguf: "
         "HTTP 401: Invalid API Key."
     )
     assert (home / "active.json").read_bytes() == pointer
@@ -383,3 +383,31 @@ def test_apps_own_server_gets_the_gate_and_the_stored_policy_through_the_api(
         assert app.current_binary() == Path(payload["active"]["binary"])
     finally:
         app.stop(10)
+
+
+def test_stored_smoke_model_also_guards_use_of_an_installed_build(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    tmp_path: Path,
+    vk_env: dict[str, str],
+) -> None:
+    broken = wrapper_tarball(tmp_path, "b7001", "--api-key wrapper-secret")
+    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): real_vulkan_tarball})
+    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): broken})
+    for tag in ("b7001", "b7000"):  # b7001 installed first, b7000 active
+        code, payload = cli(capsys, home, github, "update", "--tag", tag, "--backend", "vulkan")
+        assert code == 0, payload
+    code, stored = cli(capsys, home, github, "gate", "--smoke-model", str(tiny_model))
+    assert code == 0, stored
+    pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
+    code, payload = cli(capsys, home, github, "use", "b7001")
+    assert code == 6, payload
+    assert payload["error"]["message"].startswith(
+        "The runtime b7001 (vulkan) was rejected: it failed to generate with the smoke model tiny.gguf: HTTP 401"
+    )
+    assert (home / "active.json").read_bytes() == pointer and runtimes_snapshot(home) == before
+    code, payload = cli(capsys, home, github, "use", "b7000")  # already active: nothing to prove
+    assert code == 0 and payload["result"] == "up_to_date", payload

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -198,10 +198,16 @@ def recorded_speed(runtime: InstalledRuntime | None, key: str, fingerprint: str)
 
 
 def record_speed(runtime: InstalledRuntime, key: str, fingerprint: str, speed: Speed, measured_at: str) -> None:
-    """Keep ``speed`` in ``runtime``'s marker (read again, so no other field is lost)."""
+    """Keep ``speed`` in ``runtime``'s marker."""
+    record_speeds(runtime, {key: {**speed.to_json(), "args": fingerprint, "measured_at": measured_at}})
+
+
+def record_speeds(runtime: InstalledRuntime, records: Mapping[str, Mapping[str, object]]) -> None:
+    """Merge ``records`` (model key -> figures) into ``runtime``'s marker, read again so no field is lost."""
+    if not records:
+        return
     marker = read_marker(runtime.path)
-    speeds = dict(marker.speeds)
-    speeds[key] = {**speed.to_json(), "args": fingerprint, "measured_at": measured_at}
+    speeds = {**marker.speeds, **{key: dict(value) for key, value in records.items()}}
     write_marker(runtime.path, dataclasses.replace(marker, speeds=speeds))
 
 

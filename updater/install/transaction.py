@@ -59,7 +59,7 @@ from llama_runtime.updater.install.archive import (
 )
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, download_asset
-from llama_runtime.updater.install.gate import GatePolicy, InferenceGate, validate_gguf
+from llama_runtime.updater.install.gate import GatePolicy, InferenceGate, record_speeds, validate_gguf
 from llama_runtime.updater.install.installed import describe, verify_installed
 from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, combine, parse_attestations
 from llama_runtime.updater.install.recovery import (
@@ -538,7 +538,10 @@ class Installer:
         emit: ProgressCallback,
         warnings: list[str],
     ) -> dict[str, dict[str, object]]:
-        """Run the smoke model on the staged binary; returns the speed record for its marker.
+        """Run the smoke model on ``binary`` (staged, or installed and about to be used).
+
+        Returns:
+            The speed record for the runtime's marker.
 
         Raises:
             VerificationError: It did not generate, or is slower than allowed.
@@ -549,7 +552,7 @@ class Installer:
         smoke = SmokeRun(self.home.staging_dir, InferenceGate(self.gate, clock=self.clock), env=self.env)
         verdict, record = smoke_check(smoke, binary, new_name=name, active=active, policy=self.gate, clock=self.clock)
         if not verdict.ok:
-            raise VerificationError(f"The staged runtime {name} was rejected: {verdict.reason}.")
+            raise VerificationError(f"The runtime {name} was rejected: {verdict.reason}.")
         warnings.extend(verdict.warnings)
         return record
 
@@ -732,6 +735,8 @@ class Installer:
         if not verified:
             emit(Progress("verify", message=f"verifying the installed {describe(target)}"))
             self._verify_installed(target)
+        name = f"{target.marker.tag} ({target.marker.backend})"
+        record_speeds(target, self._smoke(target.binary, name, active, emit, warnings))
         emit(Progress("activate", message="activating"))
         try:
             old_pointer = self.home.read_pointer()
