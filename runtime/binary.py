@@ -82,6 +82,17 @@ def run_process(argv: Sequence[str], timeout: float, env: Mapping[str, str] | No
     return ProcessResult(done.returncode, done.stdout.decode("utf-8", "replace"))
 
 
+def version_line(output: str) -> str:
+    """The one line of ``--version`` output a person needs: ``version: 7000 (abc123)``.
+
+    llama-server prints device probes and ``built with …`` around it; without a
+    ``version:`` line the last non-empty line is taken (at most 200 characters).
+    """
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    chosen = next((line for line in lines if line.lower().startswith("version:")), lines[-1] if lines else "")
+    return chosen[:200]
+
+
 def parse_devices(output: str) -> tuple[str, ...]:
     """Device lines of ``llama-server --list-devices``, e.g. ``"Vulkan0: llvmpipe (…)"``."""
     devices = []

@@ -59,8 +59,18 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+#: Mode of files written for other users to read (a mirror a web server serves,
+#: a bundle copied to other machines); the temp files behind atomic writes are 0600.
+SHARED_FILE_MODE: Final[int] = 0o644
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves old or new, never a mix.
+
+    Args:
+        path: The file to replace.
+        data: Its new content.
+        mode: Permission bits for the new file (default: private, 0600).
 
     Raises:
         OSError: Writing, fsync or the rename failed; ``path`` is unchanged.
@@ -69,6 +79,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:
+        if mode is not None:
+            os.chmod(tmp, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -81,10 +93,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     fsync_directory(path.parent)
 
 
-def atomic_write_json(path: Path, payload: object) -> None:
+def atomic_write_json(path: Path, payload: object, *, mode: int | None = None) -> None:
     """:func:`atomic_write_bytes` of pretty, key-sorted JSON with a final newline."""
     text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
 def remove_tree(path: Path, *, sleep: Callable[[float], None] = time.sleep) -> None:

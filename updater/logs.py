@@ -10,6 +10,7 @@ every app start — never logs.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Final
@@ -67,7 +68,9 @@ def _apply() -> None:
     if _wanted["json_lines"]:
         processors.append(structlog.processors.JSONRenderer())
     else:
-        processors.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+        # https://no-color.org: any non-empty NO_COLOR turns colour off.
+        colour = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
+        processors.append(structlog.dev.ConsoleRenderer(colors=colour))
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(_wanted["level"], logging.WARNING)),

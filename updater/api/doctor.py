@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
 
 from llama_runtime.runtime.binary import ProcessRunner, run_process, server_override
 from llama_runtime.runtime.errors import BusyError, CorruptStateError, LlamaRuntimeError, VerificationError
@@ -28,9 +27,6 @@ from llama_runtime.updater.choice.tags import compare_tags, parse_tag
 from llama_runtime.updater.install.installed import verify_files
 from llama_runtime.updater.install.recovery import clean_leftovers, find_leftovers
 from llama_runtime.updater.install.verify import probe_binary
-
-#: CPU flags that decide which llama.cpp CPU build runs (old Windows avx/avx2/avx512 assets).
-_ISA_FLAGS: Final = frozenset({"avx", "avx2", "avx512f", "fma", "f16c", "asimd", "sve", "neon"})
 
 
 @dataclass
@@ -77,9 +73,6 @@ class DoctorReport:
         if self.host is not None:
             sources = self.host.get("sources")
             facts = {k: v for k, v in self.host.items() if k != "sources" and v not in (None, [], False, "")}
-            flags = facts.get("cpu_features")
-            if isinstance(flags, list):  # people need the ISA level, not 100 flags
-                facts["cpu_features"] = [f for f in flags if f in _ISA_FLAGS]
             out.append("host: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
             if isinstance(sources, dict):
                 out += [f"  {fact}: from {where}" for fact, where in sources.items()]

@@ -494,9 +494,11 @@ class JobRecorder:
         finally:
             self.store.disown(state.id)
             self.store.clear_cancel(state.id)
+            # Listeners first: whoever returns from wait() may rely on every
+            # subscriber having seen the final state (a UI's last redraw).
+            self._notify(state)
             self.started.set()
             self.finished.set()
-            self._notify(state)
 
     def _notify(self, state: JobState) -> None:
         with self._lock:

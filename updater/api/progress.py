@@ -6,6 +6,7 @@ Invariant: the bar writes to stderr only, and only when stderr is a TTY, so
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -16,8 +17,12 @@ from typing import Final, Protocol, TextIO
 _MIN_RATE_WINDOW_SECONDS: Final[float] = 0.2
 # Redraws faster than this flicker and cost syscalls for nothing a person can read.
 _REDRAW_SECONDS: Final[float] = 0.1
-# Characters of the bar itself; fits an 80-column terminal with the numbers.
+# Characters of the bar itself at most; it narrows to fit the terminal.
 _BAR_WIDTH: Final[int] = 28
+# A bar narrower than this says nothing the percentage does not: leave it out.
+_MIN_BAR_WIDTH: Final[int] = 8
+# Fewer columns than this for the asset name: leave the name out.
+_MIN_LABEL: Final[int] = 8
 
 
 class ProgressLike(Protocol):
@@ -61,25 +66,45 @@ class RateMeter:
         return rate, max(total - done, 0) / rate
 
 
-def format_bar(done: int, total: int | None, rate: float | None, eta: float | None, label: str) -> str:
-    """One line of progress, e.g. ``[#####-----]  45%  12.3/27.0 MB  3.2 MB/s  ETA 5s  name``."""
+def format_bar(done: int, total: int | None, rate: float | None, eta: float | None, label: str, width: int = 80) -> str:
+    """One line of progress that fits ``width`` columns, e.g.
+    ``[#####-----]  45%  12.3 MB/27.0 MB  3.2 MB/s  ETA 5s  name``.
+
+    The numbers always show; the bar narrows, then the label is shortened, so a
+    narrow terminal never wraps the line (a wrapped line leaves stale rows behind
+    every redraw).
+    """
     from llama_runtime.updater.install.download import human_size
 
-    if total:
-        frac = min(done / total, 1.0)
-        filled = int(frac * _BAR_WIDTH)
-        head = (
-            f"[{'#' * filled}{'-' * (_BAR_WIDTH - filled)}] {frac * 100:3.0f}%  {human_size(done)}/{human_size(total)}"
-        )
-    else:
-        head = f"{human_size(done)}"
-    parts = [head]
+    numbers = [f"{min(done / total, 1.0) * 100:3.0f}%", f"{human_size(done)}/{human_size(total)}"] if total else []
+    numbers = numbers or [human_size(done)]
     if rate:
-        parts.append(f"{human_size(int(rate))}/s")
+        numbers.append(f"{human_size(int(rate))}/s")
     if eta is not None:
-        parts.append(f"ETA {int(eta)}s")
-    parts.append(label)
-    return "  ".join(parts)
+        numbers.append(f"ETA {int(eta)}s")
+    text = "  ".join(numbers)
+    room = max(width - 1, 1)  # never the last column: terminals differ in when they wrap there
+    if total:
+        # The bar gives way to the label first, down to its narrowest.
+        spare = room - len(text) - len("[]  ") - len("  ") - len(label)
+        bar_width = max(min(_BAR_WIDTH, spare), _MIN_BAR_WIDTH)
+        if len(text) + len("[]  ") + bar_width > room:
+            bar_width = 0
+        if bar_width >= _MIN_BAR_WIDTH:
+            filled = int(min(done / total, 1.0) * bar_width)
+            text = f"[{'#' * filled}{'-' * (bar_width - filled)}]  {text}"
+    space = room - len(text) - 2
+    if space >= _MIN_LABEL and label:
+        text += "  " + (label if len(label) <= space else label[: space - 1] + "…")
+    return text[:room].rstrip()
+
+
+def terminal_width(stream: TextIO, default: int = 80) -> int:
+    """Columns of the terminal ``stream`` writes to (``default`` when it cannot tell)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or default
+    except (AttributeError, ValueError, OSError):
+        return default
 
 
 @dataclass
@@ -99,7 +124,8 @@ class TerminalProgress:
             return
         if event.phase != self._phase:
             self._end_line()
-            self.stream.write(f"{event.phase}: {event.message}\n" if event.message else f"{event.phase}\n")
+            text = f"{event.phase}: {event.message}" if event.message else event.phase
+            self.stream.write(text[: max(terminal_width(self.stream) - 1, 1)] + "\n")
             self.stream.flush()
         self._phase = event.phase
 
@@ -111,7 +137,7 @@ class TerminalProgress:
         if not finished and now - self._last_draw < _REDRAW_SECONDS:
             return
         self._last_draw = now
-        line = format_bar(event.done_bytes, event.total_bytes, rate, eta, event.message)
+        line = format_bar(event.done_bytes, event.total_bytes, rate, eta, event.message, terminal_width(self.stream))
         self.stream.write("\r\x1b[2K" + line)
         self.stream.flush()
         self._open_line = True

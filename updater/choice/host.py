@@ -187,7 +187,8 @@ class HostFacts:
             "rocm": self.rocm,
             "rocm_gfx": list(self.rocm_gfx),
             "metal": self.metal,
-            "cpu_features": sorted(self.cpu_features),
+            # Only the instruction sets that decide a build, not /proc/cpuinfo's ~100 flags.
+            "cpu_features": sorted(self.cpu_features & ISA_FLAGS),
             "compute_capabilities": list(self.compute_capabilities),
             "vulkan_api_version": self.vulkan_api_version,
             "rocm_runtime_version": self.rocm_runtime_version,
@@ -196,6 +197,19 @@ class HostFacts:
             "glibc_version": self.glibc_version,
             "sources": {fact: where for fact, where in self.sources},
         }
+
+
+#: CPU flags that decide which llama.cpp CPU build (or ggml CPU variant) runs: the x86
+#: levels (SSE4.2 up to AVX-512 and AMX) and the Arm extensions. Everything else in
+#: /proc/cpuinfo (``pae``, ``mce``, ``vmx`` …) says nothing about which asset fits.
+ISA_FLAGS: Final[frozenset[str]] = frozenset(
+    {
+        "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni",
+        "avx512f", "avx512bw", "avx512vl", "avx512cd", "avx512dq", "avx512_vnni", "avx512vnni",
+        "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16",
+        "asimd", "neon", "asimddp", "dotprod", "i8mm", "bf16", "sve", "sve2", "sme",
+    }
+)  # fmt: skip
 
 
 def normalize_os(system: str, env: Mapping[str, str]) -> str:

@@ -68,8 +68,22 @@ def cancel_on_signals(updater: RuntimeUpdater, out: Output) -> contextlib.Abstra
     return on_signals(request_cancel)
 
 
+def duration_arg(value: str | float, option: str) -> float:
+    """Seconds in a duration option: ``90``, ``30s``, ``10m`` or ``1.5h`` (as ``--jitter`` takes them).
+
+    Raises:
+        UserInputError: Not such a duration (the message names ``option``).
+    """
+    from llama_runtime.updater.api.schedule import parse_duration
+
+    try:
+        return parse_duration(str(value))
+    except UserInputError as exc:
+        raise UserInputError(f"{option}: {exc.message}") from None
+
+
 def progress_for(args: argparse.Namespace) -> TerminalProgress | None:
-    """The progress bar on stderr, unless --json, --quiet or --no-progress, or stderr is no terminal."""
+    """The progress bar on stderr, unless --json, --events, --quiet or --no-progress, or stderr is no terminal."""
     quiet = ("json", "events", "quiet", "no_progress")
     if any(getattr(args, flag, False) for flag in quiet):
         return None

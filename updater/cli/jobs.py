@@ -29,7 +29,7 @@ def register(add: AddParser) -> dict[str, Handler]:
     p.add_argument("--apply", action="store_true", help="install the newer release")
     p.add_argument("--jitter", metavar="DURATION", help="first sleep a random 0..DURATION (e.g. 10m) to spread a fleet")
     p.add_argument(
-        "--wait", type=float, default=0.0, metavar="SECONDS", help="with --apply, wait this long for a running update"
+        "--wait", default="0", metavar="DURATION", help="with --apply, wait this long for a running update (e.g. 10m)"
     )
     add_events_flag(p)
     from llama_runtime.updater.cli.main import add_require_provenance
@@ -37,7 +37,7 @@ def register(add: AddParser) -> dict[str, Handler]:
     add_require_provenance(p)
     p = add("job", "show, follow or cancel the update job")
     p.add_argument("action", nargs="?", default="status", choices=("status", "wait", "cancel"))
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="how long `job wait` waits")
+    p.add_argument("--timeout", default=None, metavar="DURATION", help="how long `job wait` waits (e.g. 90, 10m)")
     add_events_flag(p)
     return {"check": cmd_check, "job": cmd_job}
 
@@ -54,15 +54,15 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     """``llama-runtime check [--apply] [--jitter DURATION] [--wait SECONDS]``."""
     import random
 
-    from llama_runtime.updater.api.progress import terminal_progress
-    from llama_runtime.updater.api.schedule import parse_duration, validate_seconds
+    from llama_runtime.updater.api.schedule import parse_duration
+    from llama_runtime.updater.cli.common import duration_arg, progress_for
 
     jitter = parse_duration(args.jitter) if args.jitter else 0.0
-    wait = validate_seconds(args.wait, "--wait")
+    wait = duration_arg(args.wait, "--wait")
     updater = updater_from_args(args)
     if jitter:
         sleep(random.uniform(0.0, jitter))
-    bar = terminal_progress() if args.apply and not (args.json or args.events) else None
+    bar = progress_for(args) if args.apply else None
     try:
         with cancel_on_signals(updater, out):
             result = updater.check(apply=args.apply, wait=wait, listener=out.events or bar)
@@ -83,8 +83,17 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
         lines = [f"Skipped: {result.reason}"]
     elif result.reason:
         lines.append(result.reason)
-    out.result(result.to_json(), lines)
+    payload = result.to_json()
+    # ``installed`` (the contract's, a build tag) predates ``status.installed`` (a list);
+    # ``active`` is the runtime object status and update report, for the same reader.
+    payload["active"] = _active_json(updater)
+    out.result(payload, lines)
     return 0
+
+
+def _active_json(updater: RuntimeUpdater) -> dict[str, Any] | None:
+    ready = updater.ensure()
+    return ready.runtime.to_json() if ready.runtime is not None else None
 
 
 def _check_line(installed: str | None, latest: str | None, available: bool, applied: bool) -> str:
@@ -97,10 +106,9 @@ def _check_line(installed: str | None, latest: str | None, available: bool, appl
 
 def cmd_job(args: argparse.Namespace, out: Output) -> int:
     """``llama-runtime job [status|wait|cancel]``."""
-    from llama_runtime.updater.api.progress import terminal_progress
-    from llama_runtime.updater.api.schedule import validate_seconds
+    from llama_runtime.updater.cli.common import duration_arg, progress_for
 
-    timeout = None if args.timeout is None else validate_seconds(args.timeout, "--timeout")
+    timeout = None if args.timeout is None else duration_arg(args.timeout, "--timeout")
     updater = updater_from_args(args)
     job = updater.current_job()
     if job is None:
@@ -119,7 +127,7 @@ def cmd_job(args: argparse.Namespace, out: Output) -> int:
 
         return follow_events(job, out, timeout)
     if args.action == "wait":
-        bar = None if args.json else terminal_progress()
+        bar = progress_for(args)
         stop = job.subscribe(bar) if bar is not None else None
         state = job.wait(timeout)
         if stop is not None:

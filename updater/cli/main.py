@@ -24,6 +24,7 @@ from llama_runtime.runtime.text import printable
 from llama_runtime.updater.cli.common import (
     add_events_flag,
     cancel_on_signals,
+    duration_arg,
     explain_failure,
     outcome_lines,
     progress_for,
@@ -49,10 +50,12 @@ class _Parser(argparse.ArgumentParser):
 class Output:
     """Writes the one result of a command: JSON, JSON Lines events, or sentences for people."""
 
-    def __init__(self, as_json: bool, events: EventStream | None = None) -> None:
+    def __init__(self, as_json: bool, events: EventStream | None = None, log_json: bool = False) -> None:
         self.as_json = as_json or events is not None
         #: With ``--events``: the JSON Lines stream; the result and the error are its last line.
         self.events = events
+        #: With ``--log-json`` (and no ``--json``): errors as a JSON line on stderr.
+        self.log_json = log_json
 
     def result(self, payload: dict[str, Any], lines: Sequence[str]) -> None:
         if self.events is not None:
@@ -71,6 +74,9 @@ class Output:
         elif self.as_json:
             sys.stdout.write(json.dumps({"error": exc.to_json()}, indent=2, sort_keys=True) + "\n")
             sys.stdout.flush()
+        elif self.log_json:  # one JSON line, like every other line on stderr
+            line = {"level": "error", "event": exc.message, "error": exc.to_json(), "timestamp": _utc_timestamp()}
+            sys.stderr.write(json.dumps(line, sort_keys=True) + "\n")
         else:
             sys.stderr.write(f"error: {printable(exc.message)}\n")
             if exc.hint:
@@ -82,6 +88,12 @@ GLOBAL_EPILOG = (
     "Global options such as --backend, --repo, --home, --json, -q and -v (see `llama-runtime --help`) "
     "may be given before or after the command."
 )
+
+
+def _utc_timestamp() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -168,14 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-digest", action="store_true", help="refuse assets without a published sha256")
     add_require_provenance(p)
     p.add_argument(
-        "--wait", type=float, default=0.0, metavar="SECONDS", help="wait this long for another update to finish"
+        "--wait", default="0", metavar="DURATION", help="wait this long for another update to finish (90, 30s, 10m)"
     )
     add_events_flag(p)
     add_gate_arguments(p, smoke=True)
     p = add("plan", "what update would install and why; downloads nothing")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--tag")
-    which.add_argument("--latest", action="store_true")
+    which.add_argument("--tag", help="plan for this release tag, e.g. b7000")
+    which.add_argument("--latest", action="store_true", help="plan for the newest release (default)")
     p.add_argument("--platform", help="plan for another machine: OS-ARCH, e.g. windows-x64")
     p.add_argument("--cuda-version", help="CUDA version the (other) machine's driver supports; with --host, the line")
     p.add_argument(
@@ -236,7 +248,7 @@ def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
 
 
 def _override_json() -> dict[str, Any] | None:
-    from llama_runtime.runtime.binary import VERSION_TIMEOUT_SECONDS, run_process, server_override
+    from llama_runtime.runtime.binary import VERSION_TIMEOUT_SECONDS, run_process, server_override, version_line
 
     path = server_override()
     if path is None:
@@ -244,7 +256,7 @@ def _override_json() -> dict[str, Any] | None:
     version = None
     if path.is_file():
         done = run_process([str(path), "--version"], VERSION_TIMEOUT_SECONDS, None)
-        version = done.output.strip() if done.returncode == 0 else None
+        version = version_line(done.output) if done.returncode == 0 else None
     return {"path": str(path), "exists": path.is_file(), "version": version}
 
 
@@ -349,7 +361,9 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
     listener = out.events if out.events is not None else bar
     try:
         with cancel_on_signals(updater, out):
-            job = updater.run_update(request, wait=args.wait, operation="update", listener=listener)
+            job = updater.run_update(
+                request, wait=duration_arg(args.wait, "--wait"), operation="update", listener=listener
+            )
         if job.exception is not None:
             raise job.exception
     except BusyError:
@@ -571,7 +585,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:  # everything after -- belongs to llama-server (`server start -- ARGS`)
         cut = argv.index("--")
         argv, server_args = argv[:cut], argv[cut + 1 :]
-    out = Output(as_json="--json" in argv, events=_events_stream() if "--events" in argv else None)
+    out = Output(
+        as_json="--json" in argv,
+        events=_events_stream() if "--events" in argv else None,
+        log_json="--log-json" in argv,
+    )
     args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)
@@ -579,6 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "events", False):
             out.events = None
         out.as_json = bool(args.json) or out.events is not None
+        out.log_json = bool(args.log_json)
         from llama_runtime.updater.logs import configure_logging
 
         level = "error" if args.quiet else "debug" if args.verbose > 1 else "info" if args.verbose else "warning"

@@ -67,6 +67,7 @@ __all__ = [
     "plan_resume",
     "read_origin",
     "sidecar_path",
+    "throttled",
 ]
 
 # Write buffer: few syscalls per GB. Chunks are taken as they arrive (not regrouped) so a
@@ -87,6 +88,26 @@ SIDECAR_SUFFIX: Final[str] = ".meta"
 
 Progress = Callable[[int, int | None], None]
 Cancel = Callable[[], bool]
+
+#: Progress reports a second at most (the contract's ten a second for ``--events``; more
+#: than a person can read). Chunks arrive every 64 KiB, hundreds of times a second.
+PROGRESS_INTERVAL_SECONDS: Final[float] = 0.1
+
+
+def throttled(
+    progress: Progress, *, interval: float = PROGRESS_INTERVAL_SECONDS, clock: Callable[[], float] = time.monotonic
+) -> Progress:
+    """``progress``, called at most once per ``interval`` seconds; the first and the final count always pass."""
+    last: float | None = None
+
+    def report(done: int, total: int | None) -> None:
+        nonlocal last
+        now = clock()
+        if last is None or now - last >= interval or (total is not None and done >= total):
+            last = now
+            progress(done, total)
+
+    return report
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -38,7 +39,7 @@ from llama_runtime.runtime.errors import (
     UnsafeArchiveError,
     UserInputError,
 )
-from llama_runtime.runtime.fsutil import fsync_directory, remove_tree_quietly
+from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, fsync_directory, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import MARKER_NAME, ForeignMarkerError, InstallMarker, parse_marker
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
@@ -62,6 +63,8 @@ __all__ = [
 _CHUNK_BYTES: Final[int] = 1024 * 1024
 # A marker is a few kB even with hundreds of files; anything far larger is not one.
 _MAX_MARKER_BYTES: Final[int] = 4 * 1024 * 1024
+# gzip level of `export`: the one `tar czf` (gzip -6) uses; see _write_bundle.
+_EXPORT_COMPRESSLEVEL: Final[int] = 6
 # The repacked bundle is extracted once, right away: favour speed over size.
 _REPACK_COMPRESSLEVEL: Final[int] = 1
 _GZIP_MAGIC: Final[bytes] = b"\x1f\x8b"
@@ -464,6 +467,23 @@ def _plain_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
+def _write_bundle(raw: IO[bytes], runtime: InstalledRuntime) -> None:
+    """The marker, then every file of ``runtime``, as a gzip'd tar stream.
+
+    gzip level 6 (what ``tar czf`` uses) instead of tarfile's 9: on the real
+    72 MB Vulkan build level 9 took 3.6x as long as ``tar czf`` for a bundle
+    only 1% smaller (``scripts/bench_export.py``).
+    """
+    with (
+        gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=_EXPORT_COMPRESSLEVEL, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w|", bufsize=_CHUNK_BYTES) as tf,
+    ):
+        tf.add(runtime.path / MARKER_NAME, arcname=MARKER_NAME, filter=_plain_owner)
+        for path in _bundle_members(runtime.path):
+            rel = path.relative_to(runtime.path).as_posix()
+            tf.add(path, arcname=rel, recursive=False, filter=_plain_owner)
+
+
 def export_bundle(home: Home, output: Path) -> ExportResult:
     """Write the active runtime and its marker as one ``.tar.gz`` (marker first).
 
@@ -505,12 +525,9 @@ def export_bundle(home: Home, output: Path) -> ExportResult:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
         tmp = Path(tmp_name)
         try:
-            with os.fdopen(fd, "wb") as raw:
-                with tarfile.open(fileobj=raw, mode="w:gz") as tf:
-                    tf.add(runtime.path / MARKER_NAME, arcname=MARKER_NAME, filter=_plain_owner)
-                    for path in _bundle_members(runtime.path):
-                        rel = path.relative_to(runtime.path).as_posix()
-                        tf.add(path, arcname=rel, recursive=False, filter=_plain_owner)
+            os.chmod(tmp, SHARED_FILE_MODE)  # a bundle is made to be copied elsewhere
+            with os.fdopen(fd, "wb", buffering=_CHUNK_BYTES) as raw:
+                _write_bundle(raw, runtime)
                 raw.flush()
                 os.fsync(raw.fileno())
             os.replace(tmp, output)

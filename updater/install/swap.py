@@ -149,6 +149,7 @@ class ServerSwitch:
             return None
         binary = self.server.current_binary()
         args = self.server.current_args()
+        log.info("stopping llama-server for the switch", binary=str(binary), to=describe(new))
         try:
             self.server.stop(self.stop_timeout)
         except BaseException as exc:
@@ -190,6 +191,7 @@ class ServerSwitch:
         if self.server.wait_healthy(self.health_timeout):
             verdict = self._gate(new, running, current)
             if verdict is None or verdict.ok:
+                log.info("llama-server healthy on the new runtime", binary=str(new.binary))
                 return NewServer("healthy", verdict=verdict)
             failure, reason = "failed_gate", verdict.reason
         try:

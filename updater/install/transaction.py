@@ -48,7 +48,7 @@ from llama_runtime.runtime.marker import (
 )
 from llama_runtime.runtime.process import SERVER_LOCK_TIMEOUT_SECONDS, ServerControl
 from llama_runtime.updater.choice.choose import Choice
-from llama_runtime.updater.choice.decide import UpdateRequest, backend_request, decide, settled
+from llama_runtime.updater.choice.decide import Plan, UpdateRequest, backend_request, decide, settled
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES, SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.install.archive import (
@@ -58,7 +58,13 @@ from llama_runtime.updater.install.archive import (
     find_server_binary,
 )
 from llama_runtime.updater.install.checkpoints import checkpoint
-from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, download_asset
+from llama_runtime.updater.install.download import (
+    DownloadResult,
+    check_free_space,
+    discard_partial,
+    download_asset,
+    throttled,
+)
 from llama_runtime.updater.install.gate import GatePolicy, InferenceGate, record_speeds, validate_gguf
 from llama_runtime.updater.install.installed import describe, verify_installed
 from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, combine, parse_attestations
@@ -274,6 +280,7 @@ class Installer:
                 others = [active_state(r) for r in self.home.installed() if active is None or r.name != active.name]
                 failed = {b.key: b.reason for b in load_failed(self.home.root)}
                 plan = decide(request, state, self._resolve(request), self.host, installed=others, failed=failed)
+            _log_plan(plan)
             for warning in plan.warnings:
                 log.warning("plan", warning=warning)
             plan.raise_if_refused()
@@ -445,17 +452,31 @@ class Installer:
 
         if self.source is None:
             raise UserInputError("No release source configured for this operation.")
+        log.info("downloading", asset=asset.name, size=asset.size, url=asset.download_url, partial=str(partial))
+        started = time.monotonic()
         try:
-            return download_asset(
+            done = download_asset(
                 self.source,
                 asset,
                 partial,
                 max_bytes=min(MAX_ASSET_BYTES, max(asset.size, 1)),
                 expected_size=asset.size,
                 expected_sha256=expected_sha,
-                progress=on_bytes,
+                progress=throttled(on_bytes),
                 cancel=cancel,
             )
+            seconds = max(time.monotonic() - started, 1e-6)
+            log.info(
+                "downloaded",
+                asset=asset.name,
+                bytes=done.size,
+                resumed_from=done.resumed_from,
+                seconds=round(seconds, 2),
+                mb_per_s=round((done.size - done.resumed_from) / seconds / 1e6, 1),
+                sha256=done.sha256,
+                digest_verified=done.digest_verified,
+            )
+            return done
         except OSError as exc:
             if is_disk_full(exc):
                 discard_partial(partial)  # the space is what is missing
@@ -484,6 +505,7 @@ class Installer:
             emit(Progress("verify", message="extracting"))
             staged = self._extract(archives, staging, str(meta["asset"]), cancel)
             checkpoint("after_extract")
+            log.info("extracted", files=len(staged.files), bytes=sum(r.size for r in staged.files.values()))
             backend = str(meta["backend"])
             check_macos_minimum(staging / staged.binary_rel, self.host)
             report = probe_binary(
@@ -494,6 +516,7 @@ class Installer:
                 runner=self.runner,
                 env=self.env,
             )
+            log.info("binary runs", version=report.version, devices=list(report.devices))
             speeds = self._smoke(staging / staged.binary_rel, f"{meta['tag']} ({backend})", active, emit, warnings)
             marker = InstallMarker(
                 repo=str(meta["repo"]),
@@ -784,6 +807,22 @@ class Installer:
                 current = None
             report = self._switch(target, current, pointer, Pointer(active=target.name, previous=pointer.active))
             return target, current, report
+
+
+def _log_plan(plan: Plan) -> None:
+    """-v: what was decided and why; -vv: every candidate asset and why it was taken or dropped."""
+    release, choice = plan.release, plan.choice
+    log.info(
+        "decided",
+        action=plan.action,
+        release=release.tag if release else None,
+        asset=choice.asset.name if choice else None,
+        backend=choice.backend if choice else None,
+        size=choice.asset.size if choice else None,
+        reason=plan.reason,
+    )
+    for candidate in choice.candidates if choice else ():
+        log.debug("candidate", asset=candidate.asset_name, taken=candidate.taken, why=candidate.why)
 
 
 __all__ = [

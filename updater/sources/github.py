@@ -303,6 +303,13 @@ class GitHubClient:
             headers["If-None-Match"] = cached[0]
         response, raw = self._send_with_retries(url, headers)
         self._note_rate_limit(response)
+        log.debug(
+            "github",
+            url=url,
+            status=response.status_code,
+            conditional=bool(cached),
+            rate_remaining=response.headers.get("x-ratelimit-remaining"),
+        )
         if response.status_code == 304 and cached:
             return cached[1]
         self._raise_for_status(response, not_found)
@@ -350,7 +357,14 @@ class GitHubClient:
         if status < 300:
             return
         if status == 404:
-            raise ReleaseNotFoundError(not_found)
+            hint = None
+            if not same_origin(self.api_url, "https://api.github.com"):
+                # A mirror that 404s everything is often one its web server may not read.
+                hint = (
+                    f"{self.api_url} is a mirror: check that `llama-runtime mirror sync` filled it and that "
+                    "its web server may read the files (mode 644)."
+                )
+            raise ReleaseNotFoundError(not_found, hint=hint)
         if status == 401:
             raise RemoteError("GitHub rejected the token (HTTP 401); fix or unset GITHUB_TOKEN / GH_TOKEN.")
         if status in (403, 429):

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import IntegrityError, RemoteError, UserInputError
-from llama_runtime.runtime.fsutil import atomic_write_json, sha256_file
+from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, atomic_write_json, sha256_file
 from llama_runtime.updater.choice.assetnames import parse_asset_name
 from llama_runtime.updater.choice.latest import highest_build_tag, newest_releases
 from llama_runtime.updater.choice.tags import parse_tag, validate_tag
@@ -358,7 +358,8 @@ def _sync_release(
     # Assets mirrored by an earlier sync stay listed only while their file is intact in size.
     listed = [a for a in kept.values() if _size_matches(paths.published_file(a), a.get("size"))]
     # The commit point of this release: everything it names is already in place.
-    atomic_write_json(paths.tag_json(tag), release_json(release, listed))
+    # Served by a web server that runs as another user: readable by all, like the assets.
+    atomic_write_json(paths.tag_json(tag), release_json(release, listed), mode=SHARED_FILE_MODE)
     # Files of the generation before the one just replaced go now; the one just
     # replaced (and whatever releases/latest names) stays for in-flight clients.
     _prune(paths, tag, [listed, list(_entries(previous)), list(_entries(_read_json(paths.latest_json)))])
@@ -378,7 +379,7 @@ def _mirror_attestations(client: ReleaseSource, paths: MirrorPaths, sha256: str)
         return False
     target = paths.attestations(sha256)
     target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(target, answer)
+    atomic_write_json(target, answer, mode=SHARED_FILE_MODE)  # served like the release JSON
     return True
 
 
@@ -484,7 +485,7 @@ def _publish_latest(paths: MirrorPaths) -> str | None:
     doc = _read_json(paths.tag_json(tag))
     if doc is None:
         return None
-    atomic_write_json(paths.latest_json, latest_relative(doc))
+    atomic_write_json(paths.latest_json, latest_relative(doc), mode=SHARED_FILE_MODE)
     return tag
 
 
