@@ -396,6 +396,22 @@ class ManagedServer(ServerControl):
 
     # -- for the CLI and gc ------------------------------------------------------
 
+    def exit_status(self) -> int | None:
+        """The exit status of the newest server this object started, once it ended (else None)."""
+        if not self._children:
+            return None
+        return list(self._children.values())[-1].poll()  # dicts keep insertion order: the last one started
+
+    def log_tail(self, lines: int = 5, max_bytes: int = 8192) -> list[str]:
+        """The last non-empty lines of the server's log (what it said before it exited)."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(max(log.seek(0, os.SEEK_END) - max_bytes, 0))
+                text = log.read().decode("utf-8", errors="replace")
+        except OSError:
+            return []
+        return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+
     def running_binary(self) -> Path | None:
         """The binary a running managed server uses (gc must not delete its runtime)."""
         return self.current_binary()

@@ -228,3 +228,9 @@ def b7000_home(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path:
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return home
+
+
+@pytest.fixture(autouse=True)
+def _any_free_server_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`server start` binds llama-server's 8080 by default; tests (run beside others) take any free port."""
+    monkeypatch.setenv("LLAMA_RUNTIME_SERVER_PORT", "0")

@@ -65,6 +65,11 @@ def test_bundle_starts_with_the_marker_and_holds_the_runtime(bundle: tuple[Path,
     assert marker["binary"] in names
 
 
+def test_bundle_is_readable_by_everyone_it_is_copied_for(bundle: tuple[Path, dict[str, Any]]) -> None:
+    path, _marker = bundle
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
 def test_bundle_restores_on_another_home_with_the_same_files(
     bundle: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -95,7 +96,7 @@ def test_sync_writes_github_shaped_json_with_only_the_chosen_assets(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     dest = tmp_path / "mirror"
-    code, report = sync(capsys, github, dest, "--latest", "2")
+    code, report = sync(capsys, github, dest, "--newest", "2")
     assert code == 0, report
     assert sorted(report["releases"]) == ["b7000", "b7001"]
     assert report["latest"] == "b7001"
@@ -118,7 +119,7 @@ def test_update_and_latest_resolution_work_from_the_mirror_with_upstream_stopped
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, static_server: Any
 ) -> None:
     dest, home = tmp_path / "mirror", tmp_path / "home"
-    code, report = sync(capsys, github, dest, "--latest", "2")
+    code, report = sync(capsys, github, dest, "--newest", "2")
     assert code == 0, report
     github.stop()
     url = static_server(dest)
@@ -145,7 +146,7 @@ def test_file_url_reads_the_mirror_without_a_server(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     dest, home = tmp_path / "mirror", tmp_path / "home"
-    code, report = sync(capsys, github, dest, "--latest", "2")
+    code, report = sync(capsys, github, dest, "--newest", "2")
     assert code == 0, report
     github.stop()
     code, payload = run_cli(capsys, "update", "--home", str(home), "--api-url", dest.as_uri(), "--backend", "cpu")
@@ -158,16 +159,16 @@ def test_second_sync_fetches_nothing_and_a_damaged_file_is_fetched_again(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     dest = tmp_path / "mirror"
-    assert sync(capsys, github, dest, "--latest", "2")[0] == 0
+    assert sync(capsys, github, dest, "--newest", "2")[0] == 0
     blobs = len(github.requests_to("blob"))
-    code, report = sync(capsys, github, dest, "--latest", "2")
+    code, report = sync(capsys, github, dest, "--newest", "2")
     assert code == 0, report
     assert report["fetched"] == [] and len(report["reused"]) == 2
     assert len(github.requests_to("blob")) == blobs
     damaged = mirrored_file(dest, "b7000", CPU.format(tag="b7000"))
     good = damaged.read_bytes()
     damaged.write_bytes(bytes(len(good)))
-    code, report = sync(capsys, github, dest, "--latest", "2")
+    code, report = sync(capsys, github, dest, "--newest", "2")
     assert code == 0, report
     assert report["fetched"] == [f"b7000/{CPU.format(tag='b7000')}"]
     assert damaged.read_bytes() == good
@@ -337,3 +338,41 @@ def test_digestless_upstream_is_mirrored_with_a_null_digest_and_clients_record_i
     assert code == 0, payload
     assert payload["active"]["digest_verified"] is False
     assert_runs(Path(payload["active"]["binary"]))
+
+
+def test_every_mirror_file_is_readable_by_a_web_server_running_as_another_user(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    old_umask = os.umask(0o022)
+    try:
+        code, report = sync(capsys, github, dest, "--newest", "2")
+    finally:
+        os.umask(old_umask)
+    assert code == 0, report
+    files = [p for p in dest.rglob("*") if p.is_file()]
+    assert any(p.name == "latest" for p in files) and any(p.parent.name == "tags" for p in files)
+    modes = {p.relative_to(dest).as_posix(): oct(p.stat().st_mode & 0o777) for p in files}
+    assert set(modes.values()) == {oct(0o644)}, modes
+
+
+def test_latest_n_is_still_accepted_as_the_old_spelling_of_newest_n(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    code, report = sync(capsys, github, tmp_path / "a", "--latest", "2")
+    assert code == 0 and sorted(report["releases"]) == ["b7000", "b7001"], report
+    code, report = sync(capsys, github, tmp_path / "b", "--latest")
+    assert code == 0 and report["releases"] == ["b7001"], report
+    code, report = sync(capsys, github, tmp_path / "c", "--newest", "0")
+    assert code == 2 and "--newest must be 1 or more" in report["error"]["message"]
+
+
+def test_a_mirror_that_answers_404_says_to_check_it_is_synced_and_readable(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, static_server: Any
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    url = static_server(empty)
+    code, payload = run_cli(capsys, "update", "--home", str(tmp_path / "home"), "--api-url", url)
+    assert code == 7, payload
+    assert "mirror sync" in payload["error"]["hint"] and "mode 644" in payload["error"]["hint"]

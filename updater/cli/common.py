@@ -17,6 +17,12 @@ if TYPE_CHECKING:
     from llama_runtime.updater.cli.main import Output
     from llama_runtime.updater.install.transaction import UpdateOutcome
 
+#: Shown under every command's help instead of repeating the global options there.
+GLOBAL_EPILOG = (
+    "Global options such as --backend, --repo, --home, --json, -q and -v (see `llama-runtime --help`) "
+    "may be given before or after the command."
+)
+
 #: After a failed first install: where a machine without GitHub gets a runtime from.
 OFFLINE_HINT = (
     "Without access to GitHub: point --api-url (LLAMA_RUNTIME_GITHUB_API) at a mirror "

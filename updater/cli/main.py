@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from llama_runtime.runtime.errors import BusyError, LlamaRuntimeError, UserInputError
 from llama_runtime.runtime.text import printable
 from llama_runtime.updater.cli.common import (
+    GLOBAL_EPILOG,
     add_events_flag,
     cancel_on_signals,
     duration_arg,
@@ -81,13 +82,6 @@ class Output:
             sys.stderr.write(f"error: {printable(exc.message)}\n")
             if exc.hint:
                 sys.stderr.write(f"  next: {printable(exc.hint)}\n")
-
-
-#: Shown under every command's help instead of repeating the global options there.
-GLOBAL_EPILOG = (
-    "Global options such as --backend, --repo, --home, --json, -q and -v (see `llama-runtime --help`) "
-    "may be given before or after the command."
-)
 
 
 def _utc_timestamp() -> str:

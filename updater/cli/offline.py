@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.updater.cli.common import GLOBAL_EPILOG
 
 if TYPE_CHECKING:
     from llama_runtime.updater.cli.main import Output
@@ -39,7 +40,7 @@ def register(add: AddParser) -> dict[str, Handler]:
     p.add_argument("--output", "-o", required=True, metavar="FILE", help="the bundle to write (.tar.gz)")
     mirror = add("mirror", "mirror releases into a static directory that --api-url can point at")
     actions = mirror.add_subparsers(dest="mirror_action", metavar="ACTION", required=True)
-    p = actions.add_parser("sync", help="fetch what is new, re-check what is there")
+    p = actions.add_parser("sync", help="fetch what is new, re-check what is there", epilog=GLOBAL_EPILOG)
     _sync_flags(p)
     p = add("gc", "remove inactive runtimes beyond the newest N, stale staging and old partial downloads")
     p.add_argument("--keep", type=int, default=None, metavar="N", help="inactive runtimes to keep (default 2)")
@@ -53,16 +54,28 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dest", required=True, metavar="DIR", help="the mirror directory")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--tag", help="mirror exactly this release")
-    which.add_argument("--latest", type=int, default=None, metavar="N", help="mirror the N newest builds (default 1)")
-    p.add_argument("--prune", action="store_true", help="remove mirrored releases that --latest N does not name")
+    which.add_argument("--newest", type=int, default=None, metavar="N", help="mirror the N newest builds (default 1)")
+    # ``--latest`` is a flag everywhere else (update, plan); ``--latest N`` is kept as the old spelling of --newest N.
+    which.add_argument(
+        "--latest",
+        type=int,
+        nargs="?",
+        const=1,
+        default=None,
+        metavar="N",
+        help="the newest build (same as --newest 1)",
+    )
+    p.add_argument("--prune", action="store_true", help="remove mirrored releases that --newest N does not name")
     p.add_argument("--platform", action="append", default=[], metavar="OS-ARCH", help="only these platforms (repeat)")
     p.add_argument("--backend", action="append", default=quiet, metavar="B", help="only these backends (repeat)")
-    p.add_argument("--home", default=quiet, help="llama-runtime home (LLAMA_RUNTIME_HOME)")
-    p.add_argument("--api-url", default=quiet, help="upstream API base (LLAMA_RUNTIME_GITHUB_API)")
     p.add_argument("--repo", default=quiet, help="OWNER/NAME to mirror (LLAMA_RUNTIME_REPO)")
-    p.add_argument("--json", action="store_true", default=quiet, help="one JSON object on stdout")
-    p.add_argument("--log-json", action="store_true", default=quiet, help="JSON log lines on stderr")
-    p.add_argument("-v", "--verbose", action="count", default=quiet, help="more log output")
+    # The other global options again, unlisted (`llama-runtime --help` lists them once).
+    hidden = argparse.SUPPRESS
+    p.add_argument("--home", default=quiet, help=hidden)
+    p.add_argument("--api-url", default=quiet, help=hidden)
+    for flag in ("--json", "--log-json", "-q", "--no-progress"):
+        p.add_argument(flag, action="store_true", default=quiet, help=hidden)
+    p.add_argument("-v", "--verbose", action="count", default=quiet, help=hidden)
 
 
 def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
@@ -141,7 +154,7 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
             client,
             Path(args.dest).expanduser().absolute(),
             tag=tag,
-            latest=args.latest if args.latest is not None else 1,
+            latest=_newest(args),
             platforms=platforms,
             backends=backends,
             prune=args.prune,
@@ -154,6 +167,14 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     ]
     out.result(report.to_json(), lines)
     return 0
+
+
+def _newest(args: argparse.Namespace) -> int:
+    """How many of the newest builds ``mirror sync`` mirrors (--newest N, or the older --latest N)."""
+    count = args.newest if args.newest is not None else args.latest if args.latest is not None else 1
+    if count < 1:
+        raise UserInputError(f"--newest must be 1 or more, not {count}.")
+    return int(count)
 
 
 def _platform(value: str) -> str:

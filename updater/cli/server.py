@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final, NoReturn
 
-from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError
+
+#: llama-server's own default port (``--port``, tools/server/README.md), so that a
+#: managed server is where every llama.cpp client looks first.
+LLAMA_SERVER_DEFAULT_PORT: Final[int] = 8080
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home
@@ -30,7 +37,7 @@ def cmd_server(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.updater.cli.main import home_for, settings_from_args
 
     home = home_for(settings_from_args(args))
-    server = ManagedServer(home.server_dir)
+    server = ManagedServer(home.server_dir, port=default_port())
     if args.action == "start":
         return _start(args, out, home, server)
     if args.action == "stop":
@@ -60,6 +67,8 @@ def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedSer
         server.start(runtime.binary, server_args, runtime_name=runtime.name, cwd=Path.cwd())
     healthy = server.wait_healthy(args.timeout)
     status = server.status()
+    if not healthy and not status.running:
+        _raise_exited(server, runtime.marker.tag, server_args)
     lines = [
         f"Started llama-server {runtime.marker.tag} ({runtime.marker.backend}), pid {status.pid}, "
         f"on {_where(status.host, status.port)}" + ("" if healthy else " (not healthy yet; see its log)"),
@@ -73,6 +82,40 @@ def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedSer
     payload["runtime"] = runtime.to_json()
     out.result(payload, lines)
     return 0 if healthy else 6
+
+
+def default_port(env: Mapping[str, str] | None = None) -> int | None:
+    """The port ``server start`` binds without ``--port``: llama-server's own default, 8080.
+
+    ``LLAMA_RUNTIME_SERVER_PORT`` overrides it (``0``: any free port, for tests and for
+    machines where 8080 is taken).
+
+    Raises:
+        UserInputError: The variable is not a port number.
+    """
+    raw = (os.environ if env is None else env).get("LLAMA_RUNTIME_SERVER_PORT", "").strip()
+    if not raw:
+        return LLAMA_SERVER_DEFAULT_PORT
+    if not raw.isdigit() or int(raw) > 65535:
+        raise UserInputError(f"LLAMA_RUNTIME_SERVER_PORT={raw!r} is not a port; use 1-65535, or 0 for any free port.")
+    return int(raw) or None
+
+
+def _raise_exited(server: ManagedServer, tag: str, server_args: list[str]) -> NoReturn:
+    """llama-server ended right after starting: report what it said, in its own words."""
+    from llama_runtime.runtime.process import ServerStartError
+
+    code = server.exit_status()
+    said = server.log_tail()
+    errors = [line for line in said if "error" in line.lower()] or said[-2:]
+    with contextlib.suppress(LlamaRuntimeError):
+        server.stop(0)  # forget the record of a process that is gone
+    how = f"exited with status {code}" if code is not None else "exited"
+    raise ServerStartError(
+        f"llama-server {tag} {how} right after starting: " + (" / ".join(errors) or "it printed nothing") + ".",
+        hint=f"Its arguments were: {' '.join(server_args) or '(none)'}; its log: {server.log_path}. "
+        "`llama-server --help` lists what it accepts.",
+    )
 
 
 def _status(out: Output, home: Home, server: ManagedServer) -> int:
