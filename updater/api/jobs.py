@@ -452,7 +452,7 @@ class JobRecorder:
             rate, eta = self._meter.sample(message, done, total)
         with self._lock:
             changed_phase = phase != self._state.phase
-            self._state = replace(
+            state = replace(
                 self._state,
                 phase=phase,  # type: ignore[arg-type]
                 done_bytes=done,
@@ -462,12 +462,15 @@ class JobRecorder:
                 message=message,
                 updated_at=self._clock(),
             )
-            state = self._state
         now = self._monotonic()
         finished_file = total is not None and done >= total
         if changed_phase or finished_file or now - self._last_persist >= PERSIST_INTERVAL_SECONDS:
             self._last_persist = now
             self.store.write(state)
+        # Published in memory only once persisted: whoever sees a new phase here
+        # (this process) finds it in the job file too (other processes, busy errors).
+        with self._lock:
+            self._state = state
         self._notify(state)
 
     def finish(
