@@ -134,7 +134,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
-    """``mirror sync --dest DIR [--tag T | --latest N [--prune]] [--platform P]… [--backend B]…``."""
+    """``mirror sync --dest DIR [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``."""
     from llama_runtime.runtime.backends import parse_backend
     from llama_runtime.updater.cli.main import engine_for, settings_from_args
     from llama_runtime.updater.install.download import human_size
