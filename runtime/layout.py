@@ -33,7 +33,14 @@ from typing import Final
 from llama_runtime.runtime.errors import CorruptStateError
 from llama_runtime.runtime.fsutil import atomic_write_json
 from llama_runtime.runtime.home_safety import check_home
-from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, marker_path, provenance_summary, read_marker
+from llama_runtime.runtime.marker import (
+    MARKER_NAME,
+    InstallMarker,
+    install_order,
+    marker_path,
+    provenance_summary,
+    read_marker,
+)
 
 #: The directory of installed runtimes inside a home.
 RUNTIMES_DIR_NAME: Final = "runtimes"
@@ -247,7 +254,7 @@ class Home:
                 found.append(self.load(entry.name))
             except CorruptStateError:
                 continue
-        found.sort(key=lambda r: (r.marker.installed_at, r.name))
+        found.sort(key=lambda r: (install_order(r.marker), r.name))
         return found
 
     def broken_runtimes(self) -> list[tuple[str, CorruptStateError]]:

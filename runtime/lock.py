@@ -13,6 +13,7 @@ holds the lock, so "busy" can say what is running.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import time
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 BUTTON_WAIT_SECONDS: Final = 0.5
 #: Never wait: app start-up must not block on an update in progress.
 NO_WAIT: Final = 0.0
+#: What opening the lock file in a home this process may read but not write raises.
+READ_ONLY_ERRNOS: Final = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,29 @@ class UpdateLock:
             return True
         probe.release()
         return False
+
+    @contextlib.contextmanager
+    def hold_for_reading(self, operation: str, *, timeout: float = NO_WAIT) -> Iterator[bool]:
+        """:meth:`hold` for commands that only read; yields whether the lock is held.
+
+        In a home this process cannot write (a read-only mount, another user's
+        home) the lock file cannot be opened. Such a process cannot change the
+        home either, so it reads without the lock instead of failing: runtime
+        directories never change after activation and the pointer is replaced
+        atomically, so what it reads is a consistent state.
+
+        Raises:
+            BusyError: Another process holds the lock.
+        """
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(self.hold(operation, timeout=timeout))
+            except OSError as exc:
+                if exc.errno not in READ_ONLY_ERRNOS:
+                    raise
+                yield False
+                return
+            yield True
 
     @contextlib.contextmanager
     def hold(self, operation: str, *, timeout: float = NO_WAIT) -> Iterator[None]:

@@ -23,6 +23,8 @@ from llama_runtime.runtime.fsutil import atomic_write_json
 
 MARKER_NAME: Final = "llama-runtime.json"
 SCHEMA_VERSION: Final = 1
+#: Install sequence numbers are counters, never near this; a larger one is not ours.
+MAX_SEQUENCE: Final = 2**63 - 1
 
 
 class ForeignMarkerError(CorruptStateError):
@@ -71,6 +73,9 @@ class InstallMarker:
     #: when verified, and the verified Sigstore ``bundle`` (so an export re-verifies offline).
     #: Empty for runtimes installed before provenance was checked.
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: The home's install counter at install time: "newest" means the highest one
+    #: (gc, doctor --repair), whatever the clock said. 0 for older markers.
+    sequence: int = 0
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -195,8 +200,23 @@ def parse_marker(payload: object, path: Path) -> InstallMarker:
         reason=str(payload.get("reason", "")),
         speeds=_speeds(payload.get("speeds", {})),
         provenance=provenance if isinstance(provenance := payload.get("provenance"), dict) else {},
+        sequence=_sequence(payload.get("sequence")),
         schema_version=schema if isinstance(schema, int) else SCHEMA_VERSION,
     )
+
+
+def _sequence(raw: object) -> int:
+    # Markers older than the field (and hostile ones) count as installed before any with one.
+    return raw if type(raw) is int and 0 <= raw <= MAX_SEQUENCE else 0
+
+
+def install_order(marker: InstallMarker) -> tuple[int, str]:
+    """Sort key, oldest install first: the home's install sequence, then the (wall-clock) time.
+
+    The sequence is what orders installs of this version and later; a clock that
+    was wrong at install time (a box that read 2000-01-01) cannot reorder them.
+    """
+    return (marker.sequence, marker.installed_at)
 
 
 def read_marker(runtime_dir: Path) -> InstallMarker:
@@ -233,6 +253,7 @@ __all__ = [
     "FileRecord",
     "ForeignMarkerError",
     "InstallMarker",
+    "install_order",
     "marker_path",
     "parse_marker",
     "provenance_summary",

@@ -22,7 +22,7 @@ from llama_runtime.runtime.binary import ProcessRunner, run_process, server_over
 from llama_runtime.runtime.errors import BusyError, CorruptStateError, LlamaRuntimeError, VerificationError
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
-from llama_runtime.runtime.marker import ForeignMarkerError
+from llama_runtime.runtime.marker import ForeignMarkerError, install_order
 from llama_runtime.updater.choice.tags import compare_tags, parse_tag
 from llama_runtime.updater.install.installed import verify_files
 from llama_runtime.updater.install.recovery import clean_leftovers, find_leftovers
@@ -128,7 +128,7 @@ def _is_older(candidate: InstalledRuntime, than: InstalledRuntime | None) -> boo
     if than is None:
         return True  # a runtime whose marker cannot be read may be the newest one
     order = compare_tags(parse_tag(candidate.marker.tag), parse_tag(than.marker.tag))
-    return order is None or order < 0 or (order == 0 and candidate.marker.installed_at < than.marker.installed_at)
+    return order is None or order < 0 or (order == 0 and install_order(candidate.marker) < install_order(than.marker))
 
 
 def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer) -> None:
@@ -150,7 +150,7 @@ def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Po
         candidates = [r for r in home.installed() if r.name != pointer.active]
         preferred = [r for r in candidates if r.name == pointer.previous] + sorted(
             (r for r in candidates if r.name != pointer.previous),
-            key=lambda r: r.marker.installed_at,
+            key=lambda r: install_order(r.marker),
             reverse=True,
         )
         damaged = _loadable(home, pointer.active)

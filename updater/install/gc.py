@@ -32,6 +32,7 @@ from typing import Final, Literal
 from llama_runtime.runtime.fsutil import remove_tree, tree_size
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
+from llama_runtime.runtime.marker import install_order
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.installed import build_key
 from llama_runtime.updater.install.recovery import is_own_staging_name
@@ -126,7 +127,7 @@ def runtimes_to_remove(
         protected[pointer.previous] = "previous (the rollback target)"
     if pointer.active:
         protected[pointer.active] = "active"
-    newest_first = sorted(runtimes, key=lambda r: (r.marker.installed_at, r.name), reverse=True)
+    newest_first = sorted(runtimes, key=lambda r: (install_order(r.marker), r.name), reverse=True)
     kept = {r.name: protected[r.name] for r in newest_first if r.name in protected}
     # A copy of a build that is kept anyway (protected, or a newer copy) is never
     # one of the newest ``keep``: the home holds one runtime per build.
@@ -142,7 +143,7 @@ def runtimes_to_remove(
     for runtime in others[: max(keep, 0)]:
         kept[runtime.name] = f"among the newest {keep}"
     doomed = others[max(keep, 0) :] + duplicates
-    return sorted(doomed, key=lambda r: (r.marker.installed_at, r.name)), kept
+    return sorted(doomed, key=lambda r: (install_order(r.marker), r.name)), kept
 
 
 def stale_staging(names: Iterable[str], alive: Callable[[int], bool]) -> list[str]:
@@ -309,8 +310,12 @@ def collect_garbage(
     if keep < 0:
         raise UserInputError(f"--keep must be 0 or more, not {keep}.")
     report = GcReport(dry_run=dry_run)
-    home.ensure()
-    with UpdateLock(home.lock_path).hold("gc", timeout=NO_WAIT):
+    lock = UpdateLock(home.lock_path)
+    if not dry_run:
+        home.ensure()
+    # --dry-run only reads: it also serves a read-only home (see UpdateLock.hold_for_reading).
+    hold = lock.hold_for_reading("gc --dry-run") if dry_run else lock.hold("gc", timeout=NO_WAIT)
+    with hold:
         runtimes = home.installed()
         pointer = _checked_pointer(home, runtimes)
         in_use = _in_use(home, runtimes, proc_root)
@@ -324,7 +329,7 @@ def collect_garbage(
         doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, keep)
         for runtime in doomed:
             _remove(home, GcItem("runtime", runtime.path, tree_size(runtime.path), runtime.marker.tag), report)
-        for name in stale_staging((e.name for e in os.scandir(home.staging_dir)), pid_alive):
+        for name in stale_staging(_names(home.staging_dir), pid_alive):
             path = home.staging_dir / name
             _remove(home, GcItem("staging", path, _size(path)), report)
         cutoff = now() - PARTIAL_MAX_AGE_SECONDS
@@ -338,6 +343,13 @@ def collect_garbage(
 def _is_own_download(name: str) -> bool:
     """Partial downloads, their sidecars and temp files, install-file work directories: ours."""
     return name.endswith((".part", ".part.meta", ".tmp")) or name.startswith("install-file-")
+
+
+def _names(directory: Path) -> list[str]:
+    try:
+        return [e.name for e in os.scandir(directory)]
+    except FileNotFoundError:
+        return []
 
 
 def _size(path: Path) -> int:

@@ -18,7 +18,7 @@ from llama_runtime.runtime.binary import ProcessRunner
 from llama_runtime.runtime.errors import UserInputError, VerificationError
 from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import InstalledRuntime
-from llama_runtime.runtime.marker import InstallMarker
+from llama_runtime.runtime.marker import InstallMarker, install_order
 from llama_runtime.updater.install.recovery import damage
 from llama_runtime.updater.install.verify import Expected, probe_binary, read_back_marker
 
@@ -51,7 +51,7 @@ def describe(runtime: InstalledRuntime) -> str:
 
 
 def _newest_first(runtimes: Iterable[InstalledRuntime]) -> list[InstalledRuntime]:
-    return sorted(runtimes, key=lambda r: (r.marker.installed_at, r.name), reverse=True)
+    return sorted(runtimes, key=lambda r: (install_order(r.marker), r.name), reverse=True)
 
 
 def find_build(

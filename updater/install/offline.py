@@ -18,11 +18,15 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
 import os
 import secrets
+import shutil
+import stat
+import sys
 import tarfile
 import tempfile
 import zlib
@@ -48,7 +52,7 @@ from llama_runtime.updater.install.archive import BoundedHeaderError, open_tar_s
 from llama_runtime.updater.install.download import check_free_space
 from llama_runtime.updater.install.installed import find_build
 from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, read_attestation_file
-from llama_runtime.updater.install.recovery import damage
+from llama_runtime.updater.install.recovery import damage, disk_full_error, is_disk_full
 from llama_runtime.updater.install.transaction import Installer, Progress, UpdateOutcome
 
 __all__ = [
@@ -220,6 +224,10 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
         VerificationError: The runtime was rejected; the active one is unchanged.
         BusyError: Another update holds the lock.
     """
+    if is_stream(request.archive):
+        # A pipe or standard input can be read once: spool it, then install the copy.
+        with _spooled(request.archive, installer.home) as spooled:
+            return install_file(installer, replace(request, archive=spooled))
     archive = request.archive
     _check_readable(archive)
     expected_sha = normalize_sha256(request.sha256)
@@ -273,6 +281,42 @@ def _installed_copy(home: Home, meta: dict[str, object], active: InstalledRuntim
     key = (str(meta["repo"]).lower(), str(meta["tag"]), str(meta["backend"]), str(meta["asset"]))
     there = find_build(home.installed(), key, exclude=active.name if active else None)
     return there if there is not None and there.marker.sha256 == meta["sha256"] else None
+
+
+#: ``install-file -`` reads the archive from standard input.
+STDIN_NAME: Final = "-"
+
+
+def is_stream(path: Path) -> bool:
+    """Whether ``path`` is standard input (``-``) or a pipe/device that can be read only once."""
+    if str(path) == STDIN_NAME:
+        return True
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False  # missing: _check_readable says so
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+@contextlib.contextmanager
+def _spooled(source: Path, home: Home) -> Iterator[Path]:
+    """``source`` read once into a private file in the home, removed afterwards."""
+    home.ensure()
+    spool = Path(tempfile.mkdtemp(prefix=".spool-", dir=home.downloads_dir))
+    try:
+        target = spool / ("stdin" if str(source) == STDIN_NAME else source.name)
+        try:
+            with contextlib.ExitStack() as stack:
+                src = sys.stdin.buffer if str(source) == STDIN_NAME else stack.enter_context(source.open("rb"))
+                with target.open("wb") as dst:
+                    shutil.copyfileobj(src, dst, _CHUNK_BYTES)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full_error(home.root, 0, "the archive from standard input") from exc
+            raise UserInputError(f"Cannot read the archive {source}: {exc.strerror or exc}.") from None
+        yield target
+    finally:
+        remove_tree_quietly(spool)
 
 
 def _check_readable(archive: Path) -> None:
@@ -347,7 +391,7 @@ def read_bundle_marker(archive: Path) -> InstallMarker | None:
             f"{archive.name} is not a valid bundle: its {MARKER_NAME} is not valid JSON; nothing was installed."
         ) from None
     try:
-        return parse_marker(payload, archive / MARKER_NAME)
+        return _checked_names(parse_marker(payload, archive / MARKER_NAME), archive)
     except ForeignMarkerError:
         raise IntegrityError(
             f"{archive.name} was written by a newer llama-runtime (its marker has a schema or backend this "
@@ -357,6 +401,28 @@ def read_bundle_marker(archive: Path) -> InstallMarker | None:
     except CorruptStateError as exc:
         # The marker's own wording points at `doctor`, which is about this machine, not the file.
         raise IntegrityError(f"{archive.name} is not a valid bundle ({exc.message}); nothing was installed.") from None
+
+
+def _checked_names(marker: InstallMarker, archive: Path) -> InstallMarker:
+    """``marker`` when its repository, tag and asset name pass the rules remote data passes.
+
+    A bundle is data from elsewhere: its tag becomes a directory name and the
+    baseline of every later update, so it is held to the release server's rules.
+
+    Raises:
+        IntegrityError: A name breaks them (exit 8).
+    """
+    from llama_runtime.updater.config import validate_repo
+    from llama_runtime.updater.sources.remote_names import RemoteDataError, check_asset_name, check_tag
+
+    try:
+        validate_repo(marker.repo)
+        check_tag(marker.tag, what="a bundle")
+        check_asset_name(marker.asset, tag=marker.tag)
+    except (UserInputError, RemoteDataError) as exc:
+        reason = exc.message.replace("The server sent", "its marker names").replace("; nothing was kept.", "")
+        raise IntegrityError(f"{archive.name} is not a valid bundle: {reason}; nothing was installed.") from None
+    return marker
 
 
 class _HashingReader:
@@ -502,7 +568,7 @@ def export_bundle(home: Home, output: Path) -> ExportResult:
         raise UserInputError(f"--output {output} is a directory; give a file name such as runtime.tar.gz.")
     if not output.parent.is_dir():
         raise UserInputError(f"The directory of --output {output} does not exist.")
-    with UpdateLock(home.lock_path).hold("export"):
+    with UpdateLock(home.lock_path).hold_for_reading("export"):
         pointer = home.read_pointer()
         if not pointer.active:
             raise UserInputError("Nothing is active to export; install a runtime first.")

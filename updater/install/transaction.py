@@ -528,6 +528,7 @@ class Installer:
                 sha256=str(meta["sha256"]),
                 digest_verified=bool(meta["digest_verified"]),
                 installed_at=self.clock(),
+                sequence=self._next_sequence(),
                 binary=staged.binary_rel,
                 version=report.version,
                 devices=report.devices,
@@ -578,6 +579,10 @@ class Installer:
             raise VerificationError(f"The runtime {name} was rejected: {verdict.reason}.")
         warnings.extend(verdict.warnings)
         return record
+
+    def _next_sequence(self) -> int:
+        """One more than any installed runtime's: the install order no clock can upset (caller holds the lock)."""
+        return 1 + max((r.marker.sequence for r in self.home.installed()), default=0)
 
     def _extract(self, archives: list[Path], staging: Path, asset_name: str, cancel: CancelCheck) -> _Staged:
         result: ExtractResult = extract_archive(archives[0], staging, cancel=cancel)
