@@ -176,10 +176,11 @@ class HomeGuard:
     runtime are byte-identical, and the active ``llama-server`` still runs.
     """
 
-    def __init__(self, root: Path, home: Path) -> None:
+    def __init__(self, root: Path | None, home: Path) -> None:
+        # root None: only the home is guarded (tests that write beside it on purpose).
         self.root = root
         self.home = home
-        self.outside = snapshot_outside(root, home)
+        self.outside = snapshot_outside(root, home) if root is not None else {}
         self.runtimes = snapshot_tree(home / "runtimes")
         pointer = home / "active.json"
         self.pointer = pointer.read_bytes() if pointer.exists() else None
@@ -187,7 +188,8 @@ class HomeGuard:
     def assert_intact(self, expected_tag: str | None) -> None:
         from llama_runtime.runtime.layout import Home
 
-        assert snapshot_outside(self.root, self.home) == self.outside, "something outside the home changed"
+        if self.root is not None:
+            assert snapshot_outside(self.root, self.home) == self.outside, "something outside the home changed"
         pointer = self.home / "active.json"
         assert (pointer.read_bytes() if pointer.exists() else None) == self.pointer
         assert snapshot_tree(self.home / "runtimes") == self.runtimes

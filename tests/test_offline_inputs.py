@@ -26,7 +26,7 @@ from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.offline import InstallFileRequest, install_file
 from llama_runtime.updater.install.transaction import Installer
 
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.conftest import REPO, HomeGuard, assert_runs, snapshot_tree, stand_in_tarball
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 
@@ -43,18 +43,6 @@ def installed(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path) ->
     code, payload = cli(capsys, home, "install-file", str(archive))
     assert code == 0, payload
     return Home(home)
-
-
-class Frozen:
-    def __init__(self, h: Home) -> None:
-        self.h = h
-        self.pointer = h.pointer_path.read_bytes()
-        self.files = snapshot_tree(h.runtimes_dir)
-
-    def assert_unchanged_and_runs(self) -> None:
-        assert self.h.pointer_path.read_bytes() == self.pointer
-        assert snapshot_tree(self.h.runtimes_dir) == self.files
-        assert_runs(self.h.load(self.h.read_pointer().active or "").binary)
 
 
 # -- bundles are remote data -------------------------------------------------------------------
@@ -85,13 +73,13 @@ def test_a_bundle_whose_marker_breaks_the_remote_rules_is_refused_with_exit_8(
     bundle = tmp_path / "b.tar.gz"
     code, payload = cli(capsys, home, "export", "--output", str(bundle))
     assert code == 0, payload
-    frozen = Frozen(installed)
+    frozen = HomeGuard(None, installed.root)
     bad = repacked(bundle, tmp_path / "bad.tar.gz", **changes)
     code, payload = cli(capsys, home, "install-file", str(bad))
     assert code == 8, payload
     assert "is not a valid bundle" in payload["error"]["message"]
     assert "\x1b" not in payload["error"]["message"]
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000")
 
 
 # -- a pipe is read once -----------------------------------------------------------------------

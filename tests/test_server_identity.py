@@ -28,7 +28,7 @@ from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.transaction import Installer, UpdateRequest
 from llama_runtime.updater.sources.github import GitHubClient
 
-from tests.conftest import REPO, assert_runs, snapshot_tree
+from tests.conftest import REPO, HomeGuard, assert_runs
 from tests.fakegithub import FakeGitHub
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
@@ -96,27 +96,13 @@ def installed(
     return Home(home)
 
 
-class ActiveIntact:
-    """The active runtime: files and pointer must not change, and it must still run."""
-
-    def __init__(self, h: Home) -> None:
-        self.h = h
-        self.pointer = h.pointer_path.read_bytes()
-        self.files = snapshot_tree(h.runtimes_dir)
-
-    def assert_unchanged_and_runs(self) -> None:
-        assert self.h.pointer_path.read_bytes() == self.pointer
-        assert snapshot_tree(self.h.runtimes_dir) == self.files
-        assert_runs(self.h.load(self.h.read_pointer().active or "").binary)
-
-
 # -- finding 3: a squatted port ---------------------------------------------------------------
 
 
 def test_server_start_on_a_squatted_port_exits_3_naming_the_holder_and_starts_nothing(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, installed: Home, squat: Any, tmp_path: Path
 ) -> None:
-    intact = ActiveIntact(installed)
+    intact = HomeGuard(None, installed.root)
     port = free_port()
     squatter = squat("127.0.0.1", port)
     models = tmp_path / "models"
@@ -139,13 +125,13 @@ def test_server_start_on_a_squatted_port_exits_3_naming_the_holder_and_starts_no
     assert payload["error"]["code"] == "port_in_use"
     assert f"pid {squatter.pid}" in payload["error"]["message"] and str(port) in payload["error"]["message"]
     assert not (installed.server_dir / "server.json").exists()  # nothing was started
-    intact.assert_unchanged_and_runs()
+    intact.assert_intact("b7000")
 
 
 def test_a_squatter_answering_on_our_port_is_not_our_health(
     home: Path, installed: Home, squat: Any, tmp_path: Path
 ) -> None:
-    intact = ActiveIntact(installed)
+    intact = HomeGuard(None, installed.root)
     active = installed.load(installed.read_pointer().active or "")
     port = free_port()
     server = ManagedServer(installed.server_dir)
@@ -159,7 +145,7 @@ def test_a_squatter_answering_on_our_port_is_not_our_health(
     assert server.wait_healthy(20.0) is False
     status = server.status()
     assert status.healthy is not True
-    intact.assert_unchanged_and_runs()
+    intact.assert_intact("b7000")
     assert squatter.poll() is None
 
 
@@ -192,7 +178,7 @@ def test_update_whose_restart_finds_the_port_taken_is_rolled_back_not_reported_r
     models.mkdir()
     code, started = cli(capsys, home, github, "server", "start", "--timeout", "60", "--", "--models-dir", str(models))
     assert code == 0 and started["healthy"] is True, started
-    intact = ActiveIntact(installed)
+    intact = HomeGuard(None, installed.root)
     github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): real_vulkan_tarball})
     server = _PortTakenAfterStop(installed.server_dir, squat)
     with GitHubClient(github.api_url, REPO) as source:
@@ -202,7 +188,7 @@ def test_update_whose_restart_finds_the_port_taken_is_rolled_back_not_reported_r
     assert server.squatted
     assert caught.value.message.startswith("rolled back")
     assert "did not come back" in caught.value.message  # its own port is squatted too: said, not hidden
-    intact.assert_unchanged_and_runs()
+    intact.assert_intact("b7000")
 
 
 # -- llama-server's --host forms --------------------------------------------------------------
@@ -297,17 +283,16 @@ def test_export_of_a_server_used_runtime_installs_on_another_machine(
 def test_export_refuses_a_runtime_holding_a_file_its_marker_does_not_record(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, installed: Home, tmp_path: Path
 ) -> None:
-    intact = ActiveIntact(installed)
     runtime = installed.load(installed.read_pointer().active or "")
     stray = runtime.path / "llama-b7000" / "llama.log"
     stray.write_text("a log someone wrote here")
-    intact = ActiveIntact(installed)
+    intact = HomeGuard(None, installed.root)
     code, payload = cli(capsys, home, github, "export", "--output", str(tmp_path / "x.tar.gz"))
     assert code == 6, payload
     assert "llama-b7000/llama.log" in payload["error"]["message"]
     assert "does not record" in payload["error"]["message"]
     assert not (tmp_path / "x.tar.gz").exists()
-    intact.assert_unchanged_and_runs()
+    intact.assert_intact("b7000")
 
 
 def main_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, Any]:

@@ -22,7 +22,7 @@ from llama_runtime.runtime.process import process_start_ticks
 from llama_runtime.updater.cli.main import main
 
 from llama_runtime import RuntimeUpdater
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.conftest import REPO, HomeGuard, assert_runs, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
@@ -50,18 +50,6 @@ def live_process() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait(timeout=10)
 
 
-class Frozen:
-    def __init__(self, h: Home) -> None:
-        self.h = h
-        self.pointer = h.pointer_path.read_bytes()
-        self.files = snapshot_tree(h.runtimes_dir)
-
-    def assert_unchanged_and_runs(self) -> None:
-        assert self.h.pointer_path.read_bytes() == self.pointer
-        assert snapshot_tree(self.h.runtimes_dir) == self.files
-        assert_runs(self.h.load(self.h.read_pointer().active or "").binary)
-
-
 def test_job_cancel_of_a_job_id_that_is_a_path_writes_nothing_outside_jobs(
     capsys: pytest.CaptureFixture[str],
     home: Path,
@@ -69,7 +57,7 @@ def test_job_cancel_of_a_job_id_that_is_a_path_writes_nothing_outside_jobs(
     installed: Home,
     live_process: subprocess.Popen[bytes],
 ) -> None:
-    frozen = Frozen(installed)
+    frozen = HomeGuard(None, installed.root)
     record = {
         "id": "../../x",
         "phase": "download",
@@ -82,7 +70,7 @@ def test_job_cancel_of_a_job_id_that_is_a_path_writes_nothing_outside_jobs(
     assert payload["job"] is None
     assert not (home.parent / "x.cancel").exists() and not (home / "x.cancel").exists()
     assert not [p for p in home.parent.rglob("*.cancel")]
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000")
 
 
 @pytest.mark.parametrize(
@@ -97,7 +85,7 @@ def test_job_cancel_of_a_job_id_that_is_a_path_writes_nothing_outside_jobs(
 def test_a_job_record_with_out_of_range_numbers_is_no_job_and_breaks_nothing(
     record: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, installed: Home
 ) -> None:
-    frozen = Frozen(installed)
+    frozen = HomeGuard(None, installed.root)
     text = json.dumps(record).replace("Infinity", "1e400")  # what a hostile file would spell
     (installed.jobs_dir / "current.json").write_text(text)
     code, payload = cli(capsys, home, github, "job", "status")
@@ -105,7 +93,7 @@ def test_a_job_record_with_out_of_range_numbers_is_no_job_and_breaks_nothing(
     assert payload["job"] is None
     ready = RuntimeUpdater(home, repo=REPO, backend="cpu", api_url=github.api_url).ensure()
     assert ready.ready and not ready.update_running
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000")
     code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert_runs(Path(payload["active"]["binary"]))
@@ -128,7 +116,7 @@ def test_a_server_record_with_out_of_range_numbers_is_not_ours_and_breaks_nothin
     installed: Home,
     live_process: subprocess.Popen[bytes],
 ) -> None:
-    frozen = Frozen(installed)
+    frozen = HomeGuard(None, installed.root)
     installed.server_dir.mkdir(parents=True, exist_ok=True)
     if record["pid"] == "LIVE":  # an unrelated live process: never signalled on such a record
         record = {**record, "pid": live_process.pid}
@@ -139,7 +127,7 @@ def test_a_server_record_with_out_of_range_numbers_is_not_ours_and_breaks_nothin
     code, payload = cli(capsys, home, github, "server", "stop")
     assert code == 0, payload
     assert live_process.poll() is None
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000")
     code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
 
@@ -147,10 +135,10 @@ def test_a_server_record_with_out_of_range_numbers_is_not_ours_and_breaks_nothin
 def test_server_verbs_are_not_blocked_by_an_update_that_holds_the_update_lock(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, installed: Home
 ) -> None:
-    frozen = Frozen(installed)
+    frozen = HomeGuard(None, installed.root)
     with UpdateLock(installed.lock_path).hold("update"):  # a download in progress
         code, payload = cli(capsys, home, github, "server", "stop")
         assert code == 0, payload
         code, payload = cli(capsys, home, github, "server", "status")
         assert code == 0, payload
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000")
