@@ -757,8 +757,8 @@ def _creation_flags() -> int:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` names a live (not zombie) process."""
-    if pid <= 0:
+    """Whether ``pid`` names a live (not zombie) process (never one out of the pid range)."""
+    if not 0 < pid <= MAX_PID:
         return False
     if sys.platform == "win32":
         return _windows_pid_alive(pid)
