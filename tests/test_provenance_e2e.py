@@ -208,3 +208,17 @@ def test_require_provenance_refuses_an_unattested_release(
     assert code == 8, payload
     assert payload["error"]["code"] == "provenance_missing"
     assert "no build attestation" in payload["error"]["message"]
+
+
+def test_require_provenance_refuses_switching_to_an_installed_unattested_build(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path
+) -> None:
+    publish(github, REPO, "b7001", real_vulkan_tarball, None)
+    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 0 and payload["active"]["tag"] == "b7001"
+    pointer = (home / "active.json").read_bytes()
+    args = ["update", "--tag", "b7000", "--backend", "vulkan", "--require-provenance"]
+    code, payload = run_cli(capsys, home, github, *args)  # b7000 is installed: a switch, no download
+    assert code == 8, payload
+    assert payload["error"]["code"] == "provenance_missing" and "nothing was switched" in payload["error"]["message"]
+    assert (home / "active.json").read_bytes() == pointer

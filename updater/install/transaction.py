@@ -30,6 +30,7 @@ from llama_runtime.runtime.errors import (
     IntegrityError,
     LlamaRuntimeError,
     MacOSTooOldError,
+    ProvenanceMissingError,
     UnsafeArchiveError,
     UserInputError,
     VerificationError,
@@ -44,6 +45,7 @@ from llama_runtime.runtime.marker import (
     ForeignMarkerError,
     InstallMarker,
     marker_path,
+    provenance_summary,
     write_marker,
 )
 from llama_runtime.runtime.process import SERVER_LOCK_TIMEOUT_SECONDS, ServerControl
@@ -757,9 +759,16 @@ class Installer:
         The caller holds the update lock; ``active`` is what is active now.
 
         Raises:
+            ProvenanceMissingError: Provenance is required and ``target``'s is not verified.
             VerificationError: ``target`` fails verification; nothing changed.
             SwitchError: A running server could not be switched; nothing changed.
         """
+        recorded = provenance_summary(target.marker)
+        if self.provenance.require and recorded["status"] != "verified":
+            raise ProvenanceMissingError(
+                f"The installed {describe(target)} has provenance '{recorded['status']}' ({recorded.get('reason')}) "
+                "and --require-provenance was given; nothing was switched."
+            )
         if not verified:
             emit(Progress("verify", message=f"verifying the installed {describe(target)}"))
             self._verify_installed(target)
