@@ -37,6 +37,8 @@ DATA = Path(__file__).parent / "data" / "sigstore"
 BUNDLE = DATA / "a.dsse.staging-rekor-v2.txt.sigstore.json"
 BEACON = "sigstore-conformance/extremely-dangerous-public-oidc-beacon"
 BEACON_WORKFLOW = ".github/workflows/extremely-dangerous-oidc-beacon.yml"
+#: ``update`` arguments that install b7001 from the real bundle's signer repository.
+FROM_BEACON = ("--repo", BEACON, "--tag", "b7001", "--backend", "vulkan")
 #: What the real bundle attests (its statement's subject "a.txt").
 ATTESTED_SHA256 = "a0cfc71271d6e278e57cd332ff957c3f7043fdda354c4cbb190a30d56efa01bf"
 
@@ -84,7 +86,7 @@ def test_attested_release_installs_verified_with_the_signer_in_marker_and_status
     monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
     digest = publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())
     remap_subject(monkeypatch, digest)
-    code, payload = run_cli(capsys, home, github, "update", "--repo", BEACON, "--tag", "b7001", "--backend", "vulkan")
+    code, payload = run_cli(capsys, home, github, "update", *FROM_BEACON)
     assert code == 0, payload
     provenance = payload["active"]["provenance"]
     assert provenance["status"] == "verified"
@@ -119,7 +121,7 @@ def test_attestation_from_another_workflow_is_exit_8_and_nothing_changes(
     home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path
 ) -> None:
     publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())  # the policy wants release.yml
-    code, payload = failing_update(capsys, home, github, "--repo", BEACON, "--tag", "b7001", "--backend", "vulkan")
+    code, payload = failing_update(capsys, home, github, *FROM_BEACON)
     assert code == 8, payload
     message = payload["error"]["message"]
     assert f"signed by the workflow {BEACON_WORKFLOW}, not by {BEACON}'s .github/workflows/release.yml" in message
@@ -134,7 +136,7 @@ def test_attestation_for_other_bytes_is_exit_8_and_nothing_changes(
 ) -> None:
     monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
     publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())  # genuine, but for a0cfc712…
-    code, payload = failing_update(capsys, home, github, "--repo", BEACON, "--tag", "b7001", "--backend", "vulkan")
+    code, payload = failing_update(capsys, home, github, *FROM_BEACON)
     assert code == 8, payload
     assert "it attests a0cfc71271d6…, not this file" in payload["error"]["message"]
     assert list((home / "downloads").glob("*")) == []  # rejected bytes are not kept for a resume
@@ -155,7 +157,7 @@ def test_tampered_bundle_is_exit_8_and_nothing_changes(
     )
     digest = publish(github, BEACON, "b7001", real_vulkan_tarball, bundle)
     remap_subject(monkeypatch, digest)  # only the signature is wrong
-    code, payload = failing_update(capsys, home, github, "--repo", BEACON, "--tag", "b7001", "--backend", "vulkan")
+    code, payload = failing_update(capsys, home, github, *FROM_BEACON)
     assert code == 8, payload
     assert payload["error"]["code"] == "provenance_failed"
 
@@ -172,7 +174,7 @@ def test_stale_trust_root_is_exit_8_naming_the_root_and_the_refresh(
     monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
     digest = publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())
     remap_subject(monkeypatch, digest)
-    code, payload = failing_update(capsys, home, github, "--repo", BEACON, "--tag", "b7001", "--backend", "vulkan")
+    code, payload = failing_update(capsys, home, github, *FROM_BEACON)
     assert code == 8, payload
     error = payload["error"]
     assert "SCT" in error["message"] and str(stale) in error["message"]

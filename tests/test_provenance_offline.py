@@ -47,20 +47,28 @@ def archive(tmp_path: Path, tag: str = "b7001") -> Path:
 # -- a mirror ---------------------------------------------------------------------------
 
 
-def test_mirror_stores_the_attestation_on_the_api_route_and_installs_verify_it_offline(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def synced_mirror(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, bundle: dict[str, Any] | None
+) -> tuple[Path, str, dict[str, Any]]:
+    """A mirror of BEACON b7001 synced from a hub that is stopped afterwards: (dir, sha256, report)."""
     tarball = archive(tmp_path)
-    digest = sha256_of(tarball)
     dest = tmp_path / "mirror"
     with FakeGitHub() as upstream:
         upstream.add_release(BEACON, "b7001", {tarball.name: tarball})
-        upstream.add_attestation(BEACON, digest, real_bundle())
+        if bundle is not None:
+            upstream.add_attestation(BEACON, sha256_of(tarball), bundle)
         code, report = run_cli(
             capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, "--repo", BEACON
         )
         assert code == 0, report
-    assert report["attestations"] == [f"b7001/{tarball.name}"]
+    return dest, sha256_of(tarball), report
+
+
+def test_mirror_stores_the_attestation_on_the_api_route_and_installs_verify_it_offline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dest, digest, report = synced_mirror(capsys, tmp_path, real_bundle())
+    assert report["attestations"] == [f"b7001/{CPU.format(tag='b7001')}"]
     stored = dest / "repos" / BEACON / "attestations" / f"sha256:{digest}"
     assert json.loads(stored.read_text())["attestations"][0]["bundle"] == real_bundle()
     remap_subject(monkeypatch, digest)
@@ -76,15 +84,7 @@ def test_mirror_stores_the_attestation_on_the_api_route_and_installs_verify_it_o
 def test_a_forged_attestation_on_a_mirror_is_exit_8_offline(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tarball = archive(tmp_path)
-    digest = sha256_of(tarball)
-    dest = tmp_path / "mirror"
-    with FakeGitHub() as upstream:
-        upstream.add_release(BEACON, "b7001", {tarball.name: tarball})
-        code, _ = run_cli(
-            capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, "--repo", BEACON
-        )
-        assert code == 0
+    dest, digest, _ = synced_mirror(capsys, tmp_path, None)
     forged = copy.deepcopy(real_bundle())
     forged["dsseEnvelope"]["signatures"][0]["sig"] = forged["dsseEnvelope"]["signatures"][0]["sig"][::-1]
     route = dest / "repos" / BEACON / "attestations" / f"sha256:{digest}"
