@@ -263,6 +263,13 @@ def test_no_attestation_is_absent_or_refused_when_required() -> None:
     assert caught.value.exit_code == 8
 
 
+def test_attestations_listed_only_by_url_are_unverified_not_absent() -> None:
+    answer = {"attestations": [{"bundle": None, "bundle_url": "https://example.com/x", "repository_id": 1}]}
+    result = ProvenanceCheck().evaluate_answer("x.tar.gz", "ab" * 32, LLAMA, answer)
+    assert result == Provenance("unverified", f"{LLAMA} lists 1 attestation(s) without an inline bundle")
+    assert ProvenanceCheck().evaluate_answer("x.tar.gz", "ab" * 32, LLAMA, []).status == "absent"
+
+
 def test_not_checked_is_unverified_with_the_reason_or_refused_when_required() -> None:
     assert ProvenanceCheck().not_checked("x", "installed from a file") == Provenance(
         "unverified", "installed from a file"

@@ -206,6 +206,19 @@ class ProvenanceCheck:
             )
         return Provenance("unverified", reason)
 
+    def evaluate_answer(self, asset: str, sha256: str, repo: str, answer: object) -> Provenance:
+        """:meth:`evaluate` for the attestations API's answer.
+
+        GitHub may list an attestation by ``bundle_url`` alone (a compressed
+        blob elsewhere); this version does not fetch those, and says so rather
+        than calling the file ``absent``.
+        """
+        bundles = parse_attestations(answer)
+        listed = answer.get("attestations") if isinstance(answer, dict) else None
+        if not bundles and isinstance(listed, list) and listed:
+            return self.not_checked(asset, f"{repo} lists {len(listed)} attestation(s) without an inline bundle")
+        return self.evaluate(asset, sha256, repo, bundles)
+
     def evaluate(self, asset: str, sha256: str, repo: str, bundles: Sequence[dict[str, Any]]) -> Provenance:
         """The provenance of the file ``asset`` (``sha256``) from ``repo``, given its published bundles.
 

@@ -69,7 +69,7 @@ from llama_runtime.updater.install.download import (
 )
 from llama_runtime.updater.install.gate import GatePolicy, InferenceGate, record_speeds, validate_gguf
 from llama_runtime.updater.install.installed import describe, verify_installed
-from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, combine, parse_attestations
+from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, combine
 from llama_runtime.updater.install.recovery import (
     active_state,
     clean_leftovers,
@@ -416,13 +416,13 @@ class Installer:
         results: list[tuple[str, Provenance]] = []
         for asset, download in zip(assets, downloads, strict=True):
             try:
-                published = parse_attestations(self.source.attestations(download.sha256))
+                answer = self.source.attestations(download.sha256)
             except RemoteError as exc:
                 if self.provenance.require:
                     raise
                 results.append((asset.name, Provenance("unverified", f"attestations not fetched: {exc.message}")))
                 continue
-            results.append((asset.name, self.provenance.evaluate(asset.name, download.sha256, repo, published)))
+            results.append((asset.name, self.provenance.evaluate_answer(asset.name, download.sha256, repo, answer)))
         return combine(results)
 
     def _download(
