@@ -48,7 +48,6 @@ DEVICE_PREFIX: Final[dict[str, tuple[str, ...]]] = {
 }
 
 _DEVICE_LINE = re.compile(r"^\s+(?P<id>[A-Za-z_]+\d+):\s*(?P<desc>.+)$")
-_SERVER_NAMES: Final = ("llama-server", "llama-server.exe")
 
 
 @dataclass(frozen=True)
@@ -126,8 +125,3 @@ def server_override(env: Mapping[str, str] | None = None) -> Path | None:
     """``LLAMA_SERVER_PATH``, an externally managed binary, when set."""
     value = (env if env is not None else os.environ).get("LLAMA_SERVER_PATH", "").strip()
     return Path(value).expanduser() if value else None
-
-
-def server_names() -> tuple[str, ...]:
-    """File names ``llama-server`` has on the supported platforms."""
-    return _SERVER_NAMES

@@ -105,11 +105,64 @@ class CorruptStateError(LocalError):
     code = "corrupt_state"
 
 
+class ForeignMarkerError(CorruptStateError):
+    """A marker written by a newer llama-runtime (unknown backend or schema)."""
+
+    code = "foreign_marker"
+
+
 class CancelledError(LocalError):
     """The caller cancelled the job; nothing was activated."""
 
     exit_code = 130
     code = "cancelled"
+
+
+class ServerStopError(LocalError):
+    """The managed llama-server could not be stopped; its record is kept.
+
+    Args:
+        message: The sentence for people.
+        reason: Short machine-readable cause (``permission_denied``, ``survived_kill``).
+    """
+
+    exit_code = 6
+    code = "server_stop_failed"
+
+    def __init__(self, message: str, *, reason: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.reason = reason
+
+
+class ServerStartError(LocalError):
+    """llama-server could not be launched (missing or non-executable binary)."""
+
+    exit_code = 6
+    code = "server_start_failed"
+
+
+class ServerAlreadyRunningError(BusyError):
+    """The home already runs a managed llama-server."""
+
+    code = "server_running"
+
+
+class PortInUseError(BusyError):
+    """Another process already listens where llama-server was asked to (exit 3)."""
+
+    code = "port_in_use"
+
+
+class SwitchError(LocalError):
+    """A running server could not be stopped around a switch.
+
+    ``new_still_running`` is true when it was the new runtime's server that
+    would not stop: its directory must then be kept.
+    """
+
+    exit_code = 6
+    code = "switch_failed"
+    new_still_running: bool = False
 
 
 class FileSystemError(LocalError):

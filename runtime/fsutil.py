@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 # Windows refuses to delete or rename a file another process has open
 # (antivirus, indexer, a running llama-server.exe); these retries outlast the
@@ -64,12 +64,17 @@ def fsync_directory(directory: Path) -> None:
 SHARED_FILE_MODE: Final[int] = 0o644
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves old or new, never a mix.
+@contextlib.contextmanager
+def atomic_writer(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
+    """A file that replaces ``path`` when the block ends, so a crash leaves old or new, never a mix.
+
+    The one atomic write of the project: a temp file ``.NAME.*.tmp`` beside
+    ``path`` (recovery removes leftovers of that shape), fsync, ``os.replace``,
+    fsync of the directory. An exception in the block removes the temp file
+    and leaves ``path`` as it was.
 
     Args:
         path: The file to replace.
-        data: Its new content.
         mode: Permission bits for the new file (default: private, 0600).
 
     Raises:
@@ -82,7 +87,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> N
         if mode is not None:
             os.chmod(tmp, mode)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -91,6 +96,16 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> N
             tmp.unlink()
         raise
     fsync_directory(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically (see :func:`atomic_writer`).
+
+    Raises:
+        OSError: Writing, fsync or the rename failed; ``path`` is unchanged.
+    """
+    with atomic_writer(path, mode=mode) as handle:
+        handle.write(data)
 
 
 def atomic_write_json(path: Path, payload: object, *, mode: int | None = None) -> None:

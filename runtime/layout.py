@@ -257,20 +257,6 @@ class Home:
         found.sort(key=lambda r: (install_order(r.marker), r.name))
         return found
 
-    def broken_runtimes(self) -> list[tuple[str, CorruptStateError]]:
-        """Runtime directories that are not complete runtimes, with why."""
-        broken: list[tuple[str, CorruptStateError]] = []
-        if not self.runtimes_dir.is_dir():
-            return broken
-        for entry in os.scandir(self.runtimes_dir):
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            try:
-                self.load(entry.name)
-            except CorruptStateError as exc:
-                broken.append((entry.name, exc))
-        return broken
-
 
 def _is_plain_name(name: str) -> bool:
     return bool(name) and name not in {".", ".."} and _UNSAFE_NAME_CHARS.search(name) is None

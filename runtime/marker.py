@@ -18,19 +18,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from llama_runtime.runtime.backends import BACKEND_CHOICES, CONCRETE_BACKENDS, parse_backend
-from llama_runtime.runtime.errors import CorruptStateError, UnknownBackendError
+from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError, UnknownBackendError
 from llama_runtime.runtime.fsutil import atomic_write_json
 
 MARKER_NAME: Final = "llama-runtime.json"
 SCHEMA_VERSION: Final = 1
 #: Install sequence numbers are counters, never near this; a larger one is not ours.
 MAX_SEQUENCE: Final = 2**63 - 1
-
-
-class ForeignMarkerError(CorruptStateError):
-    """A marker written by a newer llama-runtime (unknown backend or schema)."""
-
-    code = "foreign_marker"
 
 
 @dataclass(frozen=True)

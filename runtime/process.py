@@ -46,7 +46,13 @@ from pathlib import Path
 from typing import Final, Protocol
 
 import filelock
-from llama_runtime.runtime.errors import BusyError, LocalError
+from llama_runtime.runtime.errors import (
+    BusyError,
+    PortInUseError,
+    ServerAlreadyRunningError,
+    ServerStartError,
+    ServerStopError,
+)
 from llama_runtime.runtime.fsutil import atomic_write_json
 from llama_runtime.runtime.listen import (
     Endpoint,
@@ -90,41 +96,6 @@ MAX_START_TICKS: Final = 2**63 - 1
 #: Where the server runs when the caller's directory cannot be used (gone, or
 #: inside the home, whose runtimes must hold only what their markers record).
 WORK_DIR_NAME: Final = "work"
-
-
-class ServerStopError(LocalError):
-    """The managed llama-server could not be stopped; its record is kept.
-
-    Args:
-        message: The sentence for people.
-        reason: Short machine-readable cause (``permission_denied``, ``survived_kill``).
-    """
-
-    exit_code = 6
-    code = "server_stop_failed"
-
-    def __init__(self, message: str, *, reason: str, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.reason = reason
-
-
-class ServerStartError(LocalError):
-    """llama-server could not be launched (missing or non-executable binary)."""
-
-    exit_code = 6
-    code = "server_start_failed"
-
-
-class ServerAlreadyRunningError(BusyError):
-    """The home already runs a managed llama-server."""
-
-    code = "server_running"
-
-
-class PortInUseError(BusyError):
-    """Another process already listens where llama-server was asked to (exit 3)."""
-
-    code = "port_in_use"
 
 
 class ServerControl(Protocol):
@@ -394,7 +365,7 @@ class ManagedServer(ServerControl):
             return None
         return f"http://{http_netloc(state.host, state.port)}"
 
-    # -- for the CLI and gc ------------------------------------------------------
+    # -- for the CLI ---------------------------------------------------------------
 
     def exit_status(self) -> int | None:
         """The exit status of the newest server this object started, once it ended (else None)."""
@@ -411,10 +382,6 @@ class ManagedServer(ServerControl):
         except OSError:
             return []
         return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
-
-    def running_binary(self) -> Path | None:
-        """The binary a running managed server uses (gc must not delete its runtime)."""
-        return self.current_binary()
 
     def status(self) -> ServerStatus:
         """Liveness of the recorded process and, when alive, its ``/health``."""

@@ -8,12 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from llama_runtime.runtime.errors import CorruptStateError, UserInputError, VerificationError
+from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError, UserInputError, VerificationError
 from llama_runtime.runtime.layout import Home, Pointer, runtime_name_of
 from llama_runtime.runtime.marker import (
     MARKER_NAME,
     FileRecord,
-    ForeignMarkerError,
     InstallMarker,
     read_marker,
     write_marker,

@@ -19,14 +19,17 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from llama_runtime.runtime.errors import BusyError, LocalError
+from llama_runtime.runtime.errors import (
+    BusyError,
+    LocalError,
+    ServerAlreadyRunningError,
+    ServerStartError,
+    ServerStopError,
+)
 from llama_runtime.runtime.process import (
     Health,
     ManagedServer,
-    ServerAlreadyRunningError,
     ServerControl,
-    ServerStartError,
-    ServerStopError,
     arg_value,
     pid_alive,
     probe_health,
@@ -154,7 +157,7 @@ def test_real_server_in_router_mode_starts_healthy_and_stops_cleanly(
     assert status.runtime_name == "rt-b7000"
     assert status.host == "127.0.0.1"
     assert status.port is not None and str(status.port) == arg_value(status.args, "--port")
-    assert server.running_binary() == real_server_binary
+    assert server.current_binary() == real_server_binary
     assert server.current_args()[:2] == ["--models-dir", str(models)]
     record = json.loads(server.state_path.read_text())
     assert record["pid"] == status.pid and record["runtime_name"] == "rt-b7000"
@@ -166,7 +169,7 @@ def test_real_server_in_router_mode_starts_healthy_and_stops_cleanly(
     assert not server.state_path.exists()
     after = server.status()
     assert not after.running and after.healthy is None
-    assert server.running_binary() is None and server.current_args() == []
+    assert server.current_binary() is None and server.current_args() == []
 
 
 @pytest.mark.real_binary
@@ -186,7 +189,7 @@ def test_another_instance_sees_the_detached_server_and_can_stop_it(
     # A later CLI invocation holds no handle on the child; it must rely on server.json.
     other = servers()
     assert other.is_running() and other.status().healthy is True
-    assert other.running_binary() == real_server_binary
+    assert other.current_binary() == real_server_binary
     other.stop(timeout=10)
 
     assert not other.is_running()
@@ -280,7 +283,7 @@ def test_stale_record_of_a_dead_pid_is_not_running_and_stop_removes_it(
 
     assert not status.running and status.healthy is None
     assert "no longer running" in status.health_detail
-    assert server.running_binary() is None
+    assert server.current_binary() is None
     server.stop()
     assert kill.sent == []
     assert not server.state_path.exists()

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.runtime.errors import SwitchError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.process import ManagedServer, pid_alive
 from llama_runtime.updater.choice.host import detect_host
 from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.install.swap import SwitchError
 from llama_runtime.updater.install.transaction import Installer, UpdateRequest
 from llama_runtime.updater.sources.github import GitHubClient
 

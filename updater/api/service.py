@@ -39,6 +39,7 @@ from llama_runtime.runtime.errors import (
     LlamaRuntimeError,
     RemoteError,
 )
+from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 from llama_runtime.updater.api.jobs import JobListener, JobRecorder, JobState, JobStore
@@ -323,7 +324,6 @@ class RuntimeUpdater:
             runtime = self.home.load(pointer.active)
         except CorruptStateError as exc:
             return None, exc.message
-        from llama_runtime.runtime.integrity import file_problems
 
         # Sizes of every recorded file, the binary included: stat calls only,
         # so start-up stays cheap and a truncated llama-server is not "ready".

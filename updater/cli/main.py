@@ -265,8 +265,7 @@ _REPAIR_HINT = (
 
 def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
     """The pointer and the intact active runtime; damage is an exit-6 error naming the repair."""
-    from llama_runtime.runtime.errors import CorruptStateError
-    from llama_runtime.runtime.marker import ForeignMarkerError
+    from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError
     from llama_runtime.updater.install.recovery import damage
 
     try:

@@ -103,7 +103,7 @@ def default_port(env: Mapping[str, str] | None = None) -> int | None:
 
 def _raise_exited(server: ManagedServer, tag: str, server_args: list[str]) -> NoReturn:
     """llama-server ended right after starting: report what it said, in its own words."""
-    from llama_runtime.runtime.process import ServerStartError
+    from llama_runtime.runtime.errors import ServerStartError
 
     code = server.exit_status()
     said = server.log_tail()

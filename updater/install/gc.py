@@ -254,7 +254,7 @@ def _in_use(home: Home, runtimes: list[InstalledRuntime], proc_root: Path) -> se
     from llama_runtime.runtime.binary import server_override
     from llama_runtime.runtime.process import ManagedServer
 
-    used = {runtime_containing(ManagedServer(home.server_dir).running_binary(), runtimes)}
+    used = {runtime_containing(ManagedServer(home.server_dir).current_binary(), runtimes)}
     used.add(runtime_containing(server_override(), runtimes))
     named = {name for name in used if name is not None}
     scanned = runtimes_used_by_processes(home.runtimes_dir, proc_root)

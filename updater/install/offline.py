@@ -39,13 +39,14 @@ from llama_runtime.runtime.errors import (
     BackendUnavailableError,
     CorruptStateError,
     DigestMismatchError,
+    ForeignMarkerError,
     IntegrityError,
     UnsafeArchiveError,
     UserInputError,
 )
 from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, fsync_directory, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, InstalledRuntime
-from llama_runtime.runtime.marker import MARKER_NAME, ForeignMarkerError, InstallMarker, parse_marker
+from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, parse_marker
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
 from llama_runtime.updater.install.archive import BoundedHeaderError, open_tar_stream

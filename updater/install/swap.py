@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
-from llama_runtime.runtime.errors import LocalError, VerificationError
+from llama_runtime.runtime.errors import SwitchError, VerificationError
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.process import ServerControl
 from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
@@ -42,18 +42,6 @@ STOP_TIMEOUT_SECONDS: Final = 10.0
 
 # Arguments that make llama-server load a model at start-up (so a restart reloads it).
 _MODEL_FLAGS: Final = frozenset({"-m", "--model", "-hf", "--hf-repo", "-mu", "--model-url", "-dr", "--docker-repo"})
-
-
-class SwitchError(LocalError):
-    """A running server could not be stopped around a switch.
-
-    ``new_still_running`` is true when it was the new runtime's server that
-    would not stop: its directory must then be kept.
-    """
-
-    exit_code = 6
-    code = "switch_failed"
-    new_still_running: bool = False
 
 
 @dataclass(frozen=True)

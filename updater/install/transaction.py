@@ -27,10 +27,12 @@ from llama_runtime.runtime.binary import ProcessRunner, run_process
 from llama_runtime.runtime.errors import (
     CorruptStateError,
     DiskSpaceError,
+    ForeignMarkerError,
     IntegrityError,
     LlamaRuntimeError,
     MacOSTooOldError,
     ProvenanceMissingError,
+    SwitchError,
     UnsafeArchiveError,
     UserInputError,
     VerificationError,
@@ -42,7 +44,6 @@ from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import (
     MARKER_NAME,
     FileRecord,
-    ForeignMarkerError,
     InstallMarker,
     marker_path,
     provenance_summary,
@@ -82,7 +83,6 @@ from llama_runtime.updater.install.recovery import (
 from llama_runtime.updater.install.smoke import SmokeRun, smoke_check
 from llama_runtime.updater.install.swap import (
     ServerSwitch,
-    SwitchError,
     SwitchReport,
     switch_with_server,
 )

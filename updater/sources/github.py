@@ -16,8 +16,6 @@ Invariants:
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -32,6 +30,7 @@ from llama_runtime.runtime.errors import (
     ReleaseNotFoundError,
     RemoteError,
 )
+from llama_runtime.runtime.fsutil import atomic_write_json
 from llama_runtime.updater.choice.latest import pick_latest
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, loads_bounded, read_capped
@@ -120,20 +119,10 @@ class JsonFileEtagCache:
         return None
 
     def put(self, url: str, etag: str, body: Any) -> None:
-        """Remember ``etag`` and ``body`` for ``url`` (write to a temp file, fsync, rename)."""
+        """Remember ``etag`` and ``body`` for ``url`` (one atomic replace of the file)."""
         data = self._load()
         data[url] = {"etag": etag, "body": body}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".etag-", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_json(self.path, data)
 
 
 def same_origin(a: str, b: str) -> bool:
