@@ -64,6 +64,8 @@ from llama_runtime.runtime.listen import (
     probe_endpoint,
     probe_unix_health,
 )
+from llama_runtime.runtime.procinfo import pid_alive as pid_alive
+from llama_runtime.runtime.procinfo import process_start_ticks as process_start_ticks
 
 STATE_NAME: Final = "server.json"
 LOG_NAME: Final = "llama-server.log"
@@ -508,7 +510,7 @@ class ManagedServer(ServerControl):
                 "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "runtime_name": runtime_name,
                 "cwd": str(cwd),
-                "proc_start": _process_start_ticks(pid),
+                "proc_start": process_start_ticks(pid),
             },
         )
 
@@ -561,7 +563,7 @@ class ManagedServer(ServerControl):
             return child.poll() is None
         if not pid_alive(state.pid):
             return False
-        current = _process_start_ticks(state.pid)
+        current = process_start_ticks(state.pid)
         if current is None:
             return True  # no start times on this system (macOS, Windows): the pid is all there is
         # Where start times exist, every record we write has one: a record without
@@ -721,76 +723,3 @@ def _creation_flags() -> int:
     if sys.platform == "win32":
         return subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
     return 0
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` names a live (not zombie) process (never one out of the pid range)."""
-    if not 0 < pid <= MAX_PID:
-        return False
-    if sys.platform == "win32":
-        return _windows_pid_alive(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return _linux_state(pid) != "Z"
-
-
-def _linux_stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the ``(comm)`` one, or None off Linux."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # comm may contain spaces and parentheses; it ends at the last ')'.
-    return text[text.rfind(")") + 2 :].split()
-
-
-def _linux_state(pid: int) -> str | None:
-    fields = _linux_stat_fields(pid)
-    return fields[0] if fields else None
-
-
-def _process_start_ticks(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (Linux), to detect pid reuse."""
-    fields = _linux_stat_fields(pid)
-    # starttime is field 22 of stat; fields[0] here is field 3 (state).
-    if fields is None or len(fields) < 20:
-        return None
-    try:
-        return int(fields[19])
-    except ValueError:
-        return None
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot; Linux), or ``None`` where unknown.
-
-    A pid names the same process only while this value is unchanged: records
-    that store it next to a pid can tell a recycled pid from their owner.
-    """
-    return _process_start_ticks(pid)
-
-
-if sys.platform == "win32":
-    import ctypes
-
-    _STILL_ACTIVE: Final = 259  # GetExitCodeProcess's "has not exited"
-    _PROCESS_QUERY_LIMITED_INFORMATION: Final = 0x1000
-    _ERROR_ACCESS_DENIED: Final = 5
-
-    def _windows_pid_alive(pid: int) -> bool:
-        kernel32 = ctypes.windll.kernel32
-        handle = kernel32.OpenProcess(_PROCESS_QUERY_LIMITED_INFORMATION, False, pid)
-        if not handle:
-            # Access denied means the process exists but is not ours to query.
-            return bool(ctypes.GetLastError() == _ERROR_ACCESS_DENIED)
-        try:
-            code = ctypes.c_ulong()
-            if not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)):
-                return True
-            return bool(code.value == _STILL_ACTIVE)
-        finally:
-            kernel32.CloseHandle(handle)

@@ -2,9 +2,9 @@
 
 stdout is reserved for the command's output (one JSON object with ``--json``).
 
-structlog is imported only when something logs (:func:`get_logger`), not when
-logging is configured: importing it costs ~30 ms, and ``status`` — run at
-every app start — never logs.
+structlog is imported only when something logs a line, not when a logger is
+created or logging is configured: importing it costs ~30 ms, and app start-up
+(``ensure``) and ``status`` never log.
 """
 
 from __future__ import annotations
@@ -86,11 +86,41 @@ def _escape_controls(_logger: Any, _name: str, event: MutableMapping[str, Any]) 
     return {key: printable(value) if isinstance(value, str) else value for key, value in event.items()}
 
 
-def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    """A structlog logger for ``name``, with the llama-runtime configuration applied."""
-    import structlog
+class Logger:
+    """A named logger that imports and configures structlog on its first line.
 
-    if not _applied:
-        _apply()
-    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(name)
-    return logger
+    Modules create theirs at import (``log = get_logger(__name__)``); only a
+    module that actually logs pays for structlog, so app start-up never does.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _bound(self) -> structlog.typing.FilteringBoundLogger:
+        import structlog
+
+        if not _applied:
+            _apply()
+        logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(self.name)
+        return logger
+
+    def debug(self, event: str, **fields: Any) -> None:
+        """Log ``event`` at debug level with ``fields``."""
+        self._bound().debug(event, **fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        """Log ``event`` at info level with ``fields``."""
+        self._bound().info(event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        """Log ``event`` at warning level with ``fields``."""
+        self._bound().warning(event, **fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        """Log ``event`` at error level with ``fields``."""
+        self._bound().error(event, **fields)
+
+
+def get_logger(name: str) -> Logger:
+    """The logger for ``name`` (structlog, configured by :func:`configure_logging`, on first use)."""
+    return Logger(name)

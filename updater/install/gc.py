@@ -1,13 +1,13 @@
 """Housekeeping: remove old runtimes, stale staging and forgotten partial downloads.
 
 Never removed: the active runtime, the previous one (the rollback target),
-one a running process uses (the managed server, ``LLAMA_SERVER_PATH``, and on
-Linux any process whose executable, command line, working directory, open
-files or mapped libraries lie inside it, as ``/proc`` shows them), and the
+one a running process uses (the managed server, ``LLAMA_SERVER_PATH``, and
+any process whose executable, command line, working directory, open files or
+mapped libraries lie inside it, as psutil shows them on every OS), and the
 newest ``keep`` of the other runtimes (distinct builds: a second copy of one
-build is always removed unless it is protected itself). Where the process table cannot be read
-(macOS, Windows) gc cannot see a server an app started itself, so it refuses
-``--keep 0`` there. Everything happens under the update lock, taken without
+build is always removed unless it is protected itself). Where processes
+cannot be seen at all, gc cannot see a server an app started itself, so it
+refuses ``--keep 0`` there. Everything happens under the update lock, taken without
 waiting: while an update runs, its staging and downloads are live, so gc
 reports busy instead. Without a valid pointer gc cannot tell the active
 runtime apart and refuses to remove any runtime.
@@ -24,7 +24,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
@@ -53,8 +53,8 @@ __all__ = [
 #: Inactive runtimes kept besides the active and previous one: enough to go
 #: back two releases by hand without keeping every nightly build on disk.
 DEFAULT_KEEP: Final[int] = 2
-#: Where Linux shows every process's executable, arguments and mappings.
-PROC_ROOT: Final[Path] = Path("/proc")
+#: Paths under a directory that running processes use; ``None`` where they cannot be seen.
+ProcessScan = Callable[[Path], "set[str] | None"]
 #: A partial download untouched this long (seconds) belongs to an abandoned
 #: update; a day leaves a resumable download alone over a working day.
 PARTIAL_MAX_AGE_SECONDS: Final[float] = 24 * 3600
@@ -189,67 +189,24 @@ def runtime_names_in_paths(paths: Iterable[str], runtimes_dir: Path) -> set[str]
 # -- the run (IO) ------------------------------------------------------------------------
 
 
-def runtimes_used_by_processes(runtimes_dir: Path, proc_root: Path = PROC_ROOT) -> set[str] | None:
-    """Runtime names any running process uses, from ``/proc``; ``None`` where it cannot be read.
+def runtimes_used_by_processes(runtimes_dir: Path, scan: ProcessScan | None = None) -> set[str] | None:
+    """Runtime names any running process uses; ``None`` where processes cannot be seen.
 
-    A process counts when its executable, working directory, an argument
-    (a script started as ``llama-server`` shows as ``sh <path>``), an open file
-    or a mapped shared library lies inside a runtime. Entries that vanish or
-    that we may not read (other users' processes) are skipped.
+    Args:
+        runtimes_dir: ``<home>/runtimes``.
+        scan: Paths under a directory that processes use (default
+            :func:`~runtime.procinfo.paths_in_use`, psutil on every OS).
     """
-    if not (proc_root / "self" / "maps").is_file():
-        return None
+    if scan is None:
+        from llama_runtime.runtime.procinfo import paths_in_use
+
+        scan = paths_in_use
     root = runtimes_dir.resolve()
-    prefix = str(root)
-    found: set[str] = set()
-    try:
-        entries = [entry for entry in os.scandir(proc_root) if entry.name.isdigit()]
-    except OSError:
-        return None
-    for entry in entries:
-        found |= runtime_names_in_paths(_process_paths(Path(entry.path), prefix), root)
-    return found
+    paths = scan(root)
+    return None if paths is None else runtime_names_in_paths(paths, root)
 
 
-def _process_paths(proc: Path, prefix: str) -> Iterator[str]:
-    """Paths one process uses (only those that may be under ``prefix`` are worth resolving)."""
-    cwd = _readlink(proc / "cwd")
-    for link in (proc / "exe", proc / "cwd"):
-        if (target := _readlink(link)) is not None:
-            yield target
-    try:
-        argv = (proc / "cmdline").read_bytes().split(b"\0")
-    except OSError:
-        argv = []
-    for raw in argv:
-        arg = os.fsdecode(raw)
-        if "/" in arg and cwd is not None:
-            yield os.path.realpath(os.path.join(cwd, arg))
-    try:
-        with (proc / "maps").open("rb") as fh:
-            for line in fh:
-                fields = line.rstrip(b"\n").split(maxsplit=5)
-                if len(fields) == 6 and fields[5].startswith(b"/"):
-                    yield os.fsdecode(fields[5])
-    except OSError:
-        pass
-    try:
-        fds = list(os.scandir(proc / "fd"))
-    except OSError:
-        fds = []
-    for fd in fds:
-        if (target := _readlink(Path(fd.path))) is not None and target.startswith(prefix):
-            yield target
-
-
-def _readlink(link: Path) -> str | None:
-    try:
-        return os.readlink(link)
-    except OSError:
-        return None
-
-
-def _in_use(home: Home, runtimes: list[InstalledRuntime], proc_root: Path) -> set[str] | None:
+def _in_use(home: Home, runtimes: list[InstalledRuntime], scan: ProcessScan | None) -> set[str] | None:
     """Runtimes a running process uses; ``None`` when other processes cannot be seen."""
     from llama_runtime.runtime.binary import server_override
     from llama_runtime.runtime.process import ManagedServer
@@ -257,7 +214,7 @@ def _in_use(home: Home, runtimes: list[InstalledRuntime], proc_root: Path) -> se
     used = {runtime_containing(ManagedServer(home.server_dir).current_binary(), runtimes)}
     used.add(runtime_containing(server_override(), runtimes))
     named = {name for name in used if name is not None}
-    scanned = runtimes_used_by_processes(home.runtimes_dir, proc_root)
+    scanned = runtimes_used_by_processes(home.runtimes_dir, scan)
     return None if scanned is None else named | scanned
 
 
@@ -288,7 +245,7 @@ def collect_garbage(
     keep: int = DEFAULT_KEEP,
     dry_run: bool = False,
     now: Callable[[], float] = time.time,
-    proc_root: Path = PROC_ROOT,
+    scan_processes: ProcessScan | None = None,
 ) -> GcReport:
     """Remove what :mod:`updater.gc` may remove; with ``dry_run`` only report it.
 
@@ -297,7 +254,8 @@ def collect_garbage(
         keep: How many of the newest unprotected runtimes to keep.
         dry_run: Only report what would be removed.
         now: Clock (seconds since the epoch) for the age of partial downloads.
-        proc_root: Where the process table is read (``/proc``; tests point it elsewhere).
+        scan_processes: Paths under a directory that running processes use, or
+            ``None`` where they cannot be seen (default: psutil's view).
 
     Raises:
         UserInputError: ``keep`` is negative, or 0 where running processes cannot be seen.
@@ -305,7 +263,7 @@ def collect_garbage(
         BusyError: An update is running (nothing was removed).
     """
     from llama_runtime.runtime.errors import UserInputError
-    from llama_runtime.runtime.process import pid_alive
+    from llama_runtime.runtime.procinfo import pid_alive
 
     if keep < 0:
         raise UserInputError(f"--keep must be 0 or more, not {keep}.")
@@ -318,11 +276,12 @@ def collect_garbage(
     with hold:
         runtimes = home.installed()
         pointer = _checked_pointer(home, runtimes)
-        in_use = _in_use(home, runtimes, proc_root)
+        in_use = _in_use(home, runtimes, scan_processes)
         if in_use is None:
             if keep == 0:
                 raise UserInputError(
-                    "--keep 0 needs a readable process table (/proc) to see servers an app started itself; "
+                    "--keep 0 needs to see running processes (servers an app started itself), and this system "
+                    "does not let llama-runtime read them; "
                     "use --keep 1 or more on this system."
                 )
             in_use = set()
@@ -374,7 +333,7 @@ def _remove(home: Home, item: GcItem, report: GcReport) -> None:
     checkpoint("during_gc")
 
 
-def remove_runtime(home: Home, name: str, *, proc_root: Path = PROC_ROOT) -> GcItem:
+def remove_runtime(home: Home, name: str, *, scan_processes: ProcessScan | None = None) -> GcItem:
     """Delete the installed runtime ``name`` (``llama-runtime remove``), under the update lock.
 
     Raises:
@@ -400,7 +359,7 @@ def remove_runtime(home: Home, name: str, *, proc_root: Path = PROC_ROOT) -> GcI
                 f"{tag} is the previous runtime (the rollback target) and cannot be removed.",
                 hint="Once another runtime becomes the previous one (the next update or `use`), it can be removed.",
             )
-        if name in (_in_use(home, runtimes, proc_root) or set()):
+        if name in (_in_use(home, runtimes, scan_processes) or set()):
             raise BusyError(f"{tag} is used by a running process ({target.path}); stop it first.")
         report = GcReport(dry_run=False)
         _remove(home, GcItem("runtime", target.path, tree_size(target.path), target.marker.tag), report)
