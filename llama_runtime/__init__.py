@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.inference import InferenceResult, Speed, probe_inference
     from llama_runtime.updater.api.jobs import JobState
     from llama_runtime.updater.api.schedule import CheckResult
-    from llama_runtime.updater.api.service import EnsureResult, RuntimeUpdater, UpdateJob
+    from llama_runtime.updater.api.service import EnsureResult, NotReady, Ready, RuntimeUpdater, UpdateJob
     from llama_runtime.updater.install.gate import GatePolicy
     from llama_runtime.updater.install.gate_store import load_gate_settings, save_gate_settings
 
@@ -53,6 +53,8 @@ _ERRORS = "llama_runtime.runtime.errors"
 _EXPORTS: dict[str, str] = {
     "CheckResult": "llama_runtime.updater.api.schedule",
     "EnsureResult": "llama_runtime.updater.api.service",
+    "NotReady": "llama_runtime.updater.api.service",
+    "Ready": "llama_runtime.updater.api.service",
     "JobState": "llama_runtime.updater.api.jobs",
     "RuntimeUpdater": "llama_runtime.updater.api.service",
     "UpdateJob": "llama_runtime.updater.api.service",
@@ -108,9 +110,11 @@ __all__ = [
     "LlamaRuntimeError",
     "LocalError",
     "NetworkError",
+    "NotReady",
     "ProvenanceError",
     "ProvenanceMissingError",
     "RateLimitError",
+    "Ready",
     "ReleaseNotFoundError",
     "RemoteError",
     "RuntimeUpdater",

@@ -9,7 +9,6 @@ Nothing ever falls back silently to another backend.
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Final
 
@@ -106,6 +105,8 @@ def suggest_backend(name: str) -> tuple[str, str | None] | None:
         base = ALIASES.get(match["name"], match["name"])
         if base in CONCRETE_BACKENDS:
             return base, match["version"]
+    import difflib  # deferred: only a misspelled backend needs it
+
     close = difflib.get_close_matches(name, [*BACKEND_CHOICES, *ALIASES], n=1, cutoff=0.6)
     if close:
         return ALIASES.get(close[0], close[0]), None

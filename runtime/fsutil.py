@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import stat
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,6 +39,8 @@ _FD_WALK: Final = os.unlink in os.supports_dir_fd and os.scandir in os.supports_
 
 def sha256_file(path: Path) -> str:
     """sha256 hex of a file, read in 1 MiB chunks (never whole into memory)."""
+    import hashlib  # deferred: OpenSSL costs start-up time that only hashing needs
+
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         while chunk := handle.read(_HASH_CHUNK_BYTES):
@@ -81,6 +81,8 @@ def atomic_writer(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
         OSError: Writing, fsync or the rename failed; ``path`` is unchanged.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # deferred: start-up only reads
+
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -211,7 +210,7 @@ class Home:
     def new_runtime_name(self, repo: str, tag: str, backend: str) -> str:
         """A fresh directory name that says what it holds and never collides."""
         label = _UNSAFE_NAME_CHARS.sub("_", f"{repo.replace('/', '_')}-{tag}-{backend}")
-        return f"{label}-{secrets.token_hex(4)}"
+        return f"{label}-{os.urandom(4).hex()}"
 
     def load(self, name: str) -> InstalledRuntime:
         """The runtime ``name`` with its validated marker.

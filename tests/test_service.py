@@ -462,3 +462,19 @@ def test_updater_and_cli_refuse_the_same_malformed_timeout(
         RuntimeUpdater(home)
     assert main(["status", "--home", str(home), "--json"]) == 2
     assert name in json.loads(capsys.readouterr().out)["error"]["message"]
+
+
+def test_checked_ready_narrows_the_result_so_binary_is_a_path(tmp_path: Path) -> None:
+    api = pytest.importorskip("mypy.api")
+    app = tmp_path / "app.py"
+    app.write_text(
+        "from pathlib import Path\n"
+        "from llama_runtime import RuntimeUpdater\n"
+        "result = RuntimeUpdater(Path('home')).ensure()\n"
+        "if result.ready:\n"
+        "    binary: Path = result.binary\n"
+        "else:\n"
+        "    problem: str = result.problem\n"
+    )
+    out, err, code = api.run(["--strict", "--no-incremental", "--follow-imports=silent", str(app)])
+    assert code == 0, out + err

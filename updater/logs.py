@@ -9,7 +9,6 @@ created or logging is configured: importing it costs ~30 ms, and app start-up
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Mapping, MutableMapping
@@ -18,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     import structlog
 
-_LEVELS: Final = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+# The standard library's level numbers (logging.DEBUG … logging.ERROR), without importing logging.
+_LEVELS: Final = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 # The configuration asked for; applied to structlog on first use.
 _wanted: dict[str, Any] = {"json_lines": False, "level": "warning", "explicit": False}
@@ -73,7 +73,7 @@ def _apply() -> None:
         processors.append(structlog.dev.ConsoleRenderer(colors=colour))
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(_wanted["level"], logging.WARNING)),
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(_wanted["level"], _LEVELS["warning"])),
         logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )

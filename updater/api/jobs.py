@@ -36,7 +36,6 @@ from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.fsutil import atomic_write_json
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.procinfo import pid_alive, process_start_ticks
-from llama_runtime.updater.api.progress import RateMeter
 from llama_runtime.updater.logs import get_logger
 
 if TYPE_CHECKING:
@@ -413,6 +412,8 @@ class JobRecorder:
         self._state = state
         self._clock = clock
         self._monotonic = monotonic
+        from llama_runtime.updater.api.progress import RateMeter  # deferred: only a running job meters
+
         self._meter = RateMeter(clock=monotonic)
         self._lock = threading.Lock()
         self._listeners: list[JobListener] = []

@@ -22,14 +22,12 @@ Locking policy per caller:
 from __future__ import annotations
 
 import os
-import queue
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 from llama_runtime.runtime.errors import (
     BusyError,
@@ -43,19 +41,19 @@ from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 from llama_runtime.updater.api.jobs import JobListener, JobRecorder, JobState, JobStore
-from llama_runtime.updater.api.schedule import CheckResult, validate_seconds
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.binary import ProcessRunner
     from llama_runtime.runtime.marker import InstallMarker
     from llama_runtime.runtime.process import ServerControl
+    from llama_runtime.updater.api.schedule import CheckResult
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.install.transaction import Progress, UpdateOutcome
     from llama_runtime.updater.sources.source import ReleaseSource
 
-__all__ = ["CheckResult", "EnsureResult", "JobState", "RuntimeUpdater", "UpdateJob"]
+__all__ = ["EnsureResult", "JobState", "NotReady", "Ready", "RuntimeUpdater", "UpdateJob"]
 
 # How often a handle on another process's job re-reads the job file; the
 # owner persists at most four times a second, so faster polling sees nothing new.
@@ -66,30 +64,61 @@ START_TIMEOUT_SECONDS: Final[float] = 30.0
 
 
 @dataclass(frozen=True)
-class EnsureResult:
-    """What start-up found.
+class Ready:
+    """Start-up found a verified runtime: ``binary`` is the ``llama-server`` to run.
+
+    Check ``result.ready`` and a type checker narrows :data:`EnsureResult` to
+    this class, where ``binary`` is a ``Path``, never ``None``.
 
     Attributes:
-        runtime: The active, cheaply verified runtime, or ``None``.
+        runtime: The active, cheaply verified runtime.
         update_running: Another caller is updating right now (start-up did not wait).
-        problem: Why there is no usable runtime, for people; ``None`` when ready.
         installed: This call installed the runtime (``install_if_missing``).
     """
 
-    runtime: InstalledRuntime | None
+    runtime: InstalledRuntime
     update_running: bool
-    problem: str | None = None
     installed: bool = False
+    ready: Literal[True] = field(default=True, init=False)
+    problem: None = field(default=None, init=False)
 
     @property
-    def ready(self) -> bool:
-        """Whether a verified runtime is active."""
-        return self.runtime is not None
+    def binary(self) -> Path:
+        """The ``llama-server`` to run."""
+        return self.runtime.binary
+
+
+@dataclass(frozen=True)
+class NotReady:
+    """Start-up found no usable runtime; ``problem`` says why, for people.
+
+    Attributes:
+        update_running: Another caller is updating right now (start-up did not wait).
+        problem: Why there is no usable runtime.
+    """
+
+    update_running: bool
+    problem: str
+    ready: Literal[False] = field(default=False, init=False)
+    runtime: None = field(default=None, init=False)
+    installed: bool = field(default=False, init=False)
 
     @property
-    def binary(self) -> Path | None:
-        """The ``llama-server`` to run, when ready."""
-        return self.runtime.binary if self.runtime else None
+    def binary(self) -> None:
+        """Nothing to run."""
+        return None
+
+
+#: What :meth:`RuntimeUpdater.ensure` returns; ``if result.ready:`` tells the two apart.
+EnsureResult: TypeAlias = Ready | NotReady
+
+
+def _ensure_result(
+    runtime: InstalledRuntime | None, running: bool, problem: str | None, *, installed: bool = False
+) -> EnsureResult:
+    if runtime is not None:
+        return Ready(runtime, running, installed=installed)
+    return NotReady(running, problem or "No usable llama.cpp runtime is active.")
 
 
 class UpdateJob:
@@ -172,6 +201,8 @@ class UpdateJob:
 
     def events(self, timeout: float | None = None) -> Iterator[JobState]:
         """Iterate over the job's states until it is over (the last one is terminal)."""
+        import queue  # deferred, like everything start-up does not need
+
         inbox: queue.Queue[JobState] = queue.Queue()
         unsubscribe = self.subscribe(inbox.put)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -305,7 +336,7 @@ class RuntimeUpdater:
         runtime, problem = self._active_checked()
         running = self.update_running()
         if runtime is not None or running or not install_if_missing:
-            return EnsureResult(runtime, running, problem)
+            return _ensure_result(runtime, running, problem)
         # A damaged runtime is repaired as the same build, not upgraded behind the app's back.
         marker, _ = self._active_marker()
         same = marker.tag if marker is not None and marker.repo == self.repo else None
@@ -314,7 +345,7 @@ class RuntimeUpdater:
         if job.exception is not None:
             raise job.exception
         runtime, problem = self._active_checked()
-        return EnsureResult(runtime, False, problem, installed=runtime is not None)
+        return _ensure_result(runtime, False, problem, installed=runtime is not None)
 
     def _active_checked(self) -> tuple[InstalledRuntime | None, str | None]:
         try:
@@ -374,6 +405,7 @@ class RuntimeUpdater:
                 that is negative or not finite.
         """
         from llama_runtime.runtime.backends import parse_backend
+        from llama_runtime.updater.api.schedule import validate_seconds
         from llama_runtime.updater.choice.decide import UpdateRequest
         from llama_runtime.updater.choice.tags import validate_tag
 
@@ -406,6 +438,8 @@ class RuntimeUpdater:
             BusyError: Another update still runs after ``wait`` seconds.
             UserInputError: ``wait`` is negative or not finite.
         """
+        from llama_runtime.updater.api.schedule import validate_seconds
+
         wait = validate_seconds(wait, "wait")
         deadline = time.monotonic() + wait
         running = self.jobs.current()
@@ -426,7 +460,7 @@ class RuntimeUpdater:
         self.home.ensure()
         now = self._clock()
         new = JobState(
-            id=secrets.token_hex(8),
+            id=os.urandom(8).hex(),
             phase="resolve",
             pid=os.getpid(),
             operation=operation,
@@ -538,7 +572,13 @@ class RuntimeUpdater:
             RemoteError: Network or GitHub failures.
         """
         from llama_runtime.runtime.errors import RateLimitError
-        from llama_runtime.updater.api.schedule import Backoff, not_before_after_error, not_before_after_success
+        from llama_runtime.updater.api.schedule import (
+            Backoff,
+            CheckResult,
+            not_before_after_error,
+            not_before_after_success,
+            validate_seconds,
+        )
         from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest, decide
 
         wait = validate_seconds(wait, "wait")
