@@ -12,9 +12,7 @@ import pytest
 from llama_runtime.runtime.marker import MARKER_NAME
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import assert_runs, snapshot_tree, stand_in_tarball
-
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+from tests.conftest import CPU_TAR, assert_runs, snapshot_tree, stand_in_tarball
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -23,7 +21,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple
 
 
 def install(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path, tag: str) -> dict[str, Any]:
-    archive = stand_in_tarball(tmp_path / CPU.format(tag=tag), tag=tag, libs=("ggml", "llama"))
+    archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag=tag), tag=tag, libs=("ggml", "llama"))
     code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", tag)
     assert code == 0, payload
     return payload

@@ -12,16 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from llama_runtime.runtime.fsutil import remove_tree
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import REPO, assert_runs, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 MARKER = "llama-runtime.json"
 
 
@@ -60,17 +58,12 @@ SCENARIOS: dict[str, tuple[Callable[[Path], None], str]] = {
 }
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
 @pytest.fixture
 def home(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path) -> Path:
     home = tmp_path / "home"
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
-        code, payload = run_cli(capsys, home, github, "update", "--tag", tag, "--backend", "cpu")
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+        code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")
         assert code == 0, payload
     return home
 
@@ -81,7 +74,7 @@ def test_status_explains_damage_with_exit_6_and_names_the_repair(
 ) -> None:
     damage, words = SCENARIOS[scenario]
     damage(home)
-    code, payload = run_cli(capsys, home, github, "status")
+    code, payload = run_json(capsys, home, github.api_url, "status")
     assert code == 6, payload
     assert payload["error"]["code"] == "corrupt_state"
     assert words in payload["error"]["message"]
@@ -101,7 +94,7 @@ def test_doctor_reports_the_failing_check_and_advises_the_repair(
     damage, words = SCENARIOS[scenario]
     damage(home)
     pointer = (home / "active.json").read_bytes()
-    code, report = run_cli(capsys, home, github, "doctor")
+    code, report = run_json(capsys, home, github.api_url, "doctor")
     assert code == 6, report
     assert report["healthy"] is False
     failed = [c for c in report["checks"] if not c["ok"]]
@@ -115,10 +108,10 @@ def test_doctor_repair_points_at_a_runtime_that_runs(
     scenario: str, home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
     SCENARIOS[scenario][0](home)
-    code, report = run_cli(capsys, home, github, "doctor", "--repair")
+    code, report = run_json(capsys, home, github.api_url, "doctor", "--repair")
     assert code == 0, report
     assert report["repaired"]
-    code, status = run_cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0, status
     # A runtime whose marker still says what it was is reinstalled in place (issue 19); otherwise
     # the previous runtime is the first choice; with the pointer itself lost, the newest that verifies.
@@ -128,7 +121,7 @@ def test_doctor_repair_points_at_a_runtime_that_runs(
     }.get(scenario, {"b7000"})
     assert status["active"]["tag"] in expected
     assert_runs(Path(status["active"]["binary"]))
-    code, report = run_cli(capsys, home, github, "doctor")
+    code, report = run_json(capsys, home, github.api_url, "doctor")
     assert code == 0 and report["healthy"] is True, report
 
 
@@ -137,12 +130,12 @@ def test_update_reinstalls_over_the_damage(
     scenario: str, home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
     SCENARIOS[scenario][0](home)
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     # With only the pointer damaged, the intact b7001 on disk is verified again and switched to
     # (no second copy); a damaged runtime is never "up to date".
     assert payload["result"] == ("switched" if scenario == "garbage_pointer" else "installed"), payload
-    code, status = run_cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0, status
     assert status["active"]["tag"] == "b7001"
     assert_runs(Path(status["active"]["binary"]))
@@ -154,10 +147,10 @@ def test_doctor_repair_removes_leftovers_of_an_interrupted_update(
     stale = home / "staging" / "999999-0badf00d"
     (stale / "llama-b7002").mkdir(parents=True)
     (home / ".active.json.x1y2.tmp").write_text("{")
-    code, report = run_cli(capsys, home, github, "doctor")
+    code, report = run_json(capsys, home, github.api_url, "doctor")
     assert any("leftovers" in advice for advice in report["advice"]), report
     assert stale.exists()
-    code, report = run_cli(capsys, home, github, "doctor", "--repair")
+    code, report = run_json(capsys, home, github.api_url, "doctor", "--repair")
     assert code == 0, report
     assert not stale.exists() and not (home / ".active.json.x1y2.tmp").exists()
     assert any(c["check"] == "leftovers" and c["ok"] for c in report["checks"])

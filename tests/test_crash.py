@@ -20,13 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.checkpoints import CHECKPOINTS, KILL_AT_ENV
 
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 ROOT = Path(__file__).resolve().parents[1]
 #: Checkpoints an update passes; ``during_gc`` is reached while cleaning leftovers.
@@ -40,11 +38,6 @@ LEFT_BEHIND = {
     "before_pointer_flip": {"staging": False, "downloads": True},
     "after_pointer_flip": {"staging": False, "downloads": True},
 }
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def run_killed(home: Path, github: FakeGitHub, point: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -64,8 +57,8 @@ def run_killed(home: Path, github: FakeGitHub, point: str, *args: str) -> subpro
 def b7000_active(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
     """Stand-in b7000 (cpu) installed and active; stand-in b7001 published."""
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return home
 
@@ -79,7 +72,7 @@ def assert_no_leftovers(home: Path) -> None:
 
 
 def assert_status_runs(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tag: str) -> None:
-    code, status = run_cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0, status
     assert status["active"]["tag"] == tag
     assert_runs(Path(status["active"]["binary"]))
@@ -99,7 +92,7 @@ def test_sigkill_at_checkpoint_leaves_a_working_runtime_and_the_rerun_completes(
     assert left == LEFT_BEHIND[point], "the crash left something else than expected"
     assert_status_runs(capsys, home, github, "b7001" if point in FLIPPED else "b7000")
 
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     # Killed before the flip, the verified runtime is already in runtimes/: the rerun checks it
     # again and switches to it instead of installing a second copy.
@@ -124,7 +117,7 @@ def test_sigkill_while_cleaning_leftovers_is_finished_by_the_next_update(
     assert list((home / "staging").iterdir()), "killed after the first removal: some leftovers remain"
     assert_status_runs(capsys, home, github, "b7000")
 
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7001"
     assert_no_leftovers(home)
@@ -139,7 +132,7 @@ def test_sigkill_before_the_pointer_flip_with_the_real_build_keeps_the_old_one_r
 ) -> None:
     for tag in ("b7000", "b7001"):
         github.add_release(REPO, tag, {VULKAN.format(tag=tag): real_vulkan_tarball})
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
     old_binary = Path(payload["active"]["binary"])
 
@@ -148,7 +141,7 @@ def test_sigkill_before_the_pointer_flip_with_the_real_build_keeps_the_old_one_r
     assert_status_runs(capsys, home, github, "b7000")
     assert "version:" in assert_runs(old_binary)
 
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
     assert code == 0, payload
     # The runtime renamed into runtimes/ before the kill is verified again and switched to.
     assert payload["result"] == "switched" and payload["previous"]["tag"] == "b7000"
@@ -175,7 +168,7 @@ def _assert_unchanged_and_retry_works(
     assert list((home / "staging").iterdir()) == []
     assert_status_runs(capsys, home, github, "b7000")
     undo()
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7001"
     assert_no_leftovers(home)
@@ -203,7 +196,7 @@ def test_failing_os_replace_is_an_error_and_changes_nothing(
         real_replace(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", failing_replace)
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert hits, "the injected rename was never reached"
     assert code != 0
     assert "Input/output error" in payload["error"]["message"]
@@ -233,7 +226,7 @@ def test_failing_fsync_is_an_error_and_changes_nothing(
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert len(hits) == 1, "fsync must be tried once and never retried"
     assert code != 0
     assert "Input/output error" in payload["error"]["message"]

@@ -11,7 +11,6 @@ in DIR", no partial file left, and the active runtime untouched.
 from __future__ import annotations
 
 import errno
-import json
 import random
 import re
 import shutil
@@ -22,13 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 MiB = 1024 * 1024
 FS_BYTES = 20 * MiB
 DISK_FULL = re.compile(
@@ -64,11 +61,6 @@ def small_fs(tmp_path: Path) -> Iterator[SmallFs]:
             subprocess.run(["umount", "-l", str(root)], capture_output=True, check=False)
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
 def padded_tarball(path: Path, pad_bytes: int) -> Path:
     """A stand-in b7001 with ``pad_bytes`` of incompressible data (the archive is about as big)."""
     files: dict[str, bytes | Path] = {
@@ -82,15 +74,15 @@ def padded_tarball(path: Path, pad_bytes: int) -> Path:
 def home(capsys: pytest.CaptureFixture[str], small_fs: SmallFs, github: FakeGitHub, tmp_path: Path) -> Path:
     home = small_fs.root / "home"
     good = stand_in_tarball(tmp_path / "b7000.tar.gz", tag="b7000")
-    github.add_release(REPO, "b7000", {CPU.format(tag="b7000"): good})
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+    github.add_release(REPO, "b7000", {CPU_TAR.format(tag="b7000"): good})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return home
 
 
 def fail_update_with_exit_4(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub) -> dict[str, Any]:
     before = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 4, payload
     assert payload["error"]["code"] == "disk_full"
     assert DISK_FULL.match(payload["error"]["message"]), payload["error"]["message"]
@@ -98,7 +90,7 @@ def fail_update_with_exit_4(capsys: pytest.CaptureFixture[str], home: Path, gith
     assert list((home / "downloads").iterdir()) == [], "the partial download must be removed"
     assert list((home / "staging").iterdir()) == []
     assert (snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()) == before
-    code, status = run_cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0 and status["active"]["tag"] == "b7000"
     assert_runs(Path(status["active"]["binary"]))
     return dict(payload["error"])
@@ -151,7 +143,7 @@ def test_release_bigger_than_the_free_space_is_refused_before_downloading(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 5 * MiB)})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 5 * MiB)})
     if not small_fs.real:
         usage = shutil.disk_usage(home)
         monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage._replace(free=FS_BYTES))
@@ -173,7 +165,7 @@ def test_disk_filling_up_during_the_download_exits_4_and_removes_the_partial(
     raised = (
         [] if small_fs.real else inject_enospc(monkeypatch, "llama_runtime.updater.install.download._Job", "_stream")
     )
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 30 * MiB)})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 30 * MiB)})
     fail_update_with_exit_4(capsys, home, github)
     assert small_fs.real or raised
     assert github.requests_to("blob", "b7001"), "the download had started"
@@ -192,7 +184,7 @@ def test_disk_filling_up_during_extraction_exits_4_and_removes_staging_and_downl
         [] if small_fs.real else inject_enospc(monkeypatch, "llama_runtime.updater.install.archive._Writer", "_copy")
     )
     # 12 MiB fits once (the download) but not twice (download + extracted copy).
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 12 * MiB)})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 12 * MiB)})
     fail_update_with_exit_4(capsys, home, github)
     assert small_fs.real or raised
 
@@ -205,7 +197,7 @@ def test_after_space_is_freed_the_same_update_succeeds(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 5 * MiB)})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 5 * MiB)})
     with monkeypatch.context() as patch:
         if not small_fs.real:
             usage = shutil.disk_usage(home)
@@ -216,7 +208,7 @@ def test_after_space_is_freed_the_same_update_succeeds(
             ["mount", "-o", "remount,size=200m", str(small_fs.root)], capture_output=True, check=False
         )
         assert grown.returncode == 0, grown.stderr
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7001"
     assert_runs(Path(payload["active"]["binary"]))

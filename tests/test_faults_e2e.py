@@ -8,21 +8,18 @@ in a normal install.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
-NEW = CPU.format(tag="b7001")
+NEW = CPU_TAR.format(tag="b7001")
 API_TAG_PATH = f"/api/repos/{REPO}/releases/tags/b7001"
 MiB = 1024 * 1024
 #: Big enough that a cut at 2 MiB leaves bytes on disk to resume from.
@@ -90,11 +87,6 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
 def padded_tarball(path: Path, tag: str) -> Path:
     """A stand-in build plus 4 MiB of incompressible bytes, so bodies can be cut midway."""
     pad = random.Random(7001).randbytes(PAD_BYTES)
@@ -104,8 +96,10 @@ def padded_tarball(path: Path, tag: str) -> Path:
 
 @pytest.fixture
 def active_b7000(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
-    github.add_release(REPO, "b7000", {CPU.format(tag="b7000"): stand_in_tarball(tmp_path / "a.tar.gz", tag="b7000")})
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+    github.add_release(
+        REPO, "b7000", {CPU_TAR.format(tag="b7000"): stand_in_tarball(tmp_path / "a.tar.gz", tag="b7000")}
+    )
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return home
 
@@ -128,7 +122,7 @@ def assert_b7000_still_active(
 ) -> None:
     assert frozen(home) == before
     assert list((home / "staging").iterdir()) == []
-    code, status = run_cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0 and status["active"]["tag"] == "b7000"
     assert_runs(Path(status["active"]["binary"]))
 
@@ -146,7 +140,7 @@ def test_fault_gives_its_exit_code_and_leaves_the_active_runtime_alone(
     home = active_b7000
     arm(case, github, tmp_path, monkeypatch)
     before = frozen(home)
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == case.exit_code, payload
     if code == 0:
         assert payload["result"] == "installed" and payload["active"]["tag"] == "b7001"
@@ -167,7 +161,7 @@ def test_api_500s_are_retried_until_success(
 ) -> None:
     github.add_release(REPO, "b7001", {NEW: stand_in_tarball(tmp_path / "b.tar.gz", tag="b7001")})
     github.inject(API_TAG_PATH, Fault(status=500, times=2))
-    code, payload = run_cli(capsys, active_b7000, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert [r.status for r in github.requests_to("api", API_TAG_PATH)] == [500, 500, 200]
 
@@ -179,7 +173,7 @@ def test_cut_body_resumes_with_range_instead_of_starting_over(
     archive = padded_tarball(tmp_path / "b.tar.gz", "b7001")
     github.add_release(REPO, "b7001", {NEW: archive})
     github.inject(NEW, fault)
-    code, payload = run_cli(capsys, active_b7000, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     first, second = github.requests_to("blob", NEW)
     assert "range" not in first.headers
@@ -194,7 +188,7 @@ def test_client_errors_on_the_asset_are_not_retried(
 ) -> None:
     github.add_release(REPO, "b7001", {NEW: stand_in_tarball(tmp_path / "b.tar.gz", tag="b7001")})
     github.inject(NEW, Fault(status=status, times=None))
-    code, payload = run_cli(capsys, active_b7000, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 7, payload
     assert len(github.requests_to("api", NEW)) == 1
 
@@ -203,7 +197,7 @@ def test_rate_limit_names_the_reset_time_and_the_token_and_is_not_retried(
     active_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
     github.inject(API_TAG_PATH, Fault(status=403, rate_limited=True))
-    code, payload = run_cli(capsys, active_b7000, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 7
     assert "resets at" in payload["error"]["message"]
     assert "GITHUB_TOKEN" in payload["error"]["hint"]
@@ -217,7 +211,7 @@ def test_body_cut_on_every_try_exits_7_and_the_next_run_resumes_the_partial(
     github.add_release(REPO, "b7001", {NEW: archive})
     github.inject(NEW, Fault(truncate_after_bytes=MiB, times=3))
     before = frozen(active_b7000)
-    code, payload = run_cli(capsys, active_b7000, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 7 and payload["error"]["code"] == "network_error"
     assert "kept for resuming" in payload["error"]["message"]
     (partial,) = (active_b7000 / "downloads").glob("*.part")
@@ -226,7 +220,7 @@ def test_body_cut_on_every_try_exits_7_and_the_next_run_resumes_the_partial(
     assert_b7000_still_active(active_b7000, before, capsys, github)
 
     sent_before = github.download_bytes_sent
-    code, payload = run_cli(capsys, active_b7000, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert github.requests_to("blob", NEW)[-1].headers["range"] == f"bytes={kept}-"
     assert github.download_bytes_sent - sent_before == archive.stat().st_size - kept

@@ -25,9 +25,8 @@ from llama_runtime.updater.install.gc import collect_garbage, runtime_names_in_p
 from llama_runtime.updater.install.offline import InstallFileRequest, install_file
 from llama_runtime.updater.install.transaction import Installer
 
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_tarball
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 TAGS = ("b7000", "b7001", "b7002", "b7003", "b7004")
 # Answers the verification probe, then stays up like a server would.
 LONG_RUNNING = b"""#!/bin/sh
@@ -51,7 +50,7 @@ def home(tmp_path: Path) -> Home:
     ticks = itertools.count()
     installer = Installer(home, host=detect_host, clock=lambda: f"2026-01-01T00:00:{next(ticks):02d}Z")
     for tag in TAGS:
-        archive = stand_in_tarball(tmp_path / CPU.format(tag=tag), tag=tag, script=LONG_RUNNING)
+        archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag=tag), tag=tag, script=LONG_RUNNING)
         install_file(installer, InstallFileRequest(archive=archive, default_repo=REPO, tag=tag))
     return home
 

@@ -10,17 +10,15 @@ escapes aim at) is compared entry by entry before and after.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
 from tests.archives import TAR_HOSTILE_KINDS, ZIP_HOSTILE_KINDS, build_hostile_tar, build_hostile_zip
-from tests.conftest import REPO, assert_runs, stand_in_tarball
+from tests.conftest import REPO, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
@@ -29,11 +27,6 @@ CPU_ZIP = "llama-{tag}-bin-ubuntu-x64.zip"
 # Bookkeeping a refused update may write: the lock, the ETag cache, and the job record
 # (a CLI update is the home's update job, so `job status` reports the refusal).
 EXPECTED_CHANGES = ("home/locks/", "home/cache/", "home/jobs/")
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def everything(root: Path) -> dict[str, str]:
@@ -65,7 +58,7 @@ def home(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path)
     home = tmp_path / "home"
     good = stand_in_tarball(tmp_path / "ok.tar.gz", tag="b7000")
     github.add_release(REPO, "b7000", {CPU_TAR.format(tag="b7000"): good})
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return home
 
@@ -75,11 +68,11 @@ def refuse_and_change_nothing(
 ) -> dict[str, Any]:
     github.add_release(REPO, "b7001", {asset: archive})
     before = everything(tmp_path)
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 8, payload
     assert changed(before, everything(tmp_path)) == set()
     assert not any("escaped" in p for p in everything(tmp_path))
-    code, status = run_cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0 and status["active"]["tag"] == "b7000"
     assert_runs(Path(status["active"]["binary"]))
     return dict(payload["error"])

@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 
 
@@ -32,7 +31,7 @@ def sha256(path: Path) -> str:
 @pytest.fixture
 def active_b7000(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path) -> dict[str, Any]:
     """A stand-in b7000 cpu build installed from a file and active."""
-    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7000"), tag="b7000", libs=("ggml", "llama"))
+    archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7000"), tag="b7000", libs=("ggml", "llama"))
     code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7000")
     assert code == 0, payload
     return payload
@@ -53,7 +52,7 @@ def assert_unchanged(home: Path, before: dict[str, str], pointer: bytes, capsys:
 def test_archive_installs_with_backend_from_its_name_and_records_source_file(
     capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
-    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001")
+    archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
     digest = sha256(archive)
     code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001", "--sha256", digest)
     assert code == 0, payload
@@ -73,7 +72,7 @@ def test_archive_installs_with_backend_from_its_name_and_records_source_file(
 def test_archive_without_sha256_is_recorded_as_not_digest_verified(
     capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
-    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001")
+    archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
     code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001")
     assert code == 0, payload
     assert json.loads(Path(payload["active"]["marker_path"]).read_text())["digest_verified"] is False
@@ -83,7 +82,7 @@ def test_same_archive_again_is_up_to_date(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
     before = snapshot_tree(home / "runtimes")
-    archive = tmp_path / CPU.format(tag="b7000")
+    archive = tmp_path / CPU_TAR.format(tag="b7000")
     code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7000")
     assert code == 0, payload
     assert payload["result"] == "up_to_date"
@@ -94,7 +93,7 @@ def test_same_archive_again_is_up_to_date(
 def test_second_archive_keeps_the_first_as_rollback_target(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
-    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001")
+    archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
     code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001")
     assert code == 0, payload
     assert payload["previous"]["tag"] == "b7000"
@@ -122,7 +121,7 @@ def test_real_vulkan_build_installs_from_file_and_lists_its_device(
 def test_archive_whose_binary_fails_is_rolled_back_with_exit_6(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
-    broken = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001", script=stand_in_server(exit_code=1))
+    broken = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001", script=stand_in_server(exit_code=1))
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
     code, payload = run_cli(capsys, home, "install-file", str(broken), "--tag", "b7001")
     assert code == 6, payload
@@ -133,7 +132,7 @@ def test_archive_whose_binary_fails_is_rolled_back_with_exit_6(
 def test_sha256_mismatch_exits_8_and_installs_nothing(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
-    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001")
+    archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
     code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001", "--sha256", "0" * 64)
     assert code == 8, payload
@@ -145,7 +144,7 @@ def test_sha256_mismatch_exits_8_and_installs_nothing(
 def test_file_that_is_not_an_archive_exits_8(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
-    junk = tmp_path / CPU.format(tag="b7001")
+    junk = tmp_path / CPU_TAR.format(tag="b7001")
     junk.write_bytes(b"this is not an archive\n" * 10)
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
     code, payload = run_cli(capsys, home, "install-file", str(junk), "--tag", "b7001")
@@ -157,7 +156,7 @@ def test_file_that_is_not_an_archive_exits_8(
 def test_missing_archive_exits_2_naming_the_path(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
-    missing = tmp_path / "nowhere" / CPU.format(tag="b7001")
+    missing = tmp_path / "nowhere" / CPU_TAR.format(tag="b7001")
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
     code, payload = run_cli(capsys, home, "install-file", str(missing), "--tag", "b7001")
     assert code == 2, payload
@@ -182,7 +181,7 @@ def test_archive_name_without_a_backend_needs_the_flag(
 def test_tag_contradicting_the_archive_name_exits_2(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
-    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001")
+    archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
     code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7002")
     assert code == 2, payload

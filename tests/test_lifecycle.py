@@ -21,11 +21,10 @@ from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.process import pid_alive
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 
 
 @pytest.fixture
@@ -65,9 +64,9 @@ def assert_unchanged(
 
 @pytest.fixture
 def cpu_builds(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
-    """b7000, b7001 and b7002 (stand-in CPU builds) installed one after another; b7002 active."""
+    """b7000, b7001 and b7002 (stand-in CPU_TAR builds) installed one after another; b7002 active."""
     for tag in ("b7000", "b7001", "b7002"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
         code, payload = cli(capsys, home, github, "update", "--tag", tag, "--backend", "cpu")
         assert code == 0 and payload["result"] == "installed", payload
     return home
@@ -194,7 +193,7 @@ def test_use_asks_which_one_when_a_tag_is_installed_from_two_repositories(
     cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     home = cpu_builds
-    github.add_release("unslothai/llama.cpp", "b7000", {CPU.format(tag="b7000"): tmp_path / "b7000.tar.gz"})
+    github.add_release("unslothai/llama.cpp", "b7000", {CPU_TAR.format(tag="b7000"): tmp_path / "b7000.tar.gz"})
     code, payload = cli(capsys, home, github, "update", "--repo", "unslothai/llama.cpp", "--tag", "b7000")
     assert code == 0 and payload["result"] == "installed", payload
 
@@ -263,9 +262,9 @@ def test_list_is_one_array_and_available_shows_what_fits_this_host(
     cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     home = cpu_builds
-    github.add_release(REPO, "b7003", {CPU.format(tag="b7003"): tmp_path / "b7000.tar.gz"})
+    github.add_release(REPO, "b7003", {CPU_TAR.format(tag="b7003"): tmp_path / "b7000.tar.gz"})
     github.add_release(REPO, "b7004", {"llama-b7004-bin-macos-arm64.tar.gz": tmp_path / "b7000.tar.gz"})
-    github.add_release(REPO, "b7005", {CPU.format(tag="b7005"): tmp_path / "b7000.tar.gz"}, prerelease=True)
+    github.add_release(REPO, "b7005", {CPU_TAR.format(tag="b7005"): tmp_path / "b7000.tar.gz"}, prerelease=True)
 
     code, listed = cli(capsys, home, github, "list")
     assert code == 0 and set(listed) == {"installed"}, "one array, under one key"
@@ -280,7 +279,7 @@ def test_list_is_one_array_and_available_shows_what_fits_this_host(
     assert available[0] == {
         "tag": "b7003",
         "version": None,
-        "asset": CPU.format(tag="b7003"),
+        "asset": CPU_TAR.format(tag="b7003"),
         "backend": "cpu",
         "installed": False,
     }
@@ -291,7 +290,7 @@ def test_install_file_of_an_installed_build_switches_to_it(
 ) -> None:
     home = cpu_builds
     dirs = runtime_dirs(home)
-    archive = tmp_path / CPU.format(tag="b7000")
+    archive = tmp_path / CPU_TAR.format(tag="b7000")
     shutil.copy(tmp_path / "b7000.tar.gz", archive)
     code, payload = cli(capsys, home, github, "install-file", str(archive), "--tag", "b7000")
     assert code == 0 and payload["result"] == "switched", payload

@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import REPO, assert_runs, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 WIN = "llama-{tag}-bin-win-cpu-x64.zip"
 RELEASES = Path("repos") / REPO / "releases"
@@ -38,12 +37,12 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[s
 
 
 def publish(github: FakeGitHub, tmp_path: Path, tag: str) -> None:
-    cpu = stand_in_tarball(tmp_path / "src" / CPU.format(tag=tag), tag=tag)
+    cpu = stand_in_tarball(tmp_path / "src" / CPU_TAR.format(tag=tag), tag=tag)
     github.add_release(
         REPO,
         tag,
         {
-            CPU.format(tag=tag): cpu,
+            CPU_TAR.format(tag=tag): cpu,
             VULKAN.format(tag=tag): b"vulkan build bytes",
             WIN.format(tag=tag): b"windows zip bytes",
             "llama.cpp-source-b1.tar.gz": b"source",
@@ -102,7 +101,7 @@ def test_sync_writes_github_shaped_json_with_only_the_chosen_assets(
     assert report["latest"] == "b7001"
     doc = json.loads((dest / RELEASES / "tags" / "b7001").read_text())
     assert doc["tag_name"] == "b7001"
-    assert [a["name"] for a in doc["assets"]] == [CPU.format(tag="b7001")]
+    assert [a["name"] for a in doc["assets"]] == [CPU_TAR.format(tag="b7001")]
     asset = doc["assets"][0]
     data = mirrored_file(dest, "b7001", asset["name"]).read_bytes()
     sha = hashlib.sha256(data).hexdigest()
@@ -125,7 +124,7 @@ def test_update_and_latest_resolution_work_from_the_mirror_with_upstream_stopped
     url = static_server(dest)
     code, plan = run_cli(capsys, "plan", "--api-url", url, "--backend", "cpu", "--platform", "linux-x64")
     assert code == 0, plan
-    assert (plan["tag"], plan["asset"]) == ("b7001", CPU.format(tag="b7001"))
+    assert (plan["tag"], plan["asset"]) == ("b7001", CPU_TAR.format(tag="b7001"))
     code, payload = run_cli(capsys, "update", "--home", str(home), "--api-url", url, "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7001"
@@ -165,12 +164,12 @@ def test_second_sync_fetches_nothing_and_a_damaged_file_is_fetched_again(
     assert code == 0, report
     assert report["fetched"] == [] and len(report["reused"]) == 2
     assert len(github.requests_to("blob")) == blobs
-    damaged = mirrored_file(dest, "b7000", CPU.format(tag="b7000"))
+    damaged = mirrored_file(dest, "b7000", CPU_TAR.format(tag="b7000"))
     good = damaged.read_bytes()
     damaged.write_bytes(bytes(len(good)))
     code, report = sync(capsys, github, dest, "--newest", "2")
     assert code == 0, report
-    assert report["fetched"] == [f"b7000/{CPU.format(tag='b7000')}"]
+    assert report["fetched"] == [f"b7000/{CPU_TAR.format(tag='b7000')}"]
     assert damaged.read_bytes() == good
 
 
@@ -180,11 +179,11 @@ def test_failed_sync_of_a_new_release_leaves_it_invisible_and_a_rerun_completes_
     dest = tmp_path / "mirror"
     assert sync(capsys, github, dest, "--tag", "b7000")[0] == 0
     publish(github, tmp_path, "b7002")
-    github.inject(CPU.format(tag="b7002"), Fault(status=404, times=None))
+    github.inject(CPU_TAR.format(tag="b7002"), Fault(status=404, times=None))
     code, report = sync(capsys, github, dest, "--tag", "b7002")
     assert code == 7, report
     assert not (dest / RELEASES / "tags" / "b7002").exists()
-    assert not list((dest / RELEASES / "download").rglob(CPU.format(tag="b7002")))
+    assert not list((dest / RELEASES / "download").rglob(CPU_TAR.format(tag="b7002")))
     assert json.loads((dest / RELEASES / "latest").read_text())["tag_name"] == "b7000"
     github._faults.clear()
     code, report = sync(capsys, github, dest, "--tag", "b7002")
@@ -215,12 +214,12 @@ def test_interrupted_asset_download_resumes_where_it_stopped(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     dest = tmp_path / "mirror"
-    github.inject(CPU.format(tag="b7001"), Fault(truncate_after_bytes=100, times=1))
+    github.inject(CPU_TAR.format(tag="b7001"), Fault(truncate_after_bytes=100, times=1))
     code, report = sync(capsys, github, dest, "--tag", "b7001")
     assert code == 0, report
-    ranges = [r.headers.get("range") for r in github.requests_to("blob", CPU.format(tag="b7001"))]
+    ranges = [r.headers.get("range") for r in github.requests_to("blob", CPU_TAR.format(tag="b7001"))]
     assert ranges == [None, "bytes=100-"]
-    data = mirrored_file(dest, "b7001", CPU.format(tag="b7001")).read_bytes()
+    data = mirrored_file(dest, "b7001", CPU_TAR.format(tag="b7001")).read_bytes()
     doc = json.loads((dest / RELEASES / "tags" / "b7001").read_text())
     assert doc["assets"][0]["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
     assert list((dest / ".partial").iterdir()) == []
@@ -235,8 +234,8 @@ def test_a_mirror_can_be_synced_from_another_mirror(
     code, report = run_cli(capsys, "mirror", "sync", "--dest", str(second), "--api-url", first.as_uri())
     assert code == 0, report
     assert report["releases"] == ["b7001"]
-    copied = mirrored_file(second, "b7001", CPU.format(tag="b7001"))
-    assert copied.read_bytes() == mirrored_file(first, "b7001", CPU.format(tag="b7001")).read_bytes()
+    copied = mirrored_file(second, "b7001", CPU_TAR.format(tag="b7001"))
+    assert copied.read_bytes() == mirrored_file(first, "b7001", CPU_TAR.format(tag="b7001")).read_bytes()
 
 
 def test_upstream_tag_with_dotdot_exits_8_and_writes_nothing_outside_the_mirror(
@@ -245,7 +244,7 @@ def test_upstream_tag_with_dotdot_exits_8_and_writes_nothing_outside_the_mirror(
     upstream = tmp_path / "upstream"
     releases = upstream / "repos" / "o" / "n" / "releases"
     (releases / "download").mkdir(parents=True)
-    body, name = b"whatever bytes", CPU.format(tag="b1")
+    body, name = b"whatever bytes", CPU_TAR.format(tag="b1")
     (releases / "download" / name).write_bytes(body)
     asset = {
         "name": name, "size": len(body), "state": "uploaded", "browser_download_url": f"download/{name}",
@@ -273,7 +272,7 @@ def test_tag_flag_with_a_path_exits_2(capsys: pytest.CaptureFixture[str], github
 def test_resync_after_an_upstream_reupload_never_changes_bytes_the_published_json_names(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    dest, cpu, vulkan = tmp_path / "mirror", CPU.format(tag="b7000"), VULKAN.format(tag="b7000")
+    dest, cpu, vulkan = tmp_path / "mirror", CPU_TAR.format(tag="b7000"), VULKAN.format(tag="b7000")
     (tmp_path / "v1").mkdir()
     (tmp_path / "v2").mkdir()
     first = stand_in_tarball(tmp_path / "v1" / cpu, tag="b7000")
@@ -286,7 +285,7 @@ def test_resync_after_an_upstream_reupload_never_changes_bytes_the_published_jso
         assert sorted(report["fetched"]) == sorted([f"b7000/{cpu}", f"b7000/{vulkan}"])
     published = (dest / RELEASES / "tags" / "b7000").read_bytes()
     v1_file = mirrored_file(dest, "b7000", cpu)
-    # Upstream re-uploads the CPU build; the sync then fails on the Vulkan one.
+    # Upstream re-uploads the CPU_TAR build; the sync then fails on the Vulkan one.
     with FakeGitHub() as upstream:
         upstream.add_release(REPO, "b7000", {cpu: second, vulkan: b"vk-2"})
         upstream.inject(vulkan, Fault(status=404, times=None))
@@ -322,7 +321,7 @@ def test_resync_after_an_upstream_reupload_never_changes_bytes_the_published_jso
 def test_digestless_upstream_is_mirrored_with_a_null_digest_and_clients_record_it_unverified(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    dest, cpu = tmp_path / "mirror", CPU.format(tag="b7000")
+    dest, cpu = tmp_path / "mirror", CPU_TAR.format(tag="b7000")
     with FakeGitHub() as upstream:
         upstream.add_release(REPO, "b7000", {cpu: stand_in_tarball(tmp_path / cpu, tag="b7000")}, digests=False)
         assert sync(capsys, upstream, dest, "--tag", "b7000")[0] == 0

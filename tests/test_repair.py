@@ -17,17 +17,12 @@ from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.cli.main import main
 
 from llama_runtime import RuntimeUpdater
-from tests.conftest import REPO, assert_runs, snapshot_tree
+from tests.conftest import REPO, assert_runs, run_json, snapshot_tree
 from tests.fakegithub import FakeGitHub
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 #: Nothing listens on port 1: the machine is offline as far as the updater can tell.
 OFFLINE = "http://127.0.0.1:1"
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 @pytest.fixture
@@ -37,7 +32,7 @@ def two_installed(
     """The real build installed as b7000 (previous) and b7001 (active)."""
     for tag in ("b7000", "b7001"):
         github.add_release(REPO, tag, {VULKAN.format(tag=tag): real_vulkan_tarball})
-        code, payload = run_cli(capsys, home, github, "update", "--tag", tag, "--backend", "vulkan")
+        code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "vulkan")
         assert code == 0, payload
     return Home(home)
 
@@ -77,7 +72,7 @@ def test_damaged_binary_is_not_up_to_date_and_update_of_the_same_tag_reinstalls_
     h = two_installed
     previous = PreviousIntact(h)
     damage(active_binary(h))
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
     assert code == 0, payload
     assert payload["result"] == "installed"
     assert payload["active"]["tag"] == "b7001"
@@ -92,7 +87,7 @@ def test_status_of_a_truncated_binary_exits_6_naming_it(
 ) -> None:
     previous = PreviousIntact(two_installed)
     truncate(active_binary(two_installed))
-    code, payload = run_cli(capsys, home, github, "status")
+    code, payload = run_json(capsys, home, github.api_url, "status")
     assert code == 6
     assert "llama-server has 0 bytes" in payload["error"]["message"]
     previous.assert_unchanged_and_runs()
@@ -111,7 +106,7 @@ def test_install_file_of_the_same_archive_repairs_a_truncated_binary(
     archive = tmp_path / VULKAN.format(tag="b7001")
     archive.symlink_to(real_vulkan_tarball)  # the very bytes b7001 was installed from
     truncate(active_binary(h))
-    code, payload = run_cli(capsys, home, github, "install-file", str(archive), "--tag", "b7001")
+    code, payload = run_json(capsys, home, github.api_url, "install-file", str(archive), "--tag", "b7001")
     assert code == 0, payload
     assert payload["result"] == "installed"
     assert_runs(Path(payload["active"]["binary"]))
@@ -123,11 +118,11 @@ def test_install_file_of_an_earlier_export_repairs_a_rewritten_binary(
 ) -> None:
     h = two_installed
     bundle = tmp_path / "b7001.tar.gz"
-    code, payload = run_cli(capsys, home, github, "export", "--output", str(bundle))
+    code, payload = run_json(capsys, home, github.api_url, "export", "--output", str(bundle))
     assert code == 0, payload
     previous = PreviousIntact(h)
     rewrite_same_size(active_binary(h))
-    code, payload = run_cli(capsys, home, github, "install-file", str(bundle))
+    code, payload = run_json(capsys, home, github.api_url, "install-file", str(bundle))
     assert code == 0, payload
     assert payload["result"] == "installed"
     assert_runs(Path(payload["active"]["binary"]))
@@ -157,15 +152,15 @@ def test_doctor_repair_reinstalls_a_truncated_binary_in_place(
     h = two_installed
     previous = PreviousIntact(h)
     truncate(active_binary(h))
-    code, report = run_cli(capsys, home, github, "doctor")
+    code, report = run_json(capsys, home, github.api_url, "doctor")
     assert code == 6 and not report["healthy"]
-    code, report = run_cli(capsys, home, github, "doctor", "--repair")
+    code, report = run_json(capsys, home, github.api_url, "doctor", "--repair")
     assert code == 0, report
     assert report["active"]["tag"] == "b7001"
     assert "reinstalled b7001" in report["repaired"]
     assert_runs(active_binary(h))
     assert h.read_pointer().previous == previous.name
-    code, report = run_cli(capsys, home, github, "doctor")
+    code, report = run_json(capsys, home, github.api_url, "doctor")
     assert code == 0 and report["healthy"], report
     previous.assert_unchanged_and_runs()
 
@@ -198,7 +193,7 @@ def test_doctor_repair_leaves_a_runtime_of_a_newer_marker_schema_active_and_says
     marker["schema_version"] = 99
     marker_path.write_text(json.dumps(marker))
     pointer = h.pointer_path.read_bytes()
-    code, report = run_cli(capsys, home, github, "doctor", "--repair")
+    code, report = run_json(capsys, home, github.api_url, "doctor", "--repair")
     assert code == 6, report
     assert report["repaired"] is None
     assert any("newer llama-runtime" in c["detail"] for c in report["checks"])

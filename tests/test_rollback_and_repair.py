@@ -13,10 +13,8 @@ from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.api.doctor import run_doctor
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 
 
 def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
@@ -27,7 +25,7 @@ def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *arg
 def publish(github: FakeGitHub, tmp_path: Path, *tags: str) -> None:
     for tag in tags:
         tarball = stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag, libs=("llama",))
-        github.add_release(REPO, tag, {CPU.format(tag=tag): tarball})
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): tarball})
 
 
 def install(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *tags: str) -> None:

@@ -24,11 +24,10 @@ from llama_runtime.updater.install.transaction import Installer, UpdateRequest
 from llama_runtime.updater.sources.github import GitHubClient
 
 from tests.archives import build_release_archive
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 
 
 @pytest.fixture
@@ -99,7 +98,7 @@ def test_new_runtime_that_never_becomes_healthy_is_rolled_back_and_old_server_re
 ) -> None:
     # --version works, but serving exits at once: the health check must catch it.
     never_healthy = stand_in_tarball(tmp_path / "bad.tar.gz", tag="b7001", script=stand_in_server())
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): never_healthy})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): never_healthy})
     before = snapshot_tree(home / "runtimes")
     pointer = (home / "active.json").read_bytes()
     code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
@@ -145,7 +144,9 @@ def test_stop_that_fails_keeps_pointer_and_old_server_then_retry_after_manual_st
     github: FakeGitHub,
     tmp_path: Path,
 ) -> None:
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): stand_in_tarball(tmp_path / "ok.tar.gz", tag="b7001")})
+    github.add_release(
+        REPO, "b7001", {CPU_TAR.format(tag="b7001"): stand_in_tarball(tmp_path / "ok.tar.gz", tag="b7001")}
+    )
     runtime_home = Home(home)
     managed = ManagedServer(runtime_home.server_dir)
     source = GitHubClient(github.api_url, REPO)
@@ -184,7 +185,9 @@ def test_update_never_writes_to_the_llama_server_path_override(
     override.chmod(0o755)
     digest = hashlib.sha256(override.read_bytes()).hexdigest()
     monkeypatch.setenv("LLAMA_SERVER_PATH", str(override))
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): stand_in_tarball(tmp_path / "ok.tar.gz", tag="b7001")})
+    github.add_release(
+        REPO, "b7001", {CPU_TAR.format(tag="b7001"): stand_in_tarball(tmp_path / "ok.tar.gz", tag="b7001")}
+    )
     code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert any("LLAMA_SERVER_PATH" in w for w in payload["warnings"])
@@ -220,7 +223,7 @@ def _http_server_build(tmp_path: Path, tag: str, *, healthy: bool = True) -> Pat
 
 @pytest.fixture
 def served_b7000(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> dict[str, Any]:
-    github.add_release(REPO, "b7000", {CPU.format(tag="b7000"): _http_server_build(tmp_path, "b7000")})
+    github.add_release(REPO, "b7000", {CPU_TAR.format(tag="b7000"): _http_server_build(tmp_path, "b7000")})
     code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     code, started = cli(capsys, home, github, "server", "start", "--timeout", "30")
@@ -231,7 +234,7 @@ def served_b7000(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGit
 def test_rollback_switches_the_running_server_back_to_the_previous_runtime(
     served_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): _http_server_build(tmp_path, "b7001")})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): _http_server_build(tmp_path, "b7001")})
     code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0 and payload["server_restarted"], payload
     code, payload = cli(capsys, home, github, "rollback")
@@ -260,7 +263,7 @@ def test_unhealthy_new_server_that_cannot_be_stopped_keeps_its_runtime_and_says_
     served_b7000: dict[str, Any], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
     unhealthy = _http_server_build(tmp_path, "b7001", healthy=False)
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): unhealthy})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): unhealthy})
     managed = ManagedServer(Home(home).server_dir)
     pointer = (home / "active.json").read_bytes()
     installer = Installer(
@@ -287,7 +290,7 @@ def test_ctrl_c_while_the_new_server_starts_puts_pointer_and_old_server_back(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): _http_server_build(tmp_path, "b7001")})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): _http_server_build(tmp_path, "b7001")})
     pointer = (home / "active.json").read_bytes()
     before = snapshot_tree(home / "runtimes")
     real_wait = ManagedServer.wait_healthy

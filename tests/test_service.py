@@ -25,10 +25,9 @@ from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server
+from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_server
 from tests.fakegithub import FakeGitHub, Fault
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 # Incompressible padding so that a dripped download lasts long enough to overlap.
 PAD_BYTES = 96 * 1024
 # Generous bound for "eventually"; conditions are polled, never slept for.
@@ -36,7 +35,7 @@ EVENTUALLY_SECONDS = 30.0
 
 
 def cpu_tarball(directory: Path, tag: str, pad: int = 0) -> Path:
-    """A stand-in CPU build of ``tag`` (plus ``pad`` random bytes to make it bigger)."""
+    """A stand-in CPU_TAR build of ``tag`` (plus ``pad`` random bytes to make it bigger)."""
     files: dict[str, bytes | Path] = {"llama-server": stand_in_server(f"version: {tag[1:]} (stand-in)")}
     if pad:
         files["libpad.so"] = os.urandom(pad)
@@ -45,8 +44,8 @@ def cpu_tarball(directory: Path, tag: str, pad: int = 0) -> Path:
 
 
 def publish(github: FakeGitHub, directory: Path, tag: str, *, pad: int = 0, prerelease: bool = False) -> str:
-    """Publish a CPU build of ``tag``; returns the asset name."""
-    name = CPU.format(tag=tag)
+    """Publish a CPU_TAR build of ``tag``; returns the asset name."""
+    name = CPU_TAR.format(tag=tag)
     github.add_release(REPO, tag, {name: cpu_tarball(directory, tag, pad)}, prerelease=prerelease)
     return name
 
@@ -92,7 +91,7 @@ class Frozen:
 
 @pytest.fixture
 def installed(home: Path, github: FakeGitHub, tmp_path: Path) -> RuntimeUpdater:
-    """b7000 (stand-in CPU build) installed and active."""
+    """b7000 (stand-in CPU_TAR build) installed and active."""
     publish(github, tmp_path, "b7000")
     updater = make_updater(home, github)
     state = updater.start_update(tag="b7000").wait(EVENTUALLY_SECONDS)

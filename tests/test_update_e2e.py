@@ -16,11 +16,10 @@ import pytest
 from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
-from tests.conftest import REPO, assert_runs, real_build, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, real_build, snapshot_tree, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 
 
 def run_cli(
@@ -124,7 +123,9 @@ def test_update_without_backend_keeps_the_stored_request(
     real_vulkan_tarball: Path,
 ) -> None:
     github.add_release(
-        REPO, "b7001", {VULKAN.format(tag="b7001"): real_vulkan_tarball, CPU.format(tag="b7001"): real_vulkan_tarball}
+        REPO,
+        "b7001",
+        {VULKAN.format(tag="b7001"): real_vulkan_tarball, CPU_TAR.format(tag="b7001"): real_vulkan_tarball},
     )
     code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001")
     assert code == 0, payload
@@ -136,7 +137,9 @@ def test_update_without_backend_keeps_the_stored_request(
 def test_rollback_reactivates_previous_runtime_which_runs(
     installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): stand_in_tarball(tmp_path / "s.tar.gz", tag="b7001")})
+    github.add_release(
+        REPO, "b7001", {CPU_TAR.format(tag="b7001"): stand_in_tarball(tmp_path / "s.tar.gz", tag="b7001")}
+    )
     code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7001"
@@ -168,7 +171,7 @@ def test_new_binary_that_exits_1_is_rejected_with_exit_6(
     installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     broken = stand_in_tarball(tmp_path / "broken.tar.gz", tag="b7001", script=stand_in_server(exit_code=1))
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): broken})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): broken})
     code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "cpu")
     assert code == 6
     assert "--version exited 1" in payload["error"]["message"]
@@ -195,7 +198,7 @@ def test_archive_without_llama_server_exits_6(
     empty = build_release_archive(
         tmp_path / "noserver.tar.gz", "tar-tagdir", {"llama-cli": b"#!/bin/sh\n"}, tag="b7001"
     )
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): empty})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): empty})
     code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "cpu")
     assert code == 6
     assert "no llama-server" in payload["error"]["message"]
@@ -274,7 +277,7 @@ def test_release_without_digest_installs_with_digest_verified_false_and_a_warnin
     home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     old = stand_in_tarball(tmp_path / "old.tar.gz", tag="b5000")
-    github.add_release(REPO, "b5000", {CPU.format(tag="b5000"): old}, digests=False)
+    github.add_release(REPO, "b5000", {CPU_TAR.format(tag="b5000"): old}, digests=False)
     code = main(
         [
             "update",
@@ -304,7 +307,7 @@ def test_require_digest_refuses_a_release_without_digest_with_exit_8(
     installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     old = stand_in_tarball(tmp_path / "old.tar.gz", tag="b5000")
-    github.add_release(REPO, "b5000", {CPU.format(tag="b5000"): old}, digests=False)
+    github.add_release(REPO, "b5000", {CPU_TAR.format(tag="b5000"): old}, digests=False)
     code, payload = failing_update(capsys, home, github, "--tag", "b5000", "--backend", "cpu", "--require-digest")
     assert code == 8
     assert "no published sha256 digest" in payload["error"]["message"]
@@ -315,8 +318,8 @@ def test_latest_is_the_highest_build_number_not_the_newest_date(
     home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     for tag in ("b9999", "b10000", "b9998"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
-    github.add_release(REPO, "b10001", {CPU.format(tag="b10001"): b"x"}, prerelease=True)
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+    github.add_release(REPO, "b10001", {CPU_TAR.format(tag="b10001"): b"x"}, prerelease=True)
     code, payload = run_cli(capsys, home, github, "update", "--latest", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b10000"
@@ -328,7 +331,9 @@ def test_token_goes_to_the_api_host_only(
     # The fake is a loopback http origin: the contract's LLAMA_RUNTIME_GITHUB_TOKEN goes there,
     # GITHUB_TOKEN only to https://api.github.com (tests/test_hostile_remote.py).
     monkeypatch.setenv("LLAMA_RUNTIME_GITHUB_TOKEN", "ghp_secret")
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): stand_in_tarball(tmp_path / "s.tar.gz", tag="b7001")})
+    github.add_release(
+        REPO, "b7001", {CPU_TAR.format(tag="b7001"): stand_in_tarball(tmp_path / "s.tar.gz", tag="b7001")}
+    )
     code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     api = github.requests_to("api", "/releases")
@@ -341,13 +346,15 @@ def test_token_goes_to_the_api_host_only(
 def test_latest_older_than_the_active_build_is_never_installed_by_a_plain_update(
     home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    github.add_release(REPO, "b7005", {CPU.format(tag="b7005"): stand_in_tarball(tmp_path / "new.tar.gz", tag="b7005")})
+    github.add_release(
+        REPO, "b7005", {CPU_TAR.format(tag="b7005"): stand_in_tarball(tmp_path / "new.tar.gz", tag="b7005")}
+    )
     code, payload = run_cli(capsys, home, github, "update", "--tag", "b7005", "--backend", "cpu")
     assert code == 0, payload
     # a mirror that lags behind: its newest release is older than what runs here
     with FakeGitHub() as lagging:
         lagging.add_release(
-            REPO, "b7000", {CPU.format(tag="b7000"): stand_in_tarball(tmp_path / "o.tar.gz", tag="b7000")}
+            REPO, "b7000", {CPU_TAR.format(tag="b7000"): stand_in_tarball(tmp_path / "o.tar.gz", tag="b7000")}
         )
         code, payload = run_cli(capsys, home, lagging, "update")
     assert code == 0, payload
@@ -375,7 +382,7 @@ def test_vulkan_build_that_lists_no_vulkan_device_on_a_vulkan_host_is_rejected_w
 def test_an_undigested_download_left_by_a_fork_update_is_never_installed_for_upstream(
     home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    name = CPU.format(tag="b5000")
+    name = CPU_TAR.format(tag="b5000")
     theirs = stand_in_tarball(tmp_path / "fork.tar.gz", tag="b5000", script=stand_in_server("version: 5000 (FORK)"))
     ours = stand_in_tarball(tmp_path / "up.tar.gz", tag="b5000", script=stand_in_server("version: 5000 (UPSTREAM)"))
     size = max(theirs.stat().st_size, ours.stat().st_size)
