@@ -16,9 +16,9 @@ from llama_runtime.runtime.process import ManagedServer
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.transaction import Installer
 
-from tests.conftest import HomeGuard, stand_in_tarball
+from tests.conftest import CPU_TAR, HomeGuard, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-from tests.test_server_swap import CPU, REPO, _http_server_build, served_b7000  # noqa: F401  (fixture)
+from tests.test_server_swap import REPO, _http_server_build, served_b7000  # noqa: F401  (fixture)
 from tests.test_server_swap import home as swap_home  # noqa: F401  (fixture)
 
 
@@ -31,7 +31,7 @@ def test_ctrl_c_while_the_old_server_stops_restarts_it_and_keeps_the_pointer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     home = swap_home
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): _http_server_build(tmp_path, "b7001")})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): _http_server_build(tmp_path, "b7001")})
     guard = HomeGuard(tmp_path, home)
     real_stop = ManagedServer.stop
     calls = {"n": 0}
@@ -57,7 +57,7 @@ def test_ctrl_c_after_the_pointer_flip_says_the_new_runtime_is_active(
 ) -> None:
     home = tmp_path / "home"
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
     args = ["--backend", "cpu", "--home", str(home), "--api-url", github.api_url]
     assert main(["update", "--tag", "b7000", *args]) == 0
     capsys.readouterr()
@@ -85,7 +85,7 @@ def test_ctrl_c_before_anything_changed_names_the_runtime_still_active(
 ) -> None:
     home = tmp_path / "home"
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
     args = ["--backend", "cpu", "--home", str(home), "--api-url", github.api_url]
     assert main(["update", "--tag", "b7000", *args]) == 0
     capsys.readouterr()
