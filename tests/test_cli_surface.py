@@ -223,3 +223,38 @@ def test_server_start_with_a_bad_flag_shows_llama_servers_own_error(
     assert "pid None" not in message
     code, status = cli(capsys, home, github, "server", "status")
     assert code == 0 and status["running"] is False
+
+
+# -- shell completion ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_prints_a_script_for_each_shell(shell: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["completion", shell]) == 0
+    script = capsys.readouterr().out
+    assert "llama-runtime" in script and "_ARGCOMPLETE" in script
+
+
+def complete(line: str, home: Path, tmp_path: Path) -> list[str]:
+    """What the shell gets for ``line`` (argcomplete's protocol, as the installed script speaks it)."""
+    answer = tmp_path / "completions"
+    env = {
+        **os.environ,
+        "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_IFS": "\n",
+        "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
+        "COMP_LINE": line,
+        "COMP_POINT": str(len(line)),
+        "LLAMA_RUNTIME_HOME": str(home),
+    }
+    argv = [sys.executable, "-m", "llama_runtime"]
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return [item.strip() for item in answer.read_text().split("\n")]
+
+
+def test_the_shell_completes_commands_options_and_installed_tags(installed: Path, tmp_path: Path) -> None:
+    assert "use" in complete("llama-runtime us", installed, tmp_path)
+    assert "--available" in complete("llama-runtime list --av", installed, tmp_path)
+    assert complete("llama-runtime use b70", installed, tmp_path) == ["b7000"]
+    assert "b7000" in complete("llama-runtime remove ", installed, tmp_path)

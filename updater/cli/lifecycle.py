@@ -27,6 +27,7 @@ AVAILABLE_DEFAULT: int = 10
 
 def register(add: AddParser) -> dict[str, Handler]:
     """Add ``list``, ``use``, ``remove`` and ``which``."""
+    from llama_runtime.updater.cli.completion import installed_tags
     from llama_runtime.updater.cli.gateopts import add_gate_arguments
 
     p = add("list", "installed runtimes; --available also lists releases that fit this host")
@@ -35,11 +36,13 @@ def register(add: AddParser) -> dict[str, Handler]:
         "--limit", type=int, default=AVAILABLE_DEFAULT, metavar="N", help="with --available: at most N releases"
     )
     p = add("use", "activate an installed runtime (no download), verified like an update")
-    p.add_argument("tag", metavar="TAG", help="an installed build, e.g. b7000, or a runtime name from `list`")
+    tag = p.add_argument("tag", metavar="TAG", help="an installed build, e.g. b7000, or a runtime name from `list`")
+    tag.completer = installed_tags  # type: ignore[attr-defined]  # argcomplete's hook on an argparse Action
     add_events_flag(p)
     add_gate_arguments(p, smoke=False)
     p = add("remove", "delete an installed runtime that is neither active nor previous")
-    p.add_argument("tag", metavar="TAG", help="an installed build, e.g. b7000, or a runtime name from `list`")
+    tag = p.add_argument("tag", metavar="TAG", help="an installed build, e.g. b7000, or a runtime name from `list`")
+    tag.completer = installed_tags  # type: ignore[attr-defined]
     add("which", "print the active llama-server's path (exit 5 when none is active)")
     return {"list": cmd_list, "use": cmd_use, "remove": cmd_remove, "which": cmd_which}
 

@@ -518,7 +518,14 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
         host=detect_host().to_json(),
         reinstall=_reinstaller(settings) if args.repair else None,
     )
-    out.result(report.to_json(), report.lines())
+    payload = report.to_json()
+    if not report.healthy:  # the contract's error object, beside the report
+        failed = "; ".join(f"{f.check}: {f.detail}" for f in report.findings if not f.ok) or "see the checks"
+        error: dict[str, object] = {"code": "unhealthy", "message": f"doctor found problems: {failed}.", "exit_code": 6}
+        if report.advice:
+            error["hint"] = report.advice[0]
+        payload.setdefault("error", error)
+    out.result(payload, report.lines())
     return 0 if report.healthy else 6
 
 
@@ -548,6 +555,7 @@ EXTENSIONS: list[str] = [
     "llama_runtime.updater.cli.jobs",
     "llama_runtime.updater.cli.lifecycle",
     "llama_runtime.updater.cli.gate",
+    "llama_runtime.updater.cli.completion",
 ]
 
 COMMANDS: dict[str, Handler] = {
@@ -585,7 +593,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args: argparse.Namespace | None = None
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        from llama_runtime.updater.cli.completion import maybe_complete
+
+        maybe_complete(parser)  # a shell asking for completions gets them and nothing runs
+        args = parser.parse_args(argv)
         args.server_args = server_args
         if not getattr(args, "events", False):
             out.events = None

@@ -1,0 +1,170 @@
+"""docs/cli-contract.md and docs/schemas/ cannot drift from the code.
+
+* every command in the contract exists in the parser, and every parser command is in the contract;
+* every flag in the configuration table exists (or is marked *planned* and does not exist yet);
+* every key in the JSON table is required by that command's schema, and real ``--json`` output of
+  every command validates against its schema (so every documented key is really there);
+* the README links docs/, never ../shared (a user's clone has no ../shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from llama_runtime.updater.cli.main import build_parser, main
+from referencing import Registry, Resource
+
+from tests.conftest import REPO, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTRACT = ROOT / "docs" / "cli-contract.md"
+SCHEMAS = ROOT / "docs" / "schemas"
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+
+
+def table(heading: str) -> list[list[str]]:
+    """The rows (cells) of the first table under ``## heading``, header and rule excluded."""
+    text = CONTRACT.read_text()
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in re.split(r"(?<!\\)\|", row)[1:-1]] for row in rows[2:]]
+
+
+def ticks(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def parser_commands() -> set[str]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return set(sub.choices)
+
+
+def all_flags() -> set[str]:
+    """Option strings of the top level and of every command (some options belong to a few commands)."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    parsers = [parser, *sub.choices.values()]
+    return {flag for p in parsers for action in p._actions for flag in action.option_strings}
+
+
+def schema(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    return loaded
+
+
+def registry() -> Registry[Any]:
+    resources = [
+        (s["$id"], Resource.from_contents(s))
+        for s in map(schema, (p.stem.split(".")[0] for p in SCHEMAS.glob("*.json")))
+    ]
+    return Registry().with_resources(resources)
+
+
+def validate(name: str, payload: object) -> None:
+    jsonschema.Draft202012Validator(schema(name), registry=registry()).validate(payload)
+
+
+# -- the document against the parser ------------------------------------------------------------
+
+
+def test_every_documented_command_exists_and_every_command_is_documented() -> None:
+    documented = {ticks(row[0])[0].split()[0] for row in table("Commands")}
+    assert documented == parser_commands()
+
+
+def test_every_configuration_flag_exists_unless_it_is_marked_planned() -> None:
+    flags = all_flags()
+    for row in table("Configuration (flag > environment > default)"):
+        if not row[0].startswith("`-"):
+            continue
+        flag = ticks(row[0])[0].split()[0]
+        planned = "*planned*" in " ".join(row)
+        assert (flag in flags) != planned, f"{flag}: {'remove the *planned* mark' if planned else 'missing'}"
+
+
+def test_every_key_in_the_json_table_is_required_by_the_commands_schema() -> None:
+    rows = table("Minimum JSON keys")
+    assert rows
+    for row in rows:
+        command = "error" if row[0] == "any non-zero exit" else ticks(row[0])[0]
+        required = set(schema(command)["required"])
+        documented = set(ticks(row[1]))
+        assert documented and documented <= required, (command, documented - required)
+
+
+def test_the_runtime_object_lists_the_schemas_required_keys() -> None:
+    paragraph = CONTRACT.read_text().split("## Minimum JSON keys\n\n", 1)[1].split("\n\n", 1)[0]
+    before_planned = paragraph.split("*planned*", 1)[0]
+    assert set(ticks(before_planned)) >= set(schema("runtime")["required"])
+
+
+def test_every_exit_code_of_the_error_tree_is_documented() -> None:
+    codes = {int(row[0]) for row in table("Exit codes")} - {0}
+    assert codes == set(schema("error")["properties"]["error"]["properties"]["exit_code"]["enum"])
+    from llama_runtime.runtime import errors
+
+    raised = {
+        cls.exit_code
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.LlamaRuntimeError)
+    }
+    assert raised <= codes
+
+
+def test_the_readme_links_docs_and_never_the_shared_folder() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "../shared" not in readme
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (ROOT / link).exists(), link
+
+
+# -- the schemas against real output ----------------------------------------------------------
+
+
+def run(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
+    code = main(["--home", str(home), "--api-url", github.api_url, "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_real_json_output_of_every_command_matches_its_schema(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    for tag in ("b7000", "b7001", "b7002"):
+        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+    seen: dict[str, Any] = {}
+    for tag in ("b7000", "b7001"):
+        code, seen["update"] = run(capsys, home, github, "update", "--tag", tag, "--backend", "cpu")
+        assert code == 0, seen["update"]
+    steps = [
+        ("status", ["status"]),
+        ("list", ["list", "--available"]),
+        ("which", ["which"]),
+        ("check", ["check"]),
+        ("plan", ["plan", "--backend", "cpu", "--explain"]),
+        ("doctor", ["doctor"]),
+        ("use", ["use", "b7000"]),
+        ("rollback", ["rollback"]),
+        ("update", ["update", "--tag", "b7000"]),  # switched
+        ("update", ["update", "--tag", "b7002"]),
+        ("remove", ["remove", "b7001"]),
+    ]
+    for name, args in steps:
+        code, payload = run(capsys, home, github, *args)
+        assert code == 0, (args, payload)
+        validate(name, payload)
+        seen[name] = payload
+    assert seen["list"]["available"], "the available list was exercised"
+    code, payload = run(capsys, home, github, "update", "--tag", "7000")
+    assert code == 2
+    validate("error", payload)
+    code, payload = run(capsys, tmp_path / "empty", github, "which")
+    assert code == 5
+    validate("error", payload)
