@@ -103,6 +103,8 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
     m = outcome.active.marker
     if outcome.result == "up_to_date":
         lines = [f"Already active: {m.repo} {m.tag} ({m.backend}) from these very bytes."]
+    elif outcome.result == "switched":
+        lines = [f"Switched to {m.repo} {m.tag} ({m.backend}): the same build was installed already."]
     else:
         lines = [f"Installed {m.repo} {m.tag} ({m.backend}) from {request.archive} and made it active."]
         if outcome.previous:
