@@ -37,11 +37,11 @@ def cmd_completion(args: argparse.Namespace, out: Output) -> int:
 
 def installed_tags(prefix: str, parsed_args: argparse.Namespace, **_kwargs: Any) -> list[str]:
     """Completer of ``use``/``remove`` TAG: the builds installed in the home the line names."""
-    from llama_runtime.updater.cli.main import home_for, settings_from_args
+    from llama_runtime.runtime.layout import Home
+    from llama_runtime.updater.config import resolve_settings
 
     try:
-        home = home_for(settings_from_args(parsed_args))
-        runtimes = home.installed()
+        runtimes = Home(resolve_settings(home=getattr(parsed_args, "home", None)).home).installed()
     except Exception:  # completion must never print an error into the user's prompt
         return []
     return sorted({r.marker.tag for r in runtimes if r.marker.tag.startswith(prefix)})
