@@ -8,34 +8,19 @@ scenarios run the real llama-server (Vulkan build on Mesa's software device).
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
 from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.process import pid_alive
 from llama_runtime.updater.cli.main import main
 
 from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "home"
-    yield path
-    state = path / "server" / "server.json"  # never leave a llama-server behind
-    if state.exists():
-        pid = json.loads(state.read_text()).get("pid")
-        if isinstance(pid, int) and pid > 0 and pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
 
 
 def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:

@@ -82,7 +82,7 @@ def cmd_use(args: argparse.Namespace, out: Output) -> int:
     finally:
         if bar is not None:
             bar.close()
-    lines = outcome_lines(outcome) + [f"warning: {w}" for w in outcome.warnings]
+    lines = outcome_lines(outcome) + ([] if args.quiet else [f"warning: {w}" for w in outcome.warnings])
     out.result(outcome.to_json(), lines)
     return 0
 
