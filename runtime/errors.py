@@ -18,6 +18,7 @@ CLI ``exit_code`` promised by the command-line contract::
     +-- VerificationError             exit 6  the new runtime was rejected
     +-- RemoteError                   exit 7  GitHub / mirror / network
     |   +-- ReleaseNotFoundError
+    |   +-- ReleaseIncompleteError    a release still uploading (retry later)
     |   +-- RateLimitError
     |   +-- NetworkError
     +-- IntegrityError                exit 8  digest, size, unsafe archive
@@ -220,6 +221,15 @@ class ReleaseNotFoundError(RemoteError):
     """The release or tag does not exist in the repository."""
 
     code = "release_not_found"
+
+
+class ReleaseIncompleteError(RemoteError):
+    """The release is still being uploaded: its preferred asset is not complete yet.
+
+    A retryable remote condition (exit 7), never a reason to install a lower backend.
+    """
+
+    code = "release_incomplete"
 
 
 class RateLimitError(RemoteError):

@@ -4,8 +4,14 @@ Upstream llama.cpp tags are ``bNNNN`` where NNNN is ``git rev-list --count``
 (unpadded, so ``b9999 < b10000`` only as integers). Forks decorate that number:
 ``b9596-mix-e6f2453`` (unslothai), ``b10018-1.3.0`` (AtomicBot), and branch
 builds are ``<branch>-bNNNN-<hash>``. ``llama-prebuilt-master-<hash>`` carries
-no build number and cannot be ordered. ``v1.2.3`` git tags (upstream from
-b10394) are not releases and are never candidates for ``--latest``.
+no build number and cannot be ordered.
+
+Since August 2026 upstream also publishes *semver releases* ``vX.Y.Z``
+(scheme ``"release"``): they carry no binaries, only ``nightly-tag.txt``
+naming the ``bNNNN`` build they stand for (ggml-org/llama.cpp PR #27485).
+They never take part in build ordering: two semver tags compare by semver,
+a semver tag and a build tag are unorderable (the build a semver release
+names is what gets compared, see :mod:`updater.choice.channel`).
 
 Ordering invariant: the build number decides; for the same build number a
 decorated tag is newer than the bare one (it is a fork rebuilt on top of it).
@@ -23,7 +29,7 @@ from typing import Final, Literal
 from llama_runtime.runtime.errors import UserInputError
 from packaging.version import InvalidVersion, Version
 
-Scheme = Literal["upstream", "mix", "semver", "branch", "decorated", "prebuilt", "other"]
+Scheme = Literal["upstream", "release", "mix", "semver", "branch", "decorated", "prebuilt", "other"]
 
 #: GitHub allows longer refs, but no real llama.cpp tag comes near this; the cap
 #: keeps a pasted log line from being taken for a tag.
@@ -37,8 +43,13 @@ _SEMVER: Final = re.compile(r"^b(?P<build>\d+)-(?P<semver>\d+\.\d+\.\d+(?:[-+.][
 _DECORATED: Final = re.compile(r"^b(?P<build>\d+)-(?P<rest>[A-Za-z0-9._+-]+)$")
 _BRANCH: Final = re.compile(r"^(?P<branch>[A-Za-z0-9._+-]+?)-b(?P<build>\d+)-(?P<hash>[0-9a-f]{7,40})$")
 _PREBUILT: Final = re.compile(r"^llama-prebuilt-[A-Za-z0-9._-]+-(?P<hash>[0-9a-f]{7,40})$")
+# Upstream's semver releases: make-release-desc.sh takes "plain semver tags
+# (v<maj>.<min>.<pat>)" only, so no pre-release suffix is accepted here either.
+_RELEASE: Final = re.compile(r"^v(?P<semver>\d+\.\d+\.\d+)$")
 
-_EXAMPLE: Final = "use a release tag such as 'b7000' (or a fork's form such as 'b7000-mix-1a2b3c4')"
+_EXAMPLE: Final = (
+    "use a build tag such as 'b7000', a release such as 'v0.3.0', or a fork's form such as 'b7000-mix-1a2b3c4'"
+)
 
 
 @dataclass(frozen=True)
@@ -68,8 +79,13 @@ class TagVersion:
         """Whether this is a plain upstream ``bNNNN`` tag."""
         return self.scheme == "upstream"
 
+    @property
+    def is_release_version(self) -> bool:
+        """Whether this is a semver release ``vX.Y.Z`` (no binaries; names a build)."""
+        return self.scheme == "release"
+
     def _semver(self) -> Version | None:
-        if self.scheme != "semver" or self.decoration is None:
+        if self.scheme not in ("semver", "release") or self.decoration is None:
             return None
         try:
             return Version(self.decoration)
@@ -115,6 +131,8 @@ def parse_tag(tag: str) -> TagVersion:
     tag = validate_tag(tag)
     if m := _UPSTREAM.match(tag):
         return TagVersion(tag, int(m["build"]), "upstream")
+    if m := _RELEASE.match(tag):
+        return TagVersion(tag, None, "release", m["semver"])
     if m := _MIX.match(tag):
         return TagVersion(tag, int(m["build"]), "mix", f"mix-{m['hash']}")
     if m := _SEMVER.match(tag):
@@ -132,6 +150,12 @@ def compare_tags(a: TagVersion, b: TagVersion) -> int | None:
     """Order two tags: negative when ``a`` is older, 0 when equal, ``None`` if unorderable."""
     if a.tag == b.tag:
         return 0
+    if a.is_release_version or b.is_release_version:
+        # Semver compares by semver; across the two schemes nothing is ordered.
+        va, vb = a._semver(), b._semver()
+        if not (a.is_release_version and b.is_release_version) or va is None or vb is None:
+            return None
+        return (va > vb) - (va < vb)
     if a.build is None or b.build is None:
         return None
     if a.build != b.build:
@@ -165,11 +189,28 @@ def is_upgrade(installed: str | TagVersion | None, candidate: str | TagVersion) 
     return order is not None and order < 0
 
 
-def highest(tags: Iterable[str]) -> str | None:
-    """The newest orderable release tag in ``tags`` (for ``--latest``).
+def is_release_version(tag: str) -> bool:
+    """Whether ``tag`` is a semver release ``vX.Y.Z`` (never raises)."""
+    return isinstance(tag, str) and _RELEASE.match(tag.strip()) is not None
 
-    ``v*`` semantic-version git tags, malformed and unorderable tags are
-    ignored. Ties between unorderable decorations keep the first seen.
+
+def highest_version(tags: Iterable[str]) -> str | None:
+    """The highest semver release ``vX.Y.Z`` in ``tags`` by semver, or ``None``."""
+    best: tuple[Version, str] | None = None
+    for raw in tags:
+        if not is_release_version(raw):
+            continue
+        version = Version(raw.strip()[1:])
+        if best is None or version > best[0]:
+            best = (version, raw.strip())
+    return best[1] if best is not None else None
+
+
+def highest(tags: Iterable[str]) -> str | None:
+    """The newest orderable build tag in ``tags`` (for ``--latest``).
+
+    ``v*`` semver release tags (see :func:`highest_version`), malformed and
+    unorderable tags are ignored. Ties between unorderable decorations keep the first seen.
 
     Returns:
         The tag, or ``None`` when no tag qualifies.

@@ -1,0 +1,292 @@
+"""What "latest" means: the release channels, resolved over release data (pure, no IO).
+
+Since August 2026 ggml-org/llama.cpp publishes in two schemes at once
+(ggml-org/llama.cpp PR #27485; lemonade-sdk/lemonade PR #3450; hybridgroup/yzma PR #297):
+
+* every ``bNNNN`` build release (the ones with binaries) is a **prerelease**;
+* semver releases ``vX.Y.Z`` are the non-prerelease ones (``/releases/latest``
+  returns one); they carry **no binaries**, only ``nightly-tag.txt`` holding
+  the ``bNNNN`` build they stand for.
+
+Forks (unslothai, janhq, …) keep publishing plain non-prerelease ``bNNNN``
+releases with binaries. Both shapes resolve through the same functions:
+
+* ``stable``: the newest non-draft, non-prerelease release (semver releases by
+  semver, build releases by build number; semver wins when both exist),
+  followed through its ``nightly-tag.txt`` when it has no binaries.
+* ``nightly``: the highest ``bNNNN`` build, prereleases included, skipping a
+  build that is still uploading.
+
+Invariant: whatever the channel, the result is a *build* release (one with
+binaries); ``version`` is the semver release it was reached through, or ``None``.
+The IO layer (:mod:`updater.sources.resolve`) only fetches what these
+functions ask for, so "is there an update" and "install it" cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from llama_runtime.runtime.errors import IntegrityError, ReleaseNotFoundError, UserInputError
+from llama_runtime.updater.choice.assetnames import parse_asset_name
+from llama_runtime.updater.choice.tags import compare_tags, highest_version, parse_tag
+from llama_runtime.updater.sources.release import Asset, Release
+
+Channel = Literal["stable", "nightly"]
+CHANNELS: Final[tuple[Channel, ...]] = ("stable", "nightly")
+DEFAULT_CHANNEL: Final[Channel] = "stable"
+
+#: The one asset of an upstream semver release (make-release.yml, PR #27485).
+NIGHTLY_TAG_ASSET: Final[str] = "nightly-tag.txt"
+#: The file holds one tag (~8 bytes); anything much larger is broken or hostile.
+MAX_NIGHTLY_TAG_BYTES: Final[int] = 1024
+
+
+@dataclass(frozen=True)
+class ResolvedRelease:
+    """The build a request resolved to.
+
+    Attributes:
+        build_tag: The ``bNNNN`` (or fork) tag whose binaries get installed.
+        version: The semver release (``vX.Y.Z``) it was reached through, or ``None``.
+        release: The build release itself, with its assets.
+        notes: Releases passed over on the way, and why (for ``--explain`` and ``check``).
+    """
+
+    build_tag: str
+    version: str | None
+    release: Release
+    notes: tuple[str, ...] = ()
+
+
+def parse_channel(value: str, source: str = "--channel") -> Channel:
+    """``stable`` or ``nightly`` (case and blanks ignored).
+
+    Raises:
+        UserInputError: Anything else; the message lists the valid channels.
+    """
+    cleaned = value.strip().lower() if isinstance(value, str) else ""
+    for channel in CHANNELS:
+        if cleaned == channel:
+            return channel
+    raise UserInputError(
+        f"Unknown channel {value!r} (from {source}); use 'stable' (the newest release, e.g. v0.3.0, "
+        "resolved to its build) or 'nightly' (the newest bNNNN build)."
+    )
+
+
+def pointer_asset(release: Release) -> Asset | None:
+    """The ``nightly-tag.txt`` of a release that has no binaries of its own, else ``None``.
+
+    A release that carries runtime archives is a build, whatever else it holds.
+    """
+    if any(parse_asset_name(a.name) is not None for a in release.assets):
+        return None
+    return release.asset(NIGHTLY_TAG_ASSET)
+
+
+def parse_nightly_tag(content: bytes | str, release_tag: str) -> str:
+    """The build tag a ``nightly-tag.txt`` names.
+
+    Raises:
+        IntegrityError: Too long, not text, or not a build tag with a number
+            (remote data that breaks the rules: exit 8).
+    """
+    raw = content.encode("utf-8", "replace") if isinstance(content, str) else content
+    where = f"{NIGHTLY_TAG_ASSET} of {release_tag}"
+    if len(raw) > MAX_NIGHTLY_TAG_BYTES:
+        raise IntegrityError(f"{where} is {len(raw)} bytes long; a build tag fits in {MAX_NIGHTLY_TAG_BYTES}.")
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise IntegrityError(f"{where} is not text; it must name a build such as b10485.") from None
+    try:
+        parsed = parse_tag(text)
+    except UserInputError:
+        parsed = None
+    if parsed is None or parsed.build is None:
+        shown = text[:40] + ("…" if len(text) > 40 else "")
+        raise IntegrityError(f"{where} says {shown!r}, which is not a build tag such as b10485.")
+    return parsed.tag
+
+
+def _published(releases: Iterable[Release]) -> list[Release]:
+    return [r for r in releases if not r.draft]
+
+
+def _is_build(release: Release) -> bool:
+    try:
+        return parse_tag(release.tag).build is not None
+    except UserInputError:
+        return False
+
+
+def _newest_build(releases: Sequence[Release]) -> Release | None:
+    """The release with the highest build tag; unorderable pairs keep the first seen."""
+    best: Release | None = None
+    for release in releases:
+        if not _is_build(release):
+            continue
+        if best is None:
+            best = release
+            continue
+        order = compare_tags(parse_tag(best.tag), parse_tag(release.tag))
+        if order is not None and order < 0:
+            best = release
+    return best
+
+
+def stable_candidate(releases: Iterable[Release]) -> Release | None:
+    """The newest non-draft, non-prerelease release: what ``stable`` starts from.
+
+    Semver releases decide by semver when there are any (upstream today);
+    otherwise the highest build tag (forks, and upstream before August 2026).
+    """
+    stable = [r for r in _published(releases) if not r.prerelease]
+    version = highest_version(r.tag for r in stable)
+    if version is not None:
+        return next(r for r in stable if r.tag.strip() == version)
+    return _newest_build(stable)
+
+
+def upload_problem(release: Release, older: Release | None = None) -> str | None:
+    """Why ``release`` looks still uploading, or ``None``.
+
+    An asset in a state other than ``uploaded`` (GitHub's ``open``) is still
+    arriving. The release workflow also attaches files one by one after
+    publishing, so a build with fewer runtime archives than the build before
+    it (``older``) is treated the same: its preferred asset may not be there yet.
+    """
+    pending = sorted((a.name, a.state) for a in release.assets if not a.is_complete)
+    if pending:
+        shown = ", ".join(f"{name} in state {state!r}" for name, state in pending[:3])
+        return f"{release.tag} is still uploading ({shown})"
+    if older is None:
+        return None
+    mine, theirs = _runtime_names(release), _runtime_names(older)
+    missing = sorted(theirs - mine)
+    if missing and theirs:
+        return (
+            f"{release.tag} has {len(mine)} of the {len(theirs)} runtime archives {older.tag} has "
+            f"(no {missing[0].replace('{tag}', release.tag)} yet); it is probably still uploading"
+        )
+    return None
+
+
+def _runtime_names(release: Release) -> set[str]:
+    """Runtime archive names of a release with its tag replaced by ``{tag}`` (comparable across builds)."""
+    return {a.name.replace(release.tag, "{tag}") for a in release.assets if parse_asset_name(a.name) is not None}
+
+
+def _nightly(releases: Sequence[Release]) -> ResolvedRelease:
+    builds = [r for r in _published(releases) if _is_build(r)]
+    notes: list[str] = []
+    while builds:
+        best = _newest_build(builds)
+        assert best is not None  # builds is not empty and holds only build tags
+        rest = [r for r in builds if r is not best]
+        problem = upload_problem(best, _newest_build(rest))
+        if problem is None:
+            return ResolvedRelease(best.tag, None, best, tuple(notes))
+        notes.append(f"skipped {problem}")
+        builds = rest
+    raise ReleaseNotFoundError("No complete bNNNN build release found" + (f" ({'; '.join(notes)})" if notes else "."))
+
+
+def follow_pointer(release: Release, nightly_tag: str, build: Release | None) -> ResolvedRelease:
+    """Resolve a release without binaries through the build its ``nightly-tag.txt`` named.
+
+    Args:
+        release: The semver (or other binary-less) release.
+        nightly_tag: What :func:`parse_nightly_tag` read from its pointer.
+        build: The release published under ``nightly_tag``, if it was found.
+
+    Raises:
+        ReleaseNotFoundError: The named build is not published (or is a draft).
+        IntegrityError: The build found is not the one named.
+    """
+    if build is None or build.draft:
+        raise ReleaseNotFoundError(
+            f"{release.tag} names build {nightly_tag} in its {NIGHTLY_TAG_ASSET}, "
+            f"but no release {nightly_tag} is published in {release.repo}."
+        )
+    if build.tag != nightly_tag or build.repo != release.repo:
+        raise IntegrityError(f"{release.tag} names {nightly_tag}, but the release found is {build.repo} {build.tag}.")
+    version = release.tag if parse_tag(release.tag).is_release_version else None
+    return ResolvedRelease(build.tag, version, build)
+
+
+def resolve_release(release: Release, nightly_tags: Mapping[str, str], releases: Iterable[Release]) -> ResolvedRelease:
+    """One release to the build it stands for: itself, or the build its pointer names.
+
+    Args:
+        release: A release asked for by tag or picked as "latest".
+        nightly_tags: Release tag -> the build its ``nightly-tag.txt`` named
+            (already read by the IO layer).
+        releases: Where to find that build.
+
+    Raises:
+        ReleaseNotFoundError: A pointer release whose pointer was not read or
+            whose build is not among ``releases``; or a release with neither
+            binaries nor a pointer.
+    """
+    pointer = pointer_asset(release)
+    if pointer is None:
+        if parse_tag(release.tag).is_release_version:
+            raise ReleaseNotFoundError(
+                f"{release.tag} of {release.repo} has no binaries and no {NIGHTLY_TAG_ASSET} naming its build."
+            )
+        return ResolvedRelease(release.tag, None, release)
+    named = nightly_tags.get(release.tag)
+    if named is None:
+        raise ReleaseNotFoundError(f"The {NIGHTLY_TAG_ASSET} of {release.tag} was not read; cannot resolve its build.")
+    build = next((r for r in releases if r.tag == named and r.repo == release.repo), None)
+    return follow_pointer(release, named, build)
+
+
+def resolve_latest(
+    releases: Sequence[Release], channel: Channel, nightly_tags: Mapping[str, str] | None = None
+) -> ResolvedRelease:
+    """The build ``channel`` calls latest among ``releases``.
+
+    Args:
+        releases: Release data (any order): a list page, or ``/releases/latest``
+            plus the build it names.
+        channel: ``stable`` or ``nightly``.
+        nightly_tags: Release tag -> build named by its ``nightly-tag.txt``.
+
+    Raises:
+        ReleaseNotFoundError: Nothing qualifies (the message says why).
+    """
+    pointers = dict(nightly_tags or {})
+    if channel == "nightly":
+        found = _nightly(releases)
+        version = next((v for v, b in pointers.items() if b == found.build_tag and v.startswith("v")), None)
+        return ResolvedRelease(found.build_tag, version, found.release, found.notes)
+    start = stable_candidate(releases)
+    if start is None:
+        raise ReleaseNotFoundError(
+            "No stable release found (every release is a draft or a prerelease); "
+            "use --channel nightly for the newest build."
+        )
+    return resolve_release(start, pointers, releases)
+
+
+__all__ = [
+    "CHANNELS",
+    "DEFAULT_CHANNEL",
+    "MAX_NIGHTLY_TAG_BYTES",
+    "NIGHTLY_TAG_ASSET",
+    "Channel",
+    "ResolvedRelease",
+    "follow_pointer",
+    "parse_channel",
+    "parse_nightly_tag",
+    "pointer_asset",
+    "resolve_latest",
+    "resolve_release",
+    "stable_candidate",
+    "upload_problem",
+]
