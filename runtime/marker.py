@@ -40,7 +40,13 @@ class InstallMarker:
     """What was installed, from where, and what the binary said about itself.
 
     ``binary`` and the keys of ``files`` are paths relative to the runtime
-    directory, with ``/`` separators.
+    directory, with ``/`` separators. ``tag`` is the build whose binaries
+    these are; ``release_version`` the semver release (``v0.3.0``) it was
+    installed as, if any; ``version`` what ``--version`` printed, with the
+    build number read from it in ``reported_build`` and the outcome of
+    comparing it with ``tag`` in ``build_check`` (``verified`` or
+    ``unverifiable``). ``channel`` is the stored channel request
+    (``stable``/``nightly``; empty for runtimes installed before channels).
     """
 
     repo: str
@@ -70,6 +76,10 @@ class InstallMarker:
     #: The home's install counter at install time: "newest" means the highest one
     #: (gc, doctor --repair), whatever the clock said. 0 for older markers.
     sequence: int = 0
+    release_version: str | None = None
+    channel: str = ""
+    reported_build: int | None = None
+    build_check: str = ""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -143,6 +153,14 @@ def _inside(rel: str, path: Path, what: str) -> str:
     return rel
 
 
+def _optional_str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _optional_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def parse_marker(payload: object, path: Path) -> InstallMarker:
     """Validate decoded marker JSON.
 
@@ -195,6 +213,10 @@ def parse_marker(payload: object, path: Path) -> InstallMarker:
         speeds=_speeds(payload.get("speeds", {})),
         provenance=provenance if isinstance(provenance := payload.get("provenance"), dict) else {},
         sequence=_sequence(payload.get("sequence")),
+        release_version=_optional_str(payload.get("release_version")),
+        channel=str(payload.get("channel") or ""),
+        reported_build=_optional_int(payload.get("reported_build")),
+        build_check=str(payload.get("build_check") or ""),
         schema_version=schema if isinstance(schema, int) else SCHEMA_VERSION,
     )
 
