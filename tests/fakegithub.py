@@ -5,6 +5,38 @@ Two listeners, like the real thing: the *API* host (``127.0.0.1:P1``) serves
 to a signed URL on the *blob* host (``localhost:P2``). Being a different origin,
 the blob host lets tests assert that no ``Authorization`` crossed the redirect.
 
+By default it publishes the way ggml-org/llama.cpp does since August 2026
+(``scheme="2026"``; sources: ggml-org/llama.cpp PR #27485 "ci : add
+nightly-tag.txt to make-release", scripts/make-release-desc.sh;
+lemonade-sdk/lemonade PR #3450 "/releases/latest on ggml-org/llama.cpp no
+longer returns a build tag ... flagged its bNNNN nightlies as prereleases";
+hybridgroup/yzma PR #297):
+
+* a ``bNNNN`` build of the upstream repository is a **prerelease**;
+* each build added is also cut as a semver release ``v0.N.0`` (non-prerelease,
+  what ``/releases/latest`` returns) whose only asset ``nightly-tag.txt``
+  names the build, unless the test asks for a nightly only (``stable=False``
+  or ``prerelease=True``);
+* forks (any other repository) publish plain non-prerelease builds, as
+  unslothai and janhq still do. ``scheme="legacy"`` is upstream before August 2026.
+
+It also models what the updater's request budget depends on:
+
+* ``download_count`` grows with every download, and it is part of the JSON,
+  so a release's (and the list's) ETag changes whenever someone downloads
+  (github_api.md §0);
+* a ``304`` is free of the primary quota only for requests "correctly
+  authorized with an Authorization header" (GitHub docs, "Best practices for
+  using the REST API"); :attr:`FakeGitHub.quota_used` counts what GitHub would;
+* secondary rate limits: 403/429 with quota left and no ``retry-after``,
+  body "You have exceeded a secondary rate limit" (KnpLabs/php-github-api
+  PR #1072 shows such a 403 with ``X-RateLimit-Remaining: 14``);
+* private repositories: 404 without a token, ``browser_download_url`` refused,
+  the API asset URL with ``Accept: application/octet-stream`` and the token
+  answering 302 to the blob host, which rejects a request that still carries
+  ``Authorization`` with 400 (octokit/octokit.js #967);
+* the blob host answers with a strong ``ETag`` and ``Last-Modified`` like S3.
+
 Every request is logged in :attr:`FakeGitHub.requests`; faults are injected per
 path or per asset name with :meth:`FakeGitHub.inject`.
 """
@@ -31,6 +63,14 @@ _RATE_LIMIT_BODY = (
     b'{"message":"API rate limit exceeded for 127.0.0.1.","documentation_url":'
     b'"https://docs.github.com/rest/overview/resources-in-the-rest-api#rate-limiting"}'
 )
+_SECONDARY_LIMIT_BODY = (
+    b'{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before trying again.",'
+    b'"documentation_url":"https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"}'
+)
+_NOT_FOUND_BODY = b'{"message":"Not Found","documentation_url":"https://docs.github.com/rest"}'
+UPSTREAM_REPOS = frozenset({"ggml-org/llama.cpp", "ggerganov/llama.cpp"})
+NIGHTLY_TAG_ASSET = "nightly-tag.txt"
+_LAST_MODIFIED = "Mon, 30 Nov 2026 09:00:00 GMT"
 
 
 @dataclass
@@ -45,6 +85,7 @@ class Fault:
     status: int | None = None
     times: int | None = 1
     rate_limited: bool = False  # x-ratelimit-remaining: 0 plus a reset time
+    secondary: bool = False  # a secondary limit: quota left, no retry-after, GitHub's body
     retry_after: int | None = None
     html: bool = False
     redirect_loop: bool = False
@@ -55,11 +96,13 @@ class Fault:
     drip_chunk: int = 1024
     ignore_range: bool = False
     wrong_bytes: bool = False
+    short_by: int = 0  # a complete response (Content-Length agrees) N bytes short of the asset's size
 
     @property
     def is_body_fault(self) -> bool:
         return bool(
-            self.reset_after_bytes is not None
+            self.short_by
+            or self.reset_after_bytes is not None
             or self.truncate_after_bytes is not None
             or self.extra_bytes
             or self.drip_seconds
@@ -102,6 +145,8 @@ class _Blob:
 @dataclass
 class _Repo:
     releases: list[dict[str, Any]] = field(default_factory=list)
+    private: bool = False
+    versions_cut: int = 0  # semver releases v0.N.0 published so far
 
 
 class _Server(ThreadingHTTPServer):
@@ -120,12 +165,18 @@ class _Server(ThreadingHTTPServer):
 class FakeGitHub:
     """GitHub releases API + CDN on two local ports. Use as a context manager."""
 
-    def __init__(self) -> None:
+    def __init__(self, scheme: str = "2026", token: str | None = None) -> None:
+        if scheme not in ("2026", "legacy"):
+            raise ValueError(f"unknown publishing scheme {scheme!r}")
+        self.scheme = scheme
+        self.token = token  # the one token a private repository accepts
         self.requests: list[Request] = []
         self.download_bytes_sent = 0
+        self.quota_used = 0  # primary-quota requests, counted as GitHub counts them
         self._repos: dict[str, _Repo] = {}
         self._attestations: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._blobs: dict[int, _Blob] = {}
+        self._assets: dict[int, dict[str, Any]] = {}
         self._faults: list[tuple[str, Fault]] = []
         self._next_id = 1000
         self._lock = threading.Lock()
@@ -174,11 +225,69 @@ class FakeGitHub:
         *,
         digests: bool = True,
         draft: bool = False,
+        prerelease: bool | None = None,
+        published_at: str | None = None,
+        state_overrides: dict[str, str] | None = None,
+        stable: bool | None = None,
+    ) -> dict[str, Any]:
+        """Publish a release; returns its API JSON (also what the server serves).
+
+        ``prerelease`` and ``stable`` default to the publishing scheme: in
+        ``"2026"`` an upstream ``bNNNN`` build is a prerelease and, unless
+        ``stable=False`` or ``prerelease=True`` is given, is cut as the next
+        semver release ``v0.N.0`` (see :meth:`add_version`).
+        """
+        modern = self.scheme == "2026" and repo in UPSTREAM_REPOS and _is_build_tag(tag)
+        cut = modern and not draft and stable is not False and prerelease is not True
+        release = self._publish(
+            repo,
+            tag,
+            assets,
+            digests=digests,
+            draft=draft,
+            prerelease=modern if prerelease is None else prerelease,
+            published_at=published_at,
+            state_overrides=state_overrides,
+        )
+        if cut:
+            with self._lock:
+                rel_repo = self._repos[repo]
+                rel_repo.versions_cut += 1
+                version = f"v0.{rel_repo.versions_cut}.0"
+            self.add_version(repo, version, tag)
+        return release
+
+    def add_version(self, repo: str, version: str, build: str, *, content: bytes | None = None) -> dict[str, Any]:
+        """Publish semver release ``version`` whose only asset, ``nightly-tag.txt``, names ``build``.
+
+        Like make-release.yml + make-release-desc.sh (PR #27485): a non-prerelease
+        release without binaries. ``content`` overrides the file (hostile tests).
+        """
+        body = content if content is not None else f"{build}\n".encode()
+        return self._publish(repo, version, {NIGHTLY_TAG_ASSET: body}, digests=True, prerelease=False)
+
+    def set_private(self, repo: str) -> None:
+        """Make ``repo`` private: only :attr:`token` sees it, downloads only through the API."""
+        with self._lock:
+            self._repos.setdefault(repo, _Repo()).private = True
+
+    def latest_version(self, repo: str) -> str | None:
+        """The tag ``/releases/latest`` answers now (for assertions)."""
+        stable = [r for r in self._repos.get(repo, _Repo()).releases if not r["draft"] and not r["prerelease"]]
+        return stable[-1]["tag_name"] if stable else None
+
+    def _publish(
+        self,
+        repo: str,
+        tag: str,
+        assets: dict[str, bytes | Path],
+        *,
+        digests: bool = True,
+        draft: bool = False,
         prerelease: bool = False,
         published_at: str | None = None,
         state_overrides: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """Publish a release; returns its API JSON (also what the server serves)."""
         states = state_overrides or {}
         with self._lock:
             rel_repo = self._repos.setdefault(repo, _Repo())
@@ -222,7 +331,7 @@ class FakeGitHub:
         for chunk in blob.chunks(0):
             sha.update(chunk)
         self._blobs[asset_id] = blob
-        return {
+        self._assets[asset_id] = asset = {
             "url": f"{self.api_url}/repos/{repo}/releases/assets/{asset_id}",
             "id": asset_id,
             "name": name,
@@ -234,6 +343,7 @@ class FakeGitHub:
             "download_count": 0,
             "browser_download_url": f"{self.base_url}/dl/{repo}/releases/download/{tag}/{name}",
         }
+        return asset
 
     def add_attestation(self, repo: str, sha256: str, bundle: dict[str, Any]) -> None:
         """Publish a Sigstore ``bundle`` for the file ``sha256`` in ``repo`` (the attestations API).
@@ -271,6 +381,18 @@ class FakeGitHub:
         return None
 
 
+def _cut(chunks: Iterator[bytes], length: int) -> Iterator[bytes]:
+    for chunk in chunks:
+        if length <= 0:
+            return
+        yield chunk[:length]
+        length -= len(chunk)
+
+
+def _is_build_tag(tag: str) -> bool:
+    return len(tag) > 1 and tag[0] == "b" and tag[1:].isdigit()
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
@@ -299,6 +421,12 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing --------------------------------------------------------------------------
     def _head(self, status: int, headers: dict[str, str]) -> None:
         self._record.status = status
+        if self.server.role == "api" and self._record.path.startswith("/api/"):
+            # GitHub: a 304 does not count "if ... correctly authorized with an Authorization header".
+            free = status == 304 and "authorization" in self._record.headers
+            if not free:
+                with self.server.fake._lock:
+                    self.server.fake.quota_used += 1
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
@@ -334,6 +462,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.retry_after is not None:
             extra["Retry-After"] = str(fault.retry_after)
         body = _RATE_LIMIT_BODY if fault.rate_limited else b'{"message":"Server Error"}'
+        if fault.secondary:
+            body = _SECONDARY_LIMIT_BODY
         self._simple(fault.status or 500, body, "application/json; charset=utf-8", extra)
 
     def _rate_headers(self, remaining: int) -> dict[str, str]:
@@ -347,16 +477,28 @@ class _Handler(BaseHTTPRequestHandler):
         }
 
     # -- API -------------------------------------------------------------------------------
+    def _authorised(self, fake: FakeGitHub) -> bool:
+        return fake.token is not None and self._record.headers.get("authorization") == f"Bearer {fake.token}"
+
     def _serve_api(self, fake: FakeGitHub, path: str, query: dict[str, list[str]]) -> None:
         bits = path.split("/")  # ["", "api", "repos", o, r, "releases", ...]
         if len(bits) == 7 and bits[5] == "attestations":
             self._serve_attestations(fake, f"{bits[3]}/{bits[4]}", bits[6])
             return
         repo = fake._repos.get(f"{bits[3]}/{bits[4]}") if len(bits) > 5 else None
+        if repo is not None and repo.private and not self._authorised(fake):
+            repo = None  # GitHub hides a private repository behind 404, not 403
         public = [r for r in repo.releases if not r["draft"]] if repo else []
         payload: Any = None
         link = ""
-        if len(bits) == 8 and bits[6] == "tags":
+        if len(bits) == 8 and bits[6] == "assets" and repo is not None and bits[7].isdigit():
+            asset = next((a for r in public for a in r["assets"] if a["id"] == int(bits[7])), None)
+            if asset is not None and self._record.headers.get("accept") == "application/octet-stream":
+                # docs "REST API endpoints for release assets": 302 to the signed CDN URL.
+                self._head(302, {"Location": self._signed_url(fake, asset), "Content-Length": "0"})
+                return
+            payload = asset
+        elif len(bits) == 8 and bits[6] == "tags":
             # "_served_for": a hostile server answering tags/T with another release.
             payload = next((r for r in public if r.get("_served_for", r["tag_name"]) == bits[7]), None)
         elif len(bits) == 7 and bits[6] == "latest":
@@ -372,8 +514,7 @@ class _Handler(BaseHTTPRequestHandler):
             if page < last:
                 link = f'<{base}&page={page + 1}>; rel="next", <{base}&page={last}>; rel="last"'
         if payload is None:
-            body = b'{"message":"Not Found","documentation_url":"https://docs.github.com/rest"}'
-            self._simple(404, body, "application/json; charset=utf-8", self._rate_headers(41))
+            self._simple(404, _NOT_FOUND_BODY, "application/json; charset=utf-8", self._rate_headers(41))
             return
         body = json.dumps(payload).encode()
         etag = 'W/"' + hashlib.sha1(body).hexdigest() + '"'
@@ -400,16 +541,20 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve_redirect(self, fake: FakeGitHub, path: str) -> None:
         bits = path.split("/")  # ["", "dl", o, r, "releases", "download", tag, name]
         repo = fake._repos.get(f"{bits[2]}/{bits[3]}") if len(bits) == 8 else None
+        if repo is not None and repo.private:
+            repo = None  # browser_download_url of a private repository does not take a token
         for release in repo.releases if repo else []:
             if release["tag_name"] != bits[6]:
                 continue
             for asset in release["assets"]:
                 if asset["name"] == bits[7]:
-                    location = f"{fake.blob_url}/blob/{asset['id']}/{asset['name']}"
-                    location += "?X-Amz-Expires=300&X-Amz-Signature=f00d"
-                    self._head(302, {"Location": location, "Content-Length": "0"})
+                    self._head(302, {"Location": self._signed_url(fake, asset), "Content-Length": "0"})
                     return
         self._simple(404, b"Not Found", "text/plain")
+
+    @staticmethod
+    def _signed_url(fake: FakeGitHub, asset: dict[str, Any]) -> str:
+        return f"{fake.blob_url}/blob/{asset['id']}/{asset['name']}?X-Amz-Expires=300&X-Amz-Signature=f00d"
 
     def _serve_blob(self, fake: FakeGitHub, path: str) -> None:
         bits = path.split("/")  # ["", "blob", id, name]
@@ -417,6 +562,13 @@ class _Handler(BaseHTTPRequestHandler):
         if blob is None:
             self._simple(404, b"<Error><Code>NoSuchKey</Code></Error>", "application/xml")
             return
+        if "authorization" in self._record.headers:
+            # octokit/octokit.js #967: the signed URL and a token together are refused.
+            body = b"<Error><Code>InvalidArgument</Code><Message>Only one auth mechanism allowed</Message></Error>"
+            self._simple(400, body, "application/xml")
+            return
+        with fake._lock:
+            fake._assets[int(bits[2])]["download_count"] += 1  # changes the release JSON, so its ETag
         fault = fake._take_fault(path, {"body"})
         start = 0
         wanted = self._record.headers.get("range", "")
@@ -425,12 +577,21 @@ class _Handler(BaseHTTPRequestHandler):
             if start >= blob.size:
                 self._simple(416, b"", "application/xml", {"Content-Range": f"bytes */{blob.size}"})
                 return
-        headers = {"Content-Type": "application/octet-stream", "Accept-Ranges": "bytes"}
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Accept-Ranges": "bytes",
+            "ETag": f'"{hashlib.md5(str(bits[2]).encode()).hexdigest()}"',  # S3: strong, per upload
+            "Last-Modified": _LAST_MODIFIED,
+        }
         status = 200
+        end = blob.size - (fault.short_by if fault else 0)
         if start:
             status = 206
-            headers["Content-Range"] = f"bytes {start}-{blob.size - 1}/{blob.size}"
-        self._send_body(fault, blob.chunks(start), blob.size - start, status, headers, counts=True)
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{blob.size}"
+        chunks = blob.chunks(start)
+        if fault and fault.short_by:
+            chunks = _cut(chunks, end - start)
+        self._send_body(fault, chunks, end - start, status, headers, counts=True)
 
     def _send_body(
         self,
