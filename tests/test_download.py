@@ -87,15 +87,58 @@ def test_download_follows_redirect_and_verifies_digest(github: FakeGitHub, tmp_p
     assert github.download_bytes_sent == len(PAYLOAD)
 
 
-def test_token_reaches_download_url_on_api_origin_but_never_the_blob_host(github: FakeGitHub, tmp_path: Path) -> None:
+def test_with_a_token_the_api_asset_url_gets_it_and_the_blob_host_never_does(
+    github: FakeGitHub, tmp_path: Path
+) -> None:
     asset = publish(github)
     fetch(api(github, token="s3cret"), asset, tmp_path / "a.partial")
-    (redirect,) = github.requests_to("api", "/dl/")
+    (redirect,) = github.requests_to("api", "/releases/assets/")
     (blob,) = github.requests_to("blob")
     assert redirect.status == 302
     assert redirect.headers["authorization"] == "Bearer s3cret"
+    assert redirect.headers["accept"] == "application/octet-stream"
     assert "authorization" not in blob.headers
     assert "localhost" in blob.headers["host"]
+    assert not github.requests_to("api", "/dl/")
+
+
+def test_private_repository_downloads_through_the_api_asset_url_with_the_token(tmp_path: Path) -> None:
+    with FakeGitHub(token="s3cret") as github:
+        github.set_private(REPO)
+        asset = publish(github)
+        # Without the token the repository does not exist (GitHub answers 404, not 403).
+        with pytest.raises(RemoteError):
+            GitHubClient(github.api_url, REPO, sleep=Sleeps()).get_release("b7000")
+        # browser_download_url takes no token: the web URL of a private asset is refused.
+        with pytest.raises(RemoteError):
+            fetch(httpx.Client(), asset, tmp_path / "web.partial")
+        result = fetch(api(github, token="s3cret"), asset, tmp_path / "a.partial")
+    assert result.digest_verified and (tmp_path / "a.partial").read_bytes() == PAYLOAD
+    (blob,) = [r for r in github.requests_to("blob") if r.status == 200]
+    assert "authorization" not in blob.headers
+
+
+def test_complete_response_shorter_than_published_size_is_integrity_not_network(
+    github: FakeGitHub, tmp_path: Path
+) -> None:
+    asset = publish(github)
+    github.inject(NAME, Fault(short_by=100, times=None))
+    sleeps = Sleeps()
+    with pytest.raises(SizeMismatchError, match="arrived complete but") as err:
+        fetch(api(github), asset, tmp_path / "a.partial", sleeps=sleeps)
+    assert err.value.exit_code == 8
+    assert sleeps.calls == []  # no retry: the same server would send the same wrong file
+    assert len(github.requests_to("blob")) == 1
+    assert not (tmp_path / "a.partial").exists()
+
+
+def test_complete_response_longer_than_published_size_is_integrity(github: FakeGitHub, tmp_path: Path) -> None:
+    asset = publish(github)
+    github.inject(NAME, Fault(extra_bytes=10, times=None))
+    with pytest.raises(SizeMismatchError) as err:
+        fetch(api(github), asset, tmp_path / "a.partial")
+    assert err.value.exit_code == 8
+    assert not (tmp_path / "a.partial").exists()
 
 
 def test_plain_httpx_client_downloads_without_any_authorization(github: FakeGitHub, tmp_path: Path) -> None:

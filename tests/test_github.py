@@ -53,25 +53,28 @@ def test_missing_tag_raises_release_not_found_without_retry(github: FakeGitHub) 
     assert len(github.requests_to("api")) == 1
 
 
-def test_latest_picks_b10000_over_later_created_b9999(github: FakeGitHub) -> None:
-    github.add_release(REPO, "b10000", {})
-    github.add_release(REPO, "b9999", {})  # created later: GitHub's /latest would say b9999
-    assert client(github).latest_release().tag == "b10000"
-    assert len(github.requests_to("api")) == 1
+def test_nightly_picks_b10000_over_later_created_b9999(github: FakeGitHub) -> None:
+    github.add_release(REPO, "b10000", {}, stable=False)
+    github.add_release(REPO, "b9999", {}, stable=False)  # created later: GitHub's /latest would say b9999
+    assert client(github).latest_release("nightly").tag == "b10000"
+    (only,) = github.requests_to("api")
+    assert only.path == LIST_PATH and "per_page=10" in only.query
 
 
-def test_latest_skips_drafts_and_prereleases(github: FakeGitHub) -> None:
+def test_stable_skips_drafts_and_prereleases(github: FakeGitHub) -> None:
     github.add_release(REPO, "b100", {})
     github.add_release(REPO, "b102", {}, draft=True)
     github.add_release(REPO, "b101", {}, prerelease=True)
     assert client(github).latest_release().tag == "b100"
 
 
-def test_latest_without_build_tags_falls_back_to_releases_latest(github: FakeGitHub) -> None:
-    github.add_release(REPO, "v1.0", {})
-    github.add_release(REPO, "v1.1", {})
-    assert client(github).latest_release().tag == "v1.1"
-    assert [r.path for r in github.requests_to("api")] == [LIST_PATH, LIST_PATH + "/latest"]
+def test_stable_of_a_fork_is_releases_latest_in_one_request(github: FakeGitHub) -> None:
+    fork = "unslothai/llama.cpp"
+    github.add_release(fork, "b9000", {"llama-b9000-bin-ubuntu-x64.tar.gz": b"x"})
+    github.add_release(fork, "b9596-mix-e6f2453", {"llama-b9596-mix-e6f2453-bin-ubuntu-x64.tar.gz": b"x"})
+    api = GitHubClient(github.api_url, fork, sleep=Sleeps())
+    assert api.latest_release().tag == "b9596-mix-e6f2453"
+    assert [r.path for r in github.requests_to("api")] == [f"/api/repos/{fork}/releases/latest"]
 
 
 def test_latest_of_empty_repository_is_release_not_found(github: FakeGitHub) -> None:
@@ -98,7 +101,7 @@ def test_changed_release_is_refetched_despite_etag_cache(github: FakeGitHub, tmp
     assert client(github, etag_cache=cache).latest_release().tag == "b1"
     github.add_release(REPO, "b2", {})
     assert client(github, etag_cache=cache).latest_release().tag == "b2"
-    assert [r.status for r in github.requests_to("api")] == [200, 200]
+    assert [r.status for r in github.requests_to("api", "/releases/latest")] == [200, 200]
 
 
 def test_corrupt_etag_cache_file_is_treated_as_empty(github: FakeGitHub, tmp_path: Path) -> None:
@@ -130,6 +133,20 @@ def test_rate_limit_429_with_retry_after_reports_the_wait(github: FakeGitHub) ->
     with pytest.raises(RateLimitError, match="retry after 37 seconds") as err:
         client(github).get_release("b7000")
     assert err.value.retry_after == 37
+
+
+@pytest.mark.parametrize("status", [403, 429])
+def test_secondary_rate_limit_with_quota_left_waits_a_minute_without_a_second_request(
+    github: FakeGitHub, status: int
+) -> None:
+    github.add_release(REPO, "b7000", {})
+    github.inject(f"{TAGS_PATH}/b7000", Fault(status=status, secondary=True, times=None))
+    sleeps = Sleeps()
+    with pytest.raises(RateLimitError, match=r"secondary rate limit.*at least 60 seconds") as err:
+        GitHubClient(github.api_url, REPO, sleep=sleeps).get_release("b7000")
+    assert err.value.retry_after == 60 and err.value.exit_code == 7
+    (only,) = github.requests_to("api")
+    assert only.status == status and sleeps.calls == []
 
 
 def test_plain_403_is_a_remote_error_not_a_rate_limit(github: FakeGitHub) -> None:

@@ -343,6 +343,8 @@ class _Job:
     ) -> None:
         self.http = source.http
         self.auth = source.auth_headers_for
+        # With a token, the API asset URL (the only way into a private repository).
+        self.first_url = source.asset_request(asset)[0]
         self.asset = asset
         self.path = path
         self.expected_size = expected_size
@@ -412,7 +414,7 @@ class _Job:
 
     @contextmanager
     def _open(self, offset: int, if_range: str | None) -> Iterator[httpx.Response]:
-        url = self.asset.download_url
+        url = self.first_url
         for _hop in range(_MAX_REDIRECTS + 1):
             # identity: the stored bytes are the asset's bytes, never a transfer encoding of them.
             headers = {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
@@ -496,7 +498,14 @@ class _Job:
 
     def _finish(self, hasher: _Hash, total: int, resumed_from: int) -> DownloadResult:
         if self.expected_size is not None and total < self.expected_size:
-            raise self._network_error(f"the body ended after {total} of {self.expected_size} bytes")
+            # Only a response that ended cleanly gets here (a cut connection raises in
+            # _stream): the server sent all it meant to, and it is not what GitHub
+            # advertises. Retrying would fetch the same wrong file: integrity, exit 8.
+            discard_partial(self.path)
+            raise SizeMismatchError(
+                f"{self.asset.name} arrived complete but {total} bytes long, not the published "
+                f"{self.expected_size} bytes; the download was discarded."
+            )
         digest: str = hasher.hexdigest()
         if self.expected_sha256 is not None and digest != self.expected_sha256:
             discard_partial(self.path)

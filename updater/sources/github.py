@@ -31,11 +31,10 @@ from llama_runtime.runtime.errors import (
     RemoteError,
 )
 from llama_runtime.runtime.fsutil import atomic_write_json
-from llama_runtime.updater.choice.latest import pick_latest
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, loads_bounded, read_capped
 from llama_runtime.updater.sources.credentials import may_send_token, redact_url
-from llama_runtime.updater.sources.release import Release, parse_release
+from llama_runtime.updater.sources.release import Asset, Release, parse_release
 from llama_runtime.updater.sources.remote_names import (
     RemoteDataError,
     check_release,
@@ -68,6 +67,8 @@ _STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
 )
 # Characters of a Content-Type quoted in a message (a hostile header cannot flood it).
 _CTYPE_QUOTE_CHARS: Final[int] = 60
+# GitHub: for a secondary rate limit without retry-after, "wait for at least one minute".
+SECONDARY_BACKOFF_SECONDS: Final[int] = 60
 _TOKEN_HINT: Final[str] = "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit from 60 to 5,000 requests an hour."
 
 
@@ -224,40 +225,35 @@ class GitHubClient:
         payload = self._get_json(url, f"Release {tag} not found in {self.repo}.")
         return _absolute_urls(check_release(parse_release(self.repo, payload), asked=tag), url)
 
-    def recent_releases(self) -> list[Release]:
-        """The newest page of the repository's releases (up to 100), as GitHub orders them.
+    def recent_releases(self, per_page: int = _PER_PAGE) -> list[Release]:
+        """The newest page of the repository's releases, as GitHub orders them.
+
+        Args:
+            per_page: Page size, 1 to 100 (GitHub's maximum). The scheduled
+                check asks for few: the whole page is re-sent whenever any
+                download count in it changes.
 
         Raises:
             ReleaseNotFoundError: The repository does not exist.
             RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
         """
-        url = f"{self.api_url}/repos/{self.repo}/releases?per_page={_PER_PAGE}&page=1"
+        per_page = max(1, min(per_page, _PER_PAGE))
+        url = f"{self.api_url}/repos/{self.repo}/releases?per_page={per_page}&page=1"
         payload = self._get_json(url, f"No releases found in {self.repo}.")
         if not isinstance(payload, list):
             raise RemoteError("GitHub answered with something that is not release data (not a list).")
         return [_absolute_urls(r, url) for r in _usable([parse_release(self.repo, item) for item in payload])]
 
-    def latest_release(self) -> Release:
-        """The non-draft, non-prerelease release with the highest build number.
+    def latest_published(self) -> Release:
+        """GitHub's ``/releases/latest``: the newest non-draft, non-prerelease release.
 
-        GitHub's ``/releases/latest`` sorts by commit date, not build number, so
-        the newest page of the list decides; ``/releases/latest`` is asked only
-        when that page holds no ``bN`` tag.
+        GitHub orders by ``created_at`` (the commit date). For upstream today
+        that is a semver release without binaries (see :mod:`updater.choice.channel`).
 
         Raises:
             ReleaseNotFoundError: The repository has no published release.
             RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
         """
-        try:
-            best = pick_latest(self.recent_releases())
-        except (RateLimitError, NetworkError):
-            raise
-        except RemoteError:
-            # A static mirror cannot serve the list (``releases`` is also a
-            # directory there); its ``releases/latest`` is the highest build.
-            best = None
-        if best is not None:
-            return best
         url = f"{self.api_url}/repos/{self.repo}/releases/latest"
         payload = self._get_json(url, f"No releases found in {self.repo}.")
         return _absolute_urls(check_release(parse_release(self.repo, payload)), url)
@@ -278,6 +274,60 @@ class GitHubClient:
             return self._get_json(url, "", use_cache=False)
         except ReleaseNotFoundError:
             return []
+    def latest_release(self, channel: str = "stable") -> Release:
+        """The build release ``channel`` calls latest (see :func:`updater.sources.resolve.resolve_latest_remote`).
+
+        Raises:
+            ReleaseNotFoundError: Nothing qualifies.
+            RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
+        """
+        from llama_runtime.updater.sources.resolve import resolve_latest_remote
+
+        return resolve_latest_remote(self, "nightly" if channel == "nightly" else "stable").release
+
+    def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
+        """URL and headers to download ``asset``.
+
+        With a token, the API asset URL (``Accept: application/octet-stream``):
+        ``browser_download_url`` does not accept a token, so it is the only way
+        into a private repository. GitHub answers 302 to a signed CDN URL, which
+        is followed *without* the token (the CDN refuses two auth mechanisms,
+        octokit/octokit.js #967). Without a token, ``browser_download_url``:
+        it costs no API quota.
+        """
+        headers = {"Accept": "application/octet-stream"}
+        if asset.api_url and self.auth_headers_for(asset.api_url):
+            return asset.api_url, {**headers, **self.auth_headers_for(asset.api_url)}
+        return asset.download_url, headers
+
+    def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
+        """The whole body of a small asset (``nightly-tag.txt``), at most ``max_bytes``.
+
+        The token goes to the API origin only; redirects to another origin are
+        followed without it (httpx drops ``Authorization`` across origins, and
+        :meth:`asset_request` adds it for the API URL alone).
+
+        Raises:
+            IntegrityError: The body is longer than ``max_bytes``.
+            NetworkError, RemoteError: The download failed.
+        """
+        from llama_runtime.runtime.errors import IntegrityError
+
+        url, headers = self.asset_request(asset)
+        try:
+            with self.http.stream("GET", url, headers=headers, follow_redirects=True) as response:
+                if response.status_code != 200:
+                    self._raise_for_status(response, f"{asset.name} is not published in {self.repo}.")
+                body = b""
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise IntegrityError(f"{asset.name} is larger than {max_bytes} bytes; refusing to read it.")
+        except httpx.TooManyRedirects as exc:
+            raise RemoteError(f"Downloading {asset.name} redirected in a loop.") from exc
+        except httpx.HTTPError as exc:
+            raise NetworkError(f"Could not download {asset.name}: {type(exc).__name__}.") from exc
+        return body
 
     # -- transport -------------------------------------------------------------------------
     def _get_json(self, url: str, not_found: str, *, use_cache: bool = True) -> Any:
@@ -371,7 +421,7 @@ class GitHubClient:
         retry_after = _int_header(response, "retry-after")
         remaining = _int_header(response, "x-ratelimit-remaining")
         if retry_after is None and remaining != 0:
-            return None
+            return _secondary_limit_error(response, remaining)
         reset = _int_header(response, "x-ratelimit-reset")
         if retry_after is not None:
             when = f"retry after {retry_after} seconds"
@@ -386,6 +436,30 @@ class GitHubClient:
             retry_after=float(retry_after) if retry_after is not None else None,
             hint=hint,
         )
+
+
+def _secondary_limit_error(response: httpx.Response, remaining: int | None) -> RateLimitError | None:
+    """A secondary rate limit: 403/429 with quota left (or no headers) and no ``retry-after``.
+
+    GitHub's docs ("Rate limits for the REST API"): "If the retry-after response
+    header is present, you should not retry your request until after that many
+    seconds has elapsed ... Otherwise, wait for at least one minute before
+    retrying." A 403 with quota left is only a rate limit when the body says so
+    (otherwise it is a permission problem); a 429 always is.
+    """
+    try:
+        message = str(response.json().get("message", ""))
+    except (ValueError, AttributeError):
+        message = ""
+    if response.status_code != 429 and "rate limit" not in message.lower():
+        return None
+    left = f" ({remaining} requests of the hourly quota are left)" if remaining else ""
+    return RateLimitError(
+        f"GitHub's secondary rate limit refused the request (HTTP {response.status_code}){left}; "
+        f"wait at least {SECONDARY_BACKOFF_SECONDS} seconds before retrying.",
+        retry_after=float(SECONDARY_BACKOFF_SECONDS),
+        hint="Secondary limits guard against bursts; the next scheduled check waits for it.",
+    )
 
 
 def _absolute_urls(release: Release, json_url: str) -> Release:

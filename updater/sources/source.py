@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Protocol, Self
 
 if TYPE_CHECKING:
     import httpx
-    from llama_runtime.updater.sources.release import Release
+    from llama_runtime.updater.sources.github import EtagCache
+    from llama_runtime.updater.sources.release import Asset, Release
 
 __all__ = ["AssetHost", "PlainHttp", "RateLimit", "ReleaseSource"]
 
@@ -50,6 +51,10 @@ class AssetHost(Protocol):
         """Headers ``url`` may carry (a token only for the source's own origin)."""
         ...
 
+    def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
+        """The URL to fetch ``asset`` from first, and its headers (a private repository's API URL)."""
+        ...
+
 
 class ReleaseSource(AssetHost, Protocol):
     """A repository's releases, and the host their assets come from."""
@@ -63,16 +68,29 @@ class ReleaseSource(AssetHost, Protocol):
         """The release whose tag is exactly ``tag`` (raises ``ReleaseNotFoundError``)."""
         ...
 
-    def latest_release(self) -> Release:
-        """The release "latest" means for this source (see :mod:`updater.choice.latest`)."""
+    def latest_release(self, channel: str = "stable") -> Release:
+        """The build release ``channel`` calls latest (see :mod:`updater.choice.channel`)."""
         ...
 
     def attestations(self, sha256: str) -> object:
         """The build attestations published for the file ``sha256`` (the API's JSON; ``[]`` for none)."""
         ...
 
-    def recent_releases(self) -> list[Release]:
+    def latest_published(self) -> Release:
+        """The source's own ``releases/latest`` (the newest non-prerelease release)."""
+        ...
+
+    def recent_releases(self, per_page: int = 100) -> list[Release]:
         """The newest page of releases (a static mirror may raise ``RemoteError``: it has no list)."""
+        ...
+
+    def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
+        """The whole body of a small asset (``nightly-tag.txt``), refused past ``max_bytes``."""
+        ...
+
+    @property
+    def etag_cache(self) -> EtagCache | None:
+        """Where conditional-request state (and small cached reads) persist, if anywhere."""
         ...
 
     @property
@@ -107,3 +125,7 @@ class PlainHttp:
     def auth_headers_for(self, url: str) -> dict[str, str]:
         """Nothing: a plain client vouches for no host."""
         return {}
+
+    def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
+        """``browser_download_url``, without credentials."""
+        return asset.download_url, {"Accept": "application/octet-stream"}

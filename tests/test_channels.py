@@ -1,0 +1,208 @@
+"""Channels over release data (pure) and against a server shaped like today's upstream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from llama_runtime.runtime.errors import IntegrityError, ReleaseNotFoundError, UserInputError
+from llama_runtime.updater.choice.channel import (
+    parse_channel,
+    parse_nightly_tag,
+    pointer_asset,
+    resolve_latest,
+    stable_candidate,
+    upload_problem,
+)
+from llama_runtime.updater.choice.tags import compare_tags, is_upgrade, parse_tag
+from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
+from llama_runtime.updater.sources.release import Asset, Release
+from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
+
+from tests.conftest import Sleeps
+from tests.fakegithub import FakeGitHub
+
+REPO = "ggml-org/llama.cpp"
+FORK = "unslothai/llama.cpp"
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
+
+
+def build(
+    tag: str, *, prerelease: bool = True, names: tuple[str, ...] = (CPU, VULKAN), state: str = "uploaded"
+) -> Release:
+    assets = tuple(Asset(n.format(tag=tag), 10, f"http://127.0.0.1/{n.format(tag=tag)}", state=state) for n in names)
+    return Release(REPO, tag, assets, prerelease=prerelease)
+
+
+def version(tag: str) -> Release:
+    return Release(REPO, tag, (Asset("nightly-tag.txt", 7, "http://127.0.0.1/nightly-tag.txt"),))
+
+
+UPSTREAM = [build("b10485"), build("b10490"), version("v0.2.0"), version("v0.3.0"), build("b10500")]
+POINTERS = {"v0.2.0": "b10485", "v0.3.0": "b10490"}
+
+
+# -- pure resolver -----------------------------------------------------------------
+
+
+def test_stable_follows_the_highest_semver_release_to_the_build_its_pointer_names() -> None:
+    found = resolve_latest(UPSTREAM, "stable", POINTERS)
+    assert (found.build_tag, found.version) == ("b10490", "v0.3.0")
+    assert found.release.assets[0].name == "llama-b10490-bin-ubuntu-x64.tar.gz"
+
+
+def test_nightly_is_the_highest_build_including_prereleases() -> None:
+    found = resolve_latest(UPSTREAM, "nightly", POINTERS)
+    assert (found.build_tag, found.version) == ("b10500", None)
+
+
+def test_nightly_names_the_semver_release_of_a_build_when_one_points_at_it() -> None:
+    found = resolve_latest(UPSTREAM[:4], "nightly", POINTERS)
+    assert (found.build_tag, found.version) == ("b10490", "v0.3.0")
+
+
+def test_semver_releases_order_by_semver_not_by_publication() -> None:
+    releases = [version("v0.10.0"), version("v0.9.0")]
+    start = stable_candidate(releases)
+    assert start is not None and start.tag == "v0.10.0"
+
+
+def test_fork_without_semver_releases_resolves_stable_to_its_highest_plain_build() -> None:
+    fork = [build("b9596-mix-e6f2453", prerelease=False), build("b9000", prerelease=False)]
+    found = resolve_latest(fork, "stable")
+    assert (found.build_tag, found.version) == ("b9596-mix-e6f2453", None)
+
+
+def test_nightly_skips_a_build_with_an_asset_still_uploading() -> None:
+    releases = [build("b10500"), build("b10501", state="open")]
+    found = resolve_latest(releases, "nightly")
+    assert found.build_tag == "b10500"
+    assert "b10501 is still uploading" in found.notes[0] and "'open'" in found.notes[0]
+
+
+def test_nightly_skips_a_build_missing_an_archive_the_build_before_had() -> None:
+    releases = [build("b10500"), build("b10501", names=(CPU,))]
+    found = resolve_latest(releases, "nightly")
+    assert found.build_tag == "b10500"
+    assert "no llama-b10501-bin-ubuntu-vulkan-x64.tar.gz yet" in found.notes[0]
+    assert upload_problem(releases[0], None) is None
+
+
+def test_stable_with_unread_or_unpublished_pointer_is_release_not_found() -> None:
+    with pytest.raises(ReleaseNotFoundError, match="not read"):
+        resolve_latest(UPSTREAM, "stable", {})
+    with pytest.raises(ReleaseNotFoundError, match="names build b99999"):
+        resolve_latest(UPSTREAM, "stable", {"v0.3.0": "b99999"})
+
+
+def test_only_prereleases_give_stable_nothing_and_say_use_nightly() -> None:
+    with pytest.raises(ReleaseNotFoundError, match="--channel nightly"):
+        resolve_latest([build("b1")], "stable")
+
+
+@pytest.mark.parametrize("content", [b"b10485\n", b"  b10485  ", "b10485"])
+def test_nightly_tag_file_names_a_build(content: bytes | str) -> None:
+    assert parse_nightly_tag(content, "v0.3.0") == "b10485"
+
+
+@pytest.mark.parametrize("content", [b"", b"v0.3.0", b"../../etc", b"\xff\xfe", b"b1" * 600, b"latest"])
+def test_nightly_tag_file_that_names_no_build_is_integrity_error(content: bytes) -> None:
+    with pytest.raises(IntegrityError) as err:
+        parse_nightly_tag(content, "v0.3.0")
+    assert err.value.exit_code == 8
+
+
+def test_pointer_is_only_followed_on_a_release_without_binaries() -> None:
+    assert pointer_asset(version("v0.3.0")) is not None
+    both = Release(REPO, "b1", (*build("b1").assets, *version("x").assets))
+    assert pointer_asset(both) is None
+
+
+@pytest.mark.parametrize(("value", "channel"), [("stable", "stable"), (" Nightly ", "nightly")])
+def test_channel_names_parse(value: str, channel: str) -> None:
+    assert parse_channel(value) == channel
+
+
+def test_unknown_channel_is_bad_input_listing_both() -> None:
+    with pytest.raises(UserInputError, match=r"'stable'.*'nightly'") as err:
+        parse_channel("beta", "LLAMA_RUNTIME_CHANNEL")
+    assert "LLAMA_RUNTIME_CHANNEL" in err.value.message and err.value.exit_code == 2
+
+
+def test_semver_tags_compare_by_semver_and_never_with_build_tags() -> None:
+    assert compare_tags(parse_tag("v0.10.0"), parse_tag("v0.9.0")) == 1
+    assert compare_tags(parse_tag("v0.3.0"), parse_tag("b10490")) is None
+    assert not is_upgrade("b10490", "v0.3.0") and not is_upgrade("v0.3.0", "b10490")
+    assert parse_tag("v0.3.0").is_release_version and parse_tag("v0.3.0").build is None
+
+
+# -- against the fake shaped like today's upstream ------------------------------------
+
+
+def client(github: FakeGitHub, tmp_path: Path | None = None, **kw: object) -> GitHubClient:
+    cache = JsonFileEtagCache(tmp_path / "etags.json") if tmp_path else None
+    return GitHubClient(github.api_url, REPO, sleep=Sleeps(), etag_cache=cache, **kw)  # type: ignore[arg-type]
+
+
+def publish(github: FakeGitHub, tag: str, **kw: object) -> None:
+    github.add_release(REPO, tag, {CPU.format(tag=tag): b"cpu " + tag.encode()}, **kw)  # type: ignore[arg-type]
+
+
+def test_fake_publishes_builds_as_prereleases_and_latest_as_a_semver_pointer(github: FakeGitHub) -> None:
+    publish(github, "b7000")
+    publish(github, "b7001", stable=False)
+    assert github.latest_version(REPO) == "v0.1.0"
+    found = resolve_latest_remote(client(github), "stable")
+    assert (found.build_tag, found.version, found.release.prerelease) == ("b7000", "v0.1.0", True)
+    paths = [(r.host, r.path) for r in github.requests]
+    assert paths == [
+        ("api", f"/api/repos/{REPO}/releases/latest"),
+        ("api", f"/dl/{REPO}/releases/download/v0.1.0/nightly-tag.txt"),  # web download: no API quota
+        ("blob", paths[2][1]),
+        ("api", f"/api/repos/{REPO}/releases/tags/b7000"),
+    ]
+    assert github.quota_used == 2
+    assert resolve_latest_remote(client(github), "nightly").build_tag == "b7001"
+
+
+def test_update_tag_v0_resolves_to_the_build_its_pointer_names(github: FakeGitHub) -> None:
+    publish(github, "b7000")
+    publish(github, "b7001")
+    found = resolve_tag_remote(client(github), "v0.1.0")
+    assert (found.build_tag, found.version) == ("b7000", "v0.1.0")
+
+
+def test_a_fork_keeps_working_unchanged(github: FakeGitHub) -> None:
+    github.add_release(FORK, "b9596-mix-e6f2453", {CPU.format(tag="b9596-mix-e6f2453"): b"x"})
+    api = GitHubClient(github.api_url, FORK, sleep=Sleeps())
+    found = resolve_latest_remote(api, "stable")
+    assert (found.build_tag, found.version, found.release.prerelease) == ("b9596-mix-e6f2453", None, False)
+    assert github.quota_used == 1
+
+
+def test_legacy_upstream_scheme_still_resolves(tmp_path: Path) -> None:
+    with FakeGitHub(scheme="legacy") as github:
+        publish(github, "b7000")
+        assert github.latest_version(REPO) == "b7000"
+        assert resolve_latest_remote(client(github), "stable").build_tag == "b7000"
+
+
+def test_hostile_pointer_content_is_integrity_error(github: FakeGitHub) -> None:
+    publish(github, "b7000", stable=False)
+    github.add_version(REPO, "v0.1.0", "b7000", content=b"../../../etc/passwd")
+    with pytest.raises(IntegrityError, match="not a build tag"):
+        resolve_latest_remote(client(github), "stable")
+
+
+def test_pointer_to_a_missing_build_is_release_not_found(github: FakeGitHub) -> None:
+    github.add_version(REPO, "v0.1.0", "b9999")
+    with pytest.raises(ReleaseNotFoundError, match="names build b9999"):
+        resolve_latest_remote(client(github), "stable")
+
+
+def test_pointer_content_is_cached_while_the_asset_is_unchanged(github: FakeGitHub, tmp_path: Path) -> None:
+    publish(github, "b7000")
+    resolve_latest_remote(client(github, tmp_path), "stable")
+    resolve_latest_remote(client(github, tmp_path), "stable")
+    assert len(github.requests_to("blob")) == 1
