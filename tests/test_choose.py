@@ -85,8 +85,12 @@ TABLE: list[tuple[str, HostFacts, str, str | None, str, tuple[str, ...]]] = [
      ("cudart-llama-bin-win-cu12.2.0-x64.zip",)),
     ("b7902", replace(CUDA124_WIN, cuda_driver_version=" 12.4\n"), "auto", None,
      "llama-b7902-bin-win-cuda-12.4-x64.zip", ("cudart-llama-bin-win-cuda-12.4-x64.zip",)),
-    # Driver too old for every CUDA line: auto moves on to Vulkan.
-    ("b10015", CUDA122_WIN, "auto", None, "llama-b10015-bin-win-vulkan-x64.zip", ()),
+    # Nothing at or below a 12.2 driver: NVIDIA minor-version compatibility takes the closest 12.x.
+    ("b10015", CUDA122_WIN, "auto", None, "llama-b10015-bin-win-cuda-12.4-x64.zip",
+     ("cudart-llama-bin-win-cuda-12.4-x64.zip",)),
+    # A driver of an older major line never gets a newer major: auto moves on to Vulkan.
+    ("b10015", replace(CUDA122_WIN, cuda_driver_version="11.8"), "auto", None,
+     "llama-b10015-bin-win-vulkan-x64.zip", ()),
     # Linux CUDA (post-mirror) takes the tagged cudart.
     ("b11026", CUDA130_LINUX, "auto", None, "llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",
      ("cudart-llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",)),
@@ -96,7 +100,10 @@ TABLE: list[tuple[str, HostFacts, str, str | None, str, tuple[str, ...]]] = [
      ("cudart-llama-b11026-bin-ubuntu-cuda-13.3-x64.tar.gz",)),
     ("b11026", NONE_LINUX, "nvidia", "12", "llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",
      ("cudart-llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",)),
-    ("b11026", CUDA124_LINUX, "auto", None, "llama-b11026-bin-ubuntu-x64.tar.gz", ()),
+    ("b11026", CUDA124_LINUX, "auto", None, "llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",
+     ("cudart-llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",)),
+    ("b11026", replace(CUDA124_LINUX, cuda_driver_version="11.8"), "auto", None,
+     "llama-b11026-bin-ubuntu-x64.tar.gz", ()),
     # Linux without a GPU, Vulkan, ROCm, other explicit backends.
     ("b7000", NONE_LINUX, "auto", None, "llama-b7000-bin-ubuntu-x64.zip", ()),
     ("b7250", NONE_LINUX, "auto", None, "llama-b7250-bin-ubuntu-x64.tar.gz", ()),
@@ -199,9 +206,26 @@ def test_fork_release_is_named_by_its_repository_in_errors() -> None:
         choose_asset(load("janhq-b6500"), NONE_LINUX, "rocm")
 
 
-def test_explicit_cuda_too_new_for_the_driver_is_refused_with_the_reason() -> None:
-    with pytest.raises(BackendUnavailableError, match=r"newer than the driver supports \(12\.2\)"):
-        choose_asset(load("b10015"), CUDA122_WIN, "cuda")
+def test_explicit_cuda_of_a_newer_major_line_is_refused_with_the_reason() -> None:
+    with pytest.raises(BackendUnavailableError, match=r"newer than the driver supports \(11\.8\)"):
+        choose_asset(load("b10015"), replace(CUDA122_WIN, cuda_driver_version="11.8"), "cuda")
+
+
+def test_minor_version_compatibility_is_the_last_resort_and_explained() -> None:
+    choice = choose_asset(load("b10015"), CUDA122_WIN, "auto")
+    assert choice.info.backend_version == "12.4"
+    assert "minor-version compatibility: CUDA 12.4 on a 12.2 driver" in choice.reason
+    verdicts = {c.asset_name: c.why for c in choice.candidates}
+    assert "minor-version compatibility" in verdicts["llama-b10015-bin-win-cuda-12.4-x64.zip"]
+    assert "newer than the driver supports" in verdicts["llama-b10015-bin-win-cuda-13.3-x64.zip"]
+    # A line the driver fully supports always wins over a minor-compatible one.
+    older = choose_asset(load("b5000"), CUDA122_WIN, "auto")
+    assert older.info.backend_version == "11.7" and "minor-version" not in older.reason
+
+
+def test_minor_version_compatibility_holds_for_13x_too() -> None:
+    choice = choose_asset(load("b11026"), CUDA130_LINUX, "cuda", "13")
+    assert choice.info.backend_version == "13.3" and "CUDA 13.3 on a 13.0 driver" in choice.reason
 
 
 def test_pinned_cuda_line_that_the_release_lacks_is_refused() -> None:

@@ -303,3 +303,34 @@ def test_unknown_planning_platform_lists_valid_ones(bad: str) -> None:
 def test_bad_cuda_version_for_planning_is_refused(platform: str, cuda: str) -> None:
     with pytest.raises(UserInputError):
         host_for_platform(platform, cuda)
+
+
+def test_windows_cpu_features_come_from_is_processor_feature_present() -> None:
+    present = {37, 38, 39, 40}  # SSE4.1, SSE4.2, AVX, AVX2; no AVX-512F (41)
+    asked: list[int] = []
+
+    def feature(pf: int) -> bool:
+        asked.append(pf)
+        return pf in present
+
+    host = detect_host(
+        FakeRunner(), {}, system="Windows", machine="AMD64", files=FakeFiles(), processor_feature=feature
+    )
+    assert {"avx", "avx2", "sse4_2"} <= host.cpu_features and "avx512f" not in host.cpu_features
+    assert 41 in asked
+    assert host.to_json()["sources"]["cpu_features"] == "IsProcessorFeaturePresent"
+
+
+def test_windows_cpu_probe_that_fails_is_an_absent_fact() -> None:
+    def broken(pf: int) -> bool:
+        raise OSError("no kernel32")
+
+    host = detect_host(FakeRunner(), {}, system="Windows", machine="AMD64", files=FakeFiles(), processor_feature=broken)
+    assert host.cpu_features == frozenset()
+
+
+def test_planning_an_x64_machine_without_facts_assumes_avx2_and_says_so() -> None:
+    host = host_for_platform("windows-x64", None)
+    assert "avx2" in host.cpu_features and "avx512f" not in host.cpu_features
+    assert "assumed AVX2" in host.to_json()["sources"]["cpu_features"]  # type: ignore[index]
+    assert host_for_platform("linux-arm64", None).cpu_features == frozenset()

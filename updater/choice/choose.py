@@ -3,13 +3,17 @@
 Rules, in order:
 
 * Only complete assets (``state == "uploaded"``) built for the host's OS and
-  arch are candidates; a name that embeds another tag than the release's is
+  arch are candidates, and a backend whose build is still uploading stops the
+  choice (:class:`~runtime.errors.ReleaseIncompleteError`) instead of letting
+  ``auto`` fall to a lower backend; a name that embeds another tag than the release's is
   refused (no mixing releases).
 * An explicit backend is mandatory: if the release has no such build for the
   platform, :class:`~runtime.errors.BackendUnavailableError` lists what it
   does have. Nothing falls back silently.
 * ``auto`` ranks what the host can run: CUDA (the highest line the driver
-  supports, and no 13.x line below compute capability 7.5) > ROCm > Vulkan >
+  supports; failing that, the closest newer minor of the driver's major line,
+  per NVIDIA's minor-version compatibility; no 13.x line below compute
+  capability 7.5) > ROCm > Vulkan >
   CPU on Linux/Windows, Metal on Apple silicon.
 * Within a backend: highest usable CUDA/ROCm line, generic runtime-dispatch
   CPU builds before fixed-ISA ones, ``.tar.gz`` before ``.zip``.
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from llama_runtime.runtime.backends import AUTO, CONCRETE_BACKENDS, parse_backend
-from llama_runtime.runtime.errors import BackendUnavailableError, UserInputError
+from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError, UserInputError
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.choice.facts import Build, fact_refusal, gfx_family_members
 from llama_runtime.updater.choice.host import HostFacts
@@ -178,12 +182,19 @@ class _Ranker:
                 f"CUDA {info.backend_version or '(unnamed)'} is not the pinned {self.cuda_pin}",
             )
         driver = self.host.cuda_driver_version
+        minor_compat = False
         if driver is not None and info.backend_version is not None:
-            if _line(info.backend_version) > _line(driver):
+            build_line, driver_line = _line(info.backend_version), _line(driver)
+            if build_line[0] > driver_line[0]:
                 return (
                     None,
                     f"CUDA {info.backend_version} is newer than the driver supports ({driver})",
                 )
+            # NVIDIA's minor-version compatibility: within one major line a build
+            # for a newer minor runs on the older driver (without PTX JIT); only
+            # taken when nothing the driver fully supports exists, and the device
+            # check after install decides.
+            minor_compat = build_line > driver_line
         elif driver is None and self.auto:
             return None, "no NVIDIA driver detected"
         capability = _version_key(self.host.compute_capability)[:2]
@@ -193,9 +204,15 @@ class _Ranker:
                 f"CUDA {info.backend_version} builds cannot run on compute capability "
                 f"{self.host.compute_capability} (13.x needs 7.5 or newer)",
             )
-        # Unknown lines ("ubuntu-cuda-x64") rank below every named one.
+        # Unknown lines ("ubuntu-cuda-x64") rank below every named one; a
+        # minor-compatible line below every fully supported one, closest first.
         known = 0 if info.backend_version is not None else 1
-        return (known, _rank_key(info.backend_version)), "usable"
+        if minor_compat:
+            return (known, 1, _version_key(info.backend_version)), (
+                f"usable through NVIDIA minor-version compatibility: CUDA {info.backend_version} "
+                f"on a {driver} driver (the same major line); the device check after install decides"
+            )
+        return (known, 0, _rank_key(info.backend_version)), "usable"
 
     def _rocm(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
         version = info.backend_version or ""
@@ -265,6 +282,7 @@ def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: 
     ranker = _Ranker(host, pin, auto, release)
     skipped: list[str] = []
     chosen: tuple[Asset, AssetInfo] | None = None
+    compat_note = ""
     for backend in _AUTO_ORDER if auto else (backend_request,):
         mine = [(a, i) for a, i in usable if i.backend == backend]
         if auto and (cannot := _host_can_run(backend, host)) is not None:
@@ -280,12 +298,18 @@ def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: 
         if scored:
             scored.sort(key=lambda s: (s[0], s[1]))
             chosen = (scored[0][2], scored[0][3])
+            compat_note = verdicts[scored[0][2].name]
             break
         reasons = {verdicts[n] for n, i in on_platform.items() if i.backend == backend}
         rejected = "; ".join(sorted(reasons))
-        if reasons and not auto and all(r.startswith("still uploading") for r in reasons):
-            raise BackendUnavailableError(
-                f"The {backend} build of {label} for {platform} is still being uploaded; try again in a few minutes."
+        if any(r.startswith("still uploading") for r in reasons) and (
+            auto or all(r.startswith("still uploading") for r in reasons)
+        ):
+            # Never let an unfinished upload make auto settle for a lower backend
+            # (GitHub asset state "open"): the release is skipped, not degraded.
+            raise ReleaseIncompleteError(
+                f"The {backend} build of {label} for {platform} is still being uploaded; try again in a few minutes.",
+                hint="`llama-runtime check` retries on its next run; nothing was changed.",
             )
         if rejected and not auto:
             raise BackendUnavailableError(f"No {backend} build of {label} for {platform} can run here: {rejected}.")
@@ -305,14 +329,16 @@ def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: 
     if auto:
         how = f"auto picked {info.backend}" + (f" (skipped {'; '.join(skipped)})" if skipped else "")
     reason = f"{how}; {asset.name} is the {_describe(info)} build for {platform}"
+    if compat_note.startswith("usable through"):
+        reason += f" ({compat_note.removeprefix('usable through ')})"
     if extras:
         reason += f", with the CUDA runtime {extras[0].name}"
 
     def why(name: str) -> str:
-        if name == asset.name:
-            return "chosen"
         verdict = verdicts.get(name, "not considered: another backend")
-        return f"ranked below {asset.name}" if verdict == "usable" else verdict
+        if name == asset.name:
+            return "chosen" + (f", {verdict}" if verdict.startswith("usable through") else "")
+        return f"ranked below {asset.name}" if verdict.startswith("usable") else verdict
 
     candidates = tuple(
         Candidate(name, on_platform[name].backend, name == asset.name, why(name)) for name in sorted(on_platform)

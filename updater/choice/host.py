@@ -239,11 +239,36 @@ def cuda_from_driver(driver: str) -> str | None:
     return next((cuda for floor, cuda in _DRIVER_FLOOR if major >= floor), None)
 
 
+#: ``IsProcessorFeaturePresent`` feature ids (processthreadsapi.h, Microsoft docs):
+#: PF_SSE4_1 37, PF_SSE4_2 38, PF_AVX 39, PF_AVX2 40, PF_AVX512F 41, named as
+#: /proc/cpuinfo names the same flags so the choice reads one vocabulary.
+_WINDOWS_CPU_FEATURES: Final[tuple[tuple[int, str], ...]] = (
+    (37, "sse4_1"), (38, "sse4_2"), (39, "avx"), (40, "avx2"), (41, "avx512f"),
+)  # fmt: skip
+#: What ``plan --platform`` assumes for an x64 machine it knows nothing about:
+#: AVX2, the build llama.cpp recommends for most users (its README's Windows
+#: x64 CPU build is the AVX2 one), so no fixed-ISA build above it is chosen.
+ASSUMED_X64_FEATURES: Final[frozenset[str]] = frozenset({"sse4_1", "sse4_2", "avx", "avx2", "fma"})
+
+ProcessorFeature = Callable[[int], bool]
+
+
+def windows_processor_feature(feature: int) -> bool:
+    """``IsProcessorFeaturePresent(feature)`` of kernel32 (Windows only)."""
+    windll = getattr(ctypes, "windll", None)
+    if windll is None:
+        return False
+    return bool(windll.kernel32.IsProcessorFeaturePresent(feature))
+
+
 class _Probe:
     """One detection pass; collects facts and where each came from."""
 
-    def __init__(self, run: CommandRunner, env: Mapping[str, str], files: FileView) -> None:
+    def __init__(
+        self, run: CommandRunner, env: Mapping[str, str], files: FileView, feature: ProcessorFeature | None = None
+    ) -> None:
         self.run, self.env, self.files = run, env, files
+        self.feature = feature
         self.sources: list[tuple[str, str]] = []
         self.compute_capabilities: tuple[str, ...] = ()
         self._answers: dict[tuple[str, ...], str | None] = {}
@@ -375,6 +400,8 @@ class _Probe:
         return False, ()
 
     def cpu_features(self, os_name: str) -> frozenset[str]:
+        if os_name == "windows":
+            return self._windows_cpu_features()
         if os_name not in {"linux", "android"}:
             return frozenset()
         text = self.files.read_text("/proc/cpuinfo") or ""
@@ -384,6 +411,15 @@ class _Probe:
                 self.sources.append(("cpu_features", "/proc/cpuinfo"))
                 return frozenset(value.split())
         return frozenset()
+
+    def _windows_cpu_features(self) -> frozenset[str]:
+        probe = self.feature or windows_processor_feature
+        try:
+            found = frozenset(name for feature, name in _WINDOWS_CPU_FEATURES if probe(feature))
+        except Exception:  # a failed probe is an absent fact, never a crash
+            return frozenset()
+        self.sources.append(("cpu_features", "IsProcessorFeaturePresent"))
+        return found
 
     def translated_arch(self, os_name: str, arch: str) -> str:
         """The native arch when Python runs under emulation (Rosetta, Windows x64-on-ARM)."""
@@ -407,6 +443,7 @@ def detect_host(
     system: str | None = None,
     machine: str | None = None,
     files: FileView | None = None,
+    processor_feature: ProcessorFeature | None = None,
 ) -> HostFacts:
     """Probe this machine. Never raises; a failed probe is an absent fact.
 
@@ -416,9 +453,10 @@ def detect_host(
         system: ``platform.system()`` override, for tests.
         machine: ``platform.machine()`` override, for tests.
         files: File-system view (default the real one).
+        processor_feature: Windows' ``IsProcessorFeaturePresent`` (tests replace it).
     """
     environ = _os.environ if env is None else env
-    probe = _Probe(runner or run_command, environ, files or RealFiles())
+    probe = _Probe(runner or run_command, environ, files or RealFiles(), processor_feature)
     os_name = normalize_os(system if system is not None else _platform.system(), environ)
     arch = probe.translated_arch(os_name, normalize_arch(machine if machine is not None else _platform.machine()))
     probe.sources.insert(0, ("platform", "platform.system/machine"))
@@ -464,7 +502,8 @@ def host_for_platform(platform: str, cuda_version: str | None = None) -> HostFac
     """Facts for planning another machine (``plan --platform``).
 
     Only what the caller states is assumed: the platform, and a driver that
-    supports ``cuda_version`` when given. No GPU or CPU feature is guessed.
+    supports ``cuda_version`` when given. No GPU is guessed; an x64 CPU is
+    assumed to have AVX2 (:data:`ASSUMED_X64_FEATURES`), and ``sources`` says so.
 
     Raises:
         UserInputError: Unknown platform, malformed CUDA version, or CUDA on macOS.
@@ -485,4 +524,10 @@ def host_for_platform(platform: str, cuda_version: str | None = None) -> HostFac
     metal = name == "macos-arm64"
     if metal:
         sources.append(("metal", "Apple silicon"))
-    return HostFacts(os=os_name, arch=arch, cuda_driver_version=cuda, metal=metal, sources=tuple(sources))
+    features: frozenset[str] = frozenset()
+    if arch == "x64":
+        features = ASSUMED_X64_FEATURES
+        sources.append(("cpu_features", "assumed AVX2 (what llama.cpp recommends for most x64 users); no facts given"))
+    return HostFacts(
+        os=os_name, arch=arch, cuda_driver_version=cuda, metal=metal, cpu_features=features, sources=tuple(sources)
+    )
