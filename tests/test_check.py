@@ -34,6 +34,7 @@ from tests.fakegithub import FakeGitHub, Fault
 from tests.test_service import Frozen, make_updater, publish
 
 LIST_PATH = f"/api/repos/{REPO}/releases"
+LATEST_PATH = f"{LIST_PATH}/latest"
 
 
 @pytest.fixture
@@ -154,19 +155,21 @@ def test_check_wait_that_is_not_a_finite_non_negative_number_is_bad_input(
 # -- against the local GitHub ---------------------------------------------------------
 
 
-def test_unchanged_second_check_is_a_single_304(
+def test_unchanged_check_repeats_as_conditional_requests_only(
     installed_b7000: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     publish(github, tmp_path, "b7001")
     code, first = check(capsys, installed_b7000, github)
     assert code == 0, first
     assert first["installed"] == "b7000" and first["latest"] == "b7001" and first["update_available"] is True
+    check(capsys, installed_b7000, github)  # the pointer download above changed v0.2.0's download_count (ETag)
     before = len(github.requests)
-    code, second = check(capsys, installed_b7000, github)
-    assert code == 0 and second == first
+    code, third = check(capsys, installed_b7000, github)
+    assert code == 0 and third == first
     new = github.requests[before:]
-    assert [(r.path, r.status) for r in new] == [(LIST_PATH, 304)]
-    assert new[0].headers.get("if-none-match")
+    assert [(r.path, r.status) for r in new] == [(LATEST_PATH, 304), (f"{LIST_PATH}/tags/b7001", 304)]
+    assert all(r.headers.get("if-none-match") for r in new)
+    assert not [r for r in new if r.host == "blob"]  # nightly-tag.txt is cached while unchanged
 
 
 def test_check_when_latest_goes_backwards_offers_no_downgrade(
@@ -184,7 +187,7 @@ def test_check_when_latest_goes_backwards_offers_no_downgrade(
 def test_rate_limited_check_exits_7_and_the_next_run_skips_without_a_request(
     installed_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    github.inject(LIST_PATH, Fault(status=403, rate_limited=True))
+    github.inject(LATEST_PATH, Fault(status=403, rate_limited=True))
     code, payload = check(capsys, installed_b7000, github)
     assert code == 7 and payload["error"]["code"] == "rate_limited"
     stored = json.loads((installed_b7000 / "cache" / "ratelimit.json").read_text())
@@ -197,10 +200,27 @@ def test_rate_limited_check_exits_7_and_the_next_run_skips_without_a_request(
     assert len(github.requests) == before
 
 
+@pytest.mark.parametrize("status", [403, 429])
+def test_secondary_rate_limit_stores_a_minute_of_backoff_and_asks_nothing_until_then(
+    installed_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], status: int
+) -> None:
+    github.inject(LATEST_PATH, Fault(status=status, secondary=True, times=None))
+    started = time.time()
+    code, payload = check(capsys, installed_b7000, github)
+    assert code == 7 and payload["error"]["code"] == "rate_limited"
+    assert "secondary rate limit" in payload["error"]["message"] and "60 seconds" in payload["error"]["message"]
+    assert len(github.requests_to("api", LATEST_PATH)) == 1  # no second request
+    stored = json.loads((installed_b7000 / "cache" / "ratelimit.json").read_text())
+    assert started + 60 <= stored["not_before"] <= time.time() + 60
+    before = len(github.requests)
+    code, skipped = check(capsys, installed_b7000, github)
+    assert code == 0 and skipped["skipped"] == "rate_limited" and len(github.requests) == before
+
+
 def test_retry_after_sets_the_stored_backoff(
     installed_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    github.inject(LIST_PATH, Fault(status=429, retry_after=120))
+    github.inject(LATEST_PATH, Fault(status=429, retry_after=120))
     started = time.time()
     code, _payload = check(capsys, installed_b7000, github)
     assert code == 7
@@ -302,7 +322,7 @@ def test_rate_limit_reset_a_day_ahead_of_a_skewed_clock_skips_at_most_an_hour(
         host=lambda: host_for_platform("linux-x64"),
         clock=behind,
     )
-    github.inject(LIST_PATH, Fault(status=403, rate_limited=True))
+    github.inject(LATEST_PATH, Fault(status=403, rate_limited=True))
     with pytest.raises(RateLimitError):
         updater.check()
     skipped = updater.check()

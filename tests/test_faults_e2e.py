@@ -72,7 +72,7 @@ CASES: dict[str, Case] = {
         ((API_TAG_PATH, Fault(html=True, status=200)),), 7, "remote_error", ("not release data", "text/html")
     ),
     "asset_still_uploading": Case(
-        (), 5, "backend_unavailable", ("still being uploaded; try again",), still_uploading=True
+        (), 7, "release_incomplete", ("still being uploaded; try again",), still_uploading=True
     ),
 }
 FAILING = [name for name, case in CASES.items() if case.exit_code]

@@ -28,14 +28,17 @@ from llama_runtime.updater.install.transaction import Installer
 from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_tarball
 
 TAGS = ("b7000", "b7001", "b7002", "b7003", "b7004")
-# Answers the verification probe, then stays up like a server would.
-LONG_RUNNING = b"""#!/bin/sh
+
+
+def long_running(tag: str = "b7000") -> bytes:
+    """Answers the verification probe as build ``tag``, then stays up like a server would."""
+    return f"""#!/bin/sh
 case "$1" in
-  --version) echo 'version: 7000 (stand-in)' >&2; exit 0 ;;
+  --version) echo 'version: {tag[1:]} (stand-in)' >&2; exit 0 ;;
   --list-devices) printf 'Available devices:\\n'; exit 0 ;;
 esac
 exec sleep 60
-"""
+""".encode()
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -50,7 +53,7 @@ def home(tmp_path: Path) -> Home:
     ticks = itertools.count()
     installer = Installer(home, host=detect_host, clock=lambda: f"2026-01-01T00:00:{next(ticks):02d}Z")
     for tag in TAGS:
-        archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag=tag), tag=tag, script=LONG_RUNNING)
+        archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag=tag), tag=tag, script=long_running(tag))
         install_file(installer, InstallFileRequest(archive=archive, default_repo=REPO, tag=tag))
     return home
 

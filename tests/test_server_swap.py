@@ -97,7 +97,9 @@ def test_new_runtime_that_never_becomes_healthy_is_rolled_back_and_old_server_re
     tmp_path: Path,
 ) -> None:
     # --version works, but serving exits at once: the health check must catch it.
-    never_healthy = stand_in_tarball(tmp_path / "bad.tar.gz", tag="b7001", script=stand_in_server())
+    never_healthy = stand_in_tarball(
+        tmp_path / "bad.tar.gz", tag="b7001", script=stand_in_server("version: 7001 (never-healthy)")
+    )
     github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): never_healthy})
     before = snapshot_tree(home / "runtimes")
     pointer = (home / "active.json").read_bytes()

@@ -93,7 +93,8 @@ def test_update_real_vulkan_build_installs_verifies_and_runs(
     assert marker["asset"] == "llama-b7000-bin-ubuntu-vulkan-x64.tar.gz"
     assert marker["binary"] == "llama-b7000/llama-server"
     assert any(d.startswith("Vulkan0:") for d in marker["devices"]), marker["devices"]
-    assert "version:" in marker["version"]
+    assert "version:" in marker["version"]  # what the binary said (build 1: a shallow clone)
+    assert marker["build_check"] == "unverifiable" and marker["reported_build"] == 1
     assert marker["files"]["llama-b7000/llama-server"]["size"] > 0
     # soname chains survive as links inside the runtime
     lib = Path(active["runtime_dir"]) / "llama-b7000" / "libllama.so"
@@ -314,13 +315,14 @@ def test_require_digest_refuses_a_release_without_digest_with_exit_8(
     assert not github.requests_to("blob", "b5000")  # refused before downloading a byte
 
 
-def test_latest_is_the_highest_build_number_not_the_newest_date(
+def test_nightly_latest_is_the_highest_build_number_not_the_newest_date(
     home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     for tag in ("b9999", "b10000", "b9998"):
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
-    github.add_release(REPO, "b10001", {CPU_TAR.format(tag="b10001"): b"x"}, prerelease=True)
-    code, payload = run_cli(capsys, home, github, "update", "--latest", "--backend", "cpu")
+        tarball = stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): tarball}, stable=False)
+    github.add_release(REPO, "b10001", {CPU_TAR.format(tag="b10001"): b"x"}, draft=True)
+    code, payload = run_cli(capsys, home, github, "update", "--latest", "--backend", "cpu", "--channel", "nightly")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b10000"
 
@@ -360,7 +362,8 @@ def test_latest_older_than_the_active_build_is_never_installed_by_a_plain_update
     assert code == 0, payload
     assert payload["result"] == "up_to_date" and payload["active"]["tag"] == "b7005"
     assert any("older than the active b7005" in w for w in payload["warnings"])
-    assert not lagging.requests_to("blob")
+    assert [r.path for r in lagging.requests_to("blob")] == [lagging.requests_to("blob")[0].path]
+    assert lagging.requests_to("blob")[0].path.endswith("/nightly-tag.txt")  # resolving, not downloading
 
 
 def test_vulkan_build_that_lists_no_vulkan_device_on_a_vulkan_host_is_rejected_with_exit_6(
@@ -393,7 +396,7 @@ def test_an_undigested_download_left_by_a_fork_update_is_never_installed_for_ups
     code, payload = run_cli(
         capsys, home, github, "update", "--tag", "b5000", "--backend", "cpu", "--repo", "someone/llama.cpp"
     )
-    assert code == 0 and "FORK" in payload["active"]["version"]
+    assert code == 0 and "FORK" in payload["active"]["binary_version"]
     # an update of the fork killed after its download finished leaves the complete file behind
     (home / "downloads").mkdir(exist_ok=True)
     for leftover in ("nodigest-someone_llama.cpp", "nodigest-ggml-org_llama.cpp", "nodigest"):
@@ -401,4 +404,4 @@ def test_an_undigested_download_left_by_a_fork_update_is_never_installed_for_ups
     code, payload = run_cli(capsys, home, github, "update", "--tag", "b5000", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["repo"] == REPO
-    assert "UPSTREAM" in payload["active"]["version"]
+    assert "UPSTREAM" in payload["active"]["binary_version"]

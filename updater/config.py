@@ -21,6 +21,7 @@ from llama_runtime.runtime.backends import parse_backend
 from llama_runtime.runtime.errors import UserInputError
 
 if TYPE_CHECKING:
+    from llama_runtime.updater.choice.channel import Channel
     from llama_runtime.updater.install.gate import GatePolicy
 
 DEFAULT_API_URL: Final = "https://api.github.com"
@@ -74,6 +75,7 @@ class Settings:
     health_timeout: float = SERVER_READY_TIMEOUT_SECONDS
     gate: GatePolicy | None = None
     require_provenance: bool = False
+    channel: Channel | None = None  # None: keep the active runtime's stored channel (else stable)
 
 
 def validate_repo(repo: str) -> str:
@@ -130,6 +132,7 @@ def resolve_settings(
     token: str | None = None,
     require_provenance: bool = False,
     env: Mapping[str, str] | None = None,
+    channel: str | None = None,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
 
@@ -155,6 +158,14 @@ def resolve_settings(
         backend_value, explicit = parse_backend(raw, source="LLAMA_RUNTIME_BACKEND"), True
     else:
         backend_value, explicit = "auto", False
+    from llama_runtime.updater.choice.channel import parse_channel
+
+    if channel is not None:
+        channel_value: Channel | None = parse_channel(channel, "--channel")
+    elif env.get("LLAMA_RUNTIME_CHANNEL", "").strip():
+        channel_value = parse_channel(env["LLAMA_RUNTIME_CHANNEL"], "LLAMA_RUNTIME_CHANNEL")
+    else:
+        channel_value = None
     return Settings(
         home=home_path,
         api_url=url,
@@ -166,4 +177,5 @@ def resolve_settings(
         health_timeout=_seconds(env, "LLAMA_RUNTIME_HEALTH_TIMEOUT", SERVER_READY_TIMEOUT_SECONDS),
         require_provenance=require_provenance
         or env.get("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "").strip().lower() in {"1", "true", "yes", "on"},
+        channel=channel_value,
     )

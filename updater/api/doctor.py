@@ -56,8 +56,16 @@ class DoctorReport:
     def add(self, check: str, ok: bool, detail: str) -> None:
         self.findings.append(Finding(check, ok, detail))
 
+    def error_message(self) -> str | None:
+        """The one sentence a person reads when the report is unhealthy (contract: ``error.message``)."""
+        if self.healthy:
+            return None
+        failed = [f"{f.check}: {f.detail}" for f in self.findings if not f.ok]
+        message = "The runtime does not verify (" + "; ".join(failed[:3]) + ")."
+        return message + (f" {self.advice[0]}" if self.advice else "")
+
     def to_json(self) -> dict[str, object]:
-        return {
+        payload: dict[str, object] = {
             "healthy": self.healthy,
             "active": self.active.to_json() if self.active else None,
             "checks": [{"check": f.check, "ok": f.ok, "detail": f.detail} for f in self.findings],
@@ -65,6 +73,11 @@ class DoctorReport:
             "advice": self.advice,
             "host": self.host,
         }
+        message = self.error_message()
+        if message is not None:
+            # Every non-zero --json exit carries error.message (exit 6: verification failed).
+            payload["error"] = {"code": "verification_failed", "message": message, "exit_code": 6}
+        return payload
 
     def lines(self) -> list[str]:
         out = [f"[{'ok' if f.ok else 'FAIL'}] {f.check}: {f.detail}" for f in self.findings]

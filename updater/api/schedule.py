@@ -48,7 +48,8 @@ class CheckResult:
 
     Attributes:
         installed: Tag of the active runtime, or ``None`` when nothing is installed.
-        latest: Tag of the newest release, or ``None`` when the check was skipped.
+        latest: The build tag the channel calls latest, or ``None`` when the check was skipped.
+        latest_version: The semver release (``v0.3.0``) that build was reached through, if any.
         update_available: A strictly newer build for the same repo and backend exists.
         applied: The update was installed by this check (``--apply``).
         skipped: ``"rate_limited"`` when a stored backoff says not to ask yet.
@@ -62,6 +63,7 @@ class CheckResult:
     installed: str | None
     latest: str | None
     update_available: bool
+    latest_version: str | None = None
     applied: bool = False
     skipped: str | None = None
     not_before: float | None = None

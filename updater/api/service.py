@@ -47,10 +47,12 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.marker import InstallMarker
     from llama_runtime.runtime.process import ServerControl
     from llama_runtime.updater.api.schedule import CheckResult
+    from llama_runtime.updater.choice.channel import Channel
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.install.transaction import Progress, UpdateOutcome
+    from llama_runtime.updater.sources.release import Release
     from llama_runtime.updater.sources.source import ReleaseSource
 
 __all__ = ["EnsureResult", "JobState", "NotReady", "Ready", "RuntimeUpdater", "UpdateJob"]
@@ -235,6 +237,8 @@ class RuntimeUpdater:
             else ggml-org/llama.cpp).
         backend: ``auto`` (keep the active runtime's request) or a backend name
             (default: ``LLAMA_RUNTIME_BACKEND``, else ``auto``).
+        channel: ``stable`` or ``nightly`` (default: ``LLAMA_RUNTIME_CHANNEL``, else the
+            active runtime's stored channel, else ``stable``).
         api_url: GitHub REST API base (default: ``LLAMA_RUNTIME_GITHUB_API``, else GitHub's).
         token: GitHub token; default: what the contract allows for ``api_url`` from the environment.
         source_factory: Builds the release client (tests, mirrors); default a
@@ -259,6 +263,7 @@ class RuntimeUpdater:
         *,
         repo: str | None = None,
         backend: str | None = None,
+        channel: str | None = None,
         api_url: str | None = None,
         token: str | None = None,
         source_factory: Callable[[], ReleaseSource] | None = None,
@@ -280,6 +285,7 @@ class RuntimeUpdater:
             token=token,
             require_provenance=require_provenance,
             env=env,
+            channel=channel,
         )
         seams = Seams(source_factory=source_factory, host=host, runner=runner, server=server, clock=clock)
         self._bind(Engine(settings, seams))
@@ -300,6 +306,7 @@ class RuntimeUpdater:
         self.backend = settings.backend if settings.backend_explicit else "auto"
         self.api_url = settings.api_url
         self.token = settings.token
+        self.channel: Channel | None = settings.channel
         self.jobs = JobStore(self.home)
         self._clock = engine.seams.clock
 
@@ -418,6 +425,7 @@ class RuntimeUpdater:
             else (None if self.backend == "auto" else self.backend),
             cuda_version=cuda_version,
             require_digest=require_digest,
+            channel=self.channel,
         )
         return self._start(request, join, lock_timeout, operation, background, listener)
 
@@ -579,7 +587,13 @@ class RuntimeUpdater:
             not_before_after_success,
             validate_seconds,
         )
-        from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest, decide
+        from llama_runtime.updater.choice.decide import (
+            ActiveState,
+            UpdateRequest,
+            backend_request,
+            channel_request,
+            decide,
+        )
 
         wait = validate_seconds(wait, "wait")
         self.home.ensure()
@@ -600,9 +614,13 @@ class RuntimeUpdater:
             )
         if apply and not wait:
             self._refuse_if_locked()
+        request = UpdateRequest(
+            repo=self.repo, backend=None if self.backend == "auto" else self.backend, channel=self.channel
+        )
+        channel = channel_request(request, marker)
         with self.engine.open_source() as source:
             try:
-                release = source.latest_release()
+                latest, latest_version, release = self._latest_for_check(source, channel, marker)
             except RateLimitError as exc:
                 refused_at = self._clock()
                 backoff.set(not_before_after_error(exc, refused_at), exc.message, now=refused_at)
@@ -613,38 +631,69 @@ class RuntimeUpdater:
             backoff.set(after, "the last request used GitHub's remaining quota", now=answered_at)
         else:
             backoff.clear()
-        request = UpdateRequest(repo=self.repo, backend=None if self.backend == "auto" else self.backend)
-        active = ActiveState(marker) if marker is not None else None
         from llama_runtime.runtime.failed_builds import load_failed
 
-        failed = {b.key: b.reason for b in load_failed(self.home.root)}
-        plan = decide(request, active, release, self.host(), mode="upgrade_only", failed=failed)
-        available, reason, backend = plan.action == "install", plan.reason, plan.backend_request
+        if release is None:  # the channel's build is the active one: nothing newer to look up
+            available, reason = False, f"{latest} is the newest release."
+            backend = backend_request(request, marker)[0]
+        else:
+            active = ActiveState(marker) if marker is not None else None
+            failed = {b.key: b.reason for b in load_failed(self.home.root)}
+            plan = decide(request, active, release, self.host(), mode="upgrade_only", failed=failed)
+            available, reason, backend = plan.action == "install", plan.reason, plan.backend_request
         if problem is not None:
             reason = f"{reason} {problem}"
             if not available and marker is not None:
                 reason += f" Reinstall it with `llama-runtime update --tag {marker.tag}`."
         if not (apply and available):
-            return CheckResult(installed, release.tag, available, not_before=after, reason=reason, problem=problem)
+            return CheckResult(
+                installed,
+                latest,
+                available,
+                latest_version=latest_version,
+                not_before=after,
+                reason=reason,
+                problem=problem,
+            )
         from llama_runtime.runtime.backends import parse_backend
 
-        apply_request = UpdateRequest(repo=self.repo, tag=release.tag, backend=parse_backend(backend))
+        # The semver release when there is one, so the runtime records both names.
+        apply_request = UpdateRequest(
+            repo=self.repo, tag=latest_version or latest, backend=parse_backend(backend), channel=channel
+        )
         job = self.run_update(apply_request, wait=wait, operation="schedule", listener=listener)
         if job.exception is not None:
             raise job.exception
         state = job.state()
         if state.result is None:
-            raise RemoteError(f"The update to {release.tag} ended without a result ({state.phase}).")
+            raise RemoteError(f"The update to {latest} ended without a result ({state.phase}).")
         return CheckResult(
             installed,
-            release.tag,
+            latest,
             True,
+            latest_version=latest_version,
             applied=True,
             not_before=after,
             reason=reason,
             outcome=state.result,
             problem=problem,
         )
+
+    @staticmethod
+    def _latest_for_check(
+        source: ReleaseSource, channel: Channel, marker: InstallMarker | None
+    ) -> tuple[str, str | None, Release | None]:
+        """``(build tag, semver, build release)``; the release is ``None`` when the
+        build is the one installed (nothing more to look up: one request for stable)."""
+        from llama_runtime.updater.choice.channel import pointer_asset
+        from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_fetched
+
+        tag, version, fetched = peek_latest_build(source, channel)
+        if marker is not None and marker.repo == source.repo and marker.tag == tag:
+            return tag, version, None
+        if pointer_asset(fetched) is not None:
+            return tag, version, resolve_fetched(source, fetched).release
+        return tag, version, fetched
 
     def _active_marker(self) -> tuple[InstallMarker | None, str | None]:
         """The active runtime's marker, also when its binary is damaged, and what is wrong."""

@@ -116,6 +116,14 @@ def _published(releases: Iterable[Release]) -> list[Release]:
     return [r for r in releases if not r.draft]
 
 
+def _is_semver_release(tag: str) -> bool:
+    # Remote data: a malformed tag is never user input here (the caller's checks refuse it later).
+    try:
+        return parse_tag(tag).is_release_version
+    except UserInputError:
+        return False
+
+
 def _is_build(release: Release) -> bool:
     try:
         return parse_tag(release.tag).build is not None
@@ -214,7 +222,7 @@ def follow_pointer(release: Release, nightly_tag: str, build: Release | None) ->
         )
     if build.tag != nightly_tag or build.repo != release.repo:
         raise IntegrityError(f"{release.tag} names {nightly_tag}, but the release found is {build.repo} {build.tag}.")
-    version = release.tag if parse_tag(release.tag).is_release_version else None
+    version = release.tag if _is_semver_release(release.tag) else None
     return ResolvedRelease(build.tag, version, build)
 
 
@@ -234,7 +242,7 @@ def resolve_release(release: Release, nightly_tags: Mapping[str, str], releases:
     """
     pointer = pointer_asset(release)
     if pointer is None:
-        if parse_tag(release.tag).is_release_version:
+        if _is_semver_release(release.tag):
             raise ReleaseNotFoundError(
                 f"{release.tag} of {release.repo} has no binaries and no {NIGHTLY_TAG_ASSET} naming its build."
             )

@@ -16,7 +16,8 @@ The inputs::
 The rules, in order (``mode="update"``, what a person asked for):
 
 1. The backend request is the request's own (explicit), else the active
-   runtime's stored one, else ``auto`` (:func:`backend_request`).
+   runtime's stored one, else ``auto`` (:func:`backend_request`); the channel
+   the same way, else ``stable`` (:func:`channel_request`), before resolving.
 2. A pinned tag that the intact active runtime already is, for that backend
    request, is up to date — the installer asks :func:`settled` before any
    network; :func:`decide` gives the same answer with the asset attached.
@@ -43,7 +44,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from llama_runtime.runtime.backends import is_gpu_backend
-from llama_runtime.runtime.errors import BackendUnavailableError, LlamaRuntimeError, UserInputError, VerificationError
+from llama_runtime.runtime.errors import (
+    BackendUnavailableError,
+    LlamaRuntimeError,
+    ReleaseIncompleteError,
+    UserInputError,
+    VerificationError,
+)
+from llama_runtime.updater.choice.channel import DEFAULT_CHANNEL, Channel, parse_channel
 from llama_runtime.updater.choice.choose import Choice, choose_asset
 from llama_runtime.updater.choice.tags import compare_tags, is_upgrade, parse_tag
 
@@ -59,6 +67,7 @@ __all__ = [
     "Plan",
     "UpdateRequest",
     "backend_request",
+    "channel_request",
     "decide",
     "settled",
     "upgrade_verdict",
@@ -77,7 +86,9 @@ class UpdateRequest:
     """What the caller asked for.
 
     ``backend`` is ``None`` when the caller gave none: then the active
-    runtime's stored request is used, or ``auto``.
+    runtime's stored request is used, or ``auto``. ``channel`` likewise
+    (:func:`channel_request`). ``tag`` is a build (``b7000``) or a semver
+    release (``v0.3.0``, resolved to its build before :func:`decide`).
     """
 
     repo: str
@@ -85,6 +96,7 @@ class UpdateRequest:
     backend: str | None = None
     cuda_version: str | None = None
     require_digest: bool = False
+    channel: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +162,19 @@ def backend_request(request: UpdateRequest, active: InstallMarker | None) -> tup
     return "auto", False
 
 
+def channel_request(request: UpdateRequest, active: InstallMarker | None) -> Channel:
+    """What "latest" means for ``request``: its own channel, else the active runtime's stored one, else stable.
+
+    Raises:
+        UserInputError: The request's (or the marker's) channel is not a channel.
+    """
+    if request.channel is not None:
+        return parse_channel(request.channel)
+    if active is not None and active.channel:
+        return parse_channel(active.channel, "the active runtime's marker")
+    return DEFAULT_CHANNEL
+
+
 def settled(request: UpdateRequest, active: ActiveState | None) -> Plan | None:
     """``up_to_date`` when a pinned tag is already the intact active runtime, else ``None``.
 
@@ -159,7 +184,8 @@ def settled(request: UpdateRequest, active: ActiveState | None) -> Plan | None:
         return None
     wanted, _ = backend_request(request, active.marker)
     marker = active.marker
-    if marker.repo != request.repo or marker.tag != request.tag:
+    # A semver tag is settled by the release the active runtime was installed as.
+    if marker.repo != request.repo or request.tag not in (marker.tag, marker.release_version):
         return None
     if marker.backend == wanted or (wanted == "auto" and marker.backend_request == "auto"):
         return Plan("up_to_date", wanted, reason=f"{marker.tag} ({marker.backend}) is already active.")
@@ -298,6 +324,8 @@ def _upgrade_only(
     wanted, _ = backend_request(request, marker)
     try:
         choice = choose_asset(release, host, wanted)
+    except ReleaseIncompleteError as exc:  # still uploading: no update yet, and no lower backend either
+        return Plan("refuse", wanted, release, reason=f"{exc.message} The next check looks again.", error=exc)
     except BackendUnavailableError as exc:
         _, reason = upgrade_verdict(marker, request.repo, release.tag, False, backend=wanted)
         return Plan("refuse", wanted, release, reason=reason, error=exc)

@@ -4,9 +4,11 @@ The one place that answers "which of these releases is the newest build": the
 GitHub source, the static mirror's ``releases/latest`` and ``mirror sync
 --latest N`` all ask here, and the ordering itself is :mod:`.tags`'s.
 
-A picker is a plain function ``(releases) -> Release | None`` so another
-policy (a release channel) can replace :func:`pick_latest` without touching
-the callers.
+A picker is a plain function ``(releases) -> Release | None``. What the
+network verbs call "latest" is the channel resolver's answer
+(:func:`.channel.resolve_latest`: stable follows upstream's semver release to
+its build, nightly takes the highest build, prereleases included); this
+module keeps the build ordering it and the mirror's ``releases/latest`` share.
 
 Invariant: only published (non-draft, non-prerelease) plain upstream ``bN``
 releases are candidates, ordered by the integer ``N`` (``b9999 < b10000``);
@@ -42,10 +44,11 @@ def _upstream(tag: str) -> TagVersion | None:
     return parsed if parsed.is_upstream else None
 
 
-def _published_builds(releases: Iterable[Release]) -> list[tuple[TagVersion, Release]]:
+def _published_builds(releases: Iterable[Release], prereleases: bool = False) -> list[tuple[TagVersion, Release]]:
     found = []
     for release in releases:
-        parsed = None if release.draft or release.prerelease else _upstream(release.tag)
+        skip = release.draft or (release.prerelease and not prereleases)
+        parsed = None if skip else _upstream(release.tag)
         if parsed is not None:
             found.append((parsed, release))
     return found
@@ -56,9 +59,20 @@ def _build_key(pair: tuple[TagVersion, Release]) -> int:
     return pair[0].build or 0
 
 
-def newest_releases(releases: Iterable[Release], count: int) -> list[Release]:
-    """The ``count`` published ``bN`` releases with the highest ``N``, newest first."""
-    numbered = sorted(_published_builds(releases), key=_build_key, reverse=True)
+def newest_releases(
+    releases: Iterable[Release], count: int, *, below: int | None = None, prereleases: bool = False
+) -> list[Release]:
+    """The ``count`` published ``bN`` releases with the highest ``N``, newest first.
+
+    Args:
+        releases: A page of releases.
+        count: How many.
+        below: Only builds under this number (the ones older than a channel's latest).
+        prereleases: Count prerelease builds too (upstream publishes every build
+            as one since August 2026; see :mod:`.channel`).
+    """
+    found = [p for p in _published_builds(releases, prereleases) if below is None or _build_key(p) < below]
+    numbered = sorted(found, key=_build_key, reverse=True)
     return [release for _, release in numbered[:count]]
 
 

@@ -106,7 +106,8 @@ def outcome_lines(outcome: UpdateOutcome) -> list[str]:
     if outcome.result == "switched":
         lines = [f"Switched to {m.repo} {m.tag} ({m.backend}), already installed: nothing was downloaded."]
     else:
-        lines = [f"Installed {m.repo} {m.tag} ({m.backend}) and made it active."]
+        named = f"{m.release_version} (build {m.tag})" if m.release_version else m.tag
+        lines = [f"Installed {m.repo} {named} ({m.backend}) and made it active."]
     if outcome.previous:
         p = outcome.previous.marker
         lines.append(f"The previous runtime {p.tag} ({p.backend}) is kept: `llama-runtime rollback` returns to it.")

@@ -78,7 +78,8 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     finally:
         if bar is not None:
             bar.close()
-    lines = [_check_line(result.installed, result.latest, result.update_available, result.applied)]
+    latest = f"{result.latest_version} (build {result.latest})" if result.latest_version else result.latest
+    lines = [_check_line(result.installed, latest, result.update_available, result.applied)]
     if result.skipped:
         lines = [f"Skipped: {result.reason}"]
     elif result.reason:

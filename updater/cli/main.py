@@ -118,6 +118,14 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
         help=shown("-v: each step (release, asset, download, checks); -vv: also every request and candidate"),
     )
     parser.add_argument(
+        "--channel",
+        default=default,
+        help=shown(
+            "stable (the newest release, e.g. v0.3.0, resolved to its build) or nightly (the newest bNNNN build) "
+            "(LLAMA_RUNTIME_CHANNEL; default: the active runtime's, else stable)"
+        ),
+    )
+    parser.add_argument(
         "-q",
         "--quiet",
         action="store_true",
@@ -168,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("status", "what is active, what is installed, whether an override is in force")
     p = add("update", "resolve, download, verify and activate a release; roll back on failure")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--tag", help="exact release tag, e.g. b7000")
+    which.add_argument("--tag", help="exact release tag: a build such as b7000 or a release such as v0.3.0")
     which.add_argument("--latest", action="store_true", help="the newest release (default)")
     p.add_argument("--cuda-version", help="CUDA line to prefer, e.g. 12 or 12.4")
     p.add_argument("--require-digest", action="store_true", help="refuse assets without a published sha256")
@@ -218,6 +226,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         repo=args.repo,
         backend=args.backend,
         require_provenance=bool(getattr(args, "require_provenance", False)),
+        channel=args.channel,
     )
 
 
@@ -238,7 +247,8 @@ def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
     if runtime is None:
         return f"{label}: none"
     m = runtime.marker
-    return f"{label}: {m.repo} {m.tag} ({m.backend}) at {runtime.path}"
+    named = f"{m.release_version} (build {m.tag})" if m.release_version else m.tag
+    return f"{label}: {m.repo} {named} ({m.backend}) at {runtime.path}"
 
 
 def _override_json() -> dict[str, Any] | None:
@@ -348,6 +358,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
         backend=settings.backend if settings.backend_explicit else None,
         cuda_version=args.cuda_version,
         require_digest=args.require_digest,
+        channel=settings.channel,
     )
     had_active = _has_active(updater.home)
     bar = progress_for(args)
@@ -416,8 +427,9 @@ def _active_state(home: Home) -> ActiveState | None:
 
 
 def cmd_plan(args: argparse.Namespace, out: Output) -> int:
-    from llama_runtime.updater.choice.decide import UpdateRequest, decide
+    from llama_runtime.updater.choice.decide import UpdateRequest, channel_request, decide
     from llama_runtime.updater.choice.host import detect_host, host_for_platform
+    from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 
     settings = settings_from_args(args)
     tag = _tag_or_none(args.tag)
@@ -442,9 +454,13 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
     # What update would do on this machine compares with the active runtime;
     # a plan for another machine (--platform) has none.
     active = None if args.platform or args.host_file else _active_state(home_for(settings))
-    request = UpdateRequest(repo=settings.repo, tag=tag, backend=settings.backend, cuda_version=cuda_line)
+    request = UpdateRequest(
+        repo=settings.repo, tag=tag, backend=settings.backend, cuda_version=cuda_line, channel=settings.channel
+    )
+    channel = channel_request(request, active.marker if active else None)
     with engine_for(settings).open_source(etag_cache=False) as client:
-        release = client.get_release(tag) if tag else client.latest_release()
+        resolved = resolve_tag_remote(client, tag) if tag else resolve_latest_remote(client, channel)
+    release = resolved.release
     plan = decide(request, active, release, host)
     plan.raise_if_refused()
     choice = plan.choice
@@ -453,6 +469,8 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
     payload: dict[str, Any] = {
         "repo": release.repo,
         "tag": release.tag,
+        "version": resolved.version,
+        "channel": channel,
         "backend": choice.backend,
         "backend_request": settings.backend,
         "asset": choice.asset.name,
@@ -463,19 +481,23 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
         "action": plan.action,
         "warnings": list(plan.warnings),
     }
+    named = f"{resolved.version} (build {release.tag})" if resolved.version else release.tag
     lines = [
-        f"{release.repo} {release.tag}: {choice.asset.name} ({choice.backend})",
+        f"{release.repo} {named}: {choice.asset.name} ({choice.backend})",
         *[f"  + {a.name}" for a in choice.extra_assets],
         f"why: {choice.reason}",
     ]
     if args.explain:
+        payload["resolution"] = [f"channel {channel}", *resolved.notes]
+        lines.append(f"resolved through the {channel} channel" + "".join(f"; {n}" for n in resolved.notes))
         payload["candidates"] = [
             {"asset": c.asset_name, "backend": c.backend, "taken": c.taken, "why": c.why} for c in choice.candidates
         ]
         lines.append("candidates:")
         lines += [f"  {'*' if c.taken else '-'} {c.asset_name}: {c.why}" for c in choice.candidates]
         lines.append("host facts:")
-        lines += [f"  {k}: {v}" for k, v in host.to_json().items()]
+        lines += [f"  {k}: {v}" for k, v in host.to_json().items() if k != "sources"]
+        lines += [f"  {fact} from: {where}" for fact, where in host.sources]
     out.result(payload, lines)
     return 0
 

@@ -76,6 +76,7 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
     for flag in ("--json", "--log-json", "-q", "--no-progress"):
         p.add_argument(flag, action="store_true", default=quiet, help=hidden)
     p.add_argument("-v", "--verbose", action="count", default=quiet, help=hidden)
+    p.add_argument("--channel", default=quiet, help="what --newest means: stable or nightly (LLAMA_RUNTIME_CHANNEL)")
 
 
 def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
@@ -160,6 +161,7 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
             platforms=platforms,
             backends=backends,
             prune=args.prune,
+            channel=settings.channel or "stable",
         )
     lines = [
         f"Mirrored {settings.repo} {', '.join(report.releases)} into {report.dest}: "

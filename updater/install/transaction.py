@@ -50,8 +50,9 @@ from llama_runtime.runtime.marker import (
     write_marker,
 )
 from llama_runtime.runtime.process import SERVER_LOCK_TIMEOUT_SECONDS, ServerControl
+from llama_runtime.updater.choice.channel import Channel, ResolvedRelease
 from llama_runtime.updater.choice.choose import Choice
-from llama_runtime.updater.choice.decide import Plan, UpdateRequest, backend_request, decide, settled
+from llama_runtime.updater.choice.decide import Plan, UpdateRequest, backend_request, channel_request, decide, settled
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES, SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.install.archive import (
@@ -69,6 +70,7 @@ from llama_runtime.updater.install.download import (
     throttled,
 )
 from llama_runtime.updater.install.gate import GatePolicy, InferenceGate, record_speeds, validate_gguf
+from llama_runtime.updater.install.identity import check_build, parse_version_output
 from llama_runtime.updater.install.installed import describe, verify_installed
 from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, combine
 from llama_runtime.updater.install.recovery import (
@@ -90,6 +92,7 @@ from llama_runtime.updater.install.verify import Expected, check_macos_minimum, 
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.release import Asset, Release
 from llama_runtime.updater.sources.remote_names import path_inside
+from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -149,6 +152,10 @@ def _pointer_names(home: Home, name: str) -> bool:
         return home.read_pointer().active == name
     except CorruptStateError:
         return False
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def utc_now() -> str:
@@ -271,7 +278,10 @@ class Installer:
             # over it (sizes of every file plus the binary's sha256: see active_state).
             state = active_state(active) if active else None
             replaced = active if state is not None and state.intact else None  # damaged: no rollback target
+            # Like the backend request: an explicit channel wins, else the stored one survives.
+            channel = channel_request(request, active.marker if active else None)
             plan = settled(request, state)
+            resolved: ResolvedRelease | None = None
             if plan is None and request.tag:
                 # A pinned build already on disk: switch to it, no network needed.
                 there = self._installed_settling(request, active)
@@ -281,17 +291,19 @@ class Installer:
                 emit(Progress("resolve", message="resolving the release"))
                 others = [active_state(r) for r in self.home.installed() if active is None or r.name != active.name]
                 failed = {b.key: b.reason for b in load_failed(self.home.root)}
-                plan = decide(request, state, self._resolve(request), self.host, installed=others, failed=failed)
+                resolved = self._resolve(request, channel)
+                plan = decide(request, state, resolved.release, self.host, installed=others, failed=failed)
             _log_plan(plan)
-            for warning in plan.warnings:
+            warnings = [*(resolved.notes if resolved else ()), *plan.warnings]
+            for warning in warnings:
                 log.warning("plan", warning=warning)
             plan.raise_if_refused()
             if plan.action == "up_to_date" and active is not None:
-                return UpdateOutcome("up_to_date", active, self.previous(), plan.warnings)
+                return UpdateOutcome("up_to_date", active, self.previous(), tuple(warnings))
             if plan.action == "switch" and plan.switch_to is not None:
                 there = self.home.load(plan.switch_to)
                 if self.reverify(there, emit):
-                    return self.activate_installed(there, replaced, emit, list(plan.warnings), verified=True)
+                    return self.activate_installed(there, replaced, emit, warnings, verified=True)
             if plan.release is None or plan.choice is None:
                 raise AssertionError(f"unreachable: a {plan.action} plan names its release and asset")
             release, choice = plan.release, plan.choice
@@ -304,7 +316,8 @@ class Installer:
                     replaced,
                     emit,
                     cancel or (lambda: False),
-                    list(plan.warnings),
+                    warnings,
+                    {"release_version": resolved.version if resolved else None, "channel": channel},
                 )
             except (VerificationError, MacOSTooOldError) as exc:
                 # It fails the same way next time: the scheduled job must not fetch it every hour.
@@ -346,10 +359,12 @@ class Installer:
                 return runtime
         return None
 
-    def _resolve(self, request: UpdateRequest) -> Release:
+    def _resolve(self, request: UpdateRequest, channel: Channel) -> ResolvedRelease:
         if self.source is None:
             raise UserInputError("No release source configured for this operation.")
-        return self.source.get_release(request.tag) if request.tag else self.source.latest_release()
+        if request.tag:
+            return resolve_tag_remote(self.source, request.tag)
+        return resolve_latest_remote(self.source, channel)
 
     def _install_release(
         self,
@@ -361,6 +376,7 @@ class Installer:
         emit: ProgressCallback,
         cancel: CancelCheck,
         warnings: list[str],
+        identity: Mapping[str, object] | None = None,
     ) -> UpdateOutcome:
         assets = (choice.asset, *choice.extra_assets)
         needed = sum(a.size for a in assets) * (1 + EXTRACTED_SIZE_FACTOR)
@@ -381,6 +397,7 @@ class Installer:
             "digest_verified": digest_verified,
             "source": "download",
             "reason": choice.reason,
+            **(identity or {}),
             "extra_assets": tuple(
                 {"name": a.name, "size": d.size, "sha256": d.sha256}
                 for a, d in zip(choice.extra_assets, downloads[1:], strict=True)
@@ -519,6 +536,9 @@ class Installer:
                 env=self.env,
             )
             log.info("binary runs", version=report.version, devices=list(report.devices))
+            identity = parse_version_output(report.version)
+            # The binary itself must be the build that was asked for (exit 6 otherwise).
+            build_check = check_build(str(meta["tag"]), identity)
             speeds = self._smoke(staging / staged.binary_rel, f"{meta['tag']} ({backend})", active, emit, warnings)
             marker = InstallMarker(
                 repo=str(meta["repo"]),
@@ -541,6 +561,10 @@ class Installer:
                 reason=str(meta.get("reason", "")),
                 speeds=speeds,
                 provenance=dict(meta.get("provenance") or {}),  # type: ignore[call-overload]
+                release_version=_text_or_none(meta.get("release_version")),
+                channel=str(meta.get("channel") or ""),
+                reported_build=identity.build,
+                build_check=build_check,
             )
             fsync_tree(staging)
             write_marker(staging, marker)

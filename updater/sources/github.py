@@ -274,6 +274,7 @@ class GitHubClient:
             return self._get_json(url, "", use_cache=False)
         except ReleaseNotFoundError:
             return []
+
     def latest_release(self, channel: str = "stable") -> Release:
         """The build release ``channel`` calls latest (see :func:`updater.sources.resolve.resolve_latest_remote`).
 

@@ -53,11 +53,13 @@ from typing import TYPE_CHECKING, Any, Final
 from llama_runtime.runtime.errors import IntegrityError, RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, atomic_write_json, sha256_file
 from llama_runtime.updater.choice.assetnames import parse_asset_name
-from llama_runtime.updater.choice.latest import highest_build_tag, newest_releases
-from llama_runtime.updater.choice.tags import parse_tag, validate_tag
+from llama_runtime.updater.choice.channel import Channel
+from llama_runtime.updater.choice.latest import build_number, highest_build_tag, newest_releases
+from llama_runtime.updater.choice.tags import is_release_version, parse_tag, validate_tag
 from llama_runtime.updater.install.recovery import disk_space_errors, is_disk_full
 from llama_runtime.updater.sources.mirrorkeep import clean_leftovers, one_writer, prune_releases, publish_checked
 from llama_runtime.updater.sources.release import Asset, Release
+from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -266,14 +268,18 @@ def sync_mirror(
     platforms: Iterable[str] = (),
     backends: Iterable[str] = (),
     prune: bool = False,
+    channel: Channel = "stable",
 ) -> MirrorReport:
     """Bring ``dest`` up to date with releases of ``client.repo``, as its one writer.
 
     Args:
         client: The upstream (GitHub or another mirror).
         dest: The mirror directory (created if missing).
-        tag: One exact release; otherwise the ``latest`` newest builds.
-        latest: How many of the newest ``bN`` releases to mirror.
+        tag: One exact release (a ``vX.Y.Z`` is mirrored as the build it names);
+            otherwise the ``latest`` newest builds.
+        latest: How many builds to mirror: the one ``channel`` calls latest,
+            then the next older ones.
+        channel: What "latest" means (:mod:`updater.choice.channel`).
         platforms: ``os-arch`` filters (empty: all).
         backends: Backend filters (empty: all).
         prune: Remove mirrored releases other than the ``latest`` newest.
@@ -291,12 +297,12 @@ def sync_mirror(
         raise UserInputError(f"--latest must be at least 1, not {latest}.")
     if prune and tag is not None:
         raise UserInputError("--prune keeps only the releases --latest N names; it cannot be combined with --tag.")
-    if tag is not None:
-        tag = mirror_tag(tag)
+    if tag is not None and not is_release_version(tag):
+        tag = mirror_tag(tag)  # a vX.Y.Z is mirrored as the build its nightly-tag.txt names
     if dest.exists() and not dest.is_dir():
         raise UserInputError(f"The mirror destination {dest} exists and is not a directory.")
     report = MirrorReport(dest=dest)
-    releases = [client.get_release(tag)] if tag else _newest(client, latest)
+    releases = [resolve_tag_remote(client, tag).release] if tag is not None else _newest(client, latest, channel)
     if not releases:
         from llama_runtime.runtime.errors import ReleaseNotFoundError
 
@@ -315,16 +321,20 @@ def sync_mirror(
     return report
 
 
-def _newest(client: ReleaseSource, count: int) -> list[Release]:
+def _newest(client: ReleaseSource, count: int, channel: Channel) -> list[Release]:
+    """The build ``channel`` calls latest (the resolver every verb uses), then older builds."""
     from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
 
+    top = resolve_latest_remote(client, channel).release
+    if count == 1:
+        return [top]
     try:
-        return newest_releases(client.recent_releases(), count)
+        page = client.recent_releases()
     except (RateLimitError, NetworkError):
         raise
     except RemoteError:
-        # The upstream is itself a static mirror: it only knows its latest build.
-        return [client.latest_release()]
+        return [top]  # the upstream is itself a static mirror: it only knows its latest build
+    return [top, *newest_releases(page, count - 1, below=build_number(top.tag), prereleases=True)]
 
 
 def _sync_release(

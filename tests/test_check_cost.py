@@ -1,0 +1,109 @@
+"""What one scheduled check costs against a server shaped like today's upstream.
+
+Measured, not assumed: :attr:`FakeGitHub.quota_used` counts requests the way
+GitHub does (a 304 is free only with an Authorization header; download counts
+are in the JSON, so a downloaded asset changes its release's ETag). The
+numbers asserted here are the ones docs/README and notes/issue-11.md state.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from llama_runtime.updater.cli.main import main
+
+from tests.conftest import REPO, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+
+
+def check(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> dict[str, object]:
+    code = main(["check", *args, "--home", str(home), "--api-url", github.api_url, "--json"])
+    payload: dict[str, object] = json.loads(capsys.readouterr().out)
+    assert code == 0, payload
+    return payload
+
+
+def update(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> None:
+    assert main(["update", *args, "--home", str(home), "--api-url", github.api_url, "--json"]) == 0
+    capsys.readouterr()
+
+
+def publish(github: FakeGitHub, tmp: Path, tag: str, **kw: object) -> None:
+    github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp / f"{tag}.tgz", tag=tag)}, **kw)  # type: ignore[arg-type]
+
+
+class Cost:
+    """API quota used and HTTP requests sent since the last reading."""
+
+    def __init__(self, github: FakeGitHub) -> None:
+        self.github = github
+        self.mark()
+
+    def mark(self) -> None:
+        self.quota, self.requests = self.github.quota_used, len(self.github.requests)
+
+    def take(self) -> tuple[int, int]:
+        spent = (self.github.quota_used - self.quota, len(self.github.requests) - self.requests)
+        self.mark()
+        return spent
+
+
+@pytest.fixture(autouse=True)
+def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llama_runtime.updater.choice import host as host_module
+    from llama_runtime.updater.choice.host import HostFacts
+
+    monkeypatch.setattr(host_module, "detect_host", lambda: HostFacts(os="linux", arch="x64"))
+
+
+def test_stable_check_costs_one_request_when_nothing_is_new_and_two_when_something_is(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000")
+    update(capsys, home, github)
+    cost = Cost(github)
+    assert check(capsys, home, github)["update_available"] is False
+    # /releases/latest (200: the nightly-tag.txt download changed its download_count,
+    # so its ETag); the pointer is cached; the build is the installed one: no more.
+    assert cost.take() == (1, 1)
+    assert check(capsys, home, github)["update_available"] is False
+    assert cost.take() == (1, 1)  # a 304, but unauthenticated: GitHub still counts it
+    publish(github, tmp_path, "b7001")  # v0.2.0
+    result = check(capsys, home, github)
+    assert (result["latest"], result["latest_version"], result["update_available"]) == ("b7001", "v0.2.0", True)
+    # /releases/latest + tags/b7001 on the quota; nightly-tag.txt is a web download
+    # (302 + blob: two HTTP requests, no quota).
+    assert cost.take() == (2, 4)
+
+
+def test_with_a_token_an_unchanged_stable_check_is_free(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeGitHub(token="s3cret") as github:
+        monkeypatch.setenv("LLAMA_RUNTIME_GITHUB_TOKEN", "s3cret")
+        monkeypatch.setenv("GITHUB_TOKEN", "s3cret")
+        publish(github, tmp_path, "b7000")
+        update(capsys, home, github)
+        check(capsys, home, github)  # takes the ETag after the install's downloads
+        cost = Cost(github)
+        assert check(capsys, home, github)["update_available"] is False
+        assert cost.take() == (0, 1)  # an authorised 304
+
+
+def test_nightly_check_costs_one_small_page_either_way(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000", stable=False)
+    update(capsys, home, github, "--channel", "nightly")
+    cost = Cost(github)
+    assert check(capsys, home, github)["update_available"] is False
+    assert cost.take() == (1, 1)
+    publish(github, tmp_path, "b7001", stable=False)
+    assert check(capsys, home, github)["update_available"] is True
+    assert cost.take() == (1, 1)
+    (last,) = github.requests[-1:]
+    assert "per_page=10" in last.query

@@ -1,0 +1,222 @@
+"""The README's main job against a server shaped like today's ggml-org/llama.cpp.
+
+Builds are prereleases, ``/releases/latest`` is a semver release carrying only
+``nightly-tag.txt`` (tests/fakegithub.py, scheme "2026"). ``update``,
+``check`` and ``plan`` must agree, and ``status`` must show both names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_runtime.updater.cli.main import main
+
+from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+
+CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
+HOST_NO_GPU = {"os": "linux", "arch": "x64", "cpu_features": ["avx", "avx2"], "vulkan": False}
+
+
+def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
+    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def publish(github: FakeGitHub, tmp: Path, tag: str, *, script: bytes | None = None, **kw: object) -> None:
+    tarball = stand_in_tarball(tmp / f"{tag}.tar.gz", tag=tag, script=script)
+    github.add_release(REPO, tag, {CPU.format(tag=tag): tarball}, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def _cpu_only_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llama_runtime.updater.choice import host as host_module
+
+    real = host_module.detect_host
+
+    def no_gpu() -> Any:
+        import dataclasses
+
+        return dataclasses.replace(real(), vulkan=False, nvidia_driver=None, cuda_driver_version=None, rocm=False)
+
+    monkeypatch.setattr(host_module, "detect_host", no_gpu)
+
+
+def test_plain_update_installs_the_build_the_stable_release_names(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000")  # cut as v0.1.0
+    publish(github, tmp_path, "b7001", stable=False)  # a newer nightly, not released
+    code, payload = cli(capsys, home, github, "update")
+    assert code == 0, payload
+    active = payload["active"]
+    assert (active["tag"], active["version"], active["channel"]) == ("b7000", "v0.1.0", "stable")
+    assert active["build_check"] == "verified" and active["reported_build"] == 7000
+    code, status = cli(capsys, home, github, "status")
+    assert (status["active"]["tag"], status["active"]["version"]) == ("b7000", "v0.1.0")
+    assert_runs(Path(status["active"]["binary"]))
+
+
+def test_check_update_and_plan_agree_on_the_stable_build(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000")
+    assert cli(capsys, home, github, "update")[0] == 0
+    publish(github, tmp_path, "b7001", stable=False)
+    code, check = cli(capsys, home, github, "check")
+    assert (code, check["latest"], check["update_available"]) == (0, "b7000", False)
+    publish(github, tmp_path, "b7002")  # cut as v0.2.0
+    code, check = cli(capsys, home, github, "check")
+    assert (check["latest"], check["latest_version"], check["update_available"]) == ("b7002", "v0.2.0", True)
+    code, plan = cli(capsys, home, github, "plan")
+    assert (code, plan["tag"], plan["version"]) == (0, "b7002", "v0.2.0")
+    code, update = cli(capsys, home, github, "update")
+    assert (code, update["active"]["tag"], update["active"]["version"]) == (0, "b7002", "v0.2.0")
+    code, check = cli(capsys, home, github, "check")
+    assert (check["installed"], check["update_available"]) == ("b7002", False)
+
+
+def test_update_tag_v0_installs_the_named_build_and_again_is_up_to_date(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000")
+    publish(github, tmp_path, "b7001")
+    code, payload = cli(capsys, home, github, "update", "--tag", "v0.1.0")
+    assert (code, payload["active"]["tag"], payload["active"]["version"]) == (0, "b7000", "v0.1.0")
+    blobs = len(github.requests_to("blob"))
+    code, again = cli(capsys, home, github, "update", "--tag", "v0.1.0")
+    assert (code, again["result"]) == (0, "up_to_date")
+    assert len(github.requests_to("blob")) == blobs
+    code, listing = cli(capsys, home, github, "list")
+    assert [(r["tag"], r["version"]) for r in listing["installed"]] == [("b7000", "v0.1.0")]
+
+
+def test_nightly_channel_is_stored_and_survives_the_next_update(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000")
+    publish(github, tmp_path, "b7001", stable=False)
+    code, payload = cli(capsys, home, github, "update", "--channel", "nightly")
+    assert (code, payload["active"]["tag"], payload["active"]["channel"]) == (0, "b7001", "nightly")
+    publish(github, tmp_path, "b7002", stable=False)
+    code, check = cli(capsys, home, github, "check")  # no --channel: the stored one
+    assert (check["latest"], check["update_available"]) == ("b7002", True)
+    code, payload = cli(capsys, home, github, "update")
+    assert (payload["active"]["tag"], payload["active"]["channel"]) == ("b7002", "nightly")
+
+
+def test_channel_from_the_environment_and_a_bad_one_is_exit_2(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    publish(github, tmp_path, "b7000")
+    publish(github, tmp_path, "b7001", stable=False)
+    monkeypatch.setenv("LLAMA_RUNTIME_CHANNEL", "nightly")
+    code, plan = cli(capsys, home, github, "plan")
+    assert (code, plan["tag"], plan["channel"]) == (0, "b7001", "nightly")
+    monkeypatch.setenv("LLAMA_RUNTIME_CHANNEL", "beta")
+    code, payload = cli(capsys, home, github, "plan")
+    assert (
+        code == 2
+        and "'stable'" in payload["error"]["message"]
+        and "LLAMA_RUNTIME_CHANNEL" in payload["error"]["message"]
+    )
+
+
+def test_binary_reporting_another_build_is_exit_6_and_the_active_runtime_stays(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000")
+    assert cli(capsys, home, github, "update")[0] == 0
+    before = snapshot_tree(home / "runtimes")
+    pointer = (home / "active.json").read_bytes()
+    lying = stand_in_server("version: 0.2.0 (build 6990, commit deadbee)")
+    publish(github, tmp_path, "b7005", script=lying)
+    code, payload = cli(capsys, home, github, "update")
+    assert code == 6
+    assert "build 7005" in payload["error"]["message"] and "build 6990" in payload["error"]["message"]
+    assert (home / "active.json").read_bytes() == pointer and snapshot_tree(home / "runtimes") == before
+    code, status = cli(capsys, home, github, "status")
+    assert status["active"]["tag"] == "b7000"
+    assert_runs(Path(status["active"]["binary"]))
+
+
+def test_binary_without_a_build_number_is_installed_as_unverifiable(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    local = stand_in_server("version: 0.1.0-dev (build 0, commit unknown)")
+    publish(github, tmp_path, "b7000", script=local)
+    code, payload = cli(capsys, home, github, "update")
+    assert code == 0, payload
+    marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
+    assert (marker["build_check"], marker["reported_build"]) == ("unverifiable", 0)
+    assert "build 0" in marker["version"]
+
+
+def test_a_fork_keeps_working_unchanged(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    fork, tag = "unslothai/llama.cpp", "b9596"
+    tarball = stand_in_tarball(tmp_path / "fork.tar.gz", tag=tag)
+    github.add_release(fork, tag, {CPU.format(tag=tag): tarball})
+    code, payload = cli(capsys, home, github, "update", "--repo", fork)
+    assert code == 0, payload
+    assert (payload["active"]["tag"], payload["active"]["version"]) == (tag, None)
+
+
+def test_plan_explains_minor_version_compatibility_and_the_avx2_assumption(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub
+) -> None:
+    tag = "b7000"
+    names = [
+        "llama-{tag}-bin-win-cpu-x64.zip",
+        "llama-{tag}-bin-win-cuda-12.8-x64.zip",
+        "llama-{tag}-bin-win-cuda-13.3-x64.zip",
+    ]
+    github.add_release(REPO, tag, {n.format(tag=tag): b"zip" for n in names})
+    code, plan = cli(capsys, home, github, "plan", "--platform", "windows-x64", "--cuda-version", "12.4", "--explain")
+    assert code == 0, plan
+    assert plan["asset"] == "llama-b7000-bin-win-cuda-12.8-x64.zip"
+    assert "minor-version compatibility: CUDA 12.8 on a 12.4 driver" in plan["reason"]
+    assert "assumed AVX2" in plan["host"]["sources"]["cpu_features"]
+    main(["plan", "--platform", "windows-x64", "--explain", "--home", str(home), "--api-url", github.api_url])
+    text = capsys.readouterr().out
+    assert "cpu_features from: assumed AVX2" in text
+
+
+def test_cuda_build_taken_by_minor_compatibility_that_lists_no_device_is_exit_6(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    publish(github, tmp_path, "b7000")
+    assert cli(capsys, home, github, "update")[0] == 0
+    from llama_runtime.updater.choice import host as host_module
+
+    def cuda_host() -> Any:
+        from llama_runtime.updater.choice.host import HostFacts
+
+        return HostFacts(
+            os="linux", arch="x64", cuda_driver_version="12.4", nvidia_driver="550.54", cpu_features=frozenset({"avx2"})
+        )
+
+    monkeypatch.setattr(host_module, "detect_host", cuda_host)
+    tarball = stand_in_tarball(tmp_path / "cuda.tar.gz", tag="b7001")  # lists no CUDA device
+    github.add_release(REPO, "b7001", {"llama-b7001-bin-ubuntu-cuda-12.8-x64.tar.gz": tarball})
+    before = snapshot_tree(home / "runtimes")
+    code, payload = cli(capsys, home, github, "update")
+    assert code == 6, payload
+    assert "lists no cuda device" in payload["error"]["message"]
+    assert snapshot_tree(home / "runtimes") == before
+    code, status = cli(capsys, home, github, "status")
+    assert status["active"]["tag"] == "b7000"
+    assert_runs(Path(status["active"]["binary"]))
