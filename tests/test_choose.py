@@ -342,3 +342,13 @@ def test_cudart_of_another_arch_or_line_is_never_taken() -> None:
         "cudart-llama-bin-win-cuda-13-arm64.zip",
     )
     assert choose_asset(release, CUDA134_WIN_ARM, "cuda").extra_assets == ()
+
+
+def test_auto_never_falls_to_a_lower_backend_while_the_preferred_build_is_uploading() -> None:
+    from llama_runtime.runtime.errors import ReleaseIncompleteError
+
+    uploading = frozenset({"llama-b7902-bin-win-cuda-12.4-x64.zip", "llama-b7902-bin-win-cuda-13.1-x64.zip"})
+    with pytest.raises(ReleaseIncompleteError, match=r"cuda build of llama\.cpp b7902 .* still being uploaded") as err:
+        choose_asset(load("b7902", uploading), CUDA130_WIN, "auto")  # Vulkan and CPU are complete
+    assert err.value.exit_code == 7
+    assert choose_asset(load("b7902"), CUDA130_WIN, "auto").backend == "cuda"

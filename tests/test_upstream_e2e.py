@@ -220,3 +220,19 @@ def test_cuda_build_taken_by_minor_compatibility_that_lists_no_device_is_exit_6(
     code, status = cli(capsys, home, github, "status")
     assert status["active"]["tag"] == "b7000"
     assert_runs(Path(status["active"]["binary"]))
+
+
+def test_doctor_exit_6_carries_error_message_beside_its_report(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000")
+    code, payload = cli(capsys, home, github, "update")
+    assert code == 0, payload
+    Path(payload["active"]["binary"]).write_bytes(b"#!/bin/sh\nexit 3\n")  # damaged in place
+    code, report = cli(capsys, home, github, "doctor")
+    assert code == 6
+    assert report["healthy"] is False and report["checks"]
+    assert report["error"]["code"] == "verification_failed"
+    assert report["error"]["message"].startswith("The runtime does not verify")
+    code, healthy = cli(capsys, home, github, "doctor", "--repair")
+    assert "error" not in healthy or code != 0
