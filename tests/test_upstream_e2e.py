@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.conftest import REPO, assert_runs, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
+from tests.test_service import Frozen
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
@@ -135,17 +136,13 @@ def test_binary_reporting_another_build_is_exit_6_and_the_active_runtime_stays(
 ) -> None:
     publish(github, tmp_path, "b7000")
     assert cli(capsys, home, github, "update")[0] == 0
-    before = snapshot_tree(home / "runtimes")
-    pointer = (home / "active.json").read_bytes()
+    frozen = Frozen(home)
     lying = stand_in_server("version: 0.2.0 (build 6990, commit deadbee)")
     publish(github, tmp_path, "b7005", script=lying)
     code, payload = cli(capsys, home, github, "update")
     assert code == 6
     assert "build 7005" in payload["error"]["message"] and "build 6990" in payload["error"]["message"]
-    assert (home / "active.json").read_bytes() == pointer and snapshot_tree(home / "runtimes") == before
-    code, status = cli(capsys, home, github, "status")
-    assert status["active"]["tag"] == "b7000"
-    assert_runs(Path(status["active"]["binary"]))
+    frozen.assert_unchanged_and_runs()
 
 
 def test_binary_without_a_build_number_is_installed_as_unverifiable(
@@ -212,14 +209,11 @@ def test_cuda_build_taken_by_minor_compatibility_that_lists_no_device_is_exit_6(
     monkeypatch.setattr(host_module, "detect_host", cuda_host)
     tarball = stand_in_tarball(tmp_path / "cuda.tar.gz", tag="b7001")  # lists no CUDA device
     github.add_release(REPO, "b7001", {"llama-b7001-bin-ubuntu-cuda-12.8-x64.tar.gz": tarball})
-    before = snapshot_tree(home / "runtimes")
+    frozen = Frozen(home)
     code, payload = cli(capsys, home, github, "update")
     assert code == 6, payload
     assert "lists no cuda device" in payload["error"]["message"]
-    assert snapshot_tree(home / "runtimes") == before
-    code, status = cli(capsys, home, github, "status")
-    assert status["active"]["tag"] == "b7000"
-    assert_runs(Path(status["active"]["binary"]))
+    frozen.assert_unchanged_and_runs()
 
 
 def test_doctor_exit_6_carries_error_message_beside_its_report(
