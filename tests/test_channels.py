@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from llama_runtime.runtime.errors import IntegrityError, ReleaseNotFoundError, UserInputError
 from llama_runtime.updater.choice.channel import (
+    channel_builds,
     parse_channel,
     parse_nightly_tag,
     pointer_asset,
@@ -94,6 +95,15 @@ def test_stable_with_unread_or_unpublished_pointer_is_release_not_found() -> Non
         resolve_latest(UPSTREAM, "stable", {})
     with pytest.raises(ReleaseNotFoundError, match="names build b99999"):
         resolve_latest(UPSTREAM, "stable", {"v0.3.0": "b99999"})
+
+
+def test_channel_builds_lists_what_each_channel_would_install() -> None:
+    stable = {b.build_tag: b.version for b in channel_builds(UPSTREAM, "stable", POINTERS)}
+    assert stable == {"b10485": "v0.2.0", "b10490": "v0.3.0"}
+    nightly = {b.build_tag: b.version for b in channel_builds(UPSTREAM, "nightly", POINTERS)}
+    assert nightly == {"b10485": "v0.2.0", "b10490": "v0.3.0", "b10500": None}
+    # a pointer whose build is not among the releases offers nothing rather than failing
+    assert channel_builds(UPSTREAM, "stable", {"v0.3.0": "b99999"}) == []
 
 
 def test_only_prereleases_give_stable_nothing_and_say_use_nightly() -> None:

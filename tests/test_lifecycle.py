@@ -263,11 +263,14 @@ def test_list_is_one_array_and_available_shows_what_fits_this_host(
     assert [a["installed"] for a in available] == [False, True, True]
     assert available[0] == {
         "tag": "b7003",
-        "version": None,
+        "version": "v0.4.0",  # the fake cuts each upstream build as a semver release, like make-release.yml
         "asset": CPU_TAR.format(tag="b7003"),
         "backend": "cpu",
         "installed": False,
     }
+    code, nightly = cli(capsys, home, github, "list", "--available", "--limit", "2", "--channel", "nightly")
+    assert [a["tag"] for a in nightly["available"]] == ["b7005", "b7003"], "nightly lists prerelease builds"
+    assert nightly["available"][0]["version"] is None
 
 
 def test_install_file_of_an_installed_build_switches_to_it(

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from llama_runtime.runtime.errors import BackendUnavailableError, UserInputError
+from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError, UserInputError
+from llama_runtime.updater.choice.channel import ResolvedRelease
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.tags import parse_tag
@@ -53,32 +54,33 @@ def _newest_first(releases: Iterable[Release]) -> list[Release]:
 
 
 def available_builds(
-    releases: Iterable[Release],
+    builds: Iterable[ResolvedRelease],
     host: HostFacts,
     backend: str,
     *,
     installed: set[tuple[str, str]],
     limit: int,
 ) -> list[Available]:
-    """The newest ``limit`` published builds that have an asset for ``host`` and ``backend``.
+    """The newest ``limit`` builds that have an asset for ``host`` and ``backend``.
 
     Args:
-        releases: Releases as the source lists them (drafts and prereleases are skipped,
-            as "latest" skips them).
+        builds: What the channel offers (:func:`~.channel.channel_builds`: the
+            same resolver as "latest", so a listed build is one update would take).
         host: The machine to install on.
         backend: The backend request (``auto`` or a name).
         installed: ``(tag, asset)`` pairs already installed.
         limit: How many to return at most.
     """
     found: list[Available] = []
-    published = [r for r in releases if not r.draft and not r.prerelease]
-    for release in _newest_first(published):
+    by_tag = {b.build_tag: b for b in builds}
+    for release in _newest_first(b.release for b in by_tag.values()):
         if len(found) >= limit:
             break
         try:
             choice = choose_asset(release, host, backend)
-        except BackendUnavailableError:
-            continue
+        except (BackendUnavailableError, ReleaseIncompleteError):
+            continue  # no build for this host, or not finished uploading yet
         name = choice.asset.name
-        found.append(Available(release.tag, None, name, choice.backend, (release.tag, name) in installed))
+        version = by_tag[release.tag].version
+        found.append(Available(release.tag, version, name, choice.backend, (release.tag, name) in installed))
     return found

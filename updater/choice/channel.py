@@ -254,6 +254,35 @@ def resolve_release(release: Release, nightly_tags: Mapping[str, str], releases:
     return follow_pointer(release, named, build)
 
 
+def channel_builds(
+    releases: Sequence[Release], channel: Channel, nightly_tags: Mapping[str, str] | None = None
+) -> list[ResolvedRelease]:
+    """Every build ``channel`` offers among ``releases``, each once (``list --available``).
+
+    ``stable``: the builds non-prerelease releases stand for (a plain build
+    release itself; a semver release's named build when it is among
+    ``releases``). ``nightly``: every published build. Order is not defined.
+    """
+    pointers = dict(nightly_tags or {})
+    published = _published(releases)
+    if channel == "nightly":
+        version_of = {build: tag for tag, build in pointers.items() if _is_semver_release(tag)}
+        found = [ResolvedRelease(r.tag, version_of.get(r.tag), r) for r in published if _is_build(r)]
+    else:
+        found = []
+        for release in (r for r in published if not r.prerelease):
+            try:
+                found.append(resolve_release(release, pointers, published))
+            except ReleaseNotFoundError:
+                continue  # its build is not among these releases, or its pointer was not read
+    unique: dict[str, ResolvedRelease] = {}
+    for item in found:
+        kept = unique.get(item.build_tag)
+        if kept is None or (kept.version is None and item.version is not None):
+            unique[item.build_tag] = item
+    return list(unique.values())
+
+
 def resolve_latest(
     releases: Sequence[Release], channel: Channel, nightly_tags: Mapping[str, str] | None = None
 ) -> ResolvedRelease:
@@ -289,6 +318,7 @@ __all__ = [
     "NIGHTLY_TAG_ASSET",
     "Channel",
     "ResolvedRelease",
+    "channel_builds",
     "follow_pointer",
     "parse_channel",
     "parse_nightly_tag",

@@ -176,13 +176,16 @@ def _available(
     """The newest releases with an asset for this host and the backend asked for (or the active one's)."""
     from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError, UserInputError
     from llama_runtime.updater.choice.available import available_builds
+    from llama_runtime.updater.choice.channel import channel_builds, parse_channel
     from llama_runtime.updater.choice.host import detect_host
     from llama_runtime.updater.cli.main import engine_for
+    from llama_runtime.updater.sources.resolve import pointers_on_page
 
     if args.limit < 1:
         raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
     active = next((r for r in installed if r.name == active_name), None)
     backend = settings.backend if settings.backend_explicit else (active.marker.backend_request if active else "auto")
+    channel = settings.channel or (active.marker.channel if active and active.marker.channel else "stable")
     with engine_for(settings).open_source() as source:
         try:
             releases = source.recent_releases()
@@ -190,5 +193,6 @@ def _available(
             raise
         except RemoteError:
             releases = [source.latest_release()]  # a static mirror lists no releases, only the newest
+        builds = channel_builds(releases, parse_channel(channel), pointers_on_page(source, releases))
     have = {(r.marker.tag, r.marker.asset) for r in installed if r.marker.repo.lower() == settings.repo.lower()}
-    return available_builds(releases, detect_host(), backend, installed=have, limit=args.limit)
+    return available_builds(builds, detect_host(), backend, installed=have, limit=args.limit)

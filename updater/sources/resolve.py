@@ -15,9 +15,16 @@ URL, size, digest), so a repeated check does not download it again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
-from llama_runtime.runtime.errors import NetworkError, RateLimitError, ReleaseNotFoundError, RemoteError
+from llama_runtime.runtime.errors import (
+    IntegrityError,
+    NetworkError,
+    RateLimitError,
+    ReleaseNotFoundError,
+    RemoteError,
+)
 from llama_runtime.updater.choice.channel import (
     MAX_NIGHTLY_TAG_BYTES,
     Channel,
@@ -61,6 +68,24 @@ def read_pointer(client: GitHubClient, release: Release, asset: Asset) -> str:
     if cache is not None:
         cache.put(key, fingerprint, named)
     return named
+
+
+def pointers_on_page(client: GitHubClient, releases: Sequence[Release]) -> dict[str, str]:
+    """Semver release tag -> the build its ``nightly-tag.txt`` names, for the stable releases in ``releases``.
+
+    Each read is a web download (no API quota), cached while the asset is
+    unchanged. A pointer that breaks the rules is left out (that release offers nothing).
+    """
+    found: dict[str, str] = {}
+    for release in releases:
+        pointer = None if release.draft or release.prerelease else pointer_asset(release)
+        if pointer is None:
+            continue
+        try:
+            found[release.tag] = read_pointer(client, release, pointer)
+        except IntegrityError:
+            continue
+    return found
 
 
 def resolve_fetched(client: GitHubClient, release: Release) -> ResolvedRelease:
@@ -135,6 +160,7 @@ def resolve_latest_remote(client: GitHubClient, channel: Channel) -> ResolvedRel
 __all__ = [
     "NIGHTLY_PER_PAGE",
     "peek_latest_build",
+    "pointers_on_page",
     "read_pointer",
     "resolve_fetched",
     "resolve_latest_remote",
