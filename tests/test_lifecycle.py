@@ -29,7 +29,8 @@ def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *arg
 
 
 def blob_requests(github: FakeGitHub) -> int:
-    return len(github.requests_to("blob"))
+    """Asset downloads; resolving "latest" reads the stable release's small nightly-tag.txt, not an asset."""
+    return len([r for r in github.requests_to("blob") if not r.path.endswith("/nightly-tag.txt")])
 
 
 def runtime_dirs(home: Path) -> list[str]:
