@@ -111,7 +111,7 @@ def test_private_repository_downloads_through_the_api_asset_url_with_the_token(t
             GitHubClient(github.api_url, REPO, sleep=Sleeps()).get_release("b7000")
         # browser_download_url takes no token: the web URL of a private asset is refused.
         with pytest.raises(RemoteError):
-            fetch(httpx.Client(), asset, tmp_path / "web.partial")
+            fetch(PlainHttp(httpx.Client()), asset, tmp_path / "web.partial")
         result = fetch(api(github, token="s3cret"), asset, tmp_path / "a.partial")
     assert result.digest_verified and (tmp_path / "a.partial").read_bytes() == PAYLOAD
     (blob,) = [r for r in github.requests_to("blob") if r.status == 200]

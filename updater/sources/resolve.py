@@ -37,7 +37,7 @@ from llama_runtime.updater.choice.channel import (
 from llama_runtime.updater.sources.release import Asset, Release
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.sources.github import GitHubClient
+    from llama_runtime.updater.sources.source import ReleaseSource
 
 #: Releases asked for by the nightly channel. Upstream publishes a dozen builds
 #: a day in build order, so the newest ten always hold the highest build; the
@@ -51,7 +51,7 @@ def _pointer_key(asset: Asset) -> tuple[str, str]:
     return _POINTER_CACHE_PREFIX + url, f"{asset.size}:{asset.digest}"
 
 
-def read_pointer(client: GitHubClient, release: Release, asset: Asset) -> str:
+def read_pointer(client: ReleaseSource, release: Release, asset: Asset) -> str:
     """The build named by ``release``'s ``nightly-tag.txt`` (cached while the asset is unchanged).
 
     Raises:
@@ -70,7 +70,7 @@ def read_pointer(client: GitHubClient, release: Release, asset: Asset) -> str:
     return named
 
 
-def pointers_on_page(client: GitHubClient, releases: Sequence[Release]) -> dict[str, str]:
+def pointers_on_page(client: ReleaseSource, releases: Sequence[Release]) -> dict[str, str]:
     """Semver release tag -> the build its ``nightly-tag.txt`` names, for the stable releases in ``releases``.
 
     Each read is a web download (no API quota), cached while the asset is
@@ -88,7 +88,7 @@ def pointers_on_page(client: GitHubClient, releases: Sequence[Release]) -> dict[
     return found
 
 
-def resolve_fetched(client: GitHubClient, release: Release) -> ResolvedRelease:
+def resolve_fetched(client: ReleaseSource, release: Release) -> ResolvedRelease:
     """``release`` to its build: itself, or the build its pointer names (one more request)."""
     pointer = pointer_asset(release)
     if pointer is None:
@@ -101,7 +101,7 @@ def resolve_fetched(client: GitHubClient, release: Release) -> ResolvedRelease:
     return resolve_release(release, {release.tag: named}, build)
 
 
-def peek_latest_build(client: GitHubClient, channel: Channel) -> tuple[str, str | None, Release]:
+def peek_latest_build(client: ReleaseSource, channel: Channel) -> tuple[str, str | None, Release]:
     """The build tag ``channel`` calls latest, without fetching that build when stable points at it.
 
     The scheduled check's cheap path: when the build is the one installed,
@@ -123,7 +123,7 @@ def peek_latest_build(client: GitHubClient, channel: Channel) -> tuple[str, str 
     return found.build_tag, found.version, found.release
 
 
-def resolve_tag_remote(client: GitHubClient, tag: str) -> ResolvedRelease:
+def resolve_tag_remote(client: ReleaseSource, tag: str) -> ResolvedRelease:
     """The build ``tag`` stands for: a build tag itself, or a ``vX.Y.Z`` followed to its build.
 
     Raises:
@@ -134,7 +134,7 @@ def resolve_tag_remote(client: GitHubClient, tag: str) -> ResolvedRelease:
     return resolve_fetched(client, client.get_release(tag))
 
 
-def resolve_latest_remote(client: GitHubClient, channel: Channel) -> ResolvedRelease:
+def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRelease:
     """The build ``channel`` calls latest, fetched with the fewest requests.
 
     Raises:
