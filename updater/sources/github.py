@@ -67,6 +67,8 @@ _STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
 )
 # Characters of a Content-Type quoted in a message (a hostile header cannot flood it).
 _CTYPE_QUOTE_CHARS: Final[int] = 60
+# An error answer's JSON is a sentence and a link; more is not GitHub's error body.
+_ERROR_BODY_BYTES: Final[int] = 4096
 # GitHub: for a secondary rate limit without retry-after, "wait for at least one minute".
 SECONDARY_BACKOFF_SECONDS: Final[int] = 60
 _TOKEN_HINT: Final[str] = "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit from 60 to 5,000 requests an hour."
@@ -352,7 +354,7 @@ class GitHubClient:
         )
         if response.status_code == 304 and cached:
             return cached[1]
-        self._raise_for_status(response, not_found)
+        self._raise_for_status(response, not_found, raw)
         body = _decode_json(response, raw)
         etag = response.headers.get("etag")
         if self.etag_cache and etag and use_cache:
@@ -392,7 +394,7 @@ class GitHubClient:
                 reset=_int_header(response, "x-ratelimit-reset"),
             )
 
-    def _raise_for_status(self, response: httpx.Response, not_found: str) -> None:
+    def _raise_for_status(self, response: httpx.Response, not_found: str, body: bytes = b"") -> None:
         status = response.status_code
         if status < 300:
             return
@@ -408,7 +410,7 @@ class GitHubClient:
         if status == 401:
             raise RemoteError("GitHub rejected the token (HTTP 401); fix or unset GITHUB_TOKEN / GH_TOKEN.")
         if status in (403, 429):
-            rate_error = self._rate_limit_error(response)
+            rate_error = self._rate_limit_error(response, body)
             if rate_error is not None:
                 raise rate_error
             raise RemoteError(f"GitHub refused the request (HTTP {status}) for {self.repo}.")
@@ -418,11 +420,11 @@ class GitHubClient:
             )
         raise RemoteError(f"GitHub answered HTTP {status} for {self.repo} releases.")
 
-    def _rate_limit_error(self, response: httpx.Response) -> RateLimitError | None:
+    def _rate_limit_error(self, response: httpx.Response, body: bytes) -> RateLimitError | None:
         retry_after = _int_header(response, "retry-after")
         remaining = _int_header(response, "x-ratelimit-remaining")
         if retry_after is None and remaining != 0:
-            return _secondary_limit_error(response, remaining)
+            return _secondary_limit_error(response, remaining, body)
         reset = _int_header(response, "x-ratelimit-reset")
         if retry_after is not None:
             when = f"retry after {retry_after} seconds"
@@ -439,7 +441,7 @@ class GitHubClient:
         )
 
 
-def _secondary_limit_error(response: httpx.Response, remaining: int | None) -> RateLimitError | None:
+def _secondary_limit_error(response: httpx.Response, remaining: int | None, body: bytes) -> RateLimitError | None:
     """A secondary rate limit: 403/429 with quota left (or no headers) and no ``retry-after``.
 
     GitHub's docs ("Rate limits for the REST API"): "If the retry-after response
@@ -449,9 +451,10 @@ def _secondary_limit_error(response: httpx.Response, remaining: int | None) -> R
     (otherwise it is a permission problem); a 429 always is.
     """
     try:
-        message = str(response.json().get("message", ""))
-    except (ValueError, AttributeError):
-        message = ""
+        payload = json.loads(body[:_ERROR_BODY_BYTES])
+    except ValueError:  # an HTML page, a cut body: not GitHub's JSON error
+        payload = None
+    message = str(payload.get("message", "")) if isinstance(payload, dict) else ""
     if response.status_code != 429 and "rate limit" not in message.lower():
         return None
     left = f" ({remaining} requests of the hourly quota are left)" if remaining else ""
