@@ -14,10 +14,8 @@ from pathlib import Path
 import pytest
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import REPO, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 
 
 def check(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> dict[str, object]:
@@ -33,7 +31,7 @@ def update(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *
 
 
 def publish(github: FakeGitHub, tmp: Path, tag: str, **kw: object) -> None:
-    github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp / f"{tag}.tgz", tag=tag)}, **kw)  # type: ignore[arg-type]
+    github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp / f"{tag}.tgz", tag=tag)}, **kw)  # type: ignore[arg-type]
 
 
 class Cost:

@@ -384,8 +384,8 @@ def test_a_mirror_that_answers_404_says_to_check_it_is_synced_and_readable(
 def test_sync_latest_mirrors_the_build_the_stable_release_names_and_nightly_the_newest(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
-    cpu = stand_in_tarball(tmp_path / "src" / CPU.format(tag="b7002"), tag="b7002")
-    names = {CPU: cpu, VULKAN: b"vulkan", WIN: b"windows"}  # as complete as b7001, else "still uploading"
+    cpu = stand_in_tarball(tmp_path / "src" / CPU_TAR.format(tag="b7002"), tag="b7002")
+    names = {CPU_TAR: cpu, VULKAN: b"vulkan", WIN: b"windows"}  # as complete as b7001, else "still uploading"
     github.add_release(REPO, "b7002", {n.format(tag="b7002"): v for n, v in names.items()}, stable=False)
     code, report = sync(capsys, github, tmp_path / "stable")
     assert (code, report["releases"], report["latest"]) == (0, ["b7001"], "b7001")

@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import REPO, assert_runs, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 from tests.test_service import Frozen
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 HOST_NO_GPU = {"os": "linux", "arch": "x64", "cpu_features": ["avx", "avx2"], "vulkan": False}
 
@@ -30,7 +29,7 @@ def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *arg
 
 def publish(github: FakeGitHub, tmp: Path, tag: str, *, script: bytes | None = None, **kw: object) -> None:
     tarball = stand_in_tarball(tmp / f"{tag}.tar.gz", tag=tag, script=script)
-    github.add_release(REPO, tag, {CPU.format(tag=tag): tarball}, **kw)  # type: ignore[arg-type]
+    github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): tarball}, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
@@ -162,7 +161,7 @@ def test_a_fork_keeps_working_unchanged(
 ) -> None:
     fork, tag = "unslothai/llama.cpp", "b9596"
     tarball = stand_in_tarball(tmp_path / "fork.tar.gz", tag=tag)
-    github.add_release(fork, tag, {CPU.format(tag=tag): tarball})
+    github.add_release(fork, tag, {CPU_TAR.format(tag=tag): tarball})
     code, payload = cli(capsys, home, github, "update", "--repo", fork)
     assert code == 0, payload
     assert (payload["active"]["tag"], payload["active"]["version"]) == (tag, None)
