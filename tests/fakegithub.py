@@ -130,16 +130,30 @@ class _Blob:
     data: bytes | None
     path: Path | None
 
-    def chunks(self, start: int) -> Iterator[bytes]:
+    def chunks(self, start: int, length: int | None = None) -> Iterator[bytes]:
+        end = self.size if length is None else min(self.size, start + length)
         if self.data is not None:
-            for i in range(start, self.size, _CHUNK):
-                yield self.data[i : i + _CHUNK]
+            for i in range(start, end, _CHUNK):
+                yield self.data[i : min(i + _CHUNK, end)]
             return
         assert self.path is not None
         with self.path.open("rb") as fh:
             fh.seek(start)
-            while chunk := fh.read(_CHUNK):
+            left = end - start
+            while left > 0 and (chunk := fh.read(min(_CHUNK, left))):
+                left -= len(chunk)
                 yield chunk
+
+
+def _parse_range(header: str) -> tuple[int, int | None] | None:
+    """``bytes=N-`` or ``bytes=N-M`` (the forms downloaders send) → (N, M or None)."""
+    if not header.startswith("bytes="):
+        return None
+    first, _, last = header[6:].partition("-")
+    if not first.isdigit() or not (last == "" or last.isdigit()):
+        return None
+    start, end = int(first), int(last) if last else None
+    return None if end is not None and end < start else (start, end)
 
 
 @dataclass
@@ -165,7 +179,7 @@ class _Server(ThreadingHTTPServer):
 class FakeGitHub:
     """GitHub releases API + CDN on two local ports. Use as a context manager."""
 
-    def __init__(self, scheme: str = "2026", token: str | None = None) -> None:
+    def __init__(self, scheme: str = "2026", token: str | None = None, *, rate_cap: int | None = None) -> None:
         if scheme not in ("2026", "legacy"):
             raise ValueError(f"unknown publishing scheme {scheme!r}")
         self.scheme = scheme
@@ -173,6 +187,9 @@ class FakeGitHub:
         self.requests: list[Request] = []
         self.download_bytes_sent = 0
         self.quota_used = 0  # primary-quota requests, counted as GitHub counts them
+        #: Bytes per second each blob connection may send (``None``: unlimited), the
+        #: way a slow CDN caps each connection rather than the client.
+        self.rate_cap = rate_cap
         self._repos: dict[str, _Repo] = {}
         self._attestations: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._blobs: dict[int, _Blob] = {}
@@ -381,14 +398,6 @@ class FakeGitHub:
         return None
 
 
-def _cut(chunks: Iterator[bytes], length: int) -> Iterator[bytes]:
-    for chunk in chunks:
-        if length <= 0:
-            return
-        yield chunk[:length]
-        length -= len(chunk)
-
-
 def _is_build_tag(tag: str) -> bool:
     return len(tag) > 1 and tag[0] == "b" and tag[1:].isdigit()
 
@@ -570,13 +579,12 @@ class _Handler(BaseHTTPRequestHandler):
         with fake._lock:
             fake._assets[int(bits[2])]["download_count"] += 1  # changes the release JSON, so its ETag
         fault = fake._take_fault(path, {"body"})
-        start = 0
         wanted = self._record.headers.get("range", "")
-        if wanted.startswith("bytes=") and wanted.endswith("-") and not (fault and fault.ignore_range):
-            start = int(wanted[6:-1])
-            if start >= blob.size:
-                self._simple(416, b"", "application/xml", {"Content-Range": f"bytes */{blob.size}"})
-                return
+        span = _parse_range(wanted) if not (fault and fault.ignore_range) else None
+        start, wanted_last = span if span is not None else (0, None)
+        if span is not None and start >= blob.size:
+            self._simple(416, b"", "application/xml", {"Content-Range": f"bytes */{blob.size}"})
+            return
         headers = {
             "Content-Type": "application/octet-stream",
             "Accept-Ranges": "bytes",
@@ -585,13 +593,13 @@ class _Handler(BaseHTTPRequestHandler):
         }
         status = 200
         end = blob.size - (fault.short_by if fault else 0)
-        if start:
+        last = end - 1 if wanted_last is None else min(wanted_last, end - 1)
+        # S3 (GitHub's asset CDN) answers any Range, even "bytes=0-", with 206.
+        if span is not None:
             status = 206
-            headers["Content-Range"] = f"bytes {start}-{end - 1}/{blob.size}"
-        chunks = blob.chunks(start)
-        if fault and fault.short_by:
-            chunks = _cut(chunks, end - start)
-        self._send_body(fault, chunks, end - start, status, headers, counts=True)
+            headers["Content-Range"] = f"bytes {start}-{last}/{blob.size}"
+        length = last + 1 - start
+        self._send_body(fault, blob.chunks(start, length), length, status, headers, counts=True)
 
     def _send_body(
         self,
@@ -607,7 +615,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._head(status, {**headers, "Content-Length": str(length + f.extra_bytes)})
         stop_at = min(x for x in (f.reset_after_bytes, f.truncate_after_bytes, 1 << 62) if x is not None)
         sent = 0
-        for chunk in self._body_pieces(chunks, f):
+        pace = _Pacer(self.server.fake.rate_cap if counts else None)
+        for chunk in self._body_pieces(chunks, f, small=pace.cap is not None):
+            pace.wait(sent)
             piece = chunk[: max(0, stop_at - sent)]
             if piece:
                 self.wfile.write(piece)
@@ -628,13 +638,34 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     @staticmethod
-    def _body_pieces(chunks: Iterator[bytes] | list[bytes], f: Fault) -> Iterator[bytes]:
+    def _body_pieces(chunks: Iterator[bytes] | list[bytes], f: Fault, *, small: bool = False) -> Iterator[bytes]:
+        step = f.drip_chunk if f.drip_seconds else _PACED_CHUNK if small else 0
         for chunk in chunks:
             data = chunk.translate(_INVERT) if f.wrong_bytes else chunk
-            if f.drip_seconds:
-                for i in range(0, len(data), f.drip_chunk):
-                    yield data[i : i + f.drip_chunk]
+            if step:
+                for i in range(0, len(data), step):
+                    yield data[i : i + step]
             else:
                 yield data
         if f.extra_bytes:
             yield b"\0" * f.extra_bytes
+
+
+# Pieces a rate-capped connection sends at a time: small enough that the rate is
+# smooth within a fraction of a second.
+_PACED_CHUNK = 16 * 1024
+
+
+class _Pacer:
+    """Keeps one connection at or under ``cap`` bytes per second (``None``: no cap)."""
+
+    def __init__(self, cap: int | None) -> None:
+        self.cap = cap
+        self.start = time.monotonic()
+
+    def wait(self, sent: int) -> None:
+        if self.cap is None:
+            return
+        ahead = sent / self.cap - (time.monotonic() - self.start)
+        if ahead > 0:
+            time.sleep(ahead)

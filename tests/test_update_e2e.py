@@ -184,8 +184,12 @@ def test_digest_mismatch_exits_8_and_keeps_nothing(
     github: FakeGitHub,
     capsys: pytest.CaptureFixture[str],
     real_vulkan_tarball: Path,
+    tmp_path: Path,
 ) -> None:
-    publish_real(github, real_vulkan_tarball, "b7001")
+    # Other bytes than b7000's: the same digest would come from the asset cache, not the network.
+    other = tmp_path / "other.tar.gz"
+    other.write_bytes(real_vulkan_tarball.read_bytes() + b"\0" * 1024)
+    publish_real(github, other, "b7001")
     github.inject(VULKAN.format(tag="b7001"), Fault(wrong_bytes=True, times=None))
     code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "vulkan")
     assert code == 8, payload

@@ -42,9 +42,16 @@ def register(add: AddParser) -> dict[str, Handler]:
     actions = mirror.add_subparsers(dest="mirror_action", metavar="ACTION", required=True)
     p = actions.add_parser("sync", help="fetch what is new, re-check what is there", epilog=GLOBAL_EPILOG)
     _sync_flags(p)
-    p = add("gc", "remove inactive runtimes beyond the newest N, stale staging and old partial downloads")
+    p = add(
+        "gc",
+        "remove inactive runtimes beyond the newest N, stale staging, old partial downloads "
+        "and cached assets no remaining runtime uses",
+    )
     p.add_argument("--keep", type=int, default=None, metavar="N", help="inactive runtimes to keep (default 2)")
     p.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
+    p.add_argument(
+        "--cache", action="store_true", help="only trim the download cache (assets no installed runtime uses)"
+    )
     return {"install-file": cmd_install_file, "export": cmd_export, "mirror": cmd_mirror, "gc": cmd_gc}
 
 
@@ -189,13 +196,14 @@ def _platform(value: str) -> str:
 
 
 def cmd_gc(args: argparse.Namespace, out: Output) -> int:
-    """``gc [--keep N] [--dry-run]``."""
+    """``gc [--keep N] [--dry-run] [--cache]``."""
     from llama_runtime.updater.cli.main import home_for, settings_from_args
     from llama_runtime.updater.install.download import human_size
     from llama_runtime.updater.install.gc import DEFAULT_KEEP, collect_garbage
 
     keep = DEFAULT_KEEP if args.keep is None else args.keep
-    report = collect_garbage(home_for(settings_from_args(args)), keep=keep, dry_run=args.dry_run)
+    home = home_for(settings_from_args(args))
+    report = collect_garbage(home, keep=keep, dry_run=args.dry_run, cache_only=args.cache)
     verb = "Would free" if report.dry_run else "Freed"
     lines = [f"{verb} {human_size(report.freed_bytes)}."]
     lines += [f"  {'would remove' if report.dry_run else 'removed'} {i.kind} {i.path}" for i in report.removed]

@@ -228,18 +228,66 @@ def extract_archive(
         _poll(cancel, label)
         name = write_plan.admit(member)
         if name is not None:
-            try:
-                writer.write(name, member, opener)
-            except OSError as exc:
-                if exc.errno in _DISK_FULL_ERRNOS:
-                    raise
-                raise UnsafeArchiveError(
-                    f"Refusing {label}: member {member.raw_name!r} could not be written "
-                    f"({exc.strerror or type(exc).__name__})."
-                ) from exc
+            _write_member(writer, name, member, opener, label)
     writer.result.member_count = write_plan.count
     _check_links_on_disk(root, writer.result.symlinks, label)
     return writer.result
+
+
+def extract_tar_stream(
+    stream: IO[bytes],
+    dest: Path,
+    *,
+    label: str,
+    limits: ExtractLimits = DEFAULT_LIMITS,
+    cancel: Callable[[], bool] | None = None,
+) -> ExtractResult:
+    """Extract a ``.tar.gz`` read strictly forward from ``stream``, in one pass.
+
+    For a download that is still arriving: each member passes every check of
+    :func:`extract_archive`'s plan before it is written, but members are
+    written as they come, so a refusal can leave earlier members in ``dest``.
+    ``dest`` must therefore be a staging directory that the caller discards on
+    any error and never activates before the archive's digest has matched.
+
+    Args:
+        stream: The gzip bytes, e.g. a :class:`~updater.install.follow.FollowReader`.
+        dest: A non-existent or empty staging directory.
+        label: The archive's name, for messages.
+        limits: Caps on size and member count.
+        cancel: Polled between members and chunks.
+
+    Returns:
+        What was written, with the sha256 of every regular file.
+
+    Raises:
+        UnsafeArchiveError: Not a gzip stream, corrupt, or a member is unsafe or over a cap.
+        CancelledError: ``cancel()`` returned ``True``.
+    """
+    _prepare_dest(dest)
+    root = dest.resolve()
+    plan = _Plan(label, limits)
+    writer = _Writer(root, label, limits, cancel)
+    for member, opener in _tar_stream_members(stream, label):
+        _poll(cancel, label)
+        name = plan.admit(member)
+        if name is not None:
+            _write_member(writer, name, member, opener, label)
+    writer.result.member_count = plan.count
+    _check_links_on_disk(root, writer.result.symlinks, label)
+    return writer.result
+
+
+def _write_member(writer: _Writer, name: str, member: _Member, opener: _Opener, label: str) -> None:
+    """Write one admitted member; a failure other than a full disk is the archive's fault."""
+    try:
+        writer.write(name, member, opener)
+    except OSError as exc:
+        if exc.errno in _DISK_FULL_ERRNOS:
+            raise
+        raise UnsafeArchiveError(
+            f"Refusing {label}: member {member.raw_name!r} could not be written ({exc.strerror or type(exc).__name__})."
+        ) from exc
 
 
 def find_server_binary(root: Path) -> Path | None:
@@ -350,7 +398,7 @@ class _BoundedTarFile(tarfile.TarFile):
                 self.owned_stream.close()
 
 
-def open_tar_stream(archive: Path) -> tarfile.TarFile:
+def open_tar_stream(archive: Path | IO[bytes]) -> tarfile.TarFile:
     """A forward-only ``.tar.gz`` reader whose extended headers are bounded.
 
     Anything else that reads a tar.gz from outside (``install-file`` reading a
@@ -359,6 +407,7 @@ def open_tar_stream(archive: Path) -> tarfile.TarFile:
     """
     # gzip.GzipFile inflates at most what is asked for; tarfile's own "r|gz" inflates a
     # whole buffer of input at once, and 1 MiB of gzipped zeros is 1 GiB in memory.
+    # A stream (a download still arriving) is read strictly forward; gzip never seeks it.
     raw = gzip.open(archive, "rb")  # noqa: SIM115  (closed by the TarFile, see owned_stream)
     try:
         tf = _BoundedTarFile.open(fileobj=raw, mode="r|", bufsize=_TAR_STREAM_BUFFER)
@@ -376,10 +425,15 @@ BoundedHeaderError = _ExtendedHeaderError
 
 
 def _tar_members(archive: Path, label: str) -> Iterator[tuple[_Member, _Opener]]:
+    with archive.open("rb") as fh:
+        yield from _tar_stream_members(fh, label)
+
+
+def _tar_stream_members(stream: IO[bytes], label: str) -> Iterator[tuple[_Member, _Opener]]:
     # Stream mode ("r|gz") reads strictly forward: no seeks that would
     # re-decompress from the start, and members are only known one at a time.
     try:
-        with _reading(label), open_tar_stream(archive) as tf:
+        with _reading(label), open_tar_stream(stream) as tf:
             while (info := tf.next()) is not None:
                 yield _tar_member(info), _tar_opener(tf, info, label)
     except _ExtendedHeaderError as exc:

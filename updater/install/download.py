@@ -64,9 +64,11 @@ __all__ = [
     "discard_partial",
     "download_asset",
     "human_size",
+    "open_range",
     "plan_resume",
     "read_origin",
     "sidecar_path",
+    "strong_etag",
     "throttled",
 ]
 
@@ -83,11 +85,16 @@ _REDIRECT_STATUSES: Final[frozenset[int]] = frozenset({301, 302, 303, 307, 308})
 # A full disk or quota: keeping the partial would only hold on to the missing space.
 _DISK_FULL_ERRNOS: Final[frozenset[int]] = frozenset({errno.ENOSPC, errno.EDQUOT})
 
+# open_range never counts bytes against a cap; its caller bounds each range.
+MAX_RANGE_CAP: Final[int] = 1 << 62
 # Suffix of the sidecar that records where a partial file's bytes came from.
 SIDECAR_SUFFIX: Final[str] = ".meta"
 
 Progress = Callable[[int, int | None], None]
 Cancel = Callable[[], bool]
+#: Told the bytes of the partial file that are on disk (written, not only buffered)
+#: each time that changes; a smaller number than before means the front was rewritten.
+OnDisk = Callable[[int], None]
 
 #: Progress reports a second at most (the contract's ten a second for ``--events``; more
 #: than a person can read). Chunks arrive every 64 KiB, hundreds of times a second.
@@ -231,7 +238,7 @@ def read_origin(partial: Path) -> PartialOrigin | None:
     )
 
 
-def _strong_etag(response: httpx.Response) -> str | None:
+def strong_etag(response: httpx.Response) -> str | None:
     # RFC 9110 §13.1.5: If-Range needs a strong validator; a weak ETag proves nothing.
     etag = response.headers.get("etag")
     return etag if etag and not etag.startswith("W/") else None
@@ -269,6 +276,36 @@ def check_free_space(directory: Path, needed: int, *, what: str = "llama.cpp") -
         )
 
 
+@contextmanager
+def open_range(
+    source: AssetHost,
+    asset: Asset,
+    path: Path,
+    *,
+    start: int,
+    end: int,
+    if_range: str | None,
+) -> Iterator[httpx.Response]:
+    """GET bytes ``start``..``end`` (inclusive) of ``asset``, following its redirects.
+
+    The response is 206 for exactly that range, or 200 when the host ignores
+    Range (or the ``If-Range`` validator no longer matches): then it is the
+    whole asset from byte 0. ``path`` is the file the bytes go to; it is
+    deleted when the host answers in a way that makes it unusable.
+
+    Raises:
+        NetworkError: Transport failures, 5xx, 429, a wrong range (``path`` deleted).
+        RemoteError: 4xx, or a redirect loop.
+    """
+    job = _Job(source, asset, path, MAX_RANGE_CAP, asset.size, None)
+    with job._open(start, if_range, end) as response:
+        wanted = f"bytes {start}-{end}/"
+        if response.status_code == 206 and not response.headers.get("content-range", "").startswith(wanted):
+            discard_partial(path)
+            raise job._network_error("the server sent another range than asked for", kept=False)
+        yield response
+
+
 def download_asset(
     source: AssetHost,
     asset: Asset,
@@ -282,6 +319,7 @@ def download_asset(
     sleep: Callable[[float], None] = time.sleep,
     attempts: int = _ATTEMPTS,
     pace: DownloadPace | None = None,
+    on_disk: OnDisk | None = None,
 ) -> DownloadResult:
     """Download ``asset`` into ``dest_partial``, resuming what is already there.
 
@@ -299,6 +337,8 @@ def download_asset(
         attempts: Tries for resets, truncation, timeouts and 5xx.
         pace: Minimum rate and overall deadline (default: from the environment);
             a download below it fails with :class:`NetworkError`, keeping the bytes.
+        on_disk: Told the bytes on disk after each chunk, so a reader can follow
+            the file while it grows (see :mod:`updater.install.follow`).
 
     Returns:
         The checked file.
@@ -312,7 +352,7 @@ def download_asset(
         OSError: Writing failed; on a full disk (``ENOSPC``/``EDQUOT``) the
             partial and its sidecar are deleted first.
     """
-    job = _Job(source, asset, dest_partial, max_bytes, expected_size, expected_sha256)
+    job = _Job(source, asset, dest_partial, max_bytes, expected_size, expected_sha256, on_disk)
     job.watch = PaceWatch(pace if pace is not None else DownloadPace.from_env(os.environ))
     for attempt in range(1, attempts + 1):
         job.watch.new_attempt()
@@ -340,7 +380,9 @@ class _Job:
         max_bytes: int,
         expected_size: int | None,
         expected_sha256: str | None,
+        on_disk: OnDisk | None = None,
     ) -> None:
+        self.on_disk = on_disk
         self.http = source.http
         self.auth = source.auth_headers_for
         # With a token, the API asset URL (the only way into a private repository).
@@ -356,6 +398,7 @@ class _Job:
     def run(self, progress: Progress | None, cancel: Cancel | None) -> DownloadResult:
         resume = self._usable_prefix()
         offset = resume.keep
+        self._tell(offset)
         hasher = self._hash_prefix(offset)
         if offset and offset == self.expected_size:
             return self._finish(hasher, offset, offset)
@@ -366,6 +409,7 @@ class _Job:
                 # bytes go before the sidecar names the new origin, so a crash never
                 # pairs the two.
                 discard_partial(self.path)
+                self._tell(0)
                 self._record_origin(response)
                 offset = 0
                 hasher = hashlib.sha256()
@@ -399,7 +443,7 @@ class _Job:
         origin = PartialOrigin(
             url=self.asset.download_url,
             size=self.expected_size,
-            etag=_strong_etag(response),
+            etag=strong_etag(response),
             last_modified=response.headers.get("last-modified"),
         )
         atomic_write_json(sidecar_path(self.path), dataclasses.asdict(origin))
@@ -413,14 +457,14 @@ class _Job:
         return hasher
 
     @contextmanager
-    def _open(self, offset: int, if_range: str | None) -> Iterator[httpx.Response]:
+    def _open(self, offset: int, if_range: str | None, end: int | None = None) -> Iterator[httpx.Response]:
         url = self.first_url
         for _hop in range(_MAX_REDIRECTS + 1):
             # identity: the stored bytes are the asset's bytes, never a transfer encoding of them.
             headers = {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
             headers.update(self.auth(url))
-            if offset:
-                headers["Range"] = f"bytes={offset}-"
+            if offset or end is not None:
+                headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
                 if if_range is not None:
                     headers["If-Range"] = if_range
             try:
@@ -448,7 +492,7 @@ class _Job:
             discard_partial(self.path)
             raise self._network_error("the server resumed at the wrong offset", kept=False)
         sent_etag = if_range if if_range is not None and if_range.startswith('"') else None
-        etag = _strong_etag(response)
+        etag = strong_etag(response)
         if status == 206 and sent_etag is not None and etag is not None and etag != sent_etag:
             # A server that ignores If-Range would splice two uploads together.
             discard_partial(self.path)
@@ -483,6 +527,9 @@ class _Job:
                 fh.write(chunk)
                 hasher.update(chunk)
                 total += len(chunk)
+                if self.on_disk is not None:
+                    fh.flush()  # a follower reads the file, not our buffer
+                    self.on_disk(total)
                 if progress is not None:
                     progress(total, self.expected_size)
                 self._check_cancel(cancel)
@@ -525,6 +572,10 @@ class _Job:
         )
 
     # -- helpers ---------------------------------------------------------------------------
+    def _tell(self, on_disk: int) -> None:
+        if self.on_disk is not None:
+            self.on_disk(on_disk)
+
     def _check_cancel(self, cancel: Cancel | None) -> None:
         if cancel is not None and cancel():
             raise CancelledError(f"The download of {self.asset.name} was cancelled; the partial file is kept.")

@@ -1,4 +1,4 @@
-"""Housekeeping: remove old runtimes, stale staging and forgotten partial downloads.
+"""Housekeeping: remove old runtimes, stale staging, forgotten partial downloads and unused cached assets.
 
 Never removed: the active runtime, the previous one (the rollback target),
 one a running process uses (the managed server, ``LLAMA_SERVER_PATH``, and
@@ -11,6 +11,11 @@ refuses ``--keep 0`` there. Everything happens under the update lock, taken with
 waiting: while an update runs, its staging and downloads are live, so gc
 reports busy instead. Without a valid pointer gc cannot tell the active
 runtime apart and refuses to remove any runtime.
+
+The asset cache (``cache/assets``, keyed by sha256) is trimmed with the
+runtimes: an entry stays while a runtime that remains installed records its
+digest (repair and a reinstall can use it), and goes with the last such
+runtime. ``cache_only`` trims just the cache.
 
 Invariant: a runtime disappears from ``runtimes/`` in one rename (into
 ``staging/``) before its files are deleted, so no reader ever sees a
@@ -33,6 +38,7 @@ from llama_runtime.runtime.fsutil import remove_tree, tree_size
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import install_order
+from llama_runtime.updater.install.cache import AssetCache, digests_in_use
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.installed import build_key
 from llama_runtime.updater.install.recovery import is_own_staging_name
@@ -61,7 +67,11 @@ PARTIAL_MAX_AGE_SECONDS: Final[float] = 24 * 3600
 # Staging directories are named "<pid>-<hex>" by the installer (and "<pid>-<hex>.extra").
 _STAGING_OWNER: Final = re.compile(r"^(?P<pid>\d+)-")
 
-Kind = Literal["runtime", "staging", "download"]
+#: What an update leaves in downloads/: partials, their sidecars, ranged reassembly and its
+#: record, a tree extracted while downloading, temp files.
+_OWN_DOWNLOAD_SUFFIXES: Final = (".part", ".part.meta", ".part.ranged", ".part.ranges", ".part.unpacking", ".tmp")
+
+Kind = Literal["runtime", "staging", "download", "cache"]
 
 
 @dataclass(frozen=True)
@@ -246,6 +256,7 @@ def collect_garbage(
     dry_run: bool = False,
     now: Callable[[], float] = time.time,
     scan_processes: ProcessScan | None = None,
+    cache_only: bool = False,
 ) -> GcReport:
     """Remove what :mod:`updater.gc` may remove; with ``dry_run`` only report it.
 
@@ -256,6 +267,7 @@ def collect_garbage(
         now: Clock (seconds since the epoch) for the age of partial downloads.
         scan_processes: Paths under a directory that running processes use, or
             ``None`` where they cannot be seen (default: psutil's view).
+        cache_only: Only trim the asset cache; runtimes, staging and downloads stay.
 
     Raises:
         UserInputError: ``keep`` is negative, or 0 where running processes cannot be seen.
@@ -275,33 +287,48 @@ def collect_garbage(
     hold = lock.hold_for_reading("gc --dry-run") if dry_run else lock.hold("gc", timeout=NO_WAIT)
     with hold:
         runtimes = home.installed()
-        pointer = _checked_pointer(home, runtimes)
-        in_use = _in_use(home, runtimes, scan_processes)
-        if in_use is None:
-            if keep == 0:
-                raise UserInputError(
-                    "--keep 0 needs to see running processes (servers an app started itself), and this system "
-                    "does not let llama-runtime read them; "
-                    "use --keep 1 or more on this system."
-                )
-            in_use = set()
-        doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, keep)
-        for runtime in doomed:
-            _remove(home, GcItem("runtime", runtime.path, tree_size(runtime.path), runtime.marker.tag), report)
-        for name in stale_staging(_names(home.staging_dir), pid_alive):
-            path = home.staging_dir / name
-            _remove(home, GcItem("staging", path, _size(path)), report)
-        cutoff = now() - PARTIAL_MAX_AGE_SECONDS
-        for entry in sorted(os.scandir(home.downloads_dir), key=lambda e: e.name):
-            if _is_own_download(entry.name) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                path = Path(entry.path)
-                _remove(home, GcItem("download", path, _size(path)), report)
+        if not cache_only:
+            runtimes = _collect_runtimes(home, runtimes, keep, scan_processes, report)
+            for name in stale_staging(_names(home.staging_dir), pid_alive):
+                path = home.staging_dir / name
+                _remove(home, GcItem("staging", path, _size(path)), report)
+            cutoff = now() - PARTIAL_MAX_AGE_SECONDS
+            for entry in sorted(os.scandir(home.downloads_dir), key=lambda e: e.name):
+                if _is_own_download(entry.name) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    path = Path(entry.path)
+                    _remove(home, GcItem("download", path, _size(path)), report)
+        for cached in AssetCache.of(home).unused(digests_in_use(runtimes)):
+            _remove(home, GcItem("cache", cached.path, cached.size), report)
     return report
 
 
+def _collect_runtimes(
+    home: Home, runtimes: list[InstalledRuntime], keep: int, scan_processes: ProcessScan | None, report: GcReport
+) -> list[InstalledRuntime]:
+    """Remove the runtimes gc may remove; returns those that stay."""
+    from llama_runtime.runtime.errors import UserInputError
+
+    pointer = _checked_pointer(home, runtimes)
+    in_use = _in_use(home, runtimes, scan_processes)
+    if in_use is None:
+        if keep == 0:
+            raise UserInputError(
+                "--keep 0 needs to see running processes (servers an app started itself), and this system "
+                "does not let llama-runtime read them; "
+                "use --keep 1 or more on this system."
+            )
+        in_use = set()
+    doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, keep)
+    for runtime in doomed:
+        _remove(home, GcItem("runtime", runtime.path, tree_size(runtime.path), runtime.marker.tag), report)
+    # A runtime that could not be removed still uses its cached assets.
+    gone = {item.path for item in report.removed if item.kind == "runtime"}
+    return [r for r in runtimes if r.path not in gone]
+
+
 def _is_own_download(name: str) -> bool:
-    """Partial downloads, their sidecars and temp files, install-file work directories: ours."""
-    return name.endswith((".part", ".part.meta", ".tmp")) or name.startswith("install-file-")
+    """Partial downloads, their sidecars, ranges and temp files, install-file work directories: ours."""
+    return name.endswith(_OWN_DOWNLOAD_SUFFIXES) or name.startswith("install-file-")
 
 
 def _names(directory: Path) -> list[str]:

@@ -3,7 +3,8 @@
 A crashed or killed update can leave behind, in the home:
 
 * ``staging/<pid>-<hex>[.extra]`` directories (killed before activation),
-  and ``downloads/install-file-<pid>-<hex>`` work directories;
+  ``downloads/install-file-<pid>-<hex>`` work directories, and
+  ``downloads/<download>.unpacking`` trees extracted while downloading;
 * ``.<name>.<random>.tmp`` files of an atomic write that never got renamed;
 * a finished download of a release that did get activated (killed right
   after the pointer flip, before the download was deleted);
@@ -51,6 +52,7 @@ __all__ = [
     "find_leftovers",
     "is_disk_full",
     "is_own_staging_name",
+    "unpacking_path",
 ]
 
 #: "No space left on device" and "disk quota exceeded": both mean the bytes do
@@ -63,6 +65,8 @@ _ETAG_TMP_PREFIX: Final = ".etag-"
 _PARTIAL_SUFFIX: Final = ".part"
 #: Work directories of ``install-file`` in downloads/ (updater.offline), made under the lock.
 _INSTALL_FILE_PREFIX: Final = "install-file-"
+#: Suffix of the tree a download is extracted into while it arrives (updater.install.fetch).
+_UNPACKING_SUFFIX: Final = ".unpacking"
 #: Hex digits of the sha256 that name a download (updater.install._download).
 _DOWNLOAD_KEY_CHARS: Final = 16
 #: What the tool names entries of staging/: "<pid>-<8 hex>" (an install), its
@@ -96,6 +100,11 @@ def download_name(sha256: str | None, asset: str, *, repo: str, size: int) -> st
     return f"nodigest-{repo.replace('/', '_')}-{size}-{asset}{_PARTIAL_SUFFIX}"
 
 
+def unpacking_path(download: Path) -> Path:
+    """Where ``download`` is extracted while it arrives (never activated from there)."""
+    return download.with_name(download.name + _UNPACKING_SUFFIX)
+
+
 def find_leftovers(home: Home) -> list[Leftover]:
     """What interrupted updates left in ``home``; reads listings, changes nothing."""
     found: list[Leftover] = []
@@ -115,6 +124,11 @@ def find_leftovers(home: Home) -> list[Leftover]:
         Leftover(p, "work directory of an interrupted install-file")
         for p in _entries(home.downloads_dir)
         if p.name.startswith(_INSTALL_FILE_PREFIX) and p.is_dir() and not p.is_symlink()
+    ]
+    found += [
+        Leftover(p, "extraction of an interrupted download")
+        for p in _entries(home.downloads_dir)
+        if p.name.endswith(_UNPACKING_SUFFIX) and p.is_dir() and not p.is_symlink()
     ]
     found += _installed_downloads(home)
     found += _markerless_runtimes(home)

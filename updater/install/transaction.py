@@ -61,18 +61,15 @@ from llama_runtime.updater.install.archive import (
     extract_archive,
     find_server_binary,
 )
+from llama_runtime.updater.install.cache import AssetCache
 from llama_runtime.updater.install.checkpoints import checkpoint
-from llama_runtime.updater.install.download import (
-    DownloadResult,
-    check_free_space,
-    discard_partial,
-    download_asset,
-    throttled,
-)
+from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, throttled
+from llama_runtime.updater.install.fetch import Fetched, FetchOptions, fetch_asset
 from llama_runtime.updater.install.gate import GatePolicy, InferenceGate, record_speeds, validate_gguf
 from llama_runtime.updater.install.identity import check_build, parse_version_output
 from llama_runtime.updater.install.installed import describe, verify_installed
 from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, combine
+from llama_runtime.updater.install.ranges import discard_ranged
 from llama_runtime.updater.install.recovery import (
     active_state,
     clean_leftovers,
@@ -81,6 +78,7 @@ from llama_runtime.updater.install.recovery import (
     disk_space_errors,
     download_name,
     is_disk_full,
+    unpacking_path,
 )
 from llama_runtime.updater.install.smoke import SmokeRun, smoke_check
 from llama_runtime.updater.install.swap import (
@@ -194,6 +192,7 @@ class Installer:
         gate: The inference gate's policy (the default: on, slowdowns warn);
             None switches servers on /health alone.
         provenance: How build attestations are checked (default: from the environment).
+        fetch_options: Ranges and streaming extraction (default: from the environment).
     """
 
     def __init__(
@@ -209,6 +208,7 @@ class Installer:
         health_timeout: float = SERVER_READY_TIMEOUT_SECONDS,
         gate: GatePolicy | None = GatePolicy(),  # noqa: B008 - frozen, so one shared default is safe
         provenance: ProvenanceCheck | None = None,
+        fetch_options: FetchOptions | None = None,
     ) -> None:
         self.home = home
         self.provenance = provenance or ProvenanceCheck.from_env()
@@ -222,6 +222,8 @@ class Installer:
         self.health_timeout = health_timeout
         self.gate = gate
         self.lock = UpdateLock(home.lock_path)
+        self.cache = AssetCache.of(home)
+        self.fetch_options = fetch_options or FetchOptions()
 
     # -- state -------------------------------------------------------------
 
@@ -382,9 +384,17 @@ class Installer:
         needed = sum(a.size for a in assets) * (1 + EXTRACTED_SIZE_FACTOR)
         what = f"llama.cpp {release.tag}"
         check_free_space(self.home.root, needed, what=what)
+        # The main archive is extracted as it arrives, beside its download: staging/
+        # only ever holds trees whose archive matched its digest.
+        unpacking = unpacking_path(self._partial_path(choice.asset))
         with disk_space_errors(self.home.root, needed, what):
-            downloads = [self._download(a, request, emit, cancel, warnings) for a in assets]
+            # Companions first (zips, not streamed), then the main archive.
+            extras = [self._download(a, request, emit, cancel, warnings, None) for a in choice.extra_assets]
+            main = self._download(choice.asset, request, emit, cancel, warnings, unpacking)
+        fetched = [main, *extras]
+        downloads = [f.download for f in fetched]
         checkpoint("after_download")
+        staging = self._new_staging()
         digest_verified = all(d.digest_verified for d in downloads)
         meta = {
             "repo": release.repo,
@@ -404,19 +414,31 @@ class Installer:
             ),
         }
         try:
-            emit(Progress("verify", message="checking build provenance"))
-            meta["provenance"] = self._provenance(release.repo, assets, downloads).to_marker()
+            try:
+                emit(Progress("verify", message="checking build provenance"))
+                meta["provenance"] = self._provenance(release.repo, assets, downloads).to_marker()
+                if main.extracted is not None:
+                    os.replace(unpacking, staging)  # digest (and provenance) checked: now a candidate
+            except BaseException:
+                remove_tree_quietly(unpacking)
+                raise
             outcome = self.install_archives(
-                [d.path for d in downloads], meta, active=active, emit=emit, cancel=cancel, warnings=warnings
+                [d.path for d in downloads],
+                meta,
+                active=active,
+                emit=emit,
+                cancel=cancel,
+                warnings=warnings,
+                staged=(staging, main.extracted) if main.extracted is not None else None,
             )
         except (IntegrityError, VerificationError, DiskSpaceError):
             # Rejected bytes would only fail again (and may be hostile); a full
             # disk needs the space back. A cancel or a crash keeps them to resume.
-            for d in downloads:
-                discard_partial(d.path)
+            for f in fetched:
+                self._forget(f)
             raise
-        for d in downloads:
-            discard_partial(d.path)
+        for f in fetched:
+            self._keep_in_cache(f)
         return outcome
 
     def _provenance(self, repo: str, assets: tuple[Asset, ...], downloads: list[DownloadResult]) -> Provenance:
@@ -442,6 +464,36 @@ class Installer:
             results.append((asset.name, self.provenance.evaluate_answer(asset.name, download.sha256, repo, answer)))
         return combine(results)
 
+    def _partial_path(self, asset: Asset) -> Path:
+        """The download of ``asset`` in ``downloads/``."""
+        repo = str(self.source.repo if self.source else "")
+        # The asset name comes from the server: it becomes a path only through path_inside.
+        return path_inside(self.home.downloads_dir, download_name(asset.sha256, asset.name, repo=repo, size=asset.size))
+
+    def _new_staging(self) -> Path:
+        """A fresh staging path (not created yet) that recovery knows by its owner's pid."""
+        return self.home.staging_dir / f"{os.getpid()}-{secrets.token_hex(4)}"
+
+    def _forget(self, fetched: Fetched) -> None:
+        """Delete rejected bytes, in downloads/ or in the cache alike."""
+        fetched.download.path.unlink(missing_ok=True)
+        if not fetched.cached:
+            discard_partial(fetched.download.path)
+
+    def _keep_in_cache(self, fetched: Fetched) -> None:
+        """An installed asset with a matching published digest goes to the cache, else away."""
+        download = fetched.download
+        if fetched.cached:
+            return
+        if not download.digest_verified:
+            discard_partial(download.path)
+            return
+        try:
+            self.cache.store(download.path, download.sha256)
+        except OSError as exc:  # the install succeeded; a cache that cannot take it only costs a download
+            log.warning("could not keep the download in the cache", path=str(download.path), reason=str(exc))
+            discard_partial(download.path)
+
     def _download(
         self,
         asset: Asset,
@@ -449,7 +501,8 @@ class Installer:
         emit: ProgressCallback,
         cancel: CancelCheck,
         warnings: list[str],
-    ) -> DownloadResult:
+        unpack_into: Path | None,
+    ) -> Fetched:
         expected_sha = asset.sha256
         if expected_sha is None:
             if request.require_digest:
@@ -460,11 +513,7 @@ class Installer:
             message = f"{asset.name} has no published digest (uploaded before June 2025); checked its size only."
             warnings.append(message)
             log.warning("no digest published", asset=asset.name)
-        # The asset name comes from the server: it becomes a path only through path_inside.
-        partial = path_inside(
-            self.home.downloads_dir,
-            download_name(expected_sha, asset.name, repo=str(self.source.repo if self.source else ""), size=asset.size),
-        )
+        partial = self._partial_path(asset)
 
         def on_bytes(done: int, total: int | None) -> None:
             emit(Progress("download", done, total, asset.name))
@@ -474,16 +523,18 @@ class Installer:
         log.info("downloading", asset=asset.name, size=asset.size, url=asset.download_url, partial=str(partial))
         started = time.monotonic()
         try:
-            done = download_asset(
+            fetched = fetch_asset(
                 self.source,
                 asset,
                 partial,
+                cache=self.cache,
+                staging=unpack_into,
                 max_bytes=min(MAX_ASSET_BYTES, max(asset.size, 1)),
-                expected_size=asset.size,
-                expected_sha256=expected_sha,
                 progress=throttled(on_bytes),
                 cancel=cancel,
+                options=self.fetch_options,
             )
+            done = fetched.download
             seconds = max(time.monotonic() - started, 1e-6)
             log.info(
                 "downloaded",
@@ -494,11 +545,13 @@ class Installer:
                 mb_per_s=round((done.size - done.resumed_from) / seconds / 1e6, 1),
                 sha256=done.sha256,
                 digest_verified=done.digest_verified,
+                from_cache=fetched.cached,
             )
-            return done
+            return fetched
         except OSError as exc:
             if is_disk_full(exc):
                 discard_partial(partial)  # the space is what is missing
+                discard_ranged(partial)
             raise
 
     # -- shared by downloads and install-file --------------------------------
@@ -512,25 +565,29 @@ class Installer:
         emit: ProgressCallback,
         cancel: CancelCheck,
         warnings: list[str],
+        staged: tuple[Path, ExtractResult] | None = None,
     ) -> UpdateOutcome:
         """Extract ``archives`` (main first), verify, write the marker and activate.
 
         The caller holds the update lock. ``meta`` carries the marker fields
-        that describe where the archives came from.
+        that describe where the archives came from. ``staged`` is a staging
+        directory the main archive was already extracted into (while it
+        downloaded, its digest checked since), with what that wrote.
         """
         self._check_smoke_model()
-        staging = self.home.staging_dir / f"{os.getpid()}-{secrets.token_hex(4)}"
+        staging = staged[0] if staged is not None else self._new_staging()
         try:
             emit(Progress("verify", message="extracting"))
-            staged = self._extract(archives, staging, str(meta["asset"]), cancel)
+            main = staged[1] if staged is not None else None
+            staged_files = self._extract(archives, staging, str(meta["asset"]), cancel, main)
             checkpoint("after_extract")
             log.info("extracted", files=len(staged.files), bytes=sum(r.size for r in staged.files.values()))
             backend = str(meta["backend"])
             check_macos_minimum(staging / staged.binary_rel, self.host)
             report = probe_binary(
-                staging / staged.binary_rel,
+                staging / staged_files.binary_rel,
                 backend=backend,
-                files=list(staged.files),
+                files=list(staged_files.files),
                 host_has_device=host_has_device(backend, self.host),
                 runner=self.runner,
                 env=self.env,
@@ -551,10 +608,10 @@ class Installer:
                 digest_verified=bool(meta["digest_verified"]),
                 installed_at=self.clock(),
                 sequence=self._next_sequence(),
-                binary=staged.binary_rel,
+                binary=staged_files.binary_rel,
                 version=report.version,
                 devices=report.devices,
-                files=staged.files,
+                files=staged_files.files,
                 source=str(meta.get("source", "download")),
                 extra_assets=tuple(meta.get("extra_assets", ())),  # type: ignore[arg-type]
                 host=self.host.to_json(),
@@ -610,8 +667,10 @@ class Installer:
         """One more than any installed runtime's: the install order no clock can upset (caller holds the lock)."""
         return 1 + max((r.marker.sequence for r in self.home.installed()), default=0)
 
-    def _extract(self, archives: list[Path], staging: Path, asset_name: str, cancel: CancelCheck) -> _Staged:
-        result: ExtractResult = extract_archive(archives[0], staging, cancel=cancel)
+    def _extract(
+        self, archives: list[Path], staging: Path, asset_name: str, cancel: CancelCheck, main: ExtractResult | None
+    ) -> _Staged:
+        result = main if main is not None else extract_archive(archives[0], staging, cancel=cancel)
         records = {p: FileRecord(size=s, sha256=h) for p, (s, h) in result.files.items()}
         binary = find_server_binary(staging)
         if binary is None:

@@ -1,0 +1,129 @@
+"""Downloaded release assets kept by their sha256, so the same bytes are never fetched twice.
+
+The Windows CUDA runtime archive (``cudart-llama-bin-win-cuda-*.zip``) is
+byte-identical across releases, and a runtime re-installed after ``remove``
+is the same asset again: with its published digest already here, an update
+takes the file from ``cache/assets/<sha256>`` instead of the network.
+
+Invariants:
+    * An entry's name is the full lowercase sha256 of its bytes, and only
+      downloads whose *published* digest matched are stored.
+    * :meth:`AssetCache.lookup` hashes the entry again before handing it out: a
+      damaged entry is deleted and reported missing, so damage costs a download,
+      never an install of bad bytes.
+    * Entries are written and trimmed under the update lock; a store is one
+      rename within the home's filesystem, so a crash leaves an entry whole or absent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from llama_runtime.runtime.fsutil import fsync_directory, sha256_file
+from llama_runtime.runtime.layout import Home, InstalledRuntime
+
+__all__ = ["AssetCache", "CacheEntry", "digests_in_use"]
+
+#: Sub-directory of the home's ``cache/`` holding the assets (the ETag cache lives beside it).
+_ASSETS_DIR: Final = "assets"
+_SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One cached asset: its digest, where it lies, and its size in bytes."""
+
+    sha256: str
+    path: Path
+    size: int
+
+
+class AssetCache:
+    """The digest-addressed asset cache of one home.
+
+    Args:
+        directory: Where entries live, normally ``<home>/cache/assets``.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @classmethod
+    def of(cls, home: Home) -> AssetCache:
+        """The cache of ``home``."""
+        return cls(home.cache_dir / _ASSETS_DIR)
+
+    def path_for(self, sha256: str) -> Path:
+        """Where the asset with ``sha256`` lies (or would lie).
+
+        Raises:
+            ValueError: ``sha256`` is not 64 hex digits.
+        """
+        digest = sha256.lower()
+        if not _SHA256.match(digest):
+            raise ValueError(f"not a sha256 hex digest: {sha256!r}")
+        return self.directory / digest
+
+    def lookup(self, sha256: str, *, size: int | None = None) -> Path | None:
+        """The cached asset with this digest, re-hashed now; ``None`` when absent or damaged.
+
+        Args:
+            sha256: The published digest (hex, any case).
+            size: The published size, when known; a mismatch is damage, found without hashing.
+        """
+        try:
+            path = self.path_for(sha256)
+            actual = path.stat().st_size
+        except (ValueError, OSError):
+            return None
+        if (size is not None and actual != size) or sha256_file(path) != sha256.lower():
+            path.unlink(missing_ok=True)  # damaged: the next update downloads it again
+            return None
+        os.utime(path)  # last use, for people reading the cache
+        return path
+
+    def store(self, download: Path, sha256: str) -> Path:
+        """Move a digest-checked download into the cache (one rename) and return its new path.
+
+        The caller has compared ``sha256`` with the published digest; the file
+        must be on the home's filesystem and already fsynced.
+        """
+        target = self.path_for(sha256)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        os.replace(download, target)
+        fsync_directory(self.directory)
+        return target
+
+    def entries(self) -> list[CacheEntry]:
+        """Every entry, by digest."""
+        found: list[CacheEntry] = []
+        try:
+            scan = sorted(os.scandir(self.directory), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        for entry in scan:
+            if _SHA256.match(entry.name) and entry.is_file(follow_symlinks=False):
+                found.append(CacheEntry(entry.name, Path(entry.path), entry.stat(follow_symlinks=False).st_size))
+        return found
+
+    def unused(self, in_use: set[str]) -> list[CacheEntry]:
+        """Entries whose digest no installed runtime records (what ``gc`` trims)."""
+        return [entry for entry in self.entries() if entry.sha256 not in in_use]
+
+
+def digests_in_use(runtimes: Iterable[InstalledRuntime]) -> set[str]:
+    """sha256 digests of every asset the markers of ``runtimes`` record (main and companions)."""
+    digests: set[str] = set()
+    for runtime in runtimes:
+        marker = runtime.marker
+        digests.add(marker.sha256.lower())
+        for extra in marker.extra_assets:
+            sha = extra.get("sha256")
+            if isinstance(sha, str):
+                digests.add(sha.lower())
+    return digests
