@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +65,9 @@ def test_reinstall_after_remove_fetches_0_bytes(
     github.add_release(REPO, "b7002", {CPU.format(tag="b7002"): other})
     for tag in ("b7000", "b7001", "b7002"):
         update(capsys, home, github, tag)
-    # What `remove b7000` does (that command is not in this CLI yet): its directory goes.
-    (b7000,) = [r for r in Home(home).installed() if r.marker.tag == "b7000"]
-    shutil.rmtree(b7000.path)
+    code, payload = run_cli(capsys, home, github, "remove", "b7000")
+    assert code == 0, payload
+    assert sorted(r.marker.tag for r in Home(home).installed()) == ["b7001", "b7002"]
     sent = github.download_bytes_sent
 
     update(capsys, home, github, "b7000")
