@@ -13,7 +13,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from llama_runtime.runtime.errors import CancelledError, DigestMismatchError, UnsafeArchiveError
+from llama_runtime.runtime.errors import CancelledError, DigestMismatchError, UnsafeArchiveError, UserInputError
+from llama_runtime.updater.config import download_parallelism
 from llama_runtime.updater.install.archive import extract_archive
 from llama_runtime.updater.install.fetch import Fetched, FetchOptions, fetch_asset
 from llama_runtime.updater.install.follow import GrowingFile, StreamRestarted
@@ -351,3 +352,14 @@ def test_streamed_tar_is_read_by_tarfile_in_stream_mode(tmp_path: Path) -> None:
     reader.close()
     growing.close()
     assert "llama-b7000/llama-server" in names
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("", 4), ("1", 1), (" 8 ", 8), ("16", 16)])
+def test_parallel_downloads_setting_is_read_from_the_environment(raw: str, expected: int) -> None:
+    assert download_parallelism({"LLAMA_RUNTIME_PARALLEL_DOWNLOADS": raw}) == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "17", "four", "-2", "2.5"])
+def test_bad_parallel_downloads_setting_says_what_is_valid(raw: str) -> None:
+    with pytest.raises(UserInputError, match="whole number from 1"):
+        download_parallelism({"LLAMA_RUNTIME_PARALLEL_DOWNLOADS": raw})

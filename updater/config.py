@@ -69,6 +69,7 @@ class Settings:
             one (``<home>/gate.json``), else the default.
         require_provenance: Refuse assets without a verified build attestation
             (``--require-provenance`` / ``LLAMA_RUNTIME_REQUIRE_PROVENANCE=1``).
+        parallel_downloads: Concurrent ranges of one large download (``LLAMA_RUNTIME_PARALLEL_DOWNLOADS``).
     """
 
     home: Path
@@ -82,6 +83,7 @@ class Settings:
     gate: GatePolicy | None = None
     require_provenance: bool = False
     channel: Channel | None = None  # None: keep the active runtime's stored channel (else stable)
+    parallel_downloads: int = DEFAULT_PARALLEL_DOWNLOADS
 
 
 def validate_repo(repo: str) -> str:
@@ -184,6 +186,7 @@ def resolve_settings(
         require_provenance=require_provenance
         or env.get("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "").strip().lower() in {"1", "true", "yes", "on"},
         channel=channel_value,
+        parallel_downloads=download_parallelism(env),
     )
 
 

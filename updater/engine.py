@@ -133,6 +133,7 @@ class Engine:
     def installer(self, source: ReleaseSource | None = None) -> Installer:
         """The install transaction over this home (``source`` for updates, none for local work)."""
         from llama_runtime.runtime.binary import run_process
+        from llama_runtime.updater.install.fetch import FetchOptions
         from llama_runtime.updater.install.provenance import ProvenanceCheck
         from llama_runtime.updater.install.transaction import Installer
 
@@ -147,6 +148,7 @@ class Engine:
             health_timeout=self.settings.health_timeout,
             gate=self.gate_policy(),
             provenance=ProvenanceCheck.from_env(require=self.settings.require_provenance, offline=offline),
+            fetch_options=FetchOptions(parallel=self.settings.parallel_downloads),
         )
 
     def gate_policy(self) -> GatePolicy:

@@ -191,8 +191,8 @@ class Installer:
         health_timeout: Seconds a restarted server has to answer /health.
         gate: The inference gate's policy (the default: on, slowdowns warn);
             None switches servers on /health alone.
-        provenance: How build attestations are checked (default: from the environment).
-        fetch_options: Ranges and streaming extraction (default: from the environment).
+        provenance: How build attestations are checked (default: 4 ranges, streamed tar.gz).
+        fetch_options: Ranges and streaming extraction (default: 4 ranges, streamed tar.gz).
     """
 
     def __init__(
