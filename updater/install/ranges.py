@@ -49,6 +49,7 @@ from llama_runtime.updater.install.download import (
     strong_etag,
 )
 from llama_runtime.updater.install.follow import GrowingFile, StreamAborted
+from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
 from llama_runtime.updater.sources.release import Asset
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ class RangedDownload:
         progress: Called with ``(bytes on disk, size)``.
         cancel: Polled between chunks.
         sleep: Backoff sleep, injectable for tests.
+        pace: Minimum rate per range and overall deadline (default: from the environment).
     """
 
     def __init__(
@@ -161,6 +163,7 @@ class RangedDownload:
         progress: Progress | None = None,
         cancel: Cancel | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        pace: DownloadPace | None = None,
     ) -> None:
         if asset.sha256 is None:
             raise ValueError("ranged downloads need a published sha256")
@@ -174,6 +177,7 @@ class RangedDownload:
         self.progress = progress
         self.cancel = cancel
         self.sleep = sleep
+        self.pace = pace if pace is not None else DownloadPace.from_env(os.environ)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._errors: list[BaseException] = []
@@ -245,9 +249,12 @@ class RangedDownload:
         return self._errors[0] if self._errors else StreamAborted("the digest pass stopped")
 
     def _worker(self, fd: int, span: Span) -> None:
+        # Each connection is held to the minimum rate; the deadline counts from the first attempt.
+        watch = PaceWatch(self.pace)
         for attempt in range(1, _ATTEMPTS + 1):
+            watch.new_attempt()
             try:
-                self._fetch_span(fd, span)
+                self._fetch_span(fd, span, watch)
                 return
             except NetworkError as exc:
                 if attempt == _ATTEMPTS or self._stop.is_set():
@@ -263,7 +270,7 @@ class RangedDownload:
             self._errors.append(exc)
         self._stop.set()
 
-    def _fetch_span(self, fd: int, span: Span) -> None:
+    def _fetch_span(self, fd: int, span: Span, watch: PaceWatch) -> None:
         if span.complete:
             return
         with open_range(
@@ -277,6 +284,10 @@ class RangedDownload:
                     if self._stop.is_set():
                         return
                     self._write(fd, span, chunk)
+                    if too_slow := watch.too_slow(len(chunk)):
+                        raise NetworkError(
+                            f"Downloading {self.asset.name} failed: {too_slow}; the partial file is kept for resuming."
+                        )
                     if self.cancel is not None and self.cancel():
                         raise CancelledError(
                             f"The download of {self.asset.name} was cancelled; the partial file is kept."
