@@ -596,7 +596,9 @@ class Installer:
             identity = parse_version_output(report.version)
             # The binary itself must be the build that was asked for (exit 6 otherwise).
             build_check = check_build(str(meta["tag"]), identity)
-            speeds = self._smoke(staging / staged.binary_rel, f"{meta['tag']} ({backend})", active, emit, warnings)
+            speeds = self._smoke(
+                staging / staged_files.binary_rel, f"{meta['tag']} ({backend})", active, emit, warnings
+            )
             marker = InstallMarker(
                 repo=str(meta["repo"]),
                 tag=str(meta["tag"]),
