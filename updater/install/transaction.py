@@ -581,9 +581,9 @@ class Installer:
             main = staged[1] if staged is not None else None
             staged_files = self._extract(archives, staging, str(meta["asset"]), cancel, main)
             checkpoint("after_extract")
-            log.info("extracted", files=len(staged.files), bytes=sum(r.size for r in staged.files.values()))
+            log.info("extracted", files=len(staged_files.files), bytes=sum(r.size for r in staged_files.files.values()))
             backend = str(meta["backend"])
-            check_macos_minimum(staging / staged.binary_rel, self.host)
+            check_macos_minimum(staging / staged_files.binary_rel, self.host)
             report = probe_binary(
                 staging / staged_files.binary_rel,
                 backend=backend,
