@@ -12,7 +12,7 @@ from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.cache import AssetCache
 
-from tests.conftest import REPO, assert_runs, stand_in_tarball
+from tests.conftest import REPO, assert_runs, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
@@ -30,9 +30,14 @@ def update(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, t
     return dict(payload)
 
 
+#: A stand-in that names no build number: one archive published under several tags
+#: (what a byte-identical asset across releases is) must pass the build check of each.
+NO_BUILD = stand_in_server("llama-server stand-in (no build number)")
+
+
 @pytest.fixture
 def archive(tmp_path: Path) -> Path:
-    return stand_in_tarball(tmp_path / "same.tar.gz", tag="b7000")
+    return stand_in_tarball(tmp_path / "same.tar.gz", tag="b7000", script=NO_BUILD)
 
 
 def sha(path: Path) -> str:
@@ -59,7 +64,7 @@ def test_second_release_with_the_same_digest_fetches_0_bytes(
 def test_reinstall_after_remove_fetches_0_bytes(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, archive: Path, tmp_path: Path
 ) -> None:
-    other = stand_in_tarball(tmp_path / "other.tar.gz", tag="b7001")
+    other = stand_in_tarball(tmp_path / "other.tar.gz", tag="b7001", script=NO_BUILD)
     github.add_release(REPO, "b7000", {CPU.format(tag="b7000"): archive})
     github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): other})
     github.add_release(REPO, "b7002", {CPU.format(tag="b7002"): other})
