@@ -148,6 +148,9 @@ def resolve_settings(
         UserInputError: A value is malformed (unknown backend, bad repo or URL).
     """
     env = os.environ if env is None else env
+    if home is not None and not str(home).strip():
+        # `--home "$UNSET"` must never fall through to the real home (gc --keep 0 would prune it).
+        raise UserInputError("--home is empty. Give a directory, or leave the flag out for the default home.")
     home_value = str(home or "") or env.get("LLAMA_RUNTIME_HOME", "").strip()
     if home_value:
         home_path = Path(home_value).expanduser()
@@ -183,11 +186,28 @@ def resolve_settings(
         backend_explicit=explicit,
         read_timeout=_seconds(env, "LLAMA_RUNTIME_READ_TIMEOUT", READ_TIMEOUT_SECONDS),
         health_timeout=_seconds(env, "LLAMA_RUNTIME_HEALTH_TIMEOUT", SERVER_READY_TIMEOUT_SECONDS),
-        require_provenance=require_provenance
-        or env.get("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "").strip().lower() in {"1", "true", "yes", "on"},
+        require_provenance=require_provenance or _env_flag(env, "LLAMA_RUNTIME_REQUIRE_PROVENANCE"),
         channel=channel_value,
         parallel_downloads=download_parallelism(env),
     )
+
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"", "0", "false", "no", "off"})
+
+
+def _env_flag(env: Mapping[str, str], name: str) -> bool:
+    """A boolean environment variable; a value that is neither is bad input, never silently off.
+
+    A mistyped ``LLAMA_RUNTIME_REQUIRE_PROVENANCE=ture`` turning a safety check off would
+    be the worst reading of it.
+    """
+    value = env.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise UserInputError(f"{name}={env[name]!r} is not a yes/no value. Use 1, true, yes or on (0, false, no or off).")
 
 
 def download_parallelism(env: Mapping[str, str]) -> int:

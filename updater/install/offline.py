@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import stat
 import sys
 import tarfile
@@ -33,7 +32,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import IO, Final
+from typing import IO, BinaryIO, Final
 
 from llama_runtime.runtime.errors import (
     BackendUnavailableError,
@@ -48,7 +47,7 @@ from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, fsync_directory, remo
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, parse_marker
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
-from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
+from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
 from llama_runtime.updater.install.archive import BoundedHeaderError, open_tar_stream
 from llama_runtime.updater.install.download import check_free_space
 from llama_runtime.updater.install.installed import find_build
@@ -310,7 +309,7 @@ def _spooled(source: Path, home: Home) -> Iterator[Path]:
             with contextlib.ExitStack() as stack:
                 src = sys.stdin.buffer if str(source) == STDIN_NAME else stack.enter_context(source.open("rb"))
                 with target.open("wb") as dst:
-                    shutil.copyfileobj(src, dst, _CHUNK_BYTES)
+                    _copy_capped(src, dst, source)
         except OSError as exc:
             if is_disk_full(exc):
                 raise disk_full_error(home.root, 0, "the archive from standard input") from exc
@@ -318,6 +317,19 @@ def _spooled(source: Path, home: Home) -> Iterator[Path]:
         yield target
     finally:
         remove_tree_quietly(spool)
+
+
+def _copy_capped(src: BinaryIO, dst: BinaryIO, source: Path) -> None:
+    """Copy a pipe into the spool, refusing more than any release asset can be (``/dev/zero`` ends here)."""
+    copied = 0
+    while chunk := src.read(_CHUNK_BYTES):
+        copied += len(chunk)
+        if copied > MAX_ASSET_BYTES:
+            raise UserInputError(
+                f"{source} gave more than {MAX_ASSET_BYTES // 1024**3} GiB, more than any llama.cpp release archive; "
+                "it is not an archive."
+            )
+        dst.write(chunk)
 
 
 def _check_readable(archive: Path) -> None:
