@@ -126,7 +126,19 @@ def test_two_button_presses_in_two_processes_share_one_job_and_one_download(home
     assert_active(home, "b7001")
 
 
-def test_cron_firing_mid_update_exits_3_and_corrupts_nothing(home: Path, github: FakeGitHub) -> None:
+@pytest.fixture
+def slow_home(tmp_path: Path, github: FakeGitHub) -> Path:
+    """Like ``home``, with a download of ~10 s: two CLI processes must start and finish inside it
+    (each pays an interpreter start, seconds on a loaded 2-core machine)."""
+    home = tmp_path / "home"
+    publish(github, tmp_path, "b7000")
+    assert make_updater(home, github).start_update(tag="b7000").wait(30).phase == "done"
+    slow_down(github, publish(github, tmp_path, "b7001", pad=5 * PAD_BYTES))
+    return home
+
+
+def test_cron_firing_mid_update_exits_3_and_corrupts_nothing(slow_home: Path, github: FakeGitHub) -> None:
+    home = slow_home
     button = spawn(home, github, "start")
     wait_for_download(home)
     runtimes = snapshot_tree(home / "runtimes")
