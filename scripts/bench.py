@@ -65,7 +65,8 @@ DROP_CACHES: Final = Path("/proc/sys/vm/drop_caches")
 STAND_IN: Final = (
     b"#!/bin/sh\n"
     b'case "$1" in\n'
-    b"  --version) echo 'version: 9000 (bench)' >&2; exit 0 ;;\n"
+    # No build number: one stand-in serves every tag (and two tags share one digest in (c)).
+    b"  --version) echo 'llama-server bench stand-in' >&2; exit 0 ;;\n"
     b"  --list-devices) printf 'Available devices:\\n'; exit 0 ;;\n"
     b"esac\n"
     b"exit 0\n"
