@@ -106,7 +106,8 @@ def test_no_progress_and_quiet_draw_no_bar_on_a_terminal(
 ) -> None:
     out = run_in_pty(["update", "--backend", "cpu", flag], 80, cli_env(home, github))
     assert "%" not in out and "download" not in out, out
-    assert "Installed ggml-org/llama.cpp b7000 (cpu)" in out, "the result still shows"
+    # The fake publishes like upstream today: b7000 is the build of the stable release v0.1.0.
+    assert "Installed ggml-org/llama.cpp v0.1.0 (build b7000) (cpu)" in out, "the result still shows"
 
 
 def test_no_progress_when_stderr_is_not_a_terminal(slow_release: str, github: FakeGitHub, home: Path) -> None:
