@@ -84,13 +84,19 @@ def assert_stream_shape(lines: list[dict[str, Any]]) -> None:
     assert finals == [len(lines) - 1]
 
 
-def test_update_events_stream_phases_progress_and_the_json_result_last(home: Path, github: FakeGitHub) -> None:
+def run_events(home: Path, github: FakeGitHub, *args: str) -> list[dict[str, Any]]:
+    """``ARGS --events`` to its end: exit 0, and the lines a well-formed stream is made of."""
     done = subprocess.run(
-        cli_argv(home, github, "update", "--events"), capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECONDS
+        cli_argv(home, github, *args, "--events"), capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECONDS
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, (done.stdout, done.stderr)
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert_stream_shape(lines)
+    return lines
+
+
+def test_update_events_stream_phases_progress_and_the_json_result_last(home: Path, github: FakeGitHub) -> None:
+    lines = run_events(home, github, "update")
     phases = [line["phase"] for line in lines if line["type"] == "phase"]
     assert phases == ["resolve", "download", "verify", "activate", "done"]
     progress = [line for line in lines if line["type"] == "progress"]
@@ -209,30 +215,14 @@ def test_bad_input_with_events_is_one_error_line_and_exit_2(home: Path, github: 
 
 def test_use_events_reports_phases_and_switched(home: Path, github: FakeGitHub) -> None:
     assert subprocess.run(cli_argv(home, github, "update"), capture_output=True, timeout=60).returncode == 0
-    done = subprocess.run(
-        cli_argv(home, github, "use", "b7000", "--events"),
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT_SECONDS,
-    )
-    assert done.returncode == 0, done.stdout
-    lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert_stream_shape(lines)
+    lines = run_events(home, github, "use", "b7000")
     assert [line["phase"] for line in lines if line["type"] == "phase"][-1] == "done"
     assert lines[-1]["result"] == "switched" and lines[-1]["active"]["tag"] == "b7000"
     assert_active(home, "b7000")
 
 
 def test_check_apply_events_streams_the_update(home: Path, github: FakeGitHub) -> None:
-    done = subprocess.run(
-        cli_argv(home, github, "check", "--apply", "--events"),
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT_SECONDS,
-    )
-    assert done.returncode == 0, done.stdout
-    lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert_stream_shape(lines)
+    lines = run_events(home, github, "check", "--apply")
     assert "download" in [line.get("phase") for line in lines]
     assert lines[-1]["update_available"] is True
     assert_active(home, "b7001")
