@@ -68,3 +68,13 @@ def test_install_file_from_an_endless_pipe_stops_at_the_asset_cap(
     assert "not an archive" in payload["error"]["message"]
     assert not list((b7000_home / "downloads").glob(".spool-*")), "the spool was left behind"
     guard.assert_intact("b7000")
+
+
+def test_provenance_check_reads_its_yes_no_variables_like_the_settings() -> None:
+    from llama_runtime.runtime.errors import UserInputError
+    from llama_runtime.updater.install.provenance import ProvenanceCheck
+
+    assert ProvenanceCheck.from_env({"LLAMA_RUNTIME_TRUST_ROOT_OFFLINE": "yes"}).offline
+    assert not ProvenanceCheck.from_env({"LLAMA_RUNTIME_REQUIRE_PROVENANCE": "off"}).require
+    with pytest.raises(UserInputError, match="LLAMA_RUNTIME_TRUST_ROOT_OFFLINE"):
+        ProvenanceCheck.from_env({"LLAMA_RUNTIME_TRUST_ROOT_OFFLINE": "banana"})

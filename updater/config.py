@@ -186,7 +186,7 @@ def resolve_settings(
         backend_explicit=explicit,
         read_timeout=_seconds(env, "LLAMA_RUNTIME_READ_TIMEOUT", READ_TIMEOUT_SECONDS),
         health_timeout=_seconds(env, "LLAMA_RUNTIME_HEALTH_TIMEOUT", SERVER_READY_TIMEOUT_SECONDS),
-        require_provenance=require_provenance or _env_flag(env, "LLAMA_RUNTIME_REQUIRE_PROVENANCE"),
+        require_provenance=require_provenance or env_flag(env, "LLAMA_RUNTIME_REQUIRE_PROVENANCE"),
         channel=channel_value,
         parallel_downloads=download_parallelism(env),
     )
@@ -196,7 +196,7 @@ _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"", "0", "false", "no", "off"})
 
 
-def _env_flag(env: Mapping[str, str], name: str) -> bool:
+def env_flag(env: Mapping[str, str], name: str) -> bool:
     """A boolean environment variable; a value that is neither is bad input, never silently off.
 
     A mistyped ``LLAMA_RUNTIME_REQUIRE_PROVENANCE=ture`` turning a safety check off would

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from llama_runtime.runtime.errors import ProvenanceError, ProvenanceMissingError
+from llama_runtime.updater.config import env_flag
 from llama_runtime.updater.install.signer import UPSTREAM_RELEASE_WORKFLOW, Signer, SignerPolicy
 
 __all__ = [
@@ -143,10 +144,6 @@ def verified(signer: Signer, bundle: dict[str, Any], trust_root: str) -> Provena
 # -- the check, wired to the cryptography -----------------------------------------------
 
 
-def _truthy(value: str) -> bool:
-    return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
 def combine(results: Sequence[tuple[str, Provenance]]) -> Provenance:
     """One runtime's provenance from its assets' (main first): verified only if all are."""
     for status in ("unverified", "absent"):
@@ -187,10 +184,10 @@ class ProvenanceCheck:
         env = os.environ if env is None else env
         root = env.get("LLAMA_RUNTIME_TRUSTED_ROOT", "").strip()
         return cls(
-            require=require or _truthy(env.get("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "")),
+            require=require or env_flag(env, "LLAMA_RUNTIME_REQUIRE_PROVENANCE"),
             workflow=env.get("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", "").strip() or UPSTREAM_RELEASE_WORKFLOW,
             trusted_root=Path(root).expanduser() if root else None,
-            offline=offline or _truthy(env.get("LLAMA_RUNTIME_TRUST_ROOT_OFFLINE", "")),
+            offline=offline or env_flag(env, "LLAMA_RUNTIME_TRUST_ROOT_OFFLINE"),
         )
 
     def policy_for(self, repo: str) -> SignerPolicy:
