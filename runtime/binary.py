@@ -1,17 +1,15 @@
-"""Running ``llama-server`` to ask it about itself, and locating it.
+"""Asking ``llama-server`` about itself (reading its answers), and locating it.
 
-The process runner is the seam tests replace; by default it is
-:func:`subprocess.run` with a timeout, so a hung binary can never hang an
-update.
+The binary is run through the one process-runner seam,
+:mod:`llama_runtime.runtime.runner`; this module holds the timeouts and
+what the answers mean.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -48,37 +46,6 @@ DEVICE_PREFIX: Final[dict[str, tuple[str, ...]]] = {
 }
 
 _DEVICE_LINE = re.compile(r"^\s+(?P<id>[A-Za-z_]+\d+):\s*(?P<desc>.+)$")
-
-
-@dataclass(frozen=True)
-class ProcessResult:
-    """What a finished (or timed-out) child process did."""
-
-    returncode: int | None  # None: killed after the timeout
-    output: str  # stdout and stderr together
-
-
-ProcessRunner = Callable[[Sequence[str], float, Mapping[str, str] | None], ProcessResult]
-
-
-def run_process(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> ProcessResult:
-    """Run ``argv`` to completion, merged output, killed after ``timeout`` seconds."""
-    try:
-        done = subprocess.run(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-            env=dict(env) if env is not None else None,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.output.decode("utf-8", "replace") if isinstance(exc.output, bytes) else ""
-        return ProcessResult(None, out)
-    except OSError as exc:
-        return ProcessResult(126, f"cannot execute {argv[0]}: {exc.strerror or exc}")
-    return ProcessResult(done.returncode, done.stdout.decode("utf-8", "replace"))
 
 
 def version_line(output: str) -> str:

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Final
 from llama_runtime.runtime.layout import Home
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.binary import ProcessRunner
     from llama_runtime.runtime.process import ServerControl
+    from llama_runtime.runtime.runner import ProcessRunner
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.install.gate import GatePolicy
@@ -132,7 +132,7 @@ class Engine:
 
     def installer(self, source: ReleaseSource | None = None) -> Installer:
         """The install transaction over this home (``source`` for updates, none for local work)."""
-        from llama_runtime.runtime.binary import run_process
+        from llama_runtime.runtime.runner import run_process
         from llama_runtime.updater.install.fetch import FetchOptions
         from llama_runtime.updater.install.provenance import ProvenanceCheck
         from llama_runtime.updater.install.transaction import Installer

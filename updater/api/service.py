@@ -43,9 +43,9 @@ from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 from llama_runtime.updater.api.jobs import JobListener, JobRecorder, JobState, JobStore
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.binary import ProcessRunner
     from llama_runtime.runtime.marker import InstallMarker
     from llama_runtime.runtime.process import ServerControl
+    from llama_runtime.runtime.runner import ProcessRunner
     from llama_runtime.updater.api.schedule import CheckResult
     from llama_runtime.updater.choice.channel import Channel
     from llama_runtime.updater.choice.decide import UpdateRequest

@@ -252,7 +252,8 @@ def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
 
 
 def _override_json() -> dict[str, Any] | None:
-    from llama_runtime.runtime.binary import VERSION_TIMEOUT_SECONDS, run_process, server_override, version_line
+    from llama_runtime.runtime.binary import VERSION_TIMEOUT_SECONDS, server_override, version_line
+    from llama_runtime.runtime.runner import run_process
 
     path = server_override()
     if path is None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from llama_runtime.runtime.binary import ProcessRunner
 from llama_runtime.runtime.errors import UserInputError, VerificationError
 from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker, install_order
+from llama_runtime.runtime.runner import ProcessRunner
 from llama_runtime.updater.install.recovery import damage
 from llama_runtime.updater.install.verify import Expected, probe_binary, read_back_marker
 

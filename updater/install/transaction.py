@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from llama_runtime.runtime.binary import ProcessRunner, run_process
 from llama_runtime.runtime.errors import (
     CorruptStateError,
     DiskSpaceError,
@@ -50,6 +49,7 @@ from llama_runtime.runtime.marker import (
     write_marker,
 )
 from llama_runtime.runtime.process import SERVER_LOCK_TIMEOUT_SECONDS, ServerControl
+from llama_runtime.runtime.runner import ProcessRunner, run_process
 from llama_runtime.updater.choice.channel import Channel, ResolvedRelease
 from llama_runtime.updater.choice.choose import Choice
 from llama_runtime.updater.choice.decide import Plan, UpdateRequest, backend_request, channel_request, decide, settled

@@ -17,7 +17,6 @@ from llama_runtime.runtime.backends import is_gpu_backend
 from llama_runtime.runtime.binary import (
     LIST_DEVICES_TIMEOUT_SECONDS,
     VERSION_TIMEOUT_SECONDS,
-    ProcessRunner,
     devices_of,
     has_any_ggml_library,
     has_backend_library,
@@ -25,6 +24,7 @@ from llama_runtime.runtime.binary import (
 )
 from llama_runtime.runtime.errors import CorruptStateError, MacOSTooOldError, VerificationError
 from llama_runtime.runtime.marker import InstallMarker, read_marker
+from llama_runtime.runtime.runner import ProcessRunner
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.platform_facts import version_tuple
 
