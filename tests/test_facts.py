@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from llama_runtime.runtime.errors import BackendUnavailableError, UserInputError
+from llama_runtime.runtime.runner import ProcessResult
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.facts import FACTS, GFX_FAMILIES
-from llama_runtime.updater.choice.host import CommandResult, HostFacts, detect_host
+from llama_runtime.updater.choice.host import HostFacts, detect_host
 from llama_runtime.updater.choice.host_file import host_from_json, load_host_file
 from llama_runtime.updater.sources.release import Asset, Release
 
@@ -233,11 +234,11 @@ def test_every_fact_row_names_its_source() -> None:
 def test_doctor_facts_are_read_from_their_probes() -> None:
     runner = FakeRunner(
         {
-            "getconf GNU_LIBC_VERSION": CommandResult(0, "glibc 2.36\n"),
-            "vulkaninfo --summary": CommandResult(
+            "getconf GNU_LIBC_VERSION": ProcessResult(0, "glibc 2.36\n"),
+            "vulkaninfo --summary": ProcessResult(
                 0, "deviceType = PHYSICAL_DEVICE_TYPE_DISCRETE_GPU\ndeviceName = X\napiVersion = 1.3.280\n"
             ),
-            "sycl-ls": CommandResult(0, "[level_zero:gpu][level_zero:0] Intel(R) Level-Zero, Intel(R) Arc(TM) A770\n"),
+            "sycl-ls": ProcessResult(0, "[level_zero:gpu][level_zero:0] Intel(R) Level-Zero, Intel(R) Arc(TM) A770\n"),
         }
     )
     files = FakeFiles(texts={"/opt/rocm/.info/version": "6.4.1-120\n"})
@@ -251,7 +252,7 @@ def test_doctor_facts_are_read_from_their_probes() -> None:
 def test_old_vulkaninfo_api_format_is_read() -> None:
     runner = FakeRunner(
         {
-            "vulkaninfo --summary": CommandResult(
+            "vulkaninfo --summary": ProcessResult(
                 0, "deviceType = PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU\napiVersion = 4198400 (1.1.0)\n"
             )
         }
@@ -261,7 +262,7 @@ def test_old_vulkaninfo_api_format_is_read() -> None:
 
 
 def test_macos_version_comes_from_sw_vers() -> None:
-    runner = FakeRunner({"sw_vers -productVersion": CommandResult(0, "15.4.1\n")})
+    runner = FakeRunner({"sw_vers -productVersion": ProcessResult(0, "15.4.1\n")})
     assert detect_host(runner, {}, system="Darwin", machine="arm64", files=FakeFiles()).macos_version == "15.4.1"
 
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pytest
 from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.runtime.runner import CANNOT_EXECUTE, ProcessResult
 from llama_runtime.updater.choice.host import (
     PLATFORMS,
-    CommandResult,
     cuda_from_driver,
     detect_host,
     host_for_platform,
+    run_probe,
 )
 
 
@@ -38,28 +40,32 @@ class FakeFiles:
         return self.libraries.get(name)
 
 
+#: What the real runner answers for a command this machine does not have.
+NOT_INSTALLED = ProcessResult(CANNOT_EXECUTE, "cannot execute: No such file or directory")
+
+
 class FakeRunner:
     """Answers commands from a table; records what was asked."""
 
-    def __init__(self, answers: Mapping[str, CommandResult | None] | None = None) -> None:
+    def __init__(self, answers: Mapping[str, ProcessResult] | None = None) -> None:
         self.answers = dict(answers or {})
         self.calls: list[tuple[str, ...]] = []
         self.timeouts: list[float] = []
 
-    def __call__(self, argv: Sequence[str], timeout: float) -> CommandResult | None:
+    def __call__(self, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> ProcessResult:
         self.calls.append(tuple(argv))
         self.timeouts.append(timeout)
-        return self.answers.get(" ".join(argv))
+        return self.answers.get(" ".join(argv), NOT_INSTALLED)
 
 
 QUERY = "nvidia-smi --query-gpu=index,uuid,driver_version,compute_cap,name --format=csv,noheader"
 QUERY_OLD = "nvidia-smi --query-gpu=index,uuid,driver_version,name --format=csv,noheader"
 
 
-def nvidia(driver: str, cuda: str, cap: str = "8.6", gpus: int = 1) -> dict[str, CommandResult]:
+def nvidia(driver: str, cuda: str, cap: str = "8.6", gpus: int = 1) -> dict[str, ProcessResult]:
     rows = "\n".join(f"{i}, GPU-{i:04d}, {driver}, {cap}, NVIDIA GeForce RTX 30{i}0" for i in range(gpus))
     banner = f"| NVIDIA-SMI {driver}   Driver Version: {driver}   CUDA Version: {cuda}     |"
-    return {QUERY: CommandResult(0, rows + "\n"), "nvidia-smi": CommandResult(0, banner)}
+    return {QUERY: ProcessResult(0, rows + "\n"), "nvidia-smi": ProcessResult(0, banner)}
 
 
 def linux(runner: FakeRunner, files: FakeFiles | None = None, **env: str) -> object:
@@ -91,11 +97,27 @@ def test_every_probe_is_time_boxed() -> None:
 
 
 def test_a_runner_that_raises_does_not_break_detection() -> None:
-    def broken(argv: Sequence[str], timeout: float) -> CommandResult | None:
+    def broken(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None) -> ProcessResult:
         raise OSError("boom")
 
     host = detect_host(broken, {}, system="Linux", machine="x86_64", files=FakeFiles())
     assert host.cuda_driver_version is None
+
+
+def test_a_probe_that_timed_out_is_an_absent_fact() -> None:
+    answers = nvidia("550.54.14", "12.4")
+    answers[QUERY] = ProcessResult(None, answers[QUERY].output)  # killed after the timeout, half printed
+    answers[QUERY_OLD] = ProcessResult(None, "")
+    host = detect_host(FakeRunner(answers), {}, system="Linux", machine="x86_64", files=FakeFiles())
+    assert (host.cuda_driver_version, host.nvidia_driver) == (None, None)
+
+
+def test_the_real_probe_runner_reads_stdout_alone_and_answers_for_a_missing_command() -> None:
+    script = "import sys; print('deviceName = GPU'); print('WARNING: loader', file=sys.stderr)"
+    done = run_probe([sys.executable, "-c", script], 30.0)
+    assert (done.returncode, done.output) == (0, "deviceName = GPU\n")
+    missing = run_probe(["llama-runtime-no-such-probe"], 30.0)
+    assert missing.returncode == CANNOT_EXECUTE and not missing.succeeded
 
 
 @pytest.mark.parametrize("hidden", ["", "-1", " "])
@@ -123,8 +145,8 @@ def test_cuda_visible_devices_naming_no_present_gpu_hides_nvidia() -> None:
 
 def test_old_driver_without_compute_cap_field_still_reports_cuda() -> None:
     runner = FakeRunner({
-        QUERY_OLD: CommandResult(0, "0, GPU-0000, 470.82.01, Tesla T4\n"),
-        "nvidia-smi": CommandResult(0, "Driver Version: 470.82.01    CUDA Version: 11.4"),
+        QUERY_OLD: ProcessResult(0, "0, GPU-0000, 470.82.01, Tesla T4\n"),
+        "nvidia-smi": ProcessResult(0, "Driver Version: 470.82.01    CUDA Version: 11.4"),
     })  # fmt: skip
     host = detect_host(runner, {}, system="Linux", machine="x86_64", files=FakeFiles())
     assert (host.cuda_driver_version, host.compute_capability) == ("11.4", None)
@@ -133,7 +155,7 @@ def test_old_driver_without_compute_cap_field_still_reports_cuda() -> None:
 
 def test_missing_banner_falls_back_to_the_driver_table() -> None:
     answers = nvidia("550.54.14", "12.4")
-    answers["nvidia-smi"] = CommandResult(0, "no banner here")
+    answers["nvidia-smi"] = ProcessResult(0, "no banner here")
     host = detect_host(FakeRunner(answers), {}, system="Linux", machine="x86_64",
                        files=FakeFiles())  # fmt: skip
     assert host.cuda_driver_version == cuda_from_driver("550.54.14") == "12.4"
@@ -185,7 +207,7 @@ def test_software_vulkan_icd_shown_by_ggml_vk_visible_devices_is_vulkan() -> Non
 
 def test_vulkaninfo_cpu_device_counts_only_when_ggml_shows_it() -> None:
     summary = "GPU0:\n\tdeviceType = PHYSICAL_DEVICE_TYPE_CPU\n\tdeviceName = llvmpipe\n"
-    runner = FakeRunner({"vulkaninfo --summary": CommandResult(0, summary)})
+    runner = FakeRunner({"vulkaninfo --summary": ProcessResult(0, summary)})
     hidden = detect_host(runner, {}, system="Linux", machine="x86_64", files=FakeFiles())
     shown = detect_host(runner, {"GGML_VK_VISIBLE_DEVICES": "0"}, system="Linux", machine="x86_64", files=FakeFiles())
     assert not hidden.vulkan and shown.vulkan
@@ -207,26 +229,26 @@ def test_vulkaninfo_summary_decides_when_present() -> None:
         "GPU0:\n\tdeviceType = PHYSICAL_DEVICE_TYPE_CPU\n\tdeviceName = llvmpipe\n"
         "GPU1:\n\tdeviceType = PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU\n\tdeviceName = Intel(R) UHD 770\n"
     )
-    runner = FakeRunner({"vulkaninfo --summary": CommandResult(0, summary)})
+    runner = FakeRunner({"vulkaninfo --summary": ProcessResult(0, summary)})
     host = detect_host(runner, {}, system="Linux", machine="x86_64", files=FakeFiles())
     assert host.vulkan and host.gpu_names == ("Intel(R) UHD 770",)
 
 
 def test_rocminfo_gfx_target_means_rocm() -> None:
-    runner = FakeRunner({"rocminfo": CommandResult(0, "  Name:  gfx1100\n  Name: gfx1100\n")})
+    runner = FakeRunner({"rocminfo": ProcessResult(0, "  Name:  gfx1100\n  Name: gfx1100\n")})
     host = detect_host(runner, {}, system="Linux", machine="x86_64", files=FakeFiles())
     assert host.rocm and host.rocm_gfx == ("gfx1100",)
 
 
 def test_hip_visible_devices_empty_hides_rocm() -> None:
-    runner = FakeRunner({"rocminfo": CommandResult(0, "gfx1100")})
+    runner = FakeRunner({"rocminfo": ProcessResult(0, "gfx1100")})
     host = detect_host(runner, {"HIP_VISIBLE_DEVICES": ""}, system="Linux", machine="x86_64",
                        files=FakeFiles())  # fmt: skip
     assert not host.rocm
 
 
 def test_amd_smi_gpu_rows_mean_rocm_when_rocminfo_is_missing() -> None:
-    runner = FakeRunner({"amd-smi list": CommandResult(0, "GPU: 0\n    BDF: 0000:03:00.0\n")})
+    runner = FakeRunner({"amd-smi list": ProcessResult(0, "GPU: 0\n    BDF: 0000:03:00.0\n")})
     assert detect_host(runner, {}, system="Linux", machine="x86_64", files=FakeFiles()).rocm
 
 
@@ -245,7 +267,7 @@ def test_macos_arm64_has_metal_and_no_gpu_probes() -> None:
 
 
 def test_macos_python_under_rosetta_reports_arm64() -> None:
-    runner = FakeRunner({"sysctl -n sysctl.proc_translated": CommandResult(0, "1\n")})
+    runner = FakeRunner({"sysctl -n sysctl.proc_translated": ProcessResult(0, "1\n")})
     host = detect_host(runner, {}, system="Darwin", machine="x86_64", files=FakeFiles())
     assert (host.arch, host.metal) == ("arm64", True)
 

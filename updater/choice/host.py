@@ -1,7 +1,7 @@
 """What this machine can run: OS, arch, GPUs, drivers, CPU features.
 
-:func:`detect_host` asks the machine through two seams, a command runner and
-a file system view, so tests feed recorded profiles and never need a GPU.
+:func:`detect_host` asks the machine through two seams, the process runner
+(:mod:`llama_runtime.runtime.runner`) and a file system view, so tests feed recorded profiles and never need a GPU.
 Every probe is time-boxed and swallows its own failure: a missing or hanging
 ``nvidia-smi`` means "no NVIDIA facts", never an exception. Each fact records
 where it came from (``sources``) so ``doctor`` and ``plan --explain`` can say
@@ -14,7 +14,6 @@ import ctypes.util
 import os as _os
 import platform as _platform
 import re
-import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.runtime.runner import ProcessResult, ProcessRunner, run_process
 
 #: Seconds one probe command may take. nvidia-smi can stall for many seconds on
 #: a wedged driver; a slow probe must not hold up an update.
@@ -54,19 +54,6 @@ _CUDA_BANNER: Final = re.compile(r"CUDA(?: UMD)? Version:\s*(\d+)\.(\d+)")
 _GFX: Final = re.compile(r"\bgfx[1-9][0-9a-f]{2,3}\b")
 _VK_DEVICE_TYPE: Final = re.compile(r"deviceType\s*=\s*PHYSICAL_DEVICE_TYPE_(\w+)")
 _VK_DEVICE_NAME: Final = re.compile(r"deviceName\s*=\s*(.+)")
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a finished probe command printed."""
-
-    returncode: int
-    stdout: str
-    stderr: str = ""
-
-
-#: Runs ``argv`` with a timeout in seconds; ``None`` when missing or timed out.
-CommandRunner = Callable[[Sequence[str], float], CommandResult | None]
 
 
 class FileView(Protocol):
@@ -110,15 +97,9 @@ class RealFiles:
             return None
 
 
-def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult | None:
-    """The default :data:`CommandRunner`: run without a shell, never raise."""
-    if not argv or shutil.which(argv[0]) is None:
-        return None
-    try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None
-    return CommandResult(done.returncode, done.stdout, done.stderr)
+def run_probe(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> ProcessResult:
+    """The default probe runner: :func:`run_process` reading stdout alone (probes parse it)."""
+    return run_process(argv, timeout, env, keep_stderr=False)
 
 
 @dataclass(frozen=True)
@@ -265,7 +246,7 @@ class _Probe:
     """One detection pass; collects facts and where each came from."""
 
     def __init__(
-        self, run: CommandRunner, env: Mapping[str, str], files: FileView, feature: ProcessorFeature | None = None
+        self, run: ProcessRunner, env: Mapping[str, str], files: FileView, feature: ProcessorFeature | None = None
     ) -> None:
         self.run, self.env, self.files = run, env, files
         self.feature = feature
@@ -277,10 +258,11 @@ class _Probe:
         if argv in self._answers:  # one pass asks each command once (vulkaninfo is slow)
             return self._answers[argv]
         try:
-            result = self.run(argv, PROBE_TIMEOUT_S)
+            result = self.run(argv, PROBE_TIMEOUT_S, None)
         except Exception:  # a runner must never break detection
             result = None
-        answer = None if result is None or result.returncode != 0 else result.stdout
+        # Missing, not executable, failed or timed out: no answer, an absent fact.
+        answer = result.output if result is not None and result.succeeded else None
         self._answers[argv] = answer
         return answer
 
@@ -437,7 +419,7 @@ class _Probe:
 
 
 def detect_host(
-    runner: CommandRunner | None = None,
+    runner: ProcessRunner | None = None,
     env: Mapping[str, str] | None = None,
     *,
     system: str | None = None,
@@ -448,7 +430,7 @@ def detect_host(
     """Probe this machine. Never raises; a failed probe is an absent fact.
 
     Args:
-        runner: Runs probe commands (default :func:`run_command`).
+        runner: Runs probe commands (default :func:`run_probe`).
         env: Environment to read (default ``os.environ``).
         system: ``platform.system()`` override, for tests.
         machine: ``platform.machine()`` override, for tests.
@@ -456,7 +438,7 @@ def detect_host(
         processor_feature: Windows' ``IsProcessorFeaturePresent`` (tests replace it).
     """
     environ = _os.environ if env is None else env
-    probe = _Probe(runner or run_command, environ, files or RealFiles(), processor_feature)
+    probe = _Probe(runner or run_probe, environ, files or RealFiles(), processor_feature)
     os_name = normalize_os(system if system is not None else _platform.system(), environ)
     arch = probe.translated_arch(os_name, normalize_arch(machine if machine is not None else _platform.machine()))
     probe.sources.insert(0, ("platform", "platform.system/machine"))
