@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.backends import AUTO, CONCRETE_BACKENDS, parse_backend
 from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError, UserInputError
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
+from llama_runtime.updater.choice.coverage import cuda_coverage, rocm_targets
 from llama_runtime.updater.choice.facts import Build, fact_refusal, gfx_family_members
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.tags import parse_tag
 from llama_runtime.updater.sources.release import Asset, Release
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.sources.build_manifest import ArtifactFacts
 
 #: What ``auto`` tries, best first. SYCL only where ``sycl-ls`` shows a Level Zero GPU
 #: (upstream's llama-install.sh picks the SYCL fp16 build there). Other backends
@@ -158,7 +162,7 @@ class _Ranker:
 
     def verdict(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
         """``(sort key, why)``; a ``None`` key means the host cannot use it."""
-        variant = _variant_rank(info, self.host)
+        variant: tuple[object, ...] | None = _variant_rank(info, self.host)
         if variant is None:
             return None, f"needs the {info.variant} instruction set, which this CPU lacks"
         if self.release is not None:
@@ -173,7 +177,18 @@ class _Ranker:
             primary, why = self._rocm(info)
         if primary is None:
             return None, why
+        artifact = self._artifact(info)
+        if info.backend == "cuda" and artifact is not None:
+            # The fork's manifest knows the bundle's SM coverage; it replaces the name's profile rank.
+            variant, covers = cuda_coverage(artifact, self.host)
+            if variant is None:
+                return None, covers
+            why = covers if why == "usable" else why
         return (primary, variant, 0 if info.archive == "tar.gz" else 1), why
+
+    def _artifact(self, info: AssetInfo) -> ArtifactFacts | None:
+        manifest = self.release.manifest if self.release is not None else None
+        return manifest.artifact(info.name) if manifest is not None else None
 
     def _cuda(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
         if self.cuda_pin is not None and not _pin_matches(self.cuda_pin, info.backend_version):
@@ -216,14 +231,17 @@ class _Ranker:
 
     def _rocm(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
         version = info.backend_version or ""
-        if version.lower().startswith("gfx"):
+        artifact = self._artifact(info)
+        members = rocm_targets(artifact) if artifact is not None else ()
+        if not members and version.lower().startswith("gfx"):
             members = gfx_family_members(version) or (version.lower(),)
-            if any(g.lower() in members for g in self.host.rocm_gfx):
-                return (1, ()), "usable"
-            if self.auto:
-                return None, f"built for {version}, not for this GPU"
-            return (2, ()), "built for one GPU target only"
-        return (0, _rank_key(info.backend_version)), "usable"
+        if not members:
+            return (0, _rank_key(info.backend_version)), "usable"
+        if any(g.lower() in members for g in self.host.rocm_gfx):
+            return (1, ()), "usable"
+        if self.auto:
+            return None, f"built for {', '.join(members)} only, not for this GPU"
+        return (2, ()), "built for one GPU target only"
 
 
 def _host_can_run(backend: str, host: HostFacts) -> str | None:
@@ -244,7 +262,7 @@ def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: 
     """Choose the runtime archive (and companions) of ``release`` for ``host``.
 
     Args:
-        release: The release, with its assets.
+        release: The release, with its assets (and its build manifest, when it publishes one).
         host: What the target machine can run.
         request: ``auto`` or a backend name (aliases accepted).
         cuda_version: Optional CUDA line pin: ``"12"`` matches 12.x, ``"12.4"`` exactly.
@@ -256,51 +274,78 @@ def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: 
             host and request; the message lists what the platform does have.
     """
     backend_request = parse_backend(request)
-    auto = backend_request == AUTO
     if cuda_version is not None and not re.match(r"^\d+(?:\.\d+)*$", cuda_version.strip()):
         raise UserInputError(f"CUDA version {cuda_version!r} is malformed; use a line such as '12.4' or '13'.")
     pin = cuda_version.strip() if cuda_version is not None else None
-    platform = host.platform
-    label = f"{_repo_label(release)} {release.tag}"
+    field = _Field.of(release, host.platform)
+    ranker = _Ranker(host, pin, backend_request == AUTO, release)
+    chosen, skipped = _pick(field, ranker, backend_request, f"{_repo_label(release)} {release.tag}")
+    return _explain(release, field, chosen, skipped, backend_request)
 
-    verdicts: dict[str, str] = {}
-    on_platform: dict[str, AssetInfo] = {}
-    usable: list[tuple[Asset, AssetInfo]] = []
-    for asset in release.assets:
-        info = parse_asset_name(asset.name)
-        if info is None or info.is_companion or info.platform != platform:
+
+@dataclass
+class _Field:
+    """The release's runtime assets for one platform, and the verdict on each so far."""
+
+    platform: str
+    on_platform: dict[str, AssetInfo]
+    usable: list[tuple[Asset, AssetInfo]]
+    verdicts: dict[str, str]
+
+    @classmethod
+    def of(cls, release: Release, platform: str) -> _Field:
+        """Complete, same-release runtime assets of ``platform``; the others get their reason."""
+        field = cls(platform, {}, [], {})
+        for asset in release.assets:
+            info = parse_asset_name(asset.name)
+            if info is None or info.is_companion or info.platform != platform:
+                continue
+            field.on_platform[asset.name] = info
+            if not asset.is_complete:
+                field.verdicts[asset.name] = f"still uploading (state {asset.state})"
+            elif info.tag is not None and info.tag != release.tag:
+                field.verdicts[asset.name] = f"names tag {info.tag}, not {release.tag}"
+            else:
+                field.usable.append((asset, info))
+        return field
+
+    @property
+    def infos(self) -> list[AssetInfo]:
+        return [info for _, info in self.usable]
+
+
+def _best_of(field: _Field, ranker: _Ranker, backend: str) -> tuple[Asset, AssetInfo] | None:
+    """The best usable asset of ``backend``, recording every verdict on the way."""
+    scored = []
+    for asset, info in field.usable:
+        if info.backend != backend:
             continue
-        on_platform[asset.name] = info
-        if not asset.is_complete:
-            verdicts[asset.name] = f"still uploading (state {asset.state})"
-        elif info.tag is not None and info.tag != release.tag:
-            verdicts[asset.name] = f"names tag {info.tag}, not {release.tag}"
-        else:
-            usable.append((asset, info))
-    infos = [info for _, info in usable]
+        key, why = ranker.verdict(info)
+        field.verdicts[asset.name] = why
+        if key is not None:
+            scored.append((key, asset.name, asset, info))
+    if not scored:
+        return None
+    scored.sort(key=lambda s: (s[0], s[1]))
+    return scored[0][2], scored[0][3]
 
-    ranker = _Ranker(host, pin, auto, release)
-    skipped: list[str] = []
-    chosen: tuple[Asset, AssetInfo] | None = None
-    compat_note = ""
-    for backend in _AUTO_ORDER if auto else (backend_request,):
-        mine = [(a, i) for a, i in usable if i.backend == backend]
-        if auto and (cannot := _host_can_run(backend, host)) is not None:
-            verdicts.update({a.name: f"skipped: {cannot}" for a, _ in mine})
+
+def _pick(field: _Field, ranker: _Ranker, request: str, label: str) -> tuple[tuple[Asset, AssetInfo], list[str]]:
+    """Walk the backends ``request`` allows, best first; the first usable asset wins.
+
+    Raises:
+        ReleaseIncompleteError: The backend's build is still uploading.
+        BackendUnavailableError: Nothing usable (the message says why each build cannot run).
+    """
+    auto, skipped = ranker.auto, []
+    for backend in _AUTO_ORDER if auto else (request,):
+        if auto and (cannot := _host_can_run(backend, ranker.host)) is not None:
+            field.verdicts.update({a.name: f"skipped: {cannot}" for a, i in field.usable if i.backend == backend})
             skipped.append(f"{backend}: {cannot}")
             continue
-        scored = []
-        for asset, info in mine:
-            key, why_not = ranker.verdict(info)
-            verdicts[asset.name] = why_not
-            if key is not None:
-                scored.append((key, asset.name, asset, info))
-        if scored:
-            scored.sort(key=lambda s: (s[0], s[1]))
-            chosen = (scored[0][2], scored[0][3])
-            compat_note = verdicts[scored[0][2].name]
-            break
-        reasons = {verdicts[n] for n, i in on_platform.items() if i.backend == backend}
+        if (chosen := _best_of(field, ranker, backend)) is not None:
+            return chosen, skipped
+        reasons = {field.verdicts[n] for n, i in field.on_platform.items() if i.backend == backend}
         rejected = "; ".join(sorted(reasons))
         if any(r.startswith("still uploading") for r in reasons) and (
             auto or all(r.startswith("still uploading") for r in reasons)
@@ -308,40 +353,50 @@ def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: 
             # Never let an unfinished upload make auto settle for a lower backend
             # (GitHub asset state "open"): the release is skipped, not degraded.
             raise ReleaseIncompleteError(
-                f"The {backend} build of {label} for {platform} is still being uploaded; try again in a few minutes.",
+                f"The {backend} build of {label} for {field.platform} is still being uploaded; "
+                "try again in a few minutes.",
                 hint="`llama-runtime check` retries on its next run; nothing was changed.",
             )
         if rejected and not auto:
-            raise BackendUnavailableError(f"No {backend} build of {label} for {platform} can run here: {rejected}.")
+            raise BackendUnavailableError(
+                f"No {backend} build of {label} for {field.platform} can run here: {rejected}."
+            )
         skipped.append(f"{backend}: {rejected or 'no build'}")
+    # The builds this platform has and why each cannot run here (a fact, a driver, a CPU flag).
+    present = {i.backend for i in field.infos}
+    refused = [s for s in skipped if not s.endswith(": no build") and s.split(":")[0] in present]
+    why_not = f" Why not: {'; '.join(refused)}." if refused else ""
+    raise BackendUnavailableError(
+        f"No {'usable' if auto else request} build of {label} for {field.platform}. "
+        f"Available here: {_available(field.infos)}.{why_not}"
+    )
 
-    if chosen is None:
-        wanted = "usable" if auto else backend_request
-        # The builds this platform has and why each cannot run here (a fact, a driver, a CPU flag).
-        refused = [s for s in skipped if not s.endswith(": no build") and s.split(":")[0] in {i.backend for i in infos}]
-        why_not = f" Why not: {'; '.join(refused)}." if refused else ""
-        raise BackendUnavailableError(
-            f"No {wanted} build of {label} for {platform}. Available here: {_available(infos)}.{why_not}"
-        )
+
+def _explain(
+    release: Release, field: _Field, chosen: tuple[Asset, AssetInfo], skipped: list[str], request: str
+) -> Choice:
+    """The :class:`Choice` for ``chosen``: its companions, the sentence and every candidate's verdict."""
     asset, info = chosen
     extras = _companions(release, info)
-    how = f"{backend_request} requested"
-    if auto:
+    how = f"{request} requested"
+    if request == AUTO:
         how = f"auto picked {info.backend}" + (f" (skipped {'; '.join(skipped)})" if skipped else "")
-    reason = f"{how}; {asset.name} is the {_describe(info)} build for {platform}"
-    if compat_note.startswith("usable through"):
-        reason += f" ({compat_note.removeprefix('usable through ')})"
+    reason = f"{how}; {asset.name} is the {_describe(info)} build for {field.platform}"
+    note = field.verdicts[asset.name]
+    if note.startswith(("usable through", "usable: ")):
+        reason += f" ({note.removeprefix('usable through ').removeprefix('usable: ')})"
     if extras:
         reason += f", with the CUDA runtime {extras[0].name}"
 
     def why(name: str) -> str:
-        verdict = verdicts.get(name, "not considered: another backend")
+        verdict = field.verdicts.get(name, "not considered: another backend")
         if name == asset.name:
-            return "chosen" + (f", {verdict}" if verdict.startswith("usable through") else "")
+            return "chosen" + (f", {verdict}" if verdict.startswith(("usable through", "usable: ")) else "")
         return f"ranked below {asset.name}" if verdict.startswith("usable") else verdict
 
     candidates = tuple(
-        Candidate(name, on_platform[name].backend, name == asset.name, why(name)) for name in sorted(on_platform)
+        Candidate(name, field.on_platform[name].backend, name == asset.name, why(name))
+        for name in sorted(field.on_platform)
     )
     return Choice(asset, info, extras, info.backend, reason + ".", candidates)
 

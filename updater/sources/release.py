@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import IntegrityError, RemoteError
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.sources.build_manifest import BuildManifest
 
 _SHA256_DIGEST: Final = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
 # Characters of an unreadable digest quoted in a message: enough to recognise
@@ -75,7 +78,12 @@ class Asset:
 
 @dataclass(frozen=True)
 class Release:
-    """One GitHub release of a repository."""
+    """One GitHub release of a repository.
+
+    ``manifest`` is the release's own build metadata (a fork's
+    ``llama-prebuilt-manifest.json``), attached by the source after it was
+    read and checked; ``None`` when the release publishes none.
+    """
 
     repo: str
     tag: str
@@ -83,6 +91,7 @@ class Release:
     draft: bool = False
     prerelease: bool = False
     published_at: str | None = None
+    manifest: BuildManifest | None = None
 
     def asset(self, name: str) -> Asset | None:
         """The asset called ``name``, if the release has one."""

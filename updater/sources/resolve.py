@@ -11,10 +11,17 @@ GitHub for as little as they need, cheapest first:
 
 The content of a ``nightly-tag.txt`` is cached by the asset's identity (id
 URL, size, digest), so a repeated check does not download it again.
+
+A build release that publishes its own build metadata (a fork's
+``llama-prebuilt-manifest.json``) gets it attached (:func:`with_build_manifest`):
+read (cached the same way), checked against the asset's published digest and
+the release's checksum index, so the chooser knows each bundle's GPU coverage.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -37,6 +44,7 @@ from llama_runtime.updater.choice.channel import (
 from llama_runtime.updater.sources.release import Asset, Release
 
 if TYPE_CHECKING:
+    from llama_runtime.updater.sources.build_manifest import BuildManifest
     from llama_runtime.updater.sources.source import ReleaseSource
 
 #: Releases asked for by the nightly channel. Upstream publishes a dozen builds
@@ -44,11 +52,12 @@ if TYPE_CHECKING:
 #: whole page is re-sent whenever one download count in it changes, so less is cheaper.
 NIGHTLY_PER_PAGE: Final[int] = 10
 _POINTER_CACHE_PREFIX: Final[str] = "nightly-tag:"
+_MANIFEST_CACHE_PREFIX: Final[str] = "build-manifest:"
 
 
-def _pointer_key(asset: Asset) -> tuple[str, str]:
+def _pointer_key(asset: Asset, prefix: str = _POINTER_CACHE_PREFIX) -> tuple[str, str]:
     url = asset.api_url or asset.download_url
-    return _POINTER_CACHE_PREFIX + url, f"{asset.size}:{asset.digest}"
+    return prefix + url, f"{asset.size}:{asset.digest}"
 
 
 def read_pointer(client: ReleaseSource, release: Release, asset: Asset) -> str:
@@ -88,17 +97,91 @@ def pointers_on_page(client: ReleaseSource, releases: Sequence[Release]) -> dict
     return found
 
 
+def _read_manifest_bytes(client: ReleaseSource, release: Release, asset: Asset) -> bytes:
+    """The manifest's bytes, checked against its published digest and the release's checksum index.
+
+    Raises:
+        DigestMismatchError: The bytes are not the ones GitHub or the index approves.
+        RemoteDataError: The checksum index is malformed or of another release.
+        NetworkError, RemoteError: A download failed.
+    """
+    from llama_runtime.runtime.errors import DigestMismatchError
+    from llama_runtime.updater.sources.build_manifest import (
+        CHECKSUM_INDEX_ASSET,
+        MAX_MANIFEST_BYTES,
+        manifest_sha256_in_index,
+    )
+
+    data = client.read_small_asset(asset, MAX_MANIFEST_BYTES)
+    actual = hashlib.sha256(data).hexdigest()
+    published = asset.sha256  # raises IntegrityError for a digest that is not a sha256
+    where = f"{release.repo}@{release.tag} {asset.name}"
+    if published is not None and published != actual:
+        raise DigestMismatchError(f"{where} does not match the sha256 GitHub publishes for it.")
+    index = release.asset(CHECKSUM_INDEX_ASSET)
+    if index is not None:
+        approved = manifest_sha256_in_index(
+            client.read_small_asset(index, MAX_MANIFEST_BYTES),
+            release.tag,
+            f"{release.repo}@{release.tag} {CHECKSUM_INDEX_ASSET}",
+        )
+        if approved is not None and approved != actual:
+            raise DigestMismatchError(f"{where} does not match the sha256 its release's {CHECKSUM_INDEX_ASSET} lists.")
+    return data
+
+
+def read_build_manifest(client: ReleaseSource, release: Release) -> BuildManifest | None:
+    """The build manifest ``release`` publishes, read and checked; ``None`` when it has none.
+
+    Cached by the asset's identity (URL, size, digest) like a pointer, so a
+    repeated check downloads nothing.
+
+    Raises:
+        DigestMismatchError: The manifest is not the one its release approves.
+        RemoteDataError: It (or the checksum index) is malformed.
+        NetworkError, RemoteError: A download failed.
+    """
+    from llama_runtime.updater.sources.build_manifest import MANIFEST_ASSET, parse_manifest
+
+    asset = release.asset(MANIFEST_ASSET)
+    if asset is None or not asset.is_complete:
+        return None
+    where = f"{release.repo}@{release.tag} {MANIFEST_ASSET}"
+    key, fingerprint = _pointer_key(asset, _MANIFEST_CACHE_PREFIX)
+    cache = client.etag_cache
+    cached = cache.get(key) if cache is not None else None
+    if cached is not None and cached[0] == fingerprint and isinstance(cached[1], str):
+        return parse_manifest(cached[1].encode("utf-8"), where)
+    data = _read_manifest_bytes(client, release, asset)
+    manifest = parse_manifest(data, where)  # parsed before caching: a bad file is never cached
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return manifest  # JSON in another Unicode encoding: valid, just not cached
+    if cache is not None:
+        cache.put(key, fingerprint, text)
+    return manifest
+
+
+def with_build_manifest(client: ReleaseSource, found: ResolvedRelease) -> ResolvedRelease:
+    """``found`` with its build release's manifest attached, when it publishes one."""
+    manifest = read_build_manifest(client, found.release)
+    if manifest is None:
+        return found
+    return dataclasses.replace(found, release=dataclasses.replace(found.release, manifest=manifest))
+
+
 def resolve_fetched(client: ReleaseSource, release: Release) -> ResolvedRelease:
     """``release`` to its build: itself, or the build its pointer names (one more request)."""
     pointer = pointer_asset(release)
     if pointer is None:
-        return resolve_release(release, {}, [release])
+        return with_build_manifest(client, resolve_release(release, {}, [release]))
     named = read_pointer(client, release, pointer)
     try:
         build = [client.get_release(named)]
     except ReleaseNotFoundError:
         build = []
-    return resolve_release(release, {release.tag: named}, build)
+    return with_build_manifest(client, resolve_release(release, {release.tag: named}, build))
 
 
 def peek_latest_build(client: ReleaseSource, channel: Channel) -> tuple[str, str | None, Release]:
@@ -153,7 +236,7 @@ def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRe
             # A static mirror cannot list (``releases`` is a directory there);
             # its ``releases/latest`` is the highest build it holds.
             page = [client.latest_published()]
-        return resolve_latest(page, "nightly")
+        return with_build_manifest(client, resolve_latest(page, "nightly"))
     return resolve_fetched(client, client.latest_published())
 
 
@@ -161,8 +244,10 @@ __all__ = [
     "NIGHTLY_PER_PAGE",
     "peek_latest_build",
     "pointers_on_page",
+    "read_build_manifest",
     "read_pointer",
     "resolve_fetched",
     "resolve_latest_remote",
     "resolve_tag_remote",
+    "with_build_manifest",
 ]

@@ -1,0 +1,303 @@
+"""A fork's build manifest decides GPU coverage: SM ranges of CUDA profiles, gfx targets of ROCm bundles.
+
+The facts are the fork's own: ``unslothai/llama.cpp`` publishes ``llama-prebuilt-manifest.json``
+with each release. The profile SM lists below are those of its live release manifest
+(``cuda12-legacy`` sm_50–61, ``cuda12-older`` sm_70–89, ``cuda12-newer`` sm_86–120,
+``cuda12-portable`` sm_70–120; cuda13 drops sm_70: older sm_75–89, portable sm_75–120),
+as Unsloth Studio's installer reads them (unsloth.md §2.6, §(e)).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_runtime.runtime.errors import BackendUnavailableError
+from llama_runtime.updater.choice.choose import choose_asset
+from llama_runtime.updater.choice.coverage import host_sms
+from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.sources.build_manifest import (
+    MANIFEST_ASSET,
+    manifest_sha256_in_index,
+    parse_manifest,
+)
+from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
+from llama_runtime.updater.sources.release import Asset, Release
+from llama_runtime.updater.sources.remote_names import RemoteDataError
+from llama_runtime.updater.sources.resolve import resolve_tag_remote
+
+from tests.conftest import HomeGuard, run_json
+from tests.fakegithub import FakeGitHub
+
+FORK = "unslothai/llama.cpp"
+TAG = "b9596-mix-e6f2453"
+CUDA12_ALL = [70, 75, 80, 86, 89, 90, 100, 103, 120]
+#: profile -> (install kind, runtime line, coverage class, supported SMs, rank)
+PROFILES: dict[str, tuple[str, str, str, list[int], int]] = {
+    "linux-x64-cuda12-legacy": ("linux-cuda", "cuda12", "legacy", [50, 52, 60, 61], 40),
+    "linux-x64-cuda12-older": ("linux-cuda", "cuda12", "older", [70, 75, 80, 86, 89], 30),
+    "linux-x64-cuda12-newer": ("linux-cuda", "cuda12", "newer", [86, 89, 90, 100, 103, 120], 20),
+    "linux-x64-cuda12-portable": ("linux-cuda", "cuda12", "portable", CUDA12_ALL, 100),
+    "linux-x64-cuda13-older": ("linux-cuda", "cuda13", "older", [75, 80, 86, 89], 30),
+    "linux-x64-cuda13-newer": ("linux-cuda", "cuda13", "newer", [86, 89, 90, 100, 103, 120], 20),
+    "linux-x64-cuda13-portable": ("linux-cuda", "cuda13", "portable", CUDA12_ALL[1:], 100),
+    "windows-x64-cuda12-older": ("windows-cuda", "cuda12", "older", [70, 75, 80, 86, 89], 30),
+    "windows-x64-cuda12-portable": ("windows-cuda", "cuda12", "portable", CUDA12_ALL, 100),
+}
+ROCM = {"linux-x64-rocm-gfx110X": ["gfx1100", "gfx1101", "gfx1102"], "linux-x64-rocm-gfx120X": ["gfx1200", "gfx1201"]}
+OTHERS = ["linux-x64-cpu", "linux-x64-vulkan"]
+
+
+def asset_name(profile: str) -> str:
+    return f"app-{TAG}-{profile}.{'zip' if profile.startswith('windows') else 'tar.gz'}"
+
+
+def manifest_json(profiles: dict[str, tuple[str, str, str, list[int], int]] = PROFILES) -> dict[str, Any]:
+    artifacts: list[dict[str, Any]] = [
+        {"asset_name": asset_name(p), "install_kind": kind, "runtime_line": line, "coverage_class": cls,
+         "bundle_profile": p.split("-", 2)[2], "supported_sms": [str(s) for s in sms], "min_sm": sms[0],
+         "max_sm": sms[-1], "rank": rank}
+        for p, (kind, line, cls, sms, rank) in profiles.items()
+    ]  # fmt: skip
+    artifacts += [
+        {"asset_name": asset_name(p), "install_kind": "linux-rocm", "gfx_target": p.rsplit("-", 1)[1],
+         "mapped_targets": targets}
+        for p, targets in ROCM.items()
+    ]  # fmt: skip
+    artifacts += [{"asset_name": asset_name(p), "install_kind": p.replace("-x64", "")} for p in OTHERS]
+    return {"schema_version": 1, "component": "llama.cpp", "upstream_tag": "b9596", "artifacts": artifacts}
+
+
+def release(profiles: dict[str, tuple[str, str, str, list[int], int]] = PROFILES, *, manifest: bool = True) -> Release:
+    names = [asset_name(p) for p in [*profiles, *ROCM, *OTHERS]]
+    assets = tuple(Asset(name=n, size=100, download_url=f"http://127.0.0.1/{n}") for n in names)
+    data = json.dumps(manifest_json(profiles)).encode()
+    parsed = parse_manifest(data, "test manifest") if manifest else None
+    return Release(repo=FORK, tag=TAG, assets=assets, manifest=parsed)
+
+
+X86 = frozenset({"sse4_2", "avx", "avx2", "fma"})
+
+
+def nvidia(driver: str, *caps: str, os: str = "linux") -> HostFacts:
+    return HostFacts(os=os, arch="x64", cuda_driver_version=driver, compute_capabilities=caps, cpu_features=X86)
+
+
+# (host, chosen profile): the tightest bundle whose SMs cover every GPU, on the highest usable line.
+CUDA_TABLE: list[tuple[str, HostFacts, str]] = [
+    ("Pascal sm_61 on a 12.4 driver takes legacy, not portable", nvidia("12.4", "6.1"), "linux-x64-cuda12-legacy"),
+    ("Pascal sm_61 on a 13.0 driver: no 13.x below 7.5, so cuda12 legacy", nvidia("13.0", "6.1"),
+     "linux-x64-cuda12-legacy"),
+    ("Maxwell sm_50 takes legacy", nvidia("12.6", "5.0"), "linux-x64-cuda12-legacy"),
+    ("Volta sm_70 on 13.0: cuda13 starts at sm_75, so cuda12 older", nvidia("13.0", "7.0"), "linux-x64-cuda12-older"),
+    ("Turing sm_75 on 13.0: cuda13 older (sm_75-89)", nvidia("13.0", "7.5"), "linux-x64-cuda13-older"),
+    ("Ampere sm_86 on 12.4: older is tighter than newer", nvidia("12.4", "8.6"), "linux-x64-cuda12-older"),
+    ("Ada sm_89 on 13.0: cuda13 older", nvidia("13.0", "8.9"), "linux-x64-cuda13-older"),
+    ("Hopper sm_90 on 13.0: newer", nvidia("13.0", "9.0"), "linux-x64-cuda13-newer"),
+    ("Blackwell sm_120 on 12.8: newer, never older", nvidia("12.8", "12.0"), "linux-x64-cuda12-newer"),
+    ("Blackwell sm_100 on 13.0: cuda13 newer", nvidia("13.0", "10.0"), "linux-x64-cuda13-newer"),
+    ("T4 + B200 (sm_75 + sm_100): only portable covers both", nvidia("13.0", "7.5", "10.0"),
+     "linux-x64-cuda13-portable"),
+    ("unknown compute capability: only portable", nvidia("13.0"), "linux-x64-cuda13-portable"),
+    ("Windows Pascal sm_61: the Windows portable does not cover it, older neither", nvidia("12.4", "6.1", os="windows"),
+     ""),
+    ("Windows Ada sm_89 takes the Windows older bundle", nvidia("12.4", "8.9", os="windows"),
+     "windows-x64-cuda12-older"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("scenario", "host", "profile"), CUDA_TABLE, ids=[t[0] for t in CUDA_TABLE])
+def test_manifest_sm_coverage_picks_the_bundle_that_holds_every_gpu(
+    scenario: str, host: HostFacts, profile: str
+) -> None:
+    if not profile:
+        with pytest.raises(BackendUnavailableError, match="not for sm_61"):
+            choose_asset(release(), host, "cuda")
+        return
+    choice = choose_asset(release(), host, "auto")
+    assert choice.asset.name == asset_name(profile), choice.reason
+
+
+def test_without_a_manifest_the_name_alone_still_decides() -> None:
+    # No manifest read (a mirror that did not copy it): the old name rule, portable first; the
+    # binary's device check after install is then the proof.
+    choice = choose_asset(release(manifest=False), nvidia("12.4", "6.1"), "auto")
+    assert choice.asset.name == asset_name("linux-x64-cuda12-portable")
+
+
+def test_kepler_finds_no_cuda_bundle_and_auto_says_why_before_taking_the_cpu_build() -> None:
+    choice = choose_asset(release(), nvidia("12.4", "3.7"), "auto")
+    assert choice.backend == "cpu"
+    assert "compiled for sm_50, sm_52, sm_60, sm_61 only, not for sm_37" in choice.reason
+
+
+def test_explicit_cuda_on_pascal_without_legacy_names_the_coverage_of_each_bundle() -> None:
+    no_legacy = {k: v for k, v in PROFILES.items() if "legacy" not in k}
+    with pytest.raises(BackendUnavailableError) as caught:
+        choose_asset(release(no_legacy), nvidia("12.4", "6.1"), "cuda")
+    assert "not for sm_61 (release manifest)" in caught.value.message
+
+
+def test_the_chosen_bundle_says_which_gpus_the_manifest_covers() -> None:
+    choice = choose_asset(release(), nvidia("12.8", "12.0"), "auto")
+    assert "cuda12-newer (sm_86–sm_120) covers sm_120" in choice.reason
+    verdicts = {c.asset_name: c.why for c in choice.candidates}
+    assert "not for sm_120" in verdicts[asset_name("linux-x64-cuda12-older")]
+
+
+def test_a_profile_without_sm_coverage_in_the_manifest_is_not_taken_for_one_that_covers_all() -> None:
+    data = manifest_json()
+    for artifact in data["artifacts"]:
+        if artifact["asset_name"] == asset_name("linux-x64-cuda12-older"):
+            del artifact["supported_sms"], artifact["min_sm"], artifact["max_sm"]
+    parsed = parse_manifest(json.dumps(data).encode(), "test")
+    choice = choose_asset(replace(release(), manifest=parsed), nvidia("12.4", "8.6"), "auto")
+    assert choice.asset.name == asset_name("linux-x64-cuda12-newer")
+    verdicts = {c.asset_name: c.why for c in choice.candidates}
+    assert verdicts[asset_name("linux-x64-cuda12-older")] == (
+        "the release manifest gives the cuda12-older bundle no SM coverage"
+    )
+
+
+ROCM_TABLE = [("gfx1101", "linux-x64-rocm-gfx110X"), ("gfx1201", "linux-x64-rocm-gfx120X"), ("gfx1103", "")]
+
+
+@pytest.mark.parametrize(("gfx", "profile"), ROCM_TABLE)
+def test_rocm_bundle_holds_exactly_its_mapped_targets(gfx: str, profile: str) -> None:
+    host = HostFacts(os="linux", arch="x64", rocm=True, rocm_gfx=(gfx,), vulkan=True, cpu_features=X86)
+    choice = choose_asset(release(), host, "auto")
+    if profile:
+        assert choice.asset.name == asset_name(profile)
+    else:  # gfx1103 is in TheRock's gfx110X family but not in this bundle's mapped_targets
+        assert choice.backend == "vulkan"
+        assert "gfx1100, gfx1101, gfx1102 only" in choice.reason
+
+
+def test_compute_capabilities_read_as_sm_numbers() -> None:
+    assert host_sms(nvidia("13.0", "12.0", "8.6", "8.6", "junk")) == (86, 120)
+    assert host_sms(HostFacts(os="linux", arch="x64", compute_capability="7.5")) == (75,)
+    assert host_sms(HostFacts(os="linux", arch="x64")) == ()
+
+
+# -- reading the manifest --------------------------------------------------------------------
+
+
+def test_manifest_fields_are_read_as_the_fork_writes_them() -> None:
+    parsed = parse_manifest(json.dumps(manifest_json()).encode(), "m")
+    assert parsed is not None
+    older = parsed.artifact(asset_name("linux-x64-cuda12-older"))
+    assert older is not None
+    assert (older.supported_sms, older.min_sm, older.max_sm, older.rank) == ((70, 75, 80, 86, 89), 70, 89, 30)
+    assert parsed.artifact(asset_name("linux-x64-rocm-gfx120X")).mapped_targets == ("gfx1200", "gfx1201")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{"schema_version": 2, "component": "llama.cpp", "artifacts": "anything"},
+     {"schema_version": 1, "component": "whisper.cpp", "upstream_tag": "v1", "artifacts": []}],
+)  # fmt: skip
+def test_a_manifest_of_another_schema_or_component_is_ignored_not_fatal(payload: dict[str, Any]) -> None:
+    assert parse_manifest(json.dumps(payload).encode(), "m") is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"<html>", "not JSON"),
+        (b"[1]", "not a JSON object"),
+        (b'{"schema_version": 1, "component": "llama.cpp", "artifacts": []}', "no upstream_tag"),
+        (b'{"schema_version": 1, "component": "llama.cpp", "upstream_tag": "b1"}', "no artifacts list"),
+        (b'{"schema_version": 1, "component": "llama.cpp", "upstream_tag": "b1", "artifacts": '
+         b'[{"asset_name": "a", "install_kind": "linux-cuda", "min_sm": "sixty"}]}', "not an SM number"),
+        (b'{"schema_version": 1, "component": "llama.cpp", "upstream_tag": "b1", "artifacts": '
+         b'[{"asset_name": "a", "install_kind": "linux-cuda", "supported_sms": "86"}]}', "not a list"),
+        (b'{"schema_version": 1, "component": "llama.cpp", "upstream_tag": "b1", "artifacts": '
+         b'[{"asset_name": "a", "install_kind": "linux-rocm", "mapped_targets": [1]}]}', "not a list of names"),
+        (b'{"schema_version": 1, "component": "llama.cpp", "upstream_tag": "b1", "artifacts": '
+         b'[{"asset_name": "a", "install_kind": "linux-cuda", "rank": true}]}', "'rank'"),
+    ],
+)  # fmt: skip
+def test_a_malformed_version_1_manifest_is_refused_not_half_read(payload: bytes, message: str) -> None:
+    with pytest.raises(RemoteDataError, match=message):
+        parse_manifest(payload, "m")
+
+
+def test_checksum_index_gives_the_manifest_sha_and_must_be_this_releases() -> None:
+    digest = "ab" * 32
+    index = {"release_tag": TAG, "artifacts": {MANIFEST_ASSET: {"sha256": digest.upper()}}}
+    assert manifest_sha256_in_index(json.dumps(index).encode(), TAG, "i") == digest
+    with pytest.raises(RemoteDataError, match="not 'b1'"):
+        manifest_sha256_in_index(json.dumps(index).encode(), "b1", "i")
+    index["artifacts"] = {MANIFEST_ASSET: {"sha256": "zz"}}
+    with pytest.raises(RemoteDataError, match="no valid sha256"):
+        manifest_sha256_in_index(json.dumps(index).encode(), TAG, "i")
+
+
+# -- end to end through the fake GitHub ------------------------------------------------------
+
+
+def publish_fork(github: FakeGitHub, tmp_path: Path, *, index_sha: str | None = None) -> None:
+    """The fork's release as it publishes it: bundles, the manifest and the checksum index."""
+    manifest = json.dumps(manifest_json()).encode()
+    index = {"schema_version": 1, "component": "llama.cpp", "release_tag": TAG, "upstream_tag": "b9596",
+             "artifacts": {MANIFEST_ASSET: {"sha256": index_sha or hashlib.sha256(manifest).hexdigest()}}}  # fmt: skip
+    files: dict[str, bytes | Path] = {asset_name(p): b"x" * 64 for p in [*PROFILES, *ROCM, *OTHERS]}
+    files[MANIFEST_ASSET] = manifest
+    files["llama-prebuilt-sha256.json"] = json.dumps(index).encode()
+    github.add_release(FORK, TAG, files)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "llama_runtime", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_plan_host_reads_the_forks_manifest_once_and_plans_pascal_and_blackwell(
+    tmp_path: Path, github: FakeGitHub
+) -> None:
+    publish_fork(github, tmp_path)
+    common = ["--home", str(tmp_path / "home"), "--api-url", github.api_url, "--repo", FORK, "--json"]
+
+    def plan_for(facts: dict[str, object]) -> dict[str, Any]:
+        path = tmp_path / "host.json"
+        path.write_text(json.dumps({"host": facts}))
+        done = cli("plan", "--tag", TAG, "--host", str(path), *common)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    pascal = {"os": "linux", "arch": "x64", "cuda_driver_version": "12.4", "compute_capabilities": ["6.1"]}
+    assert plan_for(pascal)["asset"] == asset_name("linux-x64-cuda12-legacy")
+    blackwell = {"os": "linux", "arch": "x64", "cuda_driver_version": "12.8", "compute_capabilities": ["12.0"]}
+    assert plan_for(blackwell)["asset"] == asset_name("linux-x64-cuda12-newer")
+
+
+def test_a_repeated_resolve_reads_the_manifest_from_the_cache_while_the_asset_is_unchanged(
+    tmp_path: Path, github: FakeGitHub
+) -> None:
+    publish_fork(github, tmp_path)
+    cache = JsonFileEtagCache(tmp_path / "etags.json")
+    for _ in range(2):
+        with GitHubClient(github.api_url, FORK, etag_cache=cache) as client:
+            found = resolve_tag_remote(client, TAG)
+        assert found.release.manifest is not None
+        assert found.release.manifest.artifact(asset_name("linux-x64-cuda12-legacy")) is not None
+    assert len(github.requests_to("blob", MANIFEST_ASSET)) == 1
+    assert len(github.requests_to("blob", "llama-prebuilt-sha256.json")) == 1
+
+
+def test_manifest_that_its_checksum_index_does_not_approve_stops_the_update_and_changes_nothing(
+    tmp_path: Path, github: FakeGitHub, b7000_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    guard = HomeGuard(tmp_path, b7000_home)
+    publish_fork(github, tmp_path, index_sha="0" * 64)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--repo", FORK, "--tag", TAG)
+    assert code == 8, payload
+    assert "llama-prebuilt-sha256.json lists" in payload["error"]["message"]
+    guard.assert_intact("b7000")
