@@ -268,12 +268,15 @@ def test_plan_host_reads_the_forks_manifest_once_and_plans_pascal_and_blackwell(
     def plan_for(facts: dict[str, object]) -> dict[str, Any]:
         path = tmp_path / "host.json"
         path.write_text(json.dumps({"host": facts}))
-        done = cli("plan", "--tag", TAG, "--host", str(path), *common)
+        done = cli("plan", "--tag", TAG, "--host", str(path), "--explain", *common)
         assert done.returncode == 0, done.stdout + done.stderr
         return json.loads(done.stdout)  # type: ignore[no-any-return]
 
     pascal = {"os": "linux", "arch": "x64", "cuda_driver_version": "12.4", "compute_capabilities": ["6.1"]}
-    assert plan_for(pascal)["asset"] == asset_name("linux-x64-cuda12-legacy")
+    planned = plan_for(pascal)
+    assert planned["asset"] == asset_name("linux-x64-cuda12-legacy")
+    why = {c["asset"]: c["why"] for c in planned["candidates"]}
+    assert "not for sm_61 (release manifest)" in why[asset_name("linux-x64-cuda12-portable")]
     blackwell = {"os": "linux", "arch": "x64", "cuda_driver_version": "12.8", "compute_capabilities": ["12.0"]}
     assert plan_for(blackwell)["asset"] == asset_name("linux-x64-cuda12-newer")
 
