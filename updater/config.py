@@ -169,14 +169,7 @@ def resolve_settings(
         backend_value, explicit = parse_backend(raw, source="LLAMA_RUNTIME_BACKEND"), True
     else:
         backend_value, explicit = "auto", False
-    from llama_runtime.updater.choice.channel import parse_channel
-
-    if channel is not None:
-        channel_value: Channel | None = parse_channel(channel, "--channel")
-    elif env.get("LLAMA_RUNTIME_CHANNEL", "").strip():
-        channel_value = parse_channel(env["LLAMA_RUNTIME_CHANNEL"], "LLAMA_RUNTIME_CHANNEL")
-    else:
-        channel_value = None
+    channel_value = _channel_request(channel, env)
     return Settings(
         home=home_path,
         api_url=url,
@@ -190,6 +183,17 @@ def resolve_settings(
         channel=channel_value,
         parallel_downloads=download_parallelism(env),
     )
+
+
+def _channel_request(flag: str | None, env: Mapping[str, str]) -> Channel | None:
+    """The channel asked for by flag, else by environment; ``None`` keeps the active runtime's."""
+    if flag is None and not env.get("LLAMA_RUNTIME_CHANNEL", "").strip():
+        return None  # the common case imports nothing of the release model (start-up cost)
+    from llama_runtime.updater.choice.channel import parse_channel
+
+    if flag is not None:
+        return parse_channel(flag, "--channel")
+    return parse_channel(env["LLAMA_RUNTIME_CHANNEL"], "LLAMA_RUNTIME_CHANNEL")
 
 
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})

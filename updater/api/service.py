@@ -22,7 +22,6 @@ Locking policy per caller:
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,24 +37,24 @@ from llama_runtime.runtime.errors import (
     RemoteError,
 )
 from llama_runtime.runtime.integrity import file_problems
-from llama_runtime.runtime.layout import InstalledRuntime
-from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
-from llama_runtime.updater.api.jobs import JobListener, JobRecorder, JobState, JobStore
+from llama_runtime.runtime.layout import Home, InstalledRuntime
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.marker import InstallMarker
     from llama_runtime.runtime.process import ServerControl
     from llama_runtime.runtime.runner import ProcessRunner
+    from llama_runtime.updater.api.jobs import JobListener, JobRecorder, JobState, JobStore
     from llama_runtime.updater.api.schedule import CheckResult
     from llama_runtime.updater.choice.channel import Channel
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import HostFacts
+    from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.install.transaction import Progress, UpdateOutcome
     from llama_runtime.updater.sources.release import Release
     from llama_runtime.updater.sources.source import ReleaseSource
 
-__all__ = ["EnsureResult", "JobState", "NotReady", "Ready", "RuntimeUpdater", "UpdateJob"]
+__all__ = ["EnsureResult", "NotReady", "Ready", "RuntimeUpdater", "UpdateJob"]
 
 # How often a handle on another process's job re-reads the job file; the
 # owner persists at most four times a second, so faster polling sees nothing new.
@@ -156,6 +155,8 @@ class UpdateJob:
             return self._recorder.state
         state = self._store.get(self.id)
         if state is None:
+            from llama_runtime.updater.api.jobs import JobState
+
             error = {"code": "job_lost", "message": f"The record of update job {self.id} is gone."}
             return JobState(id=self.id, phase="failed", pid=0, error=error)
         return state
@@ -185,6 +186,8 @@ class UpdateJob:
         """
         if self._recorder is not None:
             return self._recorder.subscribe(callback)
+        import threading  # deferred, like everything start-up does not need
+
         stop = threading.Event()
 
         def follow() -> None:
@@ -275,7 +278,6 @@ class RuntimeUpdater:
         require_provenance: bool = False,
     ) -> None:
         from llama_runtime.updater.config import resolve_settings
-        from llama_runtime.updater.engine import Engine, Seams
 
         settings = resolve_settings(
             home=home,
@@ -287,28 +289,54 @@ class RuntimeUpdater:
             env=env,
             channel=channel,
         )
-        seams = Seams(source_factory=source_factory, host=host, runner=runner, server=server, clock=clock)
-        self._bind(Engine(settings, seams))
+
+        def build_engine() -> Engine:
+            from llama_runtime.updater.engine import Engine, Seams
+
+            seams = Seams(source_factory=source_factory, host=host, runner=runner, server=server, clock=clock)
+            return Engine(settings, seams)
+
+        self._bind(settings, Home(settings.home), build_engine)
 
     @classmethod
     def from_engine(cls, engine: Engine) -> RuntimeUpdater:
         """An updater over an engine the caller built (the CLI's composition root)."""
         updater = cls.__new__(cls)
-        updater._bind(engine)
+        updater._bind(engine.settings, engine.home, lambda: engine)
         return updater
 
-    def _bind(self, engine: Engine) -> None:
-        settings = engine.settings
-        self.engine = engine
-        self.home = engine.home
+    def _bind(self, settings: Settings, home: Home, build_engine: Callable[[], Engine]) -> None:
+        # The engine is built on first use: start-up (``ensure``) needs only the home.
+        self._build_engine = build_engine
+        self._engine: Engine | None = None
+        self.home = home
         self.repo = settings.repo
         # "auto" keeps the active runtime's stored request (the decision's rule).
         self.backend = settings.backend if settings.backend_explicit else "auto"
         self.api_url = settings.api_url
         self.token = settings.token
         self.channel: Channel | None = settings.channel
-        self.jobs = JobStore(self.home)
-        self._clock = engine.seams.clock
+        self._jobs: JobStore | None = None
+
+    @property
+    def engine(self) -> Engine:
+        """The composition root that builds this updater's collaborators."""
+        if self._engine is None:
+            self._engine = self._build_engine()
+        return self._engine
+
+    @property
+    def _clock(self) -> Callable[[], float]:
+        return self.engine.seams.clock
+
+    @property
+    def jobs(self) -> JobStore:
+        """The home's job records (built on first use: a start-up without jobs never loads them)."""
+        if self._jobs is None:
+            from llama_runtime.updater.api.jobs import JobStore
+
+            self._jobs = JobStore(self.home)
+        return self._jobs
 
     # -- collaborators -----------------------------------------------------------
 
@@ -318,6 +346,8 @@ class RuntimeUpdater:
 
     def update_running(self) -> bool:
         """Whether an update holds the lock or a job runs now (probes the lock; never waits)."""
+        from llama_runtime.runtime.lock import UpdateLock
+
         if UpdateLock(self.home.lock_path).is_held():
             return True
         current = self.jobs.current()
@@ -465,6 +495,10 @@ class RuntimeUpdater:
         background: bool,
         listener: JobListener | None,
     ) -> UpdateJob:
+        import threading
+
+        from llama_runtime.updater.api.jobs import JobRecorder, JobState
+
         self.home.ensure()
         now = self._clock()
         new = JobState(
@@ -505,11 +539,15 @@ class RuntimeUpdater:
     def _refuse_if_locked(self) -> None:
         # Only a real probe of the lock decides: the owner record survives a
         # crash (kill -9) and its pid may be ours again after a restart.
+        from llama_runtime.runtime.lock import UpdateLock
+
         if UpdateLock(self.home.lock_path).is_held():
             raise self.busy_error()
 
     def busy_error(self) -> BusyError:
         """Who updates this home now, in one sentence: the lock's holder and its job's progress."""
+        from llama_runtime.runtime.lock import UpdateLock
+
         owner = UpdateLock(self.home.lock_path).owner()
         doing = f" ({owner.operation}, pid {owner.pid})" if owner is not None else ""
         message = f"Another llama-runtime process is updating this runtime{doing}."
@@ -519,6 +557,8 @@ class RuntimeUpdater:
         return BusyError(message, hint="Wait for it to finish, or follow it with `llama-runtime job wait`.")
 
     def _run(self, recorder: JobRecorder, request: UpdateRequest, lock_timeout: float) -> None:
+        from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS
+
         def progress(event: Progress) -> None:
             recorder.on_progress(event.phase, event.done_bytes, event.total_bytes, event.message)
 
