@@ -234,6 +234,20 @@ def decide(
     refusal = _gpu_to_cpu_refusal(marker, release, choice, explicit)
     if refusal is not None:
         return Plan("refuse", wanted, release, choice, tuple(warnings), refusal.message, error=refusal)
+    return _plan_for_choice(request, active, release, choice, wanted, warnings, installed, failed or {})
+
+
+def _plan_for_choice(
+    request: UpdateRequest,
+    active: ActiveState | None,
+    release: Release,
+    choice: Choice,
+    wanted: str,
+    warnings: list[str],
+    installed: Sequence[ActiveState],
+    failed: Mapping[tuple[str, str, str], str],
+) -> Plan:
+    """Given a usable ``choice``: already active, kept newer, skipped as failed, switch, or install."""
     if active is not None and active.intact:
         if _same_build(active.marker, release, choice):
             return Plan("up_to_date", wanted, release, choice, tuple(warnings), f"{release.tag} is already active.")
@@ -244,7 +258,7 @@ def decide(
                 f"kept {kept}. Pin --tag {release.tag} to go back on purpose."
             )
             return Plan("up_to_date", wanted, release, choice, tuple(warnings), f"{kept} is newer than {release.tag}.")
-    skip = _failed_before(request, release, choice, failed or {})
+    skip = _failed_before(request, release, choice, failed)
     if skip is not None:
         if active is not None and active.intact:
             return Plan("up_to_date", wanted, release, choice, (*warnings, skip), skip)
