@@ -24,15 +24,24 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 __all__ = [
+    "DEFAULT_HOST",
     "Endpoint",
+    "arg_value",
     "describe_holder",
     "endpoint_in_use",
+    "free_port",
+    "listen_address",
     "listen_endpoints",
     "listens_on",
     "loopback_for",
     "probe_endpoint",
     "probe_unix_health",
+    "with_listen_args",
 ]
+
+#: The address a managed server listens on unless the caller passes --host:
+#: loopback only, because llama-server has no API key by default.
+DEFAULT_HOST: Final = "127.0.0.1"
 
 #: llama-server treats a --host value ending in this as a UNIX socket path.
 UNIX_SOCKET_SUFFIX: Final = ".sock"
@@ -66,6 +75,12 @@ def _values(args: Sequence[str], flag: str) -> list[str]:
     return found
 
 
+def arg_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``args`` (``--flag V`` or ``--flag=V``; last wins)."""
+    values = _values(args, flag)
+    return values[-1] if values else None
+
+
 def listen_endpoints(args: Sequence[str], *, default_host: str) -> list[Endpoint]:
     """Every address ``args`` make llama-server listen on, in order.
 
@@ -85,6 +100,35 @@ def listen_endpoints(args: Sequence[str], *, default_host: str) -> list[Endpoint
         else:
             endpoints.append(Endpoint("tcp", host.removeprefix("[").removesuffix("]"), port))
     return endpoints
+
+
+def listen_address(args: Sequence[str], *, default_host: str) -> tuple[str, int | None]:
+    """The first address the server will listen on (host or socket path, and port), as ``args`` say."""
+    first = listen_endpoints(args, default_host=default_host)[0]
+    return first.host, first.port
+
+
+def with_listen_args(args: list[str], *, host: str, port: int | None) -> list[str]:
+    """``args`` plus ``--host``/``--port`` where missing (a free port when ``port`` is None)."""
+    if arg_value(args, "--port") is not None:
+        return args
+    extra: list[str] = []
+    if arg_value(args, "--host") is None:
+        extra += ["--host", host]
+    tcp = [e for e in listen_endpoints(args, default_host=host) if e.kind == "tcp"]
+    if not tcp:
+        return [*args, *extra]  # UNIX sockets only: no port to pick
+    extra += ["--port", str(port if port is not None else free_port(tcp[0].host or host))]
+    return [*args, *extra]
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A TCP port nothing listens on right now (another process may still take it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def probe_endpoint(endpoints: Sequence[Endpoint]) -> Endpoint | None:

@@ -6,13 +6,13 @@ The state of the one server a home manages lives in ``<home>/server/``::
     llama-server.log     its stdout and stderr (the previous start's in .log.1)
     server.lock          serialises start/stop between processes
 
+Which process is ours (the record, pid and creation time) is
+:mod:`llama_runtime.runtime.server_record`; starting and signalling it,
+:mod:`llama_runtime.runtime.server_spawn`; its arguments and addresses,
+:mod:`llama_runtime.runtime.listen`; ``/health``, :mod:`llama_runtime.runtime.health`.
+
 Invariants:
 
-* ``server.json`` is written atomically, so a file we cannot parse was not
-  written by us; its pid is never signalled (a pid from an untrusted file can
-  name any process, and pid 0 or -1 would signal whole process groups).
-* On Linux the process start time is recorded next to the pid; a live pid
-  with a different start time is a recycled pid, not our server.
 * ``server.json`` is removed only once the process is gone, so a failed stop
   leaves the record that lets the next attempt find the process again.
 * Healthy means our process (pid and start time) is itself a listener of the
@@ -30,18 +30,10 @@ updater can quiesce their process around an activation.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -50,31 +42,29 @@ from llama_runtime.runtime.errors import (
     BusyError,
     PortInUseError,
     ServerAlreadyRunningError,
-    ServerStartError,
     ServerStopError,
 )
-from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.health import HEALTH_PROBE_TIMEOUT_SECONDS, Health, http_netloc, probe_health
 from llama_runtime.runtime.listen import (
+    DEFAULT_HOST,
     Endpoint,
     describe_holder,
     endpoint_in_use,
+    listen_address,
     listen_endpoints,
     listens_on,
     loopback_for,
     probe_endpoint,
     probe_unix_health,
+    with_listen_args,
 )
-from llama_runtime.runtime.procinfo import pid_alive as pid_alive
-from llama_runtime.runtime.procinfo import process_start_ticks as process_start_ticks
+from llama_runtime.runtime.server_record import ServerRecord, ServerState
+from llama_runtime.runtime.server_spawn import HARD_KILL, Kill, log_tail, signal_server, spawn_detached
+from llama_runtime.runtime.server_status import ServerStatus, gone_status, running_status
 
-STATE_NAME: Final = "server.json"
 LOG_NAME: Final = "llama-server.log"
 LOCK_NAME: Final = "server.lock"
-STATE_SCHEMA: Final = 1
 
-#: One /health probe (seconds). llama-server answers /health from its HTTP
-#: thread even while a model loads; 2 s only fails for a wedged or unreachable server.
-HEALTH_PROBE_TIMEOUT_SECONDS: Final = 2.0
 #: Seconds between health or exit probes: fast enough that a stop or a start
 #: returns promptly, slow enough not to busy-loop a CPU.
 POLL_INTERVAL_SECONDS: Final = 0.05
@@ -87,14 +77,6 @@ KILL_WAIT_SECONDS: Final = 5.0
 #: Another start/stop of the same home finishes within a stop timeout plus
 #: the kill wait; waiting longer would hide a hung peer.
 SERVER_LOCK_TIMEOUT_SECONDS: Final = DEFAULT_STOP_TIMEOUT_SECONDS + KILL_WAIT_SECONDS
-#: The address a managed server listens on unless the caller passes --host:
-#: loopback only, because llama-server has no API key by default.
-DEFAULT_HOST: Final = "127.0.0.1"
-#: Pids above this are not pids on any OS we run on (Linux pid_max is 2**22,
-#: Windows uses 32-bit ids): a larger number in server.json is not ours to signal.
-MAX_PID: Final = 2**31 - 1
-#: Process start times in clock ticks since boot fit in 63 bits for millennia.
-MAX_START_TICKS: Final = 2**63 - 1
 #: Where the server runs when the caller's directory cannot be used (gone, or
 #: inside the home, whose runtimes must hold only what their markers record).
 WORK_DIR_NAME: Final = "work"
@@ -137,64 +119,6 @@ class ServerControl(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Health:
-    """One /health answer: ``ok`` only for HTTP 200."""
-
-    ok: bool
-    detail: str
-
-
-@dataclass(frozen=True)
-class ServerStatus:
-    """What is known about the managed server right now.
-
-    ``healthy`` is None when no server runs (nothing to ask).
-    """
-
-    running: bool
-    pid: int | None = None
-    binary: Path | None = None
-    args: list[str] = field(default_factory=list)
-    port: int | None = None
-    runtime_name: str | None = None
-    healthy: bool | None = None
-    health_detail: str = ""
-    host: str | None = None
-    started_at: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        """The server object of the CLI contract."""
-        return {
-            "running": self.running,
-            "pid": self.pid,
-            "binary": str(self.binary) if self.binary else None,
-            "args": list(self.args),
-            "host": self.host,
-            "port": self.port,
-            "runtime_name": self.runtime_name,
-            "started_at": self.started_at,
-            "healthy": self.healthy,
-            "health_detail": self.health_detail,
-        }
-
-
-@dataclass(frozen=True)
-class _State:
-    """The parsed, trusted content of ``server.json``."""
-
-    pid: int
-    binary: Path
-    args: list[str]
-    host: str
-    port: int | None
-    started_at: str
-    runtime_name: str | None
-    proc_start: int | None
-    cwd: Path | None = None
-
-
-Kill = Callable[[int, int], None]
 HealthProbe = Callable[[str, int, float], Health]
 Listens = Callable[[int, Endpoint], bool]
 
@@ -227,7 +151,9 @@ class ManagedServer(ServerControl):
         listens: Listens = listens_on,
     ) -> None:
         self.server_dir = Path(server_dir)
-        self.state_path = self.server_dir / STATE_NAME
+        #: Which process is ours: ``server.json`` and the children this object started.
+        self.record = ServerRecord(self.server_dir)
+        self.state_path = self.record.path
         self.log_path = self.server_dir / LOG_NAME
         self.host = host
         self.port = port
@@ -239,16 +165,12 @@ class ManagedServer(ServerControl):
         # The working directory of the server stopped last: a restart (an update's
         # switch) runs in it again, so relative arguments keep their meaning.
         self._restart_cwd: Path | None = None
-        # Children this object launched: the only way to reap them (a zombie
-        # still answers kill(pid, 0)) and to see their exit on every OS.
-        self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     # -- ServerControl -------------------------------------------------------
 
     def is_running(self) -> bool:
         """Whether the recorded server process is alive (and is still ours)."""
-        state = self._read_state()
-        return state is not None and self._alive(state)
+        return self.record.running() is not None
 
     def start(
         self,
@@ -286,32 +208,26 @@ class ManagedServer(ServerControl):
 
             runtime_name = runtime_name_of(binary)
         with self._server_lock():
-            state = self._read_state()
-            if state is not None and self._alive(state):
-                raise ServerAlreadyRunningError(
-                    f"A managed llama-server is already running (pid {state.pid}).",
-                    hint="Stop it first with `llama-runtime server stop`.",
-                )
+            self._refuse_if_running()
             full_args = with_listen_args(list(args), host=self.host, port=self.port)
-            host, port = listen_address(full_args, default_host=self.host)
-            for endpoint in listen_endpoints(full_args, default_host=self.host):
-                holder = self._port_in_use(endpoint)
-                if holder is not None:
-                    raise PortInUseError(
-                        f"{endpoint} is already in use by {holder}; llama-server was not started.",
-                        hint="Stop that process, or give llama-server another address (`-- --port N`).",
-                    )
+            self._refuse_taken_addresses(full_args)
             self.server_dir.mkdir(parents=True, exist_ok=True)
             workdir = self._workdir(cwd)
-            child = self._spawn(binary, full_args, env, workdir)
-            self._children[child.pid] = child
+            child = spawn_detached(binary, full_args, env, workdir, self.log_path)
             try:
-                self._record(child.pid, binary, full_args, host, port, runtime_name, workdir)
+                self.record.write(
+                    child,
+                    binary=binary,
+                    args=full_args,
+                    listen=listen_address(full_args, default_host=self.host),
+                    runtime_name=runtime_name,
+                    cwd=workdir,
+                )
             except BaseException:
                 # An unrecorded server could never be found again to stop it.
                 child.kill()
                 child.wait()
-                self._children.pop(child.pid, None)
+                self.record.children.pop(child.pid, None)
                 raise
 
     def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT_SECONDS) -> None:
@@ -325,13 +241,13 @@ class ManagedServer(ServerControl):
             BusyError: Another process is starting or stopping the server.
         """
         with self._server_lock():
-            state = self._read_state()
+            state = self.record.read()
             if state is None:
                 return
-            if self._alive(state):
+            if self.record.alive(state):
                 self._terminate(state, timeout)
             self._restart_cwd = state.cwd
-            self._forget(state.pid)
+            self.record.forget(state.pid)
 
     def wait_healthy(self, timeout: float) -> bool:
         """Poll ``/health`` until our process answers 200 (True), or it exits or
@@ -339,8 +255,8 @@ class ManagedServer(ServerControl):
         same port does not count."""
         deadline = self._clock() + timeout
         while True:
-            state = self._read_state()
-            if state is None or not self._alive(state):
+            state = self.record.running()
+            if state is None:
                 return False
             remaining = max(deadline - self._clock(), 0.0)
             answer = self._health(state, min(HEALTH_PROBE_TIMEOUT_SECONDS, remaining))
@@ -352,17 +268,17 @@ class ManagedServer(ServerControl):
 
     def current_args(self) -> list[str]:
         """Arguments of the running server (empty when none runs)."""
-        state = self._running_state()
+        state = self.record.running()
         return list(state.args) if state else []
 
     def current_binary(self) -> Path | None:
         """Binary of the running server, or None when none runs."""
-        state = self._running_state()
+        state = self.record.running()
         return state.binary if state else None
 
     def endpoint(self) -> str | None:
         """``http://HOST:PORT`` of the running server, or None when none runs or no port is recorded."""
-        state = self._running_state()
+        state = self.record.running()
         if state is None or state.port is None:
             return None
         return f"http://{http_netloc(state.host, state.port)}"
@@ -371,58 +287,24 @@ class ManagedServer(ServerControl):
 
     def exit_status(self) -> int | None:
         """The exit status of the newest server this object started, once it ended (else None)."""
-        if not self._children:
-            return None
-        return list(self._children.values())[-1].poll()  # dicts keep insertion order: the last one started
+        return self.record.newest_exit_status()
 
     def log_tail(self, lines: int = 5, max_bytes: int = 8192) -> list[str]:
         """The last non-empty lines of the server's log (what it said before it exited)."""
-        try:
-            with open(self.log_path, "rb") as log:
-                log.seek(max(log.seek(0, os.SEEK_END) - max_bytes, 0))
-                text = log.read().decode("utf-8", errors="replace")
-        except OSError:
-            return []
-        return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+        return log_tail(self.log_path, lines, max_bytes)
 
     def status(self) -> ServerStatus:
         """Liveness of the recorded process and, when alive, its ``/health``."""
-        state = self._read_state()
+        state = self.record.read()
         if state is None:
             return ServerStatus(running=False)
-        if not self._alive(state):
-            return ServerStatus(
-                running=False,
-                binary=state.binary,
-                args=list(state.args),
-                port=state.port,
-                runtime_name=state.runtime_name,
-                host=state.host,
-                started_at=state.started_at,
-                health_detail=f"the recorded process {state.pid} is no longer running",
-            )
-        answer = self._health(state, HEALTH_PROBE_TIMEOUT_SECONDS)
-        if answer is None:
-            healthy: bool | None = None
-            detail = "no --port recorded; health unknown"
-        else:
-            healthy, detail = answer.ok, answer.detail
-        return ServerStatus(
-            running=True,
-            pid=state.pid,
-            binary=state.binary,
-            args=list(state.args),
-            port=state.port,
-            runtime_name=state.runtime_name,
-            healthy=healthy,
-            health_detail=detail,
-            host=state.host,
-            started_at=state.started_at,
-        )
+        if not self.record.alive(state):
+            return gone_status(state)
+        return running_status(state, self._health(state, HEALTH_PROBE_TIMEOUT_SECONDS))
 
     # -- internals -----------------------------------------------------------------
 
-    def _health(self, state: _State, timeout: float) -> Health | None:
+    def _health(self, state: ServerState, timeout: float) -> Health | None:
         """``/health`` of the recorded server, counted only when our pid listens there.
 
         ``None`` when the arguments name no address to ask.
@@ -443,6 +325,25 @@ class ManagedServer(ServerControl):
             )
         return answer
 
+    def _refuse_if_running(self) -> None:
+        """Raise :class:`ServerAlreadyRunningError` when a managed server already runs."""
+        state = self.record.running()
+        if state is not None:
+            raise ServerAlreadyRunningError(
+                f"A managed llama-server is already running (pid {state.pid}).",
+                hint="Stop it first with `llama-runtime server stop`.",
+            )
+
+    def _refuse_taken_addresses(self, args: Sequence[str]) -> None:
+        """Raise :class:`PortInUseError` when another process listens on an address in ``args``."""
+        for endpoint in listen_endpoints(args, default_host=self.host):
+            holder = self._port_in_use(endpoint)
+            if holder is not None:
+                raise PortInUseError(
+                    f"{endpoint} is already in use by {holder}; llama-server was not started.",
+                    hint="Stop that process, or give llama-server another address (`-- --port N`).",
+                )
+
     def _port_in_use(self, endpoint: Endpoint) -> str | None:
         """Who already listens on ``endpoint``, or ``None`` when it is free."""
         return describe_holder(endpoint) if endpoint_in_use(endpoint) else None
@@ -461,64 +362,11 @@ class ManagedServer(ServerControl):
         work.mkdir(parents=True, exist_ok=True)
         return work
 
-    def _spawn(
-        self, binary: Path, args: list[str], env: Mapping[str, str] | None, cwd: Path
-    ) -> subprocess.Popen[bytes]:
-        log_path = self.log_path
-        if log_path.exists():
-            os.replace(log_path, log_path.with_name(LOG_NAME + ".1"))
-        try:
-            with open(log_path, "wb") as log:
-                return subprocess.Popen(
-                    [str(binary), *args],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=dict(env) if env is not None else None,
-                    cwd=str(cwd),
-                    close_fds=True,
-                    # A new session/process group: Ctrl-C in the CLI's terminal
-                    # and the CLI's exit must not take the server down.
-                    start_new_session=sys.platform != "win32",
-                    creationflags=_creation_flags(),
-                )
-        except OSError as exc:
-            raise ServerStartError(
-                f"Could not start {binary}: {exc.strerror or exc}.",
-                hint="Check that the runtime is installed (`llama-runtime status`).",
-            ) from exc
-
-    def _record(
-        self,
-        pid: int,
-        binary: Path,
-        args: list[str],
-        host: str,
-        port: int | None,
-        runtime_name: str | None,
-        cwd: Path,
-    ) -> None:
-        atomic_write_json(
-            self.state_path,
-            {
-                "schema_version": STATE_SCHEMA,
-                "pid": pid,
-                "binary": str(binary),
-                "args": args,
-                "host": host,
-                "port": port,
-                "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                "runtime_name": runtime_name,
-                "cwd": str(cwd),
-                "proc_start": process_start_ticks(pid),
-            },
-        )
-
-    def _terminate(self, state: _State, timeout: float) -> None:
-        self._signal(state, signal.SIGTERM)
+    def _terminate(self, state: ServerState, timeout: float) -> None:
+        signal_server(self._kill, state.pid, signal.SIGTERM)
         if self._wait_gone(state, timeout):
             return
-        self._signal(state, _HARD_KILL)
+        signal_server(self._kill, state.pid, HARD_KILL)
         if self._wait_gone(state, KILL_WAIT_SECONDS):
             return
         raise ServerStopError(
@@ -527,60 +375,13 @@ class ManagedServer(ServerControl):
             hint="It is probably stuck in a device driver; a reboot may be needed.",
         )
 
-    def _signal(self, state: _State, signum: int) -> None:
-        try:
-            self._kill(state.pid, signum)
-        except ProcessLookupError:
-            return  # exited between the liveness check and the signal
-        except PermissionError as exc:
-            raise ServerStopError(
-                f"Not allowed to stop llama-server (pid {state.pid}): it belongs to another user.",
-                reason="permission_denied",
-                hint="Stop it as the user that started it.",
-            ) from exc
-        except OSError as exc:
-            raise ServerStopError(
-                f"Could not signal llama-server (pid {state.pid}): {exc.strerror or exc}.",
-                reason="signal_failed",
-            ) from exc
-
-    def _wait_gone(self, state: _State, timeout: float) -> bool:
+    def _wait_gone(self, state: ServerState, timeout: float) -> bool:
         deadline = self._clock() + timeout
-        while self._alive(state):
+        while self.record.alive(state):
             if self._clock() >= deadline:
                 return False
             self._sleep(POLL_INTERVAL_SECONDS)
         return True
-
-    def _forget(self, pid: int) -> None:
-        self._children.pop(pid, None)
-        with contextlib.suppress(FileNotFoundError):
-            self.state_path.unlink()
-
-    def _alive(self, state: _State) -> bool:
-        child = self._children.get(state.pid)
-        if child is not None:
-            return child.poll() is None
-        if not pid_alive(state.pid):
-            return False
-        current = process_start_ticks(state.pid)
-        if current is None:
-            return True  # no start times on this system (macOS, Windows): the pid is all there is
-        # Where start times exist, every record we write has one: a record without
-        # it (hand-written, planted) proves nothing, and a different one means the
-        # pid was recycled by an unrelated process. Neither may be signalled.
-        return state.proc_start == current
-
-    def _running_state(self) -> _State | None:
-        state = self._read_state()
-        return state if state is not None and self._alive(state) else None
-
-    def _read_state(self) -> _State | None:
-        try:
-            raw = self.state_path.read_bytes()
-        except FileNotFoundError:
-            return None
-        return _parse_state(raw)
 
     @contextlib.contextmanager
     def _server_lock(self) -> Iterator[None]:
@@ -597,129 +398,3 @@ class ManagedServer(ServerControl):
             yield
         finally:
             lock.release()
-
-
-# -- pure helpers ------------------------------------------------------------------
-
-
-def _parse_state(raw: bytes) -> _State | None:
-    """The trusted content of ``server.json``, or None when it is not ours."""
-    try:
-        payload = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not isinstance(payload, dict):
-        return None
-    pid, binary, args = payload.get("pid"), payload.get("binary"), payload.get("args")
-    if type(pid) is not int or not 0 < pid <= MAX_PID or not isinstance(binary, str) or not binary:
-        return None
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        return None
-    host = payload.get("host")
-    port = payload.get("port")
-    name = payload.get("runtime_name")
-    started = payload.get("started_at")
-    proc_start = payload.get("proc_start")
-    if proc_start is not None and (type(proc_start) is not int or not 0 <= proc_start <= MAX_START_TICKS):
-        return None  # a start time we cannot compare cannot prove the pid is ours
-    cwd = payload.get("cwd")
-    return _State(
-        pid=pid,
-        binary=Path(binary),
-        args=list(args),
-        host=host if isinstance(host, str) and host else DEFAULT_HOST,
-        port=port if type(port) is int and 0 < port < 65536 else None,
-        started_at=started if isinstance(started, str) else "",
-        runtime_name=name if isinstance(name, str) else None,
-        proc_start=proc_start,
-        cwd=Path(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else None,
-    )
-
-
-def arg_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of ``flag`` in ``args`` (``--flag V`` or ``--flag=V``; last wins)."""
-    value: str | None = None
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg[len(flag) + 1 :]
-    return value
-
-
-def with_listen_args(args: list[str], *, host: str, port: int | None) -> list[str]:
-    """``args`` plus ``--host``/``--port`` where missing (a free port when ``port`` is None)."""
-    if arg_value(args, "--port") is not None:
-        return args
-    extra: list[str] = []
-    if arg_value(args, "--host") is None:
-        extra += ["--host", host]
-    tcp = [e for e in listen_endpoints(args, default_host=host) if e.kind == "tcp"]
-    if not tcp:
-        return [*args, *extra]  # UNIX sockets only: no port to pick
-    extra += ["--port", str(port if port is not None else free_port(tcp[0].host or host))]
-    return [*args, *extra]
-
-
-def listen_address(args: Sequence[str], *, default_host: str) -> tuple[str, int | None]:
-    """The first address the server will listen on (host or socket path, and port), as ``args`` say."""
-    first = listen_endpoints(args, default_host=default_host)[0]
-    return first.host, first.port
-
-
-def free_port(host: str = DEFAULT_HOST) -> int:
-    """A TCP port nothing listens on right now (another process may still take it)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def http_netloc(host: str, port: int) -> str:
-    """``HOST:PORT`` to connect to a server bound to ``host`` (a wildcard means loopback)."""
-    probe_host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    return f"[{probe_host}]:{port}" if ":" in probe_host else f"{probe_host}:{port}"
-
-
-def probe_health(host: str, port: int, timeout: float) -> Health:
-    """``GET /health``: 200 is healthy; 503 means loading; anything else is not."""
-    netloc = http_netloc(host, port)
-    # No proxies: an http_proxy from the environment must not see local traffic.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://{netloc}/health", timeout=max(timeout, 0.01)) as response:
-            return Health(ok=response.status == 200, detail=f"HTTP {response.status}")
-    except urllib.error.HTTPError as exc:
-        return Health(ok=False, detail=f"HTTP {exc.code}: {_error_message(exc)}")
-    except (urllib.error.URLError, OSError) as exc:
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        return Health(ok=False, detail=f"no answer from {netloc}: {reason}")
-
-
-def _error_message(exc: urllib.error.HTTPError) -> str:
-    """llama-server's ``{"error": {"message": ...}}`` text, else the HTTP reason."""
-    try:
-        body = json.loads(exc.read(4096))
-        message = body["error"]["message"]
-        if isinstance(message, str):
-            return message
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return str(exc.reason)
-
-
-# -- platform ----------------------------------------------------------------------
-
-if sys.platform == "win32":
-    # TerminateProcess (what os.kill maps to) is already unconditional.
-    _HARD_KILL: Final[int] = signal.SIGTERM
-else:
-    _HARD_KILL = signal.SIGKILL
-
-
-def _creation_flags() -> int:
-    """Windows flags that let the server outlive this process and its console."""
-    if sys.platform == "win32":
-        return subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
-    return 0

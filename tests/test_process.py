@@ -26,15 +26,10 @@ from llama_runtime.runtime.errors import (
     ServerStartError,
     ServerStopError,
 )
-from llama_runtime.runtime.process import (
-    Health,
-    ManagedServer,
-    ServerControl,
-    arg_value,
-    pid_alive,
-    probe_health,
-    with_listen_args,
-)
+from llama_runtime.runtime.health import Health, probe_health
+from llama_runtime.runtime.listen import arg_value, with_listen_args
+from llama_runtime.runtime.process import ManagedServer, ServerControl
+from llama_runtime.runtime.procinfo import pid_alive
 
 from tests.realbuild import real_bin_dir
 
@@ -86,7 +81,7 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., ManagedServer]]:
     yield make
     for server in made:
         # Every process a test started is a child held here; its session id is its pid.
-        for pid, child in list(server._children.items()):
+        for pid, child in list(server.record.children.items()):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
             child.wait(timeout=10)
@@ -118,7 +113,7 @@ def dead_pid() -> int:
 
 def wait_exited(server: ManagedServer) -> None:
     """Wait for a short-lived stand-in to finish (reaping it, as init would)."""
-    server._children[json.loads(server.state_path.read_text())["pid"]].wait(timeout=10)
+    server.record.children[json.loads(server.state_path.read_text())["pid"]].wait(timeout=10)
 
 
 def write_state(server: ManagedServer, **fields: object) -> None:
@@ -441,7 +436,7 @@ def test_health_503_loading_model_is_not_healthy_yet(loading_server: int) -> Non
 
 
 def test_health_of_a_closed_port_is_not_healthy() -> None:
-    from llama_runtime.runtime.process import free_port
+    from llama_runtime.runtime.listen import free_port
 
     answer = probe_health("127.0.0.1", free_port(), 2.0)
 

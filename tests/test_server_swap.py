@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from llama_runtime.runtime.errors import SwitchError
 from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.process import ManagedServer, pid_alive
+from llama_runtime.runtime.process import ManagedServer
+from llama_runtime.runtime.procinfo import pid_alive
 from llama_runtime.updater.choice.host import detect_host
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.transaction import Installer, UpdateRequest

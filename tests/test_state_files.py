@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
-from llama_runtime.runtime.process import process_start_ticks
+from llama_runtime.runtime.procinfo import process_start_ticks
 from llama_runtime.updater.cli.main import main
 
 from llama_runtime import RuntimeUpdater

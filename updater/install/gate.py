@@ -34,8 +34,8 @@ from llama_runtime.runtime.inference import (
     probe_inference,
 )
 from llama_runtime.runtime.layout import InstalledRuntime
+from llama_runtime.runtime.listen import arg_value
 from llama_runtime.runtime.marker import read_marker, write_marker
-from llama_runtime.runtime.process import arg_value
 from llama_runtime.updater.logs import get_logger
 
 log = get_logger("llama_runtime.gate")
