@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.cli.main import build_parser, main
+from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.cli.parser import build_parser
 from llama_runtime.updater.cli.server import LLAMA_SERVER_DEFAULT_PORT, default_port
 
 from tests.conftest import REPO, stand_in_server, stand_in_tarball

@@ -17,7 +17,8 @@ from typing import Any
 
 import jsonschema
 import pytest
-from llama_runtime.updater.cli.main import build_parser, main
+from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.cli.parser import build_parser
 from referencing import Registry, Resource
 
 from tests.conftest import REPO, stand_in_tarball

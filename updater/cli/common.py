@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
     from llama_runtime.updater.api.progress import TerminalProgress
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.main import Output
+    from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.install.transaction import UpdateOutcome
 
 #: Shown under every command's help instead of repeating the global options there.
@@ -46,6 +46,20 @@ def user_tag(tag: str) -> str:
             hint="llama.cpp builds are tagged bNNNN (e.g. b7000).",
         )
     return cleaned
+
+
+def tag_or_none(tag: str | None) -> str | None:
+    """``--tag`` checked as :func:`user_tag` checks it, or ``None`` when not given."""
+    return None if tag is None else user_tag(tag)
+
+
+def add_require_provenance(parser: argparse.ArgumentParser) -> None:
+    """The ``--require-provenance`` flag (also LLAMA_RUNTIME_REQUIRE_PROVENANCE=1)."""
+    parser.add_argument(
+        "--require-provenance",
+        action="store_true",
+        help="refuse an asset without a verified build attestation (LLAMA_RUNTIME_REQUIRE_PROVENANCE=1)",
+    )
 
 
 def add_events_flag(parser: argparse.ArgumentParser) -> None:

@@ -14,7 +14,8 @@ import sys
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.cli.parser import AddParser, Handler
 
 SHELLS: Final[tuple[str, ...]] = ("bash", "zsh", "fish")
 

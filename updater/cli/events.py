@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.errors import LlamaRuntimeError
     from llama_runtime.updater.api.progress import ProgressLike
     from llama_runtime.updater.api.service import RuntimeUpdater, UpdateJob
-    from llama_runtime.updater.cli.main import Output
+    from llama_runtime.updater.cli.output import Output
 
 #: A progress bar redraws about ten times a second; more lines only cost the app parsing.
 MAX_PROGRESS_PER_SECOND: Final[float] = 10.0

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from llama_runtime.updater.cli.gateopts import positive_seconds
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.cli.parser import AddParser, Handler
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -33,7 +34,7 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 
 def cmd_gate(args: argparse.Namespace, out: Output) -> int:
-    from llama_runtime.updater.cli.main import home_for, settings_from_args
+    from llama_runtime.updater.cli.context import home_for, settings_from_args
     from llama_runtime.updater.install.gate import parse_slowdown
     from llama_runtime.updater.install.gate_store import gate_settings_json, load_gate_settings, save_gate_settings
 

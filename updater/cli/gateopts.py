@@ -1,6 +1,6 @@
 """The inference gate's options and sentences, shared by ``update``, ``use``, ``rollback`` and ``status``.
 
-No import of ``cli.main`` or ``cli.common`` (they import this module).
+No import of other ``cli`` modules (``cli.common`` and the commands import this one).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from llama_runtime.updater.cli.common import add_events_flag, cancel_on_signals
 
 if TYPE_CHECKING:
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.cli.parser import AddParser, Handler
 
 #: The jitter sleep; tests replace it so they never wait.
 sleep: Callable[[float], None] = time.sleep
@@ -32,7 +33,7 @@ def register(add: AddParser) -> dict[str, Handler]:
         "--wait", default="0", metavar="DURATION", help="with --apply, wait this long for a running update (e.g. 10m)"
     )
     add_events_flag(p)
-    from llama_runtime.updater.cli.main import add_require_provenance
+    from llama_runtime.updater.cli.common import add_require_provenance
 
     add_require_provenance(p)
     p = add("job", "show, follow or cancel the update job")
@@ -45,7 +46,7 @@ def register(add: AddParser) -> dict[str, Handler]:
 def updater_from_args(args: argparse.Namespace) -> RuntimeUpdater:
     """A :class:`RuntimeUpdater` over the engine the common flags configure."""
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.main import engine_for, settings_from_args
+    from llama_runtime.updater.cli.context import engine_for, settings_from_args
 
     return RuntimeUpdater.from_engine(engine_for(settings_from_args(args)))
 

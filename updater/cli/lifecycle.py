@@ -18,7 +18,8 @@ from llama_runtime.updater.cli.common import add_events_flag
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime
     from llama_runtime.updater.choice.available import Available
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.cli.parser import AddParser, Handler
     from llama_runtime.updater.config import Settings
 
 #: Releases ``list --available`` shows by default: a screenful, and one page of the API.
@@ -70,8 +71,8 @@ def _select(args: argparse.Namespace, settings: Settings, home: Home) -> Install
 def cmd_use(args: argparse.Namespace, out: Output) -> int:
     """``use TAG``: switch to an installed runtime."""
     from llama_runtime.updater.cli.common import outcome_lines, progress_for
+    from llama_runtime.updater.cli.context import engine_for, settings_from_args
     from llama_runtime.updater.cli.gateopts import with_gate
-    from llama_runtime.updater.cli.main import engine_for, settings_from_args
 
     settings = with_gate(args, settings_from_args(args))
     installer = engine_for(settings).installer()
@@ -89,7 +90,7 @@ def cmd_use(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_remove(args: argparse.Namespace, out: Output) -> int:
     """``remove TAG``: delete an installed runtime that is neither active nor previous."""
-    from llama_runtime.updater.cli.main import home_for, settings_from_args
+    from llama_runtime.updater.cli.context import home_for, settings_from_args
     from llama_runtime.updater.install.download import human_size
     from llama_runtime.updater.install.gc import remove_runtime
 
@@ -110,7 +111,7 @@ def cmd_which(args: argparse.Namespace, out: Output) -> int:
     import sys
 
     from llama_runtime.runtime.binary import server_override
-    from llama_runtime.updater.cli.main import home_for, read_active, settings_from_args
+    from llama_runtime.updater.cli.context import home_for, read_active, settings_from_args
 
     _pointer, active = read_active(home_for(settings_from_args(args)))
     if active is None:
@@ -129,7 +130,7 @@ def cmd_which(args: argparse.Namespace, out: Output) -> int:
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     """``list [--available]``: installed runtimes, and what the remote offers this host."""
     from llama_runtime.runtime.fsutil import tree_size
-    from llama_runtime.updater.cli.main import home_for, settings_from_args
+    from llama_runtime.updater.cli.context import home_for, settings_from_args
 
     settings = settings_from_args(args)
     home = home_for(settings)
@@ -178,7 +179,7 @@ def _available(
     from llama_runtime.updater.choice.available import available_builds
     from llama_runtime.updater.choice.channel import channel_builds, parse_channel
     from llama_runtime.updater.choice.host import detect_host
-    from llama_runtime.updater.cli.main import engine_for
+    from llama_runtime.updater.cli.context import engine_for
     from llama_runtime.updater.sources.resolve import pointers_on_page
 
     if args.limit < 1:

@@ -1,10 +1,9 @@
 """CLI commands for offline machines and housekeeping: ``install-file``, ``export``,
-``mirror sync`` and ``gc`` (registered through ``updater.cli.EXTENSIONS``)."""
+``mirror sync`` and ``gc`` (listed in ``cli/parser.py``'s ``COMMAND_MODULES``)."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,10 +11,8 @@ from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.updater.cli.common import GLOBAL_EPILOG
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.cli.main import Output
-
-Handler = Callable[[argparse.Namespace, "Output"], int]
-AddParser = Callable[[str, str], argparse.ArgumentParser]
+    from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.cli.parser import AddParser, Handler
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -33,7 +30,7 @@ def register(add: AddParser) -> dict[str, Handler]:
         help="the archive's build attestation: a Sigstore bundle, `gh attestation download` JSON lines, "
         "or the attestations API's answer; verified offline",
     )
-    from llama_runtime.updater.cli.main import add_require_provenance
+    from llama_runtime.updater.cli.common import add_require_provenance
 
     add_require_provenance(p)
     p = add("export", "write the active runtime and its marker as one bundle for `install-file`")
@@ -89,7 +86,7 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
 def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
     """``install-file ARCHIVE [--tag TAG] [--sha256 HEX]``."""
     from llama_runtime.updater.cli.common import provenance_line
-    from llama_runtime.updater.cli.main import engine_for, settings_from_args
+    from llama_runtime.updater.cli.context import engine_for, settings_from_args
     from llama_runtime.updater.install.offline import InstallFileRequest, install_file
 
     settings = settings_from_args(args)
@@ -127,7 +124,7 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
     """``export --output FILE``."""
-    from llama_runtime.updater.cli.main import home_for, settings_from_args
+    from llama_runtime.updater.cli.context import home_for, settings_from_args
     from llama_runtime.updater.install.download import human_size
     from llama_runtime.updater.install.offline import export_bundle
 
@@ -146,7 +143,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``."""
     from llama_runtime.runtime.backends import parse_backend
-    from llama_runtime.updater.cli.main import engine_for, settings_from_args
+    from llama_runtime.updater.cli.context import engine_for, settings_from_args
     from llama_runtime.updater.install.download import human_size
     from llama_runtime.updater.sources.mirror import sync_mirror
 
@@ -197,7 +194,7 @@ def _platform(value: str) -> str:
 
 def cmd_gc(args: argparse.Namespace, out: Output) -> int:
     """``gc [--keep N] [--dry-run] [--cache]``."""
-    from llama_runtime.updater.cli.main import home_for, settings_from_args
+    from llama_runtime.updater.cli.context import home_for, settings_from_args
     from llama_runtime.updater.install.download import human_size
     from llama_runtime.updater.install.gc import DEFAULT_KEEP, collect_garbage
 

@@ -1,0 +1,109 @@
+"""``update``: resolve, download, verify and activate a release; roll back on failure.
+
+It runs as the home's update job, so ``job status/wait/cancel`` follow it from
+another terminal, and ``--events`` streams it as JSON Lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from llama_runtime.runtime.errors import BusyError, LlamaRuntimeError
+from llama_runtime.updater.cli.common import (
+    add_events_flag,
+    add_require_provenance,
+    cancel_on_signals,
+    duration_arg,
+    explain_failure,
+    outcome_lines,
+    progress_for,
+    tag_or_none,
+)
+from llama_runtime.updater.cli.context import engine_for, has_active, settings_from_args
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.cli.parser import AddParser, Handler
+    from llama_runtime.updater.install.transaction import UpdateOutcome
+
+
+def register(add: AddParser) -> dict[str, Handler]:
+    """Add ``update``."""
+    from llama_runtime.updater.cli.gateopts import add_gate_arguments
+
+    p = add("update", "resolve, download, verify and activate a release; roll back on failure")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--tag", help="exact release tag: a build such as b7000 or a release such as v0.3.0")
+    which.add_argument("--latest", action="store_true", help="the newest release (default)")
+    p.add_argument("--cuda-version", help="CUDA line to prefer, e.g. 12 or 12.4")
+    p.add_argument("--require-digest", action="store_true", help="refuse assets without a published sha256")
+    add_require_provenance(p)
+    p.add_argument(
+        "--wait", default="0", metavar="DURATION", help="wait this long for another update to finish (90, 30s, 10m)"
+    )
+    add_events_flag(p)
+    add_gate_arguments(p, smoke=True)
+    return {"update": cmd_update}
+
+
+def cmd_update(args: argparse.Namespace, out: Output) -> int:
+    """``update``: runs as the home's update job, so ``job status/wait/cancel`` follow it from elsewhere."""
+    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.choice.decide import UpdateRequest
+    from llama_runtime.updater.cli.gateopts import with_gate
+
+    settings = with_gate(args, settings_from_args(args))  # bad input is exit 2 before anything changes
+    tag = tag_or_none(args.tag)
+    updater = RuntimeUpdater.from_engine(engine_for(settings))
+    request = UpdateRequest(
+        repo=settings.repo,
+        tag=tag,
+        backend=settings.backend if settings.backend_explicit else None,
+        cuda_version=args.cuda_version,
+        require_digest=args.require_digest,
+        channel=settings.channel,
+    )
+    had_active = has_active(updater.home)
+    bar = progress_for(args)
+    listener = out.events if out.events is not None else bar
+    try:
+        with cancel_on_signals(updater, out):
+            job = updater.run_update(
+                request, wait=duration_arg(args.wait, "--wait"), operation="update", listener=listener
+            )
+        if job.exception is not None:
+            raise job.exception
+    except BusyError:
+        if out.events is not None and tag is None:
+            from llama_runtime.updater.cli.events import attach_events
+
+            return attach_events(updater, out, busy=updater.busy_error())
+        raise updater.busy_error() from None
+    except LlamaRuntimeError as exc:
+        explain_failure(exc, had_active=had_active)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    if job.outcome is None:
+        raise LlamaRuntimeError(f"The update job {job.id} ended without a result ({job.state().phase}).")
+    _report(job.outcome, args, out)
+    return 0
+
+
+def _report(outcome: UpdateOutcome, args: argparse.Namespace, out: Output) -> None:
+    """The update's result, with a warning when ``LLAMA_SERVER_PATH`` keeps apps on another binary."""
+    from llama_runtime.updater.cli.status import override_info
+
+    warnings = list(outcome.warnings)
+    override = override_info()
+    if override:
+        warnings.append(
+            f"LLAMA_SERVER_PATH={override['path']} is set: apps keep running that binary, "
+            "not the runtime just installed."
+        )
+    payload = outcome.to_json()
+    payload["warnings"] = warnings
+    lines = outcome_lines(outcome) + ([] if args.quiet else [f"warning: {w}" for w in warnings])
+    out.result(payload, lines)
