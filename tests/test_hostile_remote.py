@@ -202,6 +202,26 @@ def test_github_token_never_goes_to_a_mirror_but_the_own_token_goes_to_loopback(
     assert github.requests_to("api", "b7998")[-1].headers.get("authorization") == "Bearer own-token"
 
 
+@pytest.mark.parametrize("variable", ["LLAMA_RUNTIME_GITHUB_TOKEN", "GITHUB_TOKEN"])
+def test_a_token_with_a_line_break_is_bad_input_not_a_network_failure(
+    capsys: pytest.CaptureFixture[str],
+    github: FakeGitHub,
+    installed: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+) -> None:
+    guard = HomeGuard(tmp_path, installed)
+    before = len(github.requests)
+    monkeypatch.setenv(variable, "ghp_secret\r\nX-Evil: 1")
+    api = github.api_url if variable.startswith("LLAMA") else "https://api.github.com"
+    code, payload = run_cli(capsys, installed, api, "update", "--tag", "b7999", "--backend", "cpu")
+    assert code == 2, payload
+    assert variable in payload["error"]["message"] and "ghp_secret" not in json.dumps(payload)
+    assert len(github.requests) == before  # refused before anything was sent
+    guard.assert_intact("b7000")
+
+
 def test_an_explicit_token_is_never_sent_in_clear_to_another_host() -> None:
     client = GitHubClient("http://mirror.example/api", REPO, token="secret")
     assert client.auth_headers_for("http://mirror.example/api/repos/x") == {}

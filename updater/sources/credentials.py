@@ -32,6 +32,9 @@ _OWN_TOKEN_VAR: Final[str] = "LLAMA_RUNTIME_GITHUB_TOKEN"
 _LOOPBACK_NAMES: Final[frozenset[str]] = frozenset({"localhost", "localhost.localdomain"})
 # A URL inside free text (an error message from a library): scheme://… up to a blank or quote.
 _URL_IN_TEXT: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+# What a token may hold: GitHub's are letters, digits and "_"; any visible ASCII is allowed,
+# nothing that could end or fold an HTTP header line.
+_TOKEN_TEXT: Final = re.compile(r"^[\x21-\x7e]+$")
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -66,17 +69,34 @@ def token_for(api_url: str, env: Mapping[str, str]) -> str | None:
 
     ``LLAMA_RUNTIME_GITHUB_TOKEN`` wins on its own origin; a github.com token
     is used only for ``https://api.github.com``. Blank values count as unset.
+
+    Raises:
+        UserInputError: The token that would be sent holds spaces or control
+            characters (a pasted line break): it could never authenticate.
     """
     own = env.get(_OWN_TOKEN_VAR, "").strip()
     if own and may_send_token(api_url):
-        return own
+        return _checked(_OWN_TOKEN_VAR, own)
     if _origin(api_url) != _origin(GITHUB_API_ORIGIN):
         return None
     for key in _GITHUB_TOKEN_VARS:
         value = env.get(key, "").strip()
         if value:
-            return value
+            return _checked(key, value)
     return None
+
+
+def _checked(variable: str, token: str) -> str:
+    if _TOKEN_TEXT.match(token):
+        return token
+    from llama_runtime.runtime.errors import UserInputError
+
+    # Never quote the token: a message may end up in a log or a job file.
+    raise UserInputError(
+        f"{variable} contains spaces or control characters (a pasted line break?); "
+        "a GitHub token is one line of letters, digits and underscores.",
+        hint=f"Set {variable} again without the extra characters.",
+    )
 
 
 def redact_url(url: str) -> str:
