@@ -30,7 +30,7 @@ from llama_runtime.updater.sources.build_manifest import (
 from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 from llama_runtime.updater.sources.release import Asset, Release
 from llama_runtime.updater.sources.remote_names import RemoteDataError
-from llama_runtime.updater.sources.resolve import resolve_tag_remote
+from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_tag_remote
 
 from tests.conftest import HomeGuard, run_json
 from tests.fakegithub import FakeGitHub
@@ -293,6 +293,18 @@ def test_a_repeated_resolve_reads_the_manifest_from_the_cache_while_the_asset_is
         assert found.release.manifest.artifact(asset_name("linux-x64-cuda12-legacy")) is not None
     assert len(github.requests_to("blob", MANIFEST_ASSET)) == 1
     assert len(github.requests_to("blob", "llama-prebuilt-sha256.json")) == 1
+
+
+def test_the_scheduled_checks_cheap_path_sees_the_manifest_of_a_forks_latest_release_from_the_cache(
+    tmp_path: Path, github: FakeGitHub
+) -> None:
+    publish_fork(github, tmp_path)
+    cache = JsonFileEtagCache(tmp_path / "etags.json")
+    for _ in range(2):
+        with GitHubClient(github.api_url, FORK, etag_cache=cache) as client:
+            tag, _version, found = peek_latest_build(client, "stable")
+        assert tag == TAG and found.manifest is not None
+    assert len(github.requests_to("blob", MANIFEST_ASSET)) == 1
 
 
 def test_manifest_that_its_checksum_index_does_not_approve_stops_the_update_and_changes_nothing(

@@ -200,7 +200,7 @@ def peek_latest_build(client: ReleaseSource, channel: Channel) -> tuple[str, str
         if pointer is not None:
             version = latest.tag if latest.tag.startswith("v") else None
             return read_pointer(client, latest, pointer), version, latest
-        found = resolve_release(latest, {}, [latest])
+        found = with_build_manifest(client, resolve_release(latest, {}, [latest]))  # cached: free when unchanged
     else:
         found = resolve_latest_remote(client, channel)
     return found.build_tag, found.version, found.release
