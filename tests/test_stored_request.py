@@ -13,7 +13,7 @@ from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.transaction import Installer, UpdateRequest
 from llama_runtime.updater.sources.github import GitHubClient
 
-from tests.conftest import REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.conftest import REPO, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 LINUX_VULKAN_HOST = HostFacts(os="linux", arch="x64", sources=(("os", "test"),))
@@ -148,3 +148,33 @@ def test_plan_with_an_explicit_backend_missing_for_the_platform_exits_5_naming_w
     assert code == 5
     assert payload["error"]["message"].startswith("No vulkan build of llama.cpp b7000 for linux-x64")
     assert "Available here: cpu" in payload["error"]["message"]
+
+
+def test_plan_without_backend_follows_the_stored_request_like_update(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, b7000_home: Path
+) -> None:
+    # b7000 was installed with --backend cpu: plan, like update, keeps asking for cpu.
+    _publish(
+        github,
+        tmp_path,
+        "b7001",
+        {"llama-b7001-bin-ubuntu-vulkan-x64.tar.gz": ("ggml-vulkan",), "llama-b7001-bin-ubuntu-x64.tar.gz": ()},
+    )
+    code, plan = run_json(capsys, b7000_home, github.api_url, "plan", "--tag", "b7001")
+    assert code == 0, plan
+    assert (plan["backend_request"], plan["asset"]) == ("cpu", "llama-b7001-bin-ubuntu-x64.tar.gz")
+    code, explicit = run_json(capsys, b7000_home, github.api_url, "plan", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 0, explicit
+    assert (explicit["backend_request"], explicit["asset"]) == ("vulkan", "llama-b7001-bin-ubuntu-vulkan-x64.tar.gz")
+
+
+@pytest.mark.parametrize("bad", ["nan", "-12", "12.x", "99999999999999999999999.1", "0"])
+def test_malformed_cuda_version_is_exit_2_for_plan_and_update_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, b7000_home: Path, bad: str
+) -> None:
+    guard = HomeGuard(tmp_path, b7000_home)
+    for command in ("plan", "update"):
+        code, payload = run_json(capsys, b7000_home, github.api_url, command, "--tag", "b7000", "--cuda-version", bad)
+        assert code == 2, (command, payload)
+        assert "use a line such as '12' or '12.4'" in payload["error"]["message"]
+    guard.assert_intact("b7000")

@@ -97,6 +97,23 @@ def _host_can_run(backend: str, host: HostFacts) -> str | None:
     return None if ok else why
 
 
+#: A CUDA version as people write it: a major line, ``major.minor`` or ``major.minor.patch``,
+#: each part at most three digits (CUDA is at 13; a 20-digit "version" is a typo or an attack).
+_CUDA_VERSION: Final = re.compile(r"^\d{1,3}(?:\.\d{1,3}){0,2}$")
+
+
+def parse_cuda_version(text: str) -> str:
+    """``text`` as a CUDA version (``"12"``, ``"12.4"``, ``"12.4.1"``), trimmed.
+
+    Raises:
+        UserInputError: It is not one (``nan``, ``-12``, ``12.x``), saying what is valid.
+    """
+    version = text.strip()
+    if not _CUDA_VERSION.match(version) or int(version.split(".")[0]) == 0:
+        raise UserInputError(f"CUDA version {text[:40]!r} is malformed; use a line such as '12' or '12.4'.")
+    return version
+
+
 def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: str | None = None) -> Choice:
     """Choose the runtime archive (and companions) of ``release`` for ``host``.
 
@@ -113,9 +130,7 @@ def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: 
             host and request; the message lists what the platform does have.
     """
     backend_request = parse_backend(request)
-    if cuda_version is not None and not re.match(r"^\d+(?:\.\d+)*$", cuda_version.strip()):
-        raise UserInputError(f"CUDA version {cuda_version!r} is malformed; use a line such as '12.4' or '13'.")
-    pin = cuda_version.strip() if cuda_version is not None else None
+    pin = parse_cuda_version(cuda_version) if cuda_version is not None else None
     field = _Field.of(release, host.platform)
     ranker = Ranker(host, pin, backend_request == AUTO, release)
     chosen, skipped = _pick(field, ranker, backend_request, f"{_repo_label(release)} {release.tag}")

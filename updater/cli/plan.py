@@ -51,8 +51,13 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
     # What update would do on this machine compares with the active runtime;
     # a plan for another machine (--platform) has none.
     active = None if args.platform or args.host_file else active_state(home_for(settings))
+    # Like update: without --backend the active runtime's stored request decides (auto when none).
     request = UpdateRequest(
-        repo=settings.repo, tag=tag, backend=settings.backend, cuda_version=cuda_line, channel=settings.channel
+        repo=settings.repo,
+        tag=tag,
+        backend=settings.backend if settings.backend_explicit else None,
+        cuda_version=cuda_line,
+        channel=settings.channel,
     )
     channel = channel_request(request, active.marker if active else None)
     with engine_for(settings).open_source(etag_cache=False) as client:
@@ -68,7 +73,7 @@ def cmd_plan(args: argparse.Namespace, out: Output) -> int:
         "version": resolved.version,
         "channel": channel,
         "backend": choice.backend,
-        "backend_request": settings.backend,
+        "backend_request": plan.backend_request,
         "asset": choice.asset.name,
         "extra_assets": [a.name for a in choice.extra_assets],
         "size": choice.asset.size + sum(a.size for a in choice.extra_assets),
@@ -94,8 +99,10 @@ def _plan_host(args: argparse.Namespace) -> tuple[HostFacts, str | None]:
     Raises:
         UserInputError: Both ``--host`` and ``--platform``, or either one malformed.
     """
+    from llama_runtime.updater.choice.choose import parse_cuda_version
     from llama_runtime.updater.choice.host import detect_host, host_for_platform
 
+    cuda = parse_cuda_version(args.cuda_version) if args.cuda_version is not None else None
     if args.host_file:
         from pathlib import Path
 
@@ -103,11 +110,11 @@ def _plan_host(args: argparse.Namespace) -> tuple[HostFacts, str | None]:
 
         if args.platform:
             raise UserInputError("Give --host FILE or --platform, not both: the file already names the platform.")
-        return load_host_file(Path(args.host_file)), args.cuda_version
+        return load_host_file(Path(args.host_file)), cuda
     if args.platform:
-        return host_for_platform(args.platform, args.cuda_version), None
-    if args.cuda_version:
-        return dataclasses.replace(detect_host(), cuda_driver_version=args.cuda_version.strip()), None
+        return host_for_platform(args.platform, cuda), None
+    if cuda is not None:
+        return dataclasses.replace(detect_host(), cuda_driver_version=cuda), None
     return detect_host(), None
 
 

@@ -50,6 +50,7 @@ def register(add: AddParser) -> dict[str, Handler]:
 def cmd_update(args: argparse.Namespace, out: Output) -> int:
     """``update``: runs as the home's update job, so ``job status/wait/cancel`` follow it from elsewhere."""
     from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.choice.choose import parse_cuda_version
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.cli.gateopts import with_gate
 
@@ -60,7 +61,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
         repo=settings.repo,
         tag=tag,
         backend=settings.backend if settings.backend_explicit else None,
-        cuda_version=args.cuda_version,
+        cuda_version=parse_cuda_version(args.cuda_version) if args.cuda_version is not None else None,
         require_digest=args.require_digest,
         channel=settings.channel,
     )
