@@ -52,7 +52,7 @@ class Cost:
 
 @pytest.fixture(autouse=True)
 def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llama_runtime.updater.choice import host as host_module
+    from llama_runtime.updater.choice import host_detect as host_module
     from llama_runtime.updater.choice.host import HostFacts
 
     monkeypatch.setattr(host_module, "detect_host", lambda: HostFacts(os="linux", arch="x64"))

@@ -149,7 +149,8 @@ def test_check_reports_the_active_runtime_like_status_does(
 def test_plan_and_doctor_list_only_the_cpu_flags_that_pick_a_build(
     capsys: pytest.CaptureFixture[str], installed: Path, github: FakeGitHub
 ) -> None:
-    from llama_runtime.updater.choice.host import ISA_FLAGS, detect_host
+    from llama_runtime.updater.choice.host import ISA_FLAGS
+    from llama_runtime.updater.choice.host_detect import detect_host
 
     raw = detect_host().cpu_features
     code, plan = cli(capsys, installed, github, "plan", "--backend", "cpu", "--explain")

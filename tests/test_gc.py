@@ -19,7 +19,7 @@ from llama_runtime.runtime.fsutil import tree_size
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.process import ManagedServer
-from llama_runtime.updater.choice.host import detect_host
+from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.gc import collect_garbage, runtime_names_in_paths, runtimes_to_remove, stale_staging
 from llama_runtime.updater.install.offline import InstallFileRequest, install_file

@@ -10,13 +10,10 @@ from dataclasses import dataclass, field
 import pytest
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.runner import CANNOT_EXECUTE, ProcessResult
-from llama_runtime.updater.choice.host import (
-    PLATFORMS,
-    cuda_from_driver,
-    detect_host,
-    host_for_platform,
-    run_probe,
-)
+from llama_runtime.updater.choice.gpu_probes import cuda_from_driver
+from llama_runtime.updater.choice.host import PLATFORMS, host_for_platform
+from llama_runtime.updater.choice.host_detect import detect_host
+from llama_runtime.updater.choice.probing import run_probe
 
 
 @dataclass

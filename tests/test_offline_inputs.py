@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.marker import MARKER_NAME
-from llama_runtime.updater.choice.host import detect_host
+from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.offline import InstallFileRequest, install_file
 from llama_runtime.updater.install.transaction import Installer

@@ -34,7 +34,7 @@ def publish(github: FakeGitHub, tmp: Path, tag: str, *, script: bytes | None = N
 
 @pytest.fixture(autouse=True)
 def _cpu_only_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llama_runtime.updater.choice import host as host_module
+    from llama_runtime.updater.choice import host_detect as host_module
 
     real = host_module.detect_host
 
@@ -196,7 +196,7 @@ def test_cuda_build_taken_by_minor_compatibility_that_lists_no_device_is_exit_6(
 ) -> None:
     publish(github, tmp_path, "b7000")
     assert cli(capsys, home, github, "update")[0] == 0
-    from llama_runtime.updater.choice import host as host_module
+    from llama_runtime.updater.choice import host_detect as host_module
 
     def cuda_host() -> Any:
         from llama_runtime.updater.choice.host import HostFacts

@@ -117,7 +117,7 @@ class Engine:
             if self.seams.host is not None:
                 self._host = self.seams.host()
             else:
-                from llama_runtime.updater.choice.host import detect_host
+                from llama_runtime.updater.choice.host_detect import detect_host
 
                 self._host = detect_host()
         return self._host

@@ -1,6 +1,6 @@
 """Host facts beyond GPUs and CPU flags: OS and runtime versions a build may need.
 
-Each probe asks one command or file through the same seams as :mod:`host` (so
+Each probe asks one command or file through the same seams as :mod:`gpu_probes` (so
 recorded profiles stand in for real machines in tests), never raises, and says
 where its answer came from. A fact that cannot be read stays ``None``: unknown.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.choice.host import FileView
+    from llama_runtime.updater.choice.probing import FileView
 
 #: Runs a probe command; its standard output, or ``None`` when it failed or is missing.
 Call = Callable[..., str | None]

@@ -178,7 +178,7 @@ def _available(
     from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError, UserInputError
     from llama_runtime.updater.choice.available import available_builds
     from llama_runtime.updater.choice.channel import channel_builds, parse_channel
-    from llama_runtime.updater.choice.host import detect_host
+    from llama_runtime.updater.choice.host_detect import detect_host
     from llama_runtime.updater.cli.context import engine_for
     from llama_runtime.updater.sources.resolve import pointers_on_page
 

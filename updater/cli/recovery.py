@@ -61,7 +61,7 @@ def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
 def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     """``doctor [--repair]``: re-verify the active runtime; exit 6 when something is wrong."""
     from llama_runtime.updater.api.doctor import run_doctor
-    from llama_runtime.updater.choice.host import detect_host
+    from llama_runtime.updater.choice.host_detect import detect_host
 
     settings = settings_from_args(args)
     report = run_doctor(
