@@ -16,7 +16,8 @@ from llama_runtime.updater.choice.channel import (
     upload_problem,
 )
 from llama_runtime.updater.choice.tags import compare_tags, is_upgrade, parse_tag
-from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
+from llama_runtime.updater.sources.etag_cache import JsonFileEtagCache
+from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.sources.release import Asset, Release
 from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 

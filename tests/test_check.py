@@ -27,7 +27,7 @@ from llama_runtime.updater.choice.decide import upgrade_verdict
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli import jobs as cli_jobs
 from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.sources.github import RateLimit
+from llama_runtime.updater.sources.source import RateLimit
 
 from tests.conftest import REPO, assert_runs
 from tests.fakegithub import FakeGitHub, Fault

@@ -27,7 +27,8 @@ from llama_runtime.updater.sources.build_manifest import (
     manifest_sha256_in_index,
     parse_manifest,
 )
-from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
+from llama_runtime.updater.sources.etag_cache import JsonFileEtagCache
+from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.sources.release import Asset, Release
 from llama_runtime.updater.sources.remote_names import RemoteDataError
 from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_tag_remote

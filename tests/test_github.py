@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from llama_runtime.runtime.errors import NetworkError, RateLimitError, ReleaseNotFoundError, RemoteError
 from llama_runtime.updater.choice.latest import build_number
-from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
+from llama_runtime.updater.sources.etag_cache import JsonFileEtagCache
+from llama_runtime.updater.sources.github import GitHubClient
 
 from tests.conftest import Sleeps
 from tests.fakegithub import FakeGitHub, Fault

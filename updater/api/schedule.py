@@ -27,7 +27,7 @@ from llama_runtime.runtime.fsutil import atomic_write_json
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.errors import RateLimitError
-    from llama_runtime.updater.sources.github import RateLimit
+    from llama_runtime.updater.sources.source import RateLimit
 
 BACKOFF_NAME: Final = "ratelimit.json"
 # GitHub: without retry-after or a reset time, "wait for at least one minute".

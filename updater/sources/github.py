@@ -11,67 +11,44 @@ Invariants:
     * Bodies are read with a decoded-size cap and JSON with a depth cap.
     * Rate-limit refusals are reported, never retried here: the caller decides
       whether to wait, because a tight retry loop only burns the quota.
+
+One request's retries and decoding are :mod:`github_transport`; what a rate
+limit means, :mod:`github_limits`; conditional requests' store, :mod:`etag_cache`.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from importlib import metadata
-from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import httpx
 from llama_runtime.runtime.errors import (
     NetworkError,
-    RateLimitError,
     ReleaseNotFoundError,
     RemoteError,
 )
-from llama_runtime.runtime.fsutil import atomic_write_json
 from llama_runtime.updater.logs import get_logger
-from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, loads_bounded, read_capped
-from llama_runtime.updater.sources.credentials import may_send_token, redact_url
+from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING
+from llama_runtime.updater.sources.credentials import may_send_token
+from llama_runtime.updater.sources.etag_cache import EtagCache
+from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
+from llama_runtime.updater.sources.github_transport import ATTEMPTS, DEFAULT_TIMEOUT, decode_json, send_with_retries
 from llama_runtime.updater.sources.release import Asset, Release, parse_release
 from llama_runtime.updater.sources.remote_names import (
     RemoteDataError,
     check_release,
     is_valid_remote_tag,
-    printable,
     quote_remote,
 )
 from llama_runtime.updater.sources.source import RateLimit
 
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "EtagCache",
-    "GitHubClient",
-    "JsonFileEtagCache",
-    "RateLimit",
-    "same_origin",
-]
+__all__ = ["GitHubClient", "same_origin"]
 
-# A dead host should fail fast; GitHub can be slow to render big release lists.
-DEFAULT_TIMEOUT: Final[httpx.Timeout] = httpx.Timeout(30.0, connect=10.0)
-# Transient 5xx and dropped connections usually clear within seconds; three tries
-# bound the wait to ~3 s of backoff before the user sees the error.
-_ATTEMPTS: Final[int] = 3
-_BACKOFF_SECONDS: Final[float] = 1.0
 # 100 is GitHub's maximum page size; one page covers months of llama.cpp builds.
 _PER_PAGE: Final[int] = 100
-# What static web servers and S3-style buckets send for an extension-less file.
-_STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
-    {"application/octet-stream", "binary/octet-stream", "text/plain", "unknown"}
-)
-# Characters of a Content-Type quoted in a message (a hostile header cannot flood it).
-_CTYPE_QUOTE_CHARS: Final[int] = 60
-# An error answer's JSON is a sentence and a link; more is not GitHub's error body.
-_ERROR_BODY_BYTES: Final[int] = 4096
-# GitHub: for a secondary rate limit without retry-after, "wait for at least one minute".
-SECONDARY_BACKOFF_SECONDS: Final[int] = 60
-_TOKEN_HINT: Final[str] = "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit from 60 to 5,000 requests an hour."
 
 
 def _package_version() -> str:
@@ -85,62 +62,10 @@ DEFAULT_USER_AGENT: Final[str] = f"llama-runtime/{_package_version()}"
 log = get_logger("llama_runtime.github")
 
 
-class EtagCache(Protocol):
-    """Stores the last ETag and JSON body per URL so a repeat is a free 304."""
-
-    def get(self, url: str) -> tuple[str, Any] | None:
-        """The stored ``(etag, decoded JSON)`` for ``url``, if any."""
-        ...
-
-    def put(self, url: str, etag: str, body: Any) -> None:
-        """Remember ``etag`` and the decoded JSON ``body`` for ``url``."""
-        ...
-
-
-class JsonFileEtagCache:
-    """An :class:`EtagCache` kept in one JSON file, replaced atomically on each write.
-
-    A missing or unreadable file is an empty cache: the worst outcome is one
-    full (non-304) request.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def _load(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def get(self, url: str) -> tuple[str, Any] | None:
-        """The stored ``(etag, decoded JSON)`` for ``url``, if any."""
-        entry = self._load().get(url)
-        if isinstance(entry, dict) and isinstance(entry.get("etag"), str) and "body" in entry:
-            return entry["etag"], entry["body"]
-        return None
-
-    def put(self, url: str, etag: str, body: Any) -> None:
-        """Remember ``etag`` and ``body`` for ``url`` (one atomic replace of the file)."""
-        data = self._load()
-        data[url] = {"etag": etag, "body": body}
-        atomic_write_json(self.path, data)
-
-
 def same_origin(a: str, b: str) -> bool:
     """Whether two URLs share scheme, host and port."""
     ua, ub = httpx.URL(a), httpx.URL(b)
     return (ua.scheme, ua.host, ua.port) == (ub.scheme, ub.host, ub.port)
-
-
-def _int_header(response: httpx.Response, name: str) -> int | None:
-    value = response.headers.get(name, "")
-    return int(value) if value.strip().isdigit() else None
-
-
-def _local_time(epoch: float) -> str:
-    return time.strftime("%H:%M:%S on %Y-%m-%d", time.localtime(epoch))
 
 
 class GitHubClient:
@@ -170,7 +95,7 @@ class GitHubClient:
         timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
         etag_cache: EtagCache | None = None,
         sleep: Callable[[float], None] = time.sleep,
-        attempts: int = _ATTEMPTS,
+        attempts: int = ATTEMPTS,
     ) -> None:
         self.api_url = api_url.rstrip("/")
         self._repo = repo
@@ -343,8 +268,10 @@ class GitHubClient:
         }
         if cached:
             headers["If-None-Match"] = cached[0]
-        response, raw = self._send_with_retries(url, headers)
-        self._note_rate_limit(response)
+        response, raw = send_with_retries(self._http, url, headers, attempts=self.attempts, sleep=self.sleep)
+        quota = rate_limit_of(response)
+        if quota is not None:  # a mirror reports none: keep what the API said last
+            self.last_rate_limit = quota
         log.debug(
             "github",
             url=url,
@@ -355,44 +282,11 @@ class GitHubClient:
         if response.status_code == 304 and cached:
             return cached[1]
         self._raise_for_status(response, not_found, raw)
-        body = _decode_json(response, raw)
+        body = decode_json(response, raw)
         etag = response.headers.get("etag")
         if self.etag_cache and etag and use_cache:
             self.etag_cache.put(url, etag, body)
         return body
-
-    def _send_with_retries(self, url: str, headers: dict[str, str]) -> tuple[httpx.Response, bytes]:
-        """The (closed) response and its decoded body, read under the size cap."""
-        for attempt in range(1, self.attempts + 1):
-            last = attempt == self.attempts
-            try:
-                request = self._http.build_request("GET", url, headers=headers)
-                response = self._http.send(request, stream=True, follow_redirects=True)
-                try:
-                    body = read_capped(response, what=f"an answer for {redact_url(url)}")
-                finally:
-                    response.close()
-            except httpx.TooManyRedirects as exc:
-                raise RemoteError(f"GitHub redirected in a loop for {redact_url(url)}.") from exc
-            except httpx.HTTPError as exc:
-                if last:
-                    raise NetworkError(
-                        f"Could not reach GitHub at {redact_url(url)}: {type(exc).__name__}; "
-                        "check the network connection and try again."
-                    ) from exc
-            else:
-                if response.status_code < 500 or last:
-                    return response, body
-            self.sleep(_BACKOFF_SECONDS * 2 ** (attempt - 1))
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    def _note_rate_limit(self, response: httpx.Response) -> None:
-        if "x-ratelimit-remaining" in response.headers:
-            self.last_rate_limit = RateLimit(
-                limit=_int_header(response, "x-ratelimit-limit"),
-                remaining=_int_header(response, "x-ratelimit-remaining"),
-                reset=_int_header(response, "x-ratelimit-reset"),
-            )
 
     def _raise_for_status(self, response: httpx.Response, not_found: str, body: bytes = b"") -> None:
         status = response.status_code
@@ -410,7 +304,7 @@ class GitHubClient:
         if status == 401:
             raise RemoteError("GitHub rejected the token (HTTP 401); fix or unset GITHUB_TOKEN / GH_TOKEN.")
         if status in (403, 429):
-            rate_error = self._rate_limit_error(response, body)
+            rate_error = rate_limit_error(response, body, has_token=bool(self._token))
             if rate_error is not None:
                 raise rate_error
             raise RemoteError(f"GitHub refused the request (HTTP {status}) for {self.repo}.")
@@ -419,51 +313,6 @@ class GitHubClient:
                 f"GitHub kept failing with HTTP {status} after {self.attempts} attempts; try again later."
             )
         raise RemoteError(f"GitHub answered HTTP {status} for {self.repo} releases.")
-
-    def _rate_limit_error(self, response: httpx.Response, body: bytes) -> RateLimitError | None:
-        retry_after = _int_header(response, "retry-after")
-        remaining = _int_header(response, "x-ratelimit-remaining")
-        if retry_after is None and remaining != 0:
-            return _secondary_limit_error(response, remaining, body)
-        reset = _int_header(response, "x-ratelimit-reset")
-        if retry_after is not None:
-            when = f"retry after {retry_after} seconds"
-        elif reset is not None:
-            when = f"it resets at {_local_time(reset)}"
-        else:
-            when = "wait a while before retrying"
-        hint = None if self._token else _TOKEN_HINT
-        return RateLimitError(
-            f"GitHub's API rate limit is used up (HTTP {response.status_code}); {when}.",
-            reset_at=float(reset) if reset is not None else None,
-            retry_after=float(retry_after) if retry_after is not None else None,
-            hint=hint,
-        )
-
-
-def _secondary_limit_error(response: httpx.Response, remaining: int | None, body: bytes) -> RateLimitError | None:
-    """A secondary rate limit: 403/429 with quota left (or no headers) and no ``retry-after``.
-
-    GitHub's docs ("Rate limits for the REST API"): "If the retry-after response
-    header is present, you should not retry your request until after that many
-    seconds has elapsed ... Otherwise, wait for at least one minute before
-    retrying." A 403 with quota left is only a rate limit when the body says so
-    (otherwise it is a permission problem); a 429 always is.
-    """
-    try:
-        payload = json.loads(body[:_ERROR_BODY_BYTES])
-    except ValueError:  # an HTML page, a cut body: not GitHub's JSON error
-        payload = None
-    message = str(payload.get("message", "")) if isinstance(payload, dict) else ""
-    if response.status_code != 429 and "rate limit" not in message.lower():
-        return None
-    left = f" ({remaining} requests of the hourly quota are left)" if remaining else ""
-    return RateLimitError(
-        f"GitHub's secondary rate limit refused the request (HTTP {response.status_code}){left}; "
-        f"wait at least {SECONDARY_BACKOFF_SECONDS} seconds before retrying.",
-        retry_after=float(SECONDARY_BACKOFF_SECONDS),
-        hint="Secondary limits guard against bursts; the next scheduled check waits for it.",
-    )
 
 
 def _absolute_urls(release: Release, json_url: str) -> Release:
@@ -504,19 +353,3 @@ def _usable(releases: list[Release]) -> list[Release]:
         except RemoteDataError as exc:
             log.warning("release with an invalid asset name ignored", tag=release.tag, reason=exc.message)
     return kept
-
-
-def _decode_json(response: httpx.Response, raw: bytes) -> Any:
-    ctype = response.headers.get("content-type", "unknown").split(";")[0].strip() or "unknown"
-    # Static servers and buckets label extension-less mirror files as binary or
-    # text; an HTML page is never release data (a portal or an error page).
-    if "json" not in ctype and ctype not in _STATIC_FILE_TYPES:
-        raise RemoteError(
-            f"GitHub answered with something that is not release data ({printable(ctype[:_CTYPE_QUOTE_CHARS])})."
-        )
-    try:
-        return loads_bounded(raw, what="release data")
-    except ValueError as exc:
-        raise RemoteError(
-            f"GitHub answered with something that is not release data ({printable(ctype[:_CTYPE_QUOTE_CHARS])})."
-        ) from exc
