@@ -161,7 +161,7 @@ def test_disk_filling_up_during_the_download_exits_4_and_removes_the_partial(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Space taken by someone else after the up-front check: the write itself fails.
-    monkeypatch.setattr("llama_runtime.updater.install.transaction.check_free_space", lambda *_a, **_k: None)
+    monkeypatch.setattr("llama_runtime.updater.install.acquire.check_free_space", lambda *_a, **_k: None)
     raised = (
         [] if small_fs.real else inject_enospc(monkeypatch, "llama_runtime.updater.install.download._Job", "_stream")
     )
@@ -179,7 +179,7 @@ def test_disk_filling_up_during_extraction_exits_4_and_removes_staging_and_downl
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("llama_runtime.updater.install.transaction.check_free_space", lambda *_a, **_k: None)
+    monkeypatch.setattr("llama_runtime.updater.install.acquire.check_free_space", lambda *_a, **_k: None)
     raised = (
         [] if small_fs.real else inject_enospc(monkeypatch, "llama_runtime.updater.install.archive._Writer", "_copy")
     )

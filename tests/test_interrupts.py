@@ -14,7 +14,8 @@ import pytest
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.process import ManagedServer
 from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.install.transaction import Installer
+from llama_runtime.updater.install.activation import Activation
+from llama_runtime.updater.install.pipeline import InstallPipeline
 
 from tests.conftest import CPU_TAR, HomeGuard, stand_in_tarball
 from tests.fakegithub import FakeGitHub
@@ -61,13 +62,13 @@ def test_ctrl_c_after_the_pointer_flip_says_the_new_runtime_is_active(
     args = ["--backend", "cpu", "--home", str(home), "--api-url", github.api_url]
     assert main(["update", "--tag", "b7000", *args]) == 0
     capsys.readouterr()
-    real_switch = Installer._switch
+    real_switch = Activation.switch
 
-    def flipped_then_interrupted(self: Installer, *a: Any, **kw: Any) -> Any:
+    def flipped_then_interrupted(self: Activation, *a: Any, **kw: Any) -> Any:
         real_switch(self, *a, **kw)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Installer, "_switch", flipped_then_interrupted)
+    monkeypatch.setattr(Activation, "switch", flipped_then_interrupted)
     code = main(["update", "--tag", "b7001", "--json", *args])
     assert code == 130
     error = json.loads(capsys.readouterr().out)["error"]
@@ -94,7 +95,7 @@ def test_ctrl_c_before_anything_changed_names_the_runtime_still_active(
     def interrupted(*_a: Any, **_kw: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Installer, "install_archives", interrupted)
+    monkeypatch.setattr(InstallPipeline, "install_archives", interrupted)
     code = main(["update", "--tag", "b7001", *args])
     assert code == 130
     assert "b7000 (cpu) is active" in capsys.readouterr().err

@@ -16,7 +16,7 @@ from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.procinfo import pid_alive, process_start_ticks
 from llama_runtime.updater.api.jobs import KEEP_FINISHED, JobRecorder, JobState, JobStore
 from llama_runtime.updater.api.progress import RateMeter, terminal_progress
-from llama_runtime.updater.install.transaction import Progress
+from llama_runtime.updater.install.outcome import Progress
 
 
 class FakeClock:

@@ -24,9 +24,10 @@ from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.listen import Endpoint, free_port, listen_endpoints
 from llama_runtime.runtime.process import ManagedServer
 from llama_runtime.runtime.procinfo import pid_alive
+from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.install.transaction import Installer, UpdateRequest
+from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
 
 from tests.conftest import REPO, HomeGuard, assert_runs

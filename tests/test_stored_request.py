@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from llama_runtime.runtime.errors import BackendUnavailableError
 from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.install.transaction import Installer, UpdateRequest
+from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
 
 from tests.conftest import REPO, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball

@@ -39,7 +39,7 @@ from llama_runtime.runtime.procinfo import pid_alive, process_start_ticks
 from llama_runtime.updater.logs import get_logger
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.install.transaction import UpdateOutcome
+    from llama_runtime.updater.install.outcome import UpdateOutcome
 
 log = get_logger("llama_runtime.jobs")
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
-    from llama_runtime.updater.install.transaction import Progress, UpdateOutcome
+    from llama_runtime.updater.install.outcome import Progress, UpdateOutcome
     from llama_runtime.updater.sources.release import Release
     from llama_runtime.updater.sources.source import ReleaseSource
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.progress import TerminalProgress
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.install.transaction import UpdateOutcome
+    from llama_runtime.updater.install.outcome import UpdateOutcome
 
 #: Shown under every command's help instead of repeating the global options there.
 GLOBAL_EPILOG = (

@@ -89,7 +89,7 @@ def _reinstaller(settings: Settings) -> Callable[[InstalledRuntime], InstalledRu
     """``doctor --repair``'s in-place repair: the damaged build again, by ``update``'s own path."""
 
     def reinstall(damaged: InstalledRuntime) -> InstalledRuntime:
-        from llama_runtime.updater.install.transaction import UpdateRequest
+        from llama_runtime.updater.choice.decide import UpdateRequest
 
         m = damaged.marker
         engine = engine_for(dataclasses.replace(settings, repo=m.repo))

@@ -25,7 +25,7 @@ from llama_runtime.updater.cli.context import engine_for, has_active, settings_f
 if TYPE_CHECKING:
     from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.cli.parser import AddParser, Handler
-    from llama_runtime.updater.install.transaction import UpdateOutcome
+    from llama_runtime.updater.install.outcome import UpdateOutcome
 
 
 def register(add: AddParser) -> dict[str, Handler]:

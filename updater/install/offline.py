@@ -1,6 +1,6 @@
 """Installing without a network: a release archive already on disk, or a bundle.
 
-Both go through :meth:`~updater.install.Installer.install_archives`, the one
+Both go through :meth:`~.pipeline.InstallPipeline.install_archives`, the one
 path every install takes (safe extraction, probe, marker, read-back,
 activation, rollback); this module only decides what to feed it.
 
@@ -51,9 +51,10 @@ from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
 from llama_runtime.updater.install.archive import BoundedHeaderError, open_tar_stream
 from llama_runtime.updater.install.download import check_free_space
 from llama_runtime.updater.install.installed import find_build
+from llama_runtime.updater.install.outcome import Progress, UpdateOutcome
 from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, read_attestation_file
 from llama_runtime.updater.install.recovery import damage, disk_full_error, is_disk_full
-from llama_runtime.updater.install.transaction import Installer, Progress, UpdateOutcome
+from llama_runtime.updater.install.transaction import Installer
 
 __all__ = [
     "ExportResult",
@@ -265,7 +266,7 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
             there = _installed_copy(home, meta, active)
             if there is not None and installer.reverify(there, _silent):
                 return installer.activate_installed(there, active, _silent, [], verified=True)
-            return installer.install_archives(
+            return installer.pipeline.install_archives(
                 archives, meta, active=active, emit=_silent, cancel=lambda: False, warnings=[]
             )
         finally:

@@ -1,0 +1,60 @@
+"""What an update reports while it runs and when it ends: progress events and the outcome.
+
+These types are shared by the install transaction, the offline installs and the
+API/CLI layers that show them; they carry no behaviour beyond serialising.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from llama_runtime.runtime.layout import InstalledRuntime
+from llama_runtime.updater.install.swap import SwitchReport
+
+Phase = Literal["resolve", "download", "verify", "activate", "done"]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress event of an update."""
+
+    phase: Phase
+    done_bytes: int = 0
+    total_bytes: int | None = None
+    message: str = ""
+
+
+ProgressCallback = Callable[[Progress], None]
+CancelCheck = Callable[[], bool]
+
+
+def silent(_event: Progress) -> None:
+    """A progress callback that shows nothing."""
+
+
+@dataclass(frozen=True)
+class UpdateOutcome:
+    """The result of :meth:`~llama_runtime.updater.install.transaction.Installer.update`."""
+
+    result: Literal["installed", "switched", "up_to_date"]
+    active: InstalledRuntime
+    previous: InstalledRuntime | None
+    warnings: tuple[str, ...] = ()
+    server: SwitchReport | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The ``update`` object of the CLI contract."""
+        return {
+            "result": self.result,
+            "active": self.active.to_json(),
+            "previous": self.previous.to_json() if self.previous else None,
+            "warnings": list(self.warnings),
+            "server_restarted": bool(self.server and self.server.restarted),
+            "reload_required": bool(self.server and self.server.reload_required),
+            "gate": self.server.gate_json() if self.server else None,
+        }
+
+
+__all__ = ["CancelCheck", "Phase", "Progress", "ProgressCallback", "UpdateOutcome", "silent"]

@@ -1,0 +1,232 @@
+"""The install pipeline: from a planned release, or archives on disk, to an active runtime.
+
+The steps, in order (each finishes before the next; nothing is published early)::
+
+    free space -> download + sha256 (main archive extracted as it arrives)
+      -> provenance -> extract into staging/ -> probe binary, build identity, smoke model
+      -> write marker (last) -> read it back and check it -> activate
+
+Every install takes this path, downloads and ``install-file`` alike. The caller
+holds the update lock. Invariant: any failure before activation removes what was
+staged and re-raises; rejected bytes are deleted, a cancel keeps them to resume.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from llama_runtime.runtime.errors import DiskSpaceError, IntegrityError, MacOSTooOldError, VerificationError
+from llama_runtime.runtime.failed_builds import FailedBuild, forget_failed, record_failed
+from llama_runtime.runtime.fsutil import fsync_tree, remove_tree_quietly
+from llama_runtime.runtime.layout import Home, InstalledRuntime
+from llama_runtime.runtime.marker import InstallMarker, write_marker
+from llama_runtime.updater.choice.choose import Choice
+from llama_runtime.updater.choice.decide import UpdateRequest
+from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
+from llama_runtime.updater.install.acquire import Acquirer, download_meta
+from llama_runtime.updater.install.activation import Activation
+from llama_runtime.updater.install.archive import ExtractResult
+from llama_runtime.updater.install.checkpoints import checkpoint
+from llama_runtime.updater.install.download import DownloadResult
+from llama_runtime.updater.install.fetch import Fetched
+from llama_runtime.updater.install.outcome import CancelCheck, Progress, ProgressCallback, UpdateOutcome
+from llama_runtime.updater.install.recovery import disk_full_error, is_disk_full
+from llama_runtime.updater.install.staging import Staged, extract_staged, marker_from_meta, new_staging_path
+from llama_runtime.updater.install.verifier import Verifier
+from llama_runtime.updater.install.verify import Expected, read_back_marker
+from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.sources.release import Release
+
+log = get_logger("llama_runtime.install")
+
+__all__ = ["InstallPipeline"]
+
+
+class InstallPipeline:
+    """Carries one install from bytes to an active runtime.
+
+    Args:
+        home: The llama-runtime home.
+        acquirer: Gets the assets' checked bytes.
+        verifier: Checks the staged tree.
+        activation: Moves it into place and flips the pointer.
+        clock: Returns the install time.
+    """
+
+    def __init__(
+        self,
+        home: Home,
+        *,
+        acquirer: Acquirer,
+        verifier: Verifier,
+        activation: Activation,
+        clock: Callable[[], str],
+    ) -> None:
+        self.home = home
+        self.acquirer = acquirer
+        self.verifier = verifier
+        self.activation = activation
+        self.clock = clock
+
+    def install_release(
+        self,
+        release: Release,
+        choice: Choice,
+        backend_request: str,
+        request: UpdateRequest,
+        active: InstalledRuntime | None,
+        emit: ProgressCallback,
+        cancel: CancelCheck,
+        warnings: list[str],
+        identity: Mapping[str, object],
+    ) -> UpdateOutcome:
+        """Install the planned release; a build that fails verification is remembered as failed."""
+        try:
+            outcome = self._fetch_and_install(
+                release, choice, backend_request, request, active, emit, cancel, warnings, identity
+            )
+        except (VerificationError, MacOSTooOldError) as exc:
+            # It fails the same way next time: the scheduled job must not fetch it every hour.
+            record_failed(
+                self.home.root,
+                FailedBuild(release.repo, release.tag, choice.asset.name, choice.backend, exc.message, time.time()),
+            )
+            raise
+        forget_failed(self.home.root, release.repo, release.tag, choice.asset.name)
+        return outcome
+
+    def _fetch_and_install(
+        self,
+        release: Release,
+        choice: Choice,
+        backend_request: str,
+        request: UpdateRequest,
+        active: InstalledRuntime | None,
+        emit: ProgressCallback,
+        cancel: CancelCheck,
+        warnings: list[str],
+        identity: Mapping[str, object] | None = None,
+    ) -> UpdateOutcome:
+        fetched = self.acquirer.fetch_choice(
+            release, choice, require_digest=request.require_digest, emit=emit, cancel=cancel, warnings=warnings
+        )
+        downloads = [f.download for f in fetched]
+        checkpoint("after_download")
+        meta = download_meta(release, choice, backend_request, downloads, identity)
+        try:
+            staged = self._check_provenance(release, choice, fetched[0], downloads, meta, emit)
+            outcome = self.install_archives(
+                [d.path for d in downloads],
+                meta,
+                active=active,
+                emit=emit,
+                cancel=cancel,
+                warnings=warnings,
+                staged=staged,
+            )
+        except (IntegrityError, VerificationError, DiskSpaceError):
+            # Rejected bytes would only fail again (and may be hostile); a full
+            # disk needs the space back. A cancel or a crash keeps them to resume.
+            for f in fetched:
+                self.acquirer.forget(f)
+            raise
+        for f in fetched:
+            self.acquirer.keep(f)
+        return outcome
+
+    def _check_provenance(
+        self,
+        release: Release,
+        choice: Choice,
+        main: Fetched,
+        downloads: list[DownloadResult],
+        meta: dict[str, object],
+        emit: ProgressCallback,
+    ) -> tuple[Path, ExtractResult] | None:
+        """Record the downloads' provenance in ``meta``; then a streamed extraction becomes a staged candidate.
+
+        Returns:
+            The staging directory the main archive now lies in, with what its
+            extraction wrote; ``None`` when it was not extracted while it downloaded.
+        """
+        unpacking = self.acquirer.unpacking_path(choice.asset)
+        try:
+            emit(Progress("verify", message="checking build provenance"))
+            assets = (choice.asset, *choice.extra_assets)
+            meta["provenance"] = self.acquirer.provenance(release.repo, assets, downloads).to_marker()
+            if main.extracted is None:
+                return None
+            staging = new_staging_path(self.home)
+            os.replace(unpacking, staging)  # digest (and provenance) checked: now a candidate
+            return staging, main.extracted
+        except BaseException:
+            remove_tree_quietly(unpacking)
+            raise
+
+    def install_archives(
+        self,
+        archives: list[Path],
+        meta: dict[str, object],
+        *,
+        active: InstalledRuntime | None,
+        emit: ProgressCallback,
+        cancel: CancelCheck,
+        warnings: list[str],
+        staged: tuple[Path, ExtractResult] | None = None,
+    ) -> UpdateOutcome:
+        """Extract ``archives`` (main first), verify, write the marker and activate.
+
+        The caller holds the update lock. ``meta`` carries the marker fields
+        that describe where the archives came from. ``staged`` is a staging
+        directory the main archive was already extracted into (while it
+        downloaded, its digest checked since), with what that wrote.
+        """
+        self.verifier.check_smoke_model()
+        staging = staged[0] if staged is not None else new_staging_path(self.home)
+        try:
+            emit(Progress("verify", message="extracting"))
+            main = staged[1] if staged is not None else None
+            tree = extract_staged(archives, staging, str(meta["asset"]), cancel, main)
+            checkpoint("after_extract")
+            log.info("extracted", files=len(tree.files), bytes=sum(r.size for r in tree.files.values()))
+            marker = self._verified_marker(tree, meta, active, emit, warnings)
+            fsync_tree(staging)
+            write_marker(staging, marker)
+            checkpoint("after_marker")
+            read_back_marker(staging, Expected(marker.repo, marker.tag, marker.backend_request, marker.backend))
+            emit(Progress("activate", message="activating"))
+            return self.activation.activate_staged(staging, marker, active, warnings)
+        except BaseException as exc:
+            remove_tree_quietly(staging)  # best effort: never hides the error on its way out
+            if is_disk_full(exc):
+                needed = sum(a.stat().st_size for a in archives) * EXTRACTED_SIZE_FACTOR
+                raise disk_full_error(self.home.root, needed, f"llama.cpp {meta['tag']}") from exc
+            raise
+
+    def _verified_marker(
+        self,
+        tree: Staged,
+        meta: dict[str, object],
+        active: InstalledRuntime | None,
+        emit: ProgressCallback,
+        warnings: list[str],
+    ) -> InstallMarker:
+        """Verify the staged ``tree`` and describe it in its install marker (not written yet)."""
+        verified = self.verifier.verify_staged(
+            tree, tag=str(meta["tag"]), backend=str(meta["backend"]), active=active, emit=emit, warnings=warnings
+        )
+        return marker_from_meta(
+            meta,
+            tree,
+            verified,
+            installed_at=self.clock(),
+            sequence=self._next_sequence(),
+            host=self.verifier.host.to_json(),
+        )
+
+    def _next_sequence(self) -> int:
+        """One more than any installed runtime's: the install order no clock can upset (caller holds the lock)."""
+        return 1 + max((r.marker.sequence for r in self.home.installed()), default=0)
