@@ -10,6 +10,10 @@ or run out of disk:
   was received, before the rename that publishes it.
 * :func:`prune_releases`: with ``--prune``, releases the sync did not name go,
   their JSON first (so nothing visible points at a deleted file).
+* :func:`prune_generations`: a file a published JSON names is never given
+  other bytes (a re-upload lands under a new ``sha16``); the generation just
+  replaced stays for one more sync, so a client that read the old JSON a
+  moment ago still downloads what it promised. Older files go.
 * :func:`clean_leftovers`: partial downloads and temporary files of killed
   syncs are removed at the end of a sync that completed.
 
@@ -22,13 +26,22 @@ import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from llama_runtime.runtime.errors import BusyError, IntegrityError
 from llama_runtime.runtime.fsutil import fsync_directory, remove_tree, sha256_file
 from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.updater.sources.mirror_layout import MirrorPaths
 
-__all__ = ["LOCK_NAME", "PARTIAL_DIR", "clean_leftovers", "one_writer", "prune_releases", "publish_checked"]
+__all__ = [
+    "LOCK_NAME",
+    "PARTIAL_DIR",
+    "clean_leftovers",
+    "one_writer",
+    "prune_generations",
+    "prune_releases",
+    "publish_checked",
+]
 
 #: The lock file, beside the tree it guards (``mirror sync`` needs no home).
 LOCK_NAME: Final = ".llama-runtime-mirror.lock"
@@ -125,3 +138,30 @@ def clean_leftovers(dest: Path) -> list[Path]:
         with contextlib.suppress(OSError):  # best effort: the next sync tries again
             remove_tree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     return found
+
+
+def prune_generations(paths: MirrorPaths, tag: str, generations: list[list[dict[str, Any]]]) -> None:
+    """Remove asset files of ``tag`` that none of ``generations`` names (best effort)."""
+    keep: set[Path] = set()
+    for entries in generations:
+        for entry in entries:
+            path = paths.published_file(entry)
+            if path is None:
+                # latest/ names files without the "../" of tags/.
+                url = entry.get("browser_download_url")
+                if isinstance(url, str) and url.startswith("download/"):
+                    path = paths.published_file({**entry, "browser_download_url": "../" + url})
+            if path is not None:
+                keep.add(path.resolve())
+    root = paths.tag_downloads(tag)
+    if not root.is_dir():
+        return
+    for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
+        for filename in filenames:
+            file = Path(dirpath) / filename
+            if file.resolve() not in keep:
+                with contextlib.suppress(OSError):  # left for the next sync
+                    file.unlink()
+        if Path(dirpath) != root:
+            with contextlib.suppress(OSError):  # still holds a kept file
+                Path(dirpath).rmdir()

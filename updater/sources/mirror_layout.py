@@ -1,0 +1,203 @@
+"""The mirror's shape: where each file lives and what its JSON says (pure, no IO but path checks).
+
+The tree answers the exact paths :class:`~llama_runtime.updater.sources.github.GitHubClient`
+asks for, so any static web server or S3-style bucket can serve it::
+
+    DIR/repos/{owner}/{name}/releases/tags/{tag}             release JSON (GitHub API shape)
+    DIR/repos/{owner}/{name}/releases/latest                 the highest build mirrored
+    DIR/repos/{owner}/{name}/releases/download/{tag}/{sha16}/{file}  the assets
+    DIR/repos/{owner}/{name}/attestations/sha256:{hex}      the assets' build attestations
+                                                             (GitHub's answer, verbatim)
+    DIR/.partial/                                            resumable downloads in flight
+
+``browser_download_url`` values are relative
+(``../download/{tag}/{sha16}/{file}``), so the tree works under any host name
+or prefix. ``sha16`` is the start of the file's sha256: asset files are
+content-addressed.
+
+Invariants:
+    * ``digest`` is GitHub's own; when upstream published none it stays
+      ``null`` (clients record ``digest_verified: false``, as they would from
+      upstream). The mirror keeps the sha256 it computed under
+      ``llama_runtime_sha256`` for its own re-checks.
+    * Every tag and asset name becomes a path only after it is validated,
+      and every path is checked to stay inside the mirror.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from llama_runtime.runtime.errors import RemoteError, UserInputError
+from llama_runtime.updater.choice.assetnames import parse_asset_name
+from llama_runtime.updater.choice.tags import parse_tag, validate_tag
+from llama_runtime.updater.sources.release import Asset, Release
+
+# Hex digits of the sha256 that name an asset's directory: 64 bits cannot collide
+# between the few uploads one asset name ever sees, and keep URLs short.
+SHA_DIR_CHARS: Final[int] = 16
+# The JSON key holding the sha256 the mirror computed itself (not GitHub's digest).
+OWN_SHA_KEY: Final = "llama_runtime_sha256"
+
+
+def mirror_tag(tag: str) -> str:
+    """``tag`` if it can name a mirrored release: a well-formed build tag (``b7000``, a fork's ``b7000-…``).
+
+    Raises:
+        UserInputError: Malformed (slashes, ``..``, spaces…) or without a build number.
+    """
+    cleaned = validate_tag(tag)
+    if parse_tag(cleaned).build is None:
+        raise UserInputError(
+            f"The tag {tag!r} has no build number; the mirror holds build releases such as 'b7000' "
+            "(or a fork's 'b7000-mix-1a2b3c4')."
+        )
+    return cleaned
+
+
+@dataclass(frozen=True)
+class MirrorPaths:
+    """Where one repository's release data lives in a mirror.
+
+    Every helper returns a path that resolves inside ``dest`` or raises
+    :class:`~runtime.errors.RemoteError` (a name came from the upstream).
+    """
+
+    dest: Path
+    releases: Path
+
+    def inside(self, path: Path) -> Path:
+        """``path``, checked to resolve inside the mirror.
+
+        Raises:
+            RemoteError: It would leave the mirror directory.
+        """
+        if not path.resolve().is_relative_to(self.dest.resolve()) or ".." in path.relative_to(self.dest).parts:
+            raise RemoteError(f"The upstream names a file {path} outside the mirror {self.dest}; nothing was written.")
+        return path
+
+    def tag_json(self, tag: str) -> Path:
+        """The release JSON the client reads for ``tag``."""
+        return self.inside(self.releases / "tags" / tag)
+
+    @property
+    def latest_json(self) -> Path:
+        """The JSON behind ``releases/latest``."""
+        return self.releases / "latest"
+
+    def asset(self, tag: str, sha256: str, name: str) -> Path:
+        """Where the asset file ``name`` of ``tag`` with content ``sha256`` lives."""
+        return self.inside(self.releases / "download" / tag / sha256[:SHA_DIR_CHARS] / name)
+
+    def attestations(self, sha256: str) -> Path:
+        """Where the attestations of the file ``sha256`` live: the API's route, as a file."""
+        if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
+            raise RemoteError(f"The upstream names a file by {sha256!r}, which is not a sha256.")
+        return self.inside(self.releases.parent / "attestations" / f"sha256:{sha256}")
+
+    def tag_downloads(self, tag: str) -> Path:
+        """The directory of every asset generation of ``tag``."""
+        return self.inside(self.releases / "download" / tag)
+
+    def published_file(self, entry: dict[str, Any]) -> Path | None:
+        """The file an asset object of a ``tags/`` JSON names, or ``None`` if it names none in the mirror."""
+        url = entry.get("browser_download_url")
+        if not isinstance(url, str) or not url.startswith("../download/"):
+            return None
+        try:
+            return self.inside(self.releases / url.removeprefix("../"))
+        except RemoteError:
+            return None
+
+
+def mirror_paths(dest: Path, repo: str) -> MirrorPaths:
+    """The paths of ``repo`` inside the mirror ``dest``.
+
+    Raises:
+        UserInputError: ``repo`` is not ``owner/name``.
+    """
+    owner, _, name = repo.partition("/")
+    if not all(part and part not in {".", ".."} and "/" not in part and "\\" not in part for part in (owner, name)):
+        raise UserInputError(f"The repository {repo!r} is not OWNER/NAME.")
+    return MirrorPaths(dest, dest / "repos" / owner / name / "releases")
+
+
+def select_assets(release: Release, platforms: Iterable[str], backends: Iterable[str]) -> list[Asset]:
+    """The installable assets of ``release`` on one of ``platforms`` with one of ``backends``.
+
+    An empty filter admits everything; names that are not runtimes (web UI,
+    sources, unknown schemes) are never mirrored. CUDA companions count as
+    ``cuda`` builds of their platform.
+    """
+    wanted_platforms, wanted_backends = set(platforms), set(backends)
+    chosen: list[Asset] = []
+    for asset in release.assets:
+        info = parse_asset_name(asset.name)
+        if info is None or not asset.is_complete:
+            continue
+        if wanted_platforms and info.platform not in wanted_platforms:
+            continue
+        if wanted_backends and info.backend not in wanted_backends:
+            continue
+        chosen.append(asset)
+    return chosen
+
+
+def asset_json(asset: Asset, tag: str, sha256: str) -> dict[str, Any]:
+    """One asset object of the mirror's release JSON (GitHub API shape, relative URL).
+
+    ``digest`` repeats upstream's (``null`` when it published none); the
+    mirror's own hash goes under ``llama_runtime_sha256``, which clients ignore.
+    """
+    return {
+        "name": asset.name,
+        "label": "",
+        "state": "uploaded",
+        "content_type": "application/octet-stream",
+        "size": asset.size,
+        "digest": f"sha256:{sha256}" if asset.sha256 is not None else None,
+        "browser_download_url": f"../download/{tag}/{sha256[:SHA_DIR_CHARS]}/{asset.name}",
+        OWN_SHA_KEY: sha256,
+    }
+
+
+def release_json(release: Release, assets: list[dict[str, Any]]) -> dict[str, Any]:
+    """The release object of the mirror (the fields the client reads, GitHub's names)."""
+    return {
+        "tag_name": release.tag,
+        "name": release.tag,
+        "draft": False,
+        "prerelease": release.prerelease,
+        "published_at": release.published_at,
+        "assets": sorted(assets, key=lambda a: str(a["name"])),
+    }
+
+
+def latest_relative(release_doc: dict[str, Any]) -> dict[str, Any]:
+    """``release_doc`` re-pointed for ``releases/latest`` (one directory up from ``tags/``)."""
+    doc = dict(release_doc)
+    doc["assets"] = [
+        {**a, "browser_download_url": str(a["browser_download_url"]).removeprefix("../")} for a in release_doc["assets"]
+    ]
+    return doc
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object the mirror wrote, or None when it is missing or not one."""
+    try:
+        payload = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def entries(doc: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
+    """The asset objects of a release JSON (none when it is missing or malformed)."""
+    assets = (doc or {}).get("assets")
+    for entry in assets if isinstance(assets, list) else []:
+        if isinstance(entry, dict):
+            yield entry
