@@ -14,6 +14,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Final
 
+from llama_runtime.runtime.listen import loopback_for
+
 #: One /health probe (seconds). llama-server answers /health from its HTTP
 #: thread even while a model loads; 2 s only fails for a wedged or unreachable server.
 HEALTH_PROBE_TIMEOUT_SECONDS: Final = 2.0
@@ -31,7 +33,7 @@ class Health:
 
 def http_netloc(host: str, port: int) -> str:
     """``HOST:PORT`` to connect to a server bound to ``host`` (a wildcard means loopback)."""
-    probe_host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    probe_host = loopback_for(host)
     return f"[{probe_host}]:{port}" if ":" in probe_host else f"{probe_host}:{port}"
 
 

@@ -124,14 +124,7 @@ def sync_mirror(
         IntegrityError, RemoteError: An asset failed its checks or the upstream failed;
             releases already published in the mirror stay as they were.
     """
-    if tag is None and latest < 1:
-        raise UserInputError(f"--latest must be at least 1, not {latest}.")
-    if prune and tag is not None:
-        raise UserInputError("--prune keeps only the releases --latest N names; it cannot be combined with --tag.")
-    if tag is not None and not is_release_version(tag):
-        tag = mirror_tag(tag)  # a vX.Y.Z is mirrored as the build its nightly-tag.txt names
-    if dest.exists() and not dest.is_dir():
-        raise UserInputError(f"The mirror destination {dest} exists and is not a directory.")
+    tag = _checked_request(dest, tag, latest, prune)
     report = MirrorReport(dest=dest)
     releases = [resolve_tag_remote(client, tag).release] if tag is not None else _newest(client, latest, channel)
     if not releases:
@@ -150,6 +143,23 @@ def sync_mirror(
         report.latest = publish_latest(paths)
         clean_leftovers(dest)
     return report
+
+
+def _checked_request(dest: Path, tag: str | None, latest: int, prune: bool) -> str | None:
+    """The tag to mirror (None: the newest builds), once the request is known to make sense.
+
+    Raises:
+        UserInputError: ``latest`` < 1, ``prune`` with a tag, a malformed tag, or ``dest`` not a directory.
+    """
+    if tag is None and latest < 1:
+        raise UserInputError(f"--latest must be at least 1, not {latest}.")
+    if prune and tag is not None:
+        raise UserInputError("--prune keeps only the releases --latest N names; it cannot be combined with --tag.")
+    if tag is not None and not is_release_version(tag):
+        tag = mirror_tag(tag)  # a vX.Y.Z is mirrored as the build its nightly-tag.txt names
+    if dest.exists() and not dest.is_dir():
+        raise UserInputError(f"The mirror destination {dest} exists and is not a directory.")
+    return tag
 
 
 def _newest(client: ReleaseSource, count: int, channel: Channel) -> list[Release]:
