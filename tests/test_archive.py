@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from llama_runtime.runtime.errors import CancelledError, IntegrityError, LlamaRuntimeError, UnsafeArchiveError
-from llama_runtime.updater.install.archive import ExtractLimits, extract_archive, find_server_binary
+from llama_runtime.updater.install.archive import extract_archive, find_server_binary
+from llama_runtime.updater.install.archive_rules import ExtractLimits
 
 from tests.archives import (
     LAYOUTS,

@@ -48,7 +48,7 @@ from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, parse_marker
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
-from llama_runtime.updater.install.archive import BoundedHeaderError, open_tar_stream
+from llama_runtime.updater.install.archive_formats import BoundedHeaderError, open_tar_stream
 from llama_runtime.updater.install.download import check_free_space
 from llama_runtime.updater.install.installed import find_build
 from llama_runtime.updater.install.outcome import Progress, UpdateOutcome

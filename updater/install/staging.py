@@ -20,12 +20,8 @@ from llama_runtime.runtime.errors import IntegrityError, UnsafeArchiveError, Ver
 from llama_runtime.runtime.fsutil import remove_tree_quietly
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.marker import MARKER_NAME, FileRecord, InstallMarker, marker_path
-from llama_runtime.updater.install.archive import (
-    ExtractResult,
-    check_links_inside,
-    extract_archive,
-    find_server_binary,
-)
+from llama_runtime.updater.install.archive import ExtractResult, extract_archive, find_server_binary
+from llama_runtime.updater.install.archive_rules import check_links_inside
 from llama_runtime.updater.install.identity import BinaryIdentity, BuildCheck
 from llama_runtime.updater.install.outcome import CancelCheck
 from llama_runtime.updater.install.verify import BinaryReport
