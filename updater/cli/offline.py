@@ -126,7 +126,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
     """``export --output FILE``."""
     from llama_runtime.updater.cli.context import home_for, settings_from_args
     from llama_runtime.updater.install.download import human_size
-    from llama_runtime.updater.install.offline import export_bundle
+    from llama_runtime.updater.install.export import export_bundle
 
     result = export_bundle(home_for(settings_from_args(args)), Path(args.output))
     m = result.runtime.marker
