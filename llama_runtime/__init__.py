@@ -41,9 +41,11 @@ if TYPE_CHECKING:
         VerificationError,
     )
     from llama_runtime.runtime.inference import InferenceResult, Speed, probe_inference
-    from llama_runtime.updater.api.jobs import JobState
+    from llama_runtime.updater.api.job_handle import UpdateJob
+    from llama_runtime.updater.api.job_state import JobState
+    from llama_runtime.updater.api.ready import EnsureResult, NotReady, Ready
     from llama_runtime.updater.api.schedule import CheckResult
-    from llama_runtime.updater.api.service import EnsureResult, NotReady, Ready, RuntimeUpdater, UpdateJob
+    from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.install.gate import GatePolicy
     from llama_runtime.updater.install.gate_store import load_gate_settings, save_gate_settings
 
@@ -52,12 +54,12 @@ _ERRORS = "llama_runtime.runtime.errors"
 #: Public name -> the module that defines it. Loaded on first attribute access.
 _EXPORTS: dict[str, str] = {
     "CheckResult": "llama_runtime.updater.api.schedule",
-    "EnsureResult": "llama_runtime.updater.api.service",
-    "NotReady": "llama_runtime.updater.api.service",
-    "Ready": "llama_runtime.updater.api.service",
-    "JobState": "llama_runtime.updater.api.jobs",
+    "EnsureResult": "llama_runtime.updater.api.ready",
+    "NotReady": "llama_runtime.updater.api.ready",
+    "Ready": "llama_runtime.updater.api.ready",
+    "JobState": "llama_runtime.updater.api.job_state",
     "RuntimeUpdater": "llama_runtime.updater.api.service",
-    "UpdateJob": "llama_runtime.updater.api.service",
+    "UpdateJob": "llama_runtime.updater.api.job_handle",
     # The inference gate: the check itself, and the settings every later update applies.
     "GatePolicy": "llama_runtime.updater.install.gate",
     "InferenceResult": "llama_runtime.runtime.inference",

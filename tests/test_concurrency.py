@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from llama_runtime.runtime.layout import Home
-from llama_runtime.updater.api.jobs import JobStore
+from llama_runtime.updater.api.job_store import JobStore
 
 from tests.conftest import assert_runs, snapshot_tree
 from tests.fakegithub import FakeGitHub

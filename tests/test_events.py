@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.api.jobs import JobState
+from llama_runtime.updater.api.job_state import JobState
 from llama_runtime.updater.cli.events import EVENT_TYPES, MAX_PROGRESS_PER_SECOND, EventStream
 
 from tests.conftest import assert_runs

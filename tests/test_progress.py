@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from llama_runtime.updater.api.jobs import JobState
+from llama_runtime.updater.api.job_state import JobState
 from llama_runtime.updater.api.progress import format_bar
 from llama_runtime.updater.install.download import PROGRESS_INTERVAL_SECONDS, throttled
 

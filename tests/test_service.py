@@ -19,7 +19,7 @@ from llama_runtime.runtime.errors import BusyError, UserInputError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.procinfo import process_start_ticks
-from llama_runtime.updater.api.jobs import JobState
+from llama_runtime.updater.api.job_state import JobState
 from llama_runtime.updater.api.service import RuntimeUpdater
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli.main import main

@@ -217,53 +217,89 @@ def run_doctor(
             (tried before moving the pointer to another runtime).
     """
     report = DoctorReport(host=host)
-    override = server_override()
-    if override is not None:
-        report.add(
-            "override",
-            override.is_file(),
-            f"LLAMA_SERVER_PATH={override} is in force; apps run it instead of the managed runtime",
-        )
-        report.advice.append("Unset LLAMA_SERVER_PATH to let apps use the managed runtime.")
+    _check_override(report)
     _check_leftovers(home, report, repair)
     try:
         pointer = home.read_pointer()
     except CorruptStateError as exc:
         report.add("pointer", False, exc.message)
-        if repair:
-            _repair(home, report, runner, Pointer())
-        else:
-            report.advice.append("Run `llama-runtime doctor --repair`.")
+        _repair_or_advise(home, report, runner, Pointer(), repair, "Run `llama-runtime doctor --repair`.")
         return report
     if pointer.active is None:
-        orphans = home.installed()
-        if not orphans:
-            report.add("pointer", True, "no runtime is active yet")
-            report.advice.append("Run `llama-runtime update` to install llama.cpp.")
-            return report
-        # Runtimes without a pointer: the pointer file was lost, not never written.
-        report.add("pointer", False, f"{home.pointer_path} is missing but {len(orphans)} runtimes are installed")
-        if repair:
-            _repair(home, report, runner, pointer)
-        else:
-            report.advice.append("Run `llama-runtime doctor --repair` to point at the newest verified runtime.")
+        _check_no_active(home, report, runner, pointer, repair)
         return report
+    active = _load_active(home, report, runner, pointer, pointer.active, repair)
+    if active is not None:
+        _check_active(home, report, runner, pointer, active, repair=repair, reinstall=reinstall)
+    return report
+
+
+def _repair_or_advise(
+    home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer, repair: bool, advice: str
+) -> None:
+    """With ``repair``, point at the best runtime that verifies; else tell people how."""
+    if repair:
+        _repair(home, report, runner, pointer)
+    else:
+        report.advice.append(advice)
+
+
+def _check_override(report: DoctorReport) -> None:
+    """``LLAMA_SERVER_PATH`` makes apps run another binary: say so, and whether it exists."""
+    override = server_override()
+    if override is None:
+        return
+    report.add(
+        "override",
+        override.is_file(),
+        f"LLAMA_SERVER_PATH={override} is in force; apps run it instead of the managed runtime",
+    )
+    report.advice.append("Unset LLAMA_SERVER_PATH to let apps use the managed runtime.")
+
+
+def _check_no_active(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer, repair: bool) -> None:
+    """The pointer names nothing: fine on a new home, damage when runtimes are installed."""
+    orphans = home.installed()
+    if not orphans:
+        report.add("pointer", True, "no runtime is active yet")
+        report.advice.append("Run `llama-runtime update` to install llama.cpp.")
+        return
+    # Runtimes without a pointer: the pointer file was lost, not never written.
+    report.add("pointer", False, f"{home.pointer_path} is missing but {len(orphans)} runtimes are installed")
+    advice = "Run `llama-runtime doctor --repair` to point at the newest verified runtime."
+    _repair_or_advise(home, report, runner, pointer, repair, advice)
+
+
+def _load_active(
+    home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer, name: str, repair: bool
+) -> InstalledRuntime | None:
+    """The runtime the pointer names, or ``None`` once its unreadable marker is reported (and repaired)."""
     try:
-        active = home.load(pointer.active)
+        return home.load(name)
     except ForeignMarkerError as exc:
         # Not damage: a newer llama-runtime wrote it. Moving away would drop it.
         report.add("active runtime", False, exc.message)
         report.advice.append(
             "doctor leaves that runtime active and changes nothing; upgrade llama-runtime to verify or repair it."
         )
-        return report
     except CorruptStateError as exc:
         report.add("active runtime", False, exc.message)
-        if repair:
-            _repair(home, report, runner, pointer)
-        else:
-            report.advice.append("Run `llama-runtime doctor --repair` or `llama-runtime update`.")
-        return report
+        advice = "Run `llama-runtime doctor --repair` or `llama-runtime update`."
+        _repair_or_advise(home, report, runner, pointer, repair, advice)
+    return None
+
+
+def _check_active(
+    home: Home,
+    report: DoctorReport,
+    runner: ProcessRunner,
+    pointer: Pointer,
+    active: InstalledRuntime,
+    *,
+    repair: bool,
+    reinstall: Reinstall | None,
+) -> None:
+    """Verify the active runtime's files and binary; repair: reinstall it, else move the pointer."""
     report.active = active
     report.add("pointer", True, f"names {active.name}")
     problems = check_runtime(active, runner)
@@ -277,7 +313,6 @@ def run_doctor(
             _repair(home, report, runner, pointer)
     elif problems:
         report.advice.append("Run `llama-runtime doctor --repair` (or `llama-runtime update`) to recover.")
-    return report
 
 
 def _check_leftovers(home: Home, report: DoctorReport, repair: bool) -> None:

@@ -28,8 +28,9 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.errors import LlamaRuntimeError
+    from llama_runtime.updater.api.job_handle import UpdateJob
     from llama_runtime.updater.api.progress import ProgressLike
-    from llama_runtime.updater.api.service import RuntimeUpdater, UpdateJob
+    from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.cli.output import Output
 
 #: A progress bar redraws about ten times a second; more lines only cost the app parsing.
@@ -196,7 +197,7 @@ def attach_events(updater: RuntimeUpdater, out: Output, busy: LlamaRuntimeError)
     current = updater.jobs.current()
     if current is None or not current.running:
         raise busy
-    from llama_runtime.updater.api.service import UpdateJob
+    from llama_runtime.updater.api.job_handle import UpdateJob
 
     assert out.events is not None
     out.events.write({"type": "phase", "phase": "attached", "message": current.describe(), "job": current.id})

@@ -1,0 +1,200 @@
+"""``check``: is a strictly newer build out for the active runtime? With ``apply``, install it.
+
+The IO around the scheduled check's decision: read the active marker and the
+stored rate-limit backoff, ask the release source (one conditional request
+when nothing changed), store the next backoff, let the one update decision
+(:func:`~updater.choice.decide.decide`, ``mode="upgrade_only"``) answer, and
+run the update as a job others can follow. The pure parts and the backoff
+state live in :mod:`~updater.api.schedule`.
+
+Invariants:
+    * The active runtime's recorded tag is the baseline even when its binary
+      is damaged (never a downgrade); the damage is reported in ``problem``.
+    * The decision and ``apply`` use one backend request: the updater's
+      explicit backend, else the active runtime's stored request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from llama_runtime.runtime.errors import RateLimitError, RemoteError
+from llama_runtime.updater.api.job_runner import refuse_if_locked
+from llama_runtime.updater.api.ready import active_marker
+from llama_runtime.updater.api.schedule import (
+    Backoff,
+    CheckResult,
+    not_before_after_error,
+    not_before_after_success,
+    validate_seconds,
+)
+from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest, backend_request, channel_request, decide
+
+if TYPE_CHECKING:
+    from llama_runtime.runtime.marker import InstallMarker
+    from llama_runtime.updater.api.job_state import JobListener
+    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.choice.channel import Channel
+    from llama_runtime.updater.engine import Engine
+    from llama_runtime.updater.sources.release import Release
+    from llama_runtime.updater.sources.source import ReleaseSource
+
+__all__ = ["run_check"]
+
+
+@dataclass(frozen=True)
+class _Latest:
+    """What the release source answered: the channel's build and when to ask next."""
+
+    tag: str
+    version: str | None  # the semver release the build was reached through, if any
+    release: Release | None  # None: the build is the one installed (nothing more to look up)
+    not_before: float | None  # the backoff the answer's rate-limit headers ask for
+
+
+def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: JobListener | None) -> CheckResult:
+    """The scheduled check of ``updater``'s home; see :meth:`~updater.api.service.RuntimeUpdater.check`.
+
+    Raises:
+        UserInputError: ``wait`` is negative or not finite.
+        BusyError: ``apply`` and another update holds the lock (after ``wait``).
+        RateLimitError: GitHub refused right now; the backoff is stored.
+        RemoteError: Network or GitHub failures.
+    """
+    wait = validate_seconds(wait, "wait")
+    home = updater.home
+    home.ensure()
+    marker, problem = active_marker(home)
+    installed = marker.tag if marker else None
+    backoff = Backoff(home.cache_dir)
+    clock = updater.engine.seams.clock
+    now = clock()
+    not_before = backoff.not_before(now)
+    if not_before is not None and now < not_before:
+        return CheckResult(
+            installed,
+            None,
+            False,
+            skipped="rate_limited",
+            not_before=not_before,
+            reason="GitHub's rate limit was reached; the check resumes after the stored time.",
+            problem=problem,
+        )
+    if apply and not wait:
+        refuse_if_locked(home, updater.jobs)
+    request = UpdateRequest(
+        repo=updater.repo, backend=None if updater.backend == "auto" else updater.backend, channel=updater.channel
+    )
+    channel = channel_request(request, marker)
+    latest = _ask_latest(updater.engine, backoff, channel, marker, clock)
+    available, reason, backend = _decide(updater, request, marker, latest)
+    if problem is not None:
+        reason = f"{reason} {problem}"
+        if not available and marker is not None:
+            reason += f" Reinstall it with `llama-runtime update --tag {marker.tag}`."
+    if not (apply and available):
+        return CheckResult(
+            installed,
+            latest.tag,
+            available,
+            latest_version=latest.version,
+            not_before=latest.not_before,
+            reason=reason,
+            problem=problem,
+        )
+    outcome = _apply(updater, latest, backend, channel, wait, listener)
+    return CheckResult(
+        installed,
+        latest.tag,
+        True,
+        latest_version=latest.version,
+        applied=True,
+        not_before=latest.not_before,
+        reason=reason,
+        outcome=outcome,
+        problem=problem,
+    )
+
+
+def _ask_latest(
+    engine: Engine, backoff: Backoff, channel: Channel, marker: InstallMarker | None, clock: Callable[[], float]
+) -> _Latest:
+    """Ask the source for the channel's build; store the backoff its answer (or refusal) asks for.
+
+    Raises:
+        RateLimitError: GitHub refused; the backoff it asks for is stored first.
+    """
+    with engine.open_source() as source:
+        try:
+            tag, version, release = _latest_for_check(source, channel, marker)
+        except RateLimitError as exc:
+            refused_at = clock()
+            backoff.set(not_before_after_error(exc, refused_at), exc.message, now=refused_at)
+            raise
+        answered_at = clock()
+        after = not_before_after_success(source.last_rate_limit, answered_at)
+    if after is not None:
+        backoff.set(after, "the last request used GitHub's remaining quota", now=answered_at)
+    else:
+        backoff.clear()
+    return _Latest(tag, version, release, after)
+
+
+def _latest_for_check(
+    source: ReleaseSource, channel: Channel, marker: InstallMarker | None
+) -> tuple[str, str | None, Release | None]:
+    """``(build tag, semver, build release)``; the release is ``None`` when the
+    build is the one installed (nothing more to look up: one request for stable)."""
+    from llama_runtime.updater.choice.channel import pointer_asset
+    from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_fetched
+
+    tag, version, fetched = peek_latest_build(source, channel)
+    if marker is not None and marker.repo == source.repo and marker.tag == tag:
+        return tag, version, None
+    if pointer_asset(fetched) is not None:
+        return tag, version, resolve_fetched(source, fetched).release
+    return tag, version, fetched
+
+
+def _decide(
+    updater: RuntimeUpdater, request: UpdateRequest, marker: InstallMarker | None, latest: _Latest
+) -> tuple[bool, str, str]:
+    """``(update available, why, the backend request an update uses)``: the one decision's answer."""
+    from llama_runtime.runtime.failed_builds import load_failed
+
+    if latest.release is None:  # the channel's build is the active one: nothing newer to look up
+        return False, f"{latest.tag} is the newest release.", backend_request(request, marker)[0]
+    active = ActiveState(marker) if marker is not None else None
+    failed = {b.key: b.reason for b in load_failed(updater.home.root)}
+    plan = decide(request, active, latest.release, updater.host(), mode="upgrade_only", failed=failed)
+    return plan.action == "install", plan.reason, plan.backend_request
+
+
+def _apply(
+    updater: RuntimeUpdater,
+    latest: _Latest,
+    backend: str,
+    channel: Channel,
+    wait: float,
+    listener: JobListener | None,
+) -> dict[str, Any]:
+    """Install the newer build as a job others can follow; its ``update`` object.
+
+    Raises:
+        LlamaRuntimeError: The update failed (the error that ended the job).
+    """
+    from llama_runtime.runtime.backends import parse_backend
+
+    # The semver release when there is one, so the runtime records both names.
+    apply_request = UpdateRequest(
+        repo=updater.repo, tag=latest.version or latest.tag, backend=parse_backend(backend), channel=channel
+    )
+    job = updater.run_update(apply_request, wait=wait, operation="schedule", listener=listener)
+    if job.exception is not None:
+        raise job.exception
+    state = job.state()
+    if state.result is None:
+        raise RemoteError(f"The update to {latest.tag} ended without a result ({state.phase}).")
+    return state.result

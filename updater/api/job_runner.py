@@ -1,0 +1,169 @@
+"""Claim a home's one update job and run it: single-flight across threads and processes.
+
+The claim (:meth:`~updater.api.job_store.JobStore.claim`) decides who runs;
+the runner then carries the request out through the engine's installer, in a
+thread (the button) or here (the CLI, the scheduled check), and every way the
+work can end, a bug or Ctrl-C included, ends the job record too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+from llama_runtime.runtime.errors import BusyError, CancelledError, FileSystemError, LlamaRuntimeError
+from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+from llama_runtime.updater.api.job_handle import UpdateJob
+from llama_runtime.updater.api.job_recorder import JobRecorder
+from llama_runtime.updater.api.job_state import JobListener, JobState
+
+if TYPE_CHECKING:
+    from llama_runtime.runtime.layout import Home
+    from llama_runtime.updater.api.job_store import JobStore
+    from llama_runtime.updater.choice.decide import UpdateRequest
+    from llama_runtime.updater.engine import Engine
+    from llama_runtime.updater.install.outcome import Progress
+    from llama_runtime.updater.sources.source import ReleaseSource
+
+__all__ = ["JobRunner", "busy_error", "refuse_if_locked"]
+
+# The button returns once the job holds the lock (its first event): lock
+# acquisition never waits, so this bound is only hit by a hung filesystem.
+START_TIMEOUT_SECONDS: Final[float] = 30.0
+
+
+def busy_error(home: Home, jobs: JobStore) -> BusyError:
+    """Who updates ``home`` now, in one sentence: the lock's holder and its job's progress."""
+    owner = UpdateLock(home.lock_path).owner()
+    doing = f" ({owner.operation}, pid {owner.pid})" if owner is not None else ""
+    message = f"Another llama-runtime process is updating this runtime{doing}."
+    job = jobs.current()
+    if job is not None and job.running:
+        message += f" Its job {job.id}: {job.describe()}."
+    return BusyError(message, hint="Wait for it to finish, or follow it with `llama-runtime job wait`.")
+
+
+def refuse_if_locked(home: Home, jobs: JobStore) -> None:
+    """Raise :func:`busy_error` while another update holds the lock of ``home``.
+
+    Only a real probe of the lock decides: the owner record survives a crash
+    (kill -9) and its pid may be ours again after a restart.
+    """
+    if UpdateLock(home.lock_path).is_held():
+        raise busy_error(home, jobs)
+
+
+class JobRunner:
+    """Starts update jobs on one home and runs them through the engine.
+
+    Args:
+        home: The llama-runtime home.
+        jobs: Its job records.
+        engine: Builds the release source and the installer.
+    """
+
+    def __init__(self, home: Home, jobs: JobStore, engine: Engine) -> None:
+        self.home = home
+        self.jobs = jobs
+        self.engine = engine
+
+    def start(
+        self,
+        request: UpdateRequest,
+        *,
+        join: bool,
+        lock_timeout: float,
+        operation: str,
+        background: bool,
+        listener: JobListener | None,
+    ) -> UpdateJob:
+        """Claim the job for ``request`` and run it, or join (``join``) the one that runs.
+
+        Raises:
+            BusyError: Another update runs and ``join`` is false, or it holds the lock
+                without a job record (no ``lock_timeout`` to wait for it).
+        """
+        self.home.ensure()
+        refuse: Callable[[], None] | None = None if lock_timeout else lambda: refuse_if_locked(self.home, self.jobs)
+        state, claimed = self.jobs.claim(self._new_state(request, operation), before_claim=refuse)
+        if not claimed:
+            if not join:
+                raise BusyError(f"An update is already running ({state.describe()}, job {state.id}).")
+            return UpdateJob(self.jobs, state.id)
+        recorder = JobRecorder(self.jobs, state, clock=self.engine.seams.clock)
+        job = UpdateJob(self.jobs, state.id, recorder)
+        if listener is not None:
+            recorder.subscribe(listener)
+        if not background:
+            self._run(recorder, request, lock_timeout)
+            return job
+        self._run_in_thread(recorder, request, lock_timeout)
+        return job
+
+    def _new_state(self, request: UpdateRequest, operation: str) -> JobState:
+        now = self.engine.seams.clock()
+        return JobState(
+            id=os.urandom(8).hex(),
+            phase="resolve",
+            pid=os.getpid(),
+            operation=operation,
+            tag=request.tag,
+            started_at=now,
+            updated_at=now,
+            message="waiting for the update lock",
+        )
+
+    def _run_in_thread(self, recorder: JobRecorder, request: UpdateRequest, lock_timeout: float) -> None:
+        """Run the job in a daemon thread; return once it holds the lock (its first event)."""
+        import threading
+
+        job_id = recorder.state.id
+        thread = threading.Thread(
+            target=self._run, args=(recorder, request, lock_timeout), name=f"llama-runtime-job-{job_id}", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to run it: end the claimed job rather than leave it "running"
+            recorder.finish("failed", exc=LlamaRuntimeError(f"The update job could not start ({exc})."))
+            raise
+        recorder.started.wait(START_TIMEOUT_SECONDS)
+        if isinstance(recorder.exception, BusyError):
+            raise recorder.exception
+
+    def _run(self, recorder: JobRecorder, request: UpdateRequest, lock_timeout: float) -> None:
+        def progress(event: Progress) -> None:
+            recorder.on_progress(event.phase, event.done_bytes, event.total_bytes, event.message)
+
+        source: ReleaseSource | None = None
+        try:
+            source = self.engine.open_source()
+            installer = self.engine.installer(source)
+            # The claim found the lock free; the grace only rides over another
+            # process's non-blocking probe of it (``update_running``).
+            outcome = installer.update(
+                request,
+                progress=progress,
+                cancel=recorder.cancel_requested,
+                lock_timeout=max(lock_timeout, BUTTON_WAIT_SECONDS),
+            )
+            recorder.outcome = outcome
+            recorder.finish("done", result=outcome.to_json())
+        except CancelledError as exc:
+            recorder.finish("cancelled", exc=exc)
+        except LlamaRuntimeError as exc:
+            recorder.finish("failed", exc=exc)
+        except OSError as exc:  # the system refused (permissions, a broken disk): no bug, say which file
+            recorder.finish("failed", exc=FileSystemError.from_os_error(exc))
+        except Exception as exc:  # a bug must still end the job, never leave it "running"
+            err = LlamaRuntimeError(f"Internal error ({type(exc).__name__}: {exc}); the active runtime is unchanged.")
+            recorder.finish("failed", exc=err)
+        except BaseException:  # Ctrl-C or exit: the caller stops the job; that is no bug
+            recorder.finish(
+                "cancelled",
+                exc=CancelledError(f"The update was interrupted before it finished; {self.home.describe_active()}."),
+            )
+            raise
+        finally:
+            if source is not None:
+                source.close()

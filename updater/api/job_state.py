@@ -1,0 +1,184 @@
+"""One snapshot of an update job: the typed progress event, and the record other processes read.
+
+A :class:`JobState` is what listeners receive, what ``<home>/jobs/current.json``
+holds and what ``llama-runtime job status`` prints. Parsing a stored state is
+strict: a damaged or hand-made record is no job, never a crash.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Final, Literal
+
+from llama_runtime.runtime.errors import UserInputError
+
+JobPhase = Literal["resolve", "download", "verify", "activate", "done", "failed", "cancelled"]
+TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"done", "failed", "cancelled"})
+_PHASES: Final[frozenset[str]] = frozenset({"resolve", "download", "verify", "activate"}) | TERMINAL_PHASES
+#: Job ids are ``secrets.token_hex(8)``; any plain name of letters, digits, ``-`` and ``_`` is
+#: accepted (a job id becomes a file name in ``jobs/``: no separators, no dots, so no ``../``).
+_JOB_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: Larger pids exist on no OS we run on (Linux pid_max is 2**22; Windows ids are 32-bit).
+MAX_PID: Final[int] = 2**31 - 1
+#: Byte counts beyond this (8 EiB) are not progress of a real download.
+MAX_BYTES: Final[int] = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One snapshot of an update job (also the typed progress event).
+
+    Attributes:
+        id: Job id (hex).
+        phase: ``resolve``, ``download``, ``verify``, ``activate`` while it runs;
+            ``done``, ``failed`` or ``cancelled`` once over.
+        pid: Process that runs the job.
+        operation: Who started it (``button``, ``schedule``, ``startup``).
+        tag: The requested tag, or ``None`` for the newest release.
+        done_bytes: Bytes of the current file on disk.
+        total_bytes: Size of the current file, if known.
+        rate: Download rate in bytes per second, once measurable.
+        eta: Seconds left for the current file, once measurable.
+        message: What is happening, for people (the asset name while downloading).
+        result: The ``update`` object of the CLI contract once ``done``.
+        error: ``{"code", "message", …}`` once ``failed`` or ``cancelled``.
+        started_at: Epoch seconds when the job was claimed.
+        updated_at: Epoch seconds of this snapshot.
+        stale: The owning process died before the job finished.
+        proc_start: Start time of the owning process (see
+            :func:`~runtime.procinfo.process_start_ticks`), to tell it from a
+            later process that got the same pid; ``None`` where unknown.
+    """
+
+    id: str
+    phase: JobPhase
+    pid: int
+    operation: str = "button"
+    tag: str | None = None
+    done_bytes: int = 0
+    total_bytes: int | None = None
+    rate: float | None = None
+    eta: float | None = None
+    message: str = ""
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    started_at: float = 0.0
+    updated_at: float = 0.0
+    stale: bool = False
+    proc_start: int | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the job has not finished yet."""
+        return self.phase not in TERMINAL_PHASES
+
+    def to_json(self) -> dict[str, Any]:
+        """The job object of ``llama-runtime job status``."""
+        payload = asdict(self)
+        payload["running"] = self.running
+        return payload
+
+    @classmethod
+    def from_json(cls, payload: object) -> JobState | None:
+        """Parse a stored state; ``None`` when it is not one (a damaged file is no job)."""
+        if not isinstance(payload, dict):
+            return None
+        try:
+            phase = str(payload["phase"])
+            if phase not in _PHASES or not is_job_id(payload["id"]):
+                return None
+            return cls(
+                id=str(payload["id"]),
+                phase=phase,  # type: ignore[arg-type]
+                pid=_bounded(payload["pid"], 1, MAX_PID),
+                operation=str(payload.get("operation", "button")),
+                tag=payload.get("tag") if isinstance(payload.get("tag"), str) else None,
+                done_bytes=_bounded(payload.get("done_bytes", 0), 0, MAX_BYTES),
+                total_bytes=_opt_int(payload.get("total_bytes")),
+                rate=_opt_float(payload.get("rate")),
+                eta=_opt_float(payload.get("eta")),
+                message=str(payload.get("message", "")),
+                result=payload.get("result") if isinstance(payload.get("result"), dict) else None,
+                error=payload.get("error") if isinstance(payload.get("error"), dict) else None,
+                started_at=_finite(payload.get("started_at", 0.0)),
+                updated_at=_finite(payload.get("updated_at", 0.0)),
+                stale=bool(payload.get("stale", False)),
+                proc_start=_opt_int(payload.get("proc_start")),
+            )
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return None  # numbers out of range are no job either, never a crash
+
+    def describe(self) -> str:
+        """One line for people, e.g. ``download 12 MB of 30 MB (40%), ETA 5s``."""
+        from llama_runtime.updater.install.download import human_size
+
+        if self.phase != "download":
+            return self.phase + (f" ({self.message})" if self.message else "")
+        text = f"download {human_size(self.done_bytes)}"
+        if self.total_bytes:
+            text += f" of {human_size(self.total_bytes)} ({self.done_bytes * 100 // self.total_bytes}%)"
+        if self.eta is not None:
+            text += f", ETA {int(self.eta)}s"
+        return text
+
+
+def _opt_int(value: object) -> int | None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    number = int(value)
+    return number if 0 <= number <= MAX_BYTES else None
+
+
+def _opt_float(value: object) -> float | None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _bounded(value: object, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{value!r} is not a number from {low} to {high}")
+    return value
+
+
+def _finite(value: object) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    return float(value)
+
+
+def is_job_id(value: object) -> bool:
+    """Whether ``value`` can be a job id (a plain name; see ``_JOB_ID``)."""
+    return isinstance(value, str) and _JOB_ID.fullmatch(value) is not None
+
+
+def validate_job_id(job_id: str) -> str:
+    """``job_id`` if it is one; a job id names a file in ``jobs/``, so nothing else may pass.
+
+    Raises:
+        UserInputError: Not a job id (``../../x`` and the like).
+    """
+    if not is_job_id(job_id):
+        raise UserInputError(
+            f"'{job_id}' is not a job id; job ids are letters, digits, '-' and '_' (16 hex digits as "
+            "`llama-runtime job status` shows them)."
+        )
+    return job_id
+
+
+def stale_error(pid: int) -> dict[str, Any]:
+    """The error recorded for a job whose process died."""
+    return {
+        "code": "stale_job",
+        "message": (
+            f"The update job's process (pid {pid}) ended before the job finished; "
+            "`llama-runtime status` shows which runtime is active."
+        ),
+    }
+
+
+#: Receives every new state of a job (a progress bar, a UI, the CLI's event stream).
+JobListener = Callable[[JobState], None]

@@ -1,0 +1,114 @@
+"""Is the active runtime ready to start? The cheap, offline answer start-up and the check share.
+
+A runtime counts as ready when the pointer names it, its marker is valid and
+every file it records (the binary included) exists with the recorded size:
+stat calls only, no hashing, no network, no lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+from llama_runtime.runtime.errors import CorruptStateError
+from llama_runtime.runtime.integrity import file_problems
+from llama_runtime.runtime.layout import Home, InstalledRuntime
+
+if TYPE_CHECKING:
+    from llama_runtime.runtime.marker import InstallMarker
+
+__all__ = ["EnsureResult", "NotReady", "Ready", "active_marker", "check_active", "ensure_result"]
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Start-up found a verified runtime: ``binary`` is the ``llama-server`` to run.
+
+    Check ``result.ready`` and a type checker narrows :data:`EnsureResult` to
+    this class, where ``binary`` is a ``Path``, never ``None``.
+
+    Attributes:
+        runtime: The active, cheaply verified runtime.
+        update_running: Another caller is updating right now (start-up did not wait).
+        installed: This call installed the runtime (``install_if_missing``).
+    """
+
+    runtime: InstalledRuntime
+    update_running: bool
+    installed: bool = False
+    ready: Literal[True] = field(default=True, init=False)
+    problem: None = field(default=None, init=False)
+
+    @property
+    def binary(self) -> Path:
+        """The ``llama-server`` to run."""
+        return self.runtime.binary
+
+
+@dataclass(frozen=True)
+class NotReady:
+    """Start-up found no usable runtime; ``problem`` says why, for people.
+
+    Attributes:
+        update_running: Another caller is updating right now (start-up did not wait).
+        problem: Why there is no usable runtime.
+    """
+
+    update_running: bool
+    problem: str
+    ready: Literal[False] = field(default=False, init=False)
+    runtime: None = field(default=None, init=False)
+    installed: bool = field(default=False, init=False)
+
+    @property
+    def binary(self) -> None:
+        """Nothing to run."""
+        return None
+
+
+#: What :meth:`~updater.api.service.RuntimeUpdater.ensure` returns; ``if result.ready:`` tells the two apart.
+EnsureResult: TypeAlias = Ready | NotReady
+
+
+def ensure_result(
+    runtime: InstalledRuntime | None, running: bool, problem: str | None, *, installed: bool = False
+) -> EnsureResult:
+    """:class:`Ready` for a runtime, else :class:`NotReady` saying why (``problem``)."""
+    if runtime is not None:
+        return Ready(runtime, running, installed=installed)
+    return NotReady(running, problem or "No usable llama.cpp runtime is active.")
+
+
+def check_active(home: Home) -> tuple[InstalledRuntime | None, str | None]:
+    """The active runtime if it is ready, else ``None`` and why, for people."""
+    try:
+        pointer = home.read_pointer()
+        if not pointer.active:
+            return None, "No llama.cpp runtime is installed yet."
+        runtime = home.load(pointer.active)
+    except CorruptStateError as exc:
+        return None, exc.message
+
+    # Sizes of every recorded file, the binary included: stat calls only,
+    # so start-up stays cheap and a truncated llama-server is not "ready".
+    problems = file_problems(runtime.path, runtime.marker, "size")
+    if problems:
+        shown = "; ".join(problems[:3])
+        where = f"The active runtime {runtime.marker.tag} in {runtime.path}"
+        return None, f"{where} differs from what was installed: {shown}."
+    return runtime, None
+
+
+def active_marker(home: Home) -> tuple[InstallMarker | None, str | None]:
+    """The active runtime's marker, also when its binary is damaged, and what is wrong."""
+    runtime, problem = check_active(home)
+    if runtime is not None:
+        return runtime.marker, None
+    try:
+        pointer = home.read_pointer()
+        if not pointer.active:
+            return None, None  # nothing installed is no problem for a check
+        return home.load(pointer.active).marker, problem
+    except CorruptStateError as exc:
+        return None, exc.message
