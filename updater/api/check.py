@@ -90,10 +90,7 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
     channel = channel_request(request, marker)
     latest = _ask_latest(updater.engine, backoff, channel, marker, clock)
     available, reason, backend = _decide(updater, request, marker, latest)
-    if problem is not None:
-        reason = f"{reason} {problem}"
-        if not available and marker is not None:
-            reason += f" Reinstall it with `llama-runtime update --tag {marker.tag}`."
+    reason = _with_problem(reason, problem, available, marker)
     if not (apply and available):
         return CheckResult(
             installed,
@@ -170,6 +167,16 @@ def _decide(
     failed = {b.key: b.reason for b in load_failed(updater.home.root)}
     plan = decide(request, active, latest.release, updater.host(), mode="upgrade_only", failed=failed)
     return plan.action == "install", plan.reason, plan.backend_request
+
+
+def _with_problem(reason: str, problem: str | None, available: bool, marker: InstallMarker | None) -> str:
+    """``reason``, plus what is wrong with the active runtime and, with nothing newer, how to reinstall it."""
+    if problem is None:
+        return reason
+    reason = f"{reason} {problem}"
+    if not available and marker is not None:
+        reason += f" Reinstall it with `llama-runtime update --tag {marker.tag}`."
+    return reason
 
 
 def _apply(
