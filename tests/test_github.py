@@ -52,6 +52,9 @@ def test_missing_tag_raises_release_not_found_without_retry(github: FakeGitHub) 
     assert err.value.message == "Release b7000 not found in ggml-org/llama.cpp."
     assert err.value.exit_code == 7
     assert len(github.requests_to("api")) == 1
+    # A GitHub-shaped answer (rate-limit headers) is not a mirror: the hint points at what exists.
+    assert err.value.hint is not None and "mirror" not in err.value.hint
+    assert "list --available" in err.value.hint
 
 
 def test_nightly_picks_b10000_over_later_created_b9999(github: FakeGitHub) -> None:

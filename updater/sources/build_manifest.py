@@ -34,6 +34,8 @@ from llama_runtime.updater.sources.remote_names import RemoteDataError
 
 MANIFEST_ASSET: Final = "llama-prebuilt-manifest.json"
 CHECKSUM_INDEX_ASSET: Final = "llama-prebuilt-sha256.json"
+#: The release files that describe its builds rather than being one: a mirror copies them too.
+BUILD_METADATA_ASSETS: Final[frozenset[str]] = frozenset({MANIFEST_ASSET, CHECKSUM_INDEX_ASSET})
 #: Largest manifest or checksum index read (bytes). The fork's manifests list ~20
 #: artifacts in a few KiB; a megabyte is generous and still bounds a hostile reply.
 MAX_MANIFEST_BYTES: Final[int] = 1024 * 1024
@@ -227,6 +229,7 @@ def manifest_sha256_in_index(data: bytes, release_tag: str, where: str) -> str |
 
 
 __all__ = [
+    "BUILD_METADATA_ASSETS",
     "CHECKSUM_INDEX_ASSET",
     "MANIFEST_ASSET",
     "MAX_MANIFEST_BYTES",

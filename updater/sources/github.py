@@ -293,9 +293,11 @@ class GitHubClient:
         if status < 300:
             return
         if status == 404:
-            hint = None
-            if not same_origin(self.api_url, "https://api.github.com"):
-                # A mirror that 404s everything is often one its web server may not read.
+            hint = "`llama-runtime list --available` shows the releases this host can install."
+            # GitHub (and GitHub Enterprise) answer every API request with rate-limit headers;
+            # a static mirror's web server does not, and one that 404s everything is often
+            # one its web server may not read.
+            if "x-ratelimit-limit" not in response.headers:
                 hint = (
                     f"{self.api_url} is a mirror: check that `llama-runtime mirror sync` filled it and that "
                     "its web server may read the files (mode 644)."

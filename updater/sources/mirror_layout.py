@@ -35,6 +35,7 @@ from typing import Any, Final
 from llama_runtime.runtime.errors import RemoteError, UserInputError
 from llama_runtime.updater.choice.assetnames import parse_asset_name
 from llama_runtime.updater.choice.tags import parse_tag, validate_tag
+from llama_runtime.updater.sources.build_manifest import BUILD_METADATA_ASSETS
 from llama_runtime.updater.sources.release import Asset, Release
 
 # Hex digits of the sha256 that name an asset's directory: 64 bits cannot collide
@@ -131,11 +132,15 @@ def select_assets(release: Release, platforms: Iterable[str], backends: Iterable
 
     An empty filter admits everything; names that are not runtimes (web UI,
     sources, unknown schemes) are never mirrored. CUDA companions count as
-    ``cuda`` builds of their platform.
+    ``cuda`` builds of their platform. A fork's build metadata (its manifest and
+    checksum index) goes along, so clients of the mirror choose as they would from GitHub.
     """
     wanted_platforms, wanted_backends = set(platforms), set(backends)
     chosen: list[Asset] = []
     for asset in release.assets:
+        if asset.name in BUILD_METADATA_ASSETS and asset.is_complete:
+            chosen.append(asset)
+            continue
         info = parse_asset_name(asset.name)
         if info is None or not asset.is_complete:
             continue
