@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 from llama_runtime.runtime.errors import BackendUnavailableError
+from llama_runtime.updater.choice.available import available_builds
+from llama_runtime.updater.choice.channel import ResolvedRelease
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.coverage import host_sms
 from llama_runtime.updater.choice.host import HostFacts
@@ -332,3 +334,24 @@ def test_a_mirror_carries_the_manifest_so_its_clients_choose_as_from_github(tmp_
                   "--home", str(tmp_path / "home"), "--json")  # fmt: skip
     assert planned.returncode == 0, planned.stdout + planned.stderr
     assert json.loads(planned.stdout)["asset"] == asset_name("linux-x64-cuda12-legacy")
+
+
+def test_list_available_judges_fork_bundles_by_their_manifest_read_only_for_releases_it_examines(
+    tmp_path: Path, github: FakeGitHub
+) -> None:
+    bare = release(manifest=False)
+    seen: list[str] = []
+
+    def enrich(r: Release) -> Release:
+        seen.append(r.tag)
+        return replace(r, manifest=release().manifest)
+
+    builds = [ResolvedRelease(bare.tag, None, bare)]
+    listed = available_builds(builds, nvidia("12.4", "6.1"), "auto", installed=set(), limit=1, enrich=enrich)
+    assert [a.asset for a in listed] == [asset_name("linux-x64-cuda12-legacy")] and seen == [TAG]
+    # Through the CLI: the source attaches the manifest (one download) before choosing.
+    publish_fork(github, tmp_path)
+    done = cli("list", "--available", "--repo", FORK, "--api-url", github.api_url,
+               "--home", str(tmp_path / "home"), "--json")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(github.requests_to("blob", MANIFEST_ASSET)) == 1

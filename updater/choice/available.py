@@ -6,7 +6,7 @@ host and backend — and the releases with an answer are listed, newest first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError, UserInputError
@@ -60,6 +60,7 @@ def available_builds(
     *,
     installed: set[tuple[str, str]],
     limit: int,
+    enrich: Callable[[Release], Release] | None = None,
 ) -> list[Available]:
     """The newest ``limit`` builds that have an asset for ``host`` and ``backend``.
 
@@ -70,12 +71,16 @@ def available_builds(
         backend: The backend request (``auto`` or a name).
         installed: ``(tag, asset)`` pairs already installed.
         limit: How many to return at most.
+        enrich: Completes a release before its asset is chosen (the source
+            attaches a fork's build manifest); called only for the releases examined.
     """
     found: list[Available] = []
     by_tag = {b.build_tag: b for b in builds}
     for release in _newest_first(b.release for b in by_tag.values()):
         if len(found) >= limit:
             break
+        if enrich is not None:
+            release = enrich(release)
         try:
             choice = choose_asset(release, host, backend)
         except (BackendUnavailableError, ReleaseIncompleteError):

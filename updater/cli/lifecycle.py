@@ -180,7 +180,7 @@ def _available(
     from llama_runtime.updater.choice.channel import channel_builds, parse_channel
     from llama_runtime.updater.choice.host_detect import detect_host
     from llama_runtime.updater.cli.context import engine_for
-    from llama_runtime.updater.sources.resolve import pointers_on_page
+    from llama_runtime.updater.sources.resolve import pointers_on_page, release_with_manifest
 
     if args.limit < 1:
         raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
@@ -195,5 +195,12 @@ def _available(
         except RemoteError:
             releases = [source.latest_release()]  # a static mirror lists no releases, only the newest
         builds = channel_builds(releases, parse_channel(channel), pointers_on_page(source, releases))
-    have = {(r.marker.tag, r.marker.asset) for r in installed if r.marker.repo.lower() == settings.repo.lower()}
-    return available_builds(builds, detect_host(), backend, installed=have, limit=args.limit)
+        have = {(r.marker.tag, r.marker.asset) for r in installed if r.marker.repo.lower() == settings.repo.lower()}
+        return available_builds(
+            builds,
+            detect_host(),
+            backend,
+            installed=have,
+            limit=args.limit,
+            enrich=lambda release: release_with_manifest(source, release),
+        )

@@ -163,12 +163,16 @@ def read_build_manifest(client: ReleaseSource, release: Release) -> BuildManifes
     return manifest
 
 
+def release_with_manifest(client: ReleaseSource, release: Release) -> Release:
+    """``release`` with its build manifest attached, when it publishes one (see :func:`read_build_manifest`)."""
+    manifest = read_build_manifest(client, release)
+    return release if manifest is None else dataclasses.replace(release, manifest=manifest)
+
+
 def with_build_manifest(client: ReleaseSource, found: ResolvedRelease) -> ResolvedRelease:
     """``found`` with its build release's manifest attached, when it publishes one."""
-    manifest = read_build_manifest(client, found.release)
-    if manifest is None:
-        return found
-    return dataclasses.replace(found, release=dataclasses.replace(found.release, manifest=manifest))
+    release = release_with_manifest(client, found.release)
+    return found if release is found.release else dataclasses.replace(found, release=release)
 
 
 def resolve_fetched(client: ReleaseSource, release: Release) -> ResolvedRelease:
@@ -246,6 +250,7 @@ __all__ = [
     "pointers_on_page",
     "read_build_manifest",
     "read_pointer",
+    "release_with_manifest",
     "resolve_fetched",
     "resolve_latest_remote",
     "resolve_tag_remote",
