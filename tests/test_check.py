@@ -172,6 +172,22 @@ def test_unchanged_check_repeats_as_conditional_requests_only(
     assert not [r for r in new if r.host == "blob"]  # nightly-tag.txt is cached while unchanged
 
 
+def test_check_still_answers_when_its_etag_cache_cannot_be_written(
+    installed_b7000: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A read-only or full cache directory (here: a directory where the cache file belongs)
+    # costs the next check a full request; it is no reason to fail this one.
+    etags = Home(installed_b7000).cache_dir / "etags.json"
+    etags.unlink(missing_ok=True)
+    etags.mkdir(parents=True)
+    frozen = Frozen(installed_b7000)
+    publish(github, tmp_path, "b7001")
+    code, result = check(capsys, installed_b7000, github)
+    assert code == 0, result
+    assert (result["latest"], result["update_available"]) == ("b7001", True)
+    frozen.assert_unchanged_and_runs()
+
+
 def test_check_when_latest_goes_backwards_offers_no_downgrade(
     home: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

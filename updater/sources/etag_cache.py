@@ -51,7 +51,15 @@ class JsonFileEtagCache:
         return None
 
     def put(self, url: str, etag: str, body: Any) -> None:
-        """Remember ``etag`` and ``body`` for ``url`` (one atomic replace of the file)."""
+        """Remember ``etag`` and ``body`` for ``url`` (one atomic replace of the file).
+
+        A cache that cannot be written (a read-only home, a full disk) is no
+        cache: the answer in hand is still right, and the next request is a
+        full one instead of a free 304. The file is left as it was.
+        """
         data = self._load()
         data[url] = {"etag": etag, "body": body}
-        atomic_write_json(self.path, data)
+        try:
+            atomic_write_json(self.path, data)
+        except OSError:
+            return
