@@ -288,6 +288,16 @@ def test_ctrl_c_in_a_foreground_job_records_it_cancelled_and_propagates(
     assert installed.start_update().wait(EVENTUALLY_SECONDS).phase == "done"  # nothing left blocking
 
 
+@pytest.mark.parametrize("cuda", ["nan", "-12", "12.x"])
+def test_a_malformed_cuda_version_is_refused_before_any_job_starts(installed: RuntimeUpdater, cuda: str) -> None:
+    frozen = Frozen(installed.home.root)
+    before = installed.jobs.current()
+    with pytest.raises(UserInputError, match=r"use a line such as '12' or '12\.4'"):
+        installed.start_update(cuda_version=cuda)
+    assert installed.jobs.current() == before
+    frozen.assert_unchanged_and_runs()
+
+
 @pytest.mark.parametrize("seconds", [math.nan, math.inf, -1.0])
 def test_lock_timeout_that_is_not_a_finite_non_negative_number_is_bad_input(
     installed: RuntimeUpdater, seconds: float

@@ -236,11 +236,12 @@ class RuntimeUpdater:
         Raises:
             BusyError: Another process updates without a job record, or ``join`` is
                 false and a job runs; the message carries its progress.
-            UserInputError: A malformed tag or backend, or a ``lock_timeout``
-                that is negative or not finite.
+            UserInputError: A malformed tag, backend or CUDA version, or a
+                ``lock_timeout`` that is negative or not finite.
         """
         from llama_runtime.runtime.backends import parse_backend
         from llama_runtime.updater.api.schedule import validate_seconds
+        from llama_runtime.updater.choice.choose import parse_cuda_version
         from llama_runtime.updater.choice.decide import UpdateRequest
         from llama_runtime.updater.choice.tags import validate_tag
 
@@ -251,7 +252,7 @@ class RuntimeUpdater:
             backend=parse_backend(backend)
             if backend is not None
             else (None if self.backend == "auto" else self.backend),
-            cuda_version=cuda_version,
+            cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
             require_digest=require_digest,
             channel=self.channel,
         )
