@@ -253,3 +253,17 @@ def test_ctrl_c_during_check_apply_exits_130_and_records_the_job_cancelled(home:
     assert job.error is not None and job.error["code"] == "cancelled"
     assert snapshot_tree(home / "runtimes") == runtimes and (home / "active.json").read_bytes() == pointer
     assert_active(home, "b7000")
+
+
+def test_three_cli_updates_with_wait_started_at_once_all_succeed_with_one_download(
+    home: Path, github: FakeGitHub
+) -> None:
+    # Each may find the others still resolving (a job claimed, no lock yet): --wait covers that
+    # window too, not only an update that is already downloading.
+    argv = [sys.executable, "-m", "llama_runtime", "update", "--tag", "b7001", "--backend", "cpu", "--wait", "60",
+            "--json", "--home", str(home), "--api-url", github.api_url]  # fmt: skip
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = [proc.communicate(timeout=CHILD_TIMEOUT_SECONDS) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0, 0], results
+    assert blob_requests(github, "b7001") == 1
+    assert_active(home, "b7001")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.api.ready import EnsureResult, active_marker, check_active, ensure_result
@@ -46,6 +46,10 @@ if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
 
 __all__ = ["RuntimeUpdater"]
+
+#: Pause before claiming again after another process won the claim (seconds): long enough
+#: for its job record to be readable, short next to any --wait a person types.
+_CLAIM_RETRY_SECONDS: Final[float] = 0.05
 
 
 class RuntimeUpdater:
@@ -282,19 +286,32 @@ class RuntimeUpdater:
             BusyError: Another update still runs after ``wait`` seconds.
             UserInputError: ``wait`` is negative or not finite.
         """
+        from llama_runtime.runtime.errors import BusyError
         from llama_runtime.updater.api.job_handle import UpdateJob
         from llama_runtime.updater.api.schedule import validate_seconds
 
         wait = validate_seconds(wait, "wait")
         deadline = time.monotonic() + wait
-        running = self.jobs.current()
-        if running is not None and running.running and wait:
-            UpdateJob(self.jobs, running.id).wait(wait)
-        lock_timeout = max(deadline - time.monotonic(), 0.0)
         runner = self._runner()
-        return runner.start(
-            request, join=False, lock_timeout=lock_timeout, operation=operation, background=False, listener=listener
-        )
+        while True:
+            running = self.jobs.current()
+            if running is not None and running.running and deadline > time.monotonic():
+                UpdateJob(self.jobs, running.id).wait(deadline - time.monotonic())
+            try:
+                return runner.start(
+                    request,
+                    join=False,
+                    lock_timeout=max(deadline - time.monotonic(), 0.0),
+                    operation=operation,
+                    background=False,
+                    listener=listener,
+                )
+            except BusyError:
+                # Another process claimed the job between the look above and this claim
+                # (it may still be resolving, before any lock): wait for it in turn.
+                if deadline <= time.monotonic():
+                    raise
+                time.sleep(_CLAIM_RETRY_SECONDS)
 
     def busy_error(self) -> BusyError:
         """Who updates this home now, in one sentence: the lock's holder and its job's progress."""
