@@ -38,6 +38,9 @@ _MOVE_HINT = (
 )
 
 
+_HOME_HINT = "Point --home (or LLAMA_RUNTIME_HOME) at a directory, or at a path where one may be created."
+
+
 class UnsafeHomeError(UserInputError):
     """The home, or a directory in it, is not safely the tool's own."""
 
@@ -50,15 +53,22 @@ def check_home(root: Path, subdirs: Iterable[Path]) -> None:
     A home or subdirectory that does not exist yet is fine: it will be created.
 
     Raises:
-        UnsafeHomeError: A subdirectory is a symlink or not a directory, or the
-            home or a subdirectory is owned by another user or world-writable.
+        UnsafeHomeError: The home is a file (or under one), a subdirectory is a
+            symlink or not a directory, or the home or a subdirectory is owned
+            by another user or world-writable.
     """
     if sys.platform == "win32":
         return
     try:
         st = os.stat(root)  # the home itself may be a link to where the user wants it
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
         return
+    except NotADirectoryError:
+        raise UnsafeHomeError(
+            f"The llama-runtime home {root} cannot exist: a part of its path is a file.", hint=_HOME_HINT
+        ) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeHomeError(f"The llama-runtime home {root} is a file, not a directory.", hint=_HOME_HINT)
     _check_owner_and_mode(root, st, "The llama-runtime home")
     for sub in subdirs:
         try:

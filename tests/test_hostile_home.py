@@ -167,6 +167,24 @@ def test_a_symlinked_home_subdirectory_is_refused_and_the_users_files_stay(
     assert snapshot_outside_is(guard)
 
 
+@pytest.mark.parametrize("under", [False, True])
+def test_a_home_that_is_a_file_is_exit_2_for_every_verb_and_not_ready_at_start_up(
+    under: bool, capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine")
+    home = afile / "llama" if under else afile
+    for verb in (("status",), ("list",), ("update", "--tag", "b7000", "--backend", "cpu"), ("gc",), ("doctor",)):
+        code, payload = cli(capsys, home, github, *verb)
+        assert code == 2, (verb, payload)
+        assert payload["error"]["code"] == "unsafe_home" and str(home) in payload["error"]["message"]
+    from llama_runtime import RuntimeUpdater
+
+    ready = RuntimeUpdater(home).ensure()  # an app's start-up gets an answer, not a traceback
+    assert not ready.ready and str(home) in ready.problem
+    assert afile.read_text() == "mine"
+
+
 def snapshot_outside_is(guard: HomeGuard) -> bool:
     from tests.conftest import snapshot_outside
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from llama_runtime.runtime.errors import CorruptStateError
+from llama_runtime.runtime.home_safety import UnsafeHomeError
 from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 
@@ -87,7 +88,7 @@ def check_active(home: Home) -> tuple[InstalledRuntime | None, str | None]:
         if not pointer.active:
             return None, "No llama.cpp runtime is installed yet."
         runtime = home.load(pointer.active)
-    except CorruptStateError as exc:
+    except (CorruptStateError, UnsafeHomeError) as exc:  # start-up reports, it does not raise
         return None, exc.message
 
     # Sizes of every recorded file, the binary included: stat calls only,
