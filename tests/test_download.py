@@ -21,16 +21,9 @@ from llama_runtime.runtime.errors import (
     RemoteError,
     SizeMismatchError,
 )
-from llama_runtime.updater.install.download import (
-    DownloadResult,
-    PartialOrigin,
-    Resume,
-    check_free_space,
-    download_asset,
-    human_size,
-    plan_resume,
-    sidecar_path,
-)
+from llama_runtime.updater.install.diskspace import check_free_space, human_size
+from llama_runtime.updater.install.download import DownloadResult, download_asset
+from llama_runtime.updater.install.partial import PartialOrigin, Resume, plan_resume, sidecar_path
 from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.sources.release import Asset, parse_asset
 from llama_runtime.updater.sources.source import AssetHost, PlainHttp

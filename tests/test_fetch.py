@@ -19,7 +19,7 @@ from llama_runtime.updater.config import download_parallelism
 from llama_runtime.updater.install.archive import extract_archive
 from llama_runtime.updater.install.fetch import Fetched, FetchOptions, fetch_asset
 from llama_runtime.updater.install.follow import GrowingFile, StreamRestarted
-from llama_runtime.updater.install.ranges import contiguous, data_path, plan_spans, state_path
+from llama_runtime.updater.install.range_record import contiguous, data_path, plan_spans, state_path
 from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.sources.release import Asset, parse_asset
 

@@ -113,7 +113,7 @@ class JobState:
 
     def describe(self) -> str:
         """One line for people, e.g. ``download 12 MB of 30 MB (40%), ETA 5s``."""
-        from llama_runtime.updater.install.download import human_size
+        from llama_runtime.updater.install.diskspace import human_size
 
         if self.phase != "download":
             return self.phase + (f" ({self.message})" if self.message else "")

@@ -91,7 +91,7 @@ def cmd_use(args: argparse.Namespace, out: Output) -> int:
 def cmd_remove(args: argparse.Namespace, out: Output) -> int:
     """``remove TAG``: delete an installed runtime that is neither active nor previous."""
     from llama_runtime.updater.cli.context import home_for, settings_from_args
-    from llama_runtime.updater.install.download import human_size
+    from llama_runtime.updater.install.diskspace import human_size
     from llama_runtime.updater.install.gc import remove_runtime
 
     settings = settings_from_args(args)

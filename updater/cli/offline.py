@@ -125,7 +125,7 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
     """``export --output FILE``."""
     from llama_runtime.updater.cli.context import home_for, settings_from_args
-    from llama_runtime.updater.install.download import human_size
+    from llama_runtime.updater.install.diskspace import human_size
     from llama_runtime.updater.install.export import export_bundle
 
     result = export_bundle(home_for(settings_from_args(args)), Path(args.output))
@@ -144,7 +144,7 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``."""
     from llama_runtime.runtime.backends import parse_backend
     from llama_runtime.updater.cli.context import engine_for, settings_from_args
-    from llama_runtime.updater.install.download import human_size
+    from llama_runtime.updater.install.diskspace import human_size
     from llama_runtime.updater.sources.mirror import sync_mirror
 
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
@@ -195,7 +195,7 @@ def _platform(value: str) -> str:
 def cmd_gc(args: argparse.Namespace, out: Output) -> int:
     """``gc [--keep N] [--dry-run] [--cache]``."""
     from llama_runtime.updater.cli.context import home_for, settings_from_args
-    from llama_runtime.updater.install.download import human_size
+    from llama_runtime.updater.install.diskspace import human_size
     from llama_runtime.updater.install.gc import DEFAULT_KEEP, collect_garbage
 
     keep = DEFAULT_KEEP if args.keep is None else args.keep

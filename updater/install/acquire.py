@@ -18,11 +18,13 @@ from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.choice.choose import Choice
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
 from llama_runtime.updater.install.cache import AssetCache
-from llama_runtime.updater.install.download import DownloadResult, check_free_space, discard_partial, throttled
+from llama_runtime.updater.install.diskspace import check_free_space
+from llama_runtime.updater.install.download import DownloadResult, throttled
 from llama_runtime.updater.install.fetch import Fetched, FetchOptions, fetch_asset
 from llama_runtime.updater.install.outcome import CancelCheck, Progress, ProgressCallback
+from llama_runtime.updater.install.partial import discard_partial
 from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, combine
-from llama_runtime.updater.install.ranges import discard_ranged
+from llama_runtime.updater.install.range_record import discard_ranged
 from llama_runtime.updater.install.recovery import disk_space_errors, download_name, is_disk_full, unpacking_path
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.release import Asset, Release

@@ -1,38 +1,28 @@
 """Stream one release asset to a partial file, hashing while it arrives, resuming on retry.
 
+The request itself is :mod:`.asset_request`; what may be resumed, and the
+sidecar that proves it, is :mod:`.partial`.
+
 Invariants:
     * Bytes that fail an integrity check (digest, size, cap) are deleted at
       once: nothing untrusted stays on disk. So is a partial on a full disk.
     * A network failure or a cancel keeps the partial file, so the next attempt
       (or the next run) asks only for the rest with ``Range: bytes=N-``.
-    * A partial file never mixes bytes of two different uploads. Its sidecar
-      ``<partial>.meta`` records the URL, size and validator (strong ETag or
-      Last-Modified) of the response it was started from; a resume sends that
-      validator as ``If-Range``, and a server answering 200 starts it over.
-      Without a published digest, a partial whose origin cannot be proven is
-      never resumed, and a complete one is never trusted without a request:
-      the sidecar goes once a download completes, and a complete file that
-      still has one (a crash before that) has its last byte fetched again
-      under ``If-Range``.
-    * Bytes are stored exactly as sent (``Accept-Encoding: identity``, raw
-      reads), so a server that compresses on the fly cannot change what is
-      hashed or shift resume offsets.
-    * ``Authorization`` is only ever sent to the API origin, never to the CDN
-      the download URL redirects to.
+    * A partial file never mixes bytes of two different uploads: a resume
+      sends its recorded validator as ``If-Range``, and a server answering 200
+      starts it over. The sidecar goes once a download completes, and a
+      complete file without a digest that still has one (a crash before that)
+      has its last byte fetched again under ``If-Range``.
     * No ``httpx`` exception escapes; failures are ``runtime.errors`` types.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import hashlib
-import json
 import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Final
@@ -41,14 +31,20 @@ import httpx
 from llama_runtime.runtime.errors import (
     CancelledError,
     DigestMismatchError,
-    DiskSpaceError,
     NetworkError,
-    RemoteError,
     SizeMismatchError,
 )
-from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.updater.install.asset_request import AssetRequest
+from llama_runtime.updater.install.diskspace import human_size
 from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
-from llama_runtime.updater.sources.credentials import redact_url
+from llama_runtime.updater.install.partial import (
+    Resume,
+    discard_partial,
+    plan_resume,
+    read_origin,
+    record_origin,
+    sidecar_path,
+)
 from llama_runtime.updater.sources.release import Asset
 
 if TYPE_CHECKING:
@@ -57,18 +53,12 @@ if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import AssetHost
 
 __all__ = [
+    "PROGRESS_INTERVAL_SECONDS",
+    "Cancel",
     "DownloadResult",
-    "PartialOrigin",
-    "Resume",
-    "check_free_space",
-    "discard_partial",
+    "OnDisk",
+    "Progress",
     "download_asset",
-    "human_size",
-    "open_range",
-    "plan_resume",
-    "read_origin",
-    "sidecar_path",
-    "strong_etag",
     "throttled",
 ]
 
@@ -79,16 +69,8 @@ CHUNK_BYTES: Final[int] = 1024 * 1024
 # attempts cost little bandwidth.
 _ATTEMPTS: Final[int] = 3
 _BACKOFF_SECONDS: Final[float] = 1.0
-# GitHub uses two hops (github.com → CDN); more than a few means a loop.
-_MAX_REDIRECTS: Final[int] = 5
-_REDIRECT_STATUSES: Final[frozenset[int]] = frozenset({301, 302, 303, 307, 308})
 # A full disk or quota: keeping the partial would only hold on to the missing space.
 _DISK_FULL_ERRNOS: Final[frozenset[int]] = frozenset({errno.ENOSPC, errno.EDQUOT})
-
-# open_range never counts bytes against a cap; its caller bounds each range.
-MAX_RANGE_CAP: Final[int] = 1 << 62
-# Suffix of the sidecar that records where a partial file's bytes came from.
-SIDECAR_SUFFIX: Final[str] = ".meta"
 
 Progress = Callable[[int, int | None], None]
 Cancel = Callable[[], bool]
@@ -134,176 +116,6 @@ class DownloadResult:
     sha256: str
     resumed_from: int
     digest_verified: bool
-
-
-@dataclass(frozen=True)
-class PartialOrigin:
-    """Where the bytes of a partial file came from (its ``.meta`` sidecar).
-
-    Attributes:
-        url: The asset's download URL the partial was started from.
-        size: The asset size published then, or ``None`` when unknown.
-        etag: The strong ``ETag`` of the first response, if it had one.
-        last_modified: Its ``Last-Modified``, if it had one.
-    """
-
-    url: str
-    size: int | None
-    etag: str | None = None
-    last_modified: str | None = None
-
-    @property
-    def validator(self) -> str | None:
-        """The ``If-Range`` value that proves a resume continues the same bytes."""
-        return self.etag or self.last_modified
-
-
-@dataclass(frozen=True)
-class Resume:
-    """How to continue a partial file: keep ``keep`` bytes, send ``if_range`` with the Range."""
-
-    keep: int
-    if_range: str | None = None
-
-
-def plan_resume(
-    on_disk: int,
-    origin: PartialOrigin | None,
-    *,
-    url: str,
-    size: int | None,
-    cap: int,
-    has_digest: bool,
-) -> Resume:
-    """Decide how much of a partial file may be reused (pure).
-
-    Args:
-        on_disk: Bytes of the partial file now on disk.
-        origin: Its sidecar, or ``None`` when missing or unreadable.
-        url: The download URL asked for now.
-        size: The asset size published now, if known.
-        cap: Most bytes the file may have.
-        has_digest: Whether a published sha256 will check the whole file.
-
-    Returns:
-        The bytes to keep (0: start over) and the ``If-Range`` validator to send.
-    """
-    if on_disk <= 0 or on_disk > cap:
-        return Resume(0)
-    if origin is not None and origin.size != size:
-        return Resume(0)  # another upload under the same name
-    validator = origin.validator if origin is not None and origin.url == url else None
-    if has_digest:
-        return Resume(on_disk, validator)  # the final sha256 rejects any mix
-    if validator is None:
-        return Resume(0)  # nothing proves these bytes belong to this upload
-    if size is not None and on_disk >= size:
-        # Fetch the last byte again: a 206 to If-Range proves the rest is this upload.
-        return Resume(size - 1, validator)
-    return Resume(on_disk, validator)
-
-
-def sidecar_path(partial: Path) -> Path:
-    """The ``.meta`` file that records where ``partial``'s bytes came from."""
-    return partial.with_name(partial.name + SIDECAR_SUFFIX)
-
-
-def discard_partial(partial: Path) -> None:
-    """Delete a partial file and its sidecar (either may be missing).
-
-    Raises:
-        OSError: A file exists but could not be deleted.
-    """
-    partial.unlink(missing_ok=True)
-    sidecar_path(partial).unlink(missing_ok=True)
-
-
-def read_origin(partial: Path) -> PartialOrigin | None:
-    """The sidecar of ``partial``, or ``None`` when it is missing or not one of ours."""
-    try:
-        raw = json.loads(sidecar_path(partial).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(raw, dict):
-        return None
-    url, size = raw.get("url"), raw.get("size")
-    etag, modified = raw.get("etag"), raw.get("last_modified")
-    if not isinstance(url, str) or not (size is None or (isinstance(size, int) and not isinstance(size, bool))):
-        return None
-    return PartialOrigin(
-        url=url,
-        size=size,
-        etag=etag if isinstance(etag, str) else None,
-        last_modified=modified if isinstance(modified, str) else None,
-    )
-
-
-def strong_etag(response: httpx.Response) -> str | None:
-    # RFC 9110 §13.1.5: If-Range needs a strong validator; a weak ETag proves nothing.
-    etag = response.headers.get("etag")
-    return etag if etag and not etag.startswith("W/") else None
-
-
-def human_size(n_bytes: int) -> str:
-    """Decimal size for people, e.g. ``"312 MB"`` or ``"1.5 GB"``."""
-    value = float(n_bytes)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            break
-        value /= 1000
-    return f"{value:.0f} {unit}" if unit == "B" or value >= 10 else f"{value:.1f} {unit}"
-
-
-def check_free_space(directory: Path, needed: int, *, what: str = "llama.cpp") -> None:
-    """Fail early when ``directory`` (or its nearest existing parent) lacks ``needed`` bytes.
-
-    Args:
-        directory: Where the bytes will go; it need not exist yet.
-        needed: Bytes required.
-        what: What is being installed, e.g. ``"llama.cpp b7000"``.
-
-    Raises:
-        DiskSpaceError: Less than ``needed`` bytes are free there.
-    """
-    probe = directory
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < needed:
-        raise DiskSpaceError(
-            f"Not enough disk space to install {what}: need {human_size(needed)}, "
-            f"have {human_size(free)} in {directory}."
-        )
-
-
-@contextmanager
-def open_range(
-    source: AssetHost,
-    asset: Asset,
-    path: Path,
-    *,
-    start: int,
-    end: int,
-    if_range: str | None,
-) -> Iterator[httpx.Response]:
-    """GET bytes ``start``..``end`` (inclusive) of ``asset``, following its redirects.
-
-    The response is 206 for exactly that range, or 200 when the host ignores
-    Range (or the ``If-Range`` validator no longer matches): then it is the
-    whole asset from byte 0. ``path`` is the file the bytes go to; it is
-    deleted when the host answers in a way that makes it unusable.
-
-    Raises:
-        NetworkError: Transport failures, 5xx, 429, a wrong range (``path`` deleted).
-        RemoteError: 4xx, or a redirect loop.
-    """
-    job = _Job(source, asset, path, MAX_RANGE_CAP, asset.size, None)
-    with job._open(start, if_range, end) as response:
-        wanted = f"bytes {start}-{end}/"
-        if response.status_code == 206 and not response.headers.get("content-range", "").startswith(wanted):
-            discard_partial(path)
-            raise job._network_error("the server sent another range than asked for", kept=False)
-        yield response
 
 
 def download_asset(
@@ -354,6 +166,14 @@ def download_asset(
     """
     job = _Job(source, asset, dest_partial, max_bytes, expected_size, expected_sha256, on_disk)
     job.watch = PaceWatch(pace if pace is not None else DownloadPace.from_env(os.environ))
+    return _with_retries(job, progress, cancel, sleep=sleep, attempts=attempts)
+
+
+def _with_retries(
+    job: _Job, progress: Progress | None, cancel: Cancel | None, *, sleep: Callable[[float], None], attempts: int
+) -> DownloadResult:
+    """Run ``job`` until it finishes, retrying a network failure with backoff (each retry resumes)."""
+    assert job.watch is not None
     for attempt in range(1, attempts + 1):
         job.watch.new_attempt()
         try:
@@ -363,7 +183,7 @@ def download_asset(
                 raise
         except OSError as exc:
             if exc.errno in _DISK_FULL_ERRNOS:
-                discard_partial(dest_partial)  # the space is what is missing
+                discard_partial(job.path)  # the space is what is missing
             raise
         sleep(_BACKOFF_SECONDS * 2 ** (attempt - 1))
     raise AssertionError("unreachable: the last attempt returns or raises")
@@ -383,10 +203,7 @@ class _Job:
         on_disk: OnDisk | None = None,
     ) -> None:
         self.on_disk = on_disk
-        self.http = source.http
-        self.auth = source.auth_headers_for
-        # With a token, the API asset URL (the only way into a private repository).
-        self.first_url = source.asset_request(asset)[0]
+        self.request = AssetRequest(source, asset, path)
         self.asset = asset
         self.path = path
         self.expected_size = expected_size
@@ -403,14 +220,14 @@ class _Job:
         if offset and offset == self.expected_size:
             return self._finish(hasher, offset, offset)
         self._check_cancel(cancel)
-        with self._open(offset, resume.if_range) as response:
+        with self.request.open(offset, resume.if_range) as response:
             if response.status_code == 200:
                 # A fresh body (or the server refused the Range / If-Range): the old
                 # bytes go before the sidecar names the new origin, so a crash never
                 # pairs the two.
                 discard_partial(self.path)
                 self._tell(0)
-                self._record_origin(response)
+                record_origin(self.path, self.asset.download_url, self.expected_size, response)
                 offset = 0
                 hasher = hashlib.sha256()
             with self.path.open("ab" if offset else "wb", buffering=CHUNK_BYTES) as fh:
@@ -439,15 +256,6 @@ class _Job:
             os.truncate(self.path, resume.keep)
         return resume
 
-    def _record_origin(self, response: httpx.Response) -> None:
-        origin = PartialOrigin(
-            url=self.asset.download_url,
-            size=self.expected_size,
-            etag=strong_etag(response),
-            last_modified=response.headers.get("last-modified"),
-        )
-        atomic_write_json(sidecar_path(self.path), dataclasses.asdict(origin))
-
     def _hash_prefix(self, offset: int) -> _Hash:
         hasher = hashlib.sha256()
         if offset:
@@ -455,59 +263,6 @@ class _Job:
                 while chunk := fh.read(CHUNK_BYTES):
                     hasher.update(chunk)
         return hasher
-
-    @contextmanager
-    def _open(self, offset: int, if_range: str | None, end: int | None = None) -> Iterator[httpx.Response]:
-        url = self.first_url
-        for _hop in range(_MAX_REDIRECTS + 1):
-            # identity: the stored bytes are the asset's bytes, never a transfer encoding of them.
-            headers = {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
-            headers.update(self.auth(url))
-            if offset or end is not None:
-                headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
-                if if_range is not None:
-                    headers["If-Range"] = if_range
-            try:
-                request = self.http.build_request("GET", url, headers=headers)
-                response = self.http.send(request, stream=True, follow_redirects=False)
-            except httpx.HTTPError as exc:
-                raise self._network_error(f"could not connect ({type(exc).__name__})") from exc
-            try:
-                if response.status_code in _REDIRECT_STATUSES:
-                    url = str(response.url.join(response.headers.get("location", "")))
-                    continue
-                self._check_status(response, offset, if_range)
-                yield response
-                return
-            finally:
-                response.close()
-        raise RemoteError(
-            f"Downloading {self.asset.name} redirected more than {_MAX_REDIRECTS} times; "
-            "the server is in a redirect loop."
-        )
-
-    def _check_status(self, response: httpx.Response, offset: int, if_range: str | None) -> None:
-        status = response.status_code
-        if status == 206 and not response.headers.get("content-range", "").startswith(f"bytes {offset}-"):
-            discard_partial(self.path)
-            raise self._network_error("the server resumed at the wrong offset", kept=False)
-        sent_etag = if_range if if_range is not None and if_range.startswith('"') else None
-        etag = strong_etag(response)
-        if status == 206 and sent_etag is not None and etag is not None and etag != sent_etag:
-            # A server that ignores If-Range would splice two uploads together.
-            discard_partial(self.path)
-            raise self._network_error("the file changed on the server since the partial was started", kept=False)
-        if status in (200, 206):
-            return
-        if status == 416:
-            discard_partial(self.path)
-            raise self._network_error("the server refused to resume the partial file", kept=False)
-        if status == 429 or status >= 500:
-            raise self._network_error(f"the server answered HTTP {status}")
-        raise RemoteError(
-            f"Could not download {self.asset.name}: the server answered HTTP {status} "
-            f"for {redact_url(str(response.url))}."
-        )
 
     def _stream(
         self,
@@ -580,9 +335,8 @@ class _Job:
         if cancel is not None and cancel():
             raise CancelledError(f"The download of {self.asset.name} was cancelled; the partial file is kept.")
 
-    def _network_error(self, what: str, *, kept: bool = True) -> NetworkError:
-        then = "the partial file is kept for resuming" if kept else "the next try starts over"
-        return NetworkError(f"Downloading {self.asset.name} failed: {what}; {then}.")
+    def _network_error(self, what: str) -> NetworkError:
+        return self.request.network_error(what)
 
     def _too_big_message(self) -> str:
         if self.expected_size is not None and self.cap == self.expected_size:

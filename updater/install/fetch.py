@@ -31,21 +31,11 @@ from llama_runtime.runtime.errors import IntegrityError
 from llama_runtime.runtime.fsutil import remove_tree_quietly
 from llama_runtime.updater.install.archive import ExtractResult, extract_tar_stream
 from llama_runtime.updater.install.cache import AssetCache
-from llama_runtime.updater.install.download import (
-    Cancel,
-    DownloadResult,
-    Progress,
-    discard_partial,
-    download_asset,
-)
+from llama_runtime.updater.install.download import Cancel, DownloadResult, Progress, download_asset
 from llama_runtime.updater.install.follow import FollowReader, GrowingFile, StreamAborted, StreamRestarted
-from llama_runtime.updater.install.ranges import (
-    DEFAULT_PARALLEL,
-    MIN_PARALLEL_BYTES,
-    RangedDownload,
-    discard_ranged,
-    state_path,
-)
+from llama_runtime.updater.install.partial import discard_partial
+from llama_runtime.updater.install.range_record import discard_ranged, state_path
+from llama_runtime.updater.install.ranges import DEFAULT_PARALLEL, MIN_PARALLEL_BYTES, RangedDownload
 from llama_runtime.updater.sources.release import Asset
 
 if TYPE_CHECKING:
@@ -123,12 +113,8 @@ def fetch_asset(
         The errors of :func:`~updater.install.download.download_asset`, and
         :class:`UnsafeArchiveError` for a refused member (staging deleted).
     """
-    if cache is not None and asset.sha256 is not None:
-        hit = cache.lookup(asset.sha256, size=asset.size)
-        if hit is not None:
-            if progress is not None:
-                progress(asset.size, asset.size)
-            return Fetched(DownloadResult(hit, asset.size, asset.sha256.lower(), 0, True), cached=True)
+    if (hit := _from_cache(cache, asset, progress)) is not None:
+        return hit
     stream_into = staging if staging is not None and options.stream_extract and streams_as_tar(asset.name) else None
     if _use_ranges(asset, partial, options):
         ranged = RangedDownload(source, asset, partial, parallel=options.parallel, progress=progress, cancel=cancel)
@@ -156,6 +142,18 @@ def fetch_asset(
     if fetched is None:
         raise AssertionError("unreachable: one stream always returns a result or raises")
     return fetched
+
+
+def _from_cache(cache: AssetCache | None, asset: Asset, progress: Progress | None) -> Fetched | None:
+    """The cached copy of ``asset`` (found by its published digest and size), or ``None``."""
+    if cache is None or asset.sha256 is None:
+        return None
+    hit = cache.lookup(asset.sha256, size=asset.size)
+    if hit is None:
+        return None
+    if progress is not None:
+        progress(asset.size, asset.size)
+    return Fetched(DownloadResult(hit, asset.size, asset.sha256.lower(), 0, True), cached=True)
 
 
 def _use_ranges(asset: Asset, partial: Path, options: FetchOptions) -> bool:

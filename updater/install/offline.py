@@ -42,7 +42,7 @@ from llama_runtime.runtime.marker import InstallMarker
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
 from llama_runtime.updater.install.bundle import read_bundle_marker, repack_bundle
-from llama_runtime.updater.install.download import check_free_space
+from llama_runtime.updater.install.diskspace import check_free_space
 from llama_runtime.updater.install.installed import find_build
 from llama_runtime.updater.install.outcome import UpdateOutcome, silent
 from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, read_attestation_file

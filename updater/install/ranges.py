@@ -10,11 +10,9 @@ while later ranges are still arriving.
 Invariants:
     * Only used with a published sha256: that one digest over the reassembled
       file is what proves the ranges fit together.
-    * ``<partial>.ranges`` records each range's bytes received and the
-      validator (ETag / Last-Modified) of the upload; a resume asks each range
-      only for the rest, under ``If-Range``. The record is a hint written
-      without fsync: after a power cut it may claim bytes the file lost, and
-      the digest then fails and the download starts over (never a bad install).
+    * ``<partial>.ranges`` (:mod:`.range_record`) records each range's bytes
+      received and the validator (ETag / Last-Modified) of the upload; a resume
+      asks each range only for the rest, under ``If-Range``.
     * A host that answers a Range with 200 (no Range support, or another upload
       under the same URL) ends the ranged attempt: its files are deleted and
       the caller falls back to one stream.
@@ -23,12 +21,10 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -40,29 +36,28 @@ from llama_runtime.runtime.errors import (
     SizeMismatchError,
 )
 from llama_runtime.updater.config import DEFAULT_PARALLEL_DOWNLOADS
-from llama_runtime.updater.install.download import (
-    Cancel,
-    DownloadResult,
-    Progress,
-    human_size,
-    open_range,
-    strong_etag,
-)
+from llama_runtime.updater.install.asset_request import open_range
+from llama_runtime.updater.install.diskspace import human_size
+from llama_runtime.updater.install.download import Cancel, DownloadResult, Progress
 from llama_runtime.updater.install.follow import GrowingFile, StreamAborted
 from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
+from llama_runtime.updater.install.partial import strong_etag
+from llama_runtime.updater.install.range_record import (
+    Span,
+    contiguous,
+    data_path,
+    discard_ranged,
+    load_record,
+    plan_spans,
+    save_record,
+    state_path,
+)
 from llama_runtime.updater.sources.release import Asset
 
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import AssetHost
 
-__all__ = [
-    "DEFAULT_PARALLEL",
-    "MIN_PARALLEL_BYTES",
-    "RangedDownload",
-    "Span",
-    "discard_ranged",
-    "plan_spans",
-]
+__all__ = ["DEFAULT_PARALLEL", "MIN_PARALLEL_BYTES", "RangedDownload"]
 
 #: Below this an asset comes in one stream: a few extra round trips would cost
 #: more than a capped connection loses on it.
@@ -75,64 +70,6 @@ _SAVE_EVERY_BYTES: Final = 8 * 1024 * 1024
 _HASH_READ_BYTES: Final = 1024 * 1024
 _ATTEMPTS: Final = 3
 _BACKOFF_SECONDS: Final = 1.0
-_DATA_SUFFIX: Final = ".ranged"
-_STATE_SUFFIX: Final = ".ranges"
-
-
-@dataclass
-class Span:
-    """Bytes ``start``..``end`` (exclusive) of the asset, ``done`` of them on disk."""
-
-    start: int
-    end: int
-    done: int = 0
-
-    @property
-    def next(self) -> int:
-        """The first byte not yet on disk."""
-        return self.start + self.done
-
-    @property
-    def complete(self) -> bool:
-        """Whether every byte of the span is on disk."""
-        return self.next >= self.end
-
-
-def plan_spans(size: int, parallel: int) -> list[Span]:
-    """Split ``size`` bytes into ``parallel`` spans of (nearly) equal length (pure)."""
-    count = max(1, min(parallel, size))
-    bounds = [size * i // count for i in range(count + 1)]
-    return [Span(bounds[i], bounds[i + 1]) for i in range(count)]
-
-
-def contiguous(spans: list[Span]) -> int:
-    """Bytes from offset 0 that are on disk, given ``spans`` in order (pure)."""
-    total = 0
-    for span in spans:
-        total = span.next
-        if not span.complete:
-            break
-    return total
-
-
-def data_path(partial: Path) -> Path:
-    """Where the ranges of ``partial`` are reassembled."""
-    return partial.with_name(partial.name + _DATA_SUFFIX)
-
-
-def state_path(partial: Path) -> Path:
-    """The per-range record of ``partial``."""
-    return partial.with_name(partial.name + _STATE_SUFFIX)
-
-
-def _tmp_path(partial: Path) -> Path:
-    return partial.with_name(partial.name + _STATE_SUFFIX + ".tmp")
-
-
-def discard_ranged(partial: Path) -> None:
-    """Delete a ranged download's file and record (any may be missing)."""
-    for path in (data_path(partial), state_path(partial), _tmp_path(partial)):
-        path.unlink(missing_ok=True)
 
 
 class _NoRanges(Exception):
@@ -341,38 +278,20 @@ class RangedDownload:
 
     def _load(self) -> int:
         """Spans from the record when it matches this asset, else fresh ones; bytes reused."""
-        fresh = plan_spans(self.asset.size, self.parallel)
-        try:
-            raw = json.loads(state_path(self.partial).read_text(encoding="utf-8"))
-            on_disk = self.data.stat().st_size
-        except (OSError, ValueError):
-            raw, on_disk = None, -1
-        spans = _spans_from(raw, self.asset.download_url, self.asset.size) if on_disk == self.asset.size else None
-        if spans is None:
+        recorded = load_record(self.partial, self.asset.download_url, self.asset.size)
+        if recorded is None:
             discard_ranged(self.partial)
-            self._spans = fresh
+            self._spans = plan_spans(self.asset.size, self.parallel)
             return 0
-        self._spans = spans
-        self._validator = raw.get("validator") if isinstance(raw, dict) else None
-        return sum(s.done for s in spans)
+        self._spans, self._validator = recorded
+        return sum(s.done for s in self._spans)
 
     def _save(self) -> None:
         with self._lock:
-            payload = {
-                "url": self.asset.download_url,
-                "size": self.asset.size,
-                "validator": self._validator,
-                "spans": [[s.start, s.end, s.done] for s in self._spans],
-            }
+            spans = [Span(s.start, s.end, s.done) for s in self._spans]
+            validator = self._validator
             self._unsaved = 0
-        tmp = _tmp_path(self.partial)
-        try:
-            tmp.write_text(json.dumps(payload), encoding="utf-8")
-            os.replace(tmp, state_path(self.partial))
-        except OSError:
-            # Only a hint is lost (resuming then starts this download over); a full
-            # disk is reported by the next write of the data itself.
-            tmp.unlink(missing_ok=True)
+        save_record(self.partial, self.asset.download_url, self.asset.size, validator, spans)
 
     def _finish(self, digest: str, resumed: int) -> DownloadResult:
         if digest != self.sha256:
@@ -386,24 +305,3 @@ class RangedDownload:
         return DownloadResult(
             path=self.partial, size=self.asset.size, sha256=digest, resumed_from=resumed, digest_verified=True
         )
-
-
-def _spans_from(raw: object, url: str, size: int) -> list[Span] | None:
-    """The spans of a record written for ``url`` and ``size``, or ``None`` if it is not one."""
-    if not isinstance(raw, dict) or raw.get("url") != url or raw.get("size") != size:
-        return None
-    validator = raw.get("validator")
-    items = raw.get("spans")
-    if not (validator is None or isinstance(validator, str)) or not isinstance(items, list) or not items:
-        return None
-    spans: list[Span] = []
-    expected_start = 0
-    for item in items:
-        if not (isinstance(item, list) and len(item) == 3 and all(type(v) is int for v in item)):
-            return None
-        start, end, done = item
-        if start != expected_start or end <= start or not 0 <= done <= end - start:
-            return None
-        spans.append(Span(start, end, done))
-        expected_start = end
-    return spans if expected_start == size else None

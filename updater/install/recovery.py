@@ -183,7 +183,7 @@ def is_disk_full(exc: BaseException) -> bool:
 
 def disk_full_error(directory: Path, needed: int, what: str) -> DiskSpaceError:
     """The exit-4 error for ``what`` needing ``needed`` bytes in ``directory``."""
-    from llama_runtime.updater.install.download import human_size  # deferred: pulls in httpx, which status never needs
+    from llama_runtime.updater.install.diskspace import human_size
 
     probe = directory
     while not probe.exists() and probe.parent != probe:
