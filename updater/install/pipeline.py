@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from llama_runtime.runtime.errors import DiskSpaceError, IntegrityError, MacOSTooOldError, VerificationError
@@ -24,7 +25,6 @@ from llama_runtime.runtime.fsutil import fsync_tree, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker, write_marker
 from llama_runtime.updater.choice.choose import Choice
-from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
 from llama_runtime.updater.install.acquire import Acquirer, download_meta
 from llama_runtime.updater.install.activation import Activation
@@ -42,7 +42,26 @@ from llama_runtime.updater.sources.release import Release
 
 log = get_logger("llama_runtime.install")
 
-__all__ = ["InstallPipeline"]
+__all__ = ["InstallPipeline", "PlannedInstall"]
+
+
+@dataclass(frozen=True)
+class PlannedInstall:
+    """What a plan asks to install.
+
+    Attributes:
+        release: The release to install.
+        choice: Its asset (and companions) for this host.
+        backend_request: The backend request the marker stores (what later updates follow).
+        require_digest: Refuse an asset without a published sha256.
+        identity: Marker fields naming the release as asked (``release_version``, ``channel``).
+    """
+
+    release: Release
+    choice: Choice
+    backend_request: str
+    require_digest: bool
+    identity: Mapping[str, object]
 
 
 class InstallPipeline:
@@ -73,21 +92,16 @@ class InstallPipeline:
 
     def install_release(
         self,
-        release: Release,
-        choice: Choice,
-        backend_request: str,
-        request: UpdateRequest,
+        planned: PlannedInstall,
         active: InstalledRuntime | None,
         emit: ProgressCallback,
         cancel: CancelCheck,
         warnings: list[str],
-        identity: Mapping[str, object],
     ) -> UpdateOutcome:
         """Install the planned release; a build that fails verification is remembered as failed."""
+        release, choice = planned.release, planned.choice
         try:
-            outcome = self._fetch_and_install(
-                release, choice, backend_request, request, active, emit, cancel, warnings, identity
-            )
+            outcome = self._fetch_and_install(planned, active, emit, cancel, warnings)
         except (VerificationError, MacOSTooOldError) as exc:
             # It fails the same way next time: the scheduled job must not fetch it every hour.
             record_failed(
@@ -100,22 +114,19 @@ class InstallPipeline:
 
     def _fetch_and_install(
         self,
-        release: Release,
-        choice: Choice,
-        backend_request: str,
-        request: UpdateRequest,
+        planned: PlannedInstall,
         active: InstalledRuntime | None,
         emit: ProgressCallback,
         cancel: CancelCheck,
         warnings: list[str],
-        identity: Mapping[str, object] | None = None,
     ) -> UpdateOutcome:
+        release, choice = planned.release, planned.choice
         fetched = self.acquirer.fetch_choice(
-            release, choice, require_digest=request.require_digest, emit=emit, cancel=cancel, warnings=warnings
+            release, choice, require_digest=planned.require_digest, emit=emit, cancel=cancel, warnings=warnings
         )
         downloads = [f.download for f in fetched]
         checkpoint("after_download")
-        meta = download_meta(release, choice, backend_request, downloads, identity)
+        meta = download_meta(release, choice, planned.backend_request, downloads, planned.identity)
         try:
             staged = self._check_provenance(release, choice, fetched[0], downloads, meta, emit)
             outcome = self.install_archives(

@@ -59,7 +59,7 @@ from llama_runtime.updater.install.fetch import FetchOptions
 from llama_runtime.updater.install.gate import GatePolicy, record_speeds
 from llama_runtime.updater.install.installed import describe
 from llama_runtime.updater.install.outcome import CancelCheck, Progress, ProgressCallback, UpdateOutcome, silent
-from llama_runtime.updater.install.pipeline import InstallPipeline
+from llama_runtime.updater.install.pipeline import InstallPipeline, PlannedInstall
 from llama_runtime.updater.install.provenance import ProvenanceCheck
 from llama_runtime.updater.install.recovery import active_state, clean_leftovers, damage
 from llama_runtime.updater.install.swap import SwitchReport
@@ -214,10 +214,14 @@ class Installer:
                 return self.activate_installed(there, replaced, emit, warnings, verified=True)
         if plan.release is None or plan.choice is None:
             raise AssertionError(f"unreachable: a {plan.action} plan names its release and asset")
-        identity = {"release_version": resolved.version if resolved else None, "channel": channel}
-        return self.pipeline.install_release(
-            plan.release, plan.choice, plan.backend_request, request, replaced, emit, cancel, warnings, identity
+        planned = PlannedInstall(
+            plan.release,
+            plan.choice,
+            plan.backend_request,
+            request.require_digest,
+            {"release_version": resolved.version if resolved else None, "channel": channel},
         )
+        return self.pipeline.install_release(planned, replaced, emit, cancel, warnings)
 
     def _decide(
         self,
