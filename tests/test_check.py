@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_runtime.runtime.clock import SystemClock
 from llama_runtime.runtime.errors import RateLimitError, UserInputError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
@@ -327,8 +328,11 @@ def test_cli_wait_or_timeout_that_is_not_a_finite_non_negative_number_exits_2(
 def test_rate_limit_reset_a_day_ahead_of_a_skewed_clock_skips_at_most_an_hour(
     installed_b7000: Path, github: FakeGitHub
 ) -> None:
-    def behind() -> float:  # an air-gapped box whose clock is a day behind
-        return time.time() - 86_400
+    class Behind(SystemClock):  # an air-gapped box whose clock is a day behind
+        def time(self) -> float:
+            return time.time() - 86_400
+
+    behind = Behind()
 
     updater = RuntimeUpdater(
         installed_b7000,
@@ -343,7 +347,7 @@ def test_rate_limit_reset_a_day_ahead_of_a_skewed_clock_skips_at_most_an_hour(
         updater.check()
     skipped = updater.check()
     assert skipped.skipped == "rate_limited" and skipped.not_before is not None
-    assert skipped.not_before - behind() <= MAX_BACKOFF_SECONDS
+    assert skipped.not_before - behind.time() <= MAX_BACKOFF_SECONDS
 
 
 def test_check_with_damaged_active_binary_offers_no_downgrade_and_reports_the_damage(

@@ -19,6 +19,7 @@ from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.lock import UpdateLock
 
 from tests.conftest import CPU_TAR, HomeGuard, publish_stand_in, run_json
+from tests.fakeclock import FakeClock
 from tests.fakegithub import FakeGitHub, Fault
 
 
@@ -63,18 +64,10 @@ def test_the_overall_deadline_ends_a_download_that_keeps_just_above_the_rate(
     guard.assert_intact("b7000")
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_pace_watch_averages_over_its_window_and_tolerates_a_short_stall() -> None:
     from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
 
-    clock = _Clock()
+    clock = FakeClock()
     watch = PaceWatch(DownloadPace(min_rate=100, window=10, deadline=1000), clock)
     clock.now = 5
     assert watch.too_slow(10) is None  # 10 bytes in 5 s: the window is not over yet

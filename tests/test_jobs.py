@@ -20,13 +20,7 @@ from llama_runtime.updater.api.job_store import KEEP_FINISHED, JobStore
 from llama_runtime.updater.api.progress import RateMeter, terminal_progress
 from llama_runtime.updater.install.outcome import Progress
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakeclock import FakeClock
 
 
 @pytest.fixture
@@ -99,8 +93,8 @@ def test_before_claim_may_refuse_and_then_nothing_is_written(store: JobStore) ->
 
 def test_cancel_file_written_by_another_store_stops_the_recorder(store: JobStore) -> None:
     state, _ = store.claim(new_job("a1"))
-    ticks = FakeClock()
-    recorder = JobRecorder(store, state, clock=ticks, monotonic=ticks)
+    ticks = FakeClock(1000.0)
+    recorder = JobRecorder(store, state, clock=ticks)
     assert not recorder.cancel_requested()
     JobStore(store.home).request_cancel("a1")
     ticks.now += 1.0
@@ -114,8 +108,8 @@ def test_cancel_file_written_by_another_store_stops_the_recorder(store: JobStore
 
 def test_recorder_persists_phase_changes_at_once_and_throttles_byte_counts(store: JobStore) -> None:
     state, _ = store.claim(new_job("a1"))
-    ticks = FakeClock()
-    recorder = JobRecorder(store, state, clock=ticks, monotonic=ticks)
+    ticks = FakeClock(1000.0)
+    recorder = JobRecorder(store, state, clock=ticks)
     seen: list[JobState] = []
     recorder.subscribe(seen.append)
     recorder.on_progress("download", 0, 1000, "asset.tar.gz")
@@ -247,7 +241,7 @@ def test_progress_bar_on_a_terminal_draws_bytes_and_ends_its_line() -> None:
 
 
 def test_rate_meter_does_not_count_resumed_bytes_as_transferred() -> None:
-    ticks = FakeClock()
+    ticks = FakeClock(1000.0)
     meter = RateMeter(clock=ticks)
     assert meter.sample("a", 5_000, 10_000) == (None, None)  # resumed at 5000
     ticks.now += 2.0

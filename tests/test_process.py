@@ -31,6 +31,7 @@ from llama_runtime.runtime.listen import arg_value, with_listen_args
 from llama_runtime.runtime.process import ManagedServer, ServerControl
 from llama_runtime.runtime.procinfo import pid_alive
 
+from tests.fakeclock import FakeClock
 from tests.realbuild import real_bin_dir
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="stand-ins are POSIX shell scripts")
@@ -39,19 +40,6 @@ linux_only = pytest.mark.skipif(sys.platform != "linux", reason="uses /proc")
 #: Generous bound for a real llama-server in router mode to answer /health
 #: (it does in well under a second); only reached when something is broken.
 HEALTHY_WITHIN_SECONDS = 30.0
-
-
-class FakeClock:
-    """Monotonic time that only moves when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class RecordingKill:

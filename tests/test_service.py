@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import BusyError, UserInputError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
@@ -26,6 +27,7 @@ from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
 from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_server
+from tests.fakeclock import FakeClock
 from tests.fakegithub import FakeGitHub, Fault
 
 # Incompressible padding so that a dripped download lasts long enough to overlap.
@@ -55,9 +57,9 @@ def slow_down(github: FakeGitHub, asset: str) -> None:
     github.inject(asset, Fault(drip_seconds=0.02, drip_chunk=1024, times=None))
 
 
-def make_updater(home: Path, github: FakeGitHub) -> RuntimeUpdater:
+def make_updater(home: Path, github: FakeGitHub, clock: Clock = SYSTEM_CLOCK) -> RuntimeUpdater:
     return RuntimeUpdater(
-        home, repo=REPO, backend="cpu", api_url=github.api_url, host=lambda: host_for_platform("linux-x64")
+        home, repo=REPO, backend="cpu", api_url=github.api_url, host=lambda: host_for_platform("linux-x64"), clock=clock
     )
 
 
@@ -139,6 +141,15 @@ def test_ensure_install_if_missing_installs_the_newest_release(home: Path, githu
 
 
 # -- the button -----------------------------------------------------------------------
+
+
+def test_the_clock_given_to_the_updater_times_the_job(home: Path, github: FakeGitHub, tmp_path: Path) -> None:
+    publish(github, tmp_path, "b7000")
+    updater = make_updater(home, github, clock=FakeClock(1_700_000_000.0))
+    state = updater.start_update(tag="b7000").wait(EVENTUALLY_SECONDS)
+    assert state.phase == "done", state.error
+    recorded = updater.jobs.current()
+    assert recorded is not None and recorded.started_at == recorded.updated_at == 1_700_000_000.0
 
 
 def test_second_start_update_while_running_returns_same_job_and_downloads_once(

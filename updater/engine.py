@@ -17,11 +17,11 @@ importing this module costs nothing of httpx, the installer or process control.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.layout import Home
 
 if TYPE_CHECKING:
@@ -51,14 +51,14 @@ class Seams:
         runner: Runs a staged binary to verify it.
         server: The llama-server to switch around an activation (default: the
             server ``llama-runtime server start`` manages in the home).
-        clock: Epoch seconds (job times, the rate-limit backoff).
+        clock: Wall and monotonic time (job records and rates, the rate-limit backoff).
     """
 
     source_factory: Callable[[], ReleaseSource] | None = None
     host: Callable[[], HostFacts] | None = None
     runner: ProcessRunner | None = None
     server: ServerControl | None = None
-    clock: Callable[[], float] = time.time
+    clock: Clock = SYSTEM_CLOCK
 
 
 class Engine:

@@ -16,7 +16,6 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +32,7 @@ from llama_runtime.updater.api.schedule import (
 from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest, backend_request, channel_request, decide
 
 if TYPE_CHECKING:
+    from llama_runtime.runtime.clock import Clock
     from llama_runtime.runtime.marker import InstallMarker
     from llama_runtime.updater.api.job_state import JobListener
     from llama_runtime.updater.api.service import RuntimeUpdater
@@ -70,7 +70,7 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
     installed = marker.tag if marker else None
     backoff = Backoff(home.cache_dir)
     clock = updater.engine.seams.clock
-    now = clock()
+    now = clock.time()
     not_before = backoff.not_before(now)
     if not_before is not None and now < not_before:
         return CheckResult(
@@ -116,7 +116,7 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
 
 
 def _ask_latest(
-    engine: Engine, backoff: Backoff, channel: Channel, marker: InstallMarker | None, clock: Callable[[], float]
+    engine: Engine, backoff: Backoff, channel: Channel, marker: InstallMarker | None, clock: Clock
 ) -> _Latest:
     """Ask the source for the channel's build; store the backoff its answer (or refusal) asks for.
 
@@ -127,10 +127,10 @@ def _ask_latest(
         try:
             tag, version, release = _latest_for_check(source, channel, marker)
         except RateLimitError as exc:
-            refused_at = clock()
+            refused_at = clock.time()
             backoff.set(not_before_after_error(exc, refused_at), exc.message, now=refused_at)
             raise
-        answered_at = clock()
+        answered_at = clock.time()
         after = not_before_after_success(source.last_rate_limit, answered_at)
     if after is not None:
         backoff.set(after, "the last request used GitHub's remaining quota", now=answered_at)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.updater.api.job_state import JobListener, JobPhase, JobState
 from llama_runtime.updater.logs import get_logger
 
@@ -39,21 +39,13 @@ class JobRecorder:
     subscribe from other threads while the job runs.
     """
 
-    def __init__(
-        self,
-        store: JobStore,
-        state: JobState,
-        *,
-        clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, store: JobStore, state: JobState, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.store = store
         self._state = state
         self._clock = clock
-        self._monotonic = monotonic
         from llama_runtime.updater.api.progress import RateMeter  # deferred: only a running job meters
 
-        self._meter = RateMeter(clock=monotonic)
+        self._meter = RateMeter(clock)
         self._lock = threading.Lock()
         self._listeners: list[JobListener] = []
         self._last_persist = 0.0
@@ -100,9 +92,9 @@ class JobRecorder:
                 rate=rate,
                 eta=eta,
                 message=message,
-                updated_at=self._clock(),
+                updated_at=self._clock.time(),
             )
-        now = self._monotonic()
+        now = self._clock.monotonic()
         finished_file = total is not None and done >= total
         if changed_phase or finished_file or now - self._last_persist >= PERSIST_INTERVAL_SECONDS:
             self._last_persist = now
@@ -124,7 +116,7 @@ class JobRecorder:
         with self._lock:
             self.exception = exc
             self._state = replace(
-                self._state, phase=phase, result=result, error=error, rate=None, eta=None, updated_at=self._clock()
+                self._state, phase=phase, result=result, error=error, rate=None, eta=None, updated_at=self._clock.time()
             )
             state = self._state
         try:
@@ -158,7 +150,7 @@ class JobRecorder:
         """The installer's cancel check: this process asked, or a cancel file appeared."""
         if self._cancelled.is_set():
             return True
-        now = self._monotonic()
+        now = self._clock.monotonic()
         if now - self._last_cancel_poll < CANCEL_POLL_SECONDS:
             return False
         self._last_cancel_poll = now

@@ -102,7 +102,7 @@ class JobRunner:
         return job
 
     def _new_state(self, request: UpdateRequest, operation: str) -> JobState:
-        now = self.engine.seams.clock()
+        now = self.engine.seams.clock.time()
         return JobState(
             id=os.urandom(8).hex(),
             phase="resolve",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TextIO
+
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 
 # Below this much elapsed time a rate is mostly noise from the first chunk.
 _MIN_RATE_WINDOW_SECONDS: Final[float] = 0.2
@@ -46,14 +46,14 @@ class RateMeter:
     transferred, so a resume does not show an absurd rate.
     """
 
-    clock: Callable[[], float] = time.monotonic
+    clock: Clock = SYSTEM_CLOCK
     _key: str | None = None
     _start_bytes: int = 0
     _start_time: float = 0.0
 
     def sample(self, key: str, done: int, total: int | None) -> tuple[float | None, float | None]:
         """Record ``done`` bytes of file ``key``; returns ``(bytes_per_second, eta_seconds)``."""
-        now = self.clock()
+        now = self.clock.monotonic()
         if key != self._key or done < self._start_bytes:
             self._key, self._start_bytes, self._start_time = key, done, now
             return None, None
@@ -112,11 +112,14 @@ class TerminalProgress:
     """A progress callback for :meth:`updater.install.Installer.update` that draws on a TTY."""
 
     stream: TextIO
-    clock: Callable[[], float] = time.monotonic
-    meter: RateMeter = field(default_factory=RateMeter)
+    clock: Clock = SYSTEM_CLOCK
+    meter: RateMeter = field(init=False)
     _open_line: bool = False
     _last_draw: float = 0.0
     _phase: str = ""
+
+    def __post_init__(self) -> None:
+        self.meter = RateMeter(self.clock)  # the bar and its rates read one clock
 
     def __call__(self, event: ProgressLike) -> None:
         if event.phase == "download":
@@ -132,7 +135,7 @@ class TerminalProgress:
     def _download(self, event: ProgressLike) -> None:
         self._phase = "download"
         rate, eta = self.meter.sample(event.message, event.done_bytes, event.total_bytes)
-        now = self.clock()
+        now = self.clock.monotonic()
         finished = event.total_bytes is not None and event.done_bytes >= event.total_bytes
         if not finished and now - self._last_draw < _REDRAW_SECONDS:
             return

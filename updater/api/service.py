@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.api.ready import EnsureResult, active_marker, check_active, ensure_result
 
@@ -70,7 +71,7 @@ class RuntimeUpdater:
             :class:`~updater.sources.github.GitHubClient` with the home's ETag cache.
         host: Returns the host facts; default :func:`~updater.host.detect_host`.
         runner: Runs the staged binary to verify it.
-        clock: Epoch seconds (rate-limit backoff).
+        clock: Wall and monotonic time (job records and rates, the rate-limit backoff).
         server: The app's own llama-server (a :class:`~runtime.process.ServerControl`)
             to stop, switch and restart around an activation; by default the
             server ``llama-runtime server start`` manages in this home.
@@ -94,7 +95,7 @@ class RuntimeUpdater:
         source_factory: Callable[[], ReleaseSource] | None = None,
         host: Callable[[], HostFacts] | None = None,
         runner: ProcessRunner | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         server: ServerControl | None = None,
         env: Mapping[str, str] | None = None,
         require_provenance: bool = False,

@@ -14,11 +14,11 @@ Configurable for slow links (and tests), each in the environment:
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.updater.config import env_number
 
 __all__ = [
@@ -70,24 +70,24 @@ class PaceWatch:
 
     Args:
         pace: The limits.
-        clock: Monotonic seconds (injectable for tests).
+        clock: The clock (its monotonic time; injectable for tests).
     """
 
-    def __init__(self, pace: DownloadPace, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, pace: DownloadPace, clock: Clock = SYSTEM_CLOCK) -> None:
         self.pace = pace
         self.clock = clock
-        self.started = clock()
+        self.started = clock.monotonic()
         self._window_start = self.started
         self._window_bytes = 0
 
     def new_attempt(self) -> None:
         """Start a new rate window (a retry's connection gets a full window)."""
-        self._window_start = self.clock()
+        self._window_start = self.clock.monotonic()
         self._window_bytes = 0
 
     def too_slow(self, received: int) -> str | None:
         """Record ``received`` new bytes; why the download must stop, or ``None``."""
-        now = self.clock()
+        now = self.clock.monotonic()
         if now - self.started > self.pace.deadline:
             return f"it took longer than the {self.pace.deadline:.0f} s deadline (LLAMA_RUNTIME_DOWNLOAD_DEADLINE)"
         self._window_bytes += received
