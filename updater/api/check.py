@@ -73,15 +73,7 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
     now = clock.time()
     not_before = backoff.not_before(now)
     if not_before is not None and now < not_before:
-        return CheckResult(
-            installed,
-            None,
-            False,
-            skipped="rate_limited",
-            not_before=not_before,
-            reason="GitHub's rate limit was reached; the check resumes after the stored time.",
-            problem=problem,
-        )
+        return _skipped(installed, not_before, problem)
     if apply and not wait:
         refuse_if_locked(home, updater.jobs)
     request = UpdateRequest(
@@ -112,6 +104,14 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
         reason=reason,
         outcome=outcome,
         problem=problem,
+    )
+
+
+def _skipped(installed: str | None, not_before: float, problem: str | None) -> CheckResult:
+    """The answer while a stored rate-limit backoff runs: no request is made."""
+    reason = "GitHub's rate limit was reached; the check resumes after the stored time."
+    return CheckResult(
+        installed, None, False, skipped="rate_limited", not_before=not_before, reason=reason, problem=problem
     )
 
 
