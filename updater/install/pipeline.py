@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,10 +99,42 @@ class InstallPipeline:
         cancel: CancelCheck,
         warnings: list[str],
     ) -> UpdateOutcome:
-        """Install the planned release; a build that fails verification is remembered as failed."""
+        """Download, check and install the planned release; a build that fails verification is remembered."""
+        release, choice = planned.release, planned.choice
+        with self._remembering_failure(planned):
+            fetched = self.acquirer.fetch_choice(
+                release, choice, require_digest=planned.require_digest, emit=emit, cancel=cancel, warnings=warnings
+            )
+            downloads = [f.download for f in fetched]
+            checkpoint("after_download")
+            meta = download_meta(release, choice, planned.backend_request, downloads, planned.identity)
+            try:
+                staged = self._check_provenance(release, choice, fetched[0], downloads, meta, emit)
+                outcome = self.install_archives(
+                    [d.path for d in downloads],
+                    meta,
+                    active=active,
+                    emit=emit,
+                    cancel=cancel,
+                    warnings=warnings,
+                    staged=staged,
+                )
+            except (IntegrityError, VerificationError, DiskSpaceError):
+                # Rejected bytes would only fail again (and may be hostile); a full
+                # disk needs the space back. A cancel or a crash keeps them to resume.
+                for f in fetched:
+                    self.acquirer.forget(f)
+                raise
+            for f in fetched:
+                self.acquirer.keep(f)
+            return outcome
+
+    @contextmanager
+    def _remembering_failure(self, planned: PlannedInstall) -> Iterator[None]:
+        """Record a build that fails verification as failed; forget that record once it installs."""
         release, choice = planned.release, planned.choice
         try:
-            outcome = self._fetch_and_install(planned, active, emit, cancel, warnings)
+            yield
         except (VerificationError, MacOSTooOldError) as exc:
             # It fails the same way next time: the scheduled job must not fetch it every hour.
             record_failed(
@@ -110,43 +143,6 @@ class InstallPipeline:
             )
             raise
         forget_failed(self.home.root, release.repo, release.tag, choice.asset.name)
-        return outcome
-
-    def _fetch_and_install(
-        self,
-        planned: PlannedInstall,
-        active: InstalledRuntime | None,
-        emit: ProgressCallback,
-        cancel: CancelCheck,
-        warnings: list[str],
-    ) -> UpdateOutcome:
-        release, choice = planned.release, planned.choice
-        fetched = self.acquirer.fetch_choice(
-            release, choice, require_digest=planned.require_digest, emit=emit, cancel=cancel, warnings=warnings
-        )
-        downloads = [f.download for f in fetched]
-        checkpoint("after_download")
-        meta = download_meta(release, choice, planned.backend_request, downloads, planned.identity)
-        try:
-            staged = self._check_provenance(release, choice, fetched[0], downloads, meta, emit)
-            outcome = self.install_archives(
-                [d.path for d in downloads],
-                meta,
-                active=active,
-                emit=emit,
-                cancel=cancel,
-                warnings=warnings,
-                staged=staged,
-            )
-        except (IntegrityError, VerificationError, DiskSpaceError):
-            # Rejected bytes would only fail again (and may be hostile); a full
-            # disk needs the space back. A cancel or a crash keeps them to resume.
-            for f in fetched:
-                self.acquirer.forget(f)
-            raise
-        for f in fetched:
-            self.acquirer.keep(f)
-        return outcome
 
     def _check_provenance(
         self,
