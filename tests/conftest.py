@@ -10,6 +10,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -202,17 +203,38 @@ class HomeGuard:
         assert_runs(active.binary)
 
 
+#: Upstream's asset names (asset_naming.md): the Linux x64 CPU and Vulkan builds of a tag.
 CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
+VULKAN_TAR = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
+
+#: How long a ``python -m llama_runtime`` child may take before the test fails (a hang is a failure).
+CLI_PROCESS_TIMEOUT_SECONDS = 120
 
 
-def run_json(capsys: pytest.CaptureFixture[str], home: Path, api_url: str, *args: str) -> tuple[int, Any]:
-    """``llama-runtime ARGS --home HOME --api-url URL --json``: the exit code and the one JSON object."""
+def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any]:
+    """``llama-runtime ARGS --json`` in this process: the exit code and the one JSON object on stdout.
+
+    Fails the test when stdout is not exactly one JSON object (the contract's promise for ``--json``).
+    """
     from llama_runtime.updater.cli.main import main
 
     cut = args.index("--") if "--" in args else len(args)  # what follows -- belongs to llama-server
-    code = main([*args[:cut], "--home", str(home), "--api-url", api_url, "--json", *args[cut:]])
-    out = capsys.readouterr().out
-    return code, json.loads(out) if out.strip() else None
+    code = main([*args[:cut], "--json", *args[cut:]])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def run_json(capsys: pytest.CaptureFixture[str], home: Path, api_url: str | None, *args: str) -> tuple[int, Any]:
+    """``llama-runtime ARGS --home HOME [--api-url URL] --json``: the exit code and the one JSON object."""
+    cut = args.index("--") if "--" in args else len(args)
+    where = ["--home", str(home), *(["--api-url", api_url] if api_url is not None else [])]
+    return cli_json(capsys, *args[:cut], *where, *args[cut:])
+
+
+def cli_process(*args: str, timeout: float = CLI_PROCESS_TIMEOUT_SECONDS) -> subprocess.CompletedProcess[str]:
+    """``python -m llama_runtime ARGS`` as a child process: what a shell or cron would see."""
+    return subprocess.run(
+        [sys.executable, "-m", "llama_runtime", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def publish_stand_in(github: FakeGitHub, tmp_path: Path, tag: str) -> None:

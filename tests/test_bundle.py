@@ -10,19 +10,13 @@ from typing import Any
 
 import pytest
 from llama_runtime.runtime.marker import MARKER_NAME
-from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, assert_runs, snapshot_tree, stand_in_tarball
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    code = main([*args, "--home", str(home), "--json"])
-    return code, json.loads(capsys.readouterr().out)
+from tests.conftest import CPU_TAR, assert_runs, run_json, snapshot_tree, stand_in_tarball
 
 
 def install(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path, tag: str) -> dict[str, Any]:
     archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag=tag), tag=tag, libs=("ggml", "llama"))
-    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", tag)
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", tag)
     assert code == 0, payload
     return payload
 
@@ -32,7 +26,7 @@ def bundle(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> tuple[Path, di
     """b7000 installed on home A and exported; returns the bundle and A's marker."""
     payload = install(capsys, tmp_path / "a", tmp_path, "b7000")
     out = tmp_path / "b7000-bundle.tar.gz"
-    code, exported = run_cli(capsys, tmp_path / "a", "export", "--output", str(out))
+    code, exported = run_json(capsys, tmp_path / "a", None, "export", "--output", str(out))
     assert code == 0, exported
     assert exported["output"] == str(out)
     return out, json.loads(Path(payload["active"]["marker_path"]).read_text())
@@ -73,7 +67,7 @@ def test_bundle_restores_on_another_home_with_the_same_files(
 ) -> None:
     path, original = bundle
     home_b = tmp_path / "b"
-    code, payload = run_cli(capsys, home_b, "install-file", str(path))
+    code, payload = run_json(capsys, home_b, None, "install-file", str(path))
     assert code == 0, payload
     active = payload["active"]
     assert (active["repo"], active["tag"], active["backend"]) == (original["repo"], "b7000", "cpu")
@@ -87,7 +81,7 @@ def test_bundle_restores_on_another_home_with_the_same_files(
     )
     assert (Path(active["runtime_dir"]) / "llama-b7000" / "libllama.so").is_symlink()
     assert "7000" in assert_runs(Path(active["binary"]))
-    code, again = run_cli(capsys, home_b, "install-file", str(path))
+    code, again = run_json(capsys, home_b, None, "install-file", str(path))
     assert code == 0 and again["result"] == "up_to_date"
 
 
@@ -99,12 +93,12 @@ def test_bundle_with_a_file_differing_from_its_marker_exits_8_and_changes_nothin
     install(capsys, home_b, tmp_path, "b6999")
     before, pointer = snapshot_tree(home_b / "runtimes"), (home_b / "active.json").read_bytes()
     tampered = rewrite_member(path, tmp_path / "tampered.tar.gz", marker["binary"], b"#!/bin/sh\necho evil\n")
-    code, payload = run_cli(capsys, home_b, "install-file", str(tampered))
+    code, payload = run_json(capsys, home_b, None, "install-file", str(tampered))
     assert code == 8, payload
     assert "does not match its marker" in payload["error"]["message"]
     assert snapshot_tree(home_b / "runtimes") == before
     assert (home_b / "active.json").read_bytes() == pointer
-    code, status = run_cli(capsys, home_b, "status")
+    code, status = run_json(capsys, home_b, None, "status")
     assert status["active"]["tag"] == "b6999"
     assert_runs(Path(status["active"]["binary"]))
 
@@ -115,7 +109,7 @@ def test_bundle_missing_a_recorded_file_exits_8(
     path, marker = bundle
     lib = next(name for name in marker["files"] if "libggml" in name)
     partial = rewrite_member(path, tmp_path / "partial.tar.gz", lib, None)
-    code, payload = run_cli(capsys, tmp_path / "b", "install-file", str(partial))
+    code, payload = run_json(capsys, tmp_path / "b", None, "install-file", str(partial))
     assert code == 8, payload
     assert lib in payload["error"]["message"]
     assert not (tmp_path / "b" / "active.json").exists()
@@ -146,12 +140,12 @@ def test_bundle_with_an_invalid_marker_exits_8_and_changes_nothing(
     install(capsys, home_b, tmp_path, "b6999")
     before, pointer = snapshot_tree(home_b / "runtimes"), (home_b / "active.json").read_bytes()
     broken = rewrite_member(path, tmp_path / "broken.tar.gz", MARKER_NAME, marker_bytes)
-    code, payload = run_cli(capsys, home_b, "install-file", str(broken))
+    code, payload = run_json(capsys, home_b, None, "install-file", str(broken))
     assert code == 8, payload
     assert "doctor" not in json.dumps(payload["error"])
     assert snapshot_tree(home_b / "runtimes") == before
     assert (home_b / "active.json").read_bytes() == pointer
-    code, status = run_cli(capsys, home_b, "status")
+    code, status = run_json(capsys, home_b, None, "status")
     assert status["active"]["tag"] == "b6999"
     assert_runs(Path(status["active"]["binary"]))
 
@@ -160,13 +154,13 @@ def test_bundle_with_a_contradicting_tag_exits_2(
     bundle: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path, _ = bundle
-    code, payload = run_cli(capsys, tmp_path / "b", "install-file", str(path), "--tag", "b7001")
+    code, payload = run_json(capsys, tmp_path / "b", None, "install-file", str(path), "--tag", "b7001")
     assert code == 2, payload
     assert "b7000" in payload["error"]["message"]
 
 
 def test_export_with_nothing_active_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, payload = run_cli(capsys, tmp_path / "empty", "export", "--output", str(tmp_path / "x.tar.gz"))
+    code, payload = run_json(capsys, tmp_path / "empty", None, "export", "--output", str(tmp_path / "x.tar.gz"))
     assert code == 2, payload
     assert not (tmp_path / "x.tar.gz").exists()
 
@@ -174,6 +168,6 @@ def test_export_with_nothing_active_exits_2(capsys: pytest.CaptureFixture[str], 
 def test_export_of_a_damaged_runtime_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     payload = install(capsys, tmp_path / "a", tmp_path, "b7000")
     Path(payload["active"]["binary"]).write_bytes(b"#!/bin/sh\nexit 0\n")
-    code, result = run_cli(capsys, tmp_path / "a", "export", "--output", str(tmp_path / "x.tar.gz"))
+    code, result = run_json(capsys, tmp_path / "a", None, "export", "--output", str(tmp_path / "x.tar.gz"))
     assert code == 6, result
     assert not (tmp_path / "x.tar.gz").exists()

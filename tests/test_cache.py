@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from llama_runtime.runtime.layout import Home
-from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.cache import AssetCache
 
-from tests.conftest import REPO, assert_runs, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def update(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tag: str) -> dict[str, Any]:
-    code, payload = run_cli(capsys, home, github, "update", "--tag", tag, "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")
     assert code == 0, payload
     assert_runs(Path(payload["active"]["binary"]))
     return dict(payload)
@@ -48,7 +39,7 @@ def test_second_release_with_the_same_digest_fetches_0_bytes(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, archive: Path
 ) -> None:
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): archive})
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): archive})
     update(capsys, home, github, "b7000")
     fetched_once = github.download_bytes_sent
     assert fetched_once == archive.stat().st_size
@@ -65,12 +56,12 @@ def test_reinstall_after_remove_fetches_0_bytes(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, archive: Path, tmp_path: Path
 ) -> None:
     other = stand_in_tarball(tmp_path / "other.tar.gz", tag="b7001", script=NO_BUILD)
-    github.add_release(REPO, "b7000", {CPU.format(tag="b7000"): archive})
-    github.add_release(REPO, "b7001", {CPU.format(tag="b7001"): other})
-    github.add_release(REPO, "b7002", {CPU.format(tag="b7002"): other})
+    github.add_release(REPO, "b7000", {CPU_TAR.format(tag="b7000"): archive})
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): other})
+    github.add_release(REPO, "b7002", {CPU_TAR.format(tag="b7002"): other})
     for tag in ("b7000", "b7001", "b7002"):
         update(capsys, home, github, tag)
-    code, payload = run_cli(capsys, home, github, "remove", "b7000")
+    code, payload = run_json(capsys, home, github.api_url, "remove", "b7000")
     assert code == 0, payload
     assert sorted(r.marker.tag for r in Home(home).installed()) == ["b7001", "b7002"]
     sent = github.download_bytes_sent
@@ -84,7 +75,7 @@ def test_damaged_cache_entry_is_downloaded_again_never_installed(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, archive: Path
 ) -> None:
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): archive})
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): archive})
     update(capsys, home, github, "b7000")
     entry = AssetCache.of(Home(home)).path_for(sha(archive))
     damaged = bytearray(entry.read_bytes())
@@ -116,12 +107,12 @@ def test_gc_trims_the_cache_with_the_runtimes_that_used_it(
 ) -> None:
     tarballs = {tag: stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag) for tag in ("b7000", "b7001", "b7002")}
     for tag, path in tarballs.items():
-        github.add_release(REPO, tag, {CPU.format(tag=tag): path})
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): path})
         update(capsys, home, github, tag)
     cache = AssetCache.of(Home(home))
     assert len(cache.entries()) == 3
 
-    code, payload = run_cli(capsys, home, github, "gc", "--keep", "0")
+    code, payload = run_json(capsys, home, github.api_url, "gc", "--keep", "0")
 
     assert code == 0, payload
     removed = {(item["kind"], Path(item["path"]).name) for item in payload["removed"]}
@@ -132,7 +123,7 @@ def test_gc_trims_the_cache_with_the_runtimes_that_used_it(
 def test_gc_cache_alone_trims_only_unused_entries_and_keeps_every_runtime(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, archive: Path, tmp_path: Path
 ) -> None:
-    github.add_release(REPO, "b7000", {CPU.format(tag="b7000"): archive})
+    github.add_release(REPO, "b7000", {CPU_TAR.format(tag="b7000"): archive})
     update(capsys, home, github, "b7000")
     cache = AssetCache.of(Home(home))
     orphan = tmp_path / "orphan"
@@ -140,10 +131,10 @@ def test_gc_cache_alone_trims_only_unused_entries_and_keeps_every_runtime(
     cache.store(orphan, sha(orphan))
     runtimes = sorted(p.name for p in (home / "runtimes").iterdir())
 
-    code, dry = run_cli(capsys, home, github, "gc", "--cache", "--dry-run")
+    code, dry = run_json(capsys, home, github.api_url, "gc", "--cache", "--dry-run")
     assert code == 0 and [i["kind"] for i in dry["removed"]] == ["cache"]
     assert len(cache.entries()) == 2
-    code, payload = run_cli(capsys, home, github, "gc", "--cache")
+    code, payload = run_json(capsys, home, github.api_url, "gc", "--cache")
 
     assert code == 0, payload
     assert [e.sha256 for e in cache.entries()] == [sha(archive)]

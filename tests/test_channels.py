@@ -21,17 +21,14 @@ from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.sources.release import Asset, Release
 from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 
-from tests.conftest import Sleeps
+from tests.conftest import CPU_TAR, REPO, VULKAN_TAR, Sleeps
 from tests.fakegithub import FakeGitHub
 
-REPO = "ggml-org/llama.cpp"
 FORK = "unslothai/llama.cpp"
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
-VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 
 
 def build(
-    tag: str, *, prerelease: bool = True, names: tuple[str, ...] = (CPU, VULKAN), state: str = "uploaded"
+    tag: str, *, prerelease: bool = True, names: tuple[str, ...] = (CPU_TAR, VULKAN_TAR), state: str = "uploaded"
 ) -> Release:
     assets = tuple(Asset(n.format(tag=tag), 10, f"http://127.0.0.1/{n.format(tag=tag)}", state=state) for n in names)
     return Release(REPO, tag, assets, prerelease=prerelease)
@@ -84,7 +81,7 @@ def test_nightly_skips_a_build_with_an_asset_still_uploading() -> None:
 
 
 def test_nightly_skips_a_build_missing_an_archive_the_build_before_had() -> None:
-    releases = [build("b10500"), build("b10501", names=(CPU,))]
+    releases = [build("b10500"), build("b10501", names=(CPU_TAR,))]
     found = resolve_latest(releases, "nightly")
     assert found.build_tag == "b10500"
     assert "no llama-b10501-bin-ubuntu-vulkan-x64.tar.gz yet" in found.notes[0]
@@ -157,7 +154,7 @@ def client(github: FakeGitHub, tmp_path: Path | None = None, **kw: object) -> Gi
 
 
 def publish(github: FakeGitHub, tag: str, **kw: object) -> None:
-    github.add_release(REPO, tag, {CPU.format(tag=tag): b"cpu " + tag.encode()}, **kw)  # type: ignore[arg-type]
+    github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): b"cpu " + tag.encode()}, **kw)  # type: ignore[arg-type]
 
 
 def test_fake_publishes_builds_as_prereleases_and_latest_as_a_semver_pointer(github: FakeGitHub) -> None:
@@ -185,7 +182,7 @@ def test_update_tag_v0_resolves_to_the_build_its_pointer_names(github: FakeGitHu
 
 
 def test_a_fork_keeps_working_unchanged(github: FakeGitHub) -> None:
-    github.add_release(FORK, "b9596-mix-e6f2453", {CPU.format(tag="b9596-mix-e6f2453"): b"x"})
+    github.add_release(FORK, "b9596-mix-e6f2453", {CPU_TAR.format(tag="b9596-mix-e6f2453"): b"x"})
     api = GitHubClient(github.api_url, FORK, sleep=Sleeps())
     found = resolve_latest_remote(api, "stable")
     assert (found.build_tag, found.version, found.release.prerelease) == ("b9596-mix-e6f2453", None, False)

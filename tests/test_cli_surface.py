@@ -8,23 +8,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.cli.parser import build_parser
 from llama_runtime.updater.cli.server import LLAMA_SERVER_DEFAULT_PORT, default_port
 
-from tests.conftest import REPO, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 GLOBAL_FLAGS = ("--home", "--api-url", "--repo", "--backend", "--json", "--log-json", "--verbose", "--quiet")
-
-
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
-    code = main(["--home", str(home), "--api-url", github.api_url, "--json", *args])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def help_of(capsys: pytest.CaptureFixture[str], *args: str) -> str:
@@ -37,8 +30,8 @@ def help_of(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 @pytest.fixture
 def installed(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return home
 
@@ -73,9 +66,9 @@ def test_plan_tag_and_latest_have_help_text(capsys: pytest.CaptureFixture[str]) 
 def test_wait_takes_a_duration_like_jitter(
     command: list[str], capsys: pytest.CaptureFixture[str], installed: Path, github: FakeGitHub
 ) -> None:
-    code, payload = cli(capsys, installed, github, *command, "--wait", "10m")
+    code, payload = run_json(capsys, installed, github.api_url, *command, "--wait", "10m")
     assert code == 0, payload
-    code, payload = cli(capsys, installed, github, *command, "--wait", "10 parsecs")
+    code, payload = run_json(capsys, installed, github.api_url, *command, "--wait", "10 parsecs")
     assert code == 2 and "--wait" in payload["error"]["message"], payload
 
 
@@ -138,9 +131,9 @@ def test_quiet_prints_the_result_and_no_warnings(
 def test_check_reports_the_active_runtime_like_status_does(
     capsys: pytest.CaptureFixture[str], installed: Path, github: FakeGitHub
 ) -> None:
-    code, checked = cli(capsys, installed, github, "check")
+    code, checked = run_json(capsys, installed, github.api_url, "check")
     assert code == 0, checked
-    code, status = cli(capsys, installed, github, "status")
+    code, status = run_json(capsys, installed, github.api_url, "status")
     assert checked["installed"] == "b7000" and checked["latest"] == "b7001"
     assert checked["active"] == status["active"]
     assert isinstance(status["installed"], list)
@@ -153,9 +146,9 @@ def test_plan_and_doctor_list_only_the_cpu_flags_that_pick_a_build(
     from llama_runtime.updater.choice.host_detect import detect_host
 
     raw = detect_host().cpu_features
-    code, plan = cli(capsys, installed, github, "plan", "--backend", "cpu", "--explain")
+    code, plan = run_json(capsys, installed, github.api_url, "plan", "--backend", "cpu", "--explain")
     assert code == 0, plan
-    code, doctor = cli(capsys, installed, github, "doctor")
+    code, doctor = run_json(capsys, installed, github.api_url, "doctor")
     for host in (plan["host"], doctor["host"]):
         assert set(host["cpu_features"]) == raw & ISA_FLAGS
         assert not set(host["cpu_features"]) - ISA_FLAGS
@@ -175,7 +168,7 @@ def test_a_multi_line_override_version_is_one_line_in_status(
     out = capsys.readouterr().out
     line = next(row for row in out.splitlines() if row.startswith("override:"))
     assert "(version: 7000 (abc123)) is in force" in line
-    code, status = cli(capsys, installed, github, "status")
+    code, status = run_json(capsys, installed, github.api_url, "status")
     assert code == 0 and status["override_info"]["version"] == "version: 7000 (abc123)"
 
 
@@ -195,7 +188,7 @@ def test_server_start_without_port_records_8080(
     """A stand-in that stays up without binding anything: the recorded arguments are what counts."""
     monkeypatch.delenv("LLAMA_RUNTIME_SERVER_PORT")
     script = stand_in_server().replace(b"exit 0\n", b"exec sleep 30\n", 1)
-    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7000"), tag="b7000", script=script)
+    archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7000"), tag="b7000", script=script)
     assert main(["--home", str(home), "--json", "install-file", str(archive), "--tag", "b7000"]) == 0
     capsys.readouterr()
     try:
@@ -214,16 +207,16 @@ def test_server_start_with_a_bad_flag_shows_llama_servers_own_error(
     vk_env: dict[str, str],
 ) -> None:
     github.add_release(REPO, "b7000", {"llama-b7000-bin-ubuntu-vulkan-x64.tar.gz": real_vulkan_tarball})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
 
-    code, failed = cli(capsys, home, github, "server", "start", "--timeout", "30", "--", "--bad-flag")
+    code, failed = run_json(capsys, home, github.api_url, "server", "start", "--timeout", "30", "--", "--bad-flag")
 
     assert code == 6, failed
     message = failed["error"]["message"]
     assert "invalid argument: --bad-flag" in message and "exited with status 1" in message, message
     assert "pid None" not in message
-    code, status = cli(capsys, home, github, "server", "status")
+    code, status = run_json(capsys, home, github.api_url, "server", "status")
     assert code == 0 and status["running"] is False
 
 

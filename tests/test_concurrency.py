@@ -17,7 +17,7 @@ import pytest
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.api.job_store import JobStore
 
-from tests.conftest import assert_runs, snapshot_tree
+from tests.conftest import assert_runs, cli_process, snapshot_tree
 from tests.fakegithub import FakeGitHub
 from tests.test_service import PAD_BYTES, downloading, eventually, make_updater, publish, slow_down
 
@@ -79,8 +79,8 @@ def lines_of(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
 
 
 def cli(home: Path, github: FakeGitHub, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "llama_runtime", *args, "--home", str(home), "--api-url", github.api_url]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=CHILD_TIMEOUT_SECONDS, check=False)
+    """``llama-runtime ARGS`` as a child process on this test's home and fake GitHub."""
+    return cli_process(*args, "--home", str(home), "--api-url", github.api_url, timeout=CHILD_TIMEOUT_SECONDS)
 
 
 def blob_requests(github: FakeGitHub, tag: str) -> int:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ from llama_runtime.updater.sources.release import Asset, Release
 from llama_runtime.updater.sources.remote_names import RemoteDataError
 from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_tag_remote
 
-from tests.conftest import HomeGuard, run_json
+from tests.conftest import HomeGuard, cli_process, run_json
 from tests.fakegithub import FakeGitHub
 
 FORK = "unslothai/llama.cpp"
@@ -256,12 +254,6 @@ def publish_fork(github: FakeGitHub, tmp_path: Path, *, index_sha: str | None = 
     github.add_release(FORK, TAG, files)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llama_runtime", *args], capture_output=True, text=True, timeout=120, check=False
-    )
-
-
 def test_plan_host_reads_the_forks_manifest_once_and_plans_pascal_and_blackwell(
     tmp_path: Path, github: FakeGitHub
 ) -> None:
@@ -271,7 +263,7 @@ def test_plan_host_reads_the_forks_manifest_once_and_plans_pascal_and_blackwell(
     def plan_for(facts: dict[str, object]) -> dict[str, Any]:
         path = tmp_path / "host.json"
         path.write_text(json.dumps({"host": facts}))
-        done = cli("plan", "--tag", TAG, "--host", str(path), "--explain", *common)
+        done = cli_process("plan", "--tag", TAG, "--host", str(path), "--explain", *common)
         assert done.returncode == 0, done.stdout + done.stderr
         return json.loads(done.stdout)  # type: ignore[no-any-return]
 

@@ -22,10 +22,9 @@ from typing import Any
 import pytest
 from llama_runtime.updater.install.checkpoints import CHECKPOINTS, KILL_AT_ENV
 
-from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, VULKAN_TAR, assert_runs, run_json, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
-VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 ROOT = Path(__file__).resolve().parents[1]
 #: Checkpoints an update passes; ``during_gc`` is reached while cleaning leftovers.
 INSTALL_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c != "during_gc")
@@ -131,7 +130,7 @@ def test_sigkill_before_the_pointer_flip_with_the_real_build_keeps_the_old_one_r
     vk_env: dict[str, str],
 ) -> None:
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {VULKAN.format(tag=tag): real_vulkan_tarball})
+        github.add_release(REPO, tag, {VULKAN_TAR.format(tag=tag): real_vulkan_tarball})
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
     old_binary = Path(payload["active"]["binary"])

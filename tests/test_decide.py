@@ -12,7 +12,8 @@ from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.latest import build_number, highest_build_tag, newest_releases, pick_latest
 from llama_runtime.updater.sources.release import Asset, Release
 
-REPO = "ggml-org/llama.cpp"
+from tests.conftest import REPO
+
 FORK = "someone/llama.cpp"
 X86 = frozenset({"sse4_2", "avx", "avx2", "fma"})
 CPU_HOST = HostFacts(os="linux", arch="x64", cpu_features=X86)

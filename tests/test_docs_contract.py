@@ -17,17 +17,15 @@ from typing import Any
 
 import jsonschema
 import pytest
-from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.cli.parser import build_parser
 from referencing import Registry, Resource
 
-from tests.conftest import REPO, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = ROOT / "docs" / "cli-contract.md"
 SCHEMAS = ROOT / "docs" / "schemas"
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 
 
 def table(heading: str) -> list[list[str]]:
@@ -130,19 +128,14 @@ def test_the_readme_links_docs_and_never_the_shared_folder() -> None:
 # -- the schemas against real output ----------------------------------------------------------
 
 
-def run(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main(["--home", str(home), "--api-url", github.api_url, "--json", *args])
-    return code, json.loads(capsys.readouterr().out)
-
-
 def test_real_json_output_of_every_command_matches_its_schema(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
     for tag in ("b7000", "b7001", "b7002"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
     seen: dict[str, Any] = {}
     for tag in ("b7000", "b7001"):
-        code, seen["update"] = run(capsys, home, github, "update", "--tag", tag, "--backend", "cpu")
+        code, seen["update"] = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")
         assert code == 0, seen["update"]
     steps = [
         ("status", ["status"]),
@@ -158,14 +151,14 @@ def test_real_json_output_of_every_command_matches_its_schema(
         ("remove", ["remove", "b7001"]),
     ]
     for name, args in steps:
-        code, payload = run(capsys, home, github, *args)
+        code, payload = run_json(capsys, home, github.api_url, *args)
         assert code == 0, (args, payload)
         validate(name, payload)
         seen[name] = payload
     assert seen["list"]["available"], "the available list was exercised"
-    code, payload = run(capsys, home, github, "update", "--tag", "7000")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "7000")
     assert code == 2
     validate("error", payload)
-    code, payload = run(capsys, tmp_path / "empty", github, "which")
+    code, payload = run_json(capsys, tmp_path / "empty", github.api_url, "which")
     assert code == 5
     validate("error", payload)

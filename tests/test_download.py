@@ -28,10 +28,9 @@ from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.sources.release import Asset, parse_asset
 from llama_runtime.updater.sources.source import AssetHost, PlainHttp
 
-from tests.conftest import Sleeps
+from tests.conftest import REPO, Sleeps
 from tests.fakegithub import FakeGitHub, Fault
 
-REPO = "ggml-org/llama.cpp"
 NAME = "llama-b7000-bin-ubuntu-x64.tar.gz"
 MiB = 1024 * 1024
 PAYLOAD = os.urandom(3 * MiB + 12345)  # not a multiple of any chunk size

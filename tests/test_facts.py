@@ -6,8 +6,6 @@ floors), one group per finding of the issue; each names the fact that decides it
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.choice.host_file import host_from_json, load_host_file
 from llama_runtime.updater.sources.release import Asset, Release
 
+from tests.conftest import cli_process
 from tests.fakegithub import FakeGitHub
 from tests.test_host import FakeFiles, FakeRunner
 
@@ -307,12 +306,6 @@ def test_missing_host_file_is_exit_2(tmp_path: Path) -> None:
         load_host_file(tmp_path / "nope.json")
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llama_runtime", *args], capture_output=True, text=True, timeout=120, check=False
-    )
-
-
 def test_plan_host_reproduces_this_machines_choice_from_its_doctor_json(
     tmp_path: Path, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -324,18 +317,18 @@ def test_plan_host_reproduces_this_machines_choice_from_its_doctor_json(
         (tmp_path / name).write_bytes(b"x" * 64)
     github.add_release(UPSTREAM, "b7000", {n: tmp_path / n for n in names})
     common = ["--home", str(tmp_path / "home"), "--api-url", github.api_url, "--json"]
-    doctor = cli("doctor", *common)
+    doctor = cli_process("doctor", *common)
     host_file = tmp_path / "this-host.json"
     host_file.write_text(json.dumps(json.loads(doctor.stdout)["host"]))
-    here = cli("plan", "--tag", "b7000", *common)
-    there = cli("plan", "--tag", "b7000", "--host", str(host_file), *common)
+    here = cli_process("plan", "--tag", "b7000", *common)
+    there = cli_process("plan", "--tag", "b7000", "--host", str(host_file), *common)
     assert here.returncode == there.returncode == 0, (here.stdout, there.stdout)
     assert json.loads(there.stdout)["asset"] == json.loads(here.stdout)["asset"]
 
     def plan_for(facts: dict[str, object]) -> dict[str, object]:
         path = tmp_path / "other.json"
         path.write_text(json.dumps({"host": facts}))  # a whole doctor --json works too
-        done = cli("plan", "--tag", "b7000", "--host", str(path), *common)
+        done = cli_process("plan", "--tag", "b7000", "--host", str(path), *common)
         assert done.returncode == 0, done.stdout
         return json.loads(done.stdout)  # type: ignore[no-any-return]
 
@@ -349,5 +342,5 @@ def test_plan_host_reproduces_this_machines_choice_from_its_doctor_json(
     assert rocm["asset"] == "llama-b7000-bin-ubuntu-rocm-7.2-x64.tar.gz"
     old_rocm = plan_for({"os": "linux", "arch": "x64", "rocm": True, "rocm_gfx": ["gfx1010"], "vulkan": True})
     assert old_rocm["asset"] == "llama-b7000-bin-ubuntu-vulkan-x64.tar.gz"
-    both = cli("plan", "--host", str(host_file), "--platform", "windows-x64", *common)
+    both = cli_process("plan", "--host", str(host_file), "--platform", "windows-x64", *common)
     assert both.returncode == 2

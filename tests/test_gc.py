@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import shutil
 import subprocess
@@ -11,7 +10,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from llama_runtime.runtime.errors import CorruptStateError, UserInputError
@@ -20,12 +18,11 @@ from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.process import ManagedServer
 from llama_runtime.updater.choice.host_detect import detect_host
-from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.gc import collect_garbage, runtime_names_in_paths, runtimes_to_remove, stale_staging
 from llama_runtime.updater.install.offline import InstallFileRequest, install_file
 from llama_runtime.updater.install.transaction import Installer
 
-from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_tarball
 
 TAGS = ("b7000", "b7001", "b7002", "b7003", "b7004")
 
@@ -39,11 +36,6 @@ case "$1" in
 esac
 exec sleep 60
 """.encode()
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    code = main([*args, "--home", str(home), "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 @pytest.fixture
@@ -75,7 +67,7 @@ def test_gc_keeps_active_previous_and_the_newest_n_and_frees_the_rest(
     runtimes = {r.marker.tag: r for r in home.installed()}
     expected_bytes = tree_size(runtimes["b7000"].path) + tree_size(runtimes["b7001"].path)
     pointer = home.pointer_path.read_bytes()
-    code, report = run_cli(capsys, home.root, "gc", "--keep", "1")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "1")
     assert code == 0, report
     assert sorted(item["tag"] for item in report["removed"]) == ["b7000", "b7001"]
     assert report["freed_bytes"] == expected_bytes
@@ -84,7 +76,7 @@ def test_gc_keeps_active_previous_and_the_newest_n_and_frees_the_rest(
     assert "active" in report["kept"][runtimes["b7004"].name]
     assert "previous" in report["kept"][runtimes["b7003"].name]
     assert_runs(runtimes["b7004"].binary)
-    code, listed = run_cli(capsys, home.root, "list")
+    code, listed = run_json(capsys, home.root, None, "list")
     assert all(entry["size_bytes"] > 0 for entry in listed["installed"])
     assert list(home.staging_dir.iterdir()) == []
 
@@ -95,7 +87,7 @@ def test_gc_never_removes_the_runtime_a_running_server_uses(
     old = next(r for r in home.installed() if r.marker.tag == "b7000")
     server.start(old.binary, [])
     assert server.is_running()
-    code, report = run_cli(capsys, home.root, "gc", "--keep", "0")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
     assert code == 0, report
     assert set(names_by_tag(home)) == {"b7000", "b7003", "b7004"}
     assert "running" in report["kept"][old.name]
@@ -104,11 +96,11 @@ def test_gc_never_removes_the_runtime_a_running_server_uses(
 
 def test_dry_run_reports_the_same_removals_and_deletes_nothing(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
     before = snapshot_tree(home.runtimes_dir)
-    code, dry = run_cli(capsys, home.root, "gc", "--keep", "0", "--dry-run")
+    code, dry = run_json(capsys, home.root, None, "gc", "--keep", "0", "--dry-run")
     assert code == 0, dry
     assert dry["dry_run"] is True and dry["freed_bytes"] > 0
     assert snapshot_tree(home.runtimes_dir) == before
-    code, real = run_cli(capsys, home.root, "gc", "--keep", "0")
+    code, real = run_json(capsys, home.root, None, "gc", "--keep", "0")
     assert code == 0, real
     assert [i["path"] for i in real["removed"]] == [i["path"] for i in dry["removed"]]
     assert real["freed_bytes"] == dry["freed_bytes"]
@@ -130,7 +122,7 @@ def test_gc_removes_stale_staging_and_old_partial_downloads_only(
     os.utime(old_part, (two_days_ago, two_days_ago))
     fresh_part = home.downloads_dir / "4567-llama-b7006-bin-ubuntu-x64.tar.gz.part"
     fresh_part.write_bytes(b"z" * 10)
-    code, report = run_cli(capsys, home.root, "gc", "--keep", "5")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "5")
     assert code == 0, report
     assert {(i["kind"], i["path"]) for i in report["removed"]} == {("staging", str(stale)), ("download", str(old_part))}
     assert report["freed_bytes"] == 150
@@ -142,13 +134,13 @@ def test_gc_while_an_update_holds_the_lock_exits_3_and_removes_nothing(
 ) -> None:
     before = snapshot_tree(home.runtimes_dir)
     with UpdateLock(home.lock_path).hold("update"):
-        code, report = run_cli(capsys, home.root, "gc", "--keep", "0")
+        code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
     assert code == 3, report
     assert snapshot_tree(home.runtimes_dir) == before
 
 
 def test_negative_keep_exits_2(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
-    code, report = run_cli(capsys, home.root, "gc", "--keep", "-1")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "-1")
     assert code == 2, report
 
 
@@ -179,7 +171,7 @@ def test_gc_keeps_a_runtime_whose_executable_an_app_runs_itself(
     sleeper = old.path / "llama-sleeper"  # a real executable inside the runtime, like llama-server
     shutil.copy2(Path(shutil.which("sleep") or "/bin/sleep").resolve(), sleeper)
     started.append(subprocess.Popen([str(sleeper), "60"]))
-    code, report = run_cli(capsys, home.root, "gc", "--keep", "0")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
     assert code == 0, report
     assert set(names_by_tag(home)) == {"b7000", "b7003", "b7004"}
     assert "running" in report["kept"][old.name]
@@ -195,7 +187,7 @@ def test_gc_keeps_a_runtime_whose_script_server_an_app_runs_itself(
     script.write_bytes(b"#!/bin/sh\nsleep 60 &\nwait\n")
     script.chmod(0o755)
     started.append(subprocess.Popen([str(script)]))
-    code, report = run_cli(capsys, home.root, "gc", "--keep", "0")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
     assert code == 0, report
     assert set(names_by_tag(home)) == {"b7001", "b7003", "b7004"}
     assert "running" in report["kept"][old.name]
@@ -219,7 +211,7 @@ def test_gc_keeps_a_runtime_whose_library_a_process_has_mapped(
     )
     started.append(proc)
     assert proc.stdout is not None and proc.stdout.readline() == b"mapped\n"
-    code, report = run_cli(capsys, home.root, "gc", "--keep", "0")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
     assert code == 0, report
     assert set(names_by_tag(home)) == {"b7002", "b7003", "b7004"}
     assert "running" in report["kept"][old.name]
@@ -247,7 +239,7 @@ def test_gc_with_the_pointer_file_missing_exits_6_and_removes_no_runtime(
     before = snapshot_tree(home.runtimes_dir)
     active = home.load(home.read_pointer().active or "")
     home.pointer_path.unlink()
-    code, report = run_cli(capsys, home.root, "gc", "--keep", "0")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
     assert code == 6, report
     assert "doctor --repair" in report["error"]["hint"]
     assert snapshot_tree(home.runtimes_dir) == before

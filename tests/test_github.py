@@ -12,10 +12,9 @@ from llama_runtime.updater.choice.latest import build_number
 from llama_runtime.updater.sources.etag_cache import JsonFileEtagCache
 from llama_runtime.updater.sources.github import GitHubClient
 
-from tests.conftest import Sleeps
+from tests.conftest import REPO, Sleeps
 from tests.fakegithub import FakeGitHub, Fault
 
-REPO = "ggml-org/llama.cpp"
 TAGS_PATH = f"/api/repos/{REPO}/releases/tags"
 LIST_PATH = f"/api/repos/{REPO}/releases"
 

@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 
 from tests.archives import TAR_HOSTILE_KINDS, ZIP_HOSTILE_KINDS, build_hostile_tar, build_hostile_zip
-from tests.conftest import REPO, assert_runs, run_json, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
-CPU_TAR = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 CPU_ZIP = "llama-{tag}-bin-ubuntu-x64.zip"
 #: Written by every update, hostile or not: the lock side file and the ETag cache.
 # Bookkeeping a refused update may write: the lock, the ETag cache, and the job record

@@ -15,7 +15,6 @@ import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,10 +26,6 @@ from tests.fakegithub import FakeGitHub
 def installed(b7000_home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
     publish_stand_in(github, tmp_path, "b7001")
     return b7000_home
-
-
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    return run_json(capsys, home, github.api_url, *args)
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +79,7 @@ def test_directory_chain_1500_deep_is_refused_exit_8_and_nothing_is_left(
     archive = deep_chain_tar(tmp_path / "deep.tar.gz", 1500, explicit_dirs=explicit_dirs)
     github.add_release(REPO, "b7002", {CPU_TAR.format(tag="b7002"): archive})
     guard = HomeGuard(tmp_path, installed)
-    code, payload = cli(capsys, installed, github, "update", "--tag", "b7002", "--backend", "cpu")
+    code, payload = run_json(capsys, installed, github.api_url, "update", "--tag", "b7002", "--backend", "cpu")
     assert code == 8, payload
     assert "deep" in payload["error"]["message"]
     assert list((installed / "staging").iterdir()) == []
@@ -108,7 +103,7 @@ def test_a_3000_deep_leftover_in_staging_never_wedges_a_later_verb(
 ) -> None:
     make_deep_dir(installed / "staging" / "4242-deadbeef", 3000)
     guard = HomeGuard(tmp_path, installed)
-    code, payload = cli(capsys, installed, github, *verb)
+    code, payload = run_json(capsys, installed, github.api_url, *verb)
     assert code == 0, payload
     assert not (installed / "staging" / "4242-deadbeef").exists()
     if verb[0] != "update":
@@ -160,7 +155,7 @@ def test_a_symlinked_home_subdirectory_is_refused_and_the_users_files_stay(
     moved.symlink_to(bigdisk)
     guard = HomeGuard(tmp_path, installed)
     for verb in (("update", "--tag", "b7001", "--backend", "cpu"), ("gc",), ("doctor", "--repair")):
-        code, payload = cli(capsys, installed, github, *verb)
+        code, payload = run_json(capsys, installed, github.api_url, *verb)
         assert code == 2, (verb, payload)
         assert payload["error"]["code"] == "unsafe_home"
         assert "symbolic link" in payload["error"]["message"]
@@ -197,11 +192,11 @@ def test_a_world_writable_home_is_refused_with_the_fix(
     guard = HomeGuard(tmp_path, installed)
     installed.chmod(0o777)
     try:
-        code, payload = cli(capsys, installed, github, "update", "--tag", "b7001", "--backend", "cpu")
+        code, payload = run_json(capsys, installed, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
         assert code == 2, payload
         assert "writable by every user" in payload["error"]["message"]
         assert f"chmod o-w {installed}" in payload["error"]["hint"]
-        code, payload = cli(capsys, installed, github, "status")
+        code, payload = run_json(capsys, installed, github.api_url, "status")
         assert code == 2, payload
     finally:
         installed.chmod(0o755)
@@ -215,7 +210,7 @@ def test_a_home_subdirectory_owned_by_another_user_is_refused(
     guard = HomeGuard(tmp_path, installed)
     os.chown(installed / "staging", 4242, 4242)
     try:
-        code, payload = cli(capsys, installed, github, "update", "--tag", "b7001", "--backend", "cpu")
+        code, payload = run_json(capsys, installed, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
         assert code == 2, payload
         assert "belongs to user id 4242" in payload["error"]["message"]
     finally:
@@ -243,7 +238,7 @@ def test_only_names_of_our_own_patterns_are_ever_deleted(
     ours = installed / "staging" / "4242-deadbeef"
     ours.mkdir()
     for verb in (("update", "--tag", "b7001", "--backend", "cpu"), ("gc", "--keep", "0"), ("doctor", "--repair")):
-        code, payload = cli(capsys, installed, github, *verb)
+        code, payload = run_json(capsys, installed, github.api_url, *verb)
         assert code in (0, 6), (verb, payload)
     assert all(s.exists() for s in strays)
     assert not ours.exists()

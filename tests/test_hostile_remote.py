@@ -34,10 +34,6 @@ from tests.fakegithub import FakeGitHub
 _CAP_BYTES = 16 * 1024 * 1024
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], home: Path, api_url: str, *args: str) -> tuple[int, Any]:
-    return run_json(capsys, home, api_url, *args)
-
-
 @pytest.fixture
 def installed(b7000_home: Path) -> Path:
     return b7000_home
@@ -62,7 +58,7 @@ def test_asset_name_that_is_a_path_exits_8_and_creates_nothing_outside_the_home(
     github.add_release(REPO, "b7001", {name: good})
     guard = HomeGuard(tmp_path, installed)
     for _ in range(2):  # the second run once deleted what the first had created outside
-        code, payload = run_cli(capsys, installed, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
+        code, payload = run_json(capsys, installed, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
         assert code == 8, payload
         assert payload["error"]["code"] == "remote_data_invalid"
         assert payload["error"]["message"].startswith("The server sent ")
@@ -79,7 +75,7 @@ def test_release_answered_for_another_tag_exits_8(
     release = github.add_release(REPO, "b7002", {CPU_TAR.format(tag="b7002"): other})
     release["_served_for"] = "b7001"  # tags/b7001 answers with release b7002
     guard = HomeGuard(tmp_path, installed)
-    code, payload = run_cli(capsys, installed, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, installed, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 8, payload
     assert "release 'b7002' when asked for b7001" in payload["error"]["message"]
     guard.assert_intact("b7000")
@@ -162,7 +158,7 @@ def test_gzip_bomb_api_answer_exits_8_with_bounded_memory(
     guard = HomeGuard(tmp_path, installed)
     tracemalloc.start()
     try:
-        code, payload = run_cli(capsys, installed, gzip_bomb.url, "update", "--tag", "b7001", "--backend", "cpu")
+        code, payload = run_json(capsys, installed, gzip_bomb.url, "update", "--tag", "b7001", "--backend", "cpu")
         _now, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -178,7 +174,7 @@ def test_json_nested_100000_deep_exits_8_not_a_bug(
     deep = b"[" * 100_000 + b"]" * 100_000
     guard = HomeGuard(tmp_path, installed)
     with _RawServer(deep, {"Content-Type": "application/json"}) as server:
-        code, payload = run_cli(capsys, installed, server.url, "update", "--tag", "b7001", "--backend", "cpu")
+        code, payload = run_json(capsys, installed, server.url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 8, payload
     assert "nested more than 64 levels" in payload["error"]["message"]
     guard.assert_intact("b7000")
@@ -194,11 +190,11 @@ def test_github_token_never_goes_to_a_mirror_but_the_own_token_goes_to_loopback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_must_not_leave")
-    run_cli(capsys, installed, github.api_url, "update", "--tag", "b7999", "--backend", "cpu")
+    run_json(capsys, installed, github.api_url, "update", "--tag", "b7999", "--backend", "cpu")
     asked = github.requests_to("api", "b7999")
     assert asked and all("authorization" not in r.headers for r in github.requests)
     monkeypatch.setenv("LLAMA_RUNTIME_GITHUB_TOKEN", "own-token")
-    run_cli(capsys, installed, github.api_url, "update", "--tag", "b7998", "--backend", "cpu")
+    run_json(capsys, installed, github.api_url, "update", "--tag", "b7998", "--backend", "cpu")
     assert github.requests_to("api", "b7998")[-1].headers.get("authorization") == "Bearer own-token"
 
 
@@ -233,7 +229,7 @@ def test_credentials_in_the_api_url_are_in_no_message_and_no_job_file(
     guard = HomeGuard(tmp_path, installed)
     # A closed port: the error names the URL it could not reach.
     secret_url = "http://user:hunter2@127.0.0.1:9/api"
-    code, payload = run_cli(capsys, installed, secret_url, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, installed, secret_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 7, payload
     assert "hunter2" not in json.dumps(payload) and "127.0.0.1:9" in payload["error"]["message"]
     updater = RuntimeUpdater(installed, api_url=secret_url, backend="cpu")

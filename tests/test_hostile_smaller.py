@@ -14,7 +14,6 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 from llama_runtime.runtime.errors import UnsafeArchiveError
@@ -32,10 +31,6 @@ from tests.test_cuda_companion import CUDA_12_8_HOST, _lists_a_cuda_device
 @pytest.fixture
 def installed(b7000_home: Path) -> Path:
     return b7000_home
-
-
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    return run_json(capsys, home, github.api_url, *args)
 
 
 def huge_pax_header_tar(path: Path, declared: int) -> Path:
@@ -60,8 +55,8 @@ def test_install_file_refuses_a_huge_tar_header_before_reading_it(
     guard = HomeGuard(tmp_path, installed)
     tracemalloc.start()
     try:
-        code, payload = cli(
-            capsys, installed, github, "install-file", str(archive), "--tag", "b7001", "--backend", "cpu"
+        code, payload = run_json(
+            capsys, installed, github.api_url, "install-file", str(archive), "--tag", "b7001", "--backend", "cpu"
         )
         _now, peak = tracemalloc.get_traced_memory()
     finally:
@@ -82,7 +77,7 @@ def test_an_archive_shipping_the_marker_name_is_refused_instead_of_looking_damag
     archive = build_release_archive(tmp_path / "b7001.tar.gz", "tar-root", files, modes={"llama-server": 0o755})
     github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): archive})
     guard = HomeGuard(tmp_path, installed)
-    code, payload = cli(capsys, installed, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, installed, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 8, payload
     assert "llama-runtime.json" in payload["error"]["message"]
     guard.assert_intact("b7000")
@@ -135,7 +130,7 @@ def test_server_stop_never_signals_a_process_a_planted_pidfile_names(
         # No start time: a record llama-runtime never writes on Linux.
         state.write_text(json.dumps({"pid": bystander.pid, "binary": "/usr/bin/llama-server", "args": []}))
         guard = HomeGuard(tmp_path, installed)
-        code, payload = cli(capsys, installed, github, "server", "stop")
+        code, payload = run_json(capsys, installed, github.api_url, "server", "stop")
         assert code == 0, payload
         assert bystander.poll() is None, "an unrelated process was signalled"
         guard.assert_intact("b7000")
@@ -150,7 +145,7 @@ def test_the_temp_file_of_a_killed_meta_write_is_cleaned_by_the_next_update(
     leftover = installed / "downloads" / ".0123456789abcdef-llama-b7001.part.meta.x1y2z3.tmp"
     leftover.write_text('{"url": "http://')
     publish_stand_in(github, tmp_path, "b7001")
-    code, payload = cli(capsys, installed, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, installed, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert not leftover.exists()
     assert os.listdir(installed / "downloads") == []

@@ -22,14 +22,13 @@ from llama_runtime.runtime.process import ManagedServer
 
 from llama_runtime import GatePolicy, RuntimeUpdater, save_gate_settings
 from tests.archives import build_release_archive
-from tests.conftest import REPO, assert_runs, run_json
+from tests.conftest import REPO, VULKAN_TAR, assert_runs, run_json
 from tests.fakegithub import FakeGitHub
 from tests.realbuild import real_bin_dir
 from tests.tinymodel import write_tiny_llama
 
 pytestmark = [pytest.mark.real_binary, pytest.mark.slow]
 
-VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 CPU_ARGS = ("--device", "none")  # the real build's CPU path: the second build variant
 
 
@@ -66,18 +65,16 @@ def runtimes_snapshot(home: Path) -> dict[str, str]:
     return snap
 
 
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
-    return run_json(capsys, home, github.api_url, *args)
-
-
 def serving(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tarball: Path, model: Path, *extra: str
 ) -> dict[str, Any]:
     """b7000 from ``tarball`` installed and serving ``model``."""
-    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): tarball})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    github.add_release(REPO, "b7000", {VULKAN_TAR.format(tag="b7000"): tarball})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
-    code, started = cli(capsys, home, github, "server", "start", "--timeout", "120", "--", "-m", str(model), *extra)
+    code, started = run_json(
+        capsys, home, github.api_url, "server", "start", "--timeout", "120", "--", "-m", str(model), *extra
+    )
     assert code == 0 and started["healthy"] is True, started
     return started
 
@@ -114,8 +111,8 @@ def test_switch_with_a_loaded_model_completes_after_a_real_completion_on_the_new
 ) -> None:
     extra = CPU_ARGS if variant == "cpu" else ()
     started = serving(capsys, home, github, real_vulkan_tarball, tiny_model, *extra)
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): real_vulkan_tarball})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): real_vulkan_tarball})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
     assert code == 0, payload
     assert payload["server_restarted"] is True and payload["reload_required"] is False
     gate = payload["gate"]
@@ -129,7 +126,7 @@ def test_switch_with_a_loaded_model_completes_after_a_real_completion_on_the_new
     server = ManagedServer(Home(home).server_dir)
     status = server.status()
     assert status.healthy and status.pid != started["pid"] and status.runtime_name == payload["active"]["name"]
-    code, shown = cli(capsys, home, github, "status")
+    code, shown = run_json(capsys, home, github.api_url, "status")
     assert shown["speeds"]["active"]["tiny.gguf"]["predicted_per_second"] > 0
     assert shown["speeds"]["previous"]["tiny.gguf"]["predicted_per_second"] > 0
 
@@ -146,9 +143,9 @@ def test_build_that_answers_health_but_fails_generation_is_rolled_back_and_old_s
     started = serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
     # The real binary with an API key nobody knows: /health stays public, /completion answers 401.
     broken = wrapper_tarball(tmp_path, "b7001", "--api-key wrapper-secret")
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): broken})
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): broken})
     pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
     assert code == 6, payload
     message = payload["error"]["message"]
     assert message.startswith("rolled back: the new runtime failed its inference check (b7001 (vulkan): ")
@@ -169,10 +166,10 @@ def test_build_slower_than_max_slowdown_is_rolled_back_and_old_server_serves(
     started = serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
     # Throttled: the same real binary, forced from the CPU onto the software Vulkan device.
     slow = wrapper_tarball(tmp_path, "b7001", "--device Vulkan0")
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): slow})
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): slow})
     pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
-    code, payload = cli(
-        capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan", "--max-slowdown", "50%"
+    code, payload = run_json(
+        capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan", "--max-slowdown", "50%"
     )
     assert code == 6, payload
     message = payload["error"]["message"]
@@ -192,13 +189,13 @@ def test_slower_build_only_warns_by_default_and_status_shows_both_figures(
 ) -> None:
     serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
     slow = wrapper_tarball(tmp_path, "b7001", "--device Vulkan0")
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): slow})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): slow})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
     assert code == 0, payload
     assert any("slower than b7000 (vulkan) on the same request" in w for w in payload["warnings"]), payload
     new, old = payload["gate"]["speed"], payload["gate"]["previous_speed"]
     assert new["predicted_per_second"] < old["predicted_per_second"] / 2
-    code, shown = cli(capsys, home, github, "status")
+    code, shown = run_json(capsys, home, github.api_url, "status")
     assert shown["speeds"]["active"]["tiny.gguf"]["predicted_per_second"] == new["predicted_per_second"]
     assert shown["speeds"]["previous"]["tiny.gguf"]["predicted_per_second"] == old["predicted_per_second"]
 
@@ -212,10 +209,10 @@ def test_rollback_runs_the_gate_on_the_previous_build_too(
     vk_env: dict[str, str],
 ) -> None:
     serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): real_vulkan_tarball})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): real_vulkan_tarball})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
     assert code == 0, payload
-    code, back = cli(capsys, home, github, "rollback")
+    code, back = run_json(capsys, home, github.api_url, "rollback")
     assert code == 0, back
     assert back["active"]["tag"] == "b7000" and back["server_restarted"] is True
     assert back["gate"]["checked"] is True and back["gate"]["speed"]["predicted_per_second"] > 0
@@ -232,10 +229,10 @@ def test_first_install_with_a_stored_smoke_model_generates_before_activation(
     tiny_model: Path,
     vk_env: dict[str, str],
 ) -> None:
-    code, stored = cli(capsys, home, github, "gate", "--smoke-model", str(tiny_model))
+    code, stored = run_json(capsys, home, github.api_url, "gate", "--smoke-model", str(tiny_model))
     assert code == 0 and stored["smoke_model"] == str(tiny_model), stored
-    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): real_vulkan_tarball})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    github.add_release(REPO, "b7000", {VULKAN_TAR.format(tag="b7000"): real_vulkan_tarball})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
     figures = speeds_of(payload["active"])["tiny.gguf"]
     assert figures["predicted_per_second"] > 0 and figures["prompt_per_second"] > 0
@@ -252,14 +249,14 @@ def test_smoke_model_the_staged_build_cannot_generate_with_is_rejected_before_ac
     tmp_path: Path,
     vk_env: dict[str, str],
 ) -> None:
-    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): real_vulkan_tarball})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    github.add_release(REPO, "b7000", {VULKAN_TAR.format(tag="b7000"): real_vulkan_tarball})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
     broken = wrapper_tarball(tmp_path, "b7001", "--api-key wrapper-secret")
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): broken})
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): broken})
     pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
     args = ("update", "--tag", "b7001", "--backend", "vulkan", "--smoke-model", str(tiny_model))
-    code, payload = cli(capsys, home, github, *args)
+    code, payload = run_json(capsys, home, github.api_url, *args)
     assert code == 6, payload
     assert payload["error"]["message"] == (
         "The runtime b7001 (vulkan) was rejected: it failed to generate with the smoke model tiny.gguf: "
@@ -269,7 +266,7 @@ def test_smoke_model_the_staged_build_cannot_generate_with_is_rejected_before_ac
     assert runtimes_snapshot(home) == before
     assert list((home / "staging").iterdir()) == []
     # b7000 had no figure on the smoke model: it was measured on the same request first.
-    code, status = cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert status["speeds"]["active"]["tiny.gguf"]["predicted_per_second"] > 0
     assert_runs(Path(status["active"]["binary"]))
 
@@ -285,12 +282,12 @@ def test_smoke_model_that_is_missing_or_not_gguf_is_exit_2_before_anything_chang
     model = tmp_path / "model.gguf"
     if problem == "not_gguf":
         model.write_bytes(b"\x7fELF not a model")
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--smoke-model", str(model))
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--smoke-model", str(model))
     assert code == 2, payload
     assert ("does not exist" if problem == "missing" else "is not a GGUF model") in payload["error"]["message"]
     assert github.requests == []  # nothing was even asked of the release source
     assert not (home / "active.json").exists()
-    code, payload = cli(capsys, home, github, "gate", "--smoke-model", str(model))
+    code, payload = run_json(capsys, home, github.api_url, "gate", "--smoke-model", str(model))
     assert code == 2 and not (home / "gate.json").exists()
 
 
@@ -305,15 +302,17 @@ def test_use_of_an_installed_build_that_fails_generation_is_rolled_back_and_old_
 ) -> None:
     serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
     broken = wrapper_tarball(tmp_path, "b7001", "--api-key wrapper-secret")
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): broken})
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): broken})
     # Installed without the gate (its server answers /health), then back to b7000 through it.
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan", "--no-gate")
+    code, payload = run_json(
+        capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan", "--no-gate"
+    )
     assert code == 0 and payload["gate"]["checked"] is False, payload
-    code, payload = cli(capsys, home, github, "use", "b7000")
+    code, payload = run_json(capsys, home, github.api_url, "use", "b7000")
     assert code == 0 and payload["gate"]["checked"] is True, payload
     started = ManagedServer(Home(home).server_dir).status()
     pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
-    code, payload = cli(capsys, home, github, "use", "b7001")
+    code, payload = run_json(capsys, home, github.api_url, "use", "b7001")
     assert code == 6, payload
     assert "failed its inference check (b7001 (vulkan): " in payload["error"]["message"]
     assert "HTTP 401: Invalid API Key" in payload["error"]["message"]
@@ -360,8 +359,8 @@ def test_apps_own_server_gets_the_gate_and_the_stored_policy_through_the_api(
     tmp_path: Path,
     vk_env: dict[str, str],
 ) -> None:
-    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): real_vulkan_tarball})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    github.add_release(REPO, "b7000", {VULKAN_TAR.format(tag="b7000"): real_vulkan_tarball})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
     app = AppServer(tmp_path / "app-server")
     app.start(Path(payload["active"]["binary"]), ["-m", str(tiny_model), *CPU_ARGS])
@@ -370,7 +369,7 @@ def test_apps_own_server_gets_the_gate_and_the_stored_policy_through_the_api(
         # The app stores its policy once; the API's updates apply it.
         save_gate_settings(home, GatePolicy().with_slowdown(0.5, "rollback"))
         slow = wrapper_tarball(tmp_path, "b7001", "--device Vulkan0")
-        github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): slow})
+        github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): slow})
         pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
         updater = RuntimeUpdater(home, api_url=github.api_url, server=app)
         state = updater.start_update(tag="b7001", backend="vulkan").wait(300)
@@ -395,19 +394,19 @@ def test_stored_smoke_model_also_guards_use_of_an_installed_build(
     vk_env: dict[str, str],
 ) -> None:
     broken = wrapper_tarball(tmp_path, "b7001", "--api-key wrapper-secret")
-    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): real_vulkan_tarball})
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): broken})
+    github.add_release(REPO, "b7000", {VULKAN_TAR.format(tag="b7000"): real_vulkan_tarball})
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): broken})
     for tag in ("b7001", "b7000"):  # b7001 installed first, b7000 active
-        code, payload = cli(capsys, home, github, "update", "--tag", tag, "--backend", "vulkan")
+        code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "vulkan")
         assert code == 0, payload
-    code, stored = cli(capsys, home, github, "gate", "--smoke-model", str(tiny_model))
+    code, stored = run_json(capsys, home, github.api_url, "gate", "--smoke-model", str(tiny_model))
     assert code == 0, stored
     pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
-    code, payload = cli(capsys, home, github, "use", "b7001")
+    code, payload = run_json(capsys, home, github.api_url, "use", "b7001")
     assert code == 6, payload
     assert payload["error"]["message"].startswith(
         "The runtime b7001 (vulkan) was rejected: it failed to generate with the smoke model tiny.gguf: HTTP 401"
     )
     assert (home / "active.json").read_bytes() == pointer and runtimes_snapshot(home) == before
-    code, payload = cli(capsys, home, github, "use", "b7000")  # already active: nothing to prove
+    code, payload = run_json(capsys, home, github.api_url, "use", "b7000")  # already active: nothing to prove
     assert code == 0 and payload["result"] == "up_to_date", payload

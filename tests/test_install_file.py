@@ -12,16 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
-
-VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    code = main([*args, "--home", str(home), "--json"])
-    return code, json.loads(capsys.readouterr().out)
+from tests.conftest import (
+    CPU_TAR,
+    REPO,
+    VULKAN_TAR,
+    assert_runs,
+    run_json,
+    snapshot_tree,
+    stand_in_server,
+    stand_in_tarball,
+)
 
 
 def sha256(path: Path) -> str:
@@ -32,7 +33,7 @@ def sha256(path: Path) -> str:
 def active_b7000(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path) -> dict[str, Any]:
     """A stand-in b7000 cpu build installed from a file and active."""
     archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7000"), tag="b7000", libs=("ggml", "llama"))
-    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7000")
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7000")
     assert code == 0, payload
     return payload
 
@@ -40,7 +41,7 @@ def active_b7000(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path)
 def assert_unchanged(home: Path, before: dict[str, str], pointer: bytes, capsys: pytest.CaptureFixture[str]) -> None:
     assert snapshot_tree(home / "runtimes") == before
     assert (home / "active.json").read_bytes() == pointer
-    code, status = run_cli(capsys, home, "status")
+    code, status = run_json(capsys, home, None, "status")
     assert code == 0 and status["active"]["tag"] == "b7000"
     assert_runs(Path(status["active"]["binary"]))
     assert list((home / "staging").iterdir()) == []
@@ -54,7 +55,7 @@ def test_archive_installs_with_backend_from_its_name_and_records_source_file(
 ) -> None:
     archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
     digest = sha256(archive)
-    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001", "--sha256", digest)
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7001", "--sha256", digest)
     assert code == 0, payload
     assert payload["result"] == "installed"
     active = payload["active"]
@@ -73,7 +74,7 @@ def test_archive_without_sha256_is_recorded_as_not_digest_verified(
     capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
     archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
-    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001")
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7001")
     assert code == 0, payload
     assert json.loads(Path(payload["active"]["marker_path"]).read_text())["digest_verified"] is False
 
@@ -83,7 +84,7 @@ def test_same_archive_again_is_up_to_date(
 ) -> None:
     before = snapshot_tree(home / "runtimes")
     archive = tmp_path / CPU_TAR.format(tag="b7000")
-    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7000")
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7000")
     assert code == 0, payload
     assert payload["result"] == "up_to_date"
     assert payload["active"]["runtime_dir"] == active_b7000["active"]["runtime_dir"]
@@ -94,19 +95,19 @@ def test_second_archive_keeps_the_first_as_rollback_target(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
     archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
-    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001")
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7001")
     assert code == 0, payload
     assert payload["previous"]["tag"] == "b7000"
-    code, payload = run_cli(capsys, home, "rollback")
+    code, payload = run_json(capsys, home, None, "rollback")
     assert code == 0 and payload["active"]["tag"] == "b7000"
 
 
 def test_real_vulkan_build_installs_from_file_and_lists_its_device(
     capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path, real_vulkan_tarball: Path, vk_env: dict[str, str]
 ) -> None:
-    archive = tmp_path / VULKAN.format(tag="b7000")
+    archive = tmp_path / VULKAN_TAR.format(tag="b7000")
     archive.symlink_to(real_vulkan_tarball)
-    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7000", "--backend", "vulkan")
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
     marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
     assert (marker["source"], marker["backend"], marker["backend_request"]) == ("file", "vulkan", "vulkan")
@@ -123,7 +124,7 @@ def test_archive_whose_binary_fails_is_rolled_back_with_exit_6(
 ) -> None:
     broken = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001", script=stand_in_server(exit_code=1))
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
-    code, payload = run_cli(capsys, home, "install-file", str(broken), "--tag", "b7001")
+    code, payload = run_json(capsys, home, None, "install-file", str(broken), "--tag", "b7001")
     assert code == 6, payload
     assert "--version exited 1" in payload["error"]["message"]
     assert_unchanged(home, before, pointer, capsys)
@@ -134,7 +135,7 @@ def test_sha256_mismatch_exits_8_and_installs_nothing(
 ) -> None:
     archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
-    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001", "--sha256", "0" * 64)
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7001", "--sha256", "0" * 64)
     assert code == 8, payload
     assert "does not match --sha256" in payload["error"]["message"]
     assert_unchanged(home, before, pointer, capsys)
@@ -147,7 +148,7 @@ def test_file_that_is_not_an_archive_exits_8(
     junk = tmp_path / CPU_TAR.format(tag="b7001")
     junk.write_bytes(b"this is not an archive\n" * 10)
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
-    code, payload = run_cli(capsys, home, "install-file", str(junk), "--tag", "b7001")
+    code, payload = run_json(capsys, home, None, "install-file", str(junk), "--tag", "b7001")
     assert code == 8, payload
     assert "not a zip or tar.gz" in payload["error"]["message"]
     assert_unchanged(home, before, pointer, capsys)
@@ -158,7 +159,7 @@ def test_missing_archive_exits_2_naming_the_path(
 ) -> None:
     missing = tmp_path / "nowhere" / CPU_TAR.format(tag="b7001")
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
-    code, payload = run_cli(capsys, home, "install-file", str(missing), "--tag", "b7001")
+    code, payload = run_json(capsys, home, None, "install-file", str(missing), "--tag", "b7001")
     assert code == 2, payload
     assert str(missing) in payload["error"]["message"]
     assert_unchanged(home, before, pointer, capsys)
@@ -169,11 +170,11 @@ def test_archive_name_without_a_backend_needs_the_flag(
 ) -> None:
     archive = stand_in_tarball(tmp_path / "runtime.tar.gz", tag="b7001")
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
-    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001")
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7001")
     assert code == 2, payload
     assert "--backend" in payload["error"]["message"]
     assert_unchanged(home, before, pointer, capsys)
-    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["backend"] == "cpu"
 
@@ -183,7 +184,7 @@ def test_tag_contradicting_the_archive_name_exits_2(
 ) -> None:
     archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
-    code, payload = run_cli(capsys, home, "install-file", str(archive), "--tag", "b7002")
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7002")
     assert code == 2, payload
     assert "b7001" in payload["error"]["message"]
     assert_unchanged(home, before, pointer, capsys)

@@ -11,21 +11,13 @@ import json
 import shutil
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 import pytest
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, VULKAN_TAR, assert_runs, run_json, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-
-VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
-
-
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
-    code = main(["--home", str(home), "--api-url", github.api_url, "--json", *args])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def blob_requests(github: FakeGitHub) -> int:
@@ -43,7 +35,7 @@ def assert_unchanged(
     """The failure left the runtimes and the pointer byte for byte, and the active one runs."""
     assert snapshot_tree(home / "runtimes") == before
     assert (home / "active.json").read_bytes() == pointer
-    code, status = cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0 and status["active"]["tag"] == tag, status
     assert_runs(Path(status["active"]["binary"]))
 
@@ -53,7 +45,7 @@ def cpu_builds(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHu
     """b7000, b7001 and b7002 (stand-in CPU_TAR builds) installed one after another; b7002 active."""
     for tag in ("b7000", "b7001", "b7002"):
         github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
-        code, payload = cli(capsys, home, github, "update", "--tag", tag, "--backend", "cpu")
+        code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")
         assert code == 0 and payload["result"] == "installed", payload
     return home
 
@@ -71,8 +63,8 @@ def real_pair(
 ) -> Path:
     """b7000 and b7001 (the real Vulkan build) installed; b7001 active, b7000 previous."""
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {VULKAN.format(tag=tag): real_vulkan_tarball})
-        code, payload = cli(capsys, home, github, "update", "--tag", tag, "--backend", "vulkan")
+        github.add_release(REPO, tag, {VULKAN_TAR.format(tag=tag): real_vulkan_tarball})
+        code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "vulkan")
         assert code == 0, payload
     return home
 
@@ -83,21 +75,23 @@ def test_use_switches_the_running_real_server_to_the_installed_build_without_a_d
     home = real_pair
     models = tmp_path / "models"
     models.mkdir()
-    code, started = cli(capsys, home, github, "server", "start", "--timeout", "60", "--", "--models-dir", str(models))
+    code, started = run_json(
+        capsys, home, github.api_url, "server", "start", "--timeout", "60", "--", "--models-dir", str(models)
+    )
     assert code == 0 and started["healthy"], started
     blobs, dirs = blob_requests(github), runtime_dirs(home)
 
-    code, used = cli(capsys, home, github, "use", "b7000")
+    code, used = run_json(capsys, home, github.api_url, "use", "b7000")
 
     assert code == 0, used
     assert used["result"] == "switched"
     assert (used["active"]["tag"], used["previous"]["tag"]) == ("b7000", "b7001")
     assert used["server_restarted"] is True
     assert blob_requests(github) == blobs and runtime_dirs(home) == dirs, "no download, no new copy"
-    code, server = cli(capsys, home, github, "server", "status")
+    code, server = run_json(capsys, home, github.api_url, "server", "status")
     assert server["running"] and server["healthy"] and server["runtime"]["tag"] == "b7000", server
     assert Path(server["binary"]) == Path(used["active"]["binary"])
-    code, which = cli(capsys, home, github, "which")
+    code, which = run_json(capsys, home, github.api_url, "which")
     assert code == 0 and which["binary"] == used["active"]["binary"]
     assert_runs(Path(which["binary"]))
 
@@ -109,7 +103,7 @@ def test_update_of_an_installed_real_build_switches_to_it_with_zero_bytes(
     blobs, dirs = blob_requests(github), runtime_dirs(home)
     sent = github.download_bytes_sent
 
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
 
     assert code == 0, payload
     assert payload["result"] == "switched"
@@ -123,10 +117,10 @@ def test_update_to_latest_switches_when_the_latest_build_is_installed_but_not_ac
     cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub
 ) -> None:
     home = cpu_builds
-    assert cli(capsys, home, github, "use", "b7000")[0] == 0
+    assert run_json(capsys, home, github.api_url, "use", "b7000")[0] == 0
     blobs, dirs = blob_requests(github), runtime_dirs(home)
 
-    code, payload = cli(capsys, home, github, "update")
+    code, payload = run_json(capsys, home, github.api_url, "update")
 
     assert code == 0, payload
     assert payload["result"] == "switched" and payload["active"]["tag"] == "b7002"
@@ -141,7 +135,7 @@ def test_use_of_a_damaged_installed_build_is_refused_and_the_active_one_still_ru
     b7000.binary.write_bytes(b"#!/bin/sh\nexit 3\n" + b" " * (b7000.binary.stat().st_size - 17))
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
 
-    code, payload = cli(capsys, home, github, "use", "b7000")
+    code, payload = run_json(capsys, home, github.api_url, "use", "b7000")
 
     assert code == 6, payload
     assert "does not match its recorded sha256" in payload["error"]["message"]
@@ -156,11 +150,11 @@ def test_update_reinstalls_an_installed_copy_that_no_longer_verifies_and_gc_drop
     b7000 = next(r for r in Home(home).installed() if r.marker.tag == "b7000")
     (b7000.binary).write_bytes(b"x" * b7000.binary.stat().st_size)  # same size: only sha256 can tell
 
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
 
     assert code == 0 and payload["result"] == "installed", payload
     assert_runs(Path(payload["active"]["binary"]))
-    code, report = cli(capsys, home, github, "gc", "--keep", "5")
+    code, report = run_json(capsys, home, github.api_url, "gc", "--keep", "5")
     assert code == 0, report
     assert [item["path"] for item in report["removed"] if item["kind"] == "runtime"] == [str(b7000.path)]
 
@@ -168,7 +162,7 @@ def test_update_reinstalls_an_installed_copy_that_no_longer_verifies_and_gc_drop
 def test_use_names_what_is_installed_when_the_tag_is_not(
     cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub
 ) -> None:
-    code, payload = cli(capsys, cpu_builds, github, "use", "b6999")
+    code, payload = run_json(capsys, cpu_builds, github.api_url, "use", "b6999")
     assert code == 2, payload
     message = payload["error"]["message"]
     assert "b6999 is not installed" in message and all(t in message for t in ("b7000", "b7001", "b7002"))
@@ -180,14 +174,14 @@ def test_use_asks_which_one_when_a_tag_is_installed_from_two_repositories(
 ) -> None:
     home = cpu_builds
     github.add_release("unslothai/llama.cpp", "b7000", {CPU_TAR.format(tag="b7000"): tmp_path / "b7000.tar.gz"})
-    code, payload = cli(capsys, home, github, "update", "--repo", "unslothai/llama.cpp", "--tag", "b7000")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--repo", "unslothai/llama.cpp", "--tag", "b7000")
     assert code == 0 and payload["result"] == "installed", payload
 
-    code, payload = cli(capsys, home, github, "use", "b7000")
+    code, payload = run_json(capsys, home, github.api_url, "use", "b7000")
     assert code == 2 and "installed more than once" in payload["error"]["message"], payload
     assert "--repo" in payload["error"]["message"]
 
-    code, payload = cli(capsys, home, github, "use", "b7000", "--repo", REPO)
+    code, payload = run_json(capsys, home, github.api_url, "use", "b7000", "--repo", REPO)
     assert code == 0 and payload["result"] == "switched", payload
     assert (payload["active"]["repo"], payload["active"]["tag"]) == (REPO, "b7000")
 
@@ -196,7 +190,7 @@ def test_use_of_the_active_build_is_up_to_date(
     cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub
 ) -> None:
     pointer = (cpu_builds / "active.json").read_bytes()
-    code, payload = cli(capsys, cpu_builds, github, "use", "b7002")
+    code, payload = run_json(capsys, cpu_builds, github.api_url, "use", "b7002")
     assert code == 0 and payload["result"] == "up_to_date", payload
     assert (cpu_builds / "active.json").read_bytes() == pointer
 
@@ -207,18 +201,18 @@ def test_remove_refuses_active_and_previous_and_deletes_another(
     home = cpu_builds
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
     for tag, words in (("b7002", "active runtime"), ("b7001", "previous runtime")):
-        code, payload = cli(capsys, home, github, "remove", tag)
+        code, payload = run_json(capsys, home, github.api_url, "remove", tag)
         assert code == 2 and words in payload["error"]["message"], payload
     assert_unchanged(capsys, home, github, before, pointer, "b7002")
 
-    code, payload = cli(capsys, home, github, "remove", "b7000")
+    code, payload = run_json(capsys, home, github.api_url, "remove", "b7000")
 
     assert code == 0, payload
     assert payload["removed"]["tag"] == "b7000" and payload["freed_bytes"] > 0
     assert not Path(payload["removed"]["runtime_dir"]).exists()
-    code, listed = cli(capsys, home, github, "list")
+    code, listed = run_json(capsys, home, github.api_url, "list")
     assert [r["tag"] for r in listed["installed"]] == ["b7001", "b7002"]
-    code, payload = cli(capsys, home, github, "remove", "b7000")
+    code, payload = run_json(capsys, home, github.api_url, "remove", "b7000")
     assert code == 2 and "not installed" in payload["error"]["message"]
 
 
@@ -230,7 +224,7 @@ def test_which_prints_one_line_and_exits_5_when_nothing_is_active(
     assert out.count("\n") == 1 and Path(out.strip()).name == "llama-server"
     assert_runs(Path(out.strip()))
 
-    code, payload = cli(capsys, tmp_path / "empty", github, "which")
+    code, payload = run_json(capsys, tmp_path / "empty", github.api_url, "which")
     assert code == 5 and payload["error"]["code"] == "nothing_active", payload
     assert main(["--home", str(tmp_path / "empty"), "which"]) == 5
     captured = capsys.readouterr()
@@ -252,12 +246,12 @@ def test_list_is_one_array_and_available_shows_what_fits_this_host(
     github.add_release(REPO, "b7004", {"llama-b7004-bin-macos-arm64.tar.gz": tmp_path / "b7000.tar.gz"})
     github.add_release(REPO, "b7005", {CPU_TAR.format(tag="b7005"): tmp_path / "b7000.tar.gz"}, prerelease=True)
 
-    code, listed = cli(capsys, home, github, "list")
+    code, listed = run_json(capsys, home, github.api_url, "list")
     assert code == 0 and set(listed) == {"installed"}, "one array, under one key"
     assert [r["tag"] for r in listed["installed"]] == ["b7000", "b7001", "b7002"]
     assert [r["active"] for r in listed["installed"]] == [False, False, True]
 
-    code, listed = cli(capsys, home, github, "list", "--available", "--limit", "3")
+    code, listed = run_json(capsys, home, github.api_url, "list", "--available", "--limit", "3")
     assert code == 0, listed
     available = listed["available"]
     assert [a["tag"] for a in available] == ["b7003", "b7002", "b7001"], "no macOS-only build, no prerelease"
@@ -269,7 +263,9 @@ def test_list_is_one_array_and_available_shows_what_fits_this_host(
         "backend": "cpu",
         "installed": False,
     }
-    code, nightly = cli(capsys, home, github, "list", "--available", "--limit", "2", "--channel", "nightly")
+    code, nightly = run_json(
+        capsys, home, github.api_url, "list", "--available", "--limit", "2", "--channel", "nightly"
+    )
     assert [a["tag"] for a in nightly["available"]] == ["b7005", "b7003"], "nightly lists prerelease builds"
     assert nightly["available"][0]["version"] is None
 
@@ -281,7 +277,7 @@ def test_install_file_of_an_installed_build_switches_to_it(
     dirs = runtime_dirs(home)
     archive = tmp_path / CPU_TAR.format(tag="b7000")
     shutil.copy(tmp_path / "b7000.tar.gz", archive)
-    code, payload = cli(capsys, home, github, "install-file", str(archive), "--tag", "b7000")
+    code, payload = run_json(capsys, home, github.api_url, "install-file", str(archive), "--tag", "b7000")
     assert code == 0 and payload["result"] == "switched", payload
     assert runtime_dirs(home) == dirs
 
@@ -302,17 +298,17 @@ def test_gc_never_keeps_two_copies_of_one_build(
         marker.write_text(json.dumps(data))
         copies.append(copy)
 
-    code, report = cli(capsys, home, github, "gc", "--keep", "2")
+    code, report = run_json(capsys, home, github.api_url, "gc", "--keep", "2")
 
     assert code == 0, report
     removed = sorted(item["path"] for item in report["removed"] if item["kind"] == "runtime")
     assert removed == sorted([str(b7000.path), str(copies[0]), str(copies[1])])
-    code, listed = cli(capsys, home, github, "list")
+    code, listed = run_json(capsys, home, github.api_url, "list")
     assert sorted(r["tag"] for r in listed["installed"]) == ["b7000", "b7001", "b7002"]
 
 
 def test_rollback_reports_its_result(cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub) -> None:
-    code, payload = cli(capsys, cpu_builds, github, "rollback")
+    code, payload = run_json(capsys, cpu_builds, github.api_url, "rollback")
     assert code == 0 and payload["result"] == "switched", payload
     assert (payload["active"]["tag"], payload["previous"]["tag"]) == ("b7001", "b7002")
 
@@ -320,7 +316,7 @@ def test_rollback_reports_its_result(cpu_builds: Path, capsys: pytest.CaptureFix
 def test_a_bare_build_number_is_bad_input_that_suggests_the_tag(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub
 ) -> None:
-    code, payload = cli(capsys, home, github, "update", "--tag", "7000")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "7000")
     assert code == 2, payload
     assert "did you mean b7000" in payload["error"]["message"]
     assert github.requests == [], "refused before asking anyone"

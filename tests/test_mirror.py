@@ -13,12 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, REPO, assert_runs, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, VULKAN_TAR, assert_runs, cli_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
 
-VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 WIN = "llama-{tag}-bin-win-cpu-x64.zip"
 RELEASES = Path("repos") / REPO / "releases"
 
@@ -31,11 +29,6 @@ def mirrored_file(dest: Path, tag: str, name: str) -> Path:
     return dest / RELEASES / url.removeprefix("../")
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
-    code = main([*args, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
 def publish(github: FakeGitHub, tmp_path: Path, tag: str) -> None:
     cpu = stand_in_tarball(tmp_path / "src" / CPU_TAR.format(tag=tag), tag=tag)
     github.add_release(
@@ -43,7 +36,7 @@ def publish(github: FakeGitHub, tmp_path: Path, tag: str) -> None:
         tag,
         {
             CPU_TAR.format(tag=tag): cpu,
-            VULKAN.format(tag=tag): b"vulkan build bytes",
+            VULKAN_TAR.format(tag=tag): b"vulkan build bytes",
             WIN.format(tag=tag): b"windows zip bytes",
             "llama.cpp-source-b1.tar.gz": b"source",
         },
@@ -60,7 +53,7 @@ def github(tmp_path: Path) -> Iterator[FakeGitHub]:
 
 
 def sync(capsys: pytest.CaptureFixture[str], github: FakeGitHub, dest: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    return run_cli(
+    return cli_json(
         capsys, "mirror", "sync", "--dest", str(dest), "--api-url", github.api_url,
         "--platform", "linux-x64", "--backend", "cpu", *extra,
     )  # fmt: skip
@@ -111,7 +104,7 @@ def test_sync_writes_github_shaped_json_with_only_the_chosen_assets(
     latest = json.loads((dest / RELEASES / "latest").read_text())
     assert latest["tag_name"] == "b7001"
     assert latest["assets"][0]["browser_download_url"] == f"download/b7001/{sha[:16]}/{asset['name']}"
-    assert not list((dest / RELEASES / "download").rglob(VULKAN.format(tag="b7001")))
+    assert not list((dest / RELEASES / "download").rglob(VULKAN_TAR.format(tag="b7001")))
 
 
 def test_update_and_latest_resolution_work_from_the_mirror_with_upstream_stopped(
@@ -122,22 +115,22 @@ def test_update_and_latest_resolution_work_from_the_mirror_with_upstream_stopped
     assert code == 0, report
     github.stop()
     url = static_server(dest)
-    code, plan = run_cli(capsys, "plan", "--api-url", url, "--backend", "cpu", "--platform", "linux-x64")
+    code, plan = cli_json(capsys, "plan", "--api-url", url, "--backend", "cpu", "--platform", "linux-x64")
     assert code == 0, plan
     assert (plan["tag"], plan["asset"]) == ("b7001", CPU_TAR.format(tag="b7001"))
-    code, payload = run_cli(capsys, "update", "--home", str(home), "--api-url", url, "--backend", "cpu")
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7001"
     marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
     assert marker["digest_verified"] is True
     assert_runs(Path(payload["active"]["binary"]))
-    code, payload = run_cli(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7000")
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7000")
     assert code == 0, payload
     assert (payload["active"]["tag"], payload["previous"]["tag"]) == ("b7000", "b7001")
-    code, checked = run_cli(capsys, "check", "--home", str(home), "--api-url", url)
+    code, checked = cli_json(capsys, "check", "--home", str(home), "--api-url", url)
     assert code == 0, checked
     assert (checked["installed"], checked["latest"], checked["update_available"]) == ("b7000", "b7001", True)
-    code, payload = run_cli(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b6999")
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b6999")
     assert code == 7, payload
 
 
@@ -148,7 +141,7 @@ def test_file_url_reads_the_mirror_without_a_server(
     code, report = sync(capsys, github, dest, "--newest", "2")
     assert code == 0, report
     github.stop()
-    code, payload = run_cli(capsys, "update", "--home", str(home), "--api-url", dest.as_uri(), "--backend", "cpu")
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", dest.as_uri(), "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7001"
     assert_runs(Path(payload["active"]["binary"]))
@@ -200,7 +193,7 @@ def test_filter_matching_nothing_exits_5_and_writes_no_release(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     dest = tmp_path / "mirror"
-    code, report = run_cli(
+    code, report = cli_json(
         capsys, "mirror", "sync", "--dest", str(dest), "--api-url", github.api_url, "--platform", "macos-arm64"
     )
     assert code == 5, report
@@ -208,7 +201,7 @@ def test_filter_matching_nothing_exits_5_and_writes_no_release(
 
 
 def test_unknown_platform_exits_2(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path) -> None:
-    code, report = run_cli(
+    code, report = cli_json(
         capsys, "mirror", "sync", "--dest", str(tmp_path / "m"), "--api-url", github.api_url, "--platform", "beos"
     )
     assert code == 2, report
@@ -235,7 +228,7 @@ def test_a_mirror_can_be_synced_from_another_mirror(
     first, second = tmp_path / "first", tmp_path / "second"
     assert sync(capsys, github, first, "--latest", "2")[0] == 0
     github.stop()
-    code, report = run_cli(capsys, "mirror", "sync", "--dest", str(second), "--api-url", first.as_uri())
+    code, report = cli_json(capsys, "mirror", "sync", "--dest", str(second), "--api-url", first.as_uri())
     assert code == 0, report
     assert report["releases"] == ["b7001"]
     copied = mirrored_file(second, "b7001", CPU_TAR.format(tag="b7001"))
@@ -257,7 +250,7 @@ def test_upstream_tag_with_dotdot_exits_8_and_writes_nothing_outside_the_mirror(
     doc = {"tag_name": "../../../../../../ESCAPED", "draft": False, "prerelease": False, "assets": [asset]}
     (releases / "latest").write_text(json.dumps(doc))
     dest = tmp_path / "mirror" / "dest"
-    code, report = run_cli(
+    code, report = cli_json(
         capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.as_uri(), "--repo", "o/n"
     )  # fmt: skip
     assert code == 8, report  # the contract: remote data that breaks the rules is an integrity refusal
@@ -276,7 +269,7 @@ def test_tag_flag_with_a_path_exits_2(capsys: pytest.CaptureFixture[str], github
 def test_resync_after_an_upstream_reupload_never_changes_bytes_the_published_json_names(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    dest, cpu, vulkan = tmp_path / "mirror", CPU_TAR.format(tag="b7000"), VULKAN.format(tag="b7000")
+    dest, cpu, vulkan = tmp_path / "mirror", CPU_TAR.format(tag="b7000"), VULKAN_TAR.format(tag="b7000")
     (tmp_path / "v1").mkdir()
     (tmp_path / "v2").mkdir()
     first = stand_in_tarball(tmp_path / "v1" / cpu, tag="b7000")
@@ -284,7 +277,7 @@ def test_resync_after_an_upstream_reupload_never_changes_bytes_the_published_jso
     filters = ("--tag", "b7000", "--platform", "linux-x64")
     with FakeGitHub() as upstream:
         upstream.add_release(REPO, "b7000", {cpu: first, vulkan: b"vk-1"})
-        code, report = run_cli(capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, *filters)
+        code, report = cli_json(capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, *filters)
         assert code == 0, report
         assert sorted(report["fetched"]) == sorted([f"b7000/{cpu}", f"b7000/{vulkan}"])
     published = (dest / RELEASES / "tags" / "b7000").read_bytes()
@@ -293,7 +286,7 @@ def test_resync_after_an_upstream_reupload_never_changes_bytes_the_published_jso
     with FakeGitHub() as upstream:
         upstream.add_release(REPO, "b7000", {cpu: second, vulkan: b"vk-2"})
         upstream.inject(vulkan, Fault(status=404, times=None))
-        code, report = run_cli(
+        code, report = cli_json(
             capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, *filters
         )  # fmt: skip
         assert code == 7, report
@@ -301,7 +294,7 @@ def test_resync_after_an_upstream_reupload_never_changes_bytes_the_published_jso
         assert v1_file.read_bytes() == first.read_bytes()
         # A client of the mirror still gets exactly what the published JSON promises.
         home = tmp_path / "home"
-        code, payload = run_cli(
+        code, payload = cli_json(
             capsys, "update", "--home", str(home), "--api-url", dest.as_uri(), "--tag", "b7000", "--backend", "cpu"
         )  # fmt: skip
         assert code == 0, payload
@@ -311,11 +304,11 @@ def test_resync_after_an_upstream_reupload_never_changes_bytes_the_published_jso
         # Once the whole release is in place the JSON switches to the new bytes; the old
         # file stays one more sync for clients that read the old JSON, then goes.
         upstream._faults.clear()
-        code, report = run_cli(capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, *filters)
+        code, report = cli_json(capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, *filters)
         assert code == 0, report
         assert mirrored_file(dest, "b7000", cpu).read_bytes() == second.read_bytes()
         assert v1_file.read_bytes() == first.read_bytes()
-        code, report = run_cli(capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, *filters)
+        code, report = cli_json(capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, *filters)
         assert code == 0, report
         assert report["fetched"] == []
         assert not v1_file.exists()
@@ -334,7 +327,7 @@ def test_digestless_upstream_is_mirrored_with_a_null_digest_and_clients_record_i
         code, report = sync(capsys, upstream, dest, "--tag", "b7000")
         assert code == 0, report
         assert report["fetched"] == [] and report["reused"] == [f"b7000/{cpu}"]
-    code, payload = run_cli(
+    code, payload = cli_json(
         capsys, "update", "--home", str(tmp_path / "home"), "--api-url", dest.as_uri(), "--tag", "b7000",
         "--backend", "cpu",
     )  # fmt: skip
@@ -376,7 +369,7 @@ def test_a_mirror_that_answers_404_says_to_check_it_is_synced_and_readable(
     empty = tmp_path / "empty"
     empty.mkdir()
     url = static_server(empty)
-    code, payload = run_cli(capsys, "update", "--home", str(tmp_path / "home"), "--api-url", url)
+    code, payload = cli_json(capsys, "update", "--home", str(tmp_path / "home"), "--api-url", url)
     assert code == 7, payload
     assert "mirror sync" in payload["error"]["hint"] and "mode 644" in payload["error"]["hint"]
 
@@ -385,7 +378,7 @@ def test_sync_latest_mirrors_the_build_the_stable_release_names_and_nightly_the_
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     cpu = stand_in_tarball(tmp_path / "src" / CPU_TAR.format(tag="b7002"), tag="b7002")
-    names = {CPU_TAR: cpu, VULKAN: b"vulkan", WIN: b"windows"}  # as complete as b7001, else "still uploading"
+    names = {CPU_TAR: cpu, VULKAN_TAR: b"vulkan", WIN: b"windows"}  # as complete as b7001, else "still uploading"
     github.add_release(REPO, "b7002", {n.format(tag="b7002"): v for n, v in names.items()}, stable=False)
     code, report = sync(capsys, github, tmp_path / "stable")
     assert (code, report["releases"], report["latest"]) == (0, ["b7001"], "b7001")

@@ -21,11 +21,10 @@ import pytest
 from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
-from tests.conftest import REPO, assert_runs, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
 from tests.test_disk_full import SmallFs, inject_enospc, small_fs  # noqa: F401  (fixture)
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 RELEASES = Path("repos") / REPO / "releases"
 MiB = 1024 * 1024
 
@@ -71,7 +70,7 @@ def assert_client_installs(capsys: pytest.CaptureFixture[str], dest: Path, home:
 def test_two_syncs_on_one_destination_never_publish_bad_bytes(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
-    name = CPU.format(tag="b7000")
+    name = CPU_TAR.format(tag="b7000")
     github.add_release(REPO, "b7000", {name: padded(tmp_path / name, "b7000", 4 * MiB)})
     github.inject(name, Fault(drip_seconds=0.05, drip_chunk=256 * 1024))  # the first sync is slow
     dest = tmp_path / "mirror"
@@ -97,7 +96,7 @@ def test_two_syncs_on_one_destination_never_publish_bad_bytes(
 def test_a_killed_syncs_leftovers_are_removed_by_the_next_sync(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
-    name = CPU.format(tag="b7000")
+    name = CPU_TAR.format(tag="b7000")
     github.add_release(REPO, "b7000", {name: stand_in_tarball(tmp_path / name, tag="b7000")})
     dest = tmp_path / "mirror"
     partial = dest / ".partial" / "b6999-0123456789abcdef-llama-b6999-bin-ubuntu-x64.tar.gz.part"
@@ -117,11 +116,13 @@ def test_latest_1_with_prune_keeps_only_the_newest_release(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
     dest = tmp_path / "mirror"
     code, payload = sync(capsys, github, dest, "--latest", "2")
     assert code == 0 and sorted(payload["releases"]) == ["b7000", "b7001"], payload
-    github.add_release(REPO, "b7002", {CPU.format(tag="b7002"): stand_in_tarball(tmp_path / "b7002.tgz", tag="b7002")})
+    github.add_release(
+        REPO, "b7002", {CPU_TAR.format(tag="b7002"): stand_in_tarball(tmp_path / "b7002.tgz", tag="b7002")}
+    )
     code, payload = sync(capsys, github, dest, "--latest", "1")
     assert code == 0, payload
     assert sorted(p.name for p in (dest / RELEASES / "tags").iterdir()) == ["b7000", "b7001", "b7002"]
@@ -150,7 +151,7 @@ def test_a_full_disk_during_sync_exits_4_and_publishes_nothing(
     small_fs: SmallFs,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    name = CPU.format(tag="b7000")
+    name = CPU_TAR.format(tag="b7000")
     github.add_release(REPO, "b7000", {name: padded(tmp_path / name, "b7000", 24 * MiB)})  # > the 20 MiB disk
     if not small_fs.real:
         inject_enospc(monkeypatch, "llama_runtime.updater.install.download._Job", "_stream")

@@ -16,31 +16,22 @@ import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.marker import MARKER_NAME
 from llama_runtime.updater.choice.host_detect import detect_host
-from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.offline import InstallFileRequest, install_file
 from llama_runtime.updater.install.transaction import Installer
 
-from tests.conftest import REPO, HomeGuard, assert_runs, snapshot_tree, stand_in_tarball
-
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
-
-
-def cli(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--json"])
-    return code, json.loads(capsys.readouterr().out)
+from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball
 
 
 @pytest.fixture
 def installed(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path) -> Home:
-    """b7000 (stand-in CPU build) installed from a file."""
-    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7000"), tag="b7000")
-    code, payload = cli(capsys, home, "install-file", str(archive))
+    """b7000 (stand-in CPU_TAR build) installed from a file."""
+    archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7000"), tag="b7000")
+    code, payload = run_json(capsys, home, None, "install-file", str(archive))
     assert code == 0, payload
     return Home(home)
 
@@ -71,11 +62,11 @@ def test_a_bundle_whose_marker_breaks_the_remote_rules_is_refused_with_exit_8(
     changes: dict[str, str], capsys: pytest.CaptureFixture[str], home: Path, installed: Home, tmp_path: Path
 ) -> None:
     bundle = tmp_path / "b.tar.gz"
-    code, payload = cli(capsys, home, "export", "--output", str(bundle))
+    code, payload = run_json(capsys, home, None, "export", "--output", str(bundle))
     assert code == 0, payload
     frozen = HomeGuard(None, installed.root)
     bad = repacked(bundle, tmp_path / "bad.tar.gz", **changes)
-    code, payload = cli(capsys, home, "install-file", str(bad))
+    code, payload = run_json(capsys, home, None, "install-file", str(bad))
     assert code == 8, payload
     assert "is not a valid bundle" in payload["error"]["message"]
     assert "\x1b" not in payload["error"]["message"]
@@ -89,7 +80,7 @@ def test_a_bundle_whose_marker_breaks_the_remote_rules_is_refused_with_exit_8(
 def test_install_file_from_a_pipe_with_the_right_sha256_installs(
     path: str, home: Path, installed: Home, tmp_path: Path
 ) -> None:
-    archive = stand_in_tarball(tmp_path / CPU.format(tag="b7001"), tag="b7001")
+    archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     argv = [sys.executable, "-m", "llama_runtime", "install-file", path, "--tag", "b7001", "--backend", "cpu"]
     argv += ["--sha256", digest, "--home", str(home), "--json"]
@@ -151,13 +142,13 @@ def test_a_read_only_home_serves_status_doctor_gc_dry_run_and_export(
 ) -> None:
     before = snapshot_tree(read_only)
     for args in (["status"], ["doctor"], ["gc", "--dry-run"], ["list"], ["which"]):
-        code, payload = cli(capsys, read_only, *args)
+        code, payload = run_json(capsys, read_only, None, *args)
         assert code == 0, (args, payload)
-    code, payload = cli(capsys, read_only, "export", "--output", str(tmp_path / "out.tar.gz"))
+    code, payload = run_json(capsys, read_only, None, "export", "--output", str(tmp_path / "out.tar.gz"))
     assert code == 0, payload
     assert snapshot_tree(read_only) == before
     other = tmp_path / "other"
-    code, payload = cli(capsys, other, "install-file", str(tmp_path / "out.tar.gz"))
+    code, payload = run_json(capsys, other, None, "install-file", str(tmp_path / "out.tar.gz"))
     assert code == 0, payload
     assert_runs(Path(payload["active"]["binary"]))
 
@@ -170,11 +161,11 @@ def test_gc_keeps_the_newest_install_even_when_the_clock_read_2000_at_install_ti
 ) -> None:
     # b7000 is installed with a right clock; b7001 on a box whose clock read 2000-01-01; then two more.
     for tag in ("b7001", "b7002", "b7003"):
-        archive = stand_in_tarball(tmp_path / CPU.format(tag=tag), tag=tag)
+        archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag=tag), tag=tag)
         clock = (lambda: "2000-01-01T00:00:00.000Z") if tag == "b7001" else None
         installer = Installer(installed, host=detect_host, **({"clock": clock} if clock else {}))
         install_file(installer, InstallFileRequest(archive=archive, default_repo=REPO))
-    code, payload = cli(capsys, home, "gc", "--keep", "1")
+    code, payload = run_json(capsys, home, None, "gc", "--keep", "1")
     assert code == 0, payload
     left = sorted(r.marker.tag for r in installed.installed())
     assert left == ["b7001", "b7002", "b7003"], left  # b7000, installed first, goes; b7001 stays

@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
-from tests.conftest import assert_runs, snapshot_tree, stand_in_tarball
+from tests.conftest import CPU_TAR, assert_runs, cli_json, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 from tests.test_provenance_e2e import BEACON, BEACON_WORKFLOW, real_bundle, remap_subject, sha256_of
 
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
 DATA = Path(__file__).parent / "data" / "sigstore"
 
 
@@ -35,13 +33,8 @@ def beacon_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LLAMA_RUNTIME_REQUIRE_PROVENANCE", raising=False)
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
-    code = main([*args, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
 def archive(tmp_path: Path, tag: str = "b7001") -> Path:
-    return stand_in_tarball(tmp_path / CPU.format(tag=tag), tag=tag)
+    return stand_in_tarball(tmp_path / CPU_TAR.format(tag=tag), tag=tag)
 
 
 # -- a mirror ---------------------------------------------------------------------------
@@ -57,7 +50,7 @@ def synced_mirror(
         upstream.add_release(BEACON, "b7001", {tarball.name: tarball})
         if bundle is not None:
             upstream.add_attestation(BEACON, sha256_of(tarball), bundle)
-        code, report = run_cli(
+        code, report = cli_json(
             capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, "--repo", BEACON
         )
         assert code == 0, report
@@ -68,12 +61,12 @@ def test_mirror_stores_the_attestation_on_the_api_route_and_installs_verify_it_o
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dest, digest, report = synced_mirror(capsys, tmp_path, real_bundle())
-    assert report["attestations"] == [f"b7001/{CPU.format(tag='b7001')}"]
+    assert report["attestations"] == [f"b7001/{CPU_TAR.format(tag='b7001')}"]
     stored = dest / "repos" / BEACON / "attestations" / f"sha256:{digest}"
     assert json.loads(stored.read_text())["attestations"][0]["bundle"] == real_bundle()
     remap_subject(monkeypatch, digest)
     home = tmp_path / "home"
-    code, payload = run_cli(
+    code, payload = cli_json(
         capsys, "update", "--home", str(home), "--api-url", dest.as_uri(), "--repo", BEACON, "--tag", "b7001"
     )
     assert code == 0, payload
@@ -92,7 +85,7 @@ def test_a_forged_attestation_on_a_mirror_is_exit_8_offline(
     route.write_text(json.dumps({"attestations": [{"bundle": forged, "repository_id": 1}]}))
     remap_subject(monkeypatch, digest)
     home = tmp_path / "home"
-    code, payload = run_cli(
+    code, payload = cli_json(
         capsys, "update", "--home", str(home), "--api-url", dest.as_uri(), "--repo", BEACON, "--tag", "b7001"
     )
     assert code == 8, payload
@@ -118,7 +111,7 @@ def verified_home(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatc
         "--bundle",
         str(tmp_path / "a.sigstore.json"),
     ]
-    code, payload = run_cli(capsys, *args)
+    code, payload = cli_json(capsys, *args)
     assert code == 0, payload
     assert payload["active"]["provenance"]["status"] == "verified"
     return home
@@ -129,10 +122,10 @@ def test_export_carries_the_bundle_and_install_file_verifies_it_again_offline(
 ) -> None:
     source = verified_home(capsys, tmp_path, monkeypatch)
     bundle_file = tmp_path / "runtime.tar.gz"
-    code, _ = run_cli(capsys, "export", "--home", str(source), "--output", str(bundle_file))
+    code, _ = cli_json(capsys, "export", "--home", str(source), "--output", str(bundle_file))
     assert code == 0
     target = tmp_path / "fleet-home"
-    code, payload = run_cli(capsys, "install-file", str(bundle_file), "--home", str(target), "--require-provenance")
+    code, payload = cli_json(capsys, "install-file", str(bundle_file), "--home", str(target), "--require-provenance")
     assert code == 0, payload
     provenance = payload["active"]["provenance"]
     assert provenance["status"] == "verified" and provenance["workflow"] == BEACON_WORKFLOW
@@ -145,7 +138,7 @@ def test_export_whose_recorded_bundle_was_tampered_with_is_exit_8(
 ) -> None:
     source = verified_home(capsys, tmp_path, monkeypatch)
     good = tmp_path / "runtime.tar.gz"
-    assert run_cli(capsys, "export", "--home", str(source), "--output", str(good))[0] == 0
+    assert cli_json(capsys, "export", "--home", str(source), "--output", str(good))[0] == 0
     bad = tmp_path / "tampered.tar.gz"
     with tarfile.open(good, "r:gz") as src, tarfile.open(bad, "w:gz") as dst:
         for info in src:
@@ -158,7 +151,7 @@ def test_export_whose_recorded_bundle_was_tampered_with_is_exit_8(
                 info.size = len(data)
             dst.addfile(info, io.BytesIO(data) if data is not None else None)
     target = tmp_path / "fleet-home"
-    code, payload = run_cli(capsys, "install-file", str(bad), "--home", str(target))
+    code, payload = cli_json(capsys, "install-file", str(bad), "--home", str(target))
     assert code == 8, payload
     assert payload["error"]["code"] == "provenance_failed"
     assert not (target / "active.json").exists()
@@ -171,16 +164,16 @@ def test_export_whose_recorded_bundle_was_tampered_with_is_exit_8(
 def active_b7000(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Path:
     home = tmp_path / "home"
     (tmp_path / "old").mkdir()
-    code, payload = run_cli(capsys, "install-file", str(archive(tmp_path / "old", "b7000")), "--home", str(home))
+    code, payload = cli_json(capsys, "install-file", str(archive(tmp_path / "old", "b7000")), "--home", str(home))
     assert code == 0, payload
     return home
 
 
 def failing_install_file(capsys: pytest.CaptureFixture[str], home: Path, *args: str) -> tuple[int, dict[str, Any]]:
     before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
-    code, payload = run_cli(capsys, "install-file", *args, "--home", str(home))
+    code, payload = cli_json(capsys, "install-file", *args, "--home", str(home))
     assert snapshot_tree(home / "runtimes") == before and (home / "active.json").read_bytes() == pointer
-    code_status, status = run_cli(capsys, "status", "--home", str(home))
+    code_status, status = cli_json(capsys, "status", "--home", str(home))
     assert code_status == 0 and status["active"]["tag"] == "b7000"
     assert_runs(Path(status["active"]["binary"]))
     return code, payload
@@ -194,7 +187,7 @@ def test_install_file_with_gh_attestation_download_json_lines_verifies(
     lines = tmp_path / f"sha256:{sha256_of(tarball)}.jsonl"
     lines.write_text(json.dumps(real_bundle()) + "\n")
     args = ["install-file", str(tarball), "--home", str(active_b7000), "--repo", BEACON, "--bundle", str(lines)]
-    code, payload = run_cli(capsys, *args)
+    code, payload = cli_json(capsys, *args)
     assert code == 0, payload
     assert payload["active"]["provenance"]["status"] == "verified"
 
@@ -215,7 +208,7 @@ def test_install_file_without_bundle_is_unverified_or_refused_when_required(
 ) -> None:
     code, payload = failing_install_file(capsys, active_b7000, str(archive(tmp_path)), "--require-provenance")
     assert code == 8 and payload["error"]["code"] == "provenance_missing"
-    code, payload = run_cli(capsys, "install-file", str(archive(tmp_path)), "--home", str(active_b7000))
+    code, payload = cli_json(capsys, "install-file", str(archive(tmp_path)), "--home", str(active_b7000))
     assert code == 0
     assert payload["active"]["provenance"] == {
         "status": "unverified",

@@ -17,10 +17,9 @@ from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.cli.main import main
 
 from llama_runtime import RuntimeUpdater
-from tests.conftest import REPO, assert_runs, run_json, snapshot_tree
+from tests.conftest import REPO, VULKAN_TAR, assert_runs, run_json, snapshot_tree
 from tests.fakegithub import FakeGitHub
 
-VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 #: Nothing listens on port 1: the machine is offline as far as the updater can tell.
 OFFLINE = "http://127.0.0.1:1"
 
@@ -31,7 +30,7 @@ def two_installed(
 ) -> Home:
     """The real build installed as b7000 (previous) and b7001 (active)."""
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {VULKAN.format(tag=tag): real_vulkan_tarball})
+        github.add_release(REPO, tag, {VULKAN_TAR.format(tag=tag): real_vulkan_tarball})
         code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "vulkan")
         assert code == 0, payload
     return Home(home)
@@ -103,7 +102,7 @@ def test_install_file_of_the_same_archive_repairs_a_truncated_binary(
 ) -> None:
     h = two_installed
     previous = PreviousIntact(h)
-    archive = tmp_path / VULKAN.format(tag="b7001")
+    archive = tmp_path / VULKAN_TAR.format(tag="b7001")
     archive.symlink_to(real_vulkan_tarball)  # the very bytes b7001 was installed from
     truncate(active_binary(h))
     code, payload = run_json(capsys, home, github.api_url, "install-file", str(archive), "--tag", "b7001")
@@ -135,7 +134,7 @@ def test_ensure_install_if_missing_reinstalls_a_truncated_binary_of_the_same_bui
     h = two_installed
     previous = PreviousIntact(h)
     # A newer release exists: start-up repairs what was installed, it does not upgrade.
-    github.add_release(REPO, "b7002", {VULKAN.format(tag="b7002"): real_vulkan_tarball})
+    github.add_release(REPO, "b7002", {VULKAN_TAR.format(tag="b7002"): real_vulkan_tarball})
     truncate(active_binary(h))
     updater = RuntimeUpdater(home, repo=REPO, backend="vulkan", api_url=github.api_url)
     assert not updater.ensure().ready

@@ -13,13 +13,8 @@ from llama_runtime.runtime.runner import ProcessResult, run_process
 from llama_runtime.updater.api.doctor import run_doctor
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-
-
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def publish(github: FakeGitHub, tmp_path: Path, *tags: str) -> None:
@@ -30,7 +25,7 @@ def publish(github: FakeGitHub, tmp_path: Path, *tags: str) -> None:
 
 def install(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *tags: str) -> None:
     for tag in tags:
-        code, payload = cli(capsys, home, github, "update", "--tag", tag, "--backend", "cpu")
+        code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")
         assert code == 0, payload
 
 
@@ -45,10 +40,10 @@ def test_update_over_a_damaged_active_runtime_keeps_the_intact_previous_one_for_
     install(capsys, home, github, "b7000", "b7001")
     before = pointer(home)
     (home / "runtimes" / before["active"] / "llama-runtime.json").write_text("garbage")
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7002", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7002", "--backend", "cpu")
     assert code == 0, payload
     assert pointer(home)["previous"] == before["previous"]  # b7000, intact, stays the rollback target
-    code, payload = cli(capsys, home, github, "rollback")
+    code, payload = run_json(capsys, home, github.api_url, "rollback")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7000"
     assert_runs(Path(payload["active"]["binary"]))
@@ -63,14 +58,14 @@ def test_rollback_to_a_half_deleted_previous_runtime_is_refused_and_changes_noth
     next(previous.rglob("libllama.so.0.0.1")).unlink()
     before_pointer = (home / "active.json").read_bytes()
     before = snapshot_tree(home / "runtimes")
-    code, payload = cli(capsys, home, github, "rollback")
+    code, payload = run_json(capsys, home, github.api_url, "rollback")
     assert code == 6, payload
     assert payload["error"]["code"] == "corrupt_state"
     assert "libllama.so.0.0.1 is missing" in payload["error"]["message"]
     assert "nothing was changed" in payload["error"]["message"]
     assert (home / "active.json").read_bytes() == before_pointer
     assert snapshot_tree(home / "runtimes") == before
-    code, status = cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0 and status["active"]["tag"] == "b7001"
     assert_runs(Path(status["active"]["binary"]))
 
@@ -124,11 +119,11 @@ def test_doctor_repair_rebuilds_a_lost_pointer_from_the_newest_verified_runtime(
     publish(github, tmp_path, "b7000", "b7001")
     install(capsys, home, github, "b7000", "b7001")
     (home / "active.json").unlink()
-    code, report = cli(capsys, home, github, "doctor")
+    code, report = run_json(capsys, home, github.api_url, "doctor")
     assert code == 6 and not report["healthy"]
     assert any("doctor --repair" in a for a in report["advice"])
-    code, report = cli(capsys, home, github, "doctor", "--repair")
+    code, report = run_json(capsys, home, github.api_url, "doctor", "--repair")
     assert code == 0, report
-    code, status = cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert status["active"]["tag"] == "b7001"
     assert_runs(Path(status["active"]["binary"]))

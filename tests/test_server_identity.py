@@ -30,10 +30,8 @@ from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
 
-from tests.conftest import REPO, HomeGuard, assert_runs
+from tests.conftest import REPO, VULKAN_TAR, HomeGuard, assert_runs, run_json
 from tests.fakegithub import FakeGitHub
-
-VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 
 #: A server that answers every GET with 200 "ok" (what a foreign llama-server's /health says).
 SQUATTER = """
@@ -82,18 +80,13 @@ def home(tmp_path: Path) -> Iterator[Path]:
             os.kill(pid, signal.SIGKILL)
 
 
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main(["--home", str(home), "--api-url", github.api_url, "--json", *args])
-    return code, json.loads(capsys.readouterr().out)
-
-
 @pytest.fixture
 def installed(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, real_vulkan_tarball: Path, vk_env: Any
 ) -> Home:
     """b7000 (the real build) installed and active; nothing running."""
-    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): real_vulkan_tarball})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    github.add_release(REPO, "b7000", {VULKAN_TAR.format(tag="b7000"): real_vulkan_tarball})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
     return Home(home)
 
@@ -109,10 +102,10 @@ def test_server_start_on_a_squatted_port_exits_3_naming_the_holder_and_starts_no
     squatter = squat("127.0.0.1", port)
     models = tmp_path / "models"
     models.mkdir()
-    code, payload = cli(
+    code, payload = run_json(
         capsys,
         home,
-        github,
+        github.api_url,
         "server",
         "start",
         "--timeout",
@@ -178,10 +171,12 @@ def test_update_whose_restart_finds_the_port_taken_is_rolled_back_not_reported_r
 ) -> None:
     models = tmp_path / "models"
     models.mkdir()
-    code, started = cli(capsys, home, github, "server", "start", "--timeout", "60", "--", "--models-dir", str(models))
+    code, started = run_json(
+        capsys, home, github.api_url, "server", "start", "--timeout", "60", "--", "--models-dir", str(models)
+    )
     assert code == 0 and started["healthy"] is True, started
     intact = HomeGuard(None, installed.root)
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): real_vulkan_tarball})
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): real_vulkan_tarball})
     server = _PortTakenAfterStop(installed.server_dir, squat)
     with GitHubClient(github.api_url, REPO) as source:
         installer = Installer(installed, source=source, host=detect_host, server=server, health_timeout=20.0)
@@ -214,14 +209,25 @@ def test_server_start_with_an_ipv6_or_unix_socket_host_is_healthy_and_ours(
     models = tmp_path / "models"
     models.mkdir()
     host = "::1" if form == "ipv6" else str(tmp_path / "llama.sock")
-    code, started = cli(
-        capsys, home, github, "server", "start", "--timeout", "60", "--", "--models-dir", str(models), "--host", host
+    code, started = run_json(
+        capsys,
+        home,
+        github.api_url,
+        "server",
+        "start",
+        "--timeout",
+        "60",
+        "--",
+        "--models-dir",
+        str(models),
+        "--host",
+        host,
     )
     assert code == 0, started
     assert started["healthy"] is True
-    code, status = cli(capsys, home, github, "server", "status")
+    code, status = run_json(capsys, home, github.api_url, "server", "status")
     assert code == 0 and status["healthy"] is True, status
-    code, stopped = cli(capsys, home, github, "server", "stop")
+    code, stopped = run_json(capsys, home, github.api_url, "server", "stop")
     assert code == 0 and stopped["stopped"] is True
 
 
@@ -239,8 +245,8 @@ def test_server_runs_outside_the_runtime_and_relative_args_resolve_against_the_c
     caller = tmp_path / "project"
     (caller / "models").mkdir(parents=True)
     monkeypatch.chdir(caller)
-    code, started = cli(
-        capsys, home, github, "server", "start", "--timeout", "60", "--",
+    code, started = run_json(
+        capsys, home, github.api_url, "server", "start", "--timeout", "60", "--",
         "--models-dir", "models", "--log-file", "llama.log",
     )  # fmt: skip
     assert code == 0 and started["healthy"] is True, started
@@ -248,11 +254,11 @@ def test_server_runs_outside_the_runtime_and_relative_args_resolve_against_the_c
     cwd = Path(os.readlink(f"/proc/{started['pid']}/cwd"))
     assert not cwd.is_relative_to(runtime.path)
     assert cwd == caller
-    code, _ = cli(capsys, home, github, "server", "stop")
+    code, _ = run_json(capsys, home, github.api_url, "server", "stop")
     assert code == 0
     assert (caller / "llama.log").is_file()
     assert [p for p in runtime.path.rglob("*") if p.name.startswith("llama.log")] == []
-    code, report = cli(capsys, home, github, "doctor")
+    code, report = run_json(capsys, home, github.api_url, "doctor")
     assert code == 0 and report["healthy"], report
 
 
@@ -267,19 +273,19 @@ def test_export_of_a_server_used_runtime_installs_on_another_machine(
     caller = tmp_path / "project"
     (caller / "models").mkdir(parents=True)
     monkeypatch.chdir(caller)
-    code, started = cli(
-        capsys, home, github, "server", "start", "--timeout", "60", "--",
+    code, started = run_json(
+        capsys, home, github.api_url, "server", "start", "--timeout", "60", "--",
         "--models-dir", "models", "--log-file", "llama.log",
     )  # fmt: skip
     assert code == 0, started
     bundle = tmp_path / "bundle.tar.gz"
-    code, exported = cli(capsys, home, github, "export", "--output", str(bundle))
+    code, exported = run_json(capsys, home, github.api_url, "export", "--output", str(bundle))
     assert code == 0, exported
     other = tmp_path / "other"
     code, payload = main_json(capsys, ["install-file", str(bundle), "--home", str(other)])
     assert code == 0, payload
     assert_runs(Path(payload["active"]["binary"]))
-    cli(capsys, home, github, "server", "stop")
+    run_json(capsys, home, github.api_url, "server", "stop")
 
 
 def test_export_refuses_a_runtime_holding_a_file_its_marker_does_not_record(
@@ -289,7 +295,7 @@ def test_export_refuses_a_runtime_holding_a_file_its_marker_does_not_record(
     stray = runtime.path / "llama-b7000" / "llama.log"
     stray.write_text("a log someone wrote here")
     intact = HomeGuard(None, installed.root)
-    code, payload = cli(capsys, home, github, "export", "--output", str(tmp_path / "x.tar.gz"))
+    code, payload = run_json(capsys, home, github.api_url, "export", "--output", str(tmp_path / "x.tar.gz"))
     assert code == 6, payload
     assert "llama-b7000/llama.log" in payload["error"]["message"]
     assert "does not record" in payload["error"]["message"]

@@ -26,10 +26,17 @@ from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
 
 from tests.archives import build_release_archive
-from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.conftest import (
+    CPU_TAR,
+    REPO,
+    VULKAN_TAR,
+    assert_runs,
+    run_json,
+    snapshot_tree,
+    stand_in_server,
+    stand_in_tarball,
+)
 from tests.fakegithub import FakeGitHub
-
-VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 
 
 @pytest.fixture
@@ -44,11 +51,6 @@ def home(tmp_path: Path) -> Iterator[Path]:
             os.kill(pid, signal.SIGKILL)
 
 
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
-    code = main(["--home", str(home), "--api-url", github.api_url, "--json", *args])
-    return code, json.loads(capsys.readouterr().out)
-
-
 @pytest.fixture
 def running_b7000(
     capsys: pytest.CaptureFixture[str],
@@ -59,12 +61,14 @@ def running_b7000(
     vk_env: dict[str, str],
 ) -> dict[str, Any]:
     """b7000 (the real build) installed and served in router mode."""
-    github.add_release(REPO, "b7000", {VULKAN.format(tag="b7000"): real_vulkan_tarball})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    github.add_release(REPO, "b7000", {VULKAN_TAR.format(tag="b7000"): real_vulkan_tarball})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
     models = tmp_path / "models"
     models.mkdir()
-    code, started = cli(capsys, home, github, "server", "start", "--timeout", "60", "--", "--models-dir", str(models))
+    code, started = run_json(
+        capsys, home, github.api_url, "server", "start", "--timeout", "60", "--", "--models-dir", str(models)
+    )
     assert code == 0, started
     assert started["healthy"] is True
     return started
@@ -77,12 +81,12 @@ def test_update_while_running_restarts_the_server_on_the_new_binary(
     github: FakeGitHub,
     real_vulkan_tarball: Path,
 ) -> None:
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): real_vulkan_tarball})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): real_vulkan_tarball})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
     assert code == 0, payload
     assert payload["server_restarted"] is True
     assert payload["reload_required"] is True  # router mode: models the app loaded are gone
-    code, status = cli(capsys, home, github, "server", "status")
+    code, status = run_json(capsys, home, github.api_url, "server", "status")
     assert status["running"] is True and status["healthy"] is True
     assert status["pid"] != running_b7000["pid"]
     assert not pid_alive(running_b7000["pid"])
@@ -105,12 +109,12 @@ def test_new_runtime_that_never_becomes_healthy_is_rolled_back_and_old_server_re
     github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): never_healthy})
     before = snapshot_tree(home / "runtimes")
     pointer = (home / "active.json").read_bytes()
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 6, payload
     assert payload["error"]["message"].startswith("rolled back: the new runtime failed its health check")
     assert (home / "active.json").read_bytes() == pointer
     assert snapshot_tree(home / "runtimes") == before
-    code, status = cli(capsys, home, github, "server", "status")
+    code, status = run_json(capsys, home, github.api_url, "server", "status")
     assert status["running"] is True and status["healthy"] is True
     assert status["runtime"]["tag"] == "b7000"
     assert_runs(Path(status["binary"]))
@@ -192,16 +196,16 @@ def test_update_never_writes_to_the_llama_server_path_override(
     github.add_release(
         REPO, "b7001", {CPU_TAR.format(tag="b7001"): stand_in_tarball(tmp_path / "ok.tar.gz", tag="b7001")}
     )
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert any("LLAMA_SERVER_PATH" in w for w in payload["warnings"])
     assert hashlib.sha256(override.read_bytes()).hexdigest() == digest
     assert not str(payload["active"]["binary"]).startswith(str(override.parent))
-    code, status = cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert status["override"] == str(override)
     assert "1234 (external)" in status["override_info"]["version"]
     assert status["active"]["tag"] == "b7001"  # the managed runtime is reported apart
-    code, doctor = cli(capsys, home, github, "doctor")
+    code, doctor = run_json(capsys, home, github.api_url, "doctor")
     assert any("Unset LLAMA_SERVER_PATH" in a for a in doctor["advice"])
 
 
@@ -228,9 +232,9 @@ def _http_server_build(tmp_path: Path, tag: str, *, healthy: bool = True) -> Pat
 @pytest.fixture
 def served_b7000(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> dict[str, Any]:
     github.add_release(REPO, "b7000", {CPU_TAR.format(tag="b7000"): _http_server_build(tmp_path, "b7000")})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
-    code, started = cli(capsys, home, github, "server", "start", "--timeout", "30")
+    code, started = run_json(capsys, home, github.api_url, "server", "start", "--timeout", "30")
     assert code == 0 and started["healthy"], started
     return started
 
@@ -239,12 +243,12 @@ def test_rollback_switches_the_running_server_back_to_the_previous_runtime(
     served_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
     github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): _http_server_build(tmp_path, "b7001")})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0 and payload["server_restarted"], payload
-    code, payload = cli(capsys, home, github, "rollback")
+    code, payload = run_json(capsys, home, github.api_url, "rollback")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7000" and payload["server_restarted"] is True
-    code, status = cli(capsys, home, github, "server", "status")
+    code, status = run_json(capsys, home, github.api_url, "server", "status")
     assert status["healthy"] and status["runtime"]["tag"] == "b7000"
     assert Path(status["binary"]) == Path(payload["active"]["binary"])
 

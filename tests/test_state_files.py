@@ -19,25 +19,17 @@ import pytest
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.procinfo import process_start_ticks
-from llama_runtime.updater.cli.main import main
 
 from llama_runtime import RuntimeUpdater
-from tests.conftest import REPO, HomeGuard, assert_runs, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-
-CPU = "llama-{tag}-bin-ubuntu-x64.tar.gz"
-
-
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, Any]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 @pytest.fixture
 def installed(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Home:
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "cpu")
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return Home(home)
 
@@ -65,7 +57,7 @@ def test_job_cancel_of_a_job_id_that_is_a_path_writes_nothing_outside_jobs(
         "proc_start": process_start_ticks(live_process.pid),
     }
     (installed.jobs_dir / "current.json").write_text(json.dumps(record))
-    code, payload = cli(capsys, home, github, "job", "cancel")
+    code, payload = run_json(capsys, home, github.api_url, "job", "cancel")
     assert code == 0, payload
     assert payload["job"] is None
     assert not (home.parent / "x.cancel").exists() and not (home / "x.cancel").exists()
@@ -88,13 +80,13 @@ def test_a_job_record_with_out_of_range_numbers_is_no_job_and_breaks_nothing(
     frozen = HomeGuard(None, installed.root)
     text = json.dumps(record).replace("Infinity", "1e400")  # what a hostile file would spell
     (installed.jobs_dir / "current.json").write_text(text)
-    code, payload = cli(capsys, home, github, "job", "status")
+    code, payload = run_json(capsys, home, github.api_url, "job", "status")
     assert code == 0, payload
     assert payload["job"] is None
     ready = RuntimeUpdater(home, repo=REPO, backend="cpu", api_url=github.api_url).ensure()
     assert ready.ready and not ready.update_running
     frozen.assert_intact("b7000")
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert_runs(Path(payload["active"]["binary"]))
 
@@ -121,14 +113,14 @@ def test_a_server_record_with_out_of_range_numbers_is_not_ours_and_breaks_nothin
     if record["pid"] == "LIVE":  # an unrelated live process: never signalled on such a record
         record = {**record, "pid": live_process.pid}
     (installed.server_dir / "server.json").write_text(json.dumps(record))
-    code, payload = cli(capsys, home, github, "server", "status")
+    code, payload = run_json(capsys, home, github.api_url, "server", "status")
     assert code == 0, payload
     assert payload["running"] is False
-    code, payload = cli(capsys, home, github, "server", "stop")
+    code, payload = run_json(capsys, home, github.api_url, "server", "stop")
     assert code == 0, payload
     assert live_process.poll() is None
     frozen.assert_intact("b7000")
-    code, payload = cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
 
 
@@ -137,8 +129,8 @@ def test_server_verbs_are_not_blocked_by_an_update_that_holds_the_update_lock(
 ) -> None:
     frozen = HomeGuard(None, installed.root)
     with UpdateLock(installed.lock_path).hold("update"):  # a download in progress
-        code, payload = cli(capsys, home, github, "server", "stop")
+        code, payload = run_json(capsys, home, github.api_url, "server", "stop")
         assert code == 0, payload
-        code, payload = cli(capsys, home, github, "server", "status")
+        code, payload = run_json(capsys, home, github.api_url, "server", "status")
         assert code == 0, payload
     frozen.assert_intact("b7000")

@@ -16,18 +16,19 @@ import pytest
 from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
-from tests.conftest import CPU_TAR, REPO, assert_runs, real_build, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.conftest import (
+    CPU_TAR,
+    REPO,
+    assert_runs,
+    real_build,
+    run_json,
+    snapshot_tree,
+    stand_in_server,
+    stand_in_tarball,
+)
 from tests.fakegithub import FakeGitHub, Fault
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
-
-
-def run_cli(
-    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str
-) -> tuple[int, dict[str, Any]]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    out = capsys.readouterr().out
-    return code, json.loads(out)
 
 
 def publish_real(github: FakeGitHub, tarball: Path, tag: str, name: str = VULKAN) -> None:
@@ -44,7 +45,7 @@ def installed_b7000(
 ) -> dict[str, Any]:
     """b7000 (vulkan, the real build) installed and active."""
     publish_real(github, real_vulkan_tarball, "b7000")
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
     return payload
 
@@ -53,7 +54,7 @@ def assert_active_unchanged(
     home: Path, before: dict[str, str], expected_tag: str, capsys: pytest.CaptureFixture[str], github: FakeGitHub
 ) -> None:
     assert snapshot_tree(home / "runtimes") == before
-    code, status = run_cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0
     assert status["active"]["tag"] == expected_tag
     assert_runs(Path(status["active"]["binary"]))
@@ -66,7 +67,7 @@ def failing_update(
     """Run an update expected to fail; assert b7000 stayed active (files and pointer) and runs."""
     before = snapshot_tree(home / "runtimes")
     pointer = (home / "active.json").read_bytes()
-    code, payload = run_cli(capsys, home, github, "update", *args)
+    code, payload = run_json(capsys, home, github.api_url, "update", *args)
     assert (home / "active.json").read_bytes() == pointer
     assert_active_unchanged(home, before, "b7000", capsys, github)
     return code, payload
@@ -99,7 +100,7 @@ def test_update_real_vulkan_build_installs_verifies_and_runs(
     # soname chains survive as links inside the runtime
     lib = Path(active["runtime_dir"]) / "llama-b7000" / "libllama.so"
     assert lib.is_symlink() and lib.resolve().name.startswith("libllama.so.0.")
-    code, status = run_cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0 and status["active"]["tag"] == "b7000" and status["override"] is None
 
 
@@ -108,7 +109,7 @@ def test_same_update_again_is_up_to_date_and_downloads_nothing(
 ) -> None:
     blob_requests = len(github.requests_to("blob"))
     api_requests = len(github.requests_to("api"))
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7000", "--backend", "vulkan")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0
     assert payload["result"] == "up_to_date"
     assert payload["active"]["runtime_dir"] == installed_b7000["active"]["runtime_dir"]
@@ -128,7 +129,7 @@ def test_update_without_backend_keeps_the_stored_request(
         "b7001",
         {VULKAN.format(tag="b7001"): real_vulkan_tarball, CPU_TAR.format(tag="b7001"): real_vulkan_tarball},
     )
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001")
     assert code == 0, payload
     assert payload["active"]["backend"] == "vulkan"
     assert payload["active"]["backend_request"] == "vulkan"
@@ -141,15 +142,15 @@ def test_rollback_reactivates_previous_runtime_which_runs(
     github.add_release(
         REPO, "b7001", {CPU_TAR.format(tag="b7001"): stand_in_tarball(tmp_path / "s.tar.gz", tag="b7001")}
     )
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7001"
-    code, payload = run_cli(capsys, home, github, "rollback")
+    code, payload = run_json(capsys, home, github.api_url, "rollback")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7000"
     assert payload["previous"]["tag"] == "b7001"
     assert_runs(Path(payload["active"]["binary"]))
-    code, status = run_cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert status["active"]["tag"] == "b7000"
 
 
@@ -158,7 +159,7 @@ def test_rollback_with_nothing_before_exits_2_and_changes_nothing(
 ) -> None:
     before = snapshot_tree(home / "runtimes")
     pointer = (home / "active.json").read_bytes()
-    code, payload = run_cli(capsys, home, github, "rollback")
+    code, payload = run_json(capsys, home, github.api_url, "rollback")
     assert code == 2
     assert "no previous runtime" in payload["error"]["message"]
     assert (home / "active.json").read_bytes() == pointer
@@ -326,7 +327,9 @@ def test_nightly_latest_is_the_highest_build_number_not_the_newest_date(
         tarball = stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)
         github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): tarball}, stable=False)
     github.add_release(REPO, "b10001", {CPU_TAR.format(tag="b10001"): b"x"}, draft=True)
-    code, payload = run_cli(capsys, home, github, "update", "--latest", "--backend", "cpu", "--channel", "nightly")
+    code, payload = run_json(
+        capsys, home, github.api_url, "update", "--latest", "--backend", "cpu", "--channel", "nightly"
+    )
     assert code == 0, payload
     assert payload["active"]["tag"] == "b10000"
 
@@ -340,7 +343,7 @@ def test_token_goes_to_the_api_host_only(
     github.add_release(
         REPO, "b7001", {CPU_TAR.format(tag="b7001"): stand_in_tarball(tmp_path / "s.tar.gz", tag="b7001")}
     )
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     api = github.requests_to("api", "/releases")
     blobs = github.requests_to("blob")
@@ -355,14 +358,14 @@ def test_latest_older_than_the_active_build_is_never_installed_by_a_plain_update
     github.add_release(
         REPO, "b7005", {CPU_TAR.format(tag="b7005"): stand_in_tarball(tmp_path / "new.tar.gz", tag="b7005")}
     )
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7005", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7005", "--backend", "cpu")
     assert code == 0, payload
     # a mirror that lags behind: its newest release is older than what runs here
     with FakeGitHub() as lagging:
         lagging.add_release(
             REPO, "b7000", {CPU_TAR.format(tag="b7000"): stand_in_tarball(tmp_path / "o.tar.gz", tag="b7000")}
         )
-        code, payload = run_cli(capsys, home, lagging, "update")
+        code, payload = run_json(capsys, home, lagging.api_url, "update")
     assert code == 0, payload
     assert payload["result"] == "up_to_date" and payload["active"]["tag"] == "b7005"
     assert any("older than the active b7005" in w for w in payload["warnings"])
@@ -397,15 +400,15 @@ def test_an_undigested_download_left_by_a_fork_update_is_never_installed_for_ups
         archive.write_bytes(archive.read_bytes().ljust(size, b"\0"))
     github.add_release("someone/llama.cpp", "b5000", {name: theirs}, digests=False)
     github.add_release(REPO, "b5000", {name: ours}, digests=False)
-    code, payload = run_cli(
-        capsys, home, github, "update", "--tag", "b5000", "--backend", "cpu", "--repo", "someone/llama.cpp"
+    code, payload = run_json(
+        capsys, home, github.api_url, "update", "--tag", "b5000", "--backend", "cpu", "--repo", "someone/llama.cpp"
     )
     assert code == 0 and "FORK" in payload["active"]["binary_version"]
     # an update of the fork killed after its download finished leaves the complete file behind
     (home / "downloads").mkdir(exist_ok=True)
     for leftover in ("nodigest-someone_llama.cpp", "nodigest-ggml-org_llama.cpp", "nodigest"):
         (home / "downloads" / f"{leftover}-{size}-{name}.part").write_bytes(theirs.read_bytes())
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b5000", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b5000", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["repo"] == REPO
     assert "UPSTREAM" in payload["active"]["binary_version"]

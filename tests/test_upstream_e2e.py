@@ -14,17 +14,12 @@ from typing import Any
 import pytest
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, REPO, assert_runs, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 from tests.test_service import Frozen
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 HOST_NO_GPU = {"os": "linux", "arch": "x64", "cpu_features": ["avx", "avx2"], "vulkan": False}
-
-
-def cli(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> tuple[int, dict[str, Any]]:
-    code = main([*args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def publish(github: FakeGitHub, tmp: Path, tag: str, *, script: bytes | None = None, **kw: object) -> None:
@@ -51,12 +46,12 @@ def test_plain_update_installs_the_build_the_stable_release_names(
 ) -> None:
     publish(github, tmp_path, "b7000")  # cut as v0.1.0
     publish(github, tmp_path, "b7001", stable=False)  # a newer nightly, not released
-    code, payload = cli(capsys, home, github, "update")
+    code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 0, payload
     active = payload["active"]
     assert (active["tag"], active["version"], active["channel"]) == ("b7000", "v0.1.0", "stable")
     assert active["build_check"] == "verified" and active["reported_build"] == 7000
-    code, status = cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert (status["active"]["tag"], status["active"]["version"]) == ("b7000", "v0.1.0")
     assert_runs(Path(status["active"]["binary"]))
 
@@ -65,18 +60,18 @@ def test_check_update_and_plan_agree_on_the_stable_build(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
     publish(github, tmp_path, "b7000")
-    assert cli(capsys, home, github, "update")[0] == 0
+    assert run_json(capsys, home, github.api_url, "update")[0] == 0
     publish(github, tmp_path, "b7001", stable=False)
-    code, check = cli(capsys, home, github, "check")
+    code, check = run_json(capsys, home, github.api_url, "check")
     assert (code, check["latest"], check["update_available"]) == (0, "b7000", False)
     publish(github, tmp_path, "b7002")  # cut as v0.2.0
-    code, check = cli(capsys, home, github, "check")
+    code, check = run_json(capsys, home, github.api_url, "check")
     assert (check["latest"], check["latest_version"], check["update_available"]) == ("b7002", "v0.2.0", True)
-    code, plan = cli(capsys, home, github, "plan")
+    code, plan = run_json(capsys, home, github.api_url, "plan")
     assert (code, plan["tag"], plan["version"]) == (0, "b7002", "v0.2.0")
-    code, update = cli(capsys, home, github, "update")
+    code, update = run_json(capsys, home, github.api_url, "update")
     assert (code, update["active"]["tag"], update["active"]["version"]) == (0, "b7002", "v0.2.0")
-    code, check = cli(capsys, home, github, "check")
+    code, check = run_json(capsys, home, github.api_url, "check")
     assert (check["installed"], check["update_available"]) == ("b7002", False)
 
 
@@ -85,13 +80,13 @@ def test_update_tag_v0_installs_the_named_build_and_again_is_up_to_date(
 ) -> None:
     publish(github, tmp_path, "b7000")
     publish(github, tmp_path, "b7001")
-    code, payload = cli(capsys, home, github, "update", "--tag", "v0.1.0")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "v0.1.0")
     assert (code, payload["active"]["tag"], payload["active"]["version"]) == (0, "b7000", "v0.1.0")
     blobs = len(github.requests_to("blob"))
-    code, again = cli(capsys, home, github, "update", "--tag", "v0.1.0")
+    code, again = run_json(capsys, home, github.api_url, "update", "--tag", "v0.1.0")
     assert (code, again["result"]) == (0, "up_to_date")
     assert len(github.requests_to("blob")) == blobs
-    code, listing = cli(capsys, home, github, "list")
+    code, listing = run_json(capsys, home, github.api_url, "list")
     assert [(r["tag"], r["version"]) for r in listing["installed"]] == [("b7000", "v0.1.0")]
 
 
@@ -100,12 +95,12 @@ def test_nightly_channel_is_stored_and_survives_the_next_update(
 ) -> None:
     publish(github, tmp_path, "b7000")
     publish(github, tmp_path, "b7001", stable=False)
-    code, payload = cli(capsys, home, github, "update", "--channel", "nightly")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--channel", "nightly")
     assert (code, payload["active"]["tag"], payload["active"]["channel"]) == (0, "b7001", "nightly")
     publish(github, tmp_path, "b7002", stable=False)
-    code, check = cli(capsys, home, github, "check")  # no --channel: the stored one
+    code, check = run_json(capsys, home, github.api_url, "check")  # no --channel: the stored one
     assert (check["latest"], check["update_available"]) == ("b7002", True)
-    code, payload = cli(capsys, home, github, "update")
+    code, payload = run_json(capsys, home, github.api_url, "update")
     assert (payload["active"]["tag"], payload["active"]["channel"]) == ("b7002", "nightly")
 
 
@@ -119,10 +114,10 @@ def test_channel_from_the_environment_and_a_bad_one_is_exit_2(
     publish(github, tmp_path, "b7000")
     publish(github, tmp_path, "b7001", stable=False)
     monkeypatch.setenv("LLAMA_RUNTIME_CHANNEL", "nightly")
-    code, plan = cli(capsys, home, github, "plan")
+    code, plan = run_json(capsys, home, github.api_url, "plan")
     assert (code, plan["tag"], plan["channel"]) == (0, "b7001", "nightly")
     monkeypatch.setenv("LLAMA_RUNTIME_CHANNEL", "beta")
-    code, payload = cli(capsys, home, github, "plan")
+    code, payload = run_json(capsys, home, github.api_url, "plan")
     assert (
         code == 2
         and "'stable'" in payload["error"]["message"]
@@ -134,11 +129,11 @@ def test_binary_reporting_another_build_is_exit_6_and_the_active_runtime_stays(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
     publish(github, tmp_path, "b7000")
-    assert cli(capsys, home, github, "update")[0] == 0
+    assert run_json(capsys, home, github.api_url, "update")[0] == 0
     frozen = Frozen(home)
     lying = stand_in_server("version: 0.2.0 (build 6990, commit deadbee)")
     publish(github, tmp_path, "b7005", script=lying)
-    code, payload = cli(capsys, home, github, "update")
+    code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 6
     assert "build 7005" in payload["error"]["message"] and "build 6990" in payload["error"]["message"]
     frozen.assert_unchanged_and_runs()
@@ -149,7 +144,7 @@ def test_binary_without_a_build_number_is_installed_as_unverifiable(
 ) -> None:
     local = stand_in_server("version: 0.1.0-dev (build 0, commit unknown)")
     publish(github, tmp_path, "b7000", script=local)
-    code, payload = cli(capsys, home, github, "update")
+    code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 0, payload
     marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
     assert (marker["build_check"], marker["reported_build"]) == ("unverifiable", 0)
@@ -162,7 +157,7 @@ def test_a_fork_keeps_working_unchanged(
     fork, tag = "unslothai/llama.cpp", "b9596"
     tarball = stand_in_tarball(tmp_path / "fork.tar.gz", tag=tag)
     github.add_release(fork, tag, {CPU_TAR.format(tag=tag): tarball})
-    code, payload = cli(capsys, home, github, "update", "--repo", fork)
+    code, payload = run_json(capsys, home, github.api_url, "update", "--repo", fork)
     assert code == 0, payload
     assert (payload["active"]["tag"], payload["active"]["version"]) == (tag, None)
 
@@ -177,7 +172,9 @@ def test_plan_explains_minor_version_compatibility_and_the_avx2_assumption(
         "llama-{tag}-bin-win-cuda-13.3-x64.zip",
     ]
     github.add_release(REPO, tag, {n.format(tag=tag): b"zip" for n in names})
-    code, plan = cli(capsys, home, github, "plan", "--platform", "windows-x64", "--cuda-version", "12.4", "--explain")
+    code, plan = run_json(
+        capsys, home, github.api_url, "plan", "--platform", "windows-x64", "--cuda-version", "12.4", "--explain"
+    )
     assert code == 0, plan
     assert plan["asset"] == "llama-b7000-bin-win-cuda-12.8-x64.zip"
     assert "minor-version compatibility: CUDA 12.8 on a 12.4 driver" in plan["reason"]
@@ -195,7 +192,7 @@ def test_cuda_build_taken_by_minor_compatibility_that_lists_no_device_is_exit_6(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     publish(github, tmp_path, "b7000")
-    assert cli(capsys, home, github, "update")[0] == 0
+    assert run_json(capsys, home, github.api_url, "update")[0] == 0
     from llama_runtime.updater.choice import host_detect as host_module
 
     def cuda_host() -> Any:
@@ -209,7 +206,7 @@ def test_cuda_build_taken_by_minor_compatibility_that_lists_no_device_is_exit_6(
     tarball = stand_in_tarball(tmp_path / "cuda.tar.gz", tag="b7001")  # lists no CUDA device
     github.add_release(REPO, "b7001", {"llama-b7001-bin-ubuntu-cuda-12.8-x64.tar.gz": tarball})
     frozen = Frozen(home)
-    code, payload = cli(capsys, home, github, "update")
+    code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 6, payload
     assert "lists no cuda device" in payload["error"]["message"]
     frozen.assert_unchanged_and_runs()
@@ -219,13 +216,13 @@ def test_doctor_exit_6_carries_error_message_beside_its_report(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
     publish(github, tmp_path, "b7000")
-    code, payload = cli(capsys, home, github, "update")
+    code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 0, payload
     Path(payload["active"]["binary"]).write_bytes(b"#!/bin/sh\nexit 3\n")  # damaged in place
-    code, report = cli(capsys, home, github, "doctor")
+    code, report = run_json(capsys, home, github.api_url, "doctor")
     assert code == 6
     assert report["healthy"] is False and report["checks"]
     assert report["error"]["code"] == "verification_failed"
     assert report["error"]["message"].startswith("The runtime does not verify")
-    code, healthy = cli(capsys, home, github, "doctor", "--repair")
+    code, healthy = run_json(capsys, home, github.api_url, "doctor", "--repair")
     assert "error" not in healthy or code != 0
