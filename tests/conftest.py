@@ -185,7 +185,20 @@ class HomeGuard:
         pointer = home / "active.json"
         self.pointer = pointer.read_bytes() if pointer.exists() else None
 
-    def assert_intact(self, expected_tag: str | None) -> None:
+    def assert_intact(
+        self,
+        expected_tag: str | None,
+        *,
+        staging_empty: bool = False,
+        capsys: pytest.CaptureFixture[str] | None = None,
+    ) -> None:
+        """Fail unless the guarded state is as it was and ``expected_tag`` is active and runs.
+
+        Args:
+            expected_tag: The tag that must still be active; ``None`` checks the files only.
+            staging_empty: Also require ``staging/`` to exist and be empty (nothing half-done left).
+            capsys: Also require ``status --json`` to report ``expected_tag`` with a binary that runs.
+        """
         from llama_runtime.runtime.layout import Home
 
         if self.root is not None:
@@ -193,6 +206,8 @@ class HomeGuard:
         pointer = self.home / "active.json"
         assert (pointer.read_bytes() if pointer.exists() else None) == self.pointer
         assert snapshot_tree(self.home / "runtimes") == self.runtimes
+        if staging_empty:
+            assert list((self.home / "staging").iterdir()) == [], "something was left in staging/"
         if expected_tag is None:
             return
         layout = Home(self.home)
@@ -201,6 +216,16 @@ class HomeGuard:
         active = layout.load(active_name)
         assert active.marker.tag == expected_tag
         assert_runs(active.binary)
+        if capsys is not None:
+            assert_status_active(capsys, self.home, expected_tag)
+
+
+def assert_status_active(capsys: pytest.CaptureFixture[str], home: Path, tag: str) -> None:
+    """``status --json`` exits 0 and names ``tag`` as the active runtime, and that binary runs."""
+    code, status = run_json(capsys, home, None, "status")
+    assert code == 0, status
+    assert status["active"]["tag"] == tag, status
+    assert_runs(Path(status["active"]["binary"]))
 
 
 #: Upstream's asset names (asset_naming.md): the Linux x64 CPU and Vulkan builds of a tag.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from llama_runtime.runtime.marker import MARKER_NAME
 
-from tests.conftest import CPU_TAR, assert_runs, run_json, snapshot_tree, stand_in_tarball
+from tests.conftest import CPU_TAR, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball
 
 
 def install(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path, tag: str) -> dict[str, Any]:
@@ -91,16 +91,12 @@ def test_bundle_with_a_file_differing_from_its_marker_exits_8_and_changes_nothin
     path, marker = bundle
     home_b = tmp_path / "b"
     install(capsys, home_b, tmp_path, "b6999")
-    before, pointer = snapshot_tree(home_b / "runtimes"), (home_b / "active.json").read_bytes()
+    guard = HomeGuard(None, home_b)
     tampered = rewrite_member(path, tmp_path / "tampered.tar.gz", marker["binary"], b"#!/bin/sh\necho evil\n")
     code, payload = run_json(capsys, home_b, None, "install-file", str(tampered))
     assert code == 8, payload
     assert "does not match its marker" in payload["error"]["message"]
-    assert snapshot_tree(home_b / "runtimes") == before
-    assert (home_b / "active.json").read_bytes() == pointer
-    code, status = run_json(capsys, home_b, None, "status")
-    assert status["active"]["tag"] == "b6999"
-    assert_runs(Path(status["active"]["binary"]))
+    guard.assert_intact("b6999", capsys=capsys)
 
 
 def test_bundle_missing_a_recorded_file_exits_8(
@@ -138,16 +134,12 @@ def test_bundle_with_an_invalid_marker_exits_8_and_changes_nothing(
     assert marker_bytes is not None
     home_b = tmp_path / "b"
     install(capsys, home_b, tmp_path, "b6999")
-    before, pointer = snapshot_tree(home_b / "runtimes"), (home_b / "active.json").read_bytes()
+    guard = HomeGuard(None, home_b)
     broken = rewrite_member(path, tmp_path / "broken.tar.gz", MARKER_NAME, marker_bytes)
     code, payload = run_json(capsys, home_b, None, "install-file", str(broken))
     assert code == 8, payload
     assert "doctor" not in json.dumps(payload["error"])
-    assert snapshot_tree(home_b / "runtimes") == before
-    assert (home_b / "active.json").read_bytes() == pointer
-    code, status = run_json(capsys, home_b, None, "status")
-    assert status["active"]["tag"] == "b6999"
-    assert_runs(Path(status["active"]["binary"]))
+    guard.assert_intact("b6999", capsys=capsys)
 
 
 def test_bundle_with_a_contradicting_tag_exits_2(

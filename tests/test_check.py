@@ -30,9 +30,9 @@ from llama_runtime.updater.cli import jobs as cli_jobs
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.sources.source import RateLimit
 
-from tests.conftest import REPO, assert_runs
+from tests.conftest import REPO, HomeGuard, assert_runs
 from tests.fakegithub import FakeGitHub, Fault
-from tests.test_service import Frozen, make_updater, publish
+from tests.test_service import make_updater, publish
 
 LIST_PATH = f"/api/repos/{REPO}/releases"
 LATEST_PATH = f"{LIST_PATH}/latest"
@@ -145,12 +145,12 @@ def test_stored_backoff_is_ignored_once_the_clock_went_back_before_it_was_stored
 def test_check_wait_that_is_not_a_finite_non_negative_number_is_bad_input(
     installed_b7000: Path, github: FakeGitHub, seconds: float
 ) -> None:
-    frozen = Frozen(installed_b7000)
+    frozen = HomeGuard(None, installed_b7000)
     before = len(github.requests)
     with pytest.raises(UserInputError):
         make_updater(installed_b7000, github).check(apply=True, wait=seconds)
     assert github.requests[before:] == []
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 # -- against the local GitHub ---------------------------------------------------------
@@ -261,7 +261,7 @@ def test_check_apply_while_an_update_holds_the_lock_exits_3_quietly(
     installed_b7000: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     publish(github, tmp_path, "b7001")
-    frozen = Frozen(installed_b7000)
+    frozen = HomeGuard(None, installed_b7000)
     before = len(github.requests)
     with UpdateLock(Home(installed_b7000).lock_path).hold("update"):
         code, out = check_text(capsys, installed_b7000, github, "--apply")
@@ -269,7 +269,7 @@ def test_check_apply_while_an_update_holds_the_lock_exits_3_quietly(
         code, payload = check(capsys, installed_b7000, github, "--apply")
         assert code == 3 and payload["skipped"] == "busy" and payload["error"]["code"] == "busy"
     assert github.requests[before:] == []  # skipped before asking GitHub anything
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 def test_check_apply_with_wait_installs_once_the_lock_is_free(
@@ -316,13 +316,13 @@ def test_cli_wait_or_timeout_that_is_not_a_finite_non_negative_number_exits_2(
     installed_b7000: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
 ) -> None:
     publish(github, tmp_path, "b7001")
-    frozen = Frozen(installed_b7000)
+    frozen = HomeGuard(None, installed_b7000)
     before = len(github.requests)
     code = main([*args, "--home", str(installed_b7000), "--api-url", github.api_url, "--backend", "cpu", "--json"])
     payload = json.loads(capsys.readouterr().out)
     assert code == 2 and payload["error"]["code"] == "bad_input"
     assert github.requests[before:] == []
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 def test_rate_limit_reset_a_day_ahead_of_a_skewed_clock_skips_at_most_an_hour(
@@ -359,20 +359,20 @@ def test_check_with_damaged_active_binary_offers_no_downgrade_and_reports_the_da
     binary = make_updater(home, github).ensure().binary
     assert binary is not None
     binary.write_bytes(binary.read_bytes() + b"\n# one byte of damage\n")
-    frozen = Frozen(home)
+    frozen = HomeGuard(None, home)
     code, payload = check(capsys, home, github, "--apply")
     assert code == 0, payload
     assert payload["installed"] == "b7005" and payload["latest"] == "b7003"
     assert payload["update_available"] is False and payload["applied"] is False
     assert payload["problem"] and "differs" in payload["problem"] and "downgrad" in payload["reason"]
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7005", staging_empty=True)
 
 
 def test_check_with_explicit_backend_decides_and_installs_for_that_backend(
     installed_b7000: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     publish(github, tmp_path, "b7001")  # a CPU build only; the active b7000 is CPU too
-    frozen = Frozen(installed_b7000)
+    frozen = HomeGuard(None, installed_b7000)
     code = main(
         [
             "check",
@@ -391,7 +391,7 @@ def test_check_with_explicit_backend_decides_and_installs_for_that_backend(
     assert payload["update_available"] is False and payload["applied"] is False
     assert "vulkan" in payload["reason"]
     assert github.requests_to("blob", "llama-b7001-bin-ubuntu-x64.tar.gz") == []
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 def test_malformed_jitter_is_bad_input(

@@ -14,7 +14,7 @@ from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.cli.parser import build_parser
 from llama_runtime.updater.cli.server import LLAMA_SERVER_DEFAULT_PORT, default_port
 
-from tests.conftest import CPU_TAR, REPO, run_json, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 GLOBAL_FLAGS = ("--home", "--api-url", "--repo", "--backend", "--json", "--log-json", "--verbose", "--quiet")
@@ -30,7 +30,7 @@ def help_of(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 @pytest.fixture
 def installed(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+        publish_stand_in(github, tmp_path, tag)
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return home

@@ -17,7 +17,7 @@ import pytest
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.api.job_store import JobStore
 
-from tests.conftest import assert_runs, cli_process, snapshot_tree
+from tests.conftest import HomeGuard, assert_runs, cli_process
 from tests.fakegithub import FakeGitHub
 from tests.test_service import PAD_BYTES, downloading, eventually, make_updater, publish, slow_down
 
@@ -50,9 +50,9 @@ elif action == "ensure":
 CHILD_TIMEOUT_SECONDS = 60
 
 
-@pytest.fixture
-def home(tmp_path: Path, github: FakeGitHub) -> Path:
-    """b7000 installed and active; b7001 published with a slow download."""
+@pytest.fixture(name="home")
+def b7001_downloading_slowly_home(tmp_path: Path, github: FakeGitHub) -> Path:
+    """The ``home`` of job tests: b7000 installed and active; b7001 published with a slow download."""
     home = tmp_path / "home"
     publish(github, tmp_path, "b7000")
     assert make_updater(home, github).start_update(tag="b7000").wait(30).phase == "done"
@@ -141,15 +141,14 @@ def test_cron_firing_mid_update_exits_3_and_corrupts_nothing(slow_home: Path, gi
     home = slow_home
     button = spawn(home, github, "start")
     wait_for_download(home)
-    runtimes = snapshot_tree(home / "runtimes")
-    pointer = (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     quiet = cli(home, github, "check", "--apply", "--backend", "cpu")
     assert quiet.returncode == 3 and quiet.stdout == "" and quiet.stderr == ""
     as_json = cli(home, github, "check", "--apply", "--backend", "cpu", "--json")
     assert as_json.returncode == 3
     payload = json.loads(as_json.stdout)
     assert payload["skipped"] == "busy" and payload["job"]["phase"] in ("download", "verify", "activate")
-    assert snapshot_tree(home / "runtimes") == runtimes and (home / "active.json").read_bytes() == pointer
+    guard.assert_intact(None)
     assert_active(home, "b7000")  # still the active one while the update runs
     final = lines_of(button)[-1]
     assert final["phase"] == "done", final["error"]
@@ -235,8 +234,7 @@ def test_cli_update_while_the_button_job_runs_is_busy_with_that_jobs_progress(ho
 
 
 def test_ctrl_c_during_check_apply_exits_130_and_records_the_job_cancelled(home: Path, github: FakeGitHub) -> None:
-    runtimes = snapshot_tree(home / "runtimes")
-    pointer = (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     argv = [sys.executable, "-m", "llama_runtime", "check", "--apply", "--backend", "cpu", "--json"]
     proc = subprocess.Popen(
         [*argv, "--home", str(home), "--api-url", github.api_url],
@@ -251,7 +249,7 @@ def test_ctrl_c_during_check_apply_exits_130_and_records_the_job_cancelled(home:
     job = JobStore(Home(home)).current()
     assert job is not None and job.phase == "cancelled" and not job.stale
     assert job.error is not None and job.error["code"] == "cancelled"
-    assert snapshot_tree(home / "runtimes") == runtimes and (home / "active.json").read_bytes() == pointer
+    guard.assert_intact(None)
     assert_active(home, "b7000")
 
 

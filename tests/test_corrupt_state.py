@@ -17,7 +17,7 @@ import pytest
 from llama_runtime.runtime.fsutil import remove_tree
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, stand_in_tarball
+from tests.conftest import assert_runs, publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
 
 MARKER = "llama-runtime.json"
@@ -62,7 +62,7 @@ SCENARIOS: dict[str, tuple[Callable[[Path], None], str]] = {
 def home(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path) -> Path:
     home = tmp_path / "home"
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+        publish_stand_in(github, tmp_path, tag)
         code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")
         assert code == 0, payload
     return home

@@ -22,7 +22,16 @@ from typing import Any
 import pytest
 from llama_runtime.updater.install.checkpoints import CHECKPOINTS, KILL_AT_ENV
 
-from tests.conftest import CPU_TAR, REPO, VULKAN_TAR, assert_runs, run_json, snapshot_tree, stand_in_tarball
+from tests.conftest import (
+    REPO,
+    VULKAN_TAR,
+    HomeGuard,
+    assert_runs,
+    assert_status_active,
+    publish_stand_in,
+    run_json,
+    snapshot_tree,
+)
 from tests.fakegithub import FakeGitHub
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +65,7 @@ def run_killed(home: Path, github: FakeGitHub, point: str, *args: str) -> subpro
 def b7000_active(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
     """Stand-in b7000 (cpu) installed and active; stand-in b7001 published."""
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+        publish_stand_in(github, tmp_path, tag)
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return home
@@ -68,13 +77,6 @@ def assert_no_leftovers(home: Path) -> None:
     assert [p.name for p in home.iterdir() if p.name.endswith(".tmp")] == []
     for runtime in (home / "runtimes").iterdir():
         assert (runtime / "llama-runtime.json").is_file(), f"{runtime} has no marker"
-
-
-def assert_status_runs(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tag: str) -> None:
-    code, status = run_json(capsys, home, github.api_url, "status")
-    assert code == 0, status
-    assert status["active"]["tag"] == tag
-    assert_runs(Path(status["active"]["binary"]))
 
 
 # -- SIGKILL at each checkpoint ---------------------------------------------------------
@@ -89,7 +91,7 @@ def test_sigkill_at_checkpoint_leaves_a_working_runtime_and_the_rerun_completes(
     assert done.returncode == -signal.SIGKILL, done.stderr
     left = {d: bool(list((home / d).iterdir())) for d in ("staging", "downloads")}
     assert left == LEFT_BEHIND[point], "the crash left something else than expected"
-    assert_status_runs(capsys, home, github, "b7001" if point in FLIPPED else "b7000")
+    assert_status_active(capsys, home, "b7001" if point in FLIPPED else "b7000")
 
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
@@ -114,7 +116,7 @@ def test_sigkill_while_cleaning_leftovers_is_finished_by_the_next_update(
     done = run_killed(home, github, "during_gc", "update", "--tag", "b7001", "--backend", "cpu")
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert list((home / "staging").iterdir()), "killed after the first removal: some leftovers remain"
-    assert_status_runs(capsys, home, github, "b7000")
+    assert_status_active(capsys, home, "b7000")
 
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
@@ -137,7 +139,7 @@ def test_sigkill_before_the_pointer_flip_with_the_real_build_keeps_the_old_one_r
 
     done = run_killed(home, github, "before_pointer_flip", "update", "--tag", "b7001", "--backend", "vulkan")
     assert done.returncode == -signal.SIGKILL, done.stderr
-    assert_status_runs(capsys, home, github, "b7000")
+    assert_status_active(capsys, home, "b7000")
     assert "version:" in assert_runs(old_binary)
 
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
@@ -152,20 +154,14 @@ def test_sigkill_before_the_pointer_flip_with_the_real_build_keeps_the_old_one_r
 # -- a failing rename or fsync: an error, and nothing changed ----------------------------
 
 
-def _frozen(home: Path) -> tuple[dict[str, str], bytes]:
-    return snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
-
-
 def _assert_unchanged_and_retry_works(
     capsys: pytest.CaptureFixture[str],
     home: Path,
     github: FakeGitHub,
-    before: tuple[dict[str, str], bytes],
+    guard: HomeGuard,
     undo: Callable[[], None],
 ) -> None:
-    assert _frozen(home) == before
-    assert list((home / "staging").iterdir()) == []
-    assert_status_runs(capsys, home, github, "b7000")
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
     undo()
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
@@ -182,7 +178,7 @@ def test_failing_os_replace_is_an_error_and_changes_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     home = b7000_active
-    before = _frozen(home)
+    guard = HomeGuard(None, home)
     real_replace = os.replace
     hits: list[str] = []
 
@@ -200,7 +196,7 @@ def test_failing_os_replace_is_an_error_and_changes_nothing(
     assert code != 0
     assert "Input/output error" in payload["error"]["message"]
     assert "unchanged" in payload["error"]["message"]
-    _assert_unchanged_and_retry_works(capsys, home, github, before, monkeypatch.undo)
+    _assert_unchanged_and_retry_works(capsys, home, github, guard, monkeypatch.undo)
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to tell which file is fsynced")
@@ -213,7 +209,7 @@ def test_failing_fsync_is_an_error_and_changes_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     home = b7000_active
-    before = _frozen(home)
+    guard = HomeGuard(None, home)
     real_fsync = os.fsync
     hits: list[str] = []
 
@@ -229,7 +225,7 @@ def test_failing_fsync_is_an_error_and_changes_nothing(
     assert len(hits) == 1, "fsync must be tried once and never retried"
     assert code != 0
     assert "Input/output error" in payload["error"]["message"]
-    _assert_unchanged_and_retry_works(capsys, home, github, before, monkeypatch.undo)
+    _assert_unchanged_and_retry_works(capsys, home, github, guard, monkeypatch.undo)
 
 
 # -- what counts as a leftover --------------------------------------------------------
@@ -270,7 +266,7 @@ def test_cleanup_removes_only_what_nothing_refers_to(
     assert not any(p.exists() for p in doomed)
     assert all(p.exists() for p in kept)
     assert snapshot_tree(home.runtime_path(active)) == before
-    assert_status_runs(capsys, b7000_active, github, "b7000")
+    assert_status_active(capsys, b7000_active, "b7000")
 
 
 def test_cleanup_keeps_a_markerless_directory_the_pointer_names(b7000_active: Path) -> None:

@@ -23,7 +23,15 @@ from typing import Any
 import pytest
 
 from tests.archives import build_release_archive
-from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.conftest import (
+    CPU_TAR,
+    REPO,
+    HomeGuard,
+    assert_runs,
+    run_json,
+    stand_in_server,
+    stand_in_tarball,
+)
 from tests.fakegithub import FakeGitHub
 
 MiB = 1024 * 1024
@@ -81,18 +89,14 @@ def home(capsys: pytest.CaptureFixture[str], small_fs: SmallFs, github: FakeGitH
 
 
 def fail_update_with_exit_4(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub) -> dict[str, Any]:
-    before = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 4, payload
     assert payload["error"]["code"] == "disk_full"
     assert DISK_FULL.match(payload["error"]["message"]), payload["error"]["message"]
     assert str(home) in payload["error"]["message"]
     assert list((home / "downloads").iterdir()) == [], "the partial download must be removed"
-    assert list((home / "staging").iterdir()) == []
-    assert (snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()) == before
-    code, status = run_json(capsys, home, github.api_url, "status")
-    assert code == 0 and status["active"]["tag"] == "b7000"
-    assert_runs(Path(status["active"]["binary"]))
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
     return dict(payload["error"])
 
 

@@ -20,7 +20,7 @@ import pytest
 from llama_runtime.updater.cli.parser import build_parser
 from referencing import Registry, Resource
 
-from tests.conftest import CPU_TAR, REPO, run_json, stand_in_tarball
+from tests.conftest import publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +132,7 @@ def test_real_json_output_of_every_command_matches_its_schema(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
     for tag in ("b7000", "b7001", "b7002"):
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+        publish_stand_in(github, tmp_path, tag)
     seen: dict[str, Any] = {}
     for tag in ("b7000", "b7001"):
         code, seen["update"] = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")

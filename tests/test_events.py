@@ -18,24 +18,18 @@ import pytest
 from llama_runtime.updater.api.job_state import JobState
 from llama_runtime.updater.cli.events import EVENT_TYPES, MAX_PROGRESS_PER_SECOND, EventStream
 
-from tests.conftest import assert_runs
+from tests.conftest import HomeGuard, assert_runs
 from tests.fakegithub import FakeGitHub
-from tests.test_concurrency import assert_active, blob_requests, wait_for_download
-from tests.test_service import PAD_BYTES, Frozen, make_updater, publish, slow_down
+from tests.test_concurrency import (
+    CHILD_TIMEOUT_SECONDS,
+    assert_active,
+    b7001_downloading_slowly_home,  # noqa: F401  (the `home` fixture)
+    blob_requests,
+    wait_for_download,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples"
-CHILD_TIMEOUT_SECONDS = 60
-
-
-@pytest.fixture
-def home(tmp_path: Path, github: FakeGitHub) -> Path:
-    """b7000 installed and active; b7001 published with a slow download."""
-    home = tmp_path / "home"
-    publish(github, tmp_path, "b7000")
-    assert make_updater(home, github).start_update(tag="b7000").wait(30).phase == "done"
-    slow_down(github, publish(github, tmp_path, "b7001", pad=PAD_BYTES))
-    return home
 
 
 def cli_argv(home: Path, github: FakeGitHub, *args: str) -> list[str]:
@@ -130,7 +124,7 @@ def test_update_events_progress_is_throttled_to_ten_lines_a_second() -> None:
 def test_signal_mid_download_cancels_keeps_partial_and_ends_with_cancelled(
     home: Path, github: FakeGitHub, sig: signal.Signals
 ) -> None:
-    frozen = Frozen(home)
+    frozen = HomeGuard(None, home)
     proc = spawn(home, github, "update", "--events")
     read_until(proc, lambda line: line["type"] == "progress" and line["done_bytes"] > 0)
     proc.send_signal(sig)
@@ -138,7 +132,7 @@ def test_signal_mid_download_cancels_keeps_partial_and_ends_with_cancelled(
     assert code == 130
     assert rest[-1]["type"] == "error" and rest[-1]["error"]["code"] == "cancelled"
     assert_stream_shape(rest)
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
     assert any(p.stat().st_size > 0 for p in (home / "downloads").rglob("*b7001*")), "partial download not kept"
     # The next try resumes the kept bytes and installs.
     again = subprocess.run(
@@ -151,14 +145,14 @@ def test_signal_mid_download_cancels_keeps_partial_and_ends_with_cancelled(
 
 
 def test_job_cancel_from_another_process_ends_the_stream_cancelled(home: Path, github: FakeGitHub) -> None:
-    frozen = Frozen(home)
+    frozen = HomeGuard(None, home)
     proc = spawn(home, github, "update", "--events")
     read_until(proc, lambda line: line["type"] == "progress" and line["done_bytes"] > 0)
     cancel = subprocess.run(cli_argv(home, github, "job", "cancel", "--json"), capture_output=True, text=True)
     assert cancel.returncode == 0 and json.loads(cancel.stdout)["cancel_requested"]
     rest, code = finish(proc)
     assert code == 130 and rest[-1]["error"]["code"] == "cancelled"
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 def test_second_window_update_events_attaches_to_the_running_job(home: Path, github: FakeGitHub) -> None:
@@ -200,7 +194,7 @@ def test_update_events_with_a_tag_while_another_runs_is_busy_not_attached(home: 
 
 
 def test_bad_input_with_events_is_one_error_line_and_exit_2(home: Path, github: FakeGitHub) -> None:
-    frozen = Frozen(home)
+    frozen = HomeGuard(None, home)
     done = subprocess.run(
         cli_argv(home, github, "update", "--events", "--tag", "b70;00"),
         capture_output=True,
@@ -210,7 +204,7 @@ def test_bad_input_with_events_is_one_error_line_and_exit_2(home: Path, github: 
     assert done.returncode == 2
     [line] = [json.loads(x) for x in done.stdout.splitlines()]
     assert line["type"] == "error" and "tag" in line["error"]["message"].lower()
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 def test_use_events_reports_phases_and_switched(home: Path, github: FakeGitHub) -> None:
@@ -278,12 +272,12 @@ def test_readme_example_shows_percent_eta_and_installs(
 def test_readme_example_cancel_button_leaves_the_active_runtime(
     home: Path, github: FakeGitHub, tmp_path: Path, language: str
 ) -> None:
-    frozen = Frozen(home)
+    frozen = HomeGuard(None, home)
     env = {**example_env(home, github, tmp_path), "LLAMA_RUNTIME_CANCEL_AFTER_BYTES": "1"}
     out, code = run_example([*EXAMPLE_RUNNERS[language](), "llama-runtime"], env)
     assert code == 130, out
     assert out.rstrip().splitlines()[-1].startswith("error cancelled:")
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
     active = Path(
         json.loads(
             subprocess.run(

@@ -16,7 +16,15 @@ import pytest
 from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
-from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_server, stand_in_tarball
+from tests.conftest import (
+    CPU_TAR,
+    REPO,
+    HomeGuard,
+    assert_runs,
+    run_json,
+    stand_in_server,
+    stand_in_tarball,
+)
 from tests.fakegithub import FakeGitHub, Fault
 
 NEW = CPU_TAR.format(tag="b7001")
@@ -94,16 +102,6 @@ def padded_tarball(path: Path, tag: str) -> Path:
     return build_release_archive(path, "tar-tagdir", files, modes={"llama-server": 0o755, "pad.bin": 0o644}, tag=tag)
 
 
-@pytest.fixture
-def active_b7000(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
-    github.add_release(
-        REPO, "b7000", {CPU_TAR.format(tag="b7000"): stand_in_tarball(tmp_path / "a.tar.gz", tag="b7000")}
-    )
-    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
-    assert code == 0, payload
-    return home
-
-
 def arm(case: Case, github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     states = {NEW: "open"} if case.still_uploading else None
     github.add_release(REPO, "b7001", {NEW: padded_tarball(tmp_path / "b.tar.gz", "b7001")}, state_overrides=states)
@@ -113,33 +111,19 @@ def arm(case: Case, github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.Monk
         monkeypatch.setenv(name, value)
 
 
-def frozen(home: Path) -> tuple[dict[str, str], bytes]:
-    return snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
-
-
-def assert_b7000_still_active(
-    home: Path, before: tuple[dict[str, str], bytes], capsys: pytest.CaptureFixture[str], github: FakeGitHub
-) -> None:
-    assert frozen(home) == before
-    assert list((home / "staging").iterdir()) == []
-    code, status = run_json(capsys, home, github.api_url, "status")
-    assert code == 0 and status["active"]["tag"] == "b7000"
-    assert_runs(Path(status["active"]["binary"]))
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_fault_gives_its_exit_code_and_leaves_the_active_runtime_alone(
     name: str,
-    active_b7000: Path,
+    b7000_home: Path,
     github: FakeGitHub,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     case = CASES[name]
-    home = active_b7000
+    home = b7000_home
     arm(case, github, tmp_path, monkeypatch)
-    before = frozen(home)
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == case.exit_code, payload
     if code == 0:
@@ -153,27 +137,27 @@ def test_fault_gives_its_exit_code_and_leaves_the_active_runtime_alone(
         assert words in error["message"], error["message"]
     if case.exit_code == 8:
         assert list((home / "downloads").iterdir()) == [], "untrusted bytes must not stay on disk"
-    assert_b7000_still_active(home, before, capsys, github)
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
 
 
 def test_api_500s_are_retried_until_success(
-    active_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    b7000_home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     github.add_release(REPO, "b7001", {NEW: stand_in_tarball(tmp_path / "b.tar.gz", tag="b7001")})
     github.inject(API_TAG_PATH, Fault(status=500, times=2))
-    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert [r.status for r in github.requests_to("api", API_TAG_PATH)] == [500, 500, 200]
 
 
 @pytest.mark.parametrize("fault", [Fault(reset_after_bytes=2 * MiB), Fault(truncate_after_bytes=2 * MiB)])
 def test_cut_body_resumes_with_range_instead_of_starting_over(
-    fault: Fault, active_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    fault: Fault, b7000_home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     archive = padded_tarball(tmp_path / "b.tar.gz", "b7001")
     github.add_release(REPO, "b7001", {NEW: archive})
     github.inject(NEW, fault)
-    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     first, second = github.requests_to("blob", NEW)
     assert "range" not in first.headers
@@ -184,20 +168,20 @@ def test_cut_body_resumes_with_range_instead_of_starting_over(
 
 @pytest.mark.parametrize("status", [404, 403])
 def test_client_errors_on_the_asset_are_not_retried(
-    status: int, active_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    status: int, b7000_home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     github.add_release(REPO, "b7001", {NEW: stand_in_tarball(tmp_path / "b.tar.gz", tag="b7001")})
     github.inject(NEW, Fault(status=status, times=None))
-    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 7, payload
     assert len(github.requests_to("api", NEW)) == 1
 
 
 def test_rate_limit_names_the_reset_time_and_the_token_and_is_not_retried(
-    active_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+    b7000_home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
     github.inject(API_TAG_PATH, Fault(status=403, rate_limited=True))
-    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 7
     assert "resets at" in payload["error"]["message"]
     assert "GITHUB_TOKEN" in payload["error"]["hint"]
@@ -205,22 +189,22 @@ def test_rate_limit_names_the_reset_time_and_the_token_and_is_not_retried(
 
 
 def test_body_cut_on_every_try_exits_7_and_the_next_run_resumes_the_partial(
-    active_b7000: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    b7000_home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     archive = padded_tarball(tmp_path / "b.tar.gz", "b7001")
     github.add_release(REPO, "b7001", {NEW: archive})
     github.inject(NEW, Fault(truncate_after_bytes=MiB, times=3))
-    before = frozen(active_b7000)
-    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
+    guard = HomeGuard(None, b7000_home)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 7 and payload["error"]["code"] == "network_error"
     assert "kept for resuming" in payload["error"]["message"]
-    (partial,) = (active_b7000 / "downloads").glob("*.part")
+    (partial,) = (b7000_home / "downloads").glob("*.part")
     kept = partial.stat().st_size
     assert kept == 3 * MiB
-    assert_b7000_still_active(active_b7000, before, capsys, github)
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
 
     sent_before = github.download_bytes_sent
-    code, payload = run_json(capsys, active_b7000, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert github.requests_to("blob", NEW)[-1].headers["range"] == f"bytes={kept}-"
     assert github.download_bytes_sent - sent_before == archive.stat().st_size - kept
@@ -229,7 +213,7 @@ def test_body_cut_on_every_try_exits_7_and_the_next_run_resumes_the_partial(
 @pytest.mark.parametrize("name", FAILING)
 def test_fault_is_one_human_sentence_on_stderr_without_a_traceback(
     name: str,
-    active_b7000: Path,
+    b7000_home: Path,
     github: FakeGitHub,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
@@ -237,7 +221,7 @@ def test_fault_is_one_human_sentence_on_stderr_without_a_traceback(
 ) -> None:
     case = CASES[name]
     arm(case, github, tmp_path, monkeypatch)
-    argv = ["update", "--tag", "b7001", "--backend", "cpu", "--home", str(active_b7000), "--api-url", github.api_url]
+    argv = ["update", "--tag", "b7001", "--backend", "cpu", "--home", str(b7000_home), "--api-url", github.api_url]
     code = main(argv)  # no --json: what a person sees
     out, err = capsys.readouterr()
     assert code == case.exit_code

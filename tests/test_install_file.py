@@ -17,6 +17,7 @@ from tests.conftest import (
     CPU_TAR,
     REPO,
     VULKAN_TAR,
+    HomeGuard,
     assert_runs,
     run_json,
     snapshot_tree,
@@ -36,15 +37,6 @@ def active_b7000(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path)
     code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7000")
     assert code == 0, payload
     return payload
-
-
-def assert_unchanged(home: Path, before: dict[str, str], pointer: bytes, capsys: pytest.CaptureFixture[str]) -> None:
-    assert snapshot_tree(home / "runtimes") == before
-    assert (home / "active.json").read_bytes() == pointer
-    code, status = run_json(capsys, home, None, "status")
-    assert code == 0 and status["active"]["tag"] == "b7000"
-    assert_runs(Path(status["active"]["binary"]))
-    assert list((home / "staging").iterdir()) == []
 
 
 # -- good archives ---------------------------------------------------------------------
@@ -123,22 +115,22 @@ def test_archive_whose_binary_fails_is_rolled_back_with_exit_6(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
     broken = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001", script=stand_in_server(exit_code=1))
-    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, None, "install-file", str(broken), "--tag", "b7001")
     assert code == 6, payload
     assert "--version exited 1" in payload["error"]["message"]
-    assert_unchanged(home, before, pointer, capsys)
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
 
 
 def test_sha256_mismatch_exits_8_and_installs_nothing(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
     archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
-    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7001", "--sha256", "0" * 64)
     assert code == 8, payload
     assert "does not match --sha256" in payload["error"]["message"]
-    assert_unchanged(home, before, pointer, capsys)
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
     assert list((home / "downloads").iterdir()) == []
 
 
@@ -147,33 +139,33 @@ def test_file_that_is_not_an_archive_exits_8(
 ) -> None:
     junk = tmp_path / CPU_TAR.format(tag="b7001")
     junk.write_bytes(b"this is not an archive\n" * 10)
-    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, None, "install-file", str(junk), "--tag", "b7001")
     assert code == 8, payload
     assert "not a zip or tar.gz" in payload["error"]["message"]
-    assert_unchanged(home, before, pointer, capsys)
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
 
 
 def test_missing_archive_exits_2_naming_the_path(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
     missing = tmp_path / "nowhere" / CPU_TAR.format(tag="b7001")
-    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, None, "install-file", str(missing), "--tag", "b7001")
     assert code == 2, payload
     assert str(missing) in payload["error"]["message"]
-    assert_unchanged(home, before, pointer, capsys)
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
 
 
 def test_archive_name_without_a_backend_needs_the_flag(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
     archive = stand_in_tarball(tmp_path / "runtime.tar.gz", tag="b7001")
-    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7001")
     assert code == 2, payload
     assert "--backend" in payload["error"]["message"]
-    assert_unchanged(home, before, pointer, capsys)
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
     code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["backend"] == "cpu"
@@ -183,8 +175,8 @@ def test_tag_contradicting_the_archive_name_exits_2(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
     archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
-    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7002")
     assert code == 2, payload
     assert "b7001" in payload["error"]["message"]
-    assert_unchanged(home, before, pointer, capsys)
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)

@@ -17,7 +17,7 @@ from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.activation import Activation
 from llama_runtime.updater.install.pipeline import InstallPipeline
 
-from tests.conftest import CPU_TAR, HomeGuard, stand_in_tarball
+from tests.conftest import CPU_TAR, HomeGuard, publish_stand_in
 from tests.fakegithub import FakeGitHub
 from tests.test_server_swap import REPO, _http_server_build, served_b7000  # noqa: F401  (fixture)
 from tests.test_server_swap import home as swap_home  # noqa: F401  (fixture)
@@ -58,7 +58,7 @@ def test_ctrl_c_after_the_pointer_flip_says_the_new_runtime_is_active(
 ) -> None:
     home = tmp_path / "home"
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
+        publish_stand_in(github, tmp_path, tag)
     args = ["--backend", "cpu", "--home", str(home), "--api-url", github.api_url]
     assert main(["update", "--tag", "b7000", *args]) == 0
     capsys.readouterr()
@@ -86,7 +86,7 @@ def test_ctrl_c_before_anything_changed_names_the_runtime_still_active(
 ) -> None:
     home = tmp_path / "home"
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
+        publish_stand_in(github, tmp_path, tag)
     args = ["--backend", "cpu", "--home", str(home), "--api-url", github.api_url]
     assert main(["update", "--tag", "b7000", *args]) == 0
     capsys.readouterr()

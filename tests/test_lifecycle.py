@@ -16,7 +16,15 @@ import pytest
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, REPO, VULKAN_TAR, assert_runs, run_json, snapshot_tree, stand_in_tarball
+from tests.conftest import (
+    CPU_TAR,
+    REPO,
+    VULKAN_TAR,
+    HomeGuard,
+    assert_runs,
+    publish_stand_in,
+    run_json,
+)
 from tests.fakegithub import FakeGitHub
 
 
@@ -29,22 +37,11 @@ def runtime_dirs(home: Path) -> list[str]:
     return sorted(p.name for p in (home / "runtimes").iterdir())
 
 
-def assert_unchanged(
-    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, before: dict[str, str], pointer: bytes, tag: str
-) -> None:
-    """The failure left the runtimes and the pointer byte for byte, and the active one runs."""
-    assert snapshot_tree(home / "runtimes") == before
-    assert (home / "active.json").read_bytes() == pointer
-    code, status = run_json(capsys, home, github.api_url, "status")
-    assert code == 0 and status["active"]["tag"] == tag, status
-    assert_runs(Path(status["active"]["binary"]))
-
-
 @pytest.fixture
 def cpu_builds(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Path:
     """b7000, b7001 and b7002 (stand-in CPU_TAR builds) installed one after another; b7002 active."""
     for tag in ("b7000", "b7001", "b7002"):
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)})
+        publish_stand_in(github, tmp_path, tag)
         code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")
         assert code == 0 and payload["result"] == "installed", payload
     return home
@@ -133,14 +130,14 @@ def test_use_of_a_damaged_installed_build_is_refused_and_the_active_one_still_ru
     home = cpu_builds
     b7000 = next(r for r in Home(home).installed() if r.marker.tag == "b7000")
     b7000.binary.write_bytes(b"#!/bin/sh\nexit 3\n" + b" " * (b7000.binary.stat().st_size - 17))
-    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
 
     code, payload = run_json(capsys, home, github.api_url, "use", "b7000")
 
     assert code == 6, payload
     assert "does not match its recorded sha256" in payload["error"]["message"]
     assert "remove b7000" in payload["error"]["hint"]
-    assert_unchanged(capsys, home, github, before, pointer, "b7002")
+    guard.assert_intact("b7002", capsys=capsys)
 
 
 def test_update_reinstalls_an_installed_copy_that_no_longer_verifies_and_gc_drops_the_bad_copy(
@@ -199,11 +196,11 @@ def test_remove_refuses_active_and_previous_and_deletes_another(
     cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub
 ) -> None:
     home = cpu_builds
-    before, pointer = snapshot_tree(home / "runtimes"), (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     for tag, words in (("b7002", "active runtime"), ("b7001", "previous runtime")):
         code, payload = run_json(capsys, home, github.api_url, "remove", tag)
         assert code == 2 and words in payload["error"]["message"], payload
-    assert_unchanged(capsys, home, github, before, pointer, "b7002")
+    guard.assert_intact("b7002", capsys=capsys)
 
     code, payload = run_json(capsys, home, github.api_url, "remove", "b7000")
 

@@ -21,7 +21,7 @@ import pytest
 from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
-from tests.conftest import CPU_TAR, REPO, assert_runs, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, publish_stand_in, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
 from tests.test_disk_full import SmallFs, inject_enospc, small_fs  # noqa: F401  (fixture)
 
@@ -116,13 +116,11 @@ def test_latest_1_with_prune_keeps_only_the_newest_release(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
+        publish_stand_in(github, tmp_path, tag)
     dest = tmp_path / "mirror"
     code, payload = sync(capsys, github, dest, "--latest", "2")
     assert code == 0 and sorted(payload["releases"]) == ["b7000", "b7001"], payload
-    github.add_release(
-        REPO, "b7002", {CPU_TAR.format(tag="b7002"): stand_in_tarball(tmp_path / "b7002.tgz", tag="b7002")}
-    )
+    publish_stand_in(github, tmp_path, "b7002")
     code, payload = sync(capsys, github, dest, "--latest", "1")
     assert code == 0, payload
     assert sorted(p.name for p in (dest / RELEASES / "tags").iterdir()) == ["b7000", "b7001", "b7002"]

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from llama_runtime.updater.install import attestation
 
-from tests.conftest import REPO
+from tests.conftest import REPO, VULKAN_TAR, run_json
 from tests.fakegithub import FakeGitHub
-from tests.test_update_e2e import VULKAN, failing_update, installed_b7000, run_cli
+from tests.test_update_e2e import failing_update, installed_b7000
 
 # Every test starts from b7000 (the real Vulkan build, unattested) installed and active.
 pytestmark = pytest.mark.usefixtures(installed_b7000.__name__)
@@ -59,7 +59,7 @@ def sha256_of(path: Path) -> str:
 
 
 def publish(github: FakeGitHub, repo: str, tag: str, tarball: Path, bundle: dict[str, Any] | None) -> str:
-    github.add_release(repo, tag, {VULKAN.format(tag=tag): tarball})
+    github.add_release(repo, tag, {VULKAN_TAR.format(tag=tag): tarball})
     digest = sha256_of(tarball)
     if bundle is not None:
         github.add_attestation(repo, digest, bundle)
@@ -86,7 +86,7 @@ def test_attested_release_installs_verified_with_the_signer_in_marker_and_status
     monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
     digest = publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())
     remap_subject(monkeypatch, digest)
-    code, payload = run_cli(capsys, home, github, "update", *FROM_BEACON)
+    code, payload = run_json(capsys, home, github.api_url, "update", *FROM_BEACON)
     assert code == 0, payload
     provenance = payload["active"]["provenance"]
     assert provenance["status"] == "verified"
@@ -101,7 +101,7 @@ def test_attested_release_installs_verified_with_the_signer_in_marker_and_status
     assert marker["provenance"]["bundle"] == real_bundle()  # kept for an offline re-check of an export
     asked = github.requests_to("api", f"/repos/{BEACON}/attestations/sha256:{digest}")
     assert len(asked) == 1
-    code, status = run_cli(capsys, home, github, "status")
+    code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0 and status["active"]["provenance"]["status"] == "verified"
     assert status["active"]["provenance"]["workflow"] == BEACON_WORKFLOW
     assert [r["provenance"]["status"] for r in status["installed"]] == ["absent", "verified"]
@@ -185,7 +185,7 @@ def test_unattested_release_installs_as_absent(
     home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path
 ) -> None:
     publish(github, REPO, "b7001", real_vulkan_tarball, None)
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
     assert code == 0, payload
     assert payload["active"]["provenance"]["status"] == "absent"
     assert "publishes no build attestation" in payload["active"]["provenance"]["reason"]
@@ -216,11 +216,11 @@ def test_require_provenance_refuses_switching_to_an_installed_unattested_build(
     home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path
 ) -> None:
     publish(github, REPO, "b7001", real_vulkan_tarball, None)
-    code, payload = run_cli(capsys, home, github, "update", "--tag", "b7001", "--backend", "vulkan")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
     assert code == 0 and payload["active"]["tag"] == "b7001"
     pointer = (home / "active.json").read_bytes()
     args = ["update", "--tag", "b7000", "--backend", "vulkan", "--require-provenance"]
-    code, payload = run_cli(capsys, home, github, *args)  # b7000 is installed: a switch, no download
+    code, payload = run_json(capsys, home, github.api_url, *args)  # b7000 is installed: a switch, no download
     assert code == 8, payload
     assert payload["error"]["code"] == "provenance_missing" and "nothing was switched" in payload["error"]["message"]
     assert (home / "active.json").read_bytes() == pointer

@@ -13,7 +13,7 @@ from llama_runtime.runtime.runner import ProcessResult, run_process
 from llama_runtime.updater.api.doctor import run_doctor
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 
@@ -56,18 +56,13 @@ def test_rollback_to_a_half_deleted_previous_runtime_is_refused_and_changes_noth
     install(capsys, home, github, "b7000", "b7001")
     previous = home / "runtimes" / pointer(home)["previous"]
     next(previous.rglob("libllama.so.0.0.1")).unlink()
-    before_pointer = (home / "active.json").read_bytes()
-    before = snapshot_tree(home / "runtimes")
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, github.api_url, "rollback")
     assert code == 6, payload
     assert payload["error"]["code"] == "corrupt_state"
     assert "libllama.so.0.0.1 is missing" in payload["error"]["message"]
     assert "nothing was changed" in payload["error"]["message"]
-    assert (home / "active.json").read_bytes() == before_pointer
-    assert snapshot_tree(home / "runtimes") == before
-    code, status = run_json(capsys, home, github.api_url, "status")
-    assert code == 0 and status["active"]["tag"] == "b7001"
-    assert_runs(Path(status["active"]["binary"]))
+    guard.assert_intact("b7001", capsys=capsys)
 
 
 def test_an_update_during_doctor_repair_is_busy_and_the_repair_completes(

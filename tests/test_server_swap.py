@@ -30,9 +30,10 @@ from tests.conftest import (
     CPU_TAR,
     REPO,
     VULKAN_TAR,
+    HomeGuard,
     assert_runs,
+    publish_stand_in,
     run_json,
-    snapshot_tree,
     stand_in_server,
     stand_in_tarball,
 )
@@ -107,13 +108,11 @@ def test_new_runtime_that_never_becomes_healthy_is_rolled_back_and_old_server_re
         tmp_path / "bad.tar.gz", tag="b7001", script=stand_in_server("version: 7001 (never-healthy)")
     )
     github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): never_healthy})
-    before = snapshot_tree(home / "runtimes")
-    pointer = (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 6, payload
     assert payload["error"]["message"].startswith("rolled back: the new runtime failed its health check")
-    assert (home / "active.json").read_bytes() == pointer
-    assert snapshot_tree(home / "runtimes") == before
+    guard.assert_intact("b7000")
     code, status = run_json(capsys, home, github.api_url, "server", "status")
     assert status["running"] is True and status["healthy"] is True
     assert status["runtime"]["tag"] == "b7000"
@@ -152,14 +151,11 @@ def test_stop_that_fails_keeps_pointer_and_old_server_then_retry_after_manual_st
     github: FakeGitHub,
     tmp_path: Path,
 ) -> None:
-    github.add_release(
-        REPO, "b7001", {CPU_TAR.format(tag="b7001"): stand_in_tarball(tmp_path / "ok.tar.gz", tag="b7001")}
-    )
+    publish_stand_in(github, tmp_path, "b7001")
     runtime_home = Home(home)
     managed = ManagedServer(runtime_home.server_dir)
     source = GitHubClient(github.api_url, REPO)
-    before = snapshot_tree(home / "runtimes")
-    pointer = (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     installer = Installer(runtime_home, source=source, host=detect_host, server=_StopFails(managed))
     with pytest.raises(SwitchError) as caught:
         installer.update(UpdateRequest(repo=REPO, tag="b7001", backend="cpu"))
@@ -168,8 +164,7 @@ def test_stop_that_fails_keeps_pointer_and_old_server_then_retry_after_manual_st
         "(Operation not permitted). The current runtime is still active; stop it and try again."
     )
     assert caught.value.exit_code == 6
-    assert (home / "active.json").read_bytes() == pointer
-    assert snapshot_tree(home / "runtimes") == before
+    guard.assert_intact("b7000")
     assert managed.status().pid == running_b7000["pid"] and managed.status().healthy
 
     managed.stop(10)  # the manual stop the message asks for
@@ -193,9 +188,7 @@ def test_update_never_writes_to_the_llama_server_path_override(
     override.chmod(0o755)
     digest = hashlib.sha256(override.read_bytes()).hexdigest()
     monkeypatch.setenv("LLAMA_SERVER_PATH", str(override))
-    github.add_release(
-        REPO, "b7001", {CPU_TAR.format(tag="b7001"): stand_in_tarball(tmp_path / "ok.tar.gz", tag="b7001")}
-    )
+    publish_stand_in(github, tmp_path, "b7001")
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert any("LLAMA_SERVER_PATH" in w for w in payload["warnings"])
@@ -299,8 +292,7 @@ def test_ctrl_c_while_the_new_server_starts_puts_pointer_and_old_server_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): _http_server_build(tmp_path, "b7001")})
-    pointer = (home / "active.json").read_bytes()
-    before = snapshot_tree(home / "runtimes")
+    guard = HomeGuard(None, home)
     real_wait = ManagedServer.wait_healthy
     calls = {"n": 0}
 
@@ -314,7 +306,6 @@ def test_ctrl_c_while_the_new_server_starts_puts_pointer_and_old_server_back(
     code = main(["update", "--tag", "b7001", "--backend", "cpu", "--home", str(home), "--api-url", github.api_url])
     assert code == 130
     assert "b7000 (cpu) is active" in capsys.readouterr().err  # read from the pointer after the Ctrl-C
-    assert (home / "active.json").read_bytes() == pointer
-    assert snapshot_tree(home / "runtimes") == before
+    guard.assert_intact("b7000")
     status = ManagedServer(Home(home).server_dir).status()
     assert status.running and status.runtime_name == served_b7000["runtime"]["name"]

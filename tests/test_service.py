@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import BusyError, UserInputError
-from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.procinfo import process_start_ticks
 from llama_runtime.updater.api.job_state import JobState
@@ -26,7 +25,7 @@ from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
-from tests.conftest import CPU_TAR, REPO, assert_runs, snapshot_tree, stand_in_server
+from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, stand_in_server
 from tests.fakeclock import FakeClock
 from tests.fakegithub import FakeGitHub, Fault
 
@@ -73,22 +72,6 @@ def eventually(condition: Callable[[], bool], what: str) -> None:
 
 def downloading(state: JobState | None) -> bool:
     return state is not None and state.phase == "download" and state.done_bytes > 0
-
-
-class Frozen:
-    """The state a failed or cancelled update must not touch."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.runtimes = snapshot_tree(home / "runtimes")
-        self.pointer = (home / "active.json").read_bytes()
-
-    def assert_unchanged_and_runs(self) -> None:
-        assert snapshot_tree(self.home / "runtimes") == self.runtimes
-        assert (self.home / "active.json").read_bytes() == self.pointer
-        assert list((self.home / "staging").iterdir()) == []
-        active = Home(self.home).load(Home(self.home).read_pointer().active or "")
-        assert_runs(active.binary)
 
 
 @pytest.fixture
@@ -192,13 +175,13 @@ def test_job_events_go_through_the_phases_and_end_with_the_result(
 
 
 def test_button_while_another_process_holds_the_lock_fails_fast_with_busy(installed: RuntimeUpdater) -> None:
-    frozen = Frozen(installed.home.root)
+    frozen = HomeGuard(None, installed.home.root)
     with UpdateLock(installed.home.lock_path).hold("rollback"), pytest.raises(BusyError) as caught:
         installed.start_update()
     assert "rollback" in caught.value.message
     current = installed.jobs.current()  # no job was claimed for the refused press
     assert current is not None and current.tag == "b7000" and current.phase == "done"
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 def test_button_with_join_false_while_a_job_runs_says_busy_with_its_progress(
@@ -283,7 +266,7 @@ def test_lock_owner_record_left_by_a_crash_does_not_make_the_button_busy(
 def test_ctrl_c_in_a_foreground_job_records_it_cancelled_and_propagates(
     installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    frozen = Frozen(installed.home.root)
+    frozen = HomeGuard(None, installed.home.root)
     publish(github, tmp_path, "b7001", pad=PAD_BYTES)
 
     def ctrl_c_during_download(state: JobState) -> None:
@@ -295,7 +278,7 @@ def test_ctrl_c_in_a_foreground_job_records_it_cancelled_and_propagates(
     current = installed.jobs.current()
     assert current is not None and current.phase == "cancelled" and not current.stale
     assert current.error is not None and current.error["code"] == "cancelled"
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
     assert installed.start_update().wait(EVENTUALLY_SECONDS).phase == "done"  # nothing left blocking
 
 
@@ -313,12 +296,12 @@ def test_a_malformed_cuda_version_is_refused_before_any_job_starts(installed: Ru
 def test_lock_timeout_that_is_not_a_finite_non_negative_number_is_bad_input(
     installed: RuntimeUpdater, seconds: float
 ) -> None:
-    frozen = Frozen(installed.home.root)
+    frozen = HomeGuard(None, installed.home.root)
     before = installed.jobs.current()
     with pytest.raises(UserInputError):
         installed.start_update(lock_timeout=seconds)
     assert installed.jobs.current() == before
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 # -- cancel and resume ----------------------------------------------------------------
@@ -327,7 +310,7 @@ def test_lock_timeout_that_is_not_a_finite_non_negative_number_is_bad_input(
 def test_cancel_during_download_adds_no_runtime_and_keeps_the_partial_for_resume(
     installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    frozen = Frozen(installed.home.root)
+    frozen = HomeGuard(None, installed.home.root)
     asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
     github.inject(asset, Fault(drip_seconds=0.02, drip_chunk=1024, times=1))
     job = installed.start_update()
@@ -336,7 +319,7 @@ def test_cancel_during_download_adds_no_runtime_and_keeps_the_partial_for_resume
     state = job.wait(EVENTUALLY_SECONDS)
     assert state.phase == "cancelled"
     assert state.error is not None and state.error["code"] == "cancelled"
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
     partials = list(installed.home.downloads_dir.glob(f"*{asset}.part"))
     assert len(partials) == 1
     kept = partials[0].stat().st_size
@@ -355,7 +338,7 @@ def test_cancel_during_download_adds_no_runtime_and_keeps_the_partial_for_resume
 def test_cancel_from_another_handle_stops_the_job(
     installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    frozen = Frozen(installed.home.root)
+    frozen = HomeGuard(None, installed.home.root)
     asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
     slow_down(github, asset)
     job = installed.start_update()
@@ -365,7 +348,7 @@ def test_cancel_from_another_handle_stops_the_job(
     follower.cancel()  # the cancel file, as another process would write it
     assert job.wait(EVENTUALLY_SECONDS).phase == "cancelled"
     assert follower.wait(EVENTUALLY_SECONDS).phase == "cancelled"
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 def test_download_cut_mid_body_resumes_with_range_and_installs(

@@ -21,14 +21,14 @@ from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.procinfo import process_start_ticks
 
 from llama_runtime import RuntimeUpdater
-from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
+from tests.conftest import REPO, HomeGuard, assert_runs, publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
 
 
 @pytest.fixture
 def installed(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path) -> Home:
     for tag in ("b7000", "b7001"):
-        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp_path / f"{tag}.tgz", tag=tag)})
+        publish_stand_in(github, tmp_path, tag)
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return Home(home)

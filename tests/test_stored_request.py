@@ -14,7 +14,7 @@ from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
 
-from tests.conftest import REPO, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball
+from tests.conftest import REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 LINUX_VULKAN_HOST = HostFacts(os="linux", arch="x64", sources=(("os", "test"),))
@@ -61,14 +61,12 @@ def test_automatic_update_refuses_to_replace_a_gpu_runtime_with_cpu_and_keeps_it
     _publish(github, tmp_path, "b7001", {"llama-b7001-bin-ubuntu-x64.tar.gz": ()})  # no vulkan build any more
     installer = _installer(home, github, LINUX_VULKAN_HOST)
     first = installer.update(UpdateRequest(repo=REPO, tag="b7000", backend="vulkan"))
-    before = snapshot_tree(home / "runtimes")
-    pointer = (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     with pytest.raises(BackendUnavailableError) as caught:
         installer.update(UpdateRequest(repo=REPO, tag="b7001"))
     assert caught.value.exit_code == 5
     assert "Refusing to replace the working vulkan runtime (b7000) with a cpu build of b7001" in caught.value.message
-    assert snapshot_tree(home / "runtimes") == before
-    assert (home / "active.json").read_bytes() == pointer
+    guard.assert_intact("b7000")
     assert_runs(first.active.binary)
 
 

@@ -19,19 +19,19 @@ from tests.archives import build_release_archive
 from tests.conftest import (
     CPU_TAR,
     REPO,
+    VULKAN_TAR,
+    HomeGuard,
     assert_runs,
+    publish_stand_in,
     real_build,
     run_json,
-    snapshot_tree,
     stand_in_server,
     stand_in_tarball,
 )
 from tests.fakegithub import FakeGitHub, Fault
 
-VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 
-
-def publish_real(github: FakeGitHub, tarball: Path, tag: str, name: str = VULKAN) -> None:
+def publish_real(github: FakeGitHub, tarball: Path, tag: str, name: str = VULKAN_TAR) -> None:
     github.add_release(REPO, tag, {name.format(tag=tag): tarball})
 
 
@@ -50,26 +50,13 @@ def installed_b7000(
     return payload
 
 
-def assert_active_unchanged(
-    home: Path, before: dict[str, str], expected_tag: str, capsys: pytest.CaptureFixture[str], github: FakeGitHub
-) -> None:
-    assert snapshot_tree(home / "runtimes") == before
-    code, status = run_json(capsys, home, github.api_url, "status")
-    assert code == 0
-    assert status["active"]["tag"] == expected_tag
-    assert_runs(Path(status["active"]["binary"]))
-    assert list((home / "staging").iterdir()) == []
-
-
 def failing_update(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str
 ) -> tuple[int, dict[str, Any]]:
     """Run an update expected to fail; assert b7000 stayed active (files and pointer) and runs."""
-    before = snapshot_tree(home / "runtimes")
-    pointer = (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, github.api_url, "update", *args)
-    assert (home / "active.json").read_bytes() == pointer
-    assert_active_unchanged(home, before, "b7000", capsys, github)
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
     return code, payload
 
 
@@ -127,7 +114,7 @@ def test_update_without_backend_keeps_the_stored_request(
     github.add_release(
         REPO,
         "b7001",
-        {VULKAN.format(tag="b7001"): real_vulkan_tarball, CPU_TAR.format(tag="b7001"): real_vulkan_tarball},
+        {VULKAN_TAR.format(tag="b7001"): real_vulkan_tarball, CPU_TAR.format(tag="b7001"): real_vulkan_tarball},
     )
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001")
     assert code == 0, payload
@@ -139,9 +126,7 @@ def test_update_without_backend_keeps_the_stored_request(
 def test_rollback_reactivates_previous_runtime_which_runs(
     installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    github.add_release(
-        REPO, "b7001", {CPU_TAR.format(tag="b7001"): stand_in_tarball(tmp_path / "s.tar.gz", tag="b7001")}
-    )
+    publish_stand_in(github, tmp_path, "b7001")
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7001"
@@ -157,13 +142,11 @@ def test_rollback_reactivates_previous_runtime_which_runs(
 def test_rollback_with_nothing_before_exits_2_and_changes_nothing(
     installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    before = snapshot_tree(home / "runtimes")
-    pointer = (home / "active.json").read_bytes()
+    guard = HomeGuard(None, home)
     code, payload = run_json(capsys, home, github.api_url, "rollback")
     assert code == 2
     assert "no previous runtime" in payload["error"]["message"]
-    assert (home / "active.json").read_bytes() == pointer
-    assert_active_unchanged(home, before, "b7000", capsys, github)
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
 
 
 # -- failing updates leave the previous runtime active and runnable ------------------
@@ -191,7 +174,7 @@ def test_digest_mismatch_exits_8_and_keeps_nothing(
     other = tmp_path / "other.tar.gz"
     other.write_bytes(real_vulkan_tarball.read_bytes() + b"\0" * 1024)
     publish_real(github, other, "b7001")
-    github.inject(VULKAN.format(tag="b7001"), Fault(wrong_bytes=True, times=None))
+    github.inject(VULKAN_TAR.format(tag="b7001"), Fault(wrong_bytes=True, times=None))
     code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "vulkan")
     assert code == 8, payload
     assert "sha256" in payload["error"]["message"].lower() or "digest" in payload["error"]["message"].lower()
@@ -219,7 +202,7 @@ def test_vulkan_asset_holding_a_cpu_only_build_is_rejected_with_exit_6(
         script=stand_in_server(devices="  (none)\\n"),
         libs=("ggml-base", "ggml-cpu", "ggml", "llama"),
     )
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): cpu_only})
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): cpu_only})
     code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "vulkan")
     assert code == 6
     assert "requested vulkan" in payload["error"]["message"]
@@ -232,7 +215,7 @@ def test_real_build_without_its_vulkan_library_is_rejected_with_exit_6(
     stripped = build_release_archive(
         tmp_path / "novk.tar.gz", "tar-tagdir", build.files, symlinks=build.symlinks, tag="b7001"
     )
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): stripped})
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): stripped})
     code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "vulkan")
     assert code == 6, payload
 
@@ -340,9 +323,7 @@ def test_token_goes_to_the_api_host_only(
     # The fake is a loopback http origin: the contract's LLAMA_RUNTIME_GITHUB_TOKEN goes there,
     # GITHUB_TOKEN only to https://api.github.com (tests/test_hostile_remote.py).
     monkeypatch.setenv("LLAMA_RUNTIME_GITHUB_TOKEN", "ghp_secret")
-    github.add_release(
-        REPO, "b7001", {CPU_TAR.format(tag="b7001"): stand_in_tarball(tmp_path / "s.tar.gz", tag="b7001")}
-    )
+    publish_stand_in(github, tmp_path, "b7001")
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 0, payload
     api = github.requests_to("api", "/releases")
@@ -355,9 +336,7 @@ def test_token_goes_to_the_api_host_only(
 def test_latest_older_than_the_active_build_is_never_installed_by_a_plain_update(
     home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    github.add_release(
-        REPO, "b7005", {CPU_TAR.format(tag="b7005"): stand_in_tarball(tmp_path / "new.tar.gz", tag="b7005")}
-    )
+    publish_stand_in(github, tmp_path, "b7005")
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7005", "--backend", "cpu")
     assert code == 0, payload
     # a mirror that lags behind: its newest release is older than what runs here
@@ -383,7 +362,7 @@ def test_vulkan_build_that_lists_no_vulkan_device_on_a_vulkan_host_is_rejected_w
         script=stand_in_server(devices="  (none)\\n"),
         libs=("ggml-base", "ggml-cpu", "ggml-vulkan"),
     )
-    github.add_release(REPO, "b7001", {VULKAN.format(tag="b7001"): blind})
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): blind})
     code, payload = failing_update(capsys, home, github, "--tag", "b7001", "--backend", "vulkan")
     assert code == 6, payload
     assert "lists no vulkan device" in payload["error"]["message"]

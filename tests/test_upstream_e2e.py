@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
-from tests.test_service import Frozen
 
 VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 HOST_NO_GPU = {"os": "linux", "arch": "x64", "cpu_features": ["avx", "avx2"], "vulkan": False}
@@ -130,13 +129,13 @@ def test_binary_reporting_another_build_is_exit_6_and_the_active_runtime_stays(
 ) -> None:
     publish(github, tmp_path, "b7000")
     assert run_json(capsys, home, github.api_url, "update")[0] == 0
-    frozen = Frozen(home)
+    frozen = HomeGuard(None, home)
     lying = stand_in_server("version: 0.2.0 (build 6990, commit deadbee)")
     publish(github, tmp_path, "b7005", script=lying)
     code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 6
     assert "build 7005" in payload["error"]["message"] and "build 6990" in payload["error"]["message"]
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 def test_binary_without_a_build_number_is_installed_as_unverifiable(
@@ -205,11 +204,11 @@ def test_cuda_build_taken_by_minor_compatibility_that_lists_no_device_is_exit_6(
     monkeypatch.setattr(host_module, "detect_host", cuda_host)
     tarball = stand_in_tarball(tmp_path / "cuda.tar.gz", tag="b7001")  # lists no CUDA device
     github.add_release(REPO, "b7001", {"llama-b7001-bin-ubuntu-cuda-12.8-x64.tar.gz": tarball})
-    frozen = Frozen(home)
+    frozen = HomeGuard(None, home)
     code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 6, payload
     assert "lists no cuda device" in payload["error"]["message"]
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 def test_doctor_exit_6_carries_error_message_beside_its_report(
