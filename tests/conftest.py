@@ -1,6 +1,8 @@
 """Shared fixtures: the real llama-server, release archives built from it, a
-GitHub-like server on 127.0.0.1, and helpers that assert "the previously
-active runtime is unchanged and still runs"."""
+GitHub-like server on 127.0.0.1, upstream's asset names (CPU_TAR, VULKAN_TAR),
+the CLI run in-process (run_json, cli_json) or as a child (cli_process), and
+HomeGuard, the one check that "the previously active runtime is unchanged
+and still runs"."""
 
 from __future__ import annotations
 
@@ -19,9 +21,7 @@ import pytest
 
 from tests.archives import build_release_archive
 from tests.fakegithub import FakeGitHub
-from tests.realbuild import RealBuild, load_real_build, real_bin_dir
-
-_real_bin_dir = real_bin_dir  # older name, still used by some test modules
+from tests.realbuild import RealBuild, load_real_build
 
 REPO = "ggml-org/llama.cpp"
 
