@@ -181,12 +181,12 @@ def test_check_still_answers_when_its_etag_cache_cannot_be_written(
     etags = Home(installed_b7000).cache_dir / "etags.json"
     etags.unlink(missing_ok=True)
     etags.mkdir(parents=True)
-    frozen = Frozen(installed_b7000)
+    frozen = HomeGuard(None, installed_b7000)
     publish(github, tmp_path, "b7001")
     code, result = check(capsys, installed_b7000, github)
     assert code == 0, result
     assert (result["latest"], result["update_available"]) == ("b7001", True)
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 def test_check_when_latest_goes_backwards_offers_no_downgrade(

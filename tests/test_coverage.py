@@ -316,13 +316,13 @@ def test_manifest_that_its_checksum_index_does_not_approve_stops_the_update_and_
 def test_a_mirror_carries_the_manifest_so_its_clients_choose_as_from_github(tmp_path: Path, github: FakeGitHub) -> None:
     publish_fork(github, tmp_path)
     dest = tmp_path / "mirror"
-    synced = cli("mirror", "sync", "--dest", str(dest), "--repo", FORK, "--tag", TAG, "--platform", "linux-x64",
+    synced = cli_process("mirror", "sync", "--dest", str(dest), "--repo", FORK, "--tag", TAG, "--platform", "linux-x64",
                  "--api-url", github.api_url, "--home", str(tmp_path / "home"), "--json")  # fmt: skip
     assert synced.returncode == 0, synced.stdout + synced.stderr
     host = tmp_path / "pascal.json"
     host.write_text(json.dumps({"os": "linux", "arch": "x64", "cuda_driver_version": "12.4",
                                 "compute_capabilities": ["6.1"]}))  # fmt: skip
-    planned = cli("plan", "--repo", FORK, "--tag", TAG, "--host", str(host), "--api-url", dest.as_uri(),
+    planned = cli_process("plan", "--repo", FORK, "--tag", TAG, "--host", str(host), "--api-url", dest.as_uri(),
                   "--home", str(tmp_path / "home"), "--json")  # fmt: skip
     assert planned.returncode == 0, planned.stdout + planned.stderr
     assert json.loads(planned.stdout)["asset"] == asset_name("linux-x64-cuda12-legacy")
@@ -343,7 +343,7 @@ def test_list_available_judges_fork_bundles_by_their_manifest_read_only_for_rele
     assert [a.asset for a in listed] == [asset_name("linux-x64-cuda12-legacy")] and seen == [TAG]
     # Through the CLI: the source attaches the manifest (one download) before choosing.
     publish_fork(github, tmp_path)
-    done = cli("list", "--available", "--repo", FORK, "--api-url", github.api_url,
+    done = cli_process("list", "--available", "--repo", FORK, "--api-url", github.api_url,
                "--home", str(tmp_path / "home"), "--json")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(github.requests_to("blob", MANIFEST_ASSET)) == 1

@@ -170,7 +170,7 @@ def test_a_home_that_is_a_file_is_exit_2_for_every_verb_and_not_ready_at_start_u
     afile.write_text("mine")
     home = afile / "llama" if under else afile
     for verb in (("status",), ("list",), ("update", "--tag", "b7000", "--backend", "cpu"), ("gc",), ("doctor",)):
-        code, payload = cli(capsys, home, github, *verb)
+        code, payload = run_json(capsys, home, github.api_url, *verb)
         assert code == 2, (verb, payload)
         assert payload["error"]["code"] == "unsafe_home" and str(home) in payload["error"]["message"]
     from llama_runtime import RuntimeUpdater

@@ -211,7 +211,7 @@ def test_a_token_with_a_line_break_is_bad_input_not_a_network_failure(
     before = len(github.requests)
     monkeypatch.setenv(variable, "ghp_secret\r\nX-Evil: 1")
     api = github.api_url if variable.startswith("LLAMA") else "https://api.github.com"
-    code, payload = run_cli(capsys, installed, api, "update", "--tag", "b7999", "--backend", "cpu")
+    code, payload = run_json(capsys, installed, api, "update", "--tag", "b7999", "--backend", "cpu")
     assert code == 2, payload
     assert variable in payload["error"]["message"] and "ghp_secret" not in json.dumps(payload)
     assert len(github.requests) == before  # refused before anything was sent

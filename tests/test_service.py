@@ -284,12 +284,12 @@ def test_ctrl_c_in_a_foreground_job_records_it_cancelled_and_propagates(
 
 @pytest.mark.parametrize("cuda", ["nan", "-12", "12.x"])
 def test_a_malformed_cuda_version_is_refused_before_any_job_starts(installed: RuntimeUpdater, cuda: str) -> None:
-    frozen = Frozen(installed.home.root)
+    frozen = HomeGuard(None, installed.home.root)
     before = installed.jobs.current()
     with pytest.raises(UserInputError, match=r"use a line such as '12' or '12\.4'"):
         installed.start_update(cuda_version=cuda)
     assert installed.jobs.current() == before
-    frozen.assert_unchanged_and_runs()
+    frozen.assert_intact("b7000", staging_empty=True)
 
 
 @pytest.mark.parametrize("seconds", [math.nan, math.inf, -1.0])

@@ -17,7 +17,6 @@ from llama_runtime.updater.cli.main import main
 from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
-VULKAN = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 HOST_NO_GPU = {"os": "linux", "arch": "x64", "cpu_features": ["avx", "avx2"], "vulkan": False}
 
 
