@@ -262,10 +262,17 @@ def cli_process(*args: str, timeout: float = CLI_PROCESS_TIMEOUT_SECONDS) -> sub
     )
 
 
-def publish_stand_in(github: FakeGitHub, tmp_path: Path, tag: str) -> None:
-    """Publish ``tag`` with a stand-in CPU build (b7278+ layout)."""
-    archive = stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag)
-    github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): archive})
+def publish_stand_in(
+    github: FakeGitHub, tmp_path: Path, tag: str, *, script: bytes | None = None, stable: bool | None = None
+) -> None:
+    """Publish ``tag`` with a stand-in CPU build (b7278+ layout).
+
+    Args:
+        script: The stand-in llama-server (default: one that reports ``tag``'s build number).
+        stable: As :meth:`FakeGitHub.add_release` takes it (``False``: a build that is no stable release).
+    """
+    archive = stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag, script=script)
+    github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): archive}, stable=stable)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, REPO, stand_in_tarball
+from tests.conftest import publish_stand_in
 from tests.fakegithub import FakeGitHub
 
 
@@ -28,10 +28,6 @@ def check(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *a
 def update(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> None:
     assert main(["update", *args, "--home", str(home), "--api-url", github.api_url, "--json"]) == 0
     capsys.readouterr()
-
-
-def publish(github: FakeGitHub, tmp: Path, tag: str, **kw: object) -> None:
-    github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): stand_in_tarball(tmp / f"{tag}.tgz", tag=tag)}, **kw)  # type: ignore[arg-type]
 
 
 class Cost:
@@ -61,7 +57,7 @@ def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_stable_check_costs_one_request_when_nothing_is_new_and_two_when_something_is(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    publish(github, tmp_path, "b7000")
+    publish_stand_in(github, tmp_path, "b7000")
     update(capsys, home, github)
     cost = Cost(github)
     assert check(capsys, home, github)["update_available"] is False
@@ -70,7 +66,7 @@ def test_stable_check_costs_one_request_when_nothing_is_new_and_two_when_somethi
     assert cost.take() == (1, 1)
     assert check(capsys, home, github)["update_available"] is False
     assert cost.take() == (1, 1)  # a 304, but unauthenticated: GitHub still counts it
-    publish(github, tmp_path, "b7001")  # v0.2.0
+    publish_stand_in(github, tmp_path, "b7001")  # v0.2.0
     result = check(capsys, home, github)
     assert (result["latest"], result["latest_version"], result["update_available"]) == ("b7001", "v0.2.0", True)
     # /releases/latest + tags/b7001 on the quota; nightly-tag.txt is a web download
@@ -84,7 +80,7 @@ def test_with_a_token_an_unchanged_stable_check_is_free(
     with FakeGitHub(token="s3cret") as github:
         monkeypatch.setenv("LLAMA_RUNTIME_GITHUB_TOKEN", "s3cret")
         monkeypatch.setenv("GITHUB_TOKEN", "s3cret")
-        publish(github, tmp_path, "b7000")
+        publish_stand_in(github, tmp_path, "b7000")
         update(capsys, home, github)
         check(capsys, home, github)  # takes the ETag after the install's downloads
         cost = Cost(github)
@@ -95,12 +91,12 @@ def test_with_a_token_an_unchanged_stable_check_is_free(
 def test_nightly_check_costs_one_small_page_either_way(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    publish(github, tmp_path, "b7000", stable=False)
+    publish_stand_in(github, tmp_path, "b7000", stable=False)
     update(capsys, home, github, "--channel", "nightly")
     cost = Cost(github)
     assert check(capsys, home, github)["update_available"] is False
     assert cost.take() == (1, 1)
-    publish(github, tmp_path, "b7001", stable=False)
+    publish_stand_in(github, tmp_path, "b7001", stable=False)
     assert check(capsys, home, github)["update_available"] is True
     assert cost.take() == (1, 1)
     (last,) = github.requests[-1:]

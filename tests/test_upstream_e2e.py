@@ -14,15 +14,19 @@ from typing import Any
 import pytest
 from llama_runtime.updater.cli.main import main
 
-from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_server, stand_in_tarball
+from tests.conftest import (
+    CPU_TAR,
+    REPO,
+    HomeGuard,
+    assert_runs,
+    publish_stand_in,
+    run_json,
+    stand_in_server,
+    stand_in_tarball,
+)
 from tests.fakegithub import FakeGitHub
 
 HOST_NO_GPU = {"os": "linux", "arch": "x64", "cpu_features": ["avx", "avx2"], "vulkan": False}
-
-
-def publish(github: FakeGitHub, tmp: Path, tag: str, *, script: bytes | None = None, **kw: object) -> None:
-    tarball = stand_in_tarball(tmp / f"{tag}.tar.gz", tag=tag, script=script)
-    github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): tarball}, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
@@ -42,8 +46,8 @@ def _cpu_only_host(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_plain_update_installs_the_build_the_stable_release_names(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    publish(github, tmp_path, "b7000")  # cut as v0.1.0
-    publish(github, tmp_path, "b7001", stable=False)  # a newer nightly, not released
+    publish_stand_in(github, tmp_path, "b7000")  # cut as v0.1.0
+    publish_stand_in(github, tmp_path, "b7001", stable=False)  # a newer nightly, not released
     code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 0, payload
     active = payload["active"]
@@ -57,12 +61,12 @@ def test_plain_update_installs_the_build_the_stable_release_names(
 def test_check_update_and_plan_agree_on_the_stable_build(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    publish(github, tmp_path, "b7000")
+    publish_stand_in(github, tmp_path, "b7000")
     assert run_json(capsys, home, github.api_url, "update")[0] == 0
-    publish(github, tmp_path, "b7001", stable=False)
+    publish_stand_in(github, tmp_path, "b7001", stable=False)
     code, check = run_json(capsys, home, github.api_url, "check")
     assert (code, check["latest"], check["update_available"]) == (0, "b7000", False)
-    publish(github, tmp_path, "b7002")  # cut as v0.2.0
+    publish_stand_in(github, tmp_path, "b7002")  # cut as v0.2.0
     code, check = run_json(capsys, home, github.api_url, "check")
     assert (check["latest"], check["latest_version"], check["update_available"]) == ("b7002", "v0.2.0", True)
     code, plan = run_json(capsys, home, github.api_url, "plan")
@@ -76,8 +80,8 @@ def test_check_update_and_plan_agree_on_the_stable_build(
 def test_update_tag_v0_installs_the_named_build_and_again_is_up_to_date(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    publish(github, tmp_path, "b7000")
-    publish(github, tmp_path, "b7001")
+    publish_stand_in(github, tmp_path, "b7000")
+    publish_stand_in(github, tmp_path, "b7001")
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "v0.1.0")
     assert (code, payload["active"]["tag"], payload["active"]["version"]) == (0, "b7000", "v0.1.0")
     blobs = len(github.requests_to("blob"))
@@ -91,11 +95,11 @@ def test_update_tag_v0_installs_the_named_build_and_again_is_up_to_date(
 def test_nightly_channel_is_stored_and_survives_the_next_update(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    publish(github, tmp_path, "b7000")
-    publish(github, tmp_path, "b7001", stable=False)
+    publish_stand_in(github, tmp_path, "b7000")
+    publish_stand_in(github, tmp_path, "b7001", stable=False)
     code, payload = run_json(capsys, home, github.api_url, "update", "--channel", "nightly")
     assert (code, payload["active"]["tag"], payload["active"]["channel"]) == (0, "b7001", "nightly")
-    publish(github, tmp_path, "b7002", stable=False)
+    publish_stand_in(github, tmp_path, "b7002", stable=False)
     code, check = run_json(capsys, home, github.api_url, "check")  # no --channel: the stored one
     assert (check["latest"], check["update_available"]) == ("b7002", True)
     code, payload = run_json(capsys, home, github.api_url, "update")
@@ -109,8 +113,8 @@ def test_channel_from_the_environment_and_a_bad_one_is_exit_2(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    publish(github, tmp_path, "b7000")
-    publish(github, tmp_path, "b7001", stable=False)
+    publish_stand_in(github, tmp_path, "b7000")
+    publish_stand_in(github, tmp_path, "b7001", stable=False)
     monkeypatch.setenv("LLAMA_RUNTIME_CHANNEL", "nightly")
     code, plan = run_json(capsys, home, github.api_url, "plan")
     assert (code, plan["tag"], plan["channel"]) == (0, "b7001", "nightly")
@@ -126,11 +130,11 @@ def test_channel_from_the_environment_and_a_bad_one_is_exit_2(
 def test_binary_reporting_another_build_is_exit_6_and_the_active_runtime_stays(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    publish(github, tmp_path, "b7000")
+    publish_stand_in(github, tmp_path, "b7000")
     assert run_json(capsys, home, github.api_url, "update")[0] == 0
     frozen = HomeGuard(None, home)
     lying = stand_in_server("version: 0.2.0 (build 6990, commit deadbee)")
-    publish(github, tmp_path, "b7005", script=lying)
+    publish_stand_in(github, tmp_path, "b7005", script=lying)
     code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 6
     assert "build 7005" in payload["error"]["message"] and "build 6990" in payload["error"]["message"]
@@ -141,7 +145,7 @@ def test_binary_without_a_build_number_is_installed_as_unverifiable(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
     local = stand_in_server("version: 0.1.0-dev (build 0, commit unknown)")
-    publish(github, tmp_path, "b7000", script=local)
+    publish_stand_in(github, tmp_path, "b7000", script=local)
     code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 0, payload
     marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
@@ -189,7 +193,7 @@ def test_cuda_build_taken_by_minor_compatibility_that_lists_no_device_is_exit_6(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    publish(github, tmp_path, "b7000")
+    publish_stand_in(github, tmp_path, "b7000")
     assert run_json(capsys, home, github.api_url, "update")[0] == 0
     from llama_runtime.updater.choice import host_detect as host_module
 
@@ -213,7 +217,7 @@ def test_cuda_build_taken_by_minor_compatibility_that_lists_no_device_is_exit_6(
 def test_doctor_exit_6_carries_error_message_beside_its_report(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    publish(github, tmp_path, "b7000")
+    publish_stand_in(github, tmp_path, "b7000")
     code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 0, payload
     Path(payload["active"]["binary"]).write_bytes(b"#!/bin/sh\nexit 3\n")  # damaged in place
