@@ -255,10 +255,21 @@ def run_json(capsys: pytest.CaptureFixture[str], home: Path, api_url: str | None
     return cli_json(capsys, *args[:cut], *where, *args[cut:])
 
 
-def cli_process(*args: str, timeout: float = CLI_PROCESS_TIMEOUT_SECONDS) -> subprocess.CompletedProcess[str]:
-    """``python -m llama_runtime ARGS`` as a child process: what a shell or cron would see."""
+def cli_process(
+    *args: str, timeout: float = CLI_PROCESS_TIMEOUT_SECONDS, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m llama_runtime ARGS`` as a child process: what a shell or cron would see.
+
+    Args:
+        env: The child's whole environment (default: this process's).
+    """
     return subprocess.run(
-        [sys.executable, "-m", "llama_runtime", *args], capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, "-m", "llama_runtime", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
     )
 
 

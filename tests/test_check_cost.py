@@ -8,26 +8,23 @@ numbers asserted here are the ones docs/README and notes/issue-11.md state.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
-from tests.conftest import publish_stand_in
+from tests.conftest import publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
 
 
 def check(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> dict[str, object]:
-    code = main(["check", *args, "--home", str(home), "--api-url", github.api_url, "--json"])
-    payload: dict[str, object] = json.loads(capsys.readouterr().out)
+    code, payload = run_json(capsys, home, github.api_url, "check", *args)
     assert code == 0, payload
-    return payload
+    return dict(payload)
 
 
 def update(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> None:
-    assert main(["update", *args, "--home", str(home), "--api-url", github.api_url, "--json"]) == 0
-    capsys.readouterr()
+    code, payload = run_json(capsys, home, github.api_url, "update", *args)
+    assert code == 0, payload
 
 
 class Cost:

@@ -14,7 +14,7 @@ from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.cli.parser import build_parser
 from llama_runtime.updater.cli.server import LLAMA_SERVER_DEFAULT_PORT, default_port
 
-from tests.conftest import CPU_TAR, REPO, publish_stand_in, run_json, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, cli_process, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 GLOBAL_FLAGS = ("--home", "--api-url", "--repo", "--backend", "--json", "--log-json", "--verbose", "--quiet")
@@ -76,15 +76,9 @@ def test_wait_takes_a_duration_like_jitter(
 
 
 def run_module(home: Path, github: FakeGitHub, *args: str) -> subprocess.CompletedProcess[str]:
+    """``llama-runtime ARGS`` as a child, its home and API given by the environment (as a service unit would)."""
     env = {**os.environ, "LLAMA_RUNTIME_HOME": str(home), "LLAMA_RUNTIME_GITHUB_API": github.api_url}
-    return subprocess.run(
-        [sys.executable, "-m", "llama_runtime", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    return cli_process(*args, env=env)
 
 
 STEPS = ("decided", "downloading", "downloaded", "extracted", "binary runs", "activated")

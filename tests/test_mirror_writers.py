@@ -21,7 +21,7 @@ import pytest
 from llama_runtime.updater.cli.main import main
 
 from tests.archives import build_release_archive
-from tests.conftest import CPU_TAR, REPO, assert_runs, publish_stand_in, stand_in_server, stand_in_tarball
+from tests.conftest import CPU_TAR, REPO, assert_runs, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
 from tests.test_disk_full import SmallFs, inject_enospc, small_fs  # noqa: F401  (fixture)
 
@@ -61,8 +61,7 @@ def assert_published_bytes_are_right(dest: Path) -> None:
 
 
 def assert_client_installs(capsys: pytest.CaptureFixture[str], dest: Path, home: Path, tag: str) -> None:
-    code = main(["update", "--tag", tag, "--backend", "cpu", "--home", str(home), "--api-url", dest.as_uri(), "--json"])
-    payload = json.loads(capsys.readouterr().out)
+    code, payload = run_json(capsys, home, dest.as_uri(), "update", "--tag", tag, "--backend", "cpu")
     assert code == 0, payload
     assert_runs(Path(payload["active"]["binary"]))
 

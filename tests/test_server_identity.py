@@ -26,7 +26,6 @@ from llama_runtime.runtime.process import ManagedServer
 from llama_runtime.runtime.procinfo import pid_alive
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host_detect import detect_host
-from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
 
@@ -282,7 +281,7 @@ def test_export_of_a_server_used_runtime_installs_on_another_machine(
     code, exported = run_json(capsys, home, github.api_url, "export", "--output", str(bundle))
     assert code == 0, exported
     other = tmp_path / "other"
-    code, payload = main_json(capsys, ["install-file", str(bundle), "--home", str(other)])
+    code, payload = run_json(capsys, other, None, "install-file", str(bundle))
     assert code == 0, payload
     assert_runs(Path(payload["active"]["binary"]))
     run_json(capsys, home, github.api_url, "server", "stop")
@@ -301,8 +300,3 @@ def test_export_refuses_a_runtime_holding_a_file_its_marker_does_not_record(
     assert "does not record" in payload["error"]["message"]
     assert not (tmp_path / "x.tar.gz").exists()
     intact.assert_intact("b7000")
-
-
-def main_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, Any]:
-    code = main([*argv, "--json"])
-    return code, json.loads(capsys.readouterr().out)
