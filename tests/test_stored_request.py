@@ -177,3 +177,23 @@ def test_malformed_cuda_version_is_exit_2_for_plan_and_update_and_changes_nothin
         assert code == 2, (command, payload)
         assert "use a line such as '12' or '12.4'" in payload["error"]["message"]
     guard.assert_intact("b7000")
+
+
+def test_without_repo_update_and_check_stay_on_the_fork_the_active_runtime_came_from(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    fork, home = "someone/llama.cpp", tmp_path / "home"
+    for repo, tag in ((fork, "b7000"), (fork, "b7001"), (REPO, "b7005")):
+        archive = stand_in_tarball(tmp_path / f"{repo.split('/')[0]}-{tag}.tar.gz", tag=tag)
+        github.add_release(repo, tag, {f"llama-{tag}-bin-ubuntu-x64.tar.gz": archive})
+    code, done = run_json(capsys, home, github.api_url, "update", "--repo", fork, "--tag", "b7000", "--backend", "cpu")
+    assert code == 0, done
+    code, checked = run_json(capsys, home, github.api_url, "check")
+    assert code == 0, checked
+    assert (checked["latest"], checked["update_available"]) == ("b7001", True)  # the fork's newest, not b7005
+    code, updated = run_json(capsys, home, github.api_url, "update")
+    assert code == 0, updated
+    assert (updated["active"]["repo"], updated["active"]["tag"]) == (fork, "b7001")
+    code, moved = run_json(capsys, home, github.api_url, "update", "--repo", REPO, "--tag", "b7005")
+    assert code == 0, moved
+    assert (moved["active"]["repo"], moved["active"]["tag"]) == (REPO, "b7005")  # --repo still moves it

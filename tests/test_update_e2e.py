@@ -387,7 +387,10 @@ def test_an_undigested_download_left_by_a_fork_update_is_never_installed_for_ups
     (home / "downloads").mkdir(exist_ok=True)
     for leftover in ("nodigest-someone_llama.cpp", "nodigest-ggml-org_llama.cpp", "nodigest"):
         (home / "downloads" / f"{leftover}-{size}-{name}.part").write_bytes(theirs.read_bytes())
-    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b5000", "--backend", "cpu")
+    # --repo: without it the update would stay on the fork the active runtime came from
+    code, payload = run_json(
+        capsys, home, github.api_url, "update", "--tag", "b5000", "--backend", "cpu", "--repo", REPO
+    )
     assert code == 0, payload
     assert payload["active"]["repo"] == REPO
     assert "UPSTREAM" in payload["active"]["binary_version"]

@@ -59,7 +59,8 @@ class Settings:
     Attributes:
         home: The llama-runtime home (``--home`` / ``LLAMA_RUNTIME_HOME``).
         api_url: GitHub REST API base (``--api-url`` / ``LLAMA_RUNTIME_GITHUB_API``).
-        repo: ``owner/name`` (``--repo`` / ``LLAMA_RUNTIME_REPO``).
+        repo: ``owner/name`` (``--repo`` / ``LLAMA_RUNTIME_REPO``; else the active
+            runtime's, so ``update`` and ``check`` stay on the fork it came from).
         backend: Backend request (``--backend`` / ``LLAMA_RUNTIME_BACKEND``), ``auto`` if none.
         token: The token the contract allows for the API origin (updater.sources.credentials).
         backend_explicit: The backend was given (flag or environment), not defaulted.
@@ -161,7 +162,9 @@ def resolve_settings(
     url = (api_url or env.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
     if not url.startswith(("https://", "http://", "file://")):
         raise UserInputError(f"Malformed API URL '{url}'. Use an http(s):// or file:// URL.")
-    repo_value = validate_repo(repo or env.get("LLAMA_RUNTIME_REPO", "").strip() or DEFAULT_REPO)
+    repo_value = validate_repo(
+        repo or env.get("LLAMA_RUNTIME_REPO", "").strip() or _active_repo(home_path) or DEFAULT_REPO
+    )
     if backend is not None:
         backend_value, explicit = parse_backend(backend, source="--backend"), True
     elif env.get("LLAMA_RUNTIME_BACKEND", "").strip():
@@ -183,6 +186,27 @@ def resolve_settings(
         channel=channel_value,
         parallel_downloads=download_parallelism(env),
     )
+
+
+def _active_repo(home: Path) -> str | None:
+    """The repository the active runtime came from; ``None`` when none is (readably) active.
+
+    Like the stored backend request and channel: an update without ``--repo``
+    keeps the repository the user chose. Any trouble reading the home is left
+    to the command itself to report.
+    """
+    from llama_runtime.runtime.errors import LlamaRuntimeError
+    from llama_runtime.runtime.layout import Home
+
+    try:
+        state = Home(home)
+        pointer = state.read_pointer()
+        if not pointer.active:
+            return None
+        repo = state.load(pointer.active).marker.repo
+        return validate_repo(repo)
+    except (LlamaRuntimeError, OSError, ValueError):
+        return None
 
 
 def _channel_request(flag: str | None, env: Mapping[str, str]) -> Channel | None:
