@@ -23,8 +23,9 @@ from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.coverage import host_sms
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.sources.build_manifest import (
+    CHECKSUM_INDEX_ASSET,
     MANIFEST_ASSET,
-    manifest_sha256_in_index,
+    parse_checksum_index,
     parse_manifest,
 )
 from llama_runtime.updater.sources.etag_cache import JsonFileEtagCache
@@ -33,7 +34,7 @@ from llama_runtime.updater.sources.release import Asset, Release
 from llama_runtime.updater.sources.remote_names import RemoteDataError
 from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_tag_remote
 
-from tests.conftest import HomeGuard, cli_process, run_json
+from tests.conftest import HomeGuard, cli_process, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 
 FORK = "unslothai/llama.cpp"
@@ -229,29 +230,34 @@ def test_a_malformed_version_1_manifest_is_refused_not_half_read(payload: bytes,
         parse_manifest(payload, "m")
 
 
-def test_checksum_index_gives_the_manifest_sha_and_must_be_this_releases() -> None:
+def test_checksum_index_gives_each_files_sha_and_must_be_this_releases() -> None:
     digest = "ab" * 32
-    index = {"release_tag": TAG, "artifacts": {MANIFEST_ASSET: {"sha256": digest.upper()}}}
-    assert manifest_sha256_in_index(json.dumps(index).encode(), TAG, "i") == digest
+    index = {"release_tag": TAG, "artifacts": {MANIFEST_ASSET: {"sha256": digest.upper()}, "a.zip": {"sha256": digest}}}
+    assert parse_checksum_index(json.dumps(index).encode(), TAG, "i") == {MANIFEST_ASSET: digest, "a.zip": digest}
     with pytest.raises(RemoteDataError, match="not 'b1'"):
-        manifest_sha256_in_index(json.dumps(index).encode(), "b1", "i")
+        parse_checksum_index(json.dumps(index).encode(), "b1", "i")
     index["artifacts"] = {MANIFEST_ASSET: {"sha256": "zz"}}
     with pytest.raises(RemoteDataError, match="no valid sha256"):
-        manifest_sha256_in_index(json.dumps(index).encode(), TAG, "i")
+        parse_checksum_index(json.dumps(index).encode(), TAG, "i")
 
 
 # -- end to end through the fake GitHub ------------------------------------------------------
 
 
-def publish_fork(github: FakeGitHub, tmp_path: Path, *, index_sha: str | None = None) -> None:
-    """The fork's release as it publishes it: bundles, the manifest and the checksum index."""
-    manifest = json.dumps(manifest_json()).encode()
+def publish_fork(
+    github: FakeGitHub, tmp_path: Path, *, approve: dict[str, str] | None = None, digests: bool = True
+) -> None:
+    """The fork's release as it publishes it: bundles (the CPU one installable), the manifest, and the
+    checksum index approving every file's sha256 (``approve`` overrides entries)."""
+    files: dict[str, bytes] = {asset_name(p): b"x" * 64 for p in [*PROFILES, *ROCM, *OTHERS]}
+    cpu = stand_in_tarball(tmp_path / "fork-cpu.tar.gz", tag=TAG, script=stand_in_server("version: 9596 (e6f2453)"))
+    files[asset_name("linux-x64-cpu")] = cpu.read_bytes()
+    files[MANIFEST_ASSET] = json.dumps(manifest_json()).encode()
+    approved = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()} | (approve or {})
     index = {"schema_version": 1, "component": "llama.cpp", "release_tag": TAG, "upstream_tag": "b9596",
-             "artifacts": {MANIFEST_ASSET: {"sha256": index_sha or hashlib.sha256(manifest).hexdigest()}}}  # fmt: skip
-    files: dict[str, bytes | Path] = {asset_name(p): b"x" * 64 for p in [*PROFILES, *ROCM, *OTHERS]}
-    files[MANIFEST_ASSET] = manifest
-    files["llama-prebuilt-sha256.json"] = json.dumps(index).encode()
-    github.add_release(FORK, TAG, files)
+             "artifacts": {name: {"sha256": sha, "repo": FORK} for name, sha in approved.items()}}  # fmt: skip
+    files[CHECKSUM_INDEX_ASSET] = json.dumps(index).encode()
+    github.add_release(FORK, TAG, dict(files), digests=digests)
 
 
 def test_plan_host_reads_the_forks_manifest_once_and_plans_pascal_and_blackwell(
@@ -305,11 +311,11 @@ def test_the_scheduled_checks_cheap_path_sees_the_manifest_of_a_forks_latest_rel
 def test_manifest_that_its_checksum_index_does_not_approve_stops_the_update_and_changes_nothing(
     tmp_path: Path, github: FakeGitHub, b7000_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    publish_fork(github, tmp_path, approve={MANIFEST_ASSET: "0" * 64})
     guard = HomeGuard(tmp_path, b7000_home)
-    publish_fork(github, tmp_path, index_sha="0" * 64)
     code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--repo", FORK, "--tag", TAG)
     assert code == 8, payload
-    assert "llama-prebuilt-sha256.json lists" in payload["error"]["message"]
+    assert f"{MANIFEST_ASSET} and the one its {CHECKSUM_INDEX_ASSET} approves differ" in payload["error"]["message"]
     guard.assert_intact("b7000")
 
 
@@ -347,3 +353,67 @@ def test_list_available_judges_fork_bundles_by_their_manifest_read_only_for_rele
                "--home", str(tmp_path / "home"), "--json")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(github.requests_to("blob", MANIFEST_ASSET)) == 1
+
+
+def test_the_index_approval_of_an_archive_is_checked_against_githubs_digest(
+    tmp_path: Path, github: FakeGitHub, b7000_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cpu = asset_name("linux-x64-cpu")
+    publish_fork(github, tmp_path, approve={cpu: "0" * 64})  # the publisher's index disowns the bytes
+    guard = HomeGuard(tmp_path, b7000_home)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--repo", FORK, "--tag", TAG)
+    assert code == 8, payload
+    assert f"{cpu} and the one its {CHECKSUM_INDEX_ASSET} approves differ" in payload["error"]["message"]
+    guard.assert_intact("b7000")
+
+
+@pytest.mark.parametrize("honest", [True, False])
+def test_without_githubs_digest_the_index_sha256_is_what_the_download_must_match(
+    honest: bool, tmp_path: Path, github: FakeGitHub, b7000_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cpu = asset_name("linux-x64-cpu")
+    publish_fork(github, tmp_path, approve=None if honest else {cpu: "1" * 64}, digests=False)
+    guard = HomeGuard(tmp_path, b7000_home)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--repo", FORK, "--tag", TAG)
+    if honest:
+        assert code == 0, payload
+        assert payload["active"]["tag"] == TAG
+        assert json.loads(Path(payload["active"]["marker_path"]).read_text())["digest_verified"] is True
+        return
+    assert code == 8, payload
+    guard.assert_intact("b7000")
+
+
+def test_a_damaged_cached_manifest_is_read_again_not_blamed_on_the_fork(tmp_path: Path, github: FakeGitHub) -> None:
+    publish_fork(github, tmp_path)
+    cache = JsonFileEtagCache(tmp_path / "etags.json")
+    with GitHubClient(github.api_url, FORK, etag_cache=cache) as client:
+        assert resolve_tag_remote(client, TAG).release.manifest is not None
+    data = json.loads((tmp_path / "etags.json").read_text())
+    for entry in data.values():
+        if isinstance(entry.get("body"), str) and '"upstream_tag": "b9596", "artifacts": [' in entry["body"]:
+            entry["body"] = entry["body"][:40]  # cut short on disk
+    (tmp_path / "etags.json").write_text(json.dumps(data))
+    with GitHubClient(github.api_url, FORK, etag_cache=cache) as client:
+        assert resolve_tag_remote(client, TAG).release.manifest is not None
+    assert len(github.requests_to("blob", MANIFEST_ASSET)) == 2
+
+
+@pytest.mark.parametrize(
+    ("artifacts", "message"),
+    [
+        ([{"asset_name": "a", "install_kind": "linux-cuda", "min_sm": "²"}], "not an SM number"),
+        ([{"asset_name": "a", "install_kind": "linux-cuda", "min_sm": 89, "max_sm": 70}], "min_sm 89 is above"),
+        ([{"asset_name": "a", "install_kind": "linux-cpu"}, {"asset_name": "a", "install_kind": "linux-cuda"}],
+         "describes 'a' twice"),
+    ],
+)  # fmt: skip
+def test_a_manifest_that_contradicts_itself_is_refused(artifacts: list[dict[str, Any]], message: str) -> None:
+    payload = {"schema_version": 1, "component": "llama.cpp", "upstream_tag": "b1", "artifacts": artifacts}
+    with pytest.raises(RemoteDataError, match=message):
+        parse_manifest(json.dumps(payload).encode(), "m")
+
+
+def test_schema_version_true_is_not_version_1() -> None:
+    payload = {"schema_version": True, "component": "llama.cpp", "upstream_tag": "b1", "artifacts": []}
+    assert parse_manifest(json.dumps(payload).encode(), "m") is None

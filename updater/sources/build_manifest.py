@@ -25,6 +25,7 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -43,6 +44,7 @@ MAX_MANIFEST_BYTES: Final[int] = 1024 * 1024
 SCHEMA_VERSION: Final[int] = 1
 #: Unsloth's default rank for an artifact that gives none: after every ranked one.
 DEFAULT_RANK: Final[int] = 1000
+_SHA256_HEX: Final = re.compile(r"^[0-9a-f]{64}$")
 #: SM numbers are compute capabilities times ten; anything past this is not a GPU.
 _MAX_SM: Final[int] = 1000
 
@@ -114,7 +116,7 @@ def _sm(value: object, where: str, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise _malformed(where, f"'{key}' holds {type(value).__name__}, not an SM number")
     text = str(value).strip()
-    if not text.isdigit() or not 0 < int(text) < _MAX_SM:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < _MAX_SM:
         raise _malformed(where, f"'{key}' holds {text[:20]!r}, not an SM number such as 86")
     return int(text)
 
@@ -155,6 +157,9 @@ def parse_artifact(raw: object, where: str) -> ArtifactFacts | None:
     sms = raw.get("supported_sms")
     if sms is not None and not isinstance(sms, list):
         raise _malformed(where, "'supported_sms' is not a list")
+    low, high = _optional_sm(raw, "min_sm", where), _optional_sm(raw, "max_sm", where)
+    if low is not None and high is not None and low > high:
+        raise _malformed(where, f"its min_sm {low} is above its max_sm {high}")
     return ArtifactFacts(
         asset_name=name,
         install_kind=kind,
@@ -162,8 +167,8 @@ def parse_artifact(raw: object, where: str) -> ArtifactFacts | None:
         coverage_class=_text(raw, "coverage_class", where),
         bundle_profile=_text(raw, "bundle_profile", where),
         supported_sms=tuple(sorted({_sm(v, where, "supported_sms") for v in sms or ()})),
-        min_sm=_optional_sm(raw, "min_sm", where),
-        max_sm=_optional_sm(raw, "max_sm", where),
+        min_sm=low,
+        max_sm=high,
         rank=_rank(raw, where),
         gfx_target=_text(raw, "gfx_target", where),
         mapped_targets=tuple(t.lower() for t in _strings(raw, "mapped_targets", where)),
@@ -189,7 +194,8 @@ def parse_manifest(data: bytes, where: str) -> BuildManifest | None:
         raise _malformed(where, "it is not JSON") from None
     if not isinstance(payload, dict):
         raise _malformed(where, "it is not a JSON object")
-    if payload.get("schema_version") != SCHEMA_VERSION or payload.get("component") != "llama.cpp":
+    version = payload.get("schema_version")
+    if isinstance(version, bool) or version != SCHEMA_VERSION or payload.get("component") != "llama.cpp":
         return None
     upstream = payload.get("upstream_tag")
     entries = payload.get("artifacts")
@@ -197,15 +203,22 @@ def parse_manifest(data: bytes, where: str) -> BuildManifest | None:
         raise _malformed(where, "it names no upstream_tag")
     if not isinstance(entries, list):
         raise _malformed(where, "it has no artifacts list")
-    artifacts = {a.asset_name: a for raw in entries if (a := parse_artifact(raw, where)) is not None}
+    artifacts: dict[str, ArtifactFacts] = {}
+    for raw in entries:
+        artifact = parse_artifact(raw, where)
+        if artifact is None:
+            continue
+        if artifact.asset_name in artifacts:  # two different stories about one file: neither is believed
+            raise _malformed(where, f"it describes {artifact.asset_name[:120]!r} twice")
+        artifacts[artifact.asset_name] = artifact
     return BuildManifest(upstream_tag=upstream, artifacts=artifacts)
 
 
-def manifest_sha256_in_index(data: bytes, release_tag: str, where: str) -> str | None:
-    """The sha256 a ``llama-prebuilt-sha256.json`` approves for the manifest.
+def parse_checksum_index(data: bytes, release_tag: str, where: str) -> dict[str, str]:
+    """Read a ``llama-prebuilt-sha256.json``: the sha256 its publisher approves for each file.
 
     Returns:
-        Lower-case hex, or ``None`` when the index does not list the manifest.
+        Asset name -> lower-case hex sha256, the manifest's own entry included.
 
     Raises:
         RemoteDataError: The index is malformed or belongs to another release.
@@ -219,13 +232,13 @@ def manifest_sha256_in_index(data: bytes, release_tag: str, where: str) -> str |
     if payload.get("release_tag") != release_tag:
         found = str(payload.get("release_tag"))[:80]
         raise _malformed(where, f"it is the index of release {found!r}, not {release_tag!r}")
-    entry = payload["artifacts"].get(MANIFEST_ASSET)
-    if entry is None:
-        return None
-    digest = entry.get("sha256") if isinstance(entry, dict) else None
-    if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest.lower()):
-        raise _malformed(where, f"its entry for {MANIFEST_ASSET} has no valid sha256")
-    return digest.lower()
+    approved: dict[str, str] = {}
+    for name, entry in payload["artifacts"].items():
+        digest = entry.get("sha256") if isinstance(entry, dict) else None
+        if not isinstance(digest, str) or not _SHA256_HEX.match(digest.lower()):
+            raise _malformed(where, f"its entry for {str(name)[:120]!r} has no valid sha256")
+        approved[name] = digest.lower()
+    return approved
 
 
 __all__ = [
@@ -235,7 +248,7 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "ArtifactFacts",
     "BuildManifest",
-    "manifest_sha256_in_index",
     "parse_artifact",
+    "parse_checksum_index",
     "parse_manifest",
 ]

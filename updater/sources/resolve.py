@@ -20,10 +20,11 @@ the release's checksum index, so the chooser knows each bundle's GPU coverage.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from llama_runtime.runtime.errors import (
     IntegrityError,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 NIGHTLY_PER_PAGE: Final[int] = 10
 _POINTER_CACHE_PREFIX: Final[str] = "nightly-tag:"
 _MANIFEST_CACHE_PREFIX: Final[str] = "build-manifest:"
+_T = TypeVar("_T")
 
 
 def _pointer_key(asset: Asset, prefix: str = _POINTER_CACHE_PREFIX) -> tuple[str, str]:
@@ -97,80 +99,121 @@ def pointers_on_page(client: ReleaseSource, releases: Sequence[Release]) -> dict
     return found
 
 
-def _read_manifest_bytes(client: ReleaseSource, release: Release, asset: Asset) -> bytes:
-    """The manifest's bytes, checked against its published digest and the release's checksum index.
+def _read_metadata(client: ReleaseSource, release: Release, asset: Asset, parse: Callable[[bytes], _T]) -> _T:
+    """A build-metadata file of ``release``, parsed; cached by the asset's identity once it parsed.
+
+    A cached copy that no longer parses (a damaged cache) is read again from the
+    source rather than blamed on the publisher.
 
     Raises:
-        DigestMismatchError: The bytes are not the ones GitHub or the index approves.
-        RemoteDataError: The checksum index is malformed or of another release.
-        NetworkError, RemoteError: A download failed.
+        DigestMismatchError: The bytes are not the ones GitHub publishes for the asset.
+        RemoteDataError, IntegrityError: ``parse`` refused them.
+        NetworkError, RemoteError: The download failed.
     """
     from llama_runtime.runtime.errors import DigestMismatchError
-    from llama_runtime.updater.sources.build_manifest import (
-        CHECKSUM_INDEX_ASSET,
-        MAX_MANIFEST_BYTES,
-        manifest_sha256_in_index,
-    )
+    from llama_runtime.updater.sources.build_manifest import MAX_MANIFEST_BYTES
 
-    data = client.read_small_asset(asset, MAX_MANIFEST_BYTES)
-    actual = hashlib.sha256(data).hexdigest()
-    published = asset.sha256  # raises IntegrityError for a digest that is not a sha256
-    where = f"{release.repo}@{release.tag} {asset.name}"
-    if published is not None and published != actual:
-        raise DigestMismatchError(f"{where} does not match the sha256 GitHub publishes for it.")
-    index = release.asset(CHECKSUM_INDEX_ASSET)
-    if index is not None:
-        approved = manifest_sha256_in_index(
-            client.read_small_asset(index, MAX_MANIFEST_BYTES),
-            release.tag,
-            f"{release.repo}@{release.tag} {CHECKSUM_INDEX_ASSET}",
-        )
-        if approved is not None and approved != actual:
-            raise DigestMismatchError(f"{where} does not match the sha256 its release's {CHECKSUM_INDEX_ASSET} lists.")
-    return data
-
-
-def read_build_manifest(client: ReleaseSource, release: Release) -> BuildManifest | None:
-    """The build manifest ``release`` publishes, read and checked; ``None`` when it has none.
-
-    Cached by the asset's identity (URL, size, digest) like a pointer, so a
-    repeated check downloads nothing.
-
-    Raises:
-        DigestMismatchError: The manifest is not the one its release approves.
-        RemoteDataError: It (or the checksum index) is malformed.
-        NetworkError, RemoteError: A download failed.
-    """
-    from llama_runtime.updater.sources.build_manifest import MANIFEST_ASSET, parse_manifest
-
-    asset = release.asset(MANIFEST_ASSET)
-    if asset is None or not asset.is_complete:
-        return None
-    where = f"{release.repo}@{release.tag} {MANIFEST_ASSET}"
     key, fingerprint = _pointer_key(asset, _MANIFEST_CACHE_PREFIX)
     cache = client.etag_cache
     cached = cache.get(key) if cache is not None else None
     if cached is not None and cached[0] == fingerprint and isinstance(cached[1], str):
-        return parse_manifest(cached[1].encode("utf-8"), where)
-    data = _read_manifest_bytes(client, release, asset)
-    manifest = parse_manifest(data, where)  # parsed before caching: a bad file is never cached
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return manifest  # JSON in another Unicode encoding: valid, just not cached
-    if cache is not None:
-        cache.put(key, fingerprint, text)
-    return manifest
+        with contextlib.suppress(IntegrityError):
+            return parse(cached[1].encode("utf-8"))
+    data = client.read_small_asset(asset, MAX_MANIFEST_BYTES)
+    published = asset.sha256  # raises IntegrityError for a digest that is not a sha256
+    if published is not None and published != hashlib.sha256(data).hexdigest():
+        raise DigestMismatchError(
+            f"{release.repo}@{release.tag} {asset.name} does not match the sha256 GitHub publishes for it."
+        )
+    parsed = parse(data)  # parsed before caching: a bad file is never cached
+    with contextlib.suppress(UnicodeDecodeError):  # JSON in another Unicode encoding: valid, not cached
+        if cache is not None:
+            cache.put(key, fingerprint, data.decode("utf-8"))
+    return parsed
+
+
+def _approved_digests(client: ReleaseSource, release: Release) -> dict[str, str]:
+    """What the release's checksum index approves (asset -> sha256); empty without a complete index."""
+    from llama_runtime.updater.sources.build_manifest import CHECKSUM_INDEX_ASSET, parse_checksum_index
+
+    index = release.asset(CHECKSUM_INDEX_ASSET)
+    if index is None or not index.is_complete:
+        return {}
+    where = f"{release.repo}@{release.tag} {CHECKSUM_INDEX_ASSET}"
+    return _read_metadata(client, release, index, lambda data: parse_checksum_index(data, release.tag, where))
+
+
+def _with_approved_digests(release: Release, approved: Mapping[str, str]) -> Release:
+    """``release`` whose assets carry the index's sha256 where GitHub publishes none.
+
+    Raises:
+        DigestMismatchError: GitHub and the index disagree about an asset: one of them
+            was tampered with or broken, so nothing of the release is trusted.
+    """
+    from llama_runtime.runtime.errors import DigestMismatchError
+    from llama_runtime.updater.sources.build_manifest import CHECKSUM_INDEX_ASSET
+
+    assets = []
+    for asset in release.assets:
+        wanted = approved.get(asset.name)
+        if wanted is not None and asset.digest is None:
+            asset = dataclasses.replace(asset, digest=f"sha256:{wanted}")
+        elif wanted is not None and asset.sha256 != wanted:
+            raise DigestMismatchError(
+                f"{release.repo}@{release.tag}: GitHub's sha256 of {asset.name} and the one its "
+                f"{CHECKSUM_INDEX_ASSET} approves differ; refusing the release."
+            )
+        assets.append(asset)
+    return dataclasses.replace(release, assets=tuple(assets))
+
+
+def _manifest_parser(release: Release, approved: Mapping[str, str]) -> Callable[[bytes], BuildManifest | None]:
+    from llama_runtime.runtime.errors import DigestMismatchError
+    from llama_runtime.updater.sources.build_manifest import CHECKSUM_INDEX_ASSET, MANIFEST_ASSET, parse_manifest
+
+    where = f"{release.repo}@{release.tag} {MANIFEST_ASSET}"
+
+    def parse(data: bytes) -> BuildManifest | None:
+        wanted = approved.get(MANIFEST_ASSET)
+        if wanted is not None and wanted != hashlib.sha256(data).hexdigest():
+            raise DigestMismatchError(f"{where} does not match the sha256 its release's {CHECKSUM_INDEX_ASSET} lists.")
+        return parse_manifest(data, where)
+
+    return parse
 
 
 def release_with_manifest(client: ReleaseSource, release: Release) -> Release:
-    """``release`` with its build manifest attached, when it publishes one (see :func:`read_build_manifest`)."""
-    manifest = read_build_manifest(client, release)
+    """``release`` with its build metadata applied, when it publishes any.
+
+    The checksum index (``llama-prebuilt-sha256.json``) gives every asset it lists
+    the sha256 its publisher approves (checked against GitHub's own digest); the
+    manifest, checked against both, tells each bundle's GPU coverage. Both are
+    cached by the asset's identity, so a repeated check downloads nothing.
+
+    Raises:
+        DigestMismatchError: A file is not the one its release approves.
+        RemoteDataError: The manifest or index is malformed, or the index is another release's.
+        NetworkError, RemoteError: A download failed.
+    """
+    from llama_runtime.updater.sources.build_manifest import MANIFEST_ASSET
+
+    approved = _approved_digests(client, release)
+    if approved:
+        release = _with_approved_digests(release, approved)
+    asset = release.asset(MANIFEST_ASSET)
+    if asset is None or not asset.is_complete:
+        return release
+    manifest = _read_metadata(client, release, asset, _manifest_parser(release, approved))
     return release if manifest is None else dataclasses.replace(release, manifest=manifest)
 
 
+def read_build_manifest(client: ReleaseSource, release: Release) -> BuildManifest | None:
+    """The build manifest ``release`` publishes, read and checked; ``None`` when it has none (or another schema)."""
+    return release_with_manifest(client, release).manifest
+
+
 def with_build_manifest(client: ReleaseSource, found: ResolvedRelease) -> ResolvedRelease:
-    """``found`` with its build release's manifest attached, when it publishes one."""
+    """``found`` with its build release's metadata applied (see :func:`release_with_manifest`)."""
     release = release_with_manifest(client, found.release)
     return found if release is found.release else dataclasses.replace(found, release=release)
 
