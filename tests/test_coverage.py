@@ -417,3 +417,24 @@ def test_a_manifest_that_contradicts_itself_is_refused(artifacts: list[dict[str,
 def test_schema_version_true_is_not_version_1() -> None:
     payload = {"schema_version": True, "component": "llama.cpp", "upstream_tag": "b1", "artifacts": []}
     assert parse_manifest(json.dumps(payload).encode(), "m") is None
+
+
+def test_a_cuda_bundle_the_manifest_leaves_out_ranks_after_those_it_says_cover_the_gpu() -> None:
+    unlisted = {k: v for k, v in PROFILES.items() if "portable" not in k}
+    data = manifest_json(unlisted)  # the portable bundles are published but not described
+    parsed = parse_manifest(json.dumps(data).encode(), "m")
+    choice = choose_asset(replace(release(), manifest=parsed), nvidia("12.4", "6.1"), "auto")
+    assert choice.asset.name == asset_name("linux-x64-cuda12-legacy")
+    verdicts = {c.asset_name: c.why for c in choice.candidates}
+    assert verdicts[asset_name("linux-x64-cuda12-portable")] == f"ranked below {choice.asset.name}"
+
+
+def test_a_cuda_pin_with_a_minor_matches_the_forks_major_line_bundles() -> None:
+    choice = choose_asset(release(), nvidia("12.8", "12.0"), "cuda", cuda_version="12.8")
+    assert choice.asset.name == asset_name("linux-x64-cuda12-newer")
+
+
+def test_the_cuda_13_floor_reads_every_gpus_capability_not_only_the_lowest_field() -> None:
+    # A host file may give compute_capabilities alone; Pascal still never gets a 13.x build.
+    choice = choose_asset(release(manifest=False), nvidia("13.0", "6.1"), "auto")
+    assert choice.asset.name == asset_name("linux-x64-cuda12-portable")

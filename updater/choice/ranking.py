@@ -21,7 +21,7 @@ import re
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.updater.choice.assetnames import AssetInfo
-from llama_runtime.updater.choice.coverage import cuda_coverage, rocm_targets
+from llama_runtime.updater.choice.coverage import cuda_coverage, host_sms, rocm_targets
 from llama_runtime.updater.choice.facts import Build, fact_refusal, gfx_family_members
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.tags import parse_tag
@@ -66,11 +66,15 @@ def same_version(a: str | None, b: str | None) -> bool:
 
 
 def _pin_matches(pin: str, version: str | None) -> bool:
-    """``"12"`` matches every 12.x; ``"12.4"`` matches 12.4 and 12.4.0."""
+    """``"12"`` matches every 12.x; ``"12.4"`` matches 12.4 and 12.4.0.
+
+    A build named by its major line only (a fork's ``cuda12`` bundle) matches
+    every pin of that line: its name cannot say which minor it was built with.
+    """
     want, have = _version_key(pin), _version_key(version)
     if not want or not have:
         return False
-    if len(want) == 1:
+    if len(want) == 1 or len(have) == 1:
         return have[0] == want[0]
     return same_version(pin, version)
 
@@ -124,6 +128,10 @@ class Ranker:
             if variant is None:
                 return None, covers
             why = covers if why == "usable" else why
+        elif info.backend == "cuda" and self.release is not None and self.release.manifest is not None:
+            # A bundle the release's own manifest leaves out has no known coverage: after every one it covers.
+            variant = (2, 0, 0, 0)
+            why = "usable: the release manifest does not describe it, so it ranks after the bundles it does"
         return (primary, variant, 0 if info.archive == "tar.gz" else 1), why
 
     def _artifact(self, info: AssetInfo) -> ArtifactFacts | None:
@@ -152,12 +160,13 @@ class Ranker:
             minor_compat = build_line > driver_line
         elif driver is None and self.auto:
             return None, "no NVIDIA driver detected"
-        capability = _version_key(self.host.compute_capability)[:2]
+        sms = host_sms(self.host)  # every GPU, whichever of the two host facts gave them
+        capability = divmod(sms[0], 10) if sms else ()
         if capability and capability < _CUDA13_MIN_CAPABILITY and _line(info.backend_version)[0] >= 13:
             return (
                 None,
                 f"CUDA {info.backend_version} builds cannot run on compute capability "
-                f"{self.host.compute_capability} (13.x needs 7.5 or newer)",
+                f"{capability[0]}.{capability[1]} (13.x needs 7.5 or newer)",
             )
         # Unknown lines ("ubuntu-cuda-x64") rank below every named one; a
         # minor-compatible line below every fully supported one, closest first.
