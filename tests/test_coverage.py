@@ -35,7 +35,7 @@ from llama_runtime.updater.sources.remote_names import RemoteDataError
 from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_tag_remote
 
 from tests.conftest import HomeGuard, cli_process, run_json, stand_in_server, stand_in_tarball
-from tests.fakegithub import FakeGitHub
+from tests.fakegithub import FakeGitHub, Fault
 
 FORK = "unslothai/llama.cpp"
 TAG = "b9596-mix-e6f2453"
@@ -438,3 +438,22 @@ def test_the_cuda_13_floor_reads_every_gpus_capability_not_only_the_lowest_field
     # A host file may give compute_capabilities alone; Pascal still never gets a 13.x build.
     choice = choose_asset(release(manifest=False), nvidia("13.0", "6.1"), "auto")
     assert choice.asset.name == asset_name("linux-x64-cuda12-portable")
+
+
+def test_a_manifest_served_drop_by_drop_gives_up_at_its_deadline_and_changes_nothing(
+    tmp_path: Path,
+    github: FakeGitHub,
+    b7000_home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from llama_runtime.updater.sources import github as github_source
+
+    publish_fork(github, tmp_path)
+    guard = HomeGuard(tmp_path, b7000_home)
+    monkeypatch.setattr(github_source, "SMALL_ASSET_DEADLINE_SECONDS", 1.0)
+    github.inject(MANIFEST_ASSET, Fault(drip_seconds=0.3, drip_chunk=16, times=None))
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--repo", FORK, "--tag", TAG)
+    assert code == 7, payload
+    assert f"longer than 1 s to send {MANIFEST_ASSET}" in payload["error"]["message"]
+    guard.assert_intact("b7000")

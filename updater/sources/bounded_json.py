@@ -10,13 +10,23 @@ sentence, never in an exhausted machine or a bug exit.
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from typing import Any, Final
 
 import httpx
+from llama_runtime.runtime.errors import NetworkError
 from llama_runtime.updater.sources.remote_names import RemoteDataError
 
-__all__ = ["ACCEPT_ENCODING", "MAX_API_BODY_BYTES", "MAX_JSON_DEPTH", "loads_bounded", "read_capped"]
+__all__ = [
+    "ACCEPT_ENCODING",
+    "API_BODY_DEADLINE_SECONDS",
+    "MAX_API_BODY_BYTES",
+    "MAX_JSON_DEPTH",
+    "loads_bounded",
+    "read_capped",
+    "too_slow",
+]
 
 #: What API requests accept: gzip only, which :func:`read_capped` inflates itself
 #: in bounded steps (httpx would also offer br/zstd when those modules exist).
@@ -34,9 +44,19 @@ MAX_API_BODY_BYTES: Final[int] = 16 * 1024 * 1024
 #: assets, asset.uploader); 64 leaves room for any field GitHub may add while
 #: staying far below the interpreter's recursion limit.
 MAX_JSON_DEPTH: Final[int] = 64
+#: Longest an API answer may take to arrive in full (seconds). A page of 100 releases is a
+#: few MB; even at 50 KB/s it is in within a minute. A server that drips a byte at a time
+#: (each read inside the read timeout) must not hold the update lock for hours.
+API_BODY_DEADLINE_SECONDS: Final[float] = 120.0
 
 
-def read_capped(response: httpx.Response, *, cap: int = MAX_API_BODY_BYTES, what: str) -> bytes:
+def read_capped(
+    response: httpx.Response,
+    *,
+    cap: int = MAX_API_BODY_BYTES,
+    what: str,
+    deadline_s: float = API_BODY_DEADLINE_SECONDS,
+) -> bytes:
     """The decoded body of a streamed ``response``, refusing more than ``cap`` bytes.
 
     Decompression is done here, in steps of at most what the cap still allows
@@ -46,6 +66,7 @@ def read_capped(response: httpx.Response, *, cap: int = MAX_API_BODY_BYTES, what
     Raises:
         RemoteDataError: The decoded body exceeds ``cap`` (reading stops there),
             or it uses an encoding that was not asked for.
+        NetworkError: The body took longer than ``deadline_s`` to arrive.
         httpx.HTTPError: The transfer failed (the caller maps it).
     """
     try:
@@ -68,8 +89,11 @@ def read_capped(response: httpx.Response, *, cap: int = MAX_API_BODY_BYTES, what
         raise _too_big(what, cap)
     pieces: list[bytes] = []
     total = 0
+    give_up_at = time.monotonic() + deadline_s
     try:
         for raw in response.iter_raw():
+            if time.monotonic() > give_up_at:
+                raise too_slow(what, deadline_s)
             pending = raw
             while pending:
                 if inflater is None:
@@ -84,6 +108,13 @@ def read_capped(response: httpx.Response, *, cap: int = MAX_API_BODY_BYTES, what
     except zlib.error as exc:
         raise RemoteDataError(f"The server sent {what} whose compression is corrupt ({exc}).") from exc
     return b"".join(pieces)
+
+
+def too_slow(what: str, deadline_s: float) -> NetworkError:
+    """The error for a body that did not arrive within ``deadline_s`` seconds."""
+    return NetworkError(
+        f"The server took longer than {deadline_s:.0f} s to send {what}; it is too slow or stalling. Try again later."
+    )
 
 
 def _too_big(what: str, cap: int) -> RemoteDataError:

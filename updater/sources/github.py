@@ -31,7 +31,7 @@ from llama_runtime.runtime.errors import (
     RemoteError,
 )
 from llama_runtime.updater.logs import get_logger
-from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING
+from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, too_slow
 from llama_runtime.updater.sources.credentials import may_send_token
 from llama_runtime.updater.sources.etag_cache import EtagCache
 from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
@@ -49,6 +49,9 @@ __all__ = ["GitHubClient", "same_origin"]
 
 # 100 is GitHub's maximum page size; one page covers months of llama.cpp builds.
 _PER_PAGE: Final[int] = 100
+#: Longest a small asset (a pointer, a build manifest, at most 1 MiB) may take in full
+#: (seconds): ample for a slow link, and a server that drips it cannot hold the update lock.
+SMALL_ASSET_DEADLINE_SECONDS: Final[float] = 60.0
 
 
 def _package_version() -> str:
@@ -237,11 +240,13 @@ class GitHubClient:
 
         Raises:
             IntegrityError: The body is longer than ``max_bytes``.
-            NetworkError, RemoteError: The download failed.
+            NetworkError, RemoteError: The download failed, or took longer than
+                :data:`SMALL_ASSET_DEADLINE_SECONDS`.
         """
         from llama_runtime.runtime.errors import IntegrityError
 
         url, headers = self.asset_request(asset)
+        give_up_at = time.monotonic() + SMALL_ASSET_DEADLINE_SECONDS
         try:
             with self.http.stream("GET", url, headers=headers, follow_redirects=True) as response:
                 if response.status_code != 200:
@@ -251,6 +256,8 @@ class GitHubClient:
                     body += chunk
                     if len(body) > max_bytes:
                         raise IntegrityError(f"{asset.name} is larger than {max_bytes} bytes; refusing to read it.")
+                    if time.monotonic() > give_up_at:
+                        raise too_slow(asset.name, SMALL_ASSET_DEADLINE_SECONDS)
         except httpx.TooManyRedirects as exc:
             raise RemoteError(f"Downloading {asset.name} redirected in a loop.") from exc
         except httpx.HTTPError as exc:
