@@ -457,3 +457,15 @@ def test_a_manifest_served_drop_by_drop_gives_up_at_its_deadline_and_changes_not
     assert code == 7, payload
     assert f"longer than 1 s to send {MANIFEST_ASSET}" in payload["error"]["message"]
     guard.assert_intact("b7000")
+
+
+def test_one_release_with_a_broken_manifest_does_not_hide_the_others_from_list_available(
+    tmp_path: Path, github: FakeGitHub
+) -> None:
+    old = "b9500-mix-aaaaaaa"
+    github.add_release(FORK, old, {f"app-{old}-linux-x64-cpu.tar.gz": b"x" * 64, MANIFEST_ASSET: b"<html>"})
+    publish_fork(github, tmp_path)
+    done = cli_process("list", "--available", "--limit", "5", "--repo", FORK, "--api-url", github.api_url,
+                       "--home", str(tmp_path / "home"), "--json")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [a["tag"] for a in json.loads(done.stdout)["available"]] == [TAG]

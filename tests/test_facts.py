@@ -6,6 +6,7 @@ floors), one group per finding of the issue; each names the fact that decides it
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -291,6 +292,7 @@ def test_missing_keys_are_unknown_and_unknown_keys_ignored() -> None:
         ({"os": "linux", "arch": "x64", "vulkan": "yes"}, "`vulkan` must be true or false"),
         ({"os": "linux", "arch": "x64", "rocm_gfx": "gfx1100"}, "`rocm_gfx` must be a list"),
         ([1, 2], "no host object"),
+        ({"cuda_driver_version": "12.4"}, "needs `os` and `arch`"),
     ],
 )
 def test_bad_host_file_is_exit_2_saying_what_is_valid(tmp_path: Path, payload: object, message: str) -> None:
@@ -299,6 +301,13 @@ def test_bad_host_file_is_exit_2_saying_what_is_valid(tmp_path: Path, payload: o
     with pytest.raises(UserInputError, match=message) as caught:
         load_host_file(path)
     assert caught.value.exit_code == 2
+
+
+def test_a_fifo_as_host_file_is_exit_2_not_a_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "host.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(UserInputError, match="not a regular file"):
+        load_host_file(fifo)
 
 
 def test_missing_host_file_is_exit_2(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ def available_builds(
     *,
     installed: set[tuple[str, str]],
     limit: int,
-    enrich: Callable[[Release], Release] | None = None,
+    enrich: Callable[[Release], Release | None] | None = None,
 ) -> list[Available]:
     """The newest ``limit`` builds that have an asset for ``host`` and ``backend``.
 
@@ -72,7 +72,8 @@ def available_builds(
         installed: ``(tag, asset)`` pairs already installed.
         limit: How many to return at most.
         enrich: Completes a release before its asset is chosen (the source
-            attaches a fork's build manifest); called only for the releases examined.
+            attaches a fork's build manifest); called only for the releases
+            examined. ``None`` from it drops the release (its metadata is bad).
     """
     found: list[Available] = []
     by_tag = {b.build_tag: b for b in builds}
@@ -80,7 +81,10 @@ def available_builds(
         if len(found) >= limit:
             break
         if enrich is not None:
-            release = enrich(release)
+            completed = enrich(release)
+            if completed is None:
+                continue
+            release = completed
         try:
             choice = choose_asset(release, host, backend)
         except (BackendUnavailableError, ReleaseIncompleteError):

@@ -27,6 +27,8 @@ def load_host_file(path: Path) -> HostFacts:
         UserInputError: Unreadable, not JSON, not a host object, or a key of the wrong type.
     """
     try:
+        if path.exists() and not path.is_file():  # a FIFO or device would block or never end
+            raise UserInputError(f"The host file {path} is not a regular file; give the file `doctor --json` wrote.")
         with path.open("rb") as handle:
             raw = handle.read(MAX_HOST_FILE_BYTES + 1)
     except OSError as exc:
@@ -55,6 +57,11 @@ def host_from_json(payload: dict[str, Any], label: str = "the host file") -> Hos
     arch = fields.text("arch")
     if (os_name is None or arch is None) and (platform := fields.text("platform")):
         os_name, _, arch = platform.partition("-")
+    if os_name is None or arch is None:
+        raise UserInputError(
+            f"{label} does not say which machine it describes: it needs `os` and `arch` "
+            "(or `platform`, e.g. linux-x64), as `llama-runtime doctor --json` prints them."
+        )
     platform = f"{os_name}-{arch}"
     if platform not in PLATFORMS:
         raise UserInputError(

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.cli.parser import AddParser, Handler
     from llama_runtime.updater.config import Settings
+    from llama_runtime.updater.sources.release import Release
+    from llama_runtime.updater.sources.source import ReleaseSource
 
 #: Releases ``list --available`` shows by default: a screenful, and one page of the API.
 AVAILABLE_DEFAULT: int = 10
@@ -171,6 +173,17 @@ def _installed_line(runtime: InstalledRuntime, entry: dict[str, Any]) -> str:
     )
 
 
+def _with_metadata_or_none(source: ReleaseSource, release: Release) -> Release | None:
+    """``release`` with its build metadata; ``None`` when that is broken (one bad release does not hide the rest)."""
+    from llama_runtime.runtime.errors import IntegrityError
+    from llama_runtime.updater.sources.resolve import release_with_manifest
+
+    try:
+        return release_with_manifest(source, release)
+    except IntegrityError:
+        return None
+
+
 def _available(
     args: argparse.Namespace, settings: Settings, installed: list[InstalledRuntime], active_name: str | None
 ) -> list[Available]:
@@ -180,7 +193,7 @@ def _available(
     from llama_runtime.updater.choice.channel import channel_builds, parse_channel
     from llama_runtime.updater.choice.host_detect import detect_host
     from llama_runtime.updater.cli.context import engine_for
-    from llama_runtime.updater.sources.resolve import pointers_on_page, release_with_manifest
+    from llama_runtime.updater.sources.resolve import pointers_on_page
 
     if args.limit < 1:
         raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
@@ -202,5 +215,5 @@ def _available(
             backend,
             installed=have,
             limit=args.limit,
-            enrich=lambda release: release_with_manifest(source, release),
+            enrich=lambda release: _with_metadata_or_none(source, release),
         )

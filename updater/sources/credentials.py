@@ -93,8 +93,8 @@ def _checked(variable: str, token: str) -> str:
 
     # Never quote the token: a message may end up in a log or a job file.
     raise UserInputError(
-        f"{variable} contains spaces or control characters (a pasted line break?); "
-        "a GitHub token is one line of letters, digits and underscores.",
+        f"{variable} holds characters no token has (spaces, control characters such as a pasted "
+        "line break, or non-ASCII letters); a GitHub token is one line of ASCII letters, digits and underscores.",
         hint=f"Set {variable} again without the extra characters.",
     )
 
