@@ -469,3 +469,20 @@ def test_one_release_with_a_broken_manifest_does_not_hide_the_others_from_list_a
                        "--home", str(tmp_path / "home"), "--json")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert [a["tag"] for a in json.loads(done.stdout)["available"]] == [TAG]
+
+
+def test_a_mirror_of_a_fork_keeps_its_newest_releases_and_names_its_latest(tmp_path: Path, github: FakeGitHub) -> None:
+    for n, tag in enumerate(("b9590-mix-aaaaaaa", "b9593-mix-bbbbbbb")):
+        github.add_release(FORK, tag, {f"app-{tag}-linux-x64-cpu.tar.gz": b"x" * (64 + n)})
+    publish_fork(github, tmp_path)  # b9596-mix-e6f2453, the newest
+    dest = tmp_path / "mirror"
+    synced = cli_process("mirror", "sync", "--dest", str(dest), "--repo", FORK, "--newest", "3", "--platform",
+                         "linux-x64", "--api-url", github.api_url, "--home", str(tmp_path / "home"), "--json")  # fmt: skip
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    report = json.loads(synced.stdout)
+    assert sorted(report["releases"]) == ["b9590-mix-aaaaaaa", "b9593-mix-bbbbbbb", TAG]
+    assert report["latest"] == TAG
+    planned = cli_process("plan", "--repo", FORK, "--backend", "cpu", "--api-url", dest.as_uri(),
+                          "--home", str(tmp_path / "home"), "--json")  # fmt: skip
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert json.loads(planned.stdout)["tag"] == TAG

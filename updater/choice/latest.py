@@ -44,11 +44,31 @@ def _upstream(tag: str) -> TagVersion | None:
     return parsed if parsed.is_upstream else None
 
 
-def _published_builds(releases: Iterable[Release], prereleases: bool = False) -> list[tuple[TagVersion, Release]]:
+def any_build_number(tag: str) -> int | None:
+    """The build ``N`` of any tag that has one: ``bN`` or a fork's ``bN-mix-<hash>``."""
+    try:
+        return parse_tag(tag).build
+    except UserInputError:
+        return None
+
+
+def _numbered(tag: str, decorated: bool) -> TagVersion | None:
+    if not decorated:
+        return _upstream(tag)
+    try:
+        parsed = parse_tag(tag)
+    except UserInputError:
+        return None
+    return parsed if parsed.build is not None else None
+
+
+def _published_builds(
+    releases: Iterable[Release], prereleases: bool = False, decorated: bool = False
+) -> list[tuple[TagVersion, Release]]:
     found = []
     for release in releases:
         skip = release.draft or (release.prerelease and not prereleases)
-        parsed = None if skip else _upstream(release.tag)
+        parsed = None if skip else _numbered(release.tag, decorated)
         if parsed is not None:
             found.append((parsed, release))
     return found
@@ -60,7 +80,12 @@ def _build_key(pair: tuple[TagVersion, Release]) -> int:
 
 
 def newest_releases(
-    releases: Iterable[Release], count: int, *, below: int | None = None, prereleases: bool = False
+    releases: Iterable[Release],
+    count: int,
+    *,
+    below: int | None = None,
+    prereleases: bool = False,
+    decorated: bool = False,
 ) -> list[Release]:
     """The ``count`` published ``bN`` releases with the highest ``N``, newest first.
 
@@ -70,8 +95,10 @@ def newest_releases(
         below: Only builds under this number (the ones older than a channel's latest).
         prereleases: Count prerelease builds too (upstream publishes every build
             as one since August 2026; see :mod:`.channel`).
+        decorated: Count a fork's decorated build tags (``bN-mix-<hash>``) too:
+            right when every release is of one repository (a mirror of a fork).
     """
-    found = [p for p in _published_builds(releases, prereleases) if below is None or _build_key(p) < below]
+    found = [p for p in _published_builds(releases, prereleases, decorated) if below is None or _build_key(p) < below]
     numbered = sorted(found, key=_build_key, reverse=True)
     return [release for _, release in numbered[:count]]
 
@@ -86,6 +113,12 @@ def pick_latest(releases: Sequence[Release]) -> Release | None:
 
 
 def highest_build_tag(tags: Iterable[str]) -> str | None:
-    """The plain ``bN`` tag with the highest ``N`` among ``tags`` (a mirror's ``releases/latest``)."""
-    numbered = [parsed for tag in tags if (parsed := _upstream(tag)) is not None]
+    """The tag with the highest build among ``tags`` (a mirror's ``releases/latest``).
+
+    Plain ``bN`` tags when there are any; a fork's mirror has only decorated
+    ones (``bN-mix-<hash>``), and then the highest ``N`` of those.
+    """
+    listed = list(tags)
+    numbered = [parsed for tag in listed if (parsed := _upstream(tag)) is not None]
+    numbered = numbered or [parsed for tag in listed if (parsed := _numbered(tag, True)) is not None]
     return max(numbered, key=lambda parsed: parsed.build or 0).tag if numbered else None

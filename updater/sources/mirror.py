@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from llama_runtime.runtime.errors import RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, atomic_write_json
 from llama_runtime.updater.choice.channel import Channel
-from llama_runtime.updater.choice.latest import build_number, newest_releases
+from llama_runtime.updater.choice.latest import any_build_number, newest_releases
 from llama_runtime.updater.choice.tags import is_release_version
 from llama_runtime.updater.install.recovery import disk_space_errors
 from llama_runtime.updater.sources.mirror_files import AssetOutcome, ensure_asset, mirror_attestations, publish_latest
@@ -175,7 +175,8 @@ def _newest(client: ReleaseSource, count: int, channel: Channel) -> list[Release
         raise
     except RemoteError:
         return [top]  # the upstream is itself a static mirror: it only knows its latest build
-    return [top, *newest_releases(page, count - 1, below=build_number(top.tag), prereleases=True)]
+    older = newest_releases(page, count - 1, below=any_build_number(top.tag), prereleases=True, decorated=True)
+    return [top, *older]
 
 
 def _sync_release(
