@@ -476,8 +476,9 @@ def test_a_mirror_of_a_fork_keeps_its_newest_releases_and_names_its_latest(tmp_p
         github.add_release(FORK, tag, {f"app-{tag}-linux-x64-cpu.tar.gz": b"x" * (64 + n)})
     publish_fork(github, tmp_path)  # b9596-mix-e6f2453, the newest
     dest = tmp_path / "mirror"
+    home = str(tmp_path / "home")
     synced = cli_process("mirror", "sync", "--dest", str(dest), "--repo", FORK, "--newest", "3", "--platform",
-                         "linux-x64", "--api-url", github.api_url, "--home", str(tmp_path / "home"), "--json")  # fmt: skip
+                         "linux-x64", "--api-url", github.api_url, "--home", home, "--json")  # fmt: skip
     assert synced.returncode == 0, synced.stdout + synced.stderr
     report = json.loads(synced.stdout)
     assert sorted(report["releases"]) == ["b9590-mix-aaaaaaa", "b9593-mix-bbbbbbb", TAG]
