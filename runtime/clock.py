@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Final, Protocol
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "SystemClock"]
+__all__ = ["SYSTEM_CLOCK", "Clock", "SystemClock", "utc_iso"]
 
 
 class Clock(Protocol):
@@ -45,3 +45,15 @@ class SystemClock:
 
 #: The clock every seam defaults to.
 SYSTEM_CLOCK: Final[Clock] = SystemClock()
+
+
+def utc_iso(epoch: float) -> str:
+    """``epoch`` as UTC ISO 8601 with milliseconds and a ``Z`` (``2026-11-30T16:26:02.123Z``).
+
+    Milliseconds, because "newest" (gc, doctor --repair) orders runtimes by their
+    install time and two installs can finish within one second.
+    """
+    from datetime import UTC, datetime
+
+    moment = datetime.fromtimestamp(epoch, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

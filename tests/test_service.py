@@ -126,13 +126,17 @@ def test_ensure_install_if_missing_installs_the_newest_release(home: Path, githu
 # -- the button -----------------------------------------------------------------------
 
 
-def test_the_clock_given_to_the_updater_times_the_job(home: Path, github: FakeGitHub, tmp_path: Path) -> None:
+def test_the_clock_given_to_the_updater_times_the_job_and_the_install(
+    home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
     publish(github, tmp_path, "b7000")
     updater = make_updater(home, github, clock=FakeClock(1_700_000_000.0))
     state = updater.start_update(tag="b7000").wait(EVENTUALLY_SECONDS)
     assert state.phase == "done", state.error
     recorded = updater.jobs.current()
     assert recorded is not None and recorded.started_at == recorded.updated_at == 1_700_000_000.0
+    ready = updater.ensure()
+    assert ready.ready and ready.runtime.marker.installed_at == "2023-11-14T22:13:20.000Z"
 
 
 def test_second_start_update_while_running_returns_same_job_and_downloads_once(

@@ -133,6 +133,7 @@ class Engine:
 
     def installer(self, source: ReleaseSource | None = None) -> Installer:
         """The install transaction over this home (``source`` for updates, none for local work)."""
+        from llama_runtime.runtime.clock import utc_iso
         from llama_runtime.runtime.runner import run_process
         from llama_runtime.updater.install.fetch import FetchOptions
         from llama_runtime.updater.install.provenance import ProvenanceCheck
@@ -145,6 +146,7 @@ class Engine:
             source=source,
             host=self.host,
             runner=self.seams.runner or run_process,
+            clock=lambda: utc_iso(self.seams.clock.time()),  # the one clock also stamps installs
             server=self.server(),
             health_timeout=self.settings.health_timeout,
             gate=self.gate_policy(),

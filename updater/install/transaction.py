@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, utc_iso
 from llama_runtime.runtime.errors import (
     CorruptStateError,
     ForeignMarkerError,
@@ -74,13 +74,8 @@ log = get_logger("llama_runtime.install")
 
 
 def utc_now() -> str:
-    """Current UTC time, ISO 8601 with milliseconds and a ``Z``.
-
-    Milliseconds, because "newest" (gc, doctor --repair) orders runtimes by this
-    field and two installs can finish within one second.
-    """
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    """Current UTC time, ISO 8601 with milliseconds and a ``Z`` (:func:`runtime.clock.utc_iso`)."""
+    return utc_iso(SYSTEM_CLOCK.time())
 
 
 class Installer:
