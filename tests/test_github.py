@@ -224,3 +224,16 @@ def test_api_redirect_loop_is_a_remote_error(github: FakeGitHub) -> None:
 @pytest.mark.parametrize(("tag", "number"), [("b9999", 9999), ("b10000", 10000), ("v1", None)])
 def test_build_number_is_numeric_not_lexical(tag: str, number: int | None) -> None:
     assert build_number(tag) == number
+
+
+def test_the_etag_cache_drops_its_oldest_entries_past_its_size_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llama_runtime.updater.sources import etag_cache
+
+    monkeypatch.setattr(etag_cache, "MAX_CACHE_BYTES", 2000)
+    cache = JsonFileEtagCache(tmp_path / "etags.json")
+    for n in range(10):
+        cache.put(f"https://x/{n}", f"e{n}", "y" * 300)
+    assert cache.get("https://x/9") == ("e9", "y" * 300) and cache.get("https://x/0") is None
+    assert (tmp_path / "etags.json").stat().st_size < 2000 * 2  # bounded (pretty-printed on disk)

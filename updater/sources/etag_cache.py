@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from llama_runtime.runtime.fsutil import atomic_write_json
+
+#: Largest the cache file grows (bytes of JSON). Past it the entries written longest ago go first:
+#: a fork's manifests are cached per release (up to 1 MiB each), and a cache is no archive.
+MAX_CACHE_BYTES: Final[int] = 16 * 1024 * 1024
 
 
 class EtagCache(Protocol):
@@ -58,7 +62,10 @@ class JsonFileEtagCache:
         full one instead of a free 304. The file is left as it was.
         """
         data = self._load()
+        data.pop(url, None)  # re-inserted last: the newest entry is dropped last
         data[url] = {"etag": etag, "body": body}
+        while len(data) > 1 and len(json.dumps(data)) > MAX_CACHE_BYTES:
+            del data[next(iter(data))]
         try:
             atomic_write_json(self.path, data)
         except OSError:
