@@ -278,6 +278,7 @@ def test_plan_host_reads_the_forks_manifest_once_and_plans_pascal_and_blackwell(
     assert planned["asset"] == asset_name("linux-x64-cuda12-legacy")
     why = {c["asset"]: c["why"] for c in planned["candidates"]}
     assert "not for sm_61 (release manifest)" in why[asset_name("linux-x64-cuda12-portable")]
+    assert f"GPU coverage of its bundles from its {MANIFEST_ASSET}" in planned["resolution"]
     blackwell = {"os": "linux", "arch": "x64", "cuda_driver_version": "12.8", "compute_capabilities": ["12.0"]}
     assert plan_for(blackwell)["asset"] == asset_name("linux-x64-cuda12-newer")
 
@@ -399,6 +400,15 @@ def test_a_manifest_that_contradicts_itself_is_refused(artifacts: list[dict[str,
 def test_schema_version_true_is_not_version_1() -> None:
     payload = {"schema_version": True, "component": "llama.cpp", "upstream_tag": "b1", "artifacts": []}
     assert parse_manifest(json.dumps(payload).encode(), "m") is None
+
+
+def test_plan_explain_says_when_a_manifest_of_another_schema_was_not_read(tmp_path: Path, github: FakeGitHub) -> None:
+    newer = {"schema_version": 2, "component": "llama.cpp", "artifacts": {"anything": "new"}}
+    github.add_release(FORK, TAG, {asset_name("linux-x64-cpu"): b"x" * 64, MANIFEST_ASSET: json.dumps(newer).encode()})
+    done = cli_process("plan", "--repo", FORK, "--tag", TAG, "--backend", "cpu", "--explain", "--api-url",
+                       github.api_url, "--home", str(tmp_path / "home"), "--json")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert any("was not read (another schema" in n for n in json.loads(done.stdout)["resolution"])
 
 
 def test_a_cuda_bundle_the_manifest_leaves_out_ranks_after_those_it_says_cover_the_gpu() -> None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.cli.parser import AddParser, Handler
+    from llama_runtime.updater.sources.release import Release
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -130,6 +131,17 @@ def _plan_lines(resolved: ResolvedRelease, choice: Choice) -> list[str]:
     ]
 
 
+def _metadata_notes(release: Release) -> list[str]:
+    """What the release's own build metadata contributed, or why it did not."""
+    from llama_runtime.updater.sources.build_manifest import MANIFEST_ASSET
+
+    if release.manifest is not None:
+        return [f"GPU coverage of its bundles from its {MANIFEST_ASSET}"]
+    if release.asset(MANIFEST_ASSET) is not None:
+        return [f"its {MANIFEST_ASSET} was not read (another schema, or still uploading): bundles chosen by name"]
+    return []
+
+
 def _explain(
     payload: dict[str, Any],
     lines: list[str],
@@ -139,8 +151,9 @@ def _explain(
     host: HostFacts,
 ) -> None:
     """``--explain``: add the resolution, every candidate and the host facts to the payload and the lines."""
-    payload["resolution"] = [f"channel {channel}", *resolved.notes]
-    lines.append(f"resolved through the {channel} channel" + "".join(f"; {n}" for n in resolved.notes))
+    notes = [*resolved.notes, *_metadata_notes(resolved.release)]
+    payload["resolution"] = [f"channel {channel}", *notes]
+    lines.append(f"resolved through the {channel} channel" + "".join(f"; {n}" for n in notes))
     payload["candidates"] = [
         {"asset": c.asset_name, "backend": c.backend, "taken": c.taken, "why": c.why} for c in choice.candidates
     ]
