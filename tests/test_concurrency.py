@@ -233,7 +233,12 @@ def test_cli_update_while_the_button_job_runs_is_busy_with_that_jobs_progress(ho
     assert_active(home, "b7001")
 
 
-def test_ctrl_c_during_check_apply_exits_130_and_records_the_job_cancelled(home: Path, github: FakeGitHub) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "systemd-stop"])
+def test_ctrl_c_or_sigterm_during_check_apply_exits_130_and_records_the_job_cancelled(
+    home: Path, github: FakeGitHub, sig: signal.Signals
+) -> None:
+    # SIGTERM (systemd stop, `timeout`) is an interruption like Ctrl-C: exit 130 with the
+    # JSON error, the job recorded cancelled, nothing half-done left.
     guard = HomeGuard(None, home)
     argv = [sys.executable, "-m", "llama_runtime", "check", "--apply", "--backend", "cpu", "--json"]
     proc = subprocess.Popen(
@@ -243,9 +248,10 @@ def test_ctrl_c_during_check_apply_exits_130_and_records_the_job_cancelled(home:
         text=True,
     )
     wait_for_download(home)
-    proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=CHILD_TIMEOUT_SECONDS)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=CHILD_TIMEOUT_SECONDS)
     assert proc.returncode == 130, err
+    assert json.loads(out)["error"]["code"] == "cancelled"
     job = JobStore(Home(home)).current()
     assert job is not None and job.phase == "cancelled" and not job.stale
     assert job.error is not None and job.error["code"] == "cancelled"

@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError
@@ -33,17 +35,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         events=_events_stream() if "--events" in argv else None,
         log_json="--log-json" in argv,
     )
-    args: argparse.Namespace | None = None
+    parsed: list[argparse.Namespace] = []  # the arguments once parsed: an interruption is reported with them
     try:
-        args = _parse(argv, server_args, out)
-        if not args.command:
-            if out.as_json:
-                raise UserInputError(f"No command given. Choose one of: {', '.join(sorted(COMMANDS))}.")
-            build_parser().print_help()
-            return 2
-        return COMMANDS[args.command](args, out)
+        with _sigterm_interrupts():
+            return _run(argv, server_args, out, parsed)
     except (Exception, KeyboardInterrupt) as exc:
-        return _exit_code_for(exc, out, args)
+        return _exit_code_for(exc, out, parsed[0] if parsed else None)
+
+
+def _run(argv: list[str], server_args: list[str], out: Output, parsed: list[argparse.Namespace]) -> int:
+    args = _parse(argv, server_args, out)
+    parsed.append(args)
+    if not args.command:
+        if out.as_json:
+            raise UserInputError(f"No command given. Choose one of: {', '.join(sorted(COMMANDS))}.")
+        build_parser().print_help()
+        return 2
+    return COMMANDS[args.command](args, out)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """While inside, SIGTERM (systemd stop, ``timeout``) interrupts like Ctrl-C: the same clean-up,
+    exit 130 and the error object, instead of dying at once with 143 and nothing said."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may install handlers (an app calling main() from a worker)
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _split_server_args(argv: list[str]) -> tuple[list[str], list[str]]:
