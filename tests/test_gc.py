@@ -122,11 +122,18 @@ def test_gc_removes_stale_staging_and_old_partial_downloads_only(
     os.utime(old_part, (two_days_ago, two_days_ago))
     fresh_part = home.downloads_dir / "4567-llama-b7006-bin-ubuntu-x64.tar.gz.part"
     fresh_part.write_bytes(b"z" * 10)
+    old_spool = home.downloads_dir / ".spool-k1ll3d"  # install-file from a pipe, killed with SIGKILL
+    (old_spool / "stdin").parent.mkdir()
+    (old_spool / "stdin").write_bytes(b"s" * 25)
+    os.utime(old_spool, (two_days_ago, two_days_ago))
     code, report = run_json(capsys, home.root, None, "gc", "--keep", "5")
     assert code == 0, report
-    assert {(i["kind"], i["path"]) for i in report["removed"]} == {("staging", str(stale)), ("download", str(old_part))}
-    assert report["freed_bytes"] == 150
+    assert {(i["kind"], i["path"]) for i in report["removed"]} == {
+        ("staging", str(stale)), ("download", str(old_part)), ("download", str(old_spool))
+    }  # fmt: skip
+    assert report["freed_bytes"] == 175
     assert live.exists() and fresh_part.exists() and not stale.exists() and not old_part.exists()
+    assert not old_spool.exists()
 
 
 def test_gc_while_an_update_holds_the_lock_exits_3_and_removes_nothing(

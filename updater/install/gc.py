@@ -327,8 +327,8 @@ def _collect_runtimes(
 
 
 def _is_own_download(name: str) -> bool:
-    """Partial downloads, their sidecars, ranges and temp files, install-file work directories: ours."""
-    return name.endswith(_OWN_DOWNLOAD_SUFFIXES) or name.startswith("install-file-")
+    """Partial downloads, their sidecars, ranges and temp files, install-file work and spool directories: ours."""
+    return name.endswith(_OWN_DOWNLOAD_SUFFIXES) or name.startswith(("install-file-", ".spool-"))
 
 
 def _names(directory: Path) -> list[str]:
