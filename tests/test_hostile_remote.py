@@ -214,6 +214,12 @@ def test_a_token_with_a_line_break_is_bad_input_not_a_network_failure(
     code, payload = run_json(capsys, installed, api, "update", "--tag", "b7999", "--backend", "cpu")
     assert code == 2, payload
     assert variable in payload["error"]["message"] and "ghp_secret" not in json.dumps(payload)
+    # Commands that send nothing are not stopped by it (an app's start-up, status, server stop).
+    code, status = run_json(capsys, installed, api, "status")
+    assert code == 0 and status["active"]["tag"] == "b7000", status
+    from llama_runtime import RuntimeUpdater
+
+    assert RuntimeUpdater(installed).ensure().ready
     assert len(github.requests) == before  # refused before anything was sent
     guard.assert_intact("b7000")
 

@@ -167,13 +167,13 @@ def test_plan_without_backend_follows_the_stored_request_like_update(
     assert (explicit["backend_request"], explicit["asset"]) == ("vulkan", "llama-b7001-bin-ubuntu-vulkan-x64.tar.gz")
 
 
-@pytest.mark.parametrize("bad", ["nan", "-12", "12.x", "99999999999999999999999.1", "0"])
+@pytest.mark.parametrize("bad", ["nan", "-12", "12.x", "99999999999999999999999.1", "0", "١٢.٤", "00000000012.4"])
 def test_malformed_cuda_version_is_exit_2_for_plan_and_update_and_changes_nothing(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, b7000_home: Path, bad: str
 ) -> None:
     guard = HomeGuard(tmp_path, b7000_home)
-    for command in ("plan", "update"):
-        code, payload = run_json(capsys, b7000_home, github.api_url, command, "--tag", "b7000", "--cuda-version", bad)
+    for command in (("plan",), ("plan", "--platform", "linux-x64"), ("update",)):
+        code, payload = run_json(capsys, b7000_home, github.api_url, *command, "--tag", "b7000", "--cuda-version", bad)
         assert code == 2, (command, payload)
         assert "use a line such as '12' or '12.4'" in payload["error"]["message"]
     guard.assert_intact("b7000")

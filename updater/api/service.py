@@ -246,8 +246,8 @@ class RuntimeUpdater:
         """
         from llama_runtime.runtime.backends import parse_backend
         from llama_runtime.updater.api.schedule import validate_seconds
-        from llama_runtime.updater.choice.choose import parse_cuda_version
         from llama_runtime.updater.choice.decide import UpdateRequest
+        from llama_runtime.updater.choice.host import parse_cuda_version
         from llama_runtime.updater.choice.tags import validate_tag
 
         lock_timeout = validate_seconds(lock_timeout, "lock timeout")

@@ -20,15 +20,14 @@ Rules, in order:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Final
 
 from llama_runtime.runtime.backends import AUTO, CONCRETE_BACKENDS, parse_backend
-from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError, UserInputError
+from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.choice.facts import UPSTREAM_REPOS
-from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.choice.host import HostFacts, parse_cuda_version
 from llama_runtime.updater.choice.ranking import Ranker, same_version
 from llama_runtime.updater.sources.release import Asset, Release
 
@@ -95,23 +94,6 @@ def _host_can_run(backend: str, host: HostFacts) -> str | None:
     }
     ok, why = checks.get(backend, (False, "only installed on request"))
     return None if ok else why
-
-
-#: A CUDA version as people write it: a major line, ``major.minor`` or ``major.minor.patch``,
-#: each part at most three digits (CUDA is at 13; a 20-digit "version" is a typo or an attack).
-_CUDA_VERSION: Final = re.compile(r"^\d{1,3}(?:\.\d{1,3}){0,2}$")
-
-
-def parse_cuda_version(text: str) -> str:
-    """``text`` as a CUDA version (``"12"``, ``"12.4"``, ``"12.4.1"``), trimmed.
-
-    Raises:
-        UserInputError: It is not one (``nan``, ``-12``, ``12.x``), saying what is valid.
-    """
-    version = text.strip()
-    if not _CUDA_VERSION.match(version) or int(version.split(".")[0]) == 0:
-        raise UserInputError(f"CUDA version {text[:40]!r} is malformed; use a line such as '12' or '12.4'.")
-    return version
 
 
 def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: str | None = None) -> Choice:

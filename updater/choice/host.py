@@ -136,6 +136,23 @@ def normalize_arch(machine: str) -> str:
 ASSUMED_X64_FEATURES: Final[frozenset[str]] = frozenset({"sse4_1", "sse4_2", "avx", "avx2", "fma"})
 
 
+#: A CUDA version as people write it: a major line, ``major.minor`` or ``major.minor.patch``,
+#: each part at most three digits (CUDA is at 13; a 20-digit "version" is a typo or an attack).
+_CUDA_VERSION: Final = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){0,2}$")
+
+
+def parse_cuda_version(text: str) -> str:
+    """``text`` as a CUDA version (``"12"``, ``"12.4"``, ``"12.4.1"``), trimmed.
+
+    Raises:
+        UserInputError: It is not one (``nan``, ``-12``, ``12.x``), saying what is valid.
+    """
+    version = text.strip()
+    if not _CUDA_VERSION.match(version) or int(version.split(".")[0]) == 0:
+        raise UserInputError(f"CUDA version {text[:40]!r} is malformed; use a line such as '12' or '12.4'.")
+    return version
+
+
 def host_for_platform(platform: str, cuda_version: str | None = None) -> HostFacts:
     """Facts for planning another machine (``plan --platform``).
 
@@ -153,9 +170,7 @@ def host_for_platform(platform: str, cuda_version: str | None = None) -> HostFac
     sources: list[tuple[str, str]] = [("platform", "--platform")]
     cuda: str | None = None
     if cuda_version is not None:
-        cuda = cuda_version.strip()
-        if not re.match(r"^\d+(?:\.\d+)?$", cuda):
-            raise UserInputError(f"CUDA version {cuda_version!r} is malformed; use a line such as '12.4' or '13'.")
+        cuda = parse_cuda_version(cuda_version)
         if os_name == "macos":
             raise UserInputError(f"CUDA is not available on {name}; omit --cuda-version.")
         sources.append(("cuda_driver_version", "--cuda-version"))

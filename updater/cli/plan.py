@@ -100,8 +100,7 @@ def _plan_host(args: argparse.Namespace) -> tuple[HostFacts, str | None]:
     Raises:
         UserInputError: Both ``--host`` and ``--platform``, or either one malformed.
     """
-    from llama_runtime.updater.choice.choose import parse_cuda_version
-    from llama_runtime.updater.choice.host import host_for_platform
+    from llama_runtime.updater.choice.host import host_for_platform, parse_cuda_version
     from llama_runtime.updater.choice.host_detect import detect_host
 
     cuda = parse_cuda_version(args.cuda_version) if args.cuda_version is not None else None

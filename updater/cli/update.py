@@ -50,8 +50,8 @@ def register(add: AddParser) -> dict[str, Handler]:
 def cmd_update(args: argparse.Namespace, out: Output) -> int:
     """``update``: runs as the home's update job, so ``job status/wait/cancel`` follow it from elsewhere."""
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.choice.choose import parse_cuda_version
     from llama_runtime.updater.choice.decide import UpdateRequest
+    from llama_runtime.updater.choice.host import parse_cuda_version
     from llama_runtime.updater.cli.gateopts import with_gate
 
     settings = with_gate(args, settings_from_args(args))  # bad input is exit 2 before anything changes

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["GITHUB_API_ORIGIN", "may_send_token", "redact_text", "redact_url", "token_for"]
+__all__ = ["GITHUB_API_ORIGIN", "checked_token", "may_send_token", "redact_text", "redact_url", "token_for"]
 
 #: The only origin a github.com token (GITHUB_TOKEN / GH_TOKEN) is sent to.
 GITHUB_API_ORIGIN: Final[str] = "https://api.github.com"
@@ -70,32 +70,39 @@ def token_for(api_url: str, env: Mapping[str, str]) -> str | None:
     ``LLAMA_RUNTIME_GITHUB_TOKEN`` wins on its own origin; a github.com token
     is used only for ``https://api.github.com``. Blank values count as unset.
 
-    Raises:
-        UserInputError: The token that would be sent holds spaces or control
-            characters (a pasted line break): it could never authenticate.
+    Reading never fails: a malformed token is refused by :func:`checked_token`
+    when a request would carry it, so commands that send nothing (start-up,
+    ``status``, ``server stop``) still work.
     """
     own = env.get(_OWN_TOKEN_VAR, "").strip()
     if own and may_send_token(api_url):
-        return _checked(_OWN_TOKEN_VAR, own)
+        return own
     if _origin(api_url) != _origin(GITHUB_API_ORIGIN):
         return None
     for key in _GITHUB_TOKEN_VARS:
         value = env.get(key, "").strip()
         if value:
-            return _checked(key, value)
+            return value
     return None
 
 
-def _checked(variable: str, token: str) -> str:
+def checked_token(token: str) -> str:
+    """``token``, if it can be sent as an HTTP header at all.
+
+    Raises:
+        UserInputError: It holds spaces, control characters (a pasted line break)
+            or non-ASCII letters: it could never authenticate.
+    """
     if _TOKEN_TEXT.match(token):
         return token
     from llama_runtime.runtime.errors import UserInputError
 
     # Never quote the token: a message may end up in a log or a job file.
     raise UserInputError(
-        f"{variable} holds characters no token has (spaces, control characters such as a pasted "
-        "line break, or non-ASCII letters); a GitHub token is one line of ASCII letters, digits and underscores.",
-        hint=f"Set {variable} again without the extra characters.",
+        "The GitHub token (LLAMA_RUNTIME_GITHUB_TOKEN, GITHUB_TOKEN or GH_TOKEN) holds characters no token has "
+        "(spaces, control characters such as a pasted line break, or non-ASCII letters); a GitHub token is one "
+        "line of ASCII letters, digits and underscores.",
+        hint="Set the variable again without the extra characters.",
     )
 
 

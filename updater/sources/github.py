@@ -32,7 +32,7 @@ from llama_runtime.runtime.errors import (
 )
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, too_slow
-from llama_runtime.updater.sources.credentials import may_send_token
+from llama_runtime.updater.sources.credentials import checked_token, may_send_token
 from llama_runtime.updater.sources.etag_cache import EtagCache
 from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
 from llama_runtime.updater.sources.github_transport import ATTEMPTS, DEFAULT_TIMEOUT, decode_json, send_with_retries
@@ -108,7 +108,7 @@ class GitHubClient:
         self.last_rate_limit: RateLimit | None = None
         # Last guard of the token policy: whatever the caller passes, a token
         # never travels in clear text to a host that is not this machine.
-        self._token = token if token and may_send_token(self.api_url) else None
+        self._token = checked_token(token) if token and may_send_token(self.api_url) else None
         self._http = httpx.Client(
             transport=transport,
             timeout=timeout,
