@@ -62,8 +62,17 @@ def check_home(root: Path, subdirs: Iterable[Path]) -> None:
     try:
         st = os.stat(root)  # the home itself may be a link to where the user wants it
     except FileNotFoundError:
+        if os.path.islink(root):  # a link to a moved or unmounted directory: creating it would fail later
+            raise UnsafeHomeError(
+                f"The llama-runtime home {root} is a symbolic link to {os.readlink(root)}, which does not exist.",
+                hint=_HOME_HINT,
+            ) from None
         return
-    except NotADirectoryError:
+    except OSError as exc:
+        if not isinstance(exc, NotADirectoryError):  # a loop of links, a path too long
+            raise UnsafeHomeError(
+                f"The llama-runtime home {root} cannot be reached: {exc.strerror or exc}.", hint=_HOME_HINT
+            ) from None
         raise UnsafeHomeError(
             f"The llama-runtime home {root} cannot exist: a part of its path is a file.", hint=_HOME_HINT
         ) from None

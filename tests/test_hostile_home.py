@@ -162,13 +162,18 @@ def test_a_symlinked_home_subdirectory_is_refused_and_the_users_files_stay(
     assert snapshot_outside_is(guard)
 
 
-@pytest.mark.parametrize("under", [False, True])
-def test_a_home_that_is_a_file_is_exit_2_for_every_verb_and_not_ready_at_start_up(
-    under: bool, capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+@pytest.mark.parametrize("kind", ["a file", "under a file", "a dangling link", "a loop of links"])
+def test_a_home_that_cannot_be_a_directory_is_exit_2_for_every_verb_and_not_ready_at_start_up(
+    kind: str, capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     afile = tmp_path / "notes.txt"
     afile.write_text("mine")
-    home = afile / "llama" if under else afile
+    home = {"a file": afile, "under a file": afile / "llama"}.get(kind, tmp_path / "home-link")
+    if kind == "a dangling link":  # a data disk that is not mounted
+        home.symlink_to(tmp_path / "unmounted" / "llama")
+    elif kind == "a loop of links":
+        home.symlink_to(tmp_path / "other-link")
+        (tmp_path / "other-link").symlink_to(home)
     for verb in (("status",), ("list",), ("update", "--tag", "b7000", "--backend", "cpu"), ("gc",), ("doctor",)):
         code, payload = run_json(capsys, home, github.api_url, *verb)
         assert code == 2, (verb, payload)

@@ -215,7 +215,11 @@ def run_doctor(
         host: Host facts (with their sources) to report alongside.
         reinstall: With ``repair``, reinstalls a damaged active runtime's build
             (tried before moving the pointer to another runtime).
+
+    Raises:
+        UnsafeHomeError: The home is not safely ours (a file, a link loop, another user's).
     """
+    home.check_safe()  # a home that is not safely a directory of ours is refused before anything is read
     report = DoctorReport(host=host)
     _check_override(report)
     _check_leftovers(home, report, repair)
