@@ -339,6 +339,24 @@ def test_cancel_during_download_adds_no_runtime_and_keeps_the_partial_for_resume
     assert list(installed.home.downloads_dir.glob("*.part")) == []
 
 
+def test_cancel_while_the_new_binary_is_verified_activates_nothing(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    # events.md: a cancel is honoured until activation begins, not only while downloading.
+    frozen = HomeGuard(None, installed.home.root)
+    slow = stand_in_server("version: 7001 (stand-in)").replace(b"--version)", b"--version) sleep 2;")
+    archive = build_release_archive(tmp_path / "slow.tar.gz", "tar-tagdir", {"llama-server": slow},
+                                    modes={"llama-server": 0o755}, tag="b7001")  # fmt: skip
+    github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): archive})
+    job = installed.start_update(tag="b7001")
+    eventually(lambda: (s := job.state()) is not None and s.phase == "verify", "verification to start")
+    job.cancel()
+    state = job.wait(EVENTUALLY_SECONDS)
+    assert state.phase == "cancelled", state
+    assert state.error is not None and "nothing was activated" in state.error["message"]
+    frozen.assert_intact("b7000", staging_empty=True)
+
+
 def test_cancel_from_another_handle_stops_the_job(
     installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
 ) -> None:

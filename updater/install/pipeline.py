@@ -20,7 +20,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from llama_runtime.runtime.errors import DiskSpaceError, IntegrityError, MacOSTooOldError, VerificationError
+from llama_runtime.runtime.errors import (
+    CancelledError,
+    DiskSpaceError,
+    IntegrityError,
+    MacOSTooOldError,
+    VerificationError,
+)
 from llama_runtime.runtime.failed_builds import FailedBuild, forget_failed, record_failed
 from llama_runtime.runtime.fsutil import fsync_tree, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, InstalledRuntime
@@ -199,7 +205,9 @@ class InstallPipeline:
             tree = extract_staged(archives, staging, str(meta["asset"]), cancel, main)
             checkpoint("after_extract")
             log.info("extracted", files=len(tree.files), bytes=sum(r.size for r in tree.files.values()))
+            _stop_if_cancelled(cancel, meta)
             marker = self._verified_marker(tree, meta, active, emit, warnings)
+            _stop_if_cancelled(cancel, meta)  # verification can take long; the flip has not begun
             fsync_tree(staging)
             write_marker(staging, marker)
             checkpoint("after_marker")
@@ -237,3 +245,9 @@ class InstallPipeline:
     def _next_sequence(self) -> int:
         """One more than any installed runtime's: the install order no clock can upset (caller holds the lock)."""
         return 1 + max((r.marker.sequence for r in self.home.installed()), default=0)
+
+
+def _stop_if_cancelled(cancel: CancelCheck, meta: dict[str, object]) -> None:
+    """A cancel is honoured until activation begins (docs/events.md): nothing is activated then."""
+    if cancel():
+        raise CancelledError(f"The update to {meta['tag']} was cancelled before activation; nothing was activated.")
