@@ -207,6 +207,19 @@ def test_unknown_platform_exits_2(capsys: pytest.CaptureFixture[str], github: Fa
     assert code == 2, report
 
 
+@pytest.mark.parametrize("inside", ["", "runtimes"])
+def test_a_mirror_inside_the_home_is_exit_2_and_writes_nothing(
+    inside: str, capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    dest = home / inside if inside else home
+    code, report = cli_json(capsys, "mirror", "sync", "--dest", str(dest), "--home", str(home),
+                            "--api-url", github.api_url, "--newest", "1")  # fmt: skip
+    assert code == 2, report
+    assert "inside the llama-runtime home" in report["error"]["message"]
+    assert not home.exists()
+
+
 def test_interrupted_asset_download_resumes_where_it_stopped(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:

@@ -140,6 +140,21 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def _mirror_dest(dest: Path, home: Path) -> Path:
+    """``--dest`` made absolute; never the llama-runtime home or a directory inside it.
+
+    Raises:
+        UserInputError: ``dest`` is in the home, whose directories the tool cleans up.
+    """
+    resolved = dest.expanduser().absolute()
+    real, real_home = resolved.resolve(), home.expanduser().absolute().resolve()
+    if real == real_home or real.is_relative_to(real_home):
+        raise UserInputError(
+            f"--dest {dest} is inside the llama-runtime home {home}; give the mirror a directory of its own."
+        )
+    return resolved
+
+
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``."""
     from llama_runtime.runtime.backends import parse_backend
@@ -156,10 +171,11 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
         from llama_runtime.updater.choice.tags import validate_tag
 
         tag = validate_tag(args.tag)
+    dest = _mirror_dest(Path(args.dest), settings.home)
     with engine_for(settings).open_source(etag_cache=False) as client:
         report = sync_mirror(
             client,
-            Path(args.dest).expanduser().absolute(),
+            dest,
             tag=tag,
             latest=_newest(args),
             platforms=platforms,
