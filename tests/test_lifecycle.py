@@ -248,6 +248,9 @@ def test_list_is_one_array_and_available_shows_what_fits_this_host(
     assert [r["tag"] for r in listed["installed"]] == ["b7000", "b7001", "b7002"]
     assert [r["active"] for r in listed["installed"]] == [False, False, True]
 
+    for bad in (("--limit", "0"), ("--available", "--limit", "-1")):  # with or without --available
+        code, refused = run_json(capsys, home, github.api_url, "list", *bad)
+        assert code == 2 and "--limit must be 1 or more" in refused["error"]["message"], refused
     code, listed = run_json(capsys, home, github.api_url, "list", "--available", "--limit", "3")
     assert code == 0, listed
     available = listed["available"]

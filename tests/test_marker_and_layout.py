@@ -184,7 +184,9 @@ def test_runtime_names_are_unique_and_filesystem_safe(tmp_path: Path) -> None:
     assert all("/" not in n and n.startswith("ggml-org_llama.cpp-b7000-vulkan-") for n in names)
 
 
-@pytest.mark.parametrize("bad", ["ggml-org", "a/b/c", "../x", "/llama.cpp", "", "owner/na me"])
+@pytest.mark.parametrize(
+    "bad", ["ggml-org", "a/b/c", "../x", "/llama.cpp", "", "owner/na me", "a/.", "a/llama.cpp.git"]
+)
 def test_malformed_repo_is_bad_input_saying_what_is_valid(bad: str) -> None:
     with pytest.raises(UserInputError) as caught:
         validate_repo(bad)

@@ -90,7 +90,9 @@ class Settings:
 def validate_repo(repo: str) -> str:
     """``owner/name`` or a :class:`UserInputError` saying what is valid."""
     value = repo.strip()
-    if not _REPO.match(value) or ".." in value:
+    name = value.partition("/")[2]
+    # GitHub refuses "." and ".." as names and a ".git" suffix: such a "repo" only bends API paths.
+    if not _REPO.match(value) or ".." in value or name == "." or name.lower().endswith(".git"):
         raise UserInputError(f"Malformed repository '{repo}'. Use OWNER/NAME, for example ggml-org/llama.cpp.")
     return value
 

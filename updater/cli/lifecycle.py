@@ -12,7 +12,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
-from llama_runtime.runtime.errors import NothingActiveError
+from llama_runtime.runtime.errors import NothingActiveError, UserInputError
 from llama_runtime.updater.cli.common import add_events_flag
 
 if TYPE_CHECKING:
@@ -134,6 +134,8 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.runtime.fsutil import tree_size
     from llama_runtime.updater.cli.context import home_for, settings_from_args
 
+    if args.limit < 1:
+        raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
     settings = settings_from_args(args)
     home = home_for(settings)
     pointer = home.read_pointer()
@@ -188,15 +190,13 @@ def _available(
     args: argparse.Namespace, settings: Settings, installed: list[InstalledRuntime], active_name: str | None
 ) -> list[Available]:
     """The newest releases with an asset for this host and the backend asked for (or the active one's)."""
-    from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError, UserInputError
+    from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
     from llama_runtime.updater.choice.available import available_builds
     from llama_runtime.updater.choice.channel import channel_builds, parse_channel
     from llama_runtime.updater.choice.host_detect import detect_host
     from llama_runtime.updater.cli.context import engine_for
     from llama_runtime.updater.sources.resolve import pointers_on_page
 
-    if args.limit < 1:
-        raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
     active = next((r for r in installed if r.name == active_name), None)
     backend = settings.backend if settings.backend_explicit else (active.marker.backend_request if active else "auto")
     channel = settings.channel or (active.marker.channel if active and active.marker.channel else "stable")

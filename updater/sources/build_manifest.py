@@ -99,7 +99,7 @@ class BuildManifest:
 
 
 def _malformed(where: str, what: str) -> RemoteDataError:
-    return RemoteDataError(f"{where} is malformed: {what}; its bundles' GPU coverage cannot be read.")
+    return RemoteDataError(f"{where} is malformed: {what}; the release's build metadata cannot be trusted.")
 
 
 def _text(raw: dict[str, Any], key: str, where: str) -> str | None:
