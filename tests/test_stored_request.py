@@ -194,6 +194,10 @@ def test_without_repo_update_and_check_stay_on_the_fork_the_active_runtime_came_
     code, updated = run_json(capsys, home, github.api_url, "update")
     assert code == 0, updated
     assert (updated["active"]["repo"], updated["active"]["tag"]) == (fork, "b7001")
+    # A mirror is the fleet's: without --repo it mirrors ggml-org, whatever this machine runs.
+    code, mirrored = run_json(capsys, home, github.api_url, "mirror", "sync", "--dest", str(tmp_path / "m"),
+                              "--tag", "b7005")  # fmt: skip
+    assert code == 0 and mirrored["releases"] == ["b7005"], mirrored
     code, moved = run_json(capsys, home, github.api_url, "update", "--repo", REPO, "--tag", "b7005")
     assert code == 0, moved
     assert (moved["active"]["repo"], moved["active"]["tag"]) == (REPO, "b7005")  # --repo still moves it

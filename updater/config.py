@@ -144,8 +144,13 @@ def resolve_settings(
     require_provenance: bool = False,
     env: Mapping[str, str] | None = None,
     channel: str | None = None,
+    follow_active_repo: bool = True,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
+
+    ``follow_active_repo``: without ``--repo``/``LLAMA_RUNTIME_REPO``, use the
+    repository the active runtime came from (``update``, ``check``, ``plan``);
+    ``mirror sync`` keeps the plain default, as a fleet's mirror is not one machine's.
 
     Raises:
         UserInputError: A value is malformed (unknown backend, bad repo or URL).
@@ -165,7 +170,10 @@ def resolve_settings(
     if not url.startswith(("https://", "http://", "file://")):
         raise UserInputError(f"Malformed API URL '{url}'. Use an http(s):// or file:// URL.")
     repo_value = validate_repo(
-        repo or env.get("LLAMA_RUNTIME_REPO", "").strip() or _active_repo(home_path) or DEFAULT_REPO
+        repo
+        or env.get("LLAMA_RUNTIME_REPO", "").strip()
+        or (_active_repo(home_path) if follow_active_repo else None)
+        or DEFAULT_REPO
     )
     if backend is not None:
         backend_value, explicit = parse_backend(backend, source="--backend"), True

@@ -21,7 +21,7 @@ _REPAIR_HINT = (
 )
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
+def settings_from_args(args: argparse.Namespace, *, follow_active_repo: bool = True) -> Settings:
     """The settings the global flags name, over the environment and the defaults."""
     from llama_runtime.updater.config import resolve_settings
 
@@ -32,6 +32,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         backend=args.backend,
         require_provenance=bool(getattr(args, "require_provenance", False)),
         channel=args.channel,
+        follow_active_repo=follow_active_repo,
     )
 
 

@@ -165,7 +165,8 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
     backends = [parse_backend(b, allow_auto=False, source="--backend") for b in raw_backends]
     platforms = [_platform(p) for p in args.platform]
-    settings = settings_from_args(argparse.Namespace(**{**vars(args), "backend": None}))
+    # A mirror is the fleet's, not this machine's: without --repo it is ggml-org's, whatever runs here.
+    settings = settings_from_args(argparse.Namespace(**{**vars(args), "backend": None}), follow_active_repo=False)
     tag = None
     if args.tag is not None:
         from llama_runtime.updater.choice.tags import validate_tag
