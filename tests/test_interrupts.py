@@ -7,6 +7,8 @@ Ctrl-C after the pointer flip reports the new runtime as active.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,9 @@ from tests.test_server_swap import REPO, _http_server_build, served_b7000  # noq
 from tests.test_server_swap import home as swap_home  # noqa: F401  (fixture)
 
 
-def test_ctrl_c_while_the_old_server_stops_restarts_it_and_keeps_the_pointer(
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_while_the_old_server_stops_restarts_it_and_keeps_the_pointer(
+    how: str,
     served_b7000: dict[str, Any],  # noqa: F811
     capsys: pytest.CaptureFixture[str],
     swap_home: Path,  # noqa: F811  (tmp_path/"home" with test_server_swap's stray-server clean-up)
@@ -40,8 +44,10 @@ def test_ctrl_c_while_the_old_server_stops_restarts_it_and_keeps_the_pointer(
     def stopped_then_interrupted(self: ManagedServer, *args: Any, **kwargs: Any) -> None:
         real_stop(self, *args, **kwargs)
         calls["n"] += 1
-        if calls["n"] == 1:
+        if calls["n"] == 1 and how == "ctrl-c":
             raise KeyboardInterrupt  # Ctrl-C lands while the update waits for the stop
+        if calls["n"] == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # systemd stops the service right then
 
     monkeypatch.setattr(ManagedServer, "stop", stopped_then_interrupted)
     code = main(["update", "--tag", "b7001", "--backend", "cpu", "--home", str(home), "--api-url", github.api_url])
