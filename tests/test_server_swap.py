@@ -112,6 +112,7 @@ def test_new_runtime_that_never_becomes_healthy_is_rolled_back_and_old_server_re
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert code == 6, payload
     assert payload["error"]["message"].startswith("rolled back: the new runtime failed its health check")
+    assert "exited right after it started" in payload["error"]["message"]  # not "did not answer within 120 s"
     guard.assert_intact("b7000")
     code, status = run_json(capsys, home, github.api_url, "server", "status")
     assert status["running"] is True and status["healthy"] is True

@@ -182,13 +182,29 @@ class ServerSwitch:
                 log.info("llama-server healthy on the new runtime", binary=str(new.binary))
                 return NewServer("healthy", verdict=verdict)
             failure, reason = "failed_gate", verdict.reason
+        else:
+            reason = self._why_not_healthy()
         try:
             self.server.stop(self.stop_timeout)
         except Exception as exc:  # the old server cannot come back while this one runs
             reason = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             log.error("could not stop the rejected new server", error=reason)
             return NewServer("unhealthy_still_running", reason)
-        return NewServer("failed_gate", reason=reason) if failure == "failed_gate" else NewServer("unhealthy")
+        return NewServer("failed_gate" if failure == "failed_gate" else "unhealthy", reason=reason)
+
+    def _why_not_healthy(self) -> str:
+        """Why the new server never answered: it exited (with its last words), or it kept silent."""
+        try:
+            exited = not self.server.is_running()
+        except Exception:  # cannot tell: say what is known
+            exited = False
+        if not exited:
+            return f"it did not answer /health within {self.health_timeout:.0f} s"
+        # The managed server keeps its log; an app's own server control may not (the protocol does not ask).
+        tail = getattr(self.server, "log_tail", None)
+        words = [line for line in (tail() if callable(tail) else []) if isinstance(line, str)][-2:]
+        said = f": {' / '.join(words)}" if words else ""
+        return f"its llama-server exited right after it started{said}"
 
     def _gate(self, new: InstalledRuntime, running: RunningServer, current: InstalledRuntime | None) -> Verdict | None:
         """The gate's verdict on the healthy new server; None when it does not apply."""
@@ -270,7 +286,7 @@ def switch_with_server(
     if started.outcome == "failed_gate":
         what = f"failed its inference check ({describe(new)}: {started.reason})"
     else:
-        what = f"failed its health check ({describe(new)} did not answer /health within {switch.health_timeout:.0f} s)"
+        what = f"failed its health check ({describe(new)}: {started.reason})"
     raise VerificationError(
         f"rolled back: the new runtime {what}; {describe(current)} {again}.",
         hint=None if restored else "Start it with `llama-runtime server start -- ARGS`.",
