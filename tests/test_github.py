@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,21 @@ def test_the_etag_cache_drops_its_oldest_entries_past_its_size_bound(
         cache.put(f"https://x/{n}", f"e{n}", "y" * 300)
     assert cache.get("https://x/9") == ("e9", "y" * 300) and cache.get("https://x/0") is None
     assert (tmp_path / "etags.json").stat().st_size < 2000 * 2  # bounded (pretty-printed on disk)
+
+
+def test_an_api_answer_dripped_past_its_deadline_is_a_network_error_not_a_held_lock() -> None:
+    import httpx
+    from llama_runtime.runtime.errors import NetworkError
+    from llama_runtime.updater.sources.bounded_json import read_capped
+
+    sent: list[bytes] = []
+
+    def drip() -> Iterator[bytes]:
+        for _ in range(50):
+            time.sleep(0.05)
+            sent.append(b" ")
+            yield b" "
+
+    with pytest.raises(NetworkError, match=r"longer than 0\.3 s to send an answer"):
+        read_capped(httpx.Response(200, content=drip()), what="an answer", deadline_s=0.3)
+    assert len(sent) < 50  # it gave up at the deadline instead of reading the whole drip

@@ -113,7 +113,7 @@ def read_capped(
 def too_slow(what: str, deadline_s: float) -> NetworkError:
     """The error for a body that did not arrive within ``deadline_s`` seconds."""
     return NetworkError(
-        f"The server took longer than {deadline_s:.0f} s to send {what}; it is too slow or stalling. Try again later."
+        f"The server took longer than {deadline_s:g} s to send {what}; it is too slow or stalling. Try again later."
     )
 
 
