@@ -313,10 +313,11 @@ def test_rollback_reports_its_result(cpu_builds: Path, capsys: pytest.CaptureFix
     assert (payload["active"]["tag"], payload["previous"]["tag"]) == ("b7001", "b7002")
 
 
+@pytest.mark.parametrize("typed", ["7000", "B7000"])
 def test_a_bare_build_number_is_bad_input_that_suggests_the_tag(
-    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub
+    typed: str, capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub
 ) -> None:
-    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "7000")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", typed)
     assert code == 2, payload
     assert "did you mean b7000" in payload["error"]["message"]
     assert github.requests == [], "refused before asking anyone"

@@ -40,9 +40,10 @@ def user_tag(tag: str) -> str:
     from llama_runtime.updater.choice.tags import validate_tag
 
     cleaned = validate_tag(tag)
-    if cleaned.isdigit():
+    if cleaned.isdigit() or (cleaned[:1] == "B" and cleaned[1:].isdigit()):  # 7000, B7000
+        meant = f"b{cleaned.lstrip('B')}"
         raise UserInputError(
-            f"'{cleaned}' is not a release tag; did you mean b{cleaned}?",
+            f"'{cleaned}' is not a release tag; did you mean {meant}?",
             hint="llama.cpp builds are tagged bNNNN (e.g. b7000).",
         )
     return cleaned
