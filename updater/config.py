@@ -156,16 +156,7 @@ def resolve_settings(
         UserInputError: A value is malformed (unknown backend, bad repo or URL).
     """
     env = os.environ if env is None else env
-    if home is not None and not str(home).strip():
-        # `--home "$UNSET"` must never fall through to the real home (gc --keep 0 would prune it).
-        raise UserInputError("--home is empty. Give a directory, or leave the flag out for the default home.")
-    home_value = str(home or "") or env.get("LLAMA_RUNTIME_HOME", "").strip()
-    if home_value:
-        home_path = Path(home_value).expanduser()
-    else:
-        from llama_runtime.runtime.layout import default_home
-
-        home_path = default_home()
+    home_path = _home_setting(home, env)
     url = (api_url or env.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
     if not url.startswith(("https://", "http://", "file://")):
         raise UserInputError(f"Malformed API URL '{url}'. Use an http(s):// or file:// URL.")
@@ -175,13 +166,7 @@ def resolve_settings(
         or (_active_repo(home_path) if follow_active_repo else None)
         or DEFAULT_REPO
     )
-    if backend is not None:
-        backend_value, explicit = parse_backend(backend, source="--backend"), True
-    elif env.get("LLAMA_RUNTIME_BACKEND", "").strip():
-        raw = env["LLAMA_RUNTIME_BACKEND"]
-        backend_value, explicit = parse_backend(raw, source="LLAMA_RUNTIME_BACKEND"), True
-    else:
-        backend_value, explicit = "auto", False
+    backend_value, explicit = _backend_setting(backend, env)
     channel_value = _channel_request(channel, env)
     return Settings(
         home=home_path,
@@ -196,6 +181,28 @@ def resolve_settings(
         channel=channel_value,
         parallel_downloads=download_parallelism(env),
     )
+
+
+def _home_setting(home: str | Path | None, env: Mapping[str, str]) -> Path:
+    """``--home``, else ``LLAMA_RUNTIME_HOME``, else the platform's data directory."""
+    if home is not None and not str(home).strip():
+        # `--home "$UNSET"` must never fall through to the real home (gc --keep 0 would prune it).
+        raise UserInputError("--home is empty. Give a directory, or leave the flag out for the default home.")
+    home_value = str(home or "") or env.get("LLAMA_RUNTIME_HOME", "").strip()
+    if home_value:
+        return Path(home_value).expanduser()
+    from llama_runtime.runtime.layout import default_home
+
+    return default_home()
+
+
+def _backend_setting(backend: str | None, env: Mapping[str, str]) -> tuple[str, bool]:
+    """The backend request and whether it was given (flag or environment) rather than defaulted."""
+    if backend is not None:
+        return parse_backend(backend, source="--backend"), True
+    if env.get("LLAMA_RUNTIME_BACKEND", "").strip():
+        return parse_backend(env["LLAMA_RUNTIME_BACKEND"], source="LLAMA_RUNTIME_BACKEND"), True
+    return "auto", False
 
 
 def _active_repo(home: Path) -> str | None:
