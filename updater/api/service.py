@@ -59,8 +59,8 @@ class RuntimeUpdater:
     Args:
         home: The llama-runtime home (default: ``LLAMA_RUNTIME_HOME``, else the
             platform's user data dir).
-        repo: ``owner/name`` releases come from (default: ``LLAMA_RUNTIME_REPO``,
-            else ggml-org/llama.cpp).
+        repo: ``owner/name`` releases come from (default: ``LLAMA_RUNTIME_REPO``, else
+            the repository the active runtime came from, else ggml-org/llama.cpp).
         backend: ``auto`` (keep the active runtime's request) or a backend name
             (default: ``LLAMA_RUNTIME_BACKEND``, else ``auto``).
         channel: ``stable`` or ``nightly`` (default: ``LLAMA_RUNTIME_CHANNEL``, else the
