@@ -198,6 +198,10 @@ def test_without_repo_update_and_check_stay_on_the_fork_the_active_runtime_came_
     code, mirrored = run_json(capsys, home, github.api_url, "mirror", "sync", "--dest", str(tmp_path / "m"),
                               "--tag", "b7005")  # fmt: skip
     assert code == 0 and mirrored["releases"] == ["b7005"], mirrored
+    # So does a file's origin: install-file without --repo records ggml-org, as the contract's default.
+    archive = tmp_path / "ggml-org-b7005.tar.gz"
+    code, filed = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7005", "--backend", "cpu")
+    assert code == 0 and filed["active"]["repo"] == REPO, filed
     code, moved = run_json(capsys, home, github.api_url, "update", "--repo", REPO, "--tag", "b7005")
     assert code == 0, moved
     assert (moved["active"]["repo"], moved["active"]["tag"]) == (REPO, "b7005")  # --repo still moves it

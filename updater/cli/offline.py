@@ -89,7 +89,8 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.updater.cli.context import engine_for, settings_from_args
     from llama_runtime.updater.install.offline import InstallFileRequest, install_file
 
-    settings = settings_from_args(args)
+    # A file's origin is not the active runtime's: without --repo it is recorded as ggml-org's, as always.
+    settings = settings_from_args(args, follow_active_repo=False)
     tag = None
     if args.tag is not None:
         from llama_runtime.updater.choice.tags import validate_tag
