@@ -333,3 +333,23 @@ def test_first_run_failure_says_nothing_was_installed_and_how_to_work_offline(
     assert code == 7, err
     assert "still active" not in err
     assert "Nothing was installed" in err and "--api-url" in err and "install-file" in err
+
+
+def test_list_available_reads_further_pages_for_stable_releases_that_upstream_cuts_rarely(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    # Upstream publishes a dozen bNNNN prereleases a day and a semver release now and then: the newest
+    # page of 100 holds one stable release here, whose build is on the next page.
+    def builds(first: int, count: int) -> None:
+        for n in range(first, first + count):
+            github.add_release(REPO, f"b{n}", {CPU_TAR.format(tag=f"b{n}"): b"x" * 64}, stable=False)
+
+    builds(7000, 150)
+    github.add_version(REPO, "v0.1.0", "b7010")
+    github.add_version(REPO, "v0.2.0", "b7060")
+    builds(7150, 99)
+    code, listed = run_json(capsys, tmp_path / "home", github.api_url, "list", "--available", "--limit", "2")
+    assert code == 0, listed
+    assert [(a["tag"], a["version"]) for a in listed["available"]] == [("b7060", "v0.2.0"), ("b7010", "v0.1.0")]
+    pages = [r.query for r in github.requests_to("api", "/releases") if r.path.endswith("/releases")]
+    assert len(pages) == 3 and "page=3" in pages[-1], pages  # three pages, one request each

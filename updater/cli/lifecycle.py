@@ -9,8 +9,9 @@ is neither active nor the rollback target; ``which`` prints one path for scripts
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import NothingActiveError, UserInputError
 from llama_runtime.updater.cli.common import add_events_flag
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
 
 #: Releases ``list --available`` shows by default: a screenful, and one page of the API.
 AVAILABLE_DEFAULT: int = 10
+#: Pages of releases ``list --available`` reads at most (100 each, one API request each): upstream
+#: publishes a dozen builds a day but a stable release only now and then.
+AVAILABLE_MAX_PAGES: Final[int] = 3
+#: A page this full may have a next one (GitHub's maximum page size, which ``recent_releases`` asks for).
+RELEASES_PER_PAGE: Final[int] = 100
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -189,8 +195,11 @@ def _with_metadata_or_none(source: ReleaseSource, release: Release) -> Release |
 def _available(
     args: argparse.Namespace, settings: Settings, installed: list[InstalledRuntime], active_name: str | None
 ) -> list[Available]:
-    """The newest releases with an asset for this host and the backend asked for (or the active one's)."""
-    from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
+    """The newest releases with an asset for this host and the backend asked for (or the active one's).
+
+    Pages are read until ``--limit`` builds are found or :data:`AVAILABLE_MAX_PAGES` were read: upstream
+    cuts a stable release far less often than it publishes builds, so one page holds few of them.
+    """
     from llama_runtime.updater.choice.available import available_builds
     from llama_runtime.updater.choice.channel import channel_builds, parse_channel
     from llama_runtime.updater.choice.host_detect import detect_host
@@ -199,21 +208,32 @@ def _available(
 
     active = next((r for r in installed if r.name == active_name), None)
     backend = settings.backend if settings.backend_explicit else (active.marker.backend_request if active else "auto")
-    channel = settings.channel or (active.marker.channel if active and active.marker.channel else "stable")
+    stored = active.marker.channel if active and active.marker.channel else None
+    channel = parse_channel(settings.channel or stored or "stable")
+    have = {(r.marker.tag, r.marker.asset) for r in installed if r.marker.repo.lower() == settings.repo.lower()}
+    host = detect_host()
+    found: list[Available] = []
     with engine_for(settings).open_source() as source:
-        try:
-            releases = source.recent_releases()
-        except (RateLimitError, NetworkError):
-            raise
-        except RemoteError:
-            releases = [source.latest_release()]  # a static mirror lists no releases, only the newest
-        builds = channel_builds(releases, parse_channel(channel), pointers_on_page(source, releases))
-        have = {(r.marker.tag, r.marker.asset) for r in installed if r.marker.repo.lower() == settings.repo.lower()}
-        return available_builds(
-            builds,
-            detect_host(),
-            backend,
-            installed=have,
-            limit=args.limit,
-            enrich=lambda release: _with_metadata_or_none(source, release),
-        )
+        releases: list[Release] = []
+        for page in range(1, AVAILABLE_MAX_PAGES + 1):
+            batch, last = _release_page(source, page)
+            releases += batch
+            builds = channel_builds(releases, channel, pointers_on_page(source, releases))
+            enrich = functools.partial(_with_metadata_or_none, source)
+            found = available_builds(builds, host, backend, installed=have, limit=args.limit, enrich=enrich)
+            if last or len(found) >= args.limit:
+                break
+    return found
+
+
+def _release_page(source: ReleaseSource, page: int) -> tuple[list[Release], bool]:
+    """One page of releases, and whether it was the last one (a static mirror has only its latest)."""
+    from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
+
+    try:
+        batch = source.recent_releases(page=page)
+    except (RateLimitError, NetworkError):
+        raise
+    except RemoteError:
+        return ([source.latest_release()] if page == 1 else []), True  # a static mirror lists nothing
+    return batch, len(batch) < RELEASES_PER_PAGE

@@ -155,20 +155,21 @@ class GitHubClient:
         payload = self._get_json(url, f"Release {tag} not found in {self.repo}.")
         return _absolute_urls(check_release(parse_release(self.repo, payload), asked=tag), url)
 
-    def recent_releases(self, per_page: int = _PER_PAGE) -> list[Release]:
-        """The newest page of the repository's releases, as GitHub orders them.
+    def recent_releases(self, per_page: int = _PER_PAGE, page: int = 1) -> list[Release]:
+        """A page of the repository's releases, newest first, as GitHub orders them.
 
         Args:
             per_page: Page size, 1 to 100 (GitHub's maximum). The scheduled
                 check asks for few: the whole page is re-sent whenever any
                 download count in it changes.
+            page: Which page (1 is the newest).
 
         Raises:
             ReleaseNotFoundError: The repository does not exist.
             RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
         """
         per_page = max(1, min(per_page, _PER_PAGE))
-        url = f"{self.api_url}/repos/{self.repo}/releases?per_page={per_page}&page=1"
+        url = f"{self.api_url}/repos/{self.repo}/releases?per_page={per_page}&page={max(1, page)}"
         payload = self._get_json(url, f"No releases found in {self.repo}.")
         if not isinstance(payload, list):
             raise RemoteError("GitHub answered with something that is not release data (not a list).")

@@ -80,8 +80,8 @@ class ReleaseSource(AssetHost, Protocol):
         """The source's own ``releases/latest`` (the newest non-prerelease release)."""
         ...
 
-    def recent_releases(self, per_page: int = 100) -> list[Release]:
-        """The newest page of releases (a static mirror may raise ``RemoteError``: it has no list)."""
+    def recent_releases(self, per_page: int = 100, page: int = 1) -> list[Release]:
+        """A page of releases, newest first (a static mirror may raise ``RemoteError``: it has no list)."""
         ...
 
     def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
