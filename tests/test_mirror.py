@@ -145,6 +145,14 @@ def test_file_url_reads_the_mirror_without_a_server(
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7001"
     assert_runs(Path(payload["active"]["binary"]))
+    # The mirror lists its releases too (releases/index.json): list --available and the nightly channel.
+    url = dest.as_uri()
+    code, listed = cli_json(capsys, "list", "--available", "--home", str(home), "--api-url", url)
+    assert code == 0 and [a["tag"] for a in listed["available"]] == ["b7001", "b7000"], listed
+    code, nightly = cli_json(capsys, "check", "--channel", "nightly", "--home", str(home), "--api-url", url)
+    assert code == 0 and nightly["latest"] == "b7001", nightly
+    code, older = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7000")
+    assert code == 0 and older["active"]["tag"] == "b7000", older  # the listing's URLs reach the files
 
 
 def test_second_sync_fetches_nothing_and_a_damaged_file_is_fetched_again(

@@ -16,6 +16,8 @@ import httpx
 
 __all__ = ["FileTransport", "file_api_url"]
 
+#: What answers a directory URL (a mirror's ``releases`` listing), like a web server's index file.
+DIRECTORY_INDEX: Final = "index.json"
 # Read size when serving mirror files: few syscalls, bounded memory.
 _CHUNK_BYTES: Final[int] = 1024 * 1024
 
@@ -33,8 +35,9 @@ def file_api_url(url: str) -> tuple[str, Path]:
 class FileTransport(httpx.BaseTransport):
     """Serves files under ``root`` for ``file://`` URLs, like a static web server.
 
-    Query strings are ignored (as static servers do); directories and paths
-    that leave ``root`` are 404; ``Range: bytes=N-`` is honoured for resumes.
+    Query strings are ignored (as static servers do); a directory is answered
+    by its ``index.json`` (a mirror's release listing), else 404, as are paths
+    that leave ``root``; ``Range: bytes=N-`` is honoured for resumes.
     """
 
     def __init__(self, root: Path) -> None:
@@ -43,6 +46,8 @@ class FileTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Answer one request from the file system."""
         path = Path(urllib.request.url2pathname(request.url.path)).resolve()
+        if path.is_dir() and (path / DIRECTORY_INDEX).is_file():
+            path = path / DIRECTORY_INDEX  # a directory is answered by its index, as a web server does
         if request.method != "GET" or not path.is_relative_to(self.root) or not path.is_file():
             return httpx.Response(404, content=b"Not Found", headers={"content-type": "text/plain"})
         size = path.stat().st_size

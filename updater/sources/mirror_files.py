@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import IntegrityError
 from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, atomic_write_json, sha256_file
-from llama_runtime.updater.choice.latest import highest_build_tag
+from llama_runtime.updater.choice.latest import any_build_number, highest_build_tag
 from llama_runtime.updater.install.recovery import is_disk_full
 from llama_runtime.updater.sources.mirror_layout import (
     OWN_SHA_KEY,
     SHA_DIR_CHARS,
     MirrorPaths,
     latest_relative,
+    listing_relative,
     read_json,
 )
 from llama_runtime.updater.sources.mirrorkeep import publish_checked
@@ -127,4 +128,13 @@ def publish_latest(paths: MirrorPaths) -> str | None:
     if doc is None:
         return None
     atomic_write_json(paths.latest_json, latest_relative(doc), mode=SHARED_FILE_MODE)
+    _publish_listing(paths, tags_dir)
     return tag
+
+
+def _publish_listing(paths: MirrorPaths, tags_dir: Path) -> None:
+    """Write the ``releases`` listing: every mirrored release, highest build first (``list --available``, nightly)."""
+    docs = [doc for entry in sorted(tags_dir.iterdir()) if entry.is_file() and (doc := read_json(entry)) is not None]
+    docs.sort(key=lambda doc: any_build_number(str(doc.get("tag_name"))) or 0, reverse=True)
+    listing = [listing_relative(doc) for doc in docs]
+    atomic_write_json(paths.listing_json, listing, mode=SHARED_FILE_MODE)

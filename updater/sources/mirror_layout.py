@@ -41,6 +41,8 @@ from llama_runtime.updater.sources.release import Asset, Release
 # Hex digits of the sha256 that name an asset's directory: 64 bits cannot collide
 # between the few uploads one asset name ever sees, and keep URLs short.
 SHA_DIR_CHARS: Final[int] = 16
+#: The listing's file inside ``releases/`` (see :attr:`MirrorPaths.listing_json`).
+LISTING_NAME: Final = "index.json"
 # The JSON key holding the sha256 the mirror computed itself (not GitHub's digest).
 OWN_SHA_KEY: Final = "llama_runtime_sha256"
 
@@ -89,6 +91,16 @@ class MirrorPaths:
     def latest_json(self) -> Path:
         """The JSON behind ``releases/latest``."""
         return self.releases / "latest"
+
+    @property
+    def listing_json(self) -> Path:
+        """The JSON behind ``releases`` itself: every mirrored release, newest first.
+
+        ``releases`` is a directory, so the list is its index file; the ``file://``
+        reader answers the directory with it (a web server does so when told to
+        serve ``index.json``).
+        """
+        return self.releases / LISTING_NAME
 
     def asset(self, tag: str, sha256: str, name: str) -> Path:
         """Where the asset file ``name`` of ``tag`` with content ``sha256`` lives."""
@@ -180,6 +192,20 @@ def release_json(release: Release, assets: list[dict[str, Any]]) -> dict[str, An
         "published_at": release.published_at,
         "assets": sorted(assets, key=lambda a: str(a["name"])),
     }
+
+
+def listing_relative(release_doc: dict[str, Any]) -> dict[str, Any]:
+    """``release_doc`` re-pointed for the ``releases`` listing, read at ``…/releases`` (no slash).
+
+    Every release a mirror holds was chosen to be installed (its ``latest`` is the highest of
+    them), so the listing offers each as a release, not a prerelease that ``stable`` would skip.
+    """
+    doc = {**release_doc, "prerelease": False}
+    doc["assets"] = [
+        {**a, "browser_download_url": "releases/" + str(a["browser_download_url"]).removeprefix("../")}
+        for a in release_doc["assets"]
+    ]
+    return doc
 
 
 def latest_relative(release_doc: dict[str, Any]) -> dict[str, Any]:
