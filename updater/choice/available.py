@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError, UserInputError
+from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError
 from llama_runtime.updater.choice.channel import ResolvedRelease
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.choice.tags import parse_tag
+from llama_runtime.updater.choice.latest import any_build_number
 from llama_runtime.updater.sources.release import Release
 
 __all__ = ["Available", "available_builds"]
@@ -40,16 +40,9 @@ class Available:
         }
 
 
-def _build_number(tag: str) -> int | None:
-    try:
-        return parse_tag(tag).build
-    except UserInputError:  # a remote tag no release can have: never a candidate
-        return None
-
-
 def _newest_first(releases: Iterable[Release]) -> list[Release]:
     """Releases with a build number, highest first (unorderable ones are never "available")."""
-    numbered = [(n, r) for r in releases if (n := _build_number(r.tag)) is not None]
+    numbered = [(n, r) for r in releases if (n := any_build_number(r.tag)) is not None]
     return [r for _n, r in sorted(numbered, key=lambda pair: pair[0], reverse=True)]
 
 

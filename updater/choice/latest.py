@@ -45,7 +45,10 @@ def _upstream(tag: str) -> TagVersion | None:
 
 
 def any_build_number(tag: str) -> int | None:
-    """The build ``N`` of any tag that has one: ``bN`` or a fork's ``bN-mix-<hash>``."""
+    """The build ``N`` of any tag that has one: ``bN`` or a fork's ``bN-mix-<hash>``.
+
+    ``None`` for a tag without one, and for a remote tag no release can have (never a candidate).
+    """
     try:
         return parse_tag(tag).build
     except UserInputError:
