@@ -64,8 +64,14 @@ class JsonFileEtagCache:
         data = self._load()
         data.pop(url, None)  # re-inserted last: the newest entry is dropped last
         data[url] = {"etag": etag, "body": body}
-        while len(data) > 1 and len(json.dumps(data)) > MAX_CACHE_BYTES:
-            del data[next(iter(data))]
+        # Each entry's size is measured once; the oldest go until the rest fit (the newest always stays).
+        sizes = {key: len(json.dumps({key: entry})) for key, entry in data.items()}
+        total = sum(sizes.values())
+        for key in list(data)[:-1]:
+            if total <= MAX_CACHE_BYTES:
+                break
+            total -= sizes[key]
+            del data[key]
         try:
             atomic_write_json(self.path, data)
         except OSError:
