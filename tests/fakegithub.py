@@ -523,6 +523,9 @@ class _Handler(BaseHTTPRequestHandler):
             if page < last:
                 link = f'<{base}&page={page + 1}>; rel="next", <{base}&page={last}>; rel="last"'
         if payload is None:
+            # A 404 counts against the quota and carries the x-ratelimit-* headers like every API answer
+            # (GitHub docs "Rate limits for the REST API": "the headers that are sent with each response";
+            # shared/reference/github_api.md). The client tells GitHub from a static mirror by them.
             self._simple(404, _NOT_FOUND_BODY, "application/json; charset=utf-8", self._rate_headers(41))
             return
         body = json.dumps(payload).encode()
