@@ -9,7 +9,6 @@ is neither active nor the rollback target; ``which`` prints one path for scripts
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 from typing import TYPE_CHECKING, Any, Final
 
@@ -215,11 +214,19 @@ def _available(
     found: list[Available] = []
     with engine_for(settings).open_source() as source:
         releases: list[Release] = []
+        pointers: dict[str, str] = {}
+        completed: dict[str, Release | None] = {}
+
+        def enrich(release: Release) -> Release | None:  # once per release, however many pages follow
+            if release.tag not in completed:
+                completed[release.tag] = _with_metadata_or_none(source, release)
+            return completed[release.tag]
+
         for page in range(1, AVAILABLE_MAX_PAGES + 1):
             batch, last = _release_page(source, page)
             releases += batch
-            builds = channel_builds(releases, channel, pointers_on_page(source, releases))
-            enrich = functools.partial(_with_metadata_or_none, source)
+            pointers.update(pointers_on_page(source, batch))  # each page's pointers read once
+            builds = channel_builds(releases, channel, pointers)
             found = available_builds(builds, host, backend, installed=have, limit=args.limit, enrich=enrich)
             if last or len(found) >= args.limit:
                 break
