@@ -207,11 +207,6 @@ def release_with_manifest(client: ReleaseSource, release: Release) -> Release:
     return release if manifest is None else dataclasses.replace(release, manifest=manifest)
 
 
-def read_build_manifest(client: ReleaseSource, release: Release) -> BuildManifest | None:
-    """The build manifest ``release`` publishes, read and checked; ``None`` when it has none (or another schema)."""
-    return release_with_manifest(client, release).manifest
-
-
 def with_build_manifest(client: ReleaseSource, found: ResolvedRelease) -> ResolvedRelease:
     """``found`` with its build release's metadata applied (see :func:`release_with_manifest`)."""
     release = release_with_manifest(client, found.release)
@@ -291,7 +286,6 @@ __all__ = [
     "NIGHTLY_PER_PAGE",
     "peek_latest_build",
     "pointers_on_page",
-    "read_build_manifest",
     "read_pointer",
     "release_with_manifest",
     "resolve_fetched",
