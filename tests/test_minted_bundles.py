@@ -105,6 +105,17 @@ def test_minted_bundle_verifies_offline_through_the_trusted_root_file_and_names_
     }
 
 
+def test_release_publish_era_bundle_verifies_where_the_policy_names_that_workflow(
+    sigstore: PrivateSigstore, trust: TrustRoot
+) -> None:
+    # The era's e2e below waits for the prov-policy branch; this shows only the policy stands in its way.
+    identity = release_publish_identity()
+    policy = SignerPolicy(repository=REPO, workflow=".github/workflows/release-publish.yml")
+    signer = verify_bundle(minted(sigstore, identity), sha256(ARTIFACT), policy, trust)
+    assert (signer.workflow, signer.trigger, signer.ref) == (identity.workflow, "workflow_run", "refs/heads/master")
+    assert signer.commit == identity.commit
+
+
 def test_minted_bundle_carries_a_dsse_entry_proof_and_promise_inside_the_certificate_window(
     sigstore: PrivateSigstore,
 ) -> None:
