@@ -64,6 +64,7 @@ def minted_root(sigstore: PrivateSigstore, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="session")
 def trust(minted_root: Path) -> TrustRoot:
+    """The private root loaded as production code loads ``LLAMA_RUNTIME_TRUSTED_ROOT`` (offline, no TUF)."""
     return load_trust_root(minted_root, offline=True)
 
 
