@@ -62,9 +62,10 @@ UPSTREAM_LINUX_ROCM_GFX: Final[tuple[str, ...]] = (
 UPSTREAM_WINDOWS_HIP_GFX: Final[tuple[str, ...]] = (
     "gfx1150", "gfx1151", "gfx1200", "gfx1201", "gfx1100", "gfx1101", "gfx1102", "gfx1030", "gfx1031", "gfx1032",
 )  # fmt: skip
-#: GPU_TARGETS of the ROCm 7.14 jobs (release.yml of Aug 2026, b10356 … b10772: ubuntu-24-rocm and
-#: windows-rocm matrices, ROCM_VERSION "7.14.0"; shared/reference/upstream-2026-10.md). The lists of the
-#: ROCm 10.0 jobs that build today's ``rocm-10.0`` archives were in no stored source: unknown.
+#: GPU_TARGETS of the ROCm 7.14 jobs (release.yml at b10665, Aug 2026: the ubuntu-24-rocm and
+#: windows-rocm matrices with ROCM_VERSION "7.14.0", as a third-party test fixture quotes them; the same
+#: lists are in shared/reference/upstream-2026-10.md). The jobs that build today's ``rocm-10.0`` archives
+#: (ROCM_VERSION "10.0.0") were in no stored source with their lists: unknown.
 UPSTREAM_LINUX_ROCM_714_GFX: Final[tuple[str, ...]] = (
     "gfx908", "gfx90a", "gfx942", "gfx950", "gfx1010", "gfx1011", "gfx1012", "gfx1030", "gfx1031", "gfx1032",
     "gfx1033", "gfx1034", "gfx1035", "gfx1036", "gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151", "gfx1152",
@@ -354,7 +355,7 @@ FACTS: Final[tuple[BuildFact, ...]] = (
     BuildFact(
         "upstream ubuntu-rocm-7.14-x64 / win-rocm-7.14-x64",
         "gfx in the 7.14 GPU_TARGETS (Linux 22, Windows 20 targets); runtime not checked",
-        "release.yml Aug 2026 (b10356 … b10772) ubuntu-24-rocm/windows-rocm GPU_TARGETS, upstream-2026-10.md",
+        "release.yml @b10665 (Aug 2026) ubuntu-24-rocm/windows-rocm gpu_targets, upstream-2026-10.md",
         _rocm,
     ),
     BuildFact(
