@@ -8,7 +8,9 @@ no source says it: those rows never refuse, and the binary's own run decides on 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from llama_runtime.runtime.errors import BackendUnavailableError, UserInputError
@@ -18,6 +20,9 @@ from llama_runtime.updater.choice.facts import UNKNOWN
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.host_file import host_from_json
 from llama_runtime.updater.sources.release import Asset, Release
+
+from tests.conftest import cli_process
+from tests.fakegithub import FakeGitHub
 
 TAG = "b11541"
 #: b11541's assets; the Windows cudart zips carry no tag (byte-identical across builds).
@@ -219,3 +224,30 @@ def test_host_file_of_a_platform_upstream_does_not_publish_is_refused_listing_th
         host_from_json({"os": os_name, "arch": arch}, "host.json")
     assert platform in caught.value.message and "linux-s390x" in caught.value.message
     assert "android-arm64" in caught.value.message
+
+
+def test_plan_explains_the_snapdragon_build_auto_leaves_to_a_request() -> None:
+    choice = choose_asset(B11541, host("linux-arm64"), "auto")
+    why = {c.asset_name: c.why for c in choice.candidates}[f"llama-{TAG}-bin-linux-arm64-snapdragon.tar.gz"]
+    assert why.startswith("not considered: opencl is installed only on request (--backend opencl)")
+    assert "Adreno" in why and "Hexagon" in why
+
+
+def test_plan_host_file_for_s390x_plans_and_an_unpublished_platform_is_exit_2(
+    tmp_path: Path, github: FakeGitHub
+) -> None:
+    names = [f"llama-{TAG}-bin-ubuntu-s390x.tar.gz", f"llama-{TAG}-bin-ubuntu-x64.tar.gz", f"llama-{TAG}-ui.tar.gz"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"x" * 64)
+    github.add_release("ggml-org/llama.cpp", TAG, {n: tmp_path / n for n in names})
+    common = ["--home", str(tmp_path / "home"), "--api-url", github.api_url, "--json"]
+    s390x = tmp_path / "s390x.json"
+    s390x.write_text(json.dumps({"os": "linux", "arch": "s390x", "glibc_version": "2.39"}))
+    done = cli_process("plan", "--tag", TAG, "--host", str(s390x), "--explain", *common)
+    assert done.returncode == 0, done.stdout
+    assert json.loads(done.stdout)["asset"] == f"llama-{TAG}-bin-ubuntu-s390x.tar.gz"
+    riscv = tmp_path / "riscv.json"
+    riscv.write_text(json.dumps({"os": "linux", "arch": "riscv64"}))
+    refused = cli_process("plan", "--tag", TAG, "--host", str(riscv), *common)
+    assert refused.returncode == 2
+    assert "linux-s390x" in refused.stdout + refused.stderr and "Traceback" not in refused.stderr
