@@ -236,6 +236,16 @@ def test_linux_cuda_builds_have_no_guessed_glibc_floor() -> None:
     assert choose_asset(rel, h, "auto").backend == "cuda"
 
 
+@pytest.mark.parametrize(("tag", "backend"), [("b11000", "cuda"), ("b7000", "vulkan")])
+def test_minor_version_compatibility_needs_a_build_whose_architectures_are_known(tag: str, backend: str) -> None:
+    # ggml's defaults are read for b7676 onwards; an older build's architecture list is unknown.
+    rel = release(UPSTREAM, tag, f"llama-{tag}-bin-win-cuda-12.4-x64.zip", f"llama-{tag}-bin-win-vulkan-x64.zip")
+    h = host(
+        "windows-x64", cuda_driver_version="12.2", nvidia_driver="535.98", compute_capabilities=("8.6",), vulkan=True
+    )
+    assert choose_asset(rel, h, "auto").backend == backend
+
+
 # -- right answers that must stay right -------------------------------------------------------------
 
 

@@ -270,10 +270,17 @@ def _native_for(arch: str, sm: int) -> bool:
     return built // 10 == sm // 10 and built % 10 <= sm % 10
 
 
+#: The oldest build the defaults above are known for (the patch quoting them is against b7676); older
+#: builds had other defaults, which were not read: their architectures are unknown.
+_GGML_CUDA_DEFAULTS_SINCE: Final = 7676
+
+
 def cuda_native_code(build: Build) -> tuple[tuple[str, ...], str] | None:
     """``(architectures, source)`` of an upstream CUDA build; ``None`` when no source gives them."""
     toolkit = _cuda_toolkit(build)
     if not build.upstream or toolkit is None or build.info.os not in {"linux", "windows"}:
+        return None
+    if build.build is None or build.build < _GGML_CUDA_DEFAULTS_SINCE:
         return None
     return ggml_cuda_architectures(toolkit), _GGML_CUDA_ARCHS
 
@@ -292,7 +299,9 @@ def minor_compat_refusal(build: Build, host: HostFacts, sms: tuple[int, ...]) ->
         return f"{head}, and minor-version compatibility needs driver r{floor} or newer, not {host.nvidia_driver}"
     known = cuda_native_code(build)
     if known is None:
-        return f"{head}, and which GPUs it holds native code for is {UNKNOWN}: not taken on minor-version grounds"
+        return (
+            f"{head}, and no source read says which GPUs it holds native code for: not taken on minor-version grounds"
+        )
     if not sms:
         return f"{head}, and this GPU's compute capability is unknown, so native code for it cannot be confirmed"
     archs, _source = known
