@@ -8,7 +8,11 @@ workflows that build the releases; each :class:`BuildFact` row says where it was
 A fact refuses a build only when the host's own fact is known and falls short: a missing
 host fact is never read as "can run it" here, but neither as "cannot" — on the machine
 itself the binary then proves it (``--version``, ``--list-devices``, the Mach-O minimum OS
-check), and a build that failed that proof is not tried again (``failed_builds``).
+check), and a build that failed that proof is not tried again (``failed_builds``). A fact no
+source gives (the glibc of the Linux CUDA builds, ROCm 10.0's gfx targets) is recorded as
+:data:`UNKNOWN` and never refuses. One check is stricter, because the run cannot catch it: a
+CUDA build newer than the driver is taken only with native code for every GPU
+(:func:`minor_compat_refusal`), since PTX fails only when the first kernel loads.
 """
 
 from __future__ import annotations
