@@ -118,7 +118,6 @@ def test_asset_name_parses_to_platform_backend_and_version(name: str) -> None:
         "llama-b9999-bin-ubuntu-arm64-x64.tar.gz",  # ... and only on Windows
         "llama-b9999-bin-win-x86.zip",  # x86 outside openEuler is a 32-bit build
         "llama-b9999-bin-ubuntu-x86.tar.gz",
-        "llama-b11459-bin-linux-arm64-snapdragon.tar.gz",  # unknown qualifier: not guessed
         "checksums.txt",
         "",
         ".zip",

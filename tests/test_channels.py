@@ -88,6 +88,29 @@ def test_nightly_skips_a_build_missing_an_archive_the_build_before_had() -> None
     assert upload_problem(releases[0], None) is None
 
 
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("llama-{tag}-bin-win-openvino-2026.4-x64.zip", "llama-{tag}-bin-win-openvino-2026.4.1-x64.zip"),
+        ("llama-{tag}-bin-ubuntu-cuda-13.3-x64.tar.gz", "llama-{tag}-bin-ubuntu-cuda-13.4-x64.tar.gz"),
+        ("cudart-llama-bin-win-cuda-13.3-x64.zip", "cudart-llama-bin-win-cuda-13.4-x64.zip"),
+        ("llama-{tag}-bin-ubuntu-rocm-7.14-x64.tar.gz", "llama-{tag}-bin-ubuntu-rocm-10.0-x64.tar.gz"),
+    ],
+)
+def test_a_toolkit_rename_is_not_an_upload_in_progress(before: str, after: str) -> None:
+    # upstream-2026-10.md: the first build after a rename has "fewer" archives of the old names.
+    releases = [build("b10500", names=(CPU_TAR, before)), build("b10501", names=(CPU_TAR, after))]
+    assert upload_problem(releases[1], releases[0]) is None
+    assert resolve_latest(releases, "nightly").build_tag == "b10501"
+
+
+def test_one_of_two_cuda_lines_missing_is_still_an_upload_in_progress() -> None:
+    lines = ("llama-{tag}-bin-ubuntu-cuda-12.8-x64.tar.gz", "llama-{tag}-bin-ubuntu-cuda-13.4-x64.tar.gz")
+    older, newer = build("b10500", names=lines), build("b10501", names=lines[:1])
+    problem = upload_problem(newer, older)
+    assert problem is not None and "1 of the 2" in problem and "ubuntu-cuda-*-x64" in problem
+
+
 def test_stable_with_unread_or_unpublished_pointer_is_release_not_found() -> None:
     with pytest.raises(ReleaseNotFoundError, match="not read"):
         resolve_latest(UPSTREAM, "stable", {})

@@ -85,9 +85,10 @@ TABLE: list[tuple[str, HostFacts, str, str | None, str, tuple[str, ...]]] = [
      ("cudart-llama-bin-win-cu12.2.0-x64.zip",)),
     ("b7902", replace(CUDA124_WIN, cuda_driver_version=" 12.4\n"), "auto", None,
      "llama-b7902-bin-win-cuda-12.4-x64.zip", ("cudart-llama-bin-win-cuda-12.4-x64.zip",)),
-    # Nothing at or below a 12.2 driver: NVIDIA minor-version compatibility takes the closest 12.x.
-    ("b10015", CUDA122_WIN, "auto", None, "llama-b10015-bin-win-cuda-12.4-x64.zip",
-     ("cudart-llama-bin-win-cuda-12.4-x64.zip",)),
+    # Nothing at or below a 12.2 driver: NVIDIA minor-version compatibility takes the closest 12.x,
+    # for a GPU the build holds native code for (8.6: ggml's 86-real).
+    ("b10015", replace(CUDA122_WIN, compute_capabilities=("8.6",)), "auto", None,
+     "llama-b10015-bin-win-cuda-12.4-x64.zip", ("cudart-llama-bin-win-cuda-12.4-x64.zip",)),
     # A driver of an older major line never gets a newer major: auto moves on to Vulkan.
     ("b10015", replace(CUDA122_WIN, cuda_driver_version="11.8"), "auto", None,
      "llama-b10015-bin-win-vulkan-x64.zip", ()),
@@ -100,8 +101,8 @@ TABLE: list[tuple[str, HostFacts, str, str | None, str, tuple[str, ...]]] = [
      ("cudart-llama-b11026-bin-ubuntu-cuda-13.3-x64.tar.gz",)),
     ("b11026", NONE_LINUX, "nvidia", "12", "llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",
      ("cudart-llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",)),
-    ("b11026", CUDA124_LINUX, "auto", None, "llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",
-     ("cudart-llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",)),
+    ("b11026", replace(CUDA124_LINUX, compute_capabilities=("8.9",)), "auto", None,
+     "llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz", ("cudart-llama-b11026-bin-ubuntu-cuda-12.8-x64.tar.gz",)),
     ("b11026", replace(CUDA124_LINUX, cuda_driver_version="11.8"), "auto", None,
      "llama-b11026-bin-ubuntu-x64.tar.gz", ()),
     # Linux without a GPU, Vulkan, ROCm, other explicit backends.
@@ -212,7 +213,7 @@ def test_explicit_cuda_of_a_newer_major_line_is_refused_with_the_reason() -> Non
 
 
 def test_minor_version_compatibility_is_the_last_resort_and_explained() -> None:
-    choice = choose_asset(load("b10015"), CUDA122_WIN, "auto")
+    choice = choose_asset(load("b10015"), replace(CUDA122_WIN, compute_capabilities=("8.6",)), "auto")
     assert choice.info.backend_version == "12.4"
     assert "minor-version compatibility: CUDA 12.4 on a 12.2 driver" in choice.reason
     verdicts = {c.asset_name: c.why for c in choice.candidates}
@@ -223,8 +224,19 @@ def test_minor_version_compatibility_is_the_last_resort_and_explained() -> None:
     assert older.info.backend_version == "11.7" and "minor-version" not in older.reason
 
 
+@pytest.mark.parametrize("capability", [None, "7.5", "9.0"])
+def test_minor_version_compatibility_needs_native_code_for_the_gpu(capability: str | None) -> None:
+    # 12.4 holds PTX only for 7.5 and 9.0 (75-virtual, 90-virtual), which a 12.2 driver cannot JIT;
+    # an unknown compute capability cannot be confirmed native either: auto takes Vulkan instead.
+    facts = replace(CUDA122_WIN, compute_capabilities=(capability,) if capability else ())
+    choice = choose_asset(load("b10015"), facts, "auto")
+    assert choice.backend == "vulkan"
+    verdicts = {c.asset_name: c.why for c in choice.candidates}
+    assert "CUDA 12.4 is newer than this 12.2 driver" in verdicts["llama-b10015-bin-win-cuda-12.4-x64.zip"]
+
+
 def test_minor_version_compatibility_holds_for_13x_too() -> None:
-    choice = choose_asset(load("b11026"), CUDA130_LINUX, "cuda", "13")
+    choice = choose_asset(load("b11026"), replace(CUDA130_LINUX, compute_capabilities=("8.9",)), "cuda", "13")
     assert choice.info.backend_version == "13.3" and "CUDA 13.3 on a 13.0 driver" in choice.reason
 
 

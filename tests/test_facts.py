@@ -208,6 +208,44 @@ def test_arm64_builds_need_the_glibc_of_ubuntu_24_04() -> None:
         choose_asset(rel, host("linux-arm64", glibc_version="2.36"), "auto")
 
 
+ROCM_714 = release(
+    UPSTREAM, "b10665", "llama-b10665-bin-ubuntu-rocm-7.14-x64.tar.gz", "llama-b10665-bin-ubuntu-vulkan-x64.tar.gz"
+)
+ROCM_10 = release(
+    UPSTREAM, "b11541", "llama-b11541-bin-ubuntu-rocm-10.0-x64.tar.gz", "llama-b11541-bin-ubuntu-vulkan-x64.tar.gz"
+)
+
+
+@pytest.mark.parametrize(("gfx", "backend"), [("gfx1152", "rocm"), ("gfx950", "rocm"), ("gfx906", "vulkan")])
+def test_upstream_rocm_7_14_build_holds_only_its_gpu_targets(gfx: str, backend: str) -> None:
+    h = host("linux-x64", rocm=True, rocm_gfx=(gfx,), vulkan=True, cpu_features=X86)
+    assert choose_asset(ROCM_714, h, "auto").backend == backend
+
+
+@pytest.mark.parametrize("gfx", ["gfx1100", "gfx906", "gfx803"])
+def test_upstream_rocm_10_0_targets_are_unknown_so_the_run_decides(gfx: str) -> None:
+    h = host("linux-x64", rocm=True, rocm_gfx=(gfx,), vulkan=True, cpu_features=X86, glibc_version="2.31")
+    chosen = choose_asset(ROCM_10, h, "auto")
+    assert chosen.backend == "rocm"  # no refusal on a guess: neither a target list nor a glibc floor is known
+    assert "unknown: decided by running" in chosen.reason
+
+
+def test_linux_cuda_builds_have_no_guessed_glibc_floor() -> None:
+    rel = release(UPSTREAM, "b11541", "llama-b11541-bin-ubuntu-cuda-13.4-arm64.tar.gz")
+    h = host("linux-arm64", cuda_driver_version="13.4", compute_capabilities=("12.1",), glibc_version="2.35")
+    assert choose_asset(rel, h, "auto").backend == "cuda"
+
+
+@pytest.mark.parametrize(("tag", "backend"), [("b11000", "cuda"), ("b7000", "vulkan")])
+def test_minor_version_compatibility_needs_a_build_whose_architectures_are_known(tag: str, backend: str) -> None:
+    # ggml's defaults are read for b7676 onwards; an older build's architecture list is unknown.
+    rel = release(UPSTREAM, tag, f"llama-{tag}-bin-win-cuda-12.4-x64.zip", f"llama-{tag}-bin-win-vulkan-x64.zip")
+    h = host(
+        "windows-x64", cuda_driver_version="12.2", nvidia_driver="535.98", compute_capabilities=("8.6",), vulkan=True
+    )
+    assert choose_asset(rel, h, "auto").backend == backend
+
+
 # -- right answers that must stay right -------------------------------------------------------------
 
 

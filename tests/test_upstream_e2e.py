@@ -167,7 +167,7 @@ def test_a_fork_keeps_working_unchanged(
 def test_plan_explains_minor_version_compatibility_and_the_avx2_assumption(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub
 ) -> None:
-    tag = "b7000"
+    tag = "b11000"  # a build whose CUDA architectures are known (ggml defaults since b7676)
     names = [
         "llama-{tag}-bin-win-cpu-x64.zip",
         "llama-{tag}-bin-win-cuda-12.8-x64.zip",
@@ -178,9 +178,17 @@ def test_plan_explains_minor_version_compatibility_and_the_avx2_assumption(
         capsys, home, github.api_url, "plan", "--platform", "windows-x64", "--cuda-version", "12.4", "--explain"
     )
     assert code == 0, plan
-    assert plan["asset"] == "llama-b7000-bin-win-cuda-12.8-x64.zip"
-    assert "minor-version compatibility: CUDA 12.8 on a 12.4 driver" in plan["reason"]
+    # --platform knows no GPU: native code for it cannot be confirmed, so no minor-version compatibility.
+    assert plan["asset"] == "llama-b11000-bin-win-cpu-x64.zip"
+    why = {c["asset"]: c["why"] for c in plan["candidates"]}
+    assert "compute capability is unknown" in why["llama-b11000-bin-win-cuda-12.8-x64.zip"]
     assert "assumed AVX2" in plan["host"]["sources"]["cpu_features"]
+    host_file = home.parent / "ampere.json"
+    host_file.write_text('{"os": "windows", "arch": "x64", "cuda_driver_version": "12.4", "compute_capability": "8.6"}')
+    code, plan = run_json(capsys, home, github.api_url, "plan", "--host", str(host_file), "--explain")
+    assert code == 0, plan
+    assert plan["asset"] == "llama-b11000-bin-win-cuda-12.8-x64.zip"  # 86-real: native code for an RTX 3000
+    assert "minor-version compatibility: CUDA 12.8 on a 12.4 driver" in plan["reason"]
     main(["plan", "--platform", "windows-x64", "--explain", "--home", str(home), "--api-url", github.api_url])
     text = capsys.readouterr().out
     assert "cpu_features from: assumed AVX2" in text
@@ -193,25 +201,30 @@ def test_cuda_build_taken_by_minor_compatibility_that_lists_no_device_is_exit_6(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    publish_stand_in(github, tmp_path, "b7000")
+    publish_stand_in(github, tmp_path, "b11000")
     assert run_json(capsys, home, github.api_url, "update")[0] == 0
     from llama_runtime.updater.choice import host_detect as host_module
 
     def cuda_host() -> Any:
         from llama_runtime.updater.choice.host import HostFacts
 
-        return HostFacts(
-            os="linux", arch="x64", cuda_driver_version="12.4", nvidia_driver="550.54", cpu_features=frozenset({"avx2"})
+        return HostFacts(  # an 8.6 GPU: 12.8 holds native code for it, so minor-version compatibility applies
+            os="linux",
+            arch="x64",
+            cuda_driver_version="12.4",
+            nvidia_driver="550.54",
+            cpu_features=frozenset({"avx2"}),
+            compute_capabilities=("8.6",),
         )
 
     monkeypatch.setattr(host_module, "detect_host", cuda_host)
-    tarball = stand_in_tarball(tmp_path / "cuda.tar.gz", tag="b7001")  # lists no CUDA device
-    github.add_release(REPO, "b7001", {"llama-b7001-bin-ubuntu-cuda-12.8-x64.tar.gz": tarball})
+    tarball = stand_in_tarball(tmp_path / "cuda.tar.gz", tag="b11001")  # lists no CUDA device
+    github.add_release(REPO, "b11001", {"llama-b11001-bin-ubuntu-cuda-12.8-x64.tar.gz": tarball})
     frozen = HomeGuard(None, home)
     code, payload = run_json(capsys, home, github.api_url, "update")
     assert code == 6, payload
     assert "lists no cuda device" in payload["error"]["message"]
-    frozen.assert_intact("b7000", staging_empty=True)
+    frozen.assert_intact("b11000", staging_empty=True)
 
 
 def test_doctor_exit_6_carries_error_message_beside_its_report(

@@ -49,7 +49,7 @@ _OPENEULER_ARCH: Final[dict[str, Arch]] = {"x86": "x64", "aarch64": "arm64"}
 # Tokens naming a backend on their own; a version may be glued on ("cuda12.4",
 # "cublas", "cu12.2.0") or follow as the next token ("cuda-12.4", "rocm-7.14").
 _BACKEND_WORD: Final = re.compile(
-    r"^(?P<word>cublas|cuda|cu|hip|rocm|vulkan|kompute|sycl|openvino|opencl|clblast|cpu)"
+    r"^(?P<word>cublas|cuda|cu|hip|rocm|vulkan|kompute|sycl|openvino|opencl|clblast|snapdragon|cpu)"
     r"(?P<version>\d+(?:\.\d+)*)?$"
 )
 _BACKEND_OF_WORD: Final[dict[str, str]] = {
@@ -64,10 +64,14 @@ _BACKEND_OF_WORD: Final[dict[str, str]] = {
     "openvino": "openvino",
     "opencl": "opencl",
     "clblast": "opencl",
+    # linux-arm64-snapdragon, android-arm64-snapdragon: "Snapdragon: CPU, Adreno GPU, Hexagon NPU"
+    # (release-publish.yml @5641289a). Its GPU backend is ggml-opencl, which the install's device
+    # check verifies; the Hexagon NPU rides along (no backend of its own here).
+    "snapdragon": "opencl",
     "cpu": "cpu",
 }
 # Words that are themselves the variant of the backend they imply.
-_VARIANT_WORDS: Final[frozenset[str]] = frozenset({"kompute", "clblast"})
+_VARIANT_WORDS: Final[frozenset[str]] = frozenset({"kompute", "clblast", "snapdragon"})
 _VERSION: Final = re.compile(r"^\d+(?:\.\d+)*$")
 _GFX: Final = re.compile(r"^gfx[0-9a-fx]{3,5}$", re.IGNORECASE)
 
@@ -93,7 +97,13 @@ _LEMONADE: Final = re.compile(
     r"^llama-(?P<tag>b\d+)-(?P<os>ubuntu|windows)-(?P<rest>rocm-gfx[0-9a-z]+)-(?P<arch>x64)$",
     re.IGNORECASE,
 )
-_NOT_RUNTIME: Final = re.compile(r"^(?:llama-.+-(?:xcframework|ui)|llama\.cpp-source-.+)$")
+_NOT_RUNTIME: Final = re.compile(r"^(?:llama-.+-(?P<kind>xcframework|ui)|llama\.cpp-source-.+)$")
+#: Why a release file that is not a runtime is skipped (release-publish.yml @5641289a packs both).
+_NOT_RUNTIME_WHY: Final[dict[str | None, str]] = {
+    "ui": "the web UI alone (llama-server embeds its own); no runtime",
+    "xcframework": "the iOS/macOS XCFramework (a library for apps); no llama-server",
+    None: "a source archive; no runtime",
+}
 
 
 @dataclass(frozen=True)
@@ -217,6 +227,13 @@ def _from_rest(name: str, rest: str, archive: Archive, tag: str | None, companio
     return AssetInfo(name, os, arch, parts.backend, parts.version, parts.variant, archive, companion, tag)
 
 
+def not_runtime_reason(name: str) -> str | None:
+    """Why ``name`` is a known release file that holds no runtime (web UI, XCFramework, source), else ``None``."""
+    split = _split_extension(name) if isinstance(name, str) else None
+    m = _NOT_RUNTIME.match(split[0]) if split is not None else None
+    return _NOT_RUNTIME_WHY[m["kind"]] if m is not None else None
+
+
 def parse_asset_name(name: str) -> AssetInfo | None:
     """Read OS, arch, backend and archive type from a release asset name.
 
@@ -228,7 +245,9 @@ def parse_asset_name(name: str) -> AssetInfo | None:
         runtime (web UI, xcframework, source) or whose name is not understood.
     """
     info = _parse(name) if isinstance(name, str) else None
-    if info is None:
+    if info is None and (why := not_runtime_reason(name)) is not None:
+        _log.debug("asset_not_runtime", asset=name, why=why)
+    elif info is None:
         _log.debug("asset_name_ignored", asset=name)
     return info
 

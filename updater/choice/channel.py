@@ -25,6 +25,8 @@ functions ask for, so "is there an update" and "install it" cannot disagree.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -166,6 +168,8 @@ def upload_problem(release: Release, older: Release | None = None) -> str | None
     arriving. The release workflow also attaches files one by one after
     publishing, so a build with fewer runtime archives than the build before
     it (``older``) is treated the same: its preferred asset may not be there yet.
+    Archives are compared by family, the toolkit version left out: a build that
+    renamed one (CUDA 13.3 -> 13.4) has as many archives as the build before it.
     """
     pending = sorted((a.name, a.state) for a in release.assets if not a.is_complete)
     if pending:
@@ -174,18 +178,34 @@ def upload_problem(release: Release, older: Release | None = None) -> str | None
     if older is None:
         return None
     mine, theirs = _runtime_names(release), _runtime_names(older)
-    missing = sorted(theirs - mine)
-    if missing and theirs:
+    missing = sorted(theirs - mine)  # Counter difference: families with fewer archives than before
+    if missing:
         return (
-            f"{release.tag} has {len(mine)} of the {len(theirs)} runtime archives {older.tag} has "
-            f"(no {missing[0].replace('{tag}', release.tag)} yet); it is probably still uploading"
+            f"{release.tag} has {mine.total()} of the {theirs.total()} runtime archives {older.tag} has "
+            f"(no {missing[0].replace('{tag}', release.tag).replace('{version}', '*')} yet); "
+            "it is probably still uploading"
         )
     return None
 
 
-def _runtime_names(release: Release) -> set[str]:
-    """Runtime archive names of a release with its tag replaced by ``{tag}`` (comparable across builds)."""
-    return {a.name.replace(release.tag, "{tag}") for a in release.assets if parse_asset_name(a.name) is not None}
+#: A toolkit version inside a name ("cuda-13.4", "openvino-2026.4.1", "rocm-10.0"). Renames of it
+#: (CUDA 13.3 -> 13.4, ROCm 7.14 -> 10.0, OpenVINO 2026.4 -> 2026.4.1) are not a missing archive.
+_TOOLKIT_VERSION: Final = re.compile(r"(?<=-)\d+(?:\.\d+)+(?=-)")
+
+
+def _runtime_names(release: Release) -> Counter[str]:
+    """How many runtime archives of each family a release has, comparable across builds.
+
+    A family is the name with the tag as ``{tag}`` and the toolkit version as ``{version}``
+    (``llama-{tag}-bin-ubuntu-cuda-{version}-x64.tar.gz``): counted, so two CUDA lines of one
+    platform stay two, and a renamed toolkit stays the same family.
+    """
+    families: Counter[str] = Counter()
+    for asset in release.assets:
+        if parse_asset_name(asset.name) is None:
+            continue
+        families[_TOOLKIT_VERSION.sub("{version}", asset.name.replace(release.tag, "{tag}"))] += 1
+    return families
 
 
 def _nightly(releases: Sequence[Release]) -> ResolvedRelease:

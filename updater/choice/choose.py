@@ -225,7 +225,7 @@ def _explain(
         reason += f", with the CUDA runtime {extras[0].name}"
 
     def why(name: str) -> str:
-        verdict = field.verdicts.get(name, "not considered: another backend")
+        verdict = field.verdicts.get(name) or _unconsidered(field.on_platform[name], request)
         if name == asset.name:
             return "chosen" + (f", {verdict}" if verdict.startswith(("usable through", "usable: ")) else "")
         return f"ranked below {asset.name}" if verdict.startswith("usable") else verdict
@@ -235,6 +235,14 @@ def _explain(
         for name in sorted(field.on_platform)
     )
     return Choice(asset, info, extras, info.backend, reason + ".", candidates)
+
+
+def _unconsidered(info: AssetInfo, request: str) -> str:
+    """Why an asset of the platform was not weighed at all (``plan --explain``)."""
+    what = " (Snapdragon: CPU, Adreno GPU through OpenCL, Hexagon NPU)" if info.variant == "snapdragon" else ""
+    if request == AUTO and info.backend not in _AUTO_ORDER:
+        return f"not considered: {info.backend} is installed only on request (--backend {info.backend}){what}"
+    return f"not considered: another backend{what}"
 
 
 def _companions(release: Release, info: AssetInfo) -> tuple[Asset, ...]:

@@ -15,9 +15,11 @@ from typing import Final
 
 from llama_runtime.runtime.errors import UserInputError
 
-#: ``--platform`` values accepted for planning another machine.
+#: ``--platform`` and host-file platforms: every one upstream publishes a build for (release-publish.yml
+#: @5641289a: Ubuntu x64/arm64/s390x, macOS arm64/x64, Windows x64/arm64, Android arm64).
 PLATFORMS: Final[tuple[str, ...]] = (
-    "linux-x64", "linux-arm64", "windows-x64", "windows-arm64", "macos-arm64", "macos-x64",
+    "linux-x64", "linux-arm64", "linux-s390x", "windows-x64", "windows-arm64", "macos-arm64", "macos-x64",
+    "android-arm64",
 )  # fmt: skip
 
 

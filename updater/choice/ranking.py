@@ -3,8 +3,10 @@
 The ranking :func:`~updater.choice.choose.choose_asset` sorts by, best first:
 
 * CUDA: the highest line the driver fully supports; failing that, the closest
-  newer minor of the driver's major line (NVIDIA's minor-version compatibility);
-  never a 13.x line below compute capability 7.5. A fork's release manifest,
+  newer minor of the driver's major line (NVIDIA's minor-version compatibility),
+  only where the build holds native code for every GPU (:func:`.facts.minor_compat_refusal`:
+  an older driver cannot JIT the newer toolkit's PTX); never a 13.x line below
+  compute capability 7.5. A fork's release manifest,
   when read, decides which profile covers the GPUs (:mod:`.coverage`).
 * ROCm: a bundle holding the host's gfx target; one named for a single target
   only on explicit request.
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from llama_runtime.updater.choice.assetnames import AssetInfo
 from llama_runtime.updater.choice.coverage import cuda_coverage, host_sms, rocm_targets
-from llama_runtime.updater.choice.facts import Build, fact_refusal, gfx_family_members
+from llama_runtime.updater.choice.facts import Build, fact_note, fact_refusal, gfx_family_members, minor_compat_refusal
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.tags import parse_tag
 from llama_runtime.updater.sources.release import Release
@@ -109,6 +111,7 @@ class Ranker:
         variant: tuple[object, ...] | None = _variant_rank(info, self.host)
         if variant is None:
             return None, f"needs the {info.variant} instruction set, which this CPU lacks"
+        build = None
         if self.release is not None:
             build = Build(self.release.repo, parse_tag(self.release.tag).build, self.release.published_at, info)
             if (refusal := fact_refusal(build, self.host)) is not None:
@@ -116,11 +119,13 @@ class Ranker:
         primary: tuple[object, ...] | None = ()
         why = "usable"
         if info.backend == "cuda":
-            primary, why = self._cuda(info)
+            primary, why = self._cuda(info, build)
         elif info.backend == "rocm":
             primary, why = self._rocm(info)
         if primary is None:
             return None, why
+        if why == "usable" and build is not None and (note := fact_note(build)) is not None:
+            why = f"usable: {note}"
         artifact = self._artifact(info)
         if info.backend == "cuda" and artifact is not None:
             # The fork's manifest knows the bundle's SM coverage; it replaces the name's profile rank.
@@ -138,7 +143,7 @@ class Ranker:
         manifest = self.release.manifest if self.release is not None else None
         return manifest.artifact(info.name) if manifest is not None else None
 
-    def _cuda(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
+    def _cuda(self, info: AssetInfo, build: Build | None) -> tuple[tuple[object, ...] | None, str]:
         if self.cuda_pin is not None and not _pin_matches(self.cuda_pin, info.backend_version):
             return (
                 None,
@@ -154,9 +159,8 @@ class Ranker:
                     f"CUDA {info.backend_version} is newer than the driver supports ({driver})",
                 )
             # NVIDIA's minor-version compatibility: within one major line a build
-            # for a newer minor runs on the older driver (without PTX JIT); only
-            # taken when nothing the driver fully supports exists, and the device
-            # check after install decides.
+            # for a newer minor runs on the older driver, but only its native code
+            # (no PTX JIT); only taken when nothing the driver fully supports exists.
             minor_compat = build_line > driver_line
         elif driver is None and self.auto:
             return None, "no NVIDIA driver detected"
@@ -171,10 +175,13 @@ class Ranker:
         # Unknown lines ("ubuntu-cuda-x64") rank below every named one; a
         # minor-compatible line below every fully supported one, closest first.
         known = 0 if info.backend_version is not None else 1
+        if minor_compat and build is not None and (refusal := minor_compat_refusal(build, self.host, sms)):
+            return None, refusal
         if minor_compat:
             return (known, 1, _version_key(info.backend_version)), (
                 f"usable through NVIDIA minor-version compatibility: CUDA {info.backend_version} "
-                f"on a {driver} driver (the same major line); the device check after install decides"
+                f"on a {driver} driver (the same major line, native code for every GPU); the device check "
+                "after install decides"
             )
         return (known, 0, _rank_key(info.backend_version)), "usable"
 
