@@ -267,6 +267,7 @@ class FakeGitHub:
         ``"2026"`` an upstream ``bNNNN`` build is a prerelease and, unless
         ``stable=False`` or ``prerelease=True`` is given, is cut as the next
         semver release ``v0.N.0`` (see :meth:`add_version`).
+        With ``auto_cut=False`` only ``stable=True`` cuts one (else see :meth:`cut_version`).
         """
         modern = self.scheme == "2026" and repo in UPSTREAM_REPOS and _is_build_tag(tag)
         cut = modern and not draft and stable is not False and prerelease is not True

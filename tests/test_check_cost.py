@@ -123,3 +123,18 @@ def test_stable_check_mid_release_costs_three_requests_and_four_when_its_fallbac
         result = check(capsys, home, github)
         assert (result["latest"], result["update_available"], result["warnings"]) == ("b7001", False, [warning])
         assert cost.take() == (3, 3)  # the same three; the pointer is cached and b7001 is the installed build
+
+
+def test_with_a_token_an_unchanged_mid_release_check_is_free(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeGitHub(token="s3cret") as github:
+        monkeypatch.setenv("LLAMA_RUNTIME_GITHUB_TOKEN", "s3cret")
+        monkeypatch.setenv("GITHUB_TOKEN", "s3cret")
+        publish_stand_in(github, tmp_path, "b7000")
+        update(capsys, home, github)
+        github.cut_version(REPO, "v0.2.0", "b7000", pointer=False)
+        check(capsys, home, github)  # takes the ETags
+        cost = Cost(github)
+        assert check(capsys, home, github)["warnings"] != []
+        assert cost.take() == (0, 3)  # three authorised 304s: the tags change only when a release is cut

@@ -289,3 +289,15 @@ def test_update_tag_of_a_release_without_its_pointer_is_exit_7_and_keeps_the_act
         message = payload["error"]["message"]
         assert "v0.7.0 has no nightly-tag.txt yet" in message and "probably still being cut" in message
         guard.assert_intact("b11429", staging_empty=True, capsys=capsys)
+
+
+def test_mirror_sync_mid_release_mirrors_the_previous_stable_and_says_why(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    with FakeGitHub(auto_cut=False) as github:
+        today_upstream(github, tmp_path)
+        code, report = run_json(capsys, home, github.api_url, "mirror", "sync", "--dest", str(tmp_path / "mirror"))
+        assert code == 0, report
+        assert (report["releases"], report["warnings"]) == (["b11429"], [MID_RELEASE_WARNING])
+        code, payload = run_json(capsys, home, (tmp_path / "mirror").as_uri(), "update")
+        assert (code, payload["active"]["tag"]) == (0, "b11429")
