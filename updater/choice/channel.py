@@ -157,7 +157,7 @@ def _fallback_problem(candidate: StableFallback, installed: str | None) -> str |
     if release is None:
         return f"{candidate.tag}: no release is published for the tag"
     if release.draft or release.prerelease:
-        return f"{candidate.tag}: it is a prerelease"
+        return f"{candidate.tag}: it is a draft or a prerelease"
     problem = missing_pointer(release)
     if problem is not None:
         return problem
