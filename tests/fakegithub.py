@@ -20,6 +20,13 @@ hybridgroup/yzma PR #297):
 * forks (any other repository) publish plain non-prerelease builds, as
   unslothai and janhq still do. ``scheme="legacy"`` is upstream before August 2026.
 
+Upstream's real cadence since then (shared/reference/upstream-2026-10.md, "Stable
+lags nightly"): semver releases are cut by hand, one to two weeks apart, patch
+releases included (v0.4.1), so ``stable`` is 100–200 builds behind the newest
+build. ``FakeGitHub(auto_cut=False)`` publishes builds only, and
+:meth:`FakeGitHub.cut_version` cuts a release at a chosen build the way
+make-release.yml does: release first, ``nightly-tag.txt`` after (or never).
+
 It also models what the updater's request budget depends on:
 
 * ``download_count`` grows with every download, and it is part of the JSON,
@@ -161,6 +168,8 @@ class _Repo:
     releases: list[dict[str, Any]] = field(default_factory=list)
     private: bool = False
     versions_cut: int = 0  # semver releases v0.N.0 published so far
+    cut_at: dict[str, str] = field(default_factory=dict)  # semver release -> the build it was cut at
+    bare_tags: list[str] = field(default_factory=list)  # git tags with no release (yet)
 
 
 class _Server(ThreadingHTTPServer):
@@ -179,10 +188,15 @@ class _Server(ThreadingHTTPServer):
 class FakeGitHub:
     """GitHub releases API + CDN on two local ports. Use as a context manager."""
 
-    def __init__(self, scheme: str = "2026", token: str | None = None, *, rate_cap: int | None = None) -> None:
+    def __init__(
+        self, scheme: str = "2026", token: str | None = None, *, rate_cap: int | None = None, auto_cut: bool = True
+    ) -> None:
         if scheme not in ("2026", "legacy"):
             raise ValueError(f"unknown publishing scheme {scheme!r}")
         self.scheme = scheme
+        #: Scheme "2026": cut a ``v0.N.0`` for every upstream build added (the tidy default most
+        #: tests rely on). ``False``: builds only; semver releases come from :meth:`cut_version`.
+        self.auto_cut = auto_cut
         self.token = token  # the one token a private repository accepts
         self.requests: list[Request] = []
         self.download_bytes_sent = 0
@@ -253,9 +267,11 @@ class FakeGitHub:
         ``"2026"`` an upstream ``bNNNN`` build is a prerelease and, unless
         ``stable=False`` or ``prerelease=True`` is given, is cut as the next
         semver release ``v0.N.0`` (see :meth:`add_version`).
+        With ``auto_cut=False`` only ``stable=True`` cuts one (else see :meth:`cut_version`).
         """
         modern = self.scheme == "2026" and repo in UPSTREAM_REPOS and _is_build_tag(tag)
         cut = modern and not draft and stable is not False and prerelease is not True
+        cut = cut and (self.auto_cut or stable is True)
         release = self._publish(
             repo,
             tag,
@@ -282,6 +298,82 @@ class FakeGitHub:
         """
         body = content if content is not None else f"{build}\n".encode()
         return self._publish(repo, version, {NIGHTLY_TAG_ASSET: body}, digests=True, prerelease=False)
+
+    def cut_version(
+        self,
+        repo: str,
+        version: str,
+        build: str,
+        *,
+        pointer: bool = True,
+        content: bytes | None = None,
+        served: bytes | None = None,
+    ) -> dict[str, Any]:
+        """Cut semver release ``version`` at build ``build`` by hand, as upstream does since August 2026.
+
+        make-release.yml ("Make Release", ``workflow_dispatch`` with the commit to
+        release; it refuses a commit older than 3 days, PR #27234) pushes the
+        ``vX.Y.Z`` tag, **creates the release first** (``prerelease: false``, no
+        assets: ``/releases/latest`` answers it from then on) and uploads
+        ``nightly-tag.txt`` naming the build after that (PR #27485). When no ``b*``
+        tag points at the release commit it prints "no nightly tag found for the
+        release commit - nightly-tag.txt will not be created" and uploads nothing.
+        Sources: shared/reference/upstream-2026-10.md ("Three workflows"),
+        make-release.yml and scripts/make-release-desc.sh as in the ngxson/llama.cpp fork at 2026-08-22.
+
+        Args:
+            pointer: ``False`` stops after creating the release: the window in
+                which the newest release names no build. :meth:`upload_pointer`
+                ends it; a release whose commit has no build tag never gets one.
+            content: What ``nightly-tag.txt`` holds (default ``build`` and a newline).
+            served: Bytes the CDN serves instead, while the API publishes the size
+                and digest of ``content`` (tampering only the digest can tell).
+        """
+        with self._lock:
+            rel_repo = self._repos.setdefault(repo, _Repo())
+            rel_repo.cut_at[version] = build
+            if version in rel_repo.bare_tags:
+                rel_repo.bare_tags.remove(version)  # the release now stands for the tag
+        release = self._publish(repo, version, {}, prerelease=False)
+        if pointer:
+            self.upload_pointer(repo, version, content=content, served=served)
+        return release
+
+    def upload_pointer(
+        self,
+        repo: str,
+        version: str,
+        build: str | None = None,
+        *,
+        content: bytes | None = None,
+        served: bytes | None = None,
+        state: str = "uploaded",
+    ) -> dict[str, Any]:
+        """Attach ``nightly-tag.txt`` to the published release ``version`` (make-release.yml's last step).
+
+        Args:
+            build: The build it names (default: the one :meth:`cut_version` cut it at).
+            content, served: As :meth:`cut_version` takes them.
+            state: The asset's state; ``"open"`` while its upload runs.
+
+        Returns:
+            The asset's API JSON.
+        """
+        with self._lock:
+            rel_repo = self._repos[repo]
+            release = next(r for r in rel_repo.releases if r["tag_name"] == version)
+            named = build or rel_repo.cut_at[version]
+            body = content if content is not None else f"{named}\n".encode()
+            asset = self._add_asset(repo, version, NIGHTLY_TAG_ASSET, body, True, state)
+            if served is not None:
+                self._blobs[asset["id"]] = _Blob(NIGHTLY_TAG_ASSET, len(served), served, None)
+            release["assets"].append(asset)
+            return asset
+
+    def push_tag(self, repo: str, tag: str) -> None:
+        """Push git tag ``tag`` without a release (make-release.yml pushes the tag, then creates the release)."""
+        with self._lock:
+            self._repos.setdefault(repo, _Repo()).bare_tags.append(tag)
 
     def set_private(self, repo: str) -> None:
         """Make ``repo`` private: only :attr:`token` sees it, downloads only through the API."""
@@ -500,6 +592,8 @@ class _Handler(BaseHTTPRequestHandler):
         public = [r for r in repo.releases if not r["draft"]] if repo else []
         payload: Any = None
         link = ""
+        if len(bits) >= 8 and bits[5:7] == ["git", "matching-refs"] and repo is not None:
+            payload = self._matching_refs(fake, f"{bits[3]}/{bits[4]}", repo, "/".join(bits[7:]))
         if len(bits) == 8 and bits[6] == "assets" and repo is not None and bits[7].isdigit():
             asset = next((a for r in public for a in r["assets"] if a["id"] == int(bits[7])), None)
             if asset is not None and self._record.headers.get("accept") == "application/octet-stream":
@@ -538,6 +632,29 @@ class _Handler(BaseHTTPRequestHandler):
             return
         fault = fake._take_fault(path, {"body"})
         self._send_body(fault, [body], len(body), 200, {**headers, "Content-Type": "application/json"})
+
+    @staticmethod
+    def _matching_refs(fake: FakeGitHub, name: str, repo: _Repo, prefix: str) -> list[dict[str, Any]]:
+        """``GET /repos/{o}/{r}/git/matching-refs/{prefix}`` (docs.github.com, "List matching references").
+
+        Every ref starting with ``refs/<prefix>``, in git's (name) order; ``[]`` when none
+        does. The tags are the published releases' plus bare ones (:meth:`FakeGitHub.push_tag`).
+        """
+        tags = {r["tag_name"] for r in repo.releases if not r["draft"]} | set(repo.bare_tags)
+        refs = sorted(f"refs/tags/{tag}" for tag in tags if f"refs/tags/{tag}".startswith(f"refs/{prefix}"))
+        return [
+            {
+                "ref": ref,
+                "node_id": "REF_" + hashlib.sha1(ref.encode()).hexdigest()[:16],
+                "url": f"{fake.api_url}/repos/{name}/git/{ref}",
+                "object": {
+                    "sha": hashlib.sha1(ref.encode()).hexdigest(),
+                    "type": "commit",
+                    "url": f"{fake.api_url}/repos/{name}/git/commits/{hashlib.sha1(ref.encode()).hexdigest()}",
+                },
+            }
+            for ref in refs
+        ]
 
     def _serve_attestations(self, fake: FakeGitHub, repo: str, subject: str) -> None:
         bundles = fake._attestations.get((repo, subject.removeprefix("sha256:")), [])

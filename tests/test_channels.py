@@ -5,13 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llama_runtime.runtime.errors import IntegrityError, ReleaseNotFoundError, UserInputError
+from llama_runtime.runtime.errors import (
+    DigestMismatchError,
+    IntegrityError,
+    ReleaseIncompleteError,
+    ReleaseNotFoundError,
+    SizeMismatchError,
+    UserInputError,
+)
 from llama_runtime.updater.choice.channel import (
+    StableFallback,
     channel_builds,
+    fallback_stable,
+    missing_pointer,
+    older_versions,
     parse_channel,
     parse_nightly_tag,
     pointer_asset,
     resolve_latest,
+    resolve_release,
     stable_candidate,
     upload_problem,
 )
@@ -19,10 +31,10 @@ from llama_runtime.updater.choice.tags import compare_tags, is_upgrade, parse_ta
 from llama_runtime.updater.sources.etag_cache import JsonFileEtagCache
 from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.sources.release import Asset, Release
-from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
+from llama_runtime.updater.sources.resolve import pointers_on_page, resolve_latest_remote, resolve_tag_remote
 
 from tests.conftest import CPU_TAR, REPO, VULKAN_TAR, Sleeps
-from tests.fakegithub import FakeGitHub
+from tests.fakegithub import FakeGitHub, Fault
 
 FORK = "unslothai/llama.cpp"
 
@@ -237,3 +249,179 @@ def test_pointer_content_is_cached_while_the_asset_is_unchanged(github: FakeGitH
     resolve_latest_remote(client(github, tmp_path), "stable")
     resolve_latest_remote(client(github, tmp_path), "stable")
     assert len(github.requests_to("blob")) == 1
+
+
+# -- stable while a release is being cut (make-release.yml: release first, nightly-tag.txt after, or never) --
+
+
+def empty(tag: str, *, state: str | None = None) -> Release:
+    """A semver release as make-release.yml leaves it before (or without) its nightly-tag.txt."""
+    if state is None:
+        return Release(REPO, tag, ())
+    return Release(REPO, tag, (Asset("nightly-tag.txt", 7, "http://127.0.0.1/nightly-tag.txt", state=state),))
+
+
+def test_stable_passes_over_a_newest_release_without_a_pointer_for_the_one_before_and_says_so() -> None:
+    found = resolve_latest([*UPSTREAM, empty("v0.4.0")], "stable", POINTERS)
+    assert (found.build_tag, found.version) == ("b10490", "v0.3.0")
+    assert found.notes == ("v0.4.0 has no nightly-tag.txt yet (a release in progress?); using v0.3.0 → b10490",)
+
+
+def test_stable_passes_over_a_pointer_still_uploading() -> None:
+    found = resolve_latest([*UPSTREAM, empty("v0.4.0", state="open")], "stable", {**POINTERS, "v0.4.0": "b10500"})
+    assert (found.build_tag, found.version) == ("b10490", "v0.3.0")
+    assert found.notes[0].startswith("v0.4.0 has its nightly-tag.txt still uploading (state 'open')")
+
+
+def test_stable_fallback_skips_older_releases_that_name_nothing_published_and_lists_them() -> None:
+    releases = [*UPSTREAM, version("v0.4.0"), empty("v0.4.1"), empty("v0.5.0")]
+    found = resolve_latest(releases, "stable", {**POINTERS, "v0.4.0": "b99999"})
+    assert (found.build_tag, found.version) == ("b10490", "v0.3.0")
+    assert found.notes == (
+        "v0.5.0 has no nightly-tag.txt yet (a release in progress?); using v0.3.0 → b10490",
+        "skipped v0.4.1 has no nightly-tag.txt yet",
+        "skipped v0.4.0: it names b99999, which is not published",
+    )
+
+
+def test_stable_with_no_older_release_naming_a_build_is_exit_7_saying_why() -> None:
+    with pytest.raises(ReleaseIncompleteError) as err:
+        resolve_latest([build("b10485"), empty("v0.1.0")], "stable")
+    assert err.value.exit_code == 7 and err.value.code == "release_incomplete"
+    assert "v0.1.0 has no nightly-tag.txt yet" in err.value.message
+    assert "no older release names a published build" in err.value.message
+
+
+def test_a_top_release_whose_pointer_names_an_unpublished_build_still_fails_rather_than_falling_back() -> None:
+    with pytest.raises(ReleaseNotFoundError, match="names build b99999"):
+        resolve_latest([*UPSTREAM, version("v0.4.0")], "stable", {**POINTERS, "v0.4.0": "b99999"})
+
+
+def test_an_explicit_semver_release_without_a_pointer_is_exit_7_probably_still_being_cut() -> None:
+    with pytest.raises(ReleaseIncompleteError) as err:
+        resolve_release(empty("v0.4.0"), {}, UPSTREAM)
+    assert err.value.exit_code == 7
+    assert "v0.4.0 has no nightly-tag.txt yet" in err.value.message
+    assert "probably still being cut" in err.value.message and "make-release.yml" in err.value.message
+
+
+def test_list_available_offers_the_other_stable_builds_beside_a_release_without_a_pointer() -> None:
+    stable = {b.build_tag: b.version for b in channel_builds([*UPSTREAM, empty("v0.4.0")], "stable", POINTERS)}
+    assert stable == {"b10485": "v0.2.0", "b10490": "v0.3.0"}
+
+
+def test_older_versions_are_the_semver_tags_below_highest_first_and_nothing_else() -> None:
+    tags = ["v0.10.0", "v0.9.0", "v0.4.1", "b11429", "v1", "v0.4.0", "v0.11.0", "v0.6.0-rc1", "latest"]
+    assert older_versions(tags, "v0.10.0") == ["v0.9.0", "v0.4.1", "v0.4.0"]
+    assert older_versions(tags, "v0.10.0", limit=1) == ["v0.9.0"]
+    assert older_versions(tags, "b11541") == []
+
+
+def test_a_fallback_naming_the_installed_build_qualifies_without_its_build_looked_up() -> None:
+    candidate = StableFallback("v0.3.0", version("v0.3.0"), "b10490", None)
+    chosen, notes = fallback_stable("v0.4.0 has no nightly-tag.txt yet", [candidate], installed="b10490")
+    assert chosen is candidate and notes[0].endswith("using v0.3.0 → b10490")
+    with pytest.raises(ReleaseIncompleteError, match="names b10490, which is not published"):
+        fallback_stable("v0.4.0 has no nightly-tag.txt yet", [candidate], installed="b10485")
+
+
+def test_missing_pointer_is_only_about_semver_releases_without_binaries() -> None:
+    assert missing_pointer(empty("v0.4.0")) == "v0.4.0 has no nightly-tag.txt yet"
+    assert missing_pointer(version("v0.4.0")) is None
+    assert missing_pointer(build("b10500")) is None
+    assert missing_pointer(Release(FORK, "b9596-mix-e6f2453", ())) is None
+
+
+# -- the same against the fake, cut by hand the way upstream does today ----------------------------
+
+
+def hand_cut() -> FakeGitHub:
+    """Builds only (no v0.N.0 per build): upstream-2026-10.md's cadence, stable far behind nightly."""
+    return FakeGitHub(auto_cut=False)
+
+
+def publish_range(github: FakeGitHub, first: int, last: int) -> None:
+    for number in range(first, last + 1):
+        publish(github, f"b{number}")
+
+
+def test_fake_cuts_semver_releases_by_hand_so_stable_lags_nightly_by_a_hundred_builds() -> None:
+    with hand_cut() as github:
+        publish_range(github, 11420, 11429)
+        github.cut_version(REPO, "v0.6.0", "b11429")
+        publish_range(github, 11430, 11541)
+        assert github.latest_version(REPO) == "v0.6.0"
+        stable = resolve_latest_remote(client(github), "stable")
+        assert (stable.build_tag, stable.version, stable.notes) == ("b11429", "v0.6.0", ())
+        assert resolve_latest_remote(client(github), "nightly").build_tag == "b11541"
+
+
+def test_stable_mid_release_falls_back_for_four_api_requests_until_the_pointer_arrives() -> None:
+    with hand_cut() as github:
+        publish_range(github, 11427, 11429)
+        github.cut_version(REPO, "v0.5.0", "b11427")
+        github.cut_version(REPO, "v0.6.0", "b11429")
+        publish_range(github, 11430, 11433)
+        github.cut_version(REPO, "v0.7.0", "b11433", pointer=False)
+        assert github.latest_version(REPO) == "v0.7.0"
+        found = resolve_latest_remote(client(github), "stable")
+        assert (found.build_tag, found.version) == ("b11429", "v0.6.0")
+        assert found.notes == ("v0.7.0 has no nightly-tag.txt yet (a release in progress?); using v0.6.0 → b11429",)
+        api = [r.path.removeprefix(f"/api/repos/{REPO}") for r in github.requests_to("api", "/api/")]
+        tags = "/git/matching-refs/tags/v"  # the vX.Y.Z tags: small, and changes only when a release is cut
+        assert api == ["/releases/latest", tags, "/releases/tags/v0.6.0", "/releases/tags/b11429"]
+        assert github.quota_used == 4
+        github.upload_pointer(REPO, "v0.7.0")
+        found = resolve_latest_remote(client(github), "stable")
+        assert (found.build_tag, found.version, found.notes) == ("b11433", "v0.7.0", ())
+
+
+def test_stable_fallback_passes_over_a_bare_tag_and_a_release_that_never_got_its_pointer() -> None:
+    with hand_cut() as github:
+        publish_range(github, 10960, 10964)
+        github.cut_version(REPO, "v0.4.1", "b10964")
+        github.cut_version(REPO, "v0.5.0", "b10964", pointer=False)  # no b* tag at its commit: never a pointer
+        github.push_tag(REPO, "v0.5.1")  # pushed, its release not created yet
+        github.cut_version(REPO, "v0.6.0", "b10964", pointer=False)
+        found = resolve_latest_remote(client(github), "stable")
+        assert (found.build_tag, found.version) == ("b10964", "v0.4.1")
+        assert found.notes[1:] == (
+            "skipped v0.5.1: no release is published for the tag",
+            "skipped v0.5.0 has no nightly-tag.txt yet",
+        )
+
+
+def test_an_explicit_tag_whose_release_has_no_pointer_yet_is_exit_7(github: FakeGitHub) -> None:
+    publish(github, "b7000")
+    github.cut_version(REPO, "v0.2.0", "b7000", pointer=False)
+    with pytest.raises(ReleaseIncompleteError, match="probably still being cut") as err:
+        resolve_tag_remote(client(github), "v0.2.0")
+    assert err.value.exit_code == 7
+
+
+@pytest.mark.parametrize("asked", ["stable latest", "explicit tag", "stable fallback", "list page"])
+def test_a_pointer_whose_bytes_fail_its_published_digest_is_exit_8_whatever_asked(asked: str) -> None:
+    with hand_cut() as github:
+        publish_range(github, 7000, 7001)
+        github.cut_version(REPO, "v0.1.0", "b7000", served=b"b7001\n")  # same size: only the digest tells
+        if asked == "stable fallback":
+            github.cut_version(REPO, "v0.2.0", "b7001", pointer=False)
+        api = client(github)
+        with pytest.raises(DigestMismatchError, match="does not match the sha256") as err:
+            if asked == "explicit tag":
+                resolve_tag_remote(api, "v0.1.0")
+            elif asked == "list page":
+                pointers_on_page(api, api.recent_releases())
+            else:
+                resolve_latest_remote(api, "stable")
+        assert err.value.exit_code == 8
+
+
+def test_a_pointer_without_a_published_digest_is_checked_by_its_size(github: FakeGitHub) -> None:
+    publish(github, "b7000", stable=False)
+    github.add_release(REPO, "v0.1.0", {"nightly-tag.txt": b"b7000\n"}, digests=False)
+    assert resolve_latest_remote(client(github), "stable").build_tag == "b7000"
+    github.inject("nightly-tag.txt", Fault(extra_bytes=3))
+    with pytest.raises(SizeMismatchError, match="no digest is published") as err:
+        resolve_latest_remote(client(github), "stable")
+    assert err.value.exit_code == 8

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import publish_stand_in, run_json
+from tests.conftest import REPO, publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
 
 
@@ -98,3 +98,43 @@ def test_nightly_check_costs_one_small_page_either_way(
     assert cost.take() == (1, 1)
     (last,) = github.requests[-1:]
     assert "per_page=10" in last.query
+
+
+def test_stable_check_mid_release_costs_three_requests_and_four_when_its_fallback_is_new(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish_stand_in(github, tmp_path, "b7000")  # v0.1.0
+    update(capsys, home, github)
+    publish_stand_in(github, tmp_path, "b7001", stable=False)
+    github.cut_version(REPO, "v0.1.1", "b7001")  # a patch release
+    publish_stand_in(github, tmp_path, "b7002", stable=False)
+    github.cut_version(REPO, "v0.2.0", "b7002", pointer=False)  # make-release.yml: the release before its file
+    warning = "v0.2.0 has no nightly-tag.txt yet (a release in progress?); using v0.1.1 → b7001"
+    cost = Cost(github)
+    result = check(capsys, home, github)
+    assert (result["latest"], result["latest_version"], result["update_available"]) == ("b7001", "v0.1.1", True)
+    assert result["warnings"] == [warning]
+    # /releases/latest, git/matching-refs/tags/v, /releases/tags/v0.1.1, /releases/tags/b7001 on
+    # the quota; v0.1.1's nightly-tag.txt is a web download (302 + blob, no quota).
+    assert cost.take() == (4, 6)
+    update(capsys, home, github)
+    cost.mark()
+    for _ in range(2):
+        result = check(capsys, home, github)
+        assert (result["latest"], result["update_available"], result["warnings"]) == ("b7001", False, [warning])
+        assert cost.take() == (3, 3)  # the same three; the pointer is cached and b7001 is the installed build
+
+
+def test_with_a_token_an_unchanged_mid_release_check_is_free(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeGitHub(token="s3cret") as github:
+        monkeypatch.setenv("LLAMA_RUNTIME_GITHUB_TOKEN", "s3cret")
+        monkeypatch.setenv("GITHUB_TOKEN", "s3cret")
+        publish_stand_in(github, tmp_path, "b7000")
+        update(capsys, home, github)
+        github.cut_version(REPO, "v0.2.0", "b7000", pointer=False)
+        check(capsys, home, github)  # takes the ETags
+        cost = Cost(github)
+        assert check(capsys, home, github)["warnings"] != []
+        assert cost.take() == (0, 3)  # three authorised 304s: the tags change only when a release is cut

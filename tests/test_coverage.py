@@ -294,8 +294,9 @@ def test_a_repeated_resolve_reads_the_manifest_from_the_cache_while_the_asset_is
             if path == "update --tag":
                 found = resolve_tag_remote(client, TAG).release
             else:
-                tag, _version, found = peek_latest_build(client, "stable")
-                assert tag == TAG
+                peek = peek_latest_build(client, "stable")
+                assert peek.build_tag == TAG
+                found = peek.release
         assert found.manifest is not None
         assert found.manifest.artifact(asset_name("linux-x64-cuda12-legacy")) is not None
     assert len(github.requests_to("blob", MANIFEST_ASSET)) == 1

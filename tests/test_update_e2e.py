@@ -181,6 +181,31 @@ def test_digest_mismatch_exits_8_and_keeps_nothing(
     assert list((home / "downloads").iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "command",
+    [("update",), ("update", "--tag", "v0.2.0"), ("check",), ("list", "--available"), ("mirror", "sync")],
+    ids=["stable latest", "explicit tag", "check", "list --available", "mirror sync"],
+)
+def test_a_nightly_tag_txt_failing_its_published_digest_is_exit_8_and_b7000_keeps_running(
+    command: tuple[str, ...],
+    installed_b7000: dict[str, Any],
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): b"never fetched"}, stable=False)
+    # The API publishes the digest of "b7001\n"; the CDN serves "b7000\n" (same size: only the digest tells).
+    github.cut_version(REPO, "v0.2.0", "b7001", served=b"b7000\n")
+    args = (*command, "--dest", str(tmp_path / "mirror")) if command[0] == "mirror" else command
+    guard = HomeGuard(None, home)
+    code, payload = run_json(capsys, home, github.api_url, *args)
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
+    assert (code, payload["error"]["code"]) == (8, "digest_mismatch"), payload
+    assert "v0.2.0 nightly-tag.txt does not match the sha256 GitHub publishes" in payload["error"]["message"]
+    assert not github.requests_to("blob", "b7001")  # nothing the pointer names was downloaded
+
+
 def test_archive_without_llama_server_exits_6(
     installed_b7000: dict[str, Any], home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -241,3 +241,76 @@ def test_doctor_exit_6_carries_error_message_beside_its_report(
     assert report["error"]["message"].startswith("The runtime does not verify")
     code, healthy = run_json(capsys, home, github.api_url, "doctor", "--repair")
     assert "error" not in healthy or code != 0
+
+
+# -- stable while a release is being cut (tests/fakegithub.py: cut_version; upstream-2026-10.md) ---------
+
+MID_RELEASE_WARNING = "v0.7.0 has no nightly-tag.txt yet (a release in progress?); using v0.6.0 → b11429"
+
+
+def today_upstream(github: FakeGitHub, tmp_path: Path) -> None:
+    """v0.6.0 cut at b11429, 112 builds since, and v0.7.0 created at b11541 without its nightly-tag.txt yet."""
+    publish_stand_in(github, tmp_path, "b11429")
+    github.cut_version(REPO, "v0.6.0", "b11429")
+    for number in range(11430, 11542):  # never installed: name-only stand-ins keep the fake cheap
+        github.add_release(REPO, f"b{number}", {CPU_TAR.format(tag=f"b{number}"): b"not installed"})
+    github.cut_version(REPO, "v0.7.0", "b11541", pointer=False)
+
+
+def test_stable_mid_release_installs_the_previous_stable_with_its_warning(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    with FakeGitHub(auto_cut=False) as github:
+        today_upstream(github, tmp_path)
+        assert github.latest_version(REPO) == "v0.7.0"
+        code, payload = run_json(capsys, home, github.api_url, "update")
+        assert code == 0, payload
+        assert (payload["active"]["tag"], payload["active"]["version"]) == ("b11429", "v0.6.0")
+        assert payload["warnings"] == [MID_RELEASE_WARNING]
+        assert_runs(Path(payload["active"]["binary"]))
+        code, plan = run_json(capsys, home, github.api_url, "plan", "--channel", "nightly")
+        assert (code, plan["tag"]) == (0, "b11541")  # stable is 112 builds behind, as upstream's is
+
+
+def test_check_mid_release_reports_its_warning_and_the_new_release_once_its_pointer_is_up(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    with FakeGitHub(auto_cut=False) as github:
+        today_upstream(github, tmp_path)
+        assert run_json(capsys, home, github.api_url, "update")[0] == 0
+        code, check = run_json(capsys, home, github.api_url, "check")
+        assert code == 0, check
+        assert (check["latest"], check["latest_version"], check["update_available"]) == ("b11429", "v0.6.0", False)
+        assert check["warnings"] == [MID_RELEASE_WARNING]
+        main(["check", "--home", str(home), "--api-url", github.api_url])
+        assert f"warning: {MID_RELEASE_WARNING}" in capsys.readouterr().out
+        github.upload_pointer(REPO, "v0.7.0")
+        code, check = run_json(capsys, home, github.api_url, "check")
+        assert (check["latest"], check["latest_version"], check["update_available"]) == ("b11541", "v0.7.0", True)
+        assert check["warnings"] == []
+
+
+def test_update_tag_of_a_release_without_its_pointer_is_exit_7_and_keeps_the_active_runtime(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    with FakeGitHub(auto_cut=False) as github:
+        today_upstream(github, tmp_path)
+        assert run_json(capsys, home, github.api_url, "update")[0] == 0
+        guard = HomeGuard(None, home)
+        code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "v0.7.0")
+        assert (code, payload["error"]["code"]) == (7, "release_incomplete")
+        message = payload["error"]["message"]
+        assert "v0.7.0 has no nightly-tag.txt yet" in message and "probably still being cut" in message
+        guard.assert_intact("b11429", staging_empty=True, capsys=capsys)
+
+
+def test_mirror_sync_mid_release_mirrors_the_previous_stable_and_says_why(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    with FakeGitHub(auto_cut=False) as github:
+        today_upstream(github, tmp_path)
+        code, report = run_json(capsys, home, github.api_url, "mirror", "sync", "--dest", str(tmp_path / "mirror"))
+        assert code == 0, report
+        assert (report["releases"], report["warnings"]) == (["b11429"], [MID_RELEASE_WARNING])
+        code, payload = run_json(capsys, home, (tmp_path / "mirror").as_uri(), "update")
+        assert (code, payload["active"]["tag"]) == (0, "b11429")

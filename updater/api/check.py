@@ -52,6 +52,7 @@ class _Latest:
     version: str | None  # the semver release the build was reached through, if any
     release: Release | None  # None: the build is the one installed (nothing more to look up)
     not_before: float | None  # the backoff the answer's rate-limit headers ask for
+    warnings: tuple[str, ...] = ()  # releases passed over on the way, and why
 
 
 def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: JobListener | None) -> CheckResult:
@@ -92,6 +93,7 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
             not_before=latest.not_before,
             reason=reason,
             problem=problem,
+            warnings=list(latest.warnings),
         )
     outcome = _apply(updater, latest, backend, channel, wait, listener)
     return CheckResult(
@@ -104,6 +106,7 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
         reason=reason,
         outcome=outcome,
         problem=problem,
+        warnings=list(latest.warnings),
     )
 
 
@@ -125,7 +128,7 @@ def _ask_latest(
     """
     with engine.open_source() as source:
         try:
-            tag, version, release = _latest_for_check(source, channel, marker)
+            tag, version, release, warnings = _latest_for_check(source, channel, marker)
         except RateLimitError as exc:
             refused_at = clock.time()
             backoff.set(not_before_after_error(exc, refused_at), exc.message, now=refused_at)
@@ -136,23 +139,24 @@ def _ask_latest(
         backoff.set(after, "the last request used GitHub's remaining quota", now=answered_at)
     else:
         backoff.clear()
-    return _Latest(tag, version, release, after)
+    return _Latest(tag, version, release, after, warnings)
 
 
 def _latest_for_check(
     source: ReleaseSource, channel: Channel, marker: InstallMarker | None
-) -> tuple[str, str | None, Release | None]:
-    """``(build tag, semver, build release)``; the release is ``None`` when the
+) -> tuple[str, str | None, Release | None, tuple[str, ...]]:
+    """``(build tag, semver, build release, warnings)``; the release is ``None`` when the
     build is the one installed (nothing more to look up: one request for stable)."""
     from llama_runtime.updater.choice.channel import pointer_asset
     from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_fetched
 
-    tag, version, fetched = peek_latest_build(source, channel)
-    if marker is not None and marker.repo == source.repo and marker.tag == tag:
-        return tag, version, None
-    if pointer_asset(fetched) is not None:
-        return tag, version, resolve_fetched(source, fetched).release
-    return tag, version, fetched
+    installed = marker.tag if marker is not None and marker.repo == source.repo else None
+    peek = peek_latest_build(source, channel, installed)
+    if installed == peek.build_tag:
+        return peek.build_tag, peek.version, None, peek.notes
+    if pointer_asset(peek.release) is not None:
+        return peek.build_tag, peek.version, resolve_fetched(source, peek.release).release, peek.notes
+    return peek.build_tag, peek.version, peek.release, peek.notes
 
 
 def _decide(

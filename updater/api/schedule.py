@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -58,6 +58,8 @@ class CheckResult:
         outcome: The ``update`` object when ``applied``.
         problem: What is wrong with the active runtime (e.g. a damaged binary),
             or ``None``; the decision still compares against its recorded tag.
+        warnings: Releases passed over to find ``latest``, and why (a stable
+            release still being cut, a build still uploading), for people.
     """
 
     installed: str | None
@@ -70,6 +72,7 @@ class CheckResult:
     reason: str = ""
     outcome: dict[str, Any] | None = None
     problem: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The ``check`` object of the CLI contract."""

@@ -13,7 +13,12 @@ releases with binaries. Both shapes resolve through the same functions:
 
 * ``stable``: the newest non-draft, non-prerelease release (semver releases by
   semver, build releases by build number; semver wins when both exist),
-  followed through its ``nightly-tag.txt`` when it has no binaries.
+  followed through its ``nightly-tag.txt`` when it has no binaries. A newest
+  semver release that has no ``nightly-tag.txt`` (yet, or ever) is passed
+  over, with a warning, for the newest older one that names a published build:
+  make-release.yml creates the release first and uploads the file after it,
+  and never when no ``bNNNN`` tag points at the release commit (its "no
+  nightly tag found for the release commit" branch; PR #27485).
 * ``nightly``: the highest ``bNNNN`` build, prereleases included, skipping a
   build that is still uploading.
 
@@ -28,13 +33,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Literal
 
-from llama_runtime.runtime.errors import IntegrityError, ReleaseNotFoundError, UserInputError
+from llama_runtime.runtime.errors import IntegrityError, ReleaseIncompleteError, ReleaseNotFoundError, UserInputError
 from llama_runtime.updater.choice.assetnames import parse_asset_name
-from llama_runtime.updater.choice.tags import compare_tags, highest_version, parse_tag
+from llama_runtime.updater.choice.tags import compare_tags, highest_version, is_release_version, parse_tag
 from llama_runtime.updater.sources.release import Asset, Release
+from packaging.version import Version
 
 Channel = Literal["stable", "nightly"]
 CHANNELS: Final[tuple[Channel, ...]] = ("stable", "nightly")
@@ -44,6 +50,11 @@ DEFAULT_CHANNEL: Final[Channel] = "stable"
 NIGHTLY_TAG_ASSET: Final[str] = "nightly-tag.txt"
 #: The file holds one tag (~8 bytes); anything much larger is broken or hostile.
 MAX_NIGHTLY_TAG_BYTES: Final[int] = 1024
+#: Older semver releases ``stable`` looks at when the newest names no build. Each
+#: costs one API request; upstream cuts one release at a time by hand
+#: (make-release.yml, workflow_dispatch), so one release in progress, or one
+#: that never got its pointer, is passed over with room to spare.
+MAX_STABLE_FALLBACKS: Final[int] = 3
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,24 @@ class ResolvedRelease:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class StableFallback:
+    """An older semver release ``stable`` may fall back to, as far as it was looked up.
+
+    Attributes:
+        tag: The semver tag (``v0.6.0``).
+        release: The release published under it; ``None`` when none is (a bare tag).
+        named: The build its ``nightly-tag.txt`` names, once read.
+        build: The release of that build, once looked up (``None``: not published,
+            or not looked up because it is the one installed).
+    """
+
+    tag: str
+    release: Release | None = None
+    named: str | None = None
+    build: Release | None = None
+
+
 def parse_channel(value: str, source: str = "--channel") -> Channel:
     """``stable`` or ``nightly`` (case and blanks ignored).
 
@@ -79,14 +108,119 @@ def parse_channel(value: str, source: str = "--channel") -> Channel:
     )
 
 
+def _has_binaries(release: Release) -> bool:
+    return any(parse_asset_name(a.name) is not None for a in release.assets)
+
+
 def pointer_asset(release: Release) -> Asset | None:
     """The ``nightly-tag.txt`` of a release that has no binaries of its own, else ``None``.
 
     A release that carries runtime archives is a build, whatever else it holds.
     """
-    if any(parse_asset_name(a.name) is not None for a in release.assets):
+    if _has_binaries(release):
         return None
     return release.asset(NIGHTLY_TAG_ASSET)
+
+
+def missing_pointer(release: Release) -> str | None:
+    """Why a semver release names no build yet (``"v0.7.0 has no nightly-tag.txt yet"``), else ``None``.
+
+    make-release.yml creates ``vX.Y.Z`` (non-prerelease, no assets) before it
+    uploads ``nightly-tag.txt``, and uploads none when no ``bNNNN`` tag points at
+    the release commit: a release without the file, or with the file still
+    arriving, names nothing. A build, or a release that is no semver release, has
+    nothing missing here.
+    """
+    if not _is_semver_release(release.tag) or _has_binaries(release):
+        return None
+    pointer = release.asset(NIGHTLY_TAG_ASSET)
+    if pointer is None:
+        return f"{release.tag} has no {NIGHTLY_TAG_ASSET} yet"
+    if not pointer.is_complete:
+        return f"{release.tag} has its {NIGHTLY_TAG_ASSET} still uploading (state {pointer.state!r})"
+    return None
+
+
+def older_versions(tags: Iterable[str], below: str, limit: int = MAX_STABLE_FALLBACKS) -> list[str]:
+    """The semver release tags in ``tags`` lower than ``below``, highest first, at most ``limit``.
+
+    Anything that is no ``vX.Y.Z`` (remote data: a bare ``v1``, a build tag) is ignored.
+    """
+    if not is_release_version(below):
+        return []
+    top = Version(below.strip()[1:])
+    found = {Version(t.strip()[1:]): t.strip() for t in tags if is_release_version(t)}
+    return [found[v] for v in sorted((v for v in found if v < top), reverse=True)][: max(0, limit)]
+
+
+def _fallback_problem(candidate: StableFallback, installed: str | None) -> str | None:
+    """Why ``candidate`` cannot stand in for the newest stable release, or ``None`` when it can."""
+    release = candidate.release
+    if release is None:
+        return f"{candidate.tag}: no release is published for the tag"
+    if release.draft or release.prerelease:
+        return f"{candidate.tag}: it is a draft or a prerelease"
+    problem = missing_pointer(release)
+    if problem is not None:
+        return problem
+    if candidate.named is None:
+        return f"{candidate.tag}: its {NIGHTLY_TAG_ASSET} was not read"
+    if candidate.named == installed:
+        return None  # it was published when it was installed: not looked up again
+    if candidate.build is None or candidate.build.draft:
+        return f"{candidate.tag}: it names {candidate.named}, which is not published"
+    return None
+
+
+def fallback_stable(
+    skipped: str, candidates: Iterable[StableFallback], installed: str | None = None
+) -> tuple[StableFallback, tuple[str, ...]]:
+    """The first of ``candidates`` (highest first) that names a published build, and the warnings to show.
+
+    Args:
+        skipped: Why the newest stable release was passed over (:func:`missing_pointer`).
+        candidates: Older semver releases, highest first; may be lazy (each is
+            looked up only when the one before it did not qualify).
+        installed: The build installed now: a candidate naming it qualifies
+            without its build being looked up.
+
+    Returns:
+        The candidate and the warnings, the first naming the release skipped
+        (``"v0.7.0 has no nightly-tag.txt yet (a release in progress?); using v0.6.0 → b11429"``).
+
+    Raises:
+        ReleaseIncompleteError: None qualifies (exit 7: try again once the release is out).
+    """
+    passed: list[str] = []
+    for candidate in candidates:
+        problem = _fallback_problem(candidate, installed)
+        if problem is None:
+            assert candidate.named is not None  # a qualifying candidate names its build
+            note = f"{skipped} (a release in progress?); using {candidate.tag} → {candidate.named}"
+            return candidate, (note, *(f"skipped {p}" for p in passed))
+        passed.append(problem)
+    tried = f" ({'; '.join(passed)})" if passed else ""
+    raise ReleaseIncompleteError(
+        f"{skipped} (a release in progress?), and no older release names a published build{tried}.",
+        hint="Try again in a few minutes, or use --channel nightly or --tag bNNNN for a build.",
+    )
+
+
+def _stable_fallbacks(
+    releases: Sequence[Release], skipped: Release, nightly_tags: Mapping[str, str]
+) -> list[StableFallback]:
+    """The older semver releases among ``releases``, as :func:`fallback_stable` takes them."""
+    published = {r.tag: r for r in _published(releases) if not r.prerelease}
+    found = []
+    for tag in older_versions(published, skipped.tag):
+        release = published[tag]
+        if _has_binaries(release):  # a semver-tagged build (a fork's) stands for itself
+            found.append(StableFallback(tag, release, tag, release))
+            continue
+        named = nightly_tags.get(tag)
+        build = next((r for r in releases if named is not None and r.tag == named and r.repo == skipped.repo), None)
+        found.append(StableFallback(tag, release, named, build))
+    return found
 
 
 def parse_nightly_tag(content: bytes | str, release_tag: str) -> str:
@@ -257,15 +391,21 @@ def resolve_release(release: Release, nightly_tags: Mapping[str, str], releases:
 
     Raises:
         ReleaseNotFoundError: A pointer release whose pointer was not read or
-            whose build is not among ``releases``; or a release with neither
-            binaries nor a pointer.
+            whose build is not among ``releases``.
+        ReleaseIncompleteError: A semver release with neither binaries nor a
+            (complete) pointer: probably still being cut (exit 7).
     """
+    problem = missing_pointer(release)
+    if problem is not None:
+        raise ReleaseIncompleteError(
+            f"{problem}: release {release.tag} of {release.repo} is published but names no build, so it is "
+            f"probably still being cut (make-release.yml creates the release first and uploads "
+            f"{NIGHTLY_TAG_ASSET} after it, and never when no bNNNN tag points at its commit).",
+            hint="Try again in a few minutes; `llama-runtime update` installs the newest stable release that "
+            "names its build, and --tag bNNNN a build directly.",
+        )
     pointer = pointer_asset(release)
     if pointer is None:
-        if _is_semver_release(release.tag):
-            raise ReleaseNotFoundError(
-                f"{release.tag} of {release.repo} has no binaries and no {NIGHTLY_TAG_ASSET} naming its build."
-            )
         return ResolvedRelease(release.tag, None, release)
     named = nightly_tags.get(release.tag)
     if named is None:
@@ -293,8 +433,8 @@ def channel_builds(
         for release in (r for r in published if not r.prerelease):
             try:
                 found.append(resolve_release(release, pointers, published))
-            except ReleaseNotFoundError:
-                continue  # its build is not among these releases, or its pointer was not read
+            except (ReleaseNotFoundError, ReleaseIncompleteError):
+                continue  # its build is not among these releases, its pointer was not read, or it has none yet
     unique: dict[str, ResolvedRelease] = {}
     for item in found:
         kept = unique.get(item.build_tag)
@@ -316,6 +456,8 @@ def resolve_latest(
 
     Raises:
         ReleaseNotFoundError: Nothing qualifies (the message says why).
+        ReleaseIncompleteError: The newest stable release names no build yet,
+            and no older one names a published build.
     """
     pointers = dict(nightly_tags or {})
     if channel == "nightly":
@@ -328,18 +470,44 @@ def resolve_latest(
             "No stable release found (every release is a draft or a prerelease); "
             "use --channel nightly for the newest build."
         )
-    return resolve_release(start, pointers, releases)
+    skipped = missing_pointer(start)
+    if skipped is None:
+        return resolve_release(start, pointers, releases)
+    chosen, notes = fallback_stable(skipped, _stable_fallbacks(releases, start, pointers))
+    return with_notes(follow_fallback(chosen), notes)
+
+
+def follow_fallback(chosen: StableFallback) -> ResolvedRelease:
+    """The build a qualifying :class:`StableFallback` names, once its build was looked up.
+
+    Raises:
+        ReleaseNotFoundError: Its build was not looked up (it qualified as the installed one).
+        IntegrityError: The build found is not the one named.
+    """
+    assert chosen.release is not None and chosen.named is not None  # it qualified
+    return follow_pointer(chosen.release, chosen.named, chosen.build)
+
+
+def with_notes(found: ResolvedRelease, notes: Sequence[str]) -> ResolvedRelease:
+    """``found`` with ``notes`` before the ones it has."""
+    return replace(found, notes=(*notes, *found.notes)) if notes else found
 
 
 __all__ = [
     "CHANNELS",
     "DEFAULT_CHANNEL",
     "MAX_NIGHTLY_TAG_BYTES",
+    "MAX_STABLE_FALLBACKS",
     "NIGHTLY_TAG_ASSET",
     "Channel",
     "ResolvedRelease",
+    "StableFallback",
     "channel_builds",
+    "fallback_stable",
+    "follow_fallback",
     "follow_pointer",
+    "missing_pointer",
+    "older_versions",
     "parse_channel",
     "parse_nightly_tag",
     "pointer_asset",
@@ -347,4 +515,5 @@ __all__ = [
     "resolve_release",
     "stable_candidate",
     "upload_problem",
+    "with_notes",
 ]

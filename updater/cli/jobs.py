@@ -85,6 +85,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
         lines = [f"Skipped: {result.reason}"]
     elif result.reason:
         lines.append(result.reason)
+    lines += [] if args.quiet else [f"warning: {w}" for w in result.warnings]
     payload = result.to_json()
     # ``installed`` (the contract's, a build tag) predates ``status.installed`` (a list);
     # ``active`` is the runtime object status and update report, for the same reader.

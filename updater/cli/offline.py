@@ -191,6 +191,7 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
         f"{len(report.attestations)} with build attestations.",
         f"Clients: --api-url {report.dest.as_uri()} (or the URL a static web server gives this directory).",
     ]
+    lines += [] if args.quiet else [f"warning: {w}" for w in report.warnings]
     out.result(report.to_json(), lines)
     return 0
 

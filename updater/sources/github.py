@@ -30,6 +30,7 @@ from llama_runtime.runtime.errors import (
     ReleaseNotFoundError,
     RemoteError,
 )
+from llama_runtime.updater.choice.tags import is_release_version
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, too_slow
 from llama_runtime.updater.sources.credentials import checked_token, may_send_token
@@ -188,6 +189,30 @@ class GitHubClient:
         url = f"{self.api_url}/repos/{self.repo}/releases/latest"
         payload = self._get_json(url, f"No releases found in {self.repo}.")
         return _absolute_urls(check_release(parse_release(self.repo, payload)), url)
+
+    def version_tags(self) -> list[str]:
+        """The repository's semver release tags (``vX.Y.Z``), in no order: where ``stable`` falls back.
+
+        ``GET /repos/{owner}/{repo}/git/matching-refs/tags/v`` (docs.github.com,
+        "List matching references"): one small answer, conditional on its ETag,
+        that changes only when such a tag is pushed (make-release.yml pushes one
+        per release, by hand). A source that keeps no refs (a static mirror: 404)
+        has none; entries that are not ``refs/tags/vX.Y.Z`` are ignored.
+
+        Raises:
+            RateLimitError, NetworkError: As :meth:`get_release`.
+            RemoteError: The answer is not a list.
+        """
+        url = f"{self.api_url}/repos/{self.repo}/git/matching-refs/tags/v"
+        try:
+            payload = self._get_json(url, f"No tags found in {self.repo}.")
+        except ReleaseNotFoundError:
+            return []
+        if not isinstance(payload, list):
+            raise RemoteError("GitHub answered with something that is not a list of tags.")
+        refs = (item.get("ref") for item in payload if isinstance(item, dict))
+        tags = (ref.removeprefix("refs/tags/") for ref in refs if isinstance(ref, str) and ref.startswith("refs/tags/"))
+        return [tag for tag in tags if is_release_version(tag)]
 
     def attestations(self, sha256: str) -> object:
         """The build attestations published for the file ``sha256`` (the API's JSON), or ``[]`` for none.

@@ -67,6 +67,7 @@ class MirrorReport:
     latest: str | None = None
     attestations: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # releases passed over resolving latest, and why
 
     def note_asset(self, name: str, outcome: AssetOutcome) -> None:
         """Count the asset ``name`` (``tag/file``) as reused or fetched."""
@@ -87,6 +88,7 @@ class MirrorReport:
             "latest": self.latest,
             "attestations": self.attestations,
             "pruned": self.pruned,
+            "warnings": self.warnings,
         }
 
 
@@ -126,7 +128,11 @@ def sync_mirror(
     """
     tag = _checked_request(dest, tag, latest, prune)
     report = MirrorReport(dest=dest)
-    releases = [resolve_tag_remote(client, tag).release] if tag is not None else _newest(client, latest, channel)
+    if tag is not None:
+        releases = [resolve_tag_remote(client, tag).release]
+    else:
+        releases, notes = _newest(client, latest, channel)
+        report.warnings = list(notes)
     if not releases:
         from llama_runtime.runtime.errors import ReleaseNotFoundError
 
@@ -162,21 +168,23 @@ def _checked_request(dest: Path, tag: str | None, latest: int, prune: bool) -> s
     return tag
 
 
-def _newest(client: ReleaseSource, count: int, channel: Channel) -> list[Release]:
-    """The build ``channel`` calls latest (the resolver every verb uses), then older builds."""
+def _newest(client: ReleaseSource, count: int, channel: Channel) -> tuple[list[Release], tuple[str, ...]]:
+    """The build ``channel`` calls latest (the resolver every verb uses), then older builds; and the
+    releases passed over to find it (a stable release still being cut)."""
     from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
 
-    top = resolve_latest_remote(client, channel).release
+    found = resolve_latest_remote(client, channel)
+    top = found.release
     if count == 1:
-        return [top]
+        return [top], found.notes
     try:
         page = client.recent_releases()
     except (RateLimitError, NetworkError):
         raise
     except RemoteError:
-        return [top]  # the upstream is itself a static mirror: it only knows its latest build
+        return [top], found.notes  # the upstream is itself a static mirror: it only knows its latest build
     older = newest_releases(page, count - 1, below=any_build_number(top.tag), prereleases=True, decorated=True)
-    return [top, *older]
+    return [top, *older], found.notes
 
 
 def _sync_release(

@@ -6,11 +6,18 @@ GitHub for as little as they need, cheapest first:
 * ``stable``: ``GET /releases/latest``; when that is a semver release without
   binaries, its ``nightly-tag.txt`` (a web download: no API quota) and
   ``GET /releases/tags/<build>``. Forks: ``/releases/latest`` is the build.
+  While that release has no ``nightly-tag.txt`` (make-release.yml uploads it
+  after creating the release, or never), the repository's ``vX.Y.Z`` tags
+  (``GET /git/matching-refs/tags/v``: one small answer that changes only when a
+  release is cut) and ``GET /releases/tags/<vX.Y.Z>`` of the next lower ones,
+  until one names a published build.
 * ``nightly``: one small page of ``GET /releases?per_page=…``.
 * a tag: ``GET /releases/tags/<tag>``, then the pointer hop for ``vX.Y.Z``.
 
-The content of a ``nightly-tag.txt`` is cached by the asset's identity (id
-URL, size, digest), so a repeated check does not download it again.
+The content of a ``nightly-tag.txt`` is checked against the sha256 GitHub
+publishes for the asset (its size where none is published) before it is
+believed, then cached by the asset's identity (id URL, size, digest), so a
+repeated check does not download it again.
 
 A build release that publishes its own build metadata (a fork's
 ``llama-prebuilt-manifest.json``) gets it attached (:func:`with_build_manifest`):
@@ -23,24 +30,33 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from llama_runtime.runtime.errors import (
+    DigestMismatchError,
     IntegrityError,
     NetworkError,
     RateLimitError,
     ReleaseNotFoundError,
     RemoteError,
+    SizeMismatchError,
 )
 from llama_runtime.updater.choice.channel import (
     MAX_NIGHTLY_TAG_BYTES,
     Channel,
     ResolvedRelease,
+    StableFallback,
+    fallback_stable,
+    follow_fallback,
+    missing_pointer,
+    older_versions,
     parse_nightly_tag,
     pointer_asset,
     resolve_latest,
     resolve_release,
+    with_notes,
 )
 from llama_runtime.updater.sources.release import Asset, Release
 
@@ -62,10 +78,51 @@ def _pointer_key(asset: Asset, prefix: str = _POINTER_CACHE_PREFIX) -> tuple[str
     return prefix + url, f"{asset.size}:{asset.digest}"
 
 
+@dataclass(frozen=True)
+class LatestPeek:
+    """What the scheduled check's cheap path found (see :func:`peek_latest_build`).
+
+    Attributes:
+        build_tag: The build the channel calls latest.
+        version: The semver release it was reached through, or ``None``.
+        release: The build release, or the pointer release that names it when
+            the build was not fetched.
+        notes: Releases passed over on the way, and why (the check's ``warnings``).
+    """
+
+    build_tag: str
+    version: str | None
+    release: Release
+    notes: tuple[str, ...] = ()
+
+
+def _check_published_bytes(release: Release, asset: Asset, data: bytes) -> None:
+    """Refuse bytes that are not the ones GitHub publishes for ``asset``.
+
+    GitHub publishes a sha256 ``digest`` for every release asset uploaded since
+    June 2025; where none is published (older assets, some mirrors) only the
+    published size can be checked, and is.
+
+    Raises:
+        DigestMismatchError: The sha256 differs from the published one.
+        SizeMismatchError: No digest is published and the size differs.
+        IntegrityError: The published digest is not a sha256.
+    """
+    where = f"{release.repo}@{release.tag} {asset.name}"
+    published = asset.sha256
+    if published is not None and published != hashlib.sha256(data).hexdigest():
+        raise DigestMismatchError(f"{where} does not match the sha256 GitHub publishes for it; refusing what it names.")
+    if published is None and len(data) != asset.size:
+        raise SizeMismatchError(
+            f"{where} is {len(data)} bytes, but {asset.size} are published (no digest is published to check it by)."
+        )
+
+
 def read_pointer(client: ReleaseSource, release: Release, asset: Asset) -> str:
     """The build named by ``release``'s ``nightly-tag.txt`` (cached while the asset is unchanged).
 
     Raises:
+        DigestMismatchError, SizeMismatchError: The bytes are not the ones published (exit 8).
         IntegrityError: The file is too long or names no build.
         NetworkError, RemoteError: It could not be downloaded.
     """
@@ -73,8 +130,9 @@ def read_pointer(client: ReleaseSource, release: Release, asset: Asset) -> str:
     cache = client.etag_cache
     cached = cache.get(key) if cache is not None else None
     if cached is not None and cached[0] == fingerprint and isinstance(cached[1], str):
-        return parse_nightly_tag(cached[1], release.tag)
+        return parse_nightly_tag(cached[1], release.tag)  # checked before it was cached
     content = client.read_small_asset(asset, MAX_NIGHTLY_TAG_BYTES)
+    _check_published_bytes(release, asset, content)
     named = parse_nightly_tag(content, release.tag)
     if cache is not None:
         cache.put(key, fingerprint, named)
@@ -85,15 +143,22 @@ def pointers_on_page(client: ReleaseSource, releases: Sequence[Release]) -> dict
     """Semver release tag -> the build its ``nightly-tag.txt`` names, for the stable releases in ``releases``.
 
     Each read is a web download (no API quota), cached while the asset is
-    unchanged. A pointer that breaks the rules is left out (that release offers nothing).
+    unchanged. A pointer whose content names no build is left out (that release
+    offers nothing), as is one still uploading; one whose bytes are not the ones
+    GitHub publishes is refused.
+
+    Raises:
+        DigestMismatchError, SizeMismatchError: A pointer's bytes fail its published digest (or size).
     """
     found: dict[str, str] = {}
     for release in releases:
         pointer = None if release.draft or release.prerelease else pointer_asset(release)
-        if pointer is None:
+        if pointer is None or not pointer.is_complete:
             continue
         try:
             found[release.tag] = read_pointer(client, release, pointer)
+        except (DigestMismatchError, SizeMismatchError):
+            raise  # tampered or broken in transit: nothing it names can be trusted
         except IntegrityError:
             continue
     return found
@@ -110,7 +175,6 @@ def _read_metadata(client: ReleaseSource, release: Release, asset: Asset, parse:
         RemoteDataError, IntegrityError: ``parse`` refused them.
         NetworkError, RemoteError: The download failed.
     """
-    from llama_runtime.runtime.errors import DigestMismatchError
     from llama_runtime.updater.sources.build_manifest import MAX_MANIFEST_BYTES
 
     key, fingerprint = _pointer_key(asset, _MANIFEST_CACHE_PREFIX)
@@ -150,7 +214,6 @@ def _with_approved_digests(release: Release, approved: Mapping[str, str]) -> Rel
         DigestMismatchError: GitHub and the index disagree about an asset: one of them
             was tampered with or broken, so nothing of the release is trusted.
     """
-    from llama_runtime.runtime.errors import DigestMismatchError
     from llama_runtime.updater.sources.build_manifest import CHECKSUM_INDEX_ASSET
 
     assets = []
@@ -168,7 +231,6 @@ def _with_approved_digests(release: Release, approved: Mapping[str, str]) -> Rel
 
 
 def _manifest_parser(release: Release, approved: Mapping[str, str]) -> Callable[[bytes], BuildManifest | None]:
-    from llama_runtime.runtime.errors import DigestMismatchError
     from llama_runtime.updater.sources.build_manifest import CHECKSUM_INDEX_ASSET, MANIFEST_ASSET, parse_manifest
 
     where = f"{release.repo}@{release.tag} {MANIFEST_ASSET}"
@@ -213,39 +275,94 @@ def with_build_manifest(client: ReleaseSource, found: ResolvedRelease) -> Resolv
     return found if release is found.release else dataclasses.replace(found, release=release)
 
 
+def _published_build(client: ReleaseSource, tag: str) -> Release | None:
+    try:
+        return client.get_release(tag)
+    except ReleaseNotFoundError:
+        return None
+
+
 def resolve_fetched(client: ReleaseSource, release: Release) -> ResolvedRelease:
-    """``release`` to its build: itself, or the build its pointer names (one more request)."""
+    """``release`` to its build: itself, or the build its pointer names (one more request).
+
+    Raises:
+        ReleaseIncompleteError: A semver release without a (complete) ``nightly-tag.txt``.
+    """
     pointer = pointer_asset(release)
-    if pointer is None:
+    if pointer is None or missing_pointer(release) is not None:
         return with_build_manifest(client, resolve_release(release, {}, [release]))
     named = read_pointer(client, release, pointer)
-    try:
-        build = [client.get_release(named)]
-    except ReleaseNotFoundError:
-        build = []
-    return with_build_manifest(client, resolve_release(release, {release.tag: named}, build))
+    build = _published_build(client, named)
+    return with_build_manifest(client, resolve_release(release, {release.tag: named}, [build] if build else []))
 
 
-def peek_latest_build(client: ReleaseSource, channel: Channel) -> tuple[str, str | None, Release]:
-    """The build tag ``channel`` calls latest, without fetching that build when stable points at it.
+def _older_stable(client: ReleaseSource, skipped: Release, installed: str | None) -> Iterator[StableFallback]:
+    """The semver releases below ``skipped``, highest first, each looked up only when the one before failed.
+
+    One request for the tags, then per release one for it and one for its build
+    (none for a build that is ``installed``); the pointer is a cached web download.
+    """
+    for tag in older_versions(client.version_tags(), skipped.tag):
+        try:
+            release = client.get_release(tag)
+        except ReleaseNotFoundError:
+            yield StableFallback(tag)  # a bare tag: make-release.yml pushes it before it creates the release
+            continue
+        pointer = pointer_asset(release)
+        if release.draft or release.prerelease or missing_pointer(release) is not None:
+            yield StableFallback(tag, release)
+        elif pointer is None:  # a semver-tagged build (a fork's) stands for itself
+            yield StableFallback(tag, release, tag, release)
+        else:
+            named = read_pointer(client, release, pointer)
+            yield StableFallback(tag, release, named, None if named == installed else _published_build(client, named))
+
+
+def _stable_remote(client: ReleaseSource) -> ResolvedRelease:
+    """``stable``'s build: ``/releases/latest`` followed, or the newest older release that names one."""
+    latest = client.latest_published()
+    skipped = missing_pointer(latest)
+    if skipped is None:
+        return resolve_fetched(client, latest)
+    chosen, notes = fallback_stable(skipped, _older_stable(client, latest, None))
+    return with_build_manifest(client, with_notes(follow_fallback(chosen), notes))
+
+
+def peek_latest_build(client: ReleaseSource, channel: Channel, installed: str | None = None) -> LatestPeek:
+    """The build ``channel`` calls latest, without fetching that build when stable points at it.
 
     The scheduled check's cheap path: when the build is the one installed,
-    nothing more is needed (one API request for ``stable``).
+    nothing more is needed (one API request for ``stable``; three while the
+    newest stable release names no build yet and stable falls back).
+
+    Args:
+        client: The release source.
+        channel: ``stable`` or ``nightly``.
+        installed: The build installed now (same repository): a fallback release
+            naming it is taken without its build being fetched.
 
     Returns:
-        ``(build tag, semver or None, the release fetched)``; the release is a
-        pointer release when stable followed one (then the build is not fetched).
+        The build; its ``release`` is a pointer release when stable followed one
+        and the build was not fetched.
     """
-    if channel == "stable":
-        latest = client.latest_published()
-        pointer = pointer_asset(latest)
-        if pointer is not None:
-            version = latest.tag if latest.tag.startswith("v") else None
-            return read_pointer(client, latest, pointer), version, latest
-        found = with_build_manifest(client, resolve_release(latest, {}, [latest]))  # cached: free when unchanged
-    else:
+    if channel != "stable":
         found = resolve_latest_remote(client, channel)
-    return found.build_tag, found.version, found.release
+        return LatestPeek(found.build_tag, found.version, found.release, found.notes)
+    latest = client.latest_published()
+    skipped = missing_pointer(latest)
+    if skipped is not None:
+        chosen, notes = fallback_stable(skipped, _older_stable(client, latest, installed), installed)
+        if chosen.build is None:  # the installed build: nothing more to look up
+            assert chosen.named is not None and chosen.release is not None  # it qualified
+            return LatestPeek(chosen.named, chosen.tag, chosen.release, notes)
+        found = with_build_manifest(client, with_notes(follow_fallback(chosen), notes))
+        return LatestPeek(found.build_tag, found.version, found.release, found.notes)
+    pointer = pointer_asset(latest)
+    if pointer is not None:
+        version = latest.tag if latest.tag.startswith("v") else None
+        return LatestPeek(read_pointer(client, latest, pointer), version, latest)
+    found = with_build_manifest(client, resolve_release(latest, {}, [latest]))  # cached: free when unchanged
+    return LatestPeek(found.build_tag, found.version, found.release)
 
 
 def resolve_tag_remote(client: ReleaseSource, tag: str) -> ResolvedRelease:
@@ -253,7 +370,8 @@ def resolve_tag_remote(client: ReleaseSource, tag: str) -> ResolvedRelease:
 
     Raises:
         ReleaseNotFoundError: No such release, or the build it names is missing.
-        IntegrityError: Its ``nightly-tag.txt`` breaks the rules.
+        ReleaseIncompleteError: A ``vX.Y.Z`` with no ``nightly-tag.txt`` yet (exit 7).
+        IntegrityError: Its ``nightly-tag.txt`` breaks the rules or fails its published digest.
         RateLimitError, NetworkError, RemoteError: GitHub failed.
     """
     return resolve_fetched(client, client.get_release(tag))
@@ -264,7 +382,8 @@ def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRe
 
     Raises:
         ReleaseNotFoundError: Nothing qualifies.
-        IntegrityError: A ``nightly-tag.txt`` breaks the rules.
+        ReleaseIncompleteError: The newest stable release names no build yet and no older one does.
+        IntegrityError: A ``nightly-tag.txt`` breaks the rules or fails its published digest.
         RateLimitError, NetworkError, RemoteError: GitHub failed.
     """
     if channel == "nightly":
@@ -279,11 +398,12 @@ def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRe
             # its ``releases/latest`` is the highest build it holds.
             page = [client.latest_published()]
         return with_build_manifest(client, resolve_latest(page, "nightly"))
-    return resolve_fetched(client, client.latest_published())
+    return _stable_remote(client)
 
 
 __all__ = [
     "NIGHTLY_PER_PAGE",
+    "LatestPeek",
     "peek_latest_build",
     "pointers_on_page",
     "read_pointer",

@@ -84,6 +84,10 @@ class ReleaseSource(AssetHost, Protocol):
         """A page of releases, newest first (a static mirror may raise ``RemoteError``: it has no list)."""
         ...
 
+    def version_tags(self) -> list[str]:
+        """The source's semver release tags ``vX.Y.Z``, in no order (``[]`` where it keeps none: a mirror)."""
+        ...
+
     def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
         """The whole body of a small asset (``nightly-tag.txt``), refused past ``max_bytes``."""
         ...
