@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.runtime.errors import ProvenanceMissingError, RemoteError
+from llama_runtime.runtime.errors import NetworkError, ProvenanceMissingError, RemoteError
 from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, read_listing
 from llama_runtime.updater.sources import bundle_url
 from llama_runtime.updater.sources.bundle_url import (
@@ -246,3 +247,53 @@ def test_no_attestation_at_all_is_still_absent() -> None:
     for answer in ([], {"attestations": []}, ResolvedAttestations({"attestations": []})):
         result = ProvenanceCheck().evaluate_answer("x.tar.gz", SHA, REPO, answer)
         assert result == Provenance("absent", f"{REPO} publishes no build attestation for x.tar.gz")
+
+
+def test_more_entries_by_url_than_the_cap_are_not_fetched_and_inline_ones_are_kept() -> None:
+    asked: list[str] = []
+
+    def fetch(url: str, budget: int) -> tuple[dict[str, Any], int]:
+        asked.append(url)
+        return real_bundle(), 1
+
+    by_url = [{"bundle": None, "bundle_url": f"https://b/{i}.json.sn"} for i in range(bundle_url.MAX_BUNDLE_URLS + 2)]
+    inline = {"bundle": real_bundle()}
+    resolved = resolve_bundle_urls({"attestations": [*by_url, inline]}, fetch)
+    assert len(asked) == bundle_url.MAX_BUNDLE_URLS
+    assert isinstance(resolved.answer, dict) and resolved.answer["attestations"][-1] == inline
+    assert resolved.failures == (
+        f"more than {bundle_url.MAX_BUNDLE_URLS} attestations listed by bundle_url; the rest were not fetched",
+    )
+
+
+def fetch_direct(github: FakeGitHub, path: str, *, seconds: float = 60.0) -> tuple[dict[str, Any], int]:
+    blob_id = int(path.removeprefix("/attestations/").removesuffix(".json.sn"))
+    with GitHubClient(github.api_url, REPO) as client:
+        return bundle_url.fetch_bundle(
+            client.http,
+            github.bundle_url(blob_id),
+            api_url=github.api_url,
+            budget=bundle_url.MAX_BUNDLE_BYTES,
+            give_up_at=time.monotonic() + seconds,
+            deadline_s=seconds,
+        )
+
+
+def test_a_blob_that_drips_past_the_deadline_is_given_up(github: FakeGitHub) -> None:
+    path = github.add_attestation(REPO, SHA, real_bundle(), by_url=True, framing="json")
+    assert path is not None
+    github.inject(path, Fault(drip_seconds=0.05, drip_chunk=256))
+    started = time.monotonic()
+    with pytest.raises(NetworkError) as caught:
+        fetch_direct(github, path, seconds=0.5)
+    assert time.monotonic() - started < 5
+    assert "took longer than 0.5 s" in caught.value.message and BUNDLE_URL_SIGNATURE not in caught.value.message
+
+
+def test_a_redirect_from_the_blob_host_is_not_followed(github: FakeGitHub) -> None:
+    path = github.add_attestation(REPO, SHA, real_bundle(), by_url=True)
+    assert path is not None
+    github.inject(path, Fault(redirect_loop=True))
+    with pytest.raises(RemoteError, match=r"could not be fetched \(HTTP 302\)"):
+        fetch_direct(github, path)
+    assert len(github.requests_to("blob", "/attestations/")) == 1

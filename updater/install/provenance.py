@@ -146,6 +146,8 @@ def read_listing(answer: object, repo: str) -> Listing:
         bundles = parse_attestations(answer)  # a bundle or bundles, as a hand-made mirror file may hold
         if not bundles:
             problems.append(f"{repo}'s attestations answer is not a list of attestations")
+    # Set aside by their unsigned claim: whoever could change that claim could as well drop the
+    # entry, so this gives nothing away; a bundle whose claim cannot be read is verified (and fails).
     kinds = [(bundle, predicate_type(bundle)) for bundle in bundles]
     return Listing(
         provenance=[b for b, kind in kinds if kind is None or kind.startswith(_SLSA_PROVENANCE_PREFIX)],

@@ -139,7 +139,7 @@ def resolve_bundle_urls(
         fetched += 1
         if fetched > MAX_BUNDLE_URLS:
             failures.append(f"more than {MAX_BUNDLE_URLS} attestations listed by bundle_url; the rest were not fetched")
-            break
+            continue
         try:
             bundle, size = fetch(url, budget)
         except (RemoteError, RemoteDataError) as exc:  # one entry's failure, not the answer's
@@ -186,7 +186,10 @@ def fetch_bundle(
         try:
             if response.status_code != 200:
                 raise RemoteError(f"{what} could not be fetched (HTTP {response.status_code})")
-            raw = read_capped(response, cap=MAX_BUNDLE_BYTES, what=what, deadline_s=left)
+            try:
+                raw = read_capped(response, cap=MAX_BUNDLE_BYTES, what=what, deadline_s=left)
+            except NetworkError:  # what is left of the shared deadline ran out: name the whole one
+                raise too_slow(what, deadline_s) from None
         finally:
             response.close()
     except httpx.HTTPError as exc:
