@@ -35,6 +35,7 @@ from tests.fakegithub import (
     release_attestation,
     snappy_payload,
 )
+from tests.test_provenance import ATTESTED, BEACON, beacon_check
 
 DATA = Path(__file__).parent / "data" / "sigstore"
 REPO = "ggml-org/llama.cpp"
@@ -297,3 +298,18 @@ def test_a_redirect_from_the_blob_host_is_not_followed(github: FakeGitHub) -> No
     with pytest.raises(RemoteError, match=r"could not be fetched \(HTTP 302\)"):
         fetch_direct(github, path)
     assert len(github.requests_to("blob", "/attestations/")) == 1
+
+
+@pytest.mark.parametrize("framing", ["block", "framed", "json"])
+def test_a_bundle_url_answer_verifies_exactly_like_the_same_bundle_inline(framing: str) -> None:
+    results: list[Provenance] = []
+    for by_url in (False, True):
+        with FakeGitHub() as hub:
+            hub.add_attestation(BEACON, ATTESTED, real_bundle(), by_url=by_url, framing=framing)
+            hub.add_release_attestation(BEACON, ATTESTED, by_url=by_url)
+            with GitHubClient(hub.api_url, BEACON) as client:
+                answer = client.attestations(ATTESTED)
+        results.append(beacon_check().evaluate_answer("a.txt", ATTESTED, BEACON, answer))
+    inline, by_url_result = results
+    assert inline.status == "verified"
+    assert by_url_result == inline and by_url_result.bundle == inline.bundle == real_bundle()

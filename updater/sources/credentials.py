@@ -18,7 +18,6 @@ a log line or ``jobs/current.json``.
 from __future__ import annotations
 
 import ipaddress
-import logging
 import re
 from collections.abc import Mapping
 from typing import Final
@@ -144,18 +143,16 @@ def redact_text(text: str) -> str:
 _HTTP_LIBRARY_LOGGERS: Final[tuple[str, ...]] = ("httpx",)
 
 
-class _RedactingFilter(logging.Filter):
-    """Rewrites a record's message with :func:`redact_text` (never drops a record)."""
+def _redact_record(record: object) -> bool:
+    """A logging filter: rewrites the record's message with :func:`redact_text`, never drops it."""
+    import logging
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    if isinstance(record, logging.LogRecord):
         message = record.getMessage()
         redacted = redact_text(message)
         if redacted != message:
             record.msg, record.args = redacted, None
-        return True
-
-
-_REDACTING_FILTER: Final = _RedactingFilter()
+    return True
 
 
 def redact_library_logs() -> None:
@@ -163,9 +160,12 @@ def redact_library_logs() -> None:
 
     Signed CDN redirects and pre-signed attestation ``bundle_url`` values carry
     their credential in the query string; our own log lines pass URLs through
-    :func:`redact_url`, this covers the lines httpx writes itself.
+    :func:`redact_url`, this covers the lines httpx writes itself. (``logging``
+    is imported here, not at start-up: ``status`` never loads it.)
     """
+    import logging
+
     for name in _HTTP_LIBRARY_LOGGERS:
         logger = logging.getLogger(name)
-        if _REDACTING_FILTER not in logger.filters:
-            logger.addFilter(_REDACTING_FILTER)
+        if _redact_record not in logger.filters:
+            logger.addFilter(_redact_record)
