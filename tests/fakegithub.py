@@ -42,7 +42,13 @@ It also models what the updater's request budget depends on:
   the API asset URL with ``Accept: application/octet-stream`` and the token
   answering 302 to the blob host, which rejects a request that still carries
   ``Authorization`` with 400 (octokit/octokit.js #967);
-* the blob host answers with a strong ``ETag`` and ``Last-Modified`` like S3.
+* the blob host answers with a strong ``ETag`` and ``Last-Modified`` like S3;
+* attestations listed by ``bundle_url`` (``add_attestation(..., by_url=True)``):
+  ``"bundle": null`` and a pre-signed, expiring URL on the blob host serving the
+  bundle snappy-compressed (``application/x-snappy``, ``.json.sn``, block format
+  by default), and GitHub's release attestations listed beside provenance
+  (denoland/clawpatrol PR #770, aaif-goose/goose PR #10557,
+  terraform-linters/tflint PR #2593; see updater/sources/bundle_url.py).
 
 Every request is logged in :attr:`FakeGitHub.requests`; faults are injected per
 path or per asset name with :meth:`FakeGitHub.inject`.
@@ -77,6 +83,14 @@ _SECONDARY_LIMIT_BODY = (
 _NOT_FOUND_BODY = b'{"message":"Not Found","documentation_url":"https://docs.github.com/rest"}'
 UPSTREAM_REPOS = frozenset({"ggml-org/llama.cpp", "ggerganov/llama.cpp"})
 NIGHTLY_TAG_ASSET = "nightly-tag.txt"
+#: The signature of every pre-signed attestation ``bundle_url``: tests assert it never leaves the client.
+BUNDLE_URL_SIGNATURE = "bUF5X25ldmVyX2JlX2xvZ2dlZA%3D%3D"
+# An Azure SAS query as the URLs in tflint PR #2593 carry one (expiry, permission, signature).
+_SAS_QUERY = f"se=2026-12-01T10%3A00%3A00Z&sp=r&sv=2025-01-05&sr=b&sig={BUNDLE_URL_SIGNATURE}"
+#: GitHub's release attestation of an immutable release: predicate and signer SAN as
+#: in-toto/attestation spec/predicates/release.md and cli/cli #11993 describe them.
+RELEASE_PREDICATE = "https://in-toto.io/attestation/release/v0.1"
+RELEASE_SIGNER = "https://dotcom.releases.github.com"
 _LAST_MODIFIED = "Mon, 30 Nov 2026 09:00:00 GMT"
 
 
@@ -164,6 +178,62 @@ def _parse_range(header: str) -> tuple[int, int | None] | None:
 
 
 @dataclass
+class _Attestation:
+    """One listed attestation: inline, or by ``bundle_url`` with the blob's bytes (``payload``)."""
+
+    bundle: dict[str, Any]
+    blob_id: int | None = None  # served by URL from the blob host
+    payload: bytes = b""
+
+
+def snappy_payload(bundle: dict[str, Any], framing: str = "block") -> bytes:
+    """``bundle`` as GitHub's blob host serves it: snappy block (today), framed, or plain JSON.
+
+    Real snappy from cramjam (the project's own decoder dependency), so the client's
+    decoder is tested against a real compressor, not against its own inverse.
+    """
+    import cramjam
+
+    raw = json.dumps(bundle).encode()
+    if framing == "block":
+        return bytes(cramjam.snappy.compress_raw(raw))
+    if framing == "framed":
+        return bytes(cramjam.snappy.compress(raw))
+    if framing == "json":
+        return raw
+    raise ValueError(f"unknown snappy framing {framing!r}")
+
+
+def release_attestation(repo: str, sha256: str, tag: str = "b7001") -> dict[str, Any]:
+    """A stand-in for GitHub's release attestation of an asset (never verifiable: it is set aside by kind).
+
+    Shaped like the real ones (a DSSE bundle whose statement is the release
+    predicate, signed by GitHub's own ``RELEASE_SIGNER`` certificate, no
+    transparency-log entry); the certificate bytes are a placeholder.
+    """
+    import base64
+
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "asset", "digest": {"sha256": sha256}}],
+        "predicateType": RELEASE_PREDICATE,
+        "predicate": {"repository": repo, "tag": tag, "purl": f"pkg:github/{repo}@{tag}"},
+    }
+    return {
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {
+            "certificate": {"rawBytes": base64.b64encode(f"placeholder for {RELEASE_SIGNER}".encode()).decode()},
+            "tlogEntries": [],
+        },
+        "dsseEnvelope": {
+            "payload": base64.b64encode(json.dumps(statement).encode()).decode(),
+            "payloadType": "application/vnd.in-toto+json",
+            "signatures": [{"sig": base64.b64encode(b"\0" * 70).decode()}],
+        },
+    }
+
+
+@dataclass
 class _Repo:
     releases: list[dict[str, Any]] = field(default_factory=list)
     private: bool = False
@@ -205,7 +275,9 @@ class FakeGitHub:
         #: way a slow CDN caps each connection rather than the client.
         self.rate_cap = rate_cap
         self._repos: dict[str, _Repo] = {}
-        self._attestations: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._attestations: dict[tuple[str, str], list[_Attestation]] = {}
+        self._attestation_answers: dict[tuple[str, str], bytes] = {}  # a 200 body served as is
+        self._attestation_blobs: dict[int, _Attestation] = {}
         self._blobs: dict[int, _Blob] = {}
         self._assets: dict[int, dict[str, Any]] = {}
         self._faults: list[tuple[str, Fault]] = []
@@ -454,16 +526,50 @@ class FakeGitHub:
         }
         return asset
 
-    def add_attestation(self, repo: str, sha256: str, bundle: dict[str, Any]) -> None:
+    def add_attestation(
+        self,
+        repo: str,
+        sha256: str,
+        bundle: dict[str, Any],
+        *,
+        by_url: bool = False,
+        framing: str = "block",
+        payload: bytes | None = None,
+    ) -> str | None:
         """Publish a Sigstore ``bundle`` for the file ``sha256`` in ``repo`` (the attestations API).
 
         Served as GitHub does (docs.github.com, "List attestations", repos):
         ``GET /repos/{owner}/{repo}/attestations/sha256:{hex}`` answers
         ``{"attestations": [{"bundle": …, "repository_id": …, "bundle_url": …}]}``;
-        a digest with none answers 404.
+        a digest with none answers 404. With ``by_url`` the entry is
+        ``{"bundle": null, "bundle_url": "<blob host>/attestations/….json.sn?<SAS>"}``
+        and the blob host serves the bundle compressed as ``framing`` says
+        (:func:`snappy_payload`), or ``payload`` exactly (hostile tests).
+
+        Returns:
+            The blob's path on the blob host when served by URL (a fault key), else ``None``.
         """
         with self._lock:
-            self._attestations.setdefault((repo, sha256), []).append(bundle)
+            entry = _Attestation(bundle)
+            if by_url:
+                entry.blob_id = self._new_id()
+                entry.payload = snappy_payload(bundle, framing) if payload is None else payload
+                self._attestation_blobs[entry.blob_id] = entry
+            self._attestations.setdefault((repo, sha256), []).append(entry)
+        return None if entry.blob_id is None else f"/attestations/{entry.blob_id}.json.sn"
+
+    def add_release_attestation(self, repo: str, sha256: str, *, by_url: bool = False) -> None:
+        """List GitHub's release attestation (an immutable release's) for ``sha256`` beside any other."""
+        self.add_attestation(repo, sha256, release_attestation(repo, sha256), by_url=by_url)
+
+    def set_attestations_answer(self, repo: str, sha256: str, answer: object) -> None:
+        """Answer the attestations of ``sha256`` with 200 and ``answer`` as JSON, whatever its shape."""
+        with self._lock:
+            self._attestation_answers[(repo, sha256)] = json.dumps(answer).encode()
+
+    def bundle_url(self, blob_id: int) -> str:
+        """The pre-signed URL of an attestation blob (an Azure SAS query, as tflint PR #2593 shows)."""
+        return f"{self.blob_url}/attestations/{blob_id}.json.sn?{_SAS_QUERY}"
 
     def inject(self, key: str, fault: Fault) -> None:
         """Misbehave on requests whose path is ``key`` or ends with ``/key`` (an asset name)."""
@@ -545,7 +651,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None:
             self._status_fault(fault)
             return
-        if self.server.role == "blob":
+        if self.server.role == "blob" and path.startswith("/attestations/"):
+            self._serve_attestation_blob(fake, path)
+        elif self.server.role == "blob":
             self._serve_blob(fake, path)
         elif path.startswith("/dl/"):
             self._serve_redirect(fake, path)
@@ -657,14 +765,39 @@ class _Handler(BaseHTTPRequestHandler):
         ]
 
     def _serve_attestations(self, fake: FakeGitHub, repo: str, subject: str) -> None:
-        bundles = fake._attestations.get((repo, subject.removeprefix("sha256:")), [])
-        if not subject.startswith("sha256:") or not bundles:
+        digest = subject.removeprefix("sha256:")
+        listed = fake._attestations.get((repo, digest), [])
+        verbatim = fake._attestation_answers.get((repo, digest))
+        if verbatim is not None:
+            self._simple(200, verbatim, "application/json; charset=utf-8", self._rate_headers(58))
+            return
+        if not subject.startswith("sha256:") or not listed:
             body = b'{"message":"Not Found","documentation_url":"https://docs.github.com/rest/repos/attestations"}'
             self._simple(404, body, "application/json; charset=utf-8", self._rate_headers(40))
             return
-        entries = [{"bundle": b, "repository_id": 612354784, "bundle_url": None} for b in bundles]
+        entries = [
+            {"bundle": None, "repository_id": 612354784, "bundle_url": fake.bundle_url(a.blob_id), "initiator": "user"}
+            if a.blob_id is not None
+            else {"bundle": a.bundle, "repository_id": 612354784, "bundle_url": None}
+            for a in listed
+        ]
         body = json.dumps({"attestations": entries}).encode()
         self._simple(200, body, "application/json; charset=utf-8", self._rate_headers(58))
+
+    def _serve_attestation_blob(self, fake: FakeGitHub, path: str) -> None:
+        """A pre-signed attestation blob: no Authorization accepted, the right signature required."""
+        name = path.removeprefix("/attestations/").removesuffix(".json.sn")
+        entry = fake._attestation_blobs.get(int(name)) if name.isdigit() else None
+        if entry is None or BUNDLE_URL_SIGNATURE not in self._record.query:
+            self._simple(403 if entry else 404, b"<Error><Code>AuthenticationFailed</Code></Error>", "application/xml")
+            return
+        if "authorization" in self._record.headers:
+            body = b"<Error><Code>InvalidAuthenticationInfo</Code><Message>Only one auth mechanism</Message></Error>"
+            self._simple(400, body, "application/xml")
+            return
+        fault = fake._take_fault(path, {"body"})
+        headers = {"Content-Type": "application/x-snappy", "ETag": f'"0x8DE{entry.blob_id:012X}"'}
+        self._send_body(fault, [entry.payload], len(entry.payload), 200, headers)
 
     # -- downloads -------------------------------------------------------------------------
     def _serve_redirect(self, fake: FakeGitHub, path: str) -> None:

@@ -266,7 +266,7 @@ def test_no_attestation_is_absent_or_refused_when_required() -> None:
 def test_attestations_listed_only_by_url_are_unverified_not_absent() -> None:
     answer = {"attestations": [{"bundle": None, "bundle_url": "https://example.com/x", "repository_id": 1}]}
     result = ProvenanceCheck().evaluate_answer("x.tar.gz", "ab" * 32, LLAMA, answer)
-    assert result == Provenance("unverified", f"{LLAMA} lists 1 attestation(s) without an inline bundle")
+    assert result == Provenance("unverified", f"{LLAMA} lists 1 attestation(s) by bundle_url that were not fetched")
     assert ProvenanceCheck().evaluate_answer("x.tar.gz", "ab" * 32, LLAMA, []).status == "absent"
 
 
@@ -332,11 +332,12 @@ def test_client_reports_a_spent_rate_limit_on_the_attestations_endpoint(github: 
 # -- the cost stays off the status path -----------------------------------------------
 
 
-def test_status_never_imports_sigstore(tmp_path: Path) -> None:
+def test_status_never_imports_sigstore_or_the_snappy_decoder(tmp_path: Path) -> None:
     code = (
         "import sys; from llama_runtime.updater.cli.main import main; "
         f"rc = main(['status', '--json', '--home', {str(tmp_path)!r}]); "
-        "sys.stderr.write(repr(sorted(m for m in sys.modules if m.split('.')[0] in ('sigstore', 'tuf', 'pydantic'))))"
+        "sys.stderr.write(repr(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('sigstore', 'tuf', 'pydantic', 'cramjam'))))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ), check=False

@@ -27,7 +27,7 @@ import pytest
 from llama_runtime.updater.install import attestation
 
 from tests.conftest import REPO, VULKAN_TAR, run_json
-from tests.fakegithub import FakeGitHub
+from tests.fakegithub import BUNDLE_URL_SIGNATURE, FakeGitHub, Fault
 from tests.test_update_e2e import failing_update, installed_b7000
 
 # Every test starts from b7000 (the real Vulkan build, unattested) installed and active.
@@ -224,3 +224,113 @@ def test_require_provenance_refuses_switching_to_an_installed_unattested_build(
     assert code == 8, payload
     assert payload["error"]["code"] == "provenance_missing" and "nothing was switched" in payload["error"]["message"]
     assert (home / "active.json").read_bytes() == pointer
+
+
+# -- bundles GitHub lists by bundle_url (snappy on a blob host) -------------------------------
+
+
+def run_with_logs(capsys: pytest.CaptureFixture[str], home: Path, api_url: str, *args: str) -> tuple[int, Any, str]:
+    """``update ARGS -vv --json``: exit code, the JSON object, and everything written to stdout and stderr."""
+    from llama_runtime.updater.cli.main import main
+
+    code = main(["update", *args, "-vv", "--home", str(home), "--api-url", api_url, "--json"])
+    out, err = capsys.readouterr()
+    return code, json.loads(out), out + err
+
+
+def files_holding(root: Path, needle: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("framing", ["block", "framed"])
+def test_bundle_url_answer_installs_verified_like_an_inline_one_and_no_token_or_signature_leaks(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    framing: str,
+) -> None:
+    monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
+    monkeypatch.setenv("LLAMA_RUNTIME_GITHUB_TOKEN", "t0k-for-the-api-only")
+    digest = publish(github, BEACON, "b7001", real_vulkan_tarball, None)
+    github.add_release_attestation(BEACON, digest, by_url=True)  # an immutable release's: set aside
+    github.add_attestation(BEACON, digest, real_bundle(), by_url=True, framing=framing)
+    remap_subject(monkeypatch, digest)
+    code, payload, output = run_with_logs(capsys, home, github.api_url, *FROM_BEACON)
+    assert code == 0, payload
+    provenance = payload["active"]["provenance"]
+    assert provenance["status"] == "verified"
+    assert (provenance["repository"], provenance["workflow"]) == (BEACON, BEACON_WORKFLOW)
+    assert provenance["commit"] == "977e8d08554ca9bda279c96e91be2119fb67c730"
+    assert provenance["run_url"] == f"https://github.com/{BEACON}/actions/runs/25821282059/attempts/1"
+    marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
+    assert marker["provenance"]["bundle"] == real_bundle()
+    api = github.requests_to("api", f"/repos/{BEACON}/attestations/")
+    assert [r.headers.get("authorization") for r in api] == ["Bearer t0k-for-the-api-only"]
+    blob = github.requests_to("blob", "/attestations/")
+    assert len(blob) == 2 and all(r.status == 200 for r in blob)
+    assert all("authorization" not in r.headers for r in blob)
+    assert "attestation bundle fetched" in output  # -vv shows the fetch, with the URL redacted
+    assert BUNDLE_URL_SIGNATURE not in output
+    assert files_holding(home, BUNDLE_URL_SIGNATURE) == []
+
+
+#: Ways a 200 attestations answer can be unusable: (how, what the reason says).
+UNUSABLE = [
+    ("decompression bomb", "declares 1073741824 bytes once decoded"),
+    ("wrong shape", "with neither a bundle nor a bundle_url"),
+    ("no list", "holds no list of attestations"),
+    ("blob host refuses", "could not be fetched (HTTP 403)"),
+    ("not snappy", "is not valid snappy"),
+]
+
+
+def serve_unusable(github: FakeGitHub, digest: str, how: str) -> None:
+    if how == "decompression bomb":  # a snappy block whose preamble claims 1 GiB
+        github.add_attestation(BEACON, digest, real_bundle(), by_url=True, payload=b"\x80\x80\x80\x80\x04" + b"\0" * 64)
+    elif how == "wrong shape":
+        github.set_attestations_answer(BEACON, digest, {"attestations": [{"bundle": None, "repository_id": 1}]})
+    elif how == "no list":
+        github.set_attestations_answer(BEACON, digest, {"attestations": {"bundle": real_bundle()}})
+    elif how == "blob host refuses":
+        path = github.add_attestation(BEACON, digest, real_bundle(), by_url=True)
+        github.inject(str(path), Fault(status=403, times=None))
+    else:
+        github.add_attestation(BEACON, digest, real_bundle(), by_url=True, payload=b"\x40" + b"\xff" * 64)
+
+
+@pytest.mark.parametrize(("how", "why"), UNUSABLE, ids=[how for how, _ in UNUSABLE])
+def test_unusable_attestations_answer_is_exit_8_when_required_and_unverified_otherwise(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+    why: str,
+) -> None:
+    monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
+    digest = publish(github, BEACON, "b7001", real_vulkan_tarball, None)
+    serve_unusable(github, digest, how)
+    code, payload = failing_update(capsys, home, github, *FROM_BEACON, "--require-provenance")
+    assert code == 8, payload
+    assert payload["error"]["code"] == "provenance_missing"
+    assert why in payload["error"]["message"] and BUNDLE_URL_SIGNATURE not in json.dumps(payload)
+    code, payload = run_json(capsys, home, github.api_url, "update", *FROM_BEACON)
+    assert code == 0, payload
+    assert payload["active"]["provenance"]["status"] == "unverified"
+    assert why in payload["active"]["provenance"]["reason"]
+    assert files_holding(home, BUNDLE_URL_SIGNATURE) == []
+
+
+def test_only_a_release_attestation_installs_as_absent_not_refused(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path
+) -> None:
+    digest = publish(github, REPO, "b7001", real_vulkan_tarball, None)
+    github.add_release_attestation(REPO, digest, by_url=True)
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert code == 0, payload
+    provenance = payload["active"]["provenance"]
+    assert provenance["status"] == "absent"
+    assert "only attestations of another kind: https://in-toto.io/attestation/release/v0.1" in provenance["reason"]

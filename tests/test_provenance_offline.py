@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CPU_TAR, assert_runs, cli_json, snapshot_tree, stand_in_tarball
-from tests.fakegithub import FakeGitHub
+from tests.fakegithub import BUNDLE_URL_SIGNATURE, FakeGitHub, Fault
 from tests.test_provenance_e2e import BEACON, BEACON_WORKFLOW, real_bundle, remap_subject, sha256_of
 
 DATA = Path(__file__).parent / "data" / "sigstore"
@@ -41,7 +41,7 @@ def archive(tmp_path: Path, tag: str = "b7001") -> Path:
 
 
 def synced_mirror(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, bundle: dict[str, Any] | None
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, bundle: dict[str, Any] | None, *, by_url: bool = False
 ) -> tuple[Path, str, dict[str, Any]]:
     """A mirror of BEACON b7001 synced from a hub that is stopped afterwards: (dir, sha256, report)."""
     tarball = archive(tmp_path)
@@ -49,7 +49,7 @@ def synced_mirror(
     with FakeGitHub() as upstream:
         upstream.add_release(BEACON, "b7001", {tarball.name: tarball})
         if bundle is not None:
-            upstream.add_attestation(BEACON, sha256_of(tarball), bundle)
+            upstream.add_attestation(BEACON, sha256_of(tarball), bundle, by_url=by_url)
         code, report = cli_json(
             capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, "--repo", BEACON
         )
@@ -72,6 +72,42 @@ def test_mirror_stores_the_attestation_on_the_api_route_and_installs_verify_it_o
     assert code == 0, payload
     assert payload["active"]["provenance"]["status"] == "verified"
     assert payload["active"]["provenance"]["workflow"] == BEACON_WORKFLOW
+
+
+def test_mirror_stores_a_bundle_url_bundle_inline_without_the_url_and_installs_verify_it_offline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dest, digest, report = synced_mirror(capsys, tmp_path, real_bundle(), by_url=True)
+    assert report["attestations"] == [f"b7001/{CPU_TAR.format(tag='b7001')}"]
+    stored = json.loads((dest / "repos" / BEACON / "attestations" / f"sha256:{digest}").read_text())
+    assert stored["attestations"] == [{"bundle": real_bundle(), "repository_id": 612354784, "initiator": "user"}]
+    assert [p for p in dest.rglob("*") if p.is_file() and BUNDLE_URL_SIGNATURE.encode() in p.read_bytes()] == []
+    remap_subject(monkeypatch, digest)
+    home = tmp_path / "home"
+    code, payload = cli_json(
+        capsys, "update", "--home", str(home), "--api-url", dest.as_uri(), "--repo", BEACON, "--tag", "b7001"
+    )
+    assert code == 0, payload
+    assert payload["active"]["provenance"]["status"] == "verified"
+
+
+def test_mirror_sync_whose_bundle_url_fails_publishes_nothing_for_the_release(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    tarball = archive(tmp_path)
+    dest = tmp_path / "mirror"
+    with FakeGitHub() as upstream:
+        upstream.add_release(BEACON, "b7001", {tarball.name: tarball})
+        path = upstream.add_attestation(BEACON, sha256_of(tarball), real_bundle(), by_url=True)
+        upstream.inject(str(path), Fault(status=500, times=None))
+        code, report = cli_json(
+            capsys, "mirror", "sync", "--dest", str(dest), "--api-url", upstream.api_url, "--repo", BEACON
+        )
+    assert code == 7, report
+    assert "could not be fetched (HTTP 500)" in report["error"]["message"]
+    assert BUNDLE_URL_SIGNATURE not in json.dumps(report)
+    assert not (dest / "repos" / BEACON / "releases" / "tags" / "b7001").exists()
+    assert not (dest / "repos" / BEACON / "attestations").exists()
 
 
 def test_a_forged_attestation_on_a_mirror_is_exit_8_offline(

@@ -24,23 +24,27 @@ Invariants:
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from llama_runtime.runtime.errors import ProvenanceError, ProvenanceMissingError
+from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, ProvenanceMissingError
 from llama_runtime.updater.config import env_flag
 from llama_runtime.updater.install.signer import UPSTREAM_RELEASE_WORKFLOW, Signer, SignerPolicy
 
 __all__ = [
+    "Listing",
     "Provenance",
     "ProvenanceCheck",
     "combine",
     "parse_attestations",
+    "predicate_type",
     "read_attestation_file",
+    "read_listing",
 ]
 
 Status = Literal["verified", "absent", "unverified"]
@@ -52,10 +56,13 @@ Status = Literal["verified", "absent", "unverified"]
 def parse_attestations(payload: object) -> list[dict[str, Any]]:
     """The Sigstore bundles of an attestations answer, a bundle file or a JSON-lines file.
 
-    Accepts GitHub's ``{"attestations": [{"bundle": …}, …]}``, one bundle
-    object, or a list of either (what ``gh attestation download`` writes, one
-    bundle per line, once decoded). Entries without an inline bundle are skipped.
+    Accepts GitHub's ``{"attestations": [{"bundle": …}, …]}`` (also as the
+    client's :class:`~updater.sources.bundle_url.ResolvedAttestations`), one
+    bundle object, or a list of either (what ``gh attestation download``
+    writes, one bundle per line, once decoded). Entries without an inline
+    bundle are skipped. Every kind of attestation is returned.
     """
+    payload = _unwrap(payload)[0]
     if isinstance(payload, dict) and isinstance(payload.get("attestations"), list):
         payload = payload["attestations"]
     items = payload if isinstance(payload, list) else [payload]
@@ -66,6 +73,91 @@ def parse_attestations(payload: object) -> list[dict[str, Any]]:
         if isinstance(item, dict) and "verificationMaterial" in item:
             bundles.append(item)
     return bundles
+
+
+def _unwrap(answer: object) -> tuple[object, tuple[str, ...]]:
+    """The API JSON of an answer and why entries of it could not be fetched."""
+    from llama_runtime.updater.sources.bundle_url import ResolvedAttestations
+
+    if isinstance(answer, ResolvedAttestations):
+        return answer.answer, answer.failures
+    return answer, ()
+
+
+#: What every SLSA provenance predicate type starts with (slsa.dev/spec: v0.1, v0.2, v1).
+#: Anything else listed for a digest (GitHub's release attestations of an immutable release,
+#: ``https://in-toto.io/attestation/release/v0.1`` then ``v0.2``, signed by
+#: ``https://dotcom.releases.github.com``: in-toto/attestation spec/predicates/release.md,
+#: cli/cli #11993; an SBOM) says nothing about who built the file.
+_SLSA_PROVENANCE_PREFIX: Final = "https://slsa.dev/provenance/"
+
+
+def predicate_type(bundle: dict[str, Any]) -> str | None:
+    """The predicate type a DSSE bundle's statement claims (unverified), or ``None`` if unreadable."""
+    from llama_runtime.updater.sources.bounded_json import loads_bounded
+
+    envelope = bundle.get("dsseEnvelope")
+    payload = envelope.get("payload") if isinstance(envelope, dict) else None
+    if not isinstance(payload, str):
+        return None
+    try:
+        statement = loads_bounded(base64.b64decode(payload, validate=True), what="an attestation statement")
+    except (ValueError, LlamaRuntimeError):
+        return None
+    kind = statement.get("predicateType") if isinstance(statement, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+@dataclass(frozen=True)
+class Listing:
+    """An attestations answer sorted for the decision.
+
+    Attributes:
+        provenance: Bundles to verify: SLSA provenance, and any whose kind cannot be
+            read (verification then says what is wrong with them).
+        other_kinds: Predicate types listed beside them and set aside.
+        problems: Why entries could not be checked at all (a wrong-shaped answer,
+            a ``bundle_url`` that could not be fetched or decoded).
+    """
+
+    provenance: list[dict[str, Any]]
+    other_kinds: list[str]
+    problems: list[str]
+
+
+def read_listing(answer: object, repo: str) -> Listing:
+    """Sort the attestations ``answer`` of ``repo`` (``[]``: none published). Pure."""
+    answer, failures = _unwrap(answer)
+    problems = list(failures)
+    bundles: list[dict[str, Any]] = []
+    if isinstance(answer, dict) and "attestations" in answer:
+        listed = answer["attestations"]
+        if not isinstance(listed, list):
+            listed = []
+            problems.append(f"{repo}'s attestations answer holds no list of attestations")
+        bundles = parse_attestations(listed)
+        by_url = sum(1 for e in listed if isinstance(e, dict) and _unfetched(e))
+        neither = len(listed) - len(bundles) - by_url
+        if by_url:
+            problems.append(f"{repo} lists {by_url} attestation(s) by bundle_url that were not fetched")
+        if neither:
+            problems.append(f"{repo} lists {neither} attestation(s) with neither a bundle nor a bundle_url")
+    elif answer != []:
+        bundles = parse_attestations(answer)  # a bundle or bundles, as a hand-made mirror file may hold
+        if not bundles:
+            problems.append(f"{repo}'s attestations answer is not a list of attestations")
+    # Set aside by their unsigned claim: whoever could change that claim could as well drop the
+    # entry, so this gives nothing away; a bundle whose claim cannot be read is verified (and fails).
+    kinds = [(bundle, predicate_type(bundle)) for bundle in bundles]
+    return Listing(
+        provenance=[b for b, kind in kinds if kind is None or kind.startswith(_SLSA_PROVENANCE_PREFIX)],
+        other_kinds=[kind for _b, kind in kinds if kind is not None and not kind.startswith(_SLSA_PROVENANCE_PREFIX)],
+        problems=problems,
+    )
+
+
+def _unfetched(entry: dict[str, Any]) -> bool:
+    return not isinstance(entry.get("bundle"), dict) and isinstance(entry.get("bundle_url"), str)
 
 
 #: A bundle file is a few kB per attestation; anything far larger is not one.
@@ -204,17 +296,27 @@ class ProvenanceCheck:
         return Provenance("unverified", reason)
 
     def evaluate_answer(self, asset: str, sha256: str, repo: str, answer: object) -> Provenance:
-        """:meth:`evaluate` for the attestations API's answer.
+        """:meth:`evaluate` for an attestations answer (:meth:`ReleaseSource.attestations`).
 
-        GitHub may list an attestation by ``bundle_url`` alone (a compressed
-        blob elsewhere); this version does not fetch those, and says so rather
-        than calling the file ``absent``.
+        Only SLSA provenance decides: other kinds listed for the digest are set
+        aside (they neither verify nor fail the file). An answer that lists
+        entries that could not be checked (the wrong shape, a ``bundle_url``
+        that could not be fetched) and no provenance bundle is ``unverified``
+        with the reason, never ``absent``.
+
+        Raises:
+            ProvenanceError, ProvenanceMissingError: As :meth:`evaluate`.
         """
-        bundles = parse_attestations(answer)
-        listed = answer.get("attestations") if isinstance(answer, dict) else None
-        if not bundles and isinstance(listed, list) and listed:
-            return self.not_checked(asset, f"{repo} lists {len(listed)} attestation(s) without an inline bundle")
-        return self.evaluate(asset, sha256, repo, bundles)
+        listing = read_listing(answer, repo)
+        if listing.provenance:
+            return self.evaluate(asset, sha256, repo, listing.provenance)
+        if listing.problems:
+            return self.not_checked(asset, "; ".join(listing.problems))
+        result = self.evaluate(asset, sha256, repo, [])
+        if listing.other_kinds:
+            ignored = ", ".join(dict.fromkeys(listing.other_kinds))
+            result = replace(result, reason=f"{result.reason} (only attestations of another kind: {ignored})")
+        return result
 
     def evaluate(self, asset: str, sha256: str, repo: str, bundles: Sequence[dict[str, Any]]) -> Provenance:
         """The provenance of the file ``asset`` (``sha256``) from ``repo``, given its published bundles.

@@ -23,7 +23,15 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["GITHUB_API_ORIGIN", "checked_token", "may_send_token", "redact_text", "redact_url", "token_for"]
+__all__ = [
+    "GITHUB_API_ORIGIN",
+    "checked_token",
+    "may_send_token",
+    "redact_library_logs",
+    "redact_text",
+    "redact_url",
+    "token_for",
+]
 
 #: The only origin a github.com token (GITHUB_TOKEN / GH_TOKEN) is sent to.
 GITHUB_API_ORIGIN: Final[str] = "https://api.github.com"
@@ -126,3 +134,38 @@ def redact_url(url: str) -> str:
 def redact_text(text: str) -> str:
     """``text`` with every URL in it passed through :func:`redact_url`."""
     return _URL_IN_TEXT.sub(lambda m: redact_url(m.group()), text)
+
+
+# The standard-library loggers of the HTTP stack that name URLs: httpx logs every request's full
+# URL at INFO ("HTTP Request: GET https://…?sig=…", httpx/_client.py), which an application that
+# embeds this package and turns on INFO logging would print, signature included. (httpcore's
+# DEBUG lines name hosts and ports, never a path or query.)
+_HTTP_LIBRARY_LOGGERS: Final[tuple[str, ...]] = ("httpx",)
+
+
+def _redact_record(record: object) -> bool:
+    """A logging filter: rewrites the record's message with :func:`redact_text`, never drops it."""
+    import logging
+
+    if isinstance(record, logging.LogRecord):
+        message = record.getMessage()
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+    return True
+
+
+def redact_library_logs() -> None:
+    """Redact URLs in what the HTTP libraries log, at every level (idempotent).
+
+    Signed CDN redirects and pre-signed attestation ``bundle_url`` values carry
+    their credential in the query string; our own log lines pass URLs through
+    :func:`redact_url`, this covers the lines httpx writes itself. (``logging``
+    is imported here, not at start-up: ``status`` never loads it.)
+    """
+    import logging
+
+    for name in _HTTP_LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        if _redact_record not in logger.filters:
+            logger.addFilter(_redact_record)

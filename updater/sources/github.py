@@ -33,7 +33,7 @@ from llama_runtime.runtime.errors import (
 from llama_runtime.updater.choice.tags import is_release_version
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, too_slow
-from llama_runtime.updater.sources.credentials import checked_token, may_send_token
+from llama_runtime.updater.sources.credentials import checked_token, may_send_token, redact_library_logs
 from llama_runtime.updater.sources.etag_cache import EtagCache
 from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
 from llama_runtime.updater.sources.github_transport import ATTEMPTS, DEFAULT_TIMEOUT, decode_json, send_with_retries
@@ -110,6 +110,7 @@ class GitHubClient:
         # Last guard of the token policy: whatever the caller passes, a token
         # never travels in clear text to a host that is not this machine.
         self._token = checked_token(token) if token and may_send_token(self.api_url) else None
+        redact_library_logs()  # signed CDN and bundle URLs never reach a log line in clear
         self._http = httpx.Client(
             transport=transport,
             timeout=timeout,
@@ -215,21 +216,44 @@ class GitHubClient:
         return [tag for tag in tags if is_release_version(tag)]
 
     def attestations(self, sha256: str) -> object:
-        """The build attestations published for the file ``sha256`` (the API's JSON), or ``[]`` for none.
+        """The build attestations published for the file ``sha256``, or ``[]`` for none.
 
         ``GET /repos/{owner}/{repo}/attestations/sha256:{hex}`` answers
         ``{"attestations": [{"bundle": …, "repository_id": …}, …]}``; 404 means
         none is published (a mirror without one answers the same). Not cached:
-        an attestation is fetched once per install.
+        an attestation is fetched once per install. An entry listed as
+        ``"bundle": null`` with a ``bundle_url`` is fetched from there (no token,
+        within :data:`SMALL_ASSET_DEADLINE_SECONDS` for all of them: a bundle is
+        a few kB, like a pointer file) and put inline
+        (:mod:`~updater.sources.bundle_url`); one that fails is named in the
+        result's ``failures`` instead.
+
+        Returns:
+            ``[]``, or a :class:`~updater.sources.bundle_url.ResolvedAttestations`.
 
         Raises:
             RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
         """
+        from llama_runtime.updater.sources.bundle_url import fetch_bundle, resolve_bundle_urls
+
         url = f"{self.api_url}/repos/{self.repo}/attestations/sha256:{sha256}"
         try:
-            return self._get_json(url, "", use_cache=False)
+            answer = self._get_json(url, "", use_cache=False)
         except ReleaseNotFoundError:
             return []
+        give_up_at = time.monotonic() + SMALL_ASSET_DEADLINE_SECONDS
+
+        def fetch(bundle_url: str, budget: int) -> tuple[dict[str, Any], int]:
+            return fetch_bundle(
+                self._http,
+                bundle_url,
+                api_url=self.api_url,
+                budget=budget,
+                give_up_at=give_up_at,
+                deadline_s=SMALL_ASSET_DEADLINE_SECONDS,
+            )
+
+        return resolve_bundle_urls(answer, fetch)
 
     def latest_release(self, channel: str = "stable") -> Release:
         """The build release ``channel`` calls latest (see :func:`updater.sources.resolve.resolve_latest_remote`).

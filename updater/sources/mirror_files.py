@@ -50,12 +50,28 @@ def mirror_attestations(client: ReleaseSource, paths: MirrorPaths, sha256: str) 
     """Store upstream's attestations of the file ``sha256`` on the API's route; whether there were any.
 
     Written before the release JSON that names the file, so a client that sees
-    the release also sees its attestation. Stored as received: every client
+    the release also sees its attestation. Stored as received, except that an
+    entry GitHub lists by ``bundle_url`` is stored with the fetched bundle
+    inline and without the URL (it is pre-signed and expires: mirror clients
+    need no blob host, and no signature is ever written to disk). Every client
     verifies them itself (the mirror is not trusted with that).
+
+    Raises:
+        RemoteError: An entry listed by ``bundle_url`` could not be fetched: storing
+            the rest would make its file look unattested (``absent``) to every client.
     """
+    from llama_runtime.runtime.errors import RemoteError
     from llama_runtime.updater.install.provenance import parse_attestations
+    from llama_runtime.updater.sources.bundle_url import ResolvedAttestations
 
     answer = client.attestations(sha256)
+    if isinstance(answer, ResolvedAttestations):
+        if answer.failures:
+            raise RemoteError(
+                f"The attestations of {sha256[:12]}… could not all be fetched ({'; '.join(answer.failures)}); "
+                "nothing was published for this release. Run `llama-runtime mirror sync` again."
+            )
+        answer = answer.answer
     if not parse_attestations(answer):
         return False
     target = paths.attestations(sha256)

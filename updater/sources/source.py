@@ -73,7 +73,11 @@ class ReleaseSource(AssetHost, Protocol):
         ...
 
     def attestations(self, sha256: str) -> object:
-        """The build attestations published for the file ``sha256`` (the API's JSON; ``[]`` for none)."""
+        """The build attestations published for the file ``sha256`` (the API's JSON; ``[]`` for none).
+
+        GitHub's client answers a :class:`~updater.sources.bundle_url.ResolvedAttestations`:
+        the JSON with bundles listed by ``bundle_url`` fetched and put inline.
+        """
         ...
 
     def latest_published(self) -> Release:
