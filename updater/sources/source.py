@@ -76,6 +76,10 @@ class ReleaseSource(AssetHost, Protocol):
         """The build attestations published for the file ``sha256`` (the API's JSON; ``[]`` for none)."""
         ...
 
+    def default_branch(self) -> str | None:
+        """The repository's default branch (``GET /repos/{owner}/{repo}``), or ``None`` when unknown."""
+        ...
+
     def latest_published(self) -> Release:
         """The source's own ``releases/latest`` (the newest non-prerelease release)."""
         ...
