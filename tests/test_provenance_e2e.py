@@ -273,3 +273,27 @@ def test_require_provenance_refuses_switching_to_an_installed_unattested_build(
     assert code == 8, payload
     assert payload["error"]["code"] == "provenance_missing" and "nothing was switched" in payload["error"]["message"]
     assert (home / "active.json").read_bytes() == pointer
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", f"{BEACON}=release.yml"),
+        ("LLAMA_RUNTIME_PROVENANCE_SIGNER", f"{BEACON}=.github/workflows/x.yml"),
+    ],
+)
+def test_malformed_signer_opt_in_is_exit_2_naming_the_form_and_nothing_changes(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    value: str,
+) -> None:
+    monkeypatch.setenv(name, value)
+    publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())
+    code, payload = failing_update(capsys, home, github, *FROM_BEACON)
+    assert code == 2, payload
+    assert payload["error"]["code"] == "bad_input"
+    assert f"{name}=OWNER/NAME=" in payload["error"]["message"]

@@ -284,8 +284,8 @@ def test_status_names_the_signing_workflow_trigger_and_signer_commit_never_built
     recorded = with_build_commit(signed, "6C59C40" + "1" * 33).to_marker()
     line = provenance_line(runtime_with(recorded, "version: 0.5.0-dev (build 11424, commit 6c59c40)"))
     assert line == (
-        f"provenance: verified, signed by {UPSTREAM} .github/workflows/release-publish.yml, trigger workflow_run "
-        f"at refs/heads/master, signer commit c06f84100000 ({PUBLISH_ERA.extensions()[21]}); "
+        f"provenance: verified, signed by {UPSTREAM} .github/workflows/release-publish.yml (trigger workflow_run, "
+        f"ref refs/heads/master), signer commit c06f84100000 ({PUBLISH_ERA.extensions()[21]}); "
         "build commit 6c59c4011111 (from the release)"
     )
     assert "built" not in line.replace("build commit", "")

@@ -148,11 +148,10 @@ def provenance_line(runtime: InstalledRuntime) -> str:
         source = "the release" if p.get("build_commit_from") == "release" else "the binary's --version"
         built = f"; build commit {p['build_commit'][:12]} (from {source})"
     if p["status"] == "verified":
-        trigger = f", trigger {p['trigger']}" if p.get("trigger") else ""
+        how = f"trigger {p.get('trigger') or 'unknown'}, ref {p.get('source_ref') or p.get('ref')}"
         return (
-            f"provenance: verified, signed by {p.get('repository')} {p.get('workflow')}{trigger} "
-            f"at {p.get('source_ref') or p.get('ref')}, signer commit {str(p.get('signer_commit'))[:12]} "
-            f"({p.get('run_url')}){built}"
+            f"provenance: verified, signed by {p.get('repository')} {p.get('workflow')} ({how}), "
+            f"signer commit {str(p.get('signer_commit'))[:12]} ({p.get('run_url')}){built}"
         )
     return f"provenance: {p['status']} ({p.get('reason')}){built}"
 
