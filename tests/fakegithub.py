@@ -35,7 +35,9 @@ It also models what the updater's request budget depends on:
   the API asset URL with ``Accept: application/octet-stream`` and the token
   answering 302 to the blob host, which rejects a request that still carries
   ``Authorization`` with 400 (octokit/octokit.js #967);
-* the blob host answers with a strong ``ETag`` and ``Last-Modified`` like S3.
+* the blob host answers with a strong ``ETag`` and ``Last-Modified`` like S3;
+* ``GET /repos/{owner}/{repo}`` answers a small repository object whose
+  ``default_branch`` the signer policy reads (:meth:`FakeGitHub.repository_json`).
 
 Every request is logged in :attr:`FakeGitHub.requests`; faults are injected per
 path or per asset name with :meth:`FakeGitHub.inject`.
@@ -516,7 +518,7 @@ class _Handler(BaseHTTPRequestHandler):
         return fake.token is not None and self._record.headers.get("authorization") == f"Bearer {fake.token}"
 
     def _serve_api(self, fake: FakeGitHub, path: str, query: dict[str, list[str]]) -> None:
-        bits = path.split("/")  # ["", "api", "repos", o, r, "releases", ...]; ["", "api", "repos", o, r]: the repo
+        bits = path.split("/")  # ["", "api", "repos", o, r, "releases", ...]
         if len(bits) == 7 and bits[5] == "attestations":
             self._serve_attestations(fake, f"{bits[3]}/{bits[4]}", bits[6])
             return
@@ -526,7 +528,7 @@ class _Handler(BaseHTTPRequestHandler):
         public = [r for r in repo.releases if not r["draft"]] if repo else []
         payload: Any = None
         link = ""
-        if len(bits) == 5 and f"{bits[3]}/{bits[4]}" in fake._repos:
+        if len(bits) == 5 and f"{bits[3]}/{bits[4]}" in fake._repos:  # GET /repos/{owner}/{repo}
             known = fake._repos[f"{bits[3]}/{bits[4]}"]
             if not known.private or self._authorised(fake):
                 payload = fake.repository_json(f"{bits[3]}/{bits[4]}")

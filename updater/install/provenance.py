@@ -35,6 +35,7 @@ from typing import Any, Final, Literal
 from llama_runtime.runtime.errors import ProvenanceError, ProvenanceMissingError
 from llama_runtime.updater.config import env_flag
 from llama_runtime.updater.install.signer import UPSTREAM_REPOSITORIES, Signer, SignerPolicy
+from llama_runtime.updater.logs import get_logger
 
 __all__ = [
     "Provenance",
@@ -46,6 +47,7 @@ __all__ = [
 ]
 
 Status = Literal["verified", "absent", "unverified"]
+log = get_logger("llama_runtime.install")
 
 
 # -- the attestations of a file ---------------------------------------------------------
@@ -247,6 +249,8 @@ class ProvenanceCheck:
         A per-repository pin wins; the bare (deprecated) pin applies to forks
         only and never narrows or widens upstream's policy.
         """
+        for warning in self.warnings_for(repo):
+            log.warning("provenance configuration", warning=warning)
         key = repo.casefold()
         workflow = self.workflows.get(key)
         if workflow is None and self.workflow and key not in UPSTREAM_REPOSITORIES:
