@@ -260,7 +260,6 @@ def test_mirror_stores_the_default_branch_where_its_clients_ask_for_it(github: F
         assert client.default_branch() is None  # nothing mirrored yet
     github.add_release(UPSTREAM, "b7000", {"x.txt": b"x"})
     paths = mirror_paths(dest, UPSTREAM)
-    paths.releases.mkdir(parents=True)
     with GitHubClient(github.api_url, UPSTREAM) as upstream:
         assert mirror_repository(upstream, paths) == "master"
     assert json.loads(paths.repository_json.read_text())["default_branch"] == "master"

@@ -186,7 +186,7 @@ class Acquirer:
         """
         assert self.source is not None  # downloads came from it
         results: list[tuple[str, Provenance]] = []
-        checking = self.provenance_check
+        checking, asked = self.provenance_check, False
         for asset, download in zip(assets, downloads, strict=True):
             try:
                 answer = self.source.attestations(download.sha256)
@@ -195,9 +195,9 @@ class Acquirer:
                     raise
                 results.append((asset.name, Provenance("unverified", f"attestations not fetched: {exc.message}")))
                 continue
-            if answer and checking is self.provenance_check:
+            if answer and not asked:
                 # The signer policy's ref rule needs the default branch: asked once, only when something is published.
-                checking = checking.knowing_default_branch(repo, self.source.default_branch())
+                checking, asked = checking.knowing_default_branch(repo, self.source.default_branch()), True
             check = checking.evaluate_answer(asset.name, download.sha256, repo, answer)
             results.append((asset.name, check))
         return combine(results)

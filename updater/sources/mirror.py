@@ -141,7 +141,6 @@ def sync_mirror(
     wanted_platforms, wanted_backends = list(platforms), list(backends)
     needed = sum(a.size for rel in releases for a in select_assets(rel, wanted_platforms, wanted_backends))
     with one_writer(dest), disk_space_errors(dest, needed, f"the mirror of {client.repo}"):
-        paths.releases.mkdir(parents=True, exist_ok=True)
         mirror_repository(client, paths)
         for release in releases:
             _sync_release(client, dest, paths, release, wanted_platforms, wanted_backends, report)

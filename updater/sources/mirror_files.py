@@ -73,6 +73,7 @@ def mirror_repository(client: ReleaseSource, paths: MirrorPaths) -> str | None:
     branch = client.default_branch()
     if branch is not None:
         doc = {"full_name": client.repo, "default_branch": branch}
+        paths.repository_json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(paths.repository_json, doc, mode=SHARED_FILE_MODE)  # served like the release JSON
     return branch
 
