@@ -13,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -90,11 +91,31 @@ class InstallMarker:
         return payload
 
 
+# The commit ``llama-server --version`` names: ``version: 0.6.0-dev (build N, commit abcdef0)``
+# or the older ``version: 7000 (abcdef0)`` (the forms updater.install.identity parses).
+_VERSION_COMMIT: Final = re.compile(r"version:[^(]*\((?:\s*build\s+\d+\s*,\s*commit)?\s*([0-9a-f]{7,40})\s*\)")
+
+
 def provenance_summary(marker: InstallMarker) -> dict[str, Any]:
-    """The contract's ``provenance`` object of a runtime: its status and signer, without the bundle."""
+    """The contract's ``provenance`` object of a runtime: its status and signer, without the bundle.
+
+    ``build_commit`` is the built commit: the release's ``target_commitish`` when
+    it was a commit hash (``build_commit_from: "release"``), else what the
+    binary's ``--version`` printed (``"binary"``). The certificate's own commit
+    is ``signer_commit``: under ``workflow_run`` that is the publisher's.
+    """
     if not isinstance(marker.provenance.get("status"), str):
-        return {"status": "unverified", "reason": "not checked: installed before llama-runtime checked provenance"}
-    return {k: v for k, v in marker.provenance.items() if k != "bundle"}
+        summary: dict[str, Any] = {
+            "status": "unverified",
+            "reason": "not checked: installed before llama-runtime checked provenance",
+        }
+    else:
+        summary = {k: v for k, v in marker.provenance.items() if k != "bundle"}
+    if "signer_commit" not in summary and isinstance(summary.get("commit"), str):
+        summary["signer_commit"] = summary["commit"]  # markers written before signer_commit existed
+    if not isinstance(summary.get("build_commit"), str) and (found := _VERSION_COMMIT.search(marker.version)):
+        summary["build_commit"], summary["build_commit_from"] = found[1], "binary"
+    return summary
 
 
 def marker_path(runtime_dir: Path) -> Path:

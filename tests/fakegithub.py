@@ -49,6 +49,8 @@ It also models what the updater's request budget depends on:
   by default), and GitHub's release attestations listed beside provenance
   (denoland/clawpatrol PR #770, aaif-goose/goose PR #10557,
   terraform-linters/tflint PR #2593; see updater/sources/bundle_url.py).
+* ``GET /repos/{owner}/{repo}`` answers a small repository object whose
+  ``default_branch`` the signer policy reads (:meth:`FakeGitHub.repository_json`).
 
 Every request is logged in :attr:`FakeGitHub.requests`; faults are injected per
 path or per asset name with :meth:`FakeGitHub.inject`.
@@ -240,6 +242,7 @@ class _Repo:
     versions_cut: int = 0  # semver releases v0.N.0 published so far
     cut_at: dict[str, str] = field(default_factory=dict)  # semver release -> the build it was cut at
     bare_tags: list[str] = field(default_factory=list)  # git tags with no release (yet)
+    default_branch: str | None = None  # None: "master" for upstream, else "main" (see repository_json)
 
 
 class _Server(ThreadingHTTPServer):
@@ -451,6 +454,31 @@ class FakeGitHub:
         """Make ``repo`` private: only :attr:`token` sees it, downloads only through the API."""
         with self._lock:
             self._repos.setdefault(repo, _Repo()).private = True
+
+    def set_default_branch(self, repo: str, branch: str) -> None:
+        """What ``GET /repos/{owner}/{repo}`` answers as ``default_branch`` for ``repo``."""
+        with self._lock:
+            self._repos.setdefault(repo, _Repo()).default_branch = branch
+
+    def repository_json(self, repo: str) -> dict[str, Any]:
+        """The small repository object ``GET /repos/{owner}/{repo}`` serves.
+
+        GitHub docs, "Get a repository" (REST, repos): the full object has ~90 keys;
+        the client reads ``default_branch``. ggml-org/llama.cpp's is ``master`` (its
+        workflows run ``on: push: branches: [master]``); other repositories get
+        ``main``, GitHub's default for new repositories since October 2020.
+        """
+        rel_repo = self._repos.get(repo, _Repo())
+        branch = rel_repo.default_branch or ("master" if repo in UPSTREAM_REPOS else "main")
+        return {
+            "id": 612354784,
+            "name": repo.split("/", 1)[1],
+            "full_name": repo,
+            "private": rel_repo.private,
+            "html_url": f"{self.base_url}/{repo}",
+            "url": f"{self.api_url}/repos/{repo}",
+            "default_branch": branch,
+        }
 
     def latest_version(self, repo: str) -> str | None:
         """The tag ``/releases/latest`` answers now (for assertions)."""
@@ -700,9 +728,13 @@ class _Handler(BaseHTTPRequestHandler):
         public = [r for r in repo.releases if not r["draft"]] if repo else []
         payload: Any = None
         link = ""
-        if len(bits) >= 8 and bits[5:7] == ["git", "matching-refs"] and repo is not None:
+        if len(bits) == 5 and f"{bits[3]}/{bits[4]}" in fake._repos:  # GET /repos/{owner}/{repo}
+            known = fake._repos[f"{bits[3]}/{bits[4]}"]
+            if not known.private or self._authorised(fake):
+                payload = fake.repository_json(f"{bits[3]}/{bits[4]}")
+        elif len(bits) >= 8 and bits[5:7] == ["git", "matching-refs"] and repo is not None:
             payload = self._matching_refs(fake, f"{bits[3]}/{bits[4]}", repo, "/".join(bits[7:]))
-        if len(bits) == 8 and bits[6] == "assets" and repo is not None and bits[7].isdigit():
+        elif len(bits) == 8 and bits[6] == "assets" and repo is not None and bits[7].isdigit():
             asset = next((a for r in public for a in r["assets"] if a["id"] == int(bits[7])), None)
             if asset is not None and self._record.headers.get("accept") == "application/octet-stream":
                 # docs "REST API endpoints for release assets": 302 to the signed CDN URL.

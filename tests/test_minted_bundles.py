@@ -47,7 +47,7 @@ from tests.test_update_e2e import failing_update, installed_b7000
 
 ARTIFACT = b"llama-b7001-bin-ubuntu-vulkan-x64.tar.gz stand-in bytes\n"
 ARTIFACT_NAME = VULKAN_TAR.format(tag="b7001")
-UPSTREAM = SignerPolicy(repository=REPO)  # today's policy: ggml-org/llama.cpp's release.yml
+UPSTREAM = SignerPolicy(repository=REPO)  # the default: any workflow of ggml-org/llama.cpp, master or a tag
 
 
 @pytest.fixture(scope="session")
@@ -78,9 +78,9 @@ def minted(sigstore: PrivateSigstore, identity: GitHubIdentity | None = None, **
     return sigstore.mint(slsa_statement({ARTIFACT_NAME: sha256(ARTIFACT)}, identity), identity, **options)
 
 
-def refusal(bundle: dict[str, Any], trust: TrustRoot, data: bytes = ARTIFACT) -> str:
+def refusal(bundle: dict[str, Any], trust: TrustRoot, data: bytes = ARTIFACT, policy: SignerPolicy = UPSTREAM) -> str:
     with pytest.raises(ProvenanceError) as caught:
-        verify_bundle(bundle, sha256(data), UPSTREAM, trust)
+        verify_bundle(bundle, sha256(data), policy, trust)
     return str(caught.value)
 
 
@@ -99,6 +99,8 @@ def test_minted_bundle_verifies_offline_through_the_trusted_root_file_and_names_
         "repository": REPO,
         "workflow": ".github/workflows/release.yml",
         "ref": "refs/heads/master",
+        "source_ref": "refs/heads/master",
+        "signer_commit": identity.commit,
         "commit": identity.commit,
         "run_url": identity.run_url,
         "trigger": "push",
@@ -223,20 +225,21 @@ def test_a_minted_bundle_fails_against_sigstores_staging_root(sigstore: PrivateS
 
 
 @pytest.mark.parametrize(
-    ("identity", "reason"),
+    ("identity", "policy", "reason"),
     [
-        (release_yml_identity("someone/llama.cpp"), f"built in someone/llama.cpp, not in {REPO}"),
+        (release_yml_identity("someone/llama.cpp"), UPSTREAM, f"built in someone/llama.cpp, not in {REPO}"),
         (
             GitHubIdentity(REPO, ".github/workflows/build.yml", "refs/heads/master", "push", "ab" * 20, 7),
+            SignerPolicy(REPO, workflow=".github/workflows/release.yml"),  # an opt-in pin
             f"signed by the workflow .github/workflows/build.yml, not by {REPO}'s .github/workflows/release.yml",
         ),
     ],
-    ids=["another-repository", "another-workflow"],
+    ids=["another-repository", "a-workflow-pinned-away"],
 )
 def test_a_genuine_bundle_of_another_signer_is_refused_by_the_policy(
-    sigstore: PrivateSigstore, trust: TrustRoot, identity: GitHubIdentity, reason: str
+    sigstore: PrivateSigstore, trust: TrustRoot, identity: GitHubIdentity, policy: SignerPolicy, reason: str
 ) -> None:
-    assert refusal(minted(sigstore, identity), trust) == reason
+    assert refusal(minted(sigstore, identity), trust, policy=policy) == reason
 
 
 # -- end to end: a plain update of an attested ggml-org/llama.cpp build -------------------------
@@ -321,7 +324,6 @@ def test_update_of_a_build_attested_under_a_foreign_ca_is_exit_8_and_nothing_cha
 
 
 @pytest.mark.e2e
-@pytest.mark.xfail(strict=True, reason="needs the new signer policy (branch prov-policy)", raises=AssertionError)
 @pytest.mark.usefixtures(installed_b7000.__name__, private_root_env.__name__)
 def test_plain_update_of_a_release_publish_attested_build_installs_verified_with_the_signer(
     home: Path,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ from llama_runtime.updater.install.signer import (
     EXT_ISSUER,
     EXT_RUN_INVOCATION_URI,
     EXT_SOURCE_REPOSITORY_DIGEST,
+    EXT_SOURCE_REPOSITORY_REF,
     EXT_SOURCE_REPOSITORY_URI,
     GITHUB_ACTIONS_ISSUER,
     SLSA_PROVENANCE_V1,
@@ -56,10 +58,10 @@ def llama_signer(repo: str = LLAMA, workflow: str = UPSTREAM_RELEASE_WORKFLOW, *
         EXT_SOURCE_REPOSITORY_URI: f"https://github.com/{repo}",
         EXT_BUILD_SIGNER_URI: f"https://github.com/{repo}/{workflow}@refs/heads/master",
         EXT_SOURCE_REPOSITORY_DIGEST: "4f1a2b3c" * 5,
+        EXT_SOURCE_REPOSITORY_REF: "refs/heads/master",
         EXT_RUN_INVOCATION_URI: f"https://github.com/{repo}/actions/runs/32202403598/attempts/1",
     }
-    signer = signer_from_extensions(values)
-    return Signer(**{**signer.to_json(), **changes})
+    return dataclasses.replace(signer_from_extensions(values), **changes)
 
 
 def bundle() -> dict[str, Any]:
@@ -94,8 +96,8 @@ def test_repository_names_compare_case_insensitively_as_on_github() -> None:
         (llama_signer(), SignerPolicy("someone/llama.cpp"), "built in ggml-org/llama.cpp, not in someone"),
         (
             llama_signer(workflow=".github/workflows/docker.yml"),
-            SignerPolicy(LLAMA),
-            "the workflow .github/workflows/docker.yml",
+            SignerPolicy(LLAMA, workflow=UPSTREAM_RELEASE_WORKFLOW),  # an opt-in pin
+            "the workflow .github/workflows/docker.yml, not by ggml-org/llama.cpp's .github/workflows/release.yml",
         ),
         (llama_signer(issuer="https://accounts.google.com"), SignerPolicy(LLAMA), "from https://accounts.google.com"),
         (llama_signer(issuer=""), SignerPolicy(LLAMA), "from no issuer"),
@@ -103,8 +105,9 @@ def test_repository_names_compare_case_insensitively_as_on_github() -> None:
         (
             llama_signer(build_signer_uri="https://github.com/evil/x/.github/workflows/release.yml@refs/heads/main"),
             SignerPolicy(LLAMA),
-            "not by ggml-org/llama.cpp's .github/workflows/release.yml",
+            "of another repository",
         ),
+        (llama_signer(source_ref="refs/heads/feature"), SignerPolicy(LLAMA, "master"), "the ref refs/heads/feature"),
     ],
 )
 def test_signers_outside_the_policy_are_named_with_the_reason(signer: Signer, policy: SignerPolicy, why: str) -> None:
@@ -112,16 +115,16 @@ def test_signers_outside_the_policy_are_named_with_the_reason(signer: Signer, po
     assert violation is not None and why in violation
 
 
-def test_a_fork_is_checked_against_its_own_repository_with_the_same_workflow() -> None:
+def test_a_fork_is_checked_against_its_own_repository_with_the_same_rules() -> None:
     fork = "someone/llama.cpp"
     check = ProvenanceCheck()
-    assert check.policy_for(fork) == SignerPolicy(fork, UPSTREAM_RELEASE_WORKFLOW, GITHUB_ACTIONS_ISSUER)
+    assert check.policy_for(fork) == SignerPolicy(fork, None, None, None, GITHUB_ACTIONS_ISSUER)
     assert policy_violation(llama_signer(repo=fork), check.policy_for(fork)) is None
 
 
 def test_certificate_without_extensions_names_no_signer_and_fails_the_policy() -> None:
     signer = signer_from_extensions({})
-    assert signer == Signer("", "", "", "", "", "", "", "")
+    assert signer == Signer("", "", "", "", "", "", "", "", "")
     assert policy_violation(signer, SignerPolicy(LLAMA)) is not None
 
 
@@ -201,8 +204,9 @@ def test_real_bundle_from_another_repository_is_refused() -> None:
     assert f"built in {BEACON}, not in {LLAMA}" in refused(beacon_check(), [bundle()], repo=LLAMA)
 
 
-def test_real_bundle_from_another_workflow_is_refused() -> None:
-    message = refused(ProvenanceCheck(trusted_root=DATA / "staging_trusted_root.json"), [bundle()])
+def test_real_bundle_from_a_workflow_pinned_away_is_refused() -> None:
+    pinned = {BEACON: UPSTREAM_RELEASE_WORKFLOW}
+    message = refused(ProvenanceCheck(trusted_root=DATA / "staging_trusted_root.json", workflows=pinned), [bundle()])
     assert f"signed by the workflow {BEACON_WORKFLOW}, not by {BEACON}'s .github/workflows/release.yml" in message
 
 
@@ -295,7 +299,7 @@ def test_environment_configures_require_trust_root_workflow_and_offline(tmp_path
     }
     assert ProvenanceCheck.from_env(env) == ProvenanceCheck(
         True, ".github/workflows/build.yml", tmp_path / "root.json", True
-    )
+    )  # the bare workflow: deprecated, for forks only (tests/test_provenance_policy.py)
     assert ProvenanceCheck.from_env({}) == ProvenanceCheck()
     assert ProvenanceCheck.from_env({}, require=True, offline=True) == ProvenanceCheck(require=True, offline=True)
 

@@ -5,9 +5,13 @@ The bundle is real: a Sigstore staging bundle from sigstore-python's test data
 staging trust root with no network. Its signer is a GitHub Actions workflow of
 ``sigstore-conformance/extremely-dangerous-public-oidc-beacon``, so the hub
 publishes releases under that repository (a fork, as far as llama-runtime can
-tell) and ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW`` names that workflow, exactly as
-a fork that releases from its own workflow would configure it. The llama.cpp
-values of the policy are tested on their own in tests/test_provenance.py.
+tell). Its certificate's source ref is ``refs/heads/main``, the beacon's
+default branch (the hub answers ``GET /repos/{owner}/{repo}`` with ``main`` for
+it), so the default policy accepts it; several tests also set the deprecated
+bare ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW`` to its workflow, as a fork configured
+before per-repository pins would, and it keeps working there (with a warning).
+The llama.cpp identities are tested on minted certificates in
+tests/test_provenance_policy.py.
 
 No real bundle attests the test archives, so the one test that installs a
 ``verified`` runtime re-maps the archive's digest to the digest the real
@@ -92,7 +96,10 @@ def test_attested_release_installs_verified_with_the_signer_in_marker_and_status
     assert provenance["status"] == "verified"
     assert provenance["repository"] == BEACON
     assert provenance["workflow"] == BEACON_WORKFLOW
-    assert provenance["commit"] == "977e8d08554ca9bda279c96e91be2119fb67c730"
+    assert provenance["commit"] == provenance["signer_commit"] == "977e8d08554ca9bda279c96e91be2119fb67c730"
+    assert provenance["trigger"] == "workflow_dispatch" and provenance["source_ref"] == "refs/heads/main"
+    [deprecated] = [w for w in payload["warnings"] if "LLAMA_RUNTIME_PROVENANCE_WORKFLOW" in w]
+    assert f"LLAMA_RUNTIME_PROVENANCE_WORKFLOW={BEACON}={BEACON_WORKFLOW}" in deprecated
     assert provenance["run_url"] == f"https://github.com/{BEACON}/actions/runs/25821282059/attempts/1"
     assert provenance["issuer"] == "https://token.actions.githubusercontent.com"
     assert "bundle" not in provenance
@@ -117,14 +124,57 @@ def test_attestation_from_another_repository_is_exit_8_and_nothing_changes(
     assert f"built in {BEACON}, not in {REPO}" in payload["error"]["message"]
 
 
-def test_attestation_from_another_workflow_is_exit_8_and_nothing_changes(
-    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path
+def test_attestation_from_a_workflow_pinned_away_is_exit_8_and_nothing_changes(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())  # the policy wants release.yml
+    monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", f"{BEACON}=.github/workflows/release.yml")
+    digest = publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())
+    remap_subject(monkeypatch, digest)  # only the pin refuses it
     code, payload = failing_update(capsys, home, github, *FROM_BEACON)
     assert code == 8, payload
     message = payload["error"]["message"]
     assert f"signed by the workflow {BEACON_WORKFLOW}, not by {BEACON}'s .github/workflows/release.yml" in message
+
+
+def test_default_policy_verifies_any_workflow_of_the_repository_on_its_default_branch(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No configuration: the beacon's own workflow at refs/heads/main, main being what the hub says is its default."""
+    monkeypatch.delenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", raising=False)
+    digest = publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())
+    remap_subject(monkeypatch, digest)
+    code, payload = run_json(capsys, home, github.api_url, "update", *FROM_BEACON)
+    assert code == 0, payload
+    provenance = payload["active"]["provenance"]
+    assert provenance["status"] == "verified" and provenance["source_ref"] == "refs/heads/main"
+    assert "default branch unknown" not in provenance["reason"]
+    assert provenance["signer_commit"] == "977e8d08554ca9bda279c96e91be2119fb67c730"
+    asked = [r for r in github.requests_to("api", f"/api/repos/{BEACON}") if r.path == f"/api/repos/{BEACON}"]
+    assert len(asked) == 1  # the default branch, asked once
+    assert not [w for w in payload["warnings"] if "PROVENANCE" in w]
+
+
+def test_attestation_from_a_branch_that_is_not_the_default_is_exit_8_and_nothing_changes(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    github.set_default_branch(BEACON, "release")
+    digest = publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())
+    remap_subject(monkeypatch, digest)  # only the ref refuses it
+    code, payload = failing_update(capsys, home, github, *FROM_BEACON)
+    assert code == 8, payload
+    assert "built from the ref refs/heads/main, not from refs/heads/release or a tag" in payload["error"]["message"]
 
 
 def test_attestation_for_other_bytes_is_exit_8_and_nothing_changes(
@@ -334,3 +384,27 @@ def test_only_a_release_attestation_installs_as_absent_not_refused(
     provenance = payload["active"]["provenance"]
     assert provenance["status"] == "absent"
     assert "only attestations of another kind: https://in-toto.io/attestation/release/v0.1" in provenance["reason"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", f"{BEACON}=release.yml"),
+        ("LLAMA_RUNTIME_PROVENANCE_SIGNER", f"{BEACON}=.github/workflows/x.yml"),
+    ],
+)
+def test_malformed_signer_opt_in_is_exit_2_naming_the_form_and_nothing_changes(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    value: str,
+) -> None:
+    monkeypatch.setenv(name, value)
+    publish(github, BEACON, "b7001", real_vulkan_tarball, real_bundle())
+    code, payload = failing_update(capsys, home, github, *FROM_BEACON)
+    assert code == 2, payload
+    assert payload["error"]["code"] == "bad_input"
+    assert f"{name}=OWNER/NAME=" in payload["error"]["message"]

@@ -140,12 +140,20 @@ def provenance_line(runtime: InstalledRuntime) -> str:
     from llama_runtime.runtime.marker import provenance_summary
 
     p = provenance_summary(runtime.marker)
+    # The certificate proves who signed, from which ref and trigger, and the commit the
+    # signing run checked out; under workflow_run that is the publisher's commit, so the
+    # built commit is named only from the release or the binary, never from the certificate.
+    built = ""
+    if isinstance(p.get("build_commit"), str):
+        source = "the release" if p.get("build_commit_from") == "release" else "the binary's --version"
+        built = f"; build commit {p['build_commit'][:12]} (from {source})"
     if p["status"] == "verified":
+        how = f"trigger {p.get('trigger') or 'unknown'}, ref {p.get('source_ref') or p.get('ref')}"
         return (
-            f"provenance: verified, built by {p.get('repository')} {p.get('workflow')} "
-            f"at commit {str(p.get('commit'))[:12]} ({p.get('run_url')})"
+            f"provenance: verified, signed by {p.get('repository')} {p.get('workflow')} ({how}), "
+            f"signer commit {str(p.get('signer_commit'))[:12]} ({p.get('run_url')}){built}"
         )
-    return f"provenance: {p['status']} ({p.get('reason')})"
+    return f"provenance: {p['status']} ({p.get('reason')}){built}"
 
 
 def explain_failure(exc: LlamaRuntimeError, *, had_active: bool) -> None:

@@ -186,6 +186,7 @@ class Acquirer:
         """
         assert self.source is not None  # downloads came from it
         results: list[tuple[str, Provenance]] = []
+        checking, asked = self.provenance_check, False
         for asset, download in zip(assets, downloads, strict=True):
             try:
                 answer = self.source.attestations(download.sha256)
@@ -194,7 +195,10 @@ class Acquirer:
                     raise
                 results.append((asset.name, Provenance("unverified", f"attestations not fetched: {exc.message}")))
                 continue
-            check = self.provenance_check.evaluate_answer(asset.name, download.sha256, repo, answer)
+            if answer and not asked:
+                # The signer policy's ref rule needs the default branch: asked once, only when something is published.
+                checking, asked = checking.knowing_default_branch(repo, self.source.default_branch()), True
+            check = checking.evaluate_answer(asset.name, download.sha256, repo, answer)
             results.append((asset.name, check))
         return combine(results)
 

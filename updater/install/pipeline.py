@@ -40,6 +40,7 @@ from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.download import DownloadResult
 from llama_runtime.updater.install.fetch import Fetched
 from llama_runtime.updater.install.outcome import CancelCheck, Progress, ProgressCallback, UpdateOutcome
+from llama_runtime.updater.install.provenance import with_build_commit
 from llama_runtime.updater.install.recovery import disk_full_error, is_disk_full
 from llama_runtime.updater.install.staging import Staged, extract_staged, marker_from_meta, new_staging_path
 from llama_runtime.updater.install.verifier import Verifier
@@ -112,6 +113,7 @@ class InstallPipeline:
                 release, choice, require_digest=planned.require_digest, emit=emit, cancel=cancel, warnings=warnings
             )
             downloads = [f.download for f in fetched]
+            warnings.extend(self.acquirer.provenance_check.warnings_for(release.repo))
             checkpoint("after_download")
             meta = download_meta(release, choice, planned.backend_request, downloads, planned.identity)
             try:
@@ -169,7 +171,8 @@ class InstallPipeline:
         try:
             emit(Progress("verify", message="checking build provenance"))
             assets = (choice.asset, *choice.extra_assets)
-            meta["provenance"] = self.acquirer.provenance(release.repo, assets, downloads).to_marker()
+            result = self.acquirer.provenance(release.repo, assets, downloads)
+            meta["provenance"] = with_build_commit(result, release.target_commitish).to_marker()
             if main.extracted is None:
                 return None
             staging = new_staging_path(self.home)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,7 +35,8 @@ from typing import Any, Final, Literal
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, ProvenanceMissingError
 from llama_runtime.updater.config import env_flag
-from llama_runtime.updater.install.signer import UPSTREAM_RELEASE_WORKFLOW, Signer, SignerPolicy
+from llama_runtime.updater.install.signer import UPSTREAM_REPOSITORIES, Signer, SignerPolicy
+from llama_runtime.updater.logs import get_logger
 
 __all__ = [
     "Listing",
@@ -45,9 +47,11 @@ __all__ = [
     "predicate_type",
     "read_attestation_file",
     "read_listing",
+    "with_build_commit",
 ]
 
 Status = Literal["verified", "absent", "unverified"]
+log = get_logger("llama_runtime.install")
 
 
 # -- the attestations of a file ---------------------------------------------------------
@@ -204,14 +208,18 @@ class Provenance:
     Attributes:
         status: ``verified``, ``absent`` (none published) or ``unverified`` (not checked).
         reason: Why, for ``absent`` and ``unverified``; the trust root for ``verified``.
-        signer: Who built it, when verified.
+        signer: Who signed it, when verified.
         bundle: The verified Sigstore bundle, kept so an export can be re-verified offline.
+        build_commit: The commit the release was created at (its ``target_commitish``,
+            when that is a full commit hash). Not the signer's commit: under
+            ``workflow_run`` the certificate names the publisher's.
     """
 
     status: Status
     reason: str = ""
     signer: Signer | None = None
     bundle: dict[str, Any] | None = field(default=None, compare=False)
+    build_commit: str | None = None
 
     def to_marker(self) -> dict[str, Any]:
         """The marker's ``provenance`` object (with the bundle)."""
@@ -225,12 +233,32 @@ class Provenance:
         payload: dict[str, Any] = {"status": self.status, "reason": self.reason or None}
         if self.signer is not None:
             payload.update(self.signer.to_json())
+        if self.build_commit is not None:
+            payload["build_commit"] = self.build_commit
+            payload["build_commit_from"] = "release"
         return payload
 
 
-def verified(signer: Signer, bundle: dict[str, Any], trust_root: str) -> Provenance:
-    """A verified result for ``signer``."""
-    return Provenance("verified", f"verified against {trust_root}", signer, bundle)
+#: A full git commit hash as GitHub spells it (``target_commitish`` may also be a branch name).
+_COMMIT_SHA: Final = re.compile(r"^[0-9a-f]{40}$")
+
+
+def with_build_commit(result: Provenance, target_commitish: str | None) -> Provenance:
+    """``result`` with the build's commit, when the release's ``target_commitish`` is a commit hash.
+
+    A branch name (``master``) says where the branch was when the release was
+    made, not what was built: it is left out, and the binary's ``--version``
+    names the commit instead (:func:`~runtime.marker.provenance_summary`).
+    """
+    if target_commitish is None or not _COMMIT_SHA.match(target_commitish.lower()):
+        return result
+    return replace(result, build_commit=target_commitish.lower())
+
+
+def verified(signer: Signer, bundle: dict[str, Any], trust_root: str, note: str = "") -> Provenance:
+    """A verified result for ``signer``; ``note`` says how the policy judged what it could not know."""
+    reason = f"verified against {trust_root}" + (f"; {note}" if note else "")
+    return Provenance("verified", reason, signer, bundle)
 
 
 # -- the check, wired to the cryptography -----------------------------------------------
@@ -251,15 +279,23 @@ class ProvenanceCheck:
 
     Attributes:
         require: Refuse (exit 8) anything that is not ``verified``.
-        workflow: The release workflow signatures must come from (same path for forks).
+        workflow: The deprecated bare ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW`` value: a pin
+            for every repository except upstream's (:data:`UPSTREAM_REPOSITORIES`).
         trusted_root: A Sigstore ``trusted_root.json`` to use instead of the production one.
         offline: Never refresh the trust root over the network (install-file, file:// mirrors).
+        workflows: Opt-in pins, casefolded ``owner/name`` -> the one signing workflow's path.
+        signers: Opt-in reusable workflows, casefolded ``owner/name`` -> ``owner/name/.github/workflows/x.yml``.
+        default_branches: What the source said each repository's default branch is
+            (casefolded ``owner/name``); a repository not here has an unknown one.
     """
 
     require: bool = False
-    workflow: str = UPSTREAM_RELEASE_WORKFLOW
+    workflow: str | None = None
     trusted_root: Path | None = None
     offline: bool = False
+    workflows: Mapping[str, str] = field(default_factory=dict)
+    signers: Mapping[str, str] = field(default_factory=dict)
+    default_branches: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(
@@ -271,20 +307,70 @@ class ProvenanceCheck:
         ``LLAMA_RUNTIME_TRUSTED_ROOT=FILE`` names a trust root (air-gapped fleets,
         a private Sigstore); ``LLAMA_RUNTIME_TRUST_ROOT_OFFLINE=1`` skips the
         refresh (a fleet behind a LAN mirror); ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW``
-        names another release workflow path (a fork that releases from its own workflow).
+        pins the signing workflow per repository (``owner/name=.github/workflows/x.yml``,
+        comma-separated; a bare path is the deprecated pin for every fork);
+        ``LLAMA_RUNTIME_PROVENANCE_SIGNER`` lets a reusable workflow of another
+        repository sign for one (``owner/name=o/n/.github/workflows/x.yml``).
+
+        Raises:
+            UserInputError: A value is not of those forms (exit 2).
         """
+        from llama_runtime.updater.install.provenance_env import parse_signers, parse_workflows
+
         env = os.environ if env is None else env
         root = env.get("LLAMA_RUNTIME_TRUSTED_ROOT", "").strip()
+        bare, workflows = parse_workflows(env.get("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", ""))
         return cls(
             require=require or env_flag(env, "LLAMA_RUNTIME_REQUIRE_PROVENANCE"),
-            workflow=env.get("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", "").strip() or UPSTREAM_RELEASE_WORKFLOW,
+            workflow=bare,
             trusted_root=Path(root).expanduser() if root else None,
             offline=offline or env_flag(env, "LLAMA_RUNTIME_TRUST_ROOT_OFFLINE"),
+            workflows=workflows,
+            signers=parse_signers(env.get("LLAMA_RUNTIME_PROVENANCE_SIGNER", "")),
         )
 
+    def knowing_default_branch(self, repo: str, branch: str | None) -> ProvenanceCheck:
+        """This check, told that ``repo``'s default branch is ``branch`` (``None``: still unknown)."""
+        if not branch:
+            return self
+        return replace(self, default_branches={**self.default_branches, repo.casefold(): branch})
+
     def policy_for(self, repo: str) -> SignerPolicy:
-        """The signer policy for assets installed from ``repo``."""
-        return SignerPolicy(repository=repo, workflow=self.workflow)
+        """The signer policy for assets installed from ``repo``.
+
+        A per-repository pin wins; the bare (deprecated) pin applies to forks
+        only and never narrows or widens upstream's policy.
+        """
+        for warning in self.warnings_for(repo):
+            log.warning("provenance configuration", warning=warning)
+        key = repo.casefold()
+        workflow = self.workflows.get(key)
+        if workflow is None and self.workflow and key not in UPSTREAM_REPOSITORIES:
+            workflow = self.workflow
+        return SignerPolicy(
+            repository=repo,
+            default_branch=self.default_branches.get(key),
+            workflow=workflow,
+            signer=self.signers.get(key),
+        )
+
+    def warnings_for(self, repo: str) -> list[str]:
+        """What an install from ``repo`` must warn about this configuration (the deprecated bare pin)."""
+        if not self.workflow:
+            return []
+        name = "LLAMA_RUNTIME_PROVENANCE_WORKFLOW"
+        if repo.casefold() in UPSTREAM_REPOSITORIES:
+            return [
+                f"{name}={self.workflow} (no repository named) is ignored for {repo}: upstream's builds are "
+                f"accepted from any of its workflows on its default branch or a tag; pin one with "
+                f"{name}={repo}=.github/workflows/FILE.yml."
+            ]
+        if repo.casefold() in self.workflows:
+            return []
+        return [
+            f"{name}={self.workflow} without a repository is deprecated; write {name}={repo}={self.workflow} "
+            "(it pins the workflow for that repository only)."
+        ]
 
     def not_checked(self, asset: str, reason: str) -> Provenance:
         """``unverified`` with ``reason``, or the exit-8 refusal when provenance is required."""
@@ -348,7 +434,7 @@ class ProvenanceCheck:
             except ProvenanceError as exc:
                 failures.append(exc.message)
                 continue
-            return verified(signer, bundle, trust.description)
+            return verified(signer, bundle, trust.description, policy.note())
         count = f"{len(bundles)} attestations" if len(bundles) > 1 else "its attestation"
         raise ProvenanceError(
             f"{asset}: {count} failed verification ({'; '.join(dict.fromkeys(failures))}), checked against "

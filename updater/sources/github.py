@@ -177,6 +177,25 @@ class GitHubClient:
             raise RemoteError("GitHub answered with something that is not release data (not a list).")
         return [_absolute_urls(r, url) for r in _usable([parse_release(self.repo, item) for item in payload])]
 
+    def default_branch(self) -> str | None:
+        """The repository's default branch, or ``None`` when it cannot be learnt here.
+
+        ``GET /repos/{owner}/{repo}`` (GitHub docs, "Get a repository": the
+        repository object's ``default_branch``), cached with its ETag like the
+        release reads, so a repeat is a free 304. A mirror stores that JSON at
+        the same route (``mirror sync``); one that does not, a refusal or a
+        body of another shape all mean "unknown": the signer policy then
+        accepts ``master`` and ``main`` and says so, and no install fails here.
+        """
+        url = f"{self.api_url}/repos/{self.repo}"
+        try:
+            payload = self._get_json(url, f"The repository {self.repo} was not found.")
+        except RemoteError as exc:
+            log.debug("default branch unknown", repo=self.repo, reason=exc.message)
+            return None
+        branch = payload.get("default_branch") if isinstance(payload, dict) else None
+        return branch if isinstance(branch, str) and _is_branch_name(branch) else None
+
     def latest_published(self) -> Release:
         """GitHub's ``/releases/latest``: the newest non-draft, non-prerelease release.
 
@@ -372,6 +391,18 @@ class GitHubClient:
                 f"GitHub kept failing with HTTP {status} after {self.attempts} attempts; try again later."
             )
         raise RemoteError(f"GitHub answered HTTP {status} for {self.repo} releases.")
+
+
+def _is_branch_name(name: str) -> bool:
+    """Whether ``name`` can be a branch (git check-ref-format's rules, the parts a ref comparison needs)."""
+    return (
+        0 < len(name) <= 255
+        and name.isprintable()
+        and not any(c in name for c in " ~^:?*[\\")
+        and ".." not in name
+        and not name.startswith(("/", "-"))
+        and not name.endswith(("/", ".", ".lock"))
+    )
 
 
 def _absolute_urls(release: Release, json_url: str) -> Release:

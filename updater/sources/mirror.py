@@ -34,7 +34,13 @@ from llama_runtime.updater.choice.channel import Channel
 from llama_runtime.updater.choice.latest import any_build_number, newest_releases
 from llama_runtime.updater.choice.tags import is_release_version
 from llama_runtime.updater.install.recovery import disk_space_errors
-from llama_runtime.updater.sources.mirror_files import AssetOutcome, ensure_asset, mirror_attestations, publish_latest
+from llama_runtime.updater.sources.mirror_files import (
+    AssetOutcome,
+    ensure_asset,
+    mirror_attestations,
+    mirror_repository,
+    publish_latest,
+)
 from llama_runtime.updater.sources.mirror_layout import (
     MirrorPaths,
     asset_json,
@@ -141,6 +147,7 @@ def sync_mirror(
     wanted_platforms, wanted_backends = list(platforms), list(backends)
     needed = sum(a.size for rel in releases for a in select_assets(rel, wanted_platforms, wanted_backends))
     with one_writer(dest), disk_space_errors(dest, needed, f"the mirror of {client.repo}"):
+        mirror_repository(client, paths)
         for release in releases:
             _sync_release(client, dest, paths, release, wanted_platforms, wanted_backends, report)
             report.releases.append(release.tag)

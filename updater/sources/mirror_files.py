@@ -80,6 +80,20 @@ def mirror_attestations(client: ReleaseSource, paths: MirrorPaths, sha256: str) 
     return True
 
 
+def mirror_repository(client: ReleaseSource, paths: MirrorPaths) -> str | None:
+    """Store the repository's default branch where clients ask GitHub for it; the branch, if known.
+
+    Clients of the mirror judge an attestation's source ref against it (the
+    signer policy); a sync that cannot learn it leaves what an earlier one stored.
+    """
+    branch = client.default_branch()
+    if branch is not None:
+        doc = {"full_name": client.repo, "default_branch": branch}
+        paths.repository_json.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(paths.repository_json, doc, mode=SHARED_FILE_MODE)  # served like the release JSON
+    return branch
+
+
 def ensure_asset(
     client: ReleaseSource,
     dest: Path,

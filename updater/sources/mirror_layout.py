@@ -3,6 +3,8 @@
 The tree answers the exact paths :class:`~llama_runtime.updater.sources.github.GitHubClient`
 asks for, so any static web server or S3-style bucket can serve it::
 
+    DIR/repos/{owner}/{name}/index.json                      the repository JSON (its ``default_branch``),
+                                                             read at ``repos/{owner}/{name}`` as a directory index
     DIR/repos/{owner}/{name}/releases/tags/{tag}             release JSON (GitHub API shape)
     DIR/repos/{owner}/{name}/releases/latest                 the highest build mirrored
     DIR/repos/{owner}/{name}/releases/download/{tag}/{sha16}/{file}  the assets
@@ -82,6 +84,11 @@ class MirrorPaths:
         if not path.resolve().is_relative_to(self.dest.resolve()) or ".." in path.relative_to(self.dest).parts:
             raise RemoteError(f"The upstream names a file {path} outside the mirror {self.dest}; nothing was written.")
         return path
+
+    @property
+    def repository_json(self) -> Path:
+        """The JSON behind ``repos/{owner}/{name}`` (GitHub's "Get a repository"), as that directory's index."""
+        return self.releases.parent / LISTING_NAME
 
     def tag_json(self, tag: str) -> Path:
         """The release JSON the client reads for ``tag``."""
@@ -190,6 +197,8 @@ def release_json(release: Release, assets: list[dict[str, Any]]) -> dict[str, An
         "draft": False,
         "prerelease": release.prerelease,
         "published_at": release.published_at,
+        # What the build's commit is reported from (the certificate names the publisher's).
+        "target_commitish": release.target_commitish,
         "assets": sorted(assets, key=lambda a: str(a["name"])),
     }
 

@@ -83,6 +83,8 @@ class Release:
     ``manifest`` is the release's own build metadata (a fork's
     ``llama-prebuilt-manifest.json``), attached by the source after it was
     read and checked; ``None`` when the release publishes none.
+    ``target_commitish`` is what the release was created at (a commit, or a
+    branch name), as GitHub sends it; ``None`` when it sends none.
     """
 
     repo: str
@@ -92,6 +94,7 @@ class Release:
     prerelease: bool = False
     published_at: str | None = None
     manifest: BuildManifest | None = None
+    target_commitish: str | None = None
 
     def asset(self, name: str) -> Asset | None:
         """The asset called ``name``, if the release has one."""
@@ -152,6 +155,7 @@ def parse_release(repo: str, payload: object) -> Release:
     if not isinstance(assets_raw, list):
         raise RemoteError(f"The release data from GitHub is malformed: {tag} has no asset list.")
     published = payload.get("published_at")
+    target = payload.get("target_commitish")
     return Release(
         repo=repo,
         tag=tag,
@@ -159,4 +163,5 @@ def parse_release(repo: str, payload: object) -> Release:
         draft=bool(payload.get("draft", False)),
         prerelease=bool(payload.get("prerelease", False)),
         published_at=published if isinstance(published, str) else None,
+        target_commitish=target if isinstance(target, str) else None,
     )

@@ -80,6 +80,10 @@ class ReleaseSource(AssetHost, Protocol):
         """
         ...
 
+    def default_branch(self) -> str | None:
+        """The repository's default branch (``GET /repos/{owner}/{repo}``), or ``None`` when unknown."""
+        ...
+
     def latest_published(self) -> Release:
         """The source's own ``releases/latest`` (the newest non-prerelease release)."""
         ...
