@@ -255,14 +255,27 @@ def private_root_env(minted_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path
 
 
 def publish_attested(
-    github: FakeGitHub, sigstore: PrivateSigstore, tarball: Path, identity: GitHubIdentity, tag: str = "b7001"
+    github: FakeGitHub,
+    sigstore: PrivateSigstore,
+    tarball: Path,
+    identity: GitHubIdentity,
+    tag: str = "b7001",
+    *,
+    by_url: bool = False,
 ) -> tuple[str, dict[str, Any]]:
-    """Publish ``tag`` of ggml-org/llama.cpp with the real archive, attested by its own sha256."""
+    """Publish ``tag`` of ggml-org/llama.cpp with the real archive, attested by its own sha256.
+
+    ``by_url``: listed as GitHub lists newer attestations (``"bundle": null`` and a
+    pre-signed, snappy-compressed ``bundle_url`` on the blob host), beside the
+    release attestation an immutable release also gets (which must be set aside).
+    """
     name = VULKAN_TAR.format(tag=tag)
     github.add_release(REPO, tag, {name: tarball})
     digest = sha256(tarball.read_bytes())
     bundle = sigstore.mint(slsa_statement({name: digest}, identity), identity)
-    github.add_attestation(REPO, digest, bundle)
+    if by_url:
+        github.add_release_attestation(REPO, digest, by_url=True)
+    github.add_attestation(REPO, digest, bundle, by_url=by_url)
     return digest, bundle
 
 
@@ -324,6 +337,7 @@ def test_update_of_a_build_attested_under_a_foreign_ca_is_exit_8_and_nothing_cha
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("by_url", [False, True], ids=["inline", "bundle_url"])
 @pytest.mark.usefixtures(installed_b7000.__name__, private_root_env.__name__)
 def test_plain_update_of_a_release_publish_attested_build_installs_verified_with_the_signer(
     home: Path,
@@ -332,7 +346,18 @@ def test_plain_update_of_a_release_publish_attested_build_installs_verified_with
     real_vulkan_tarball: Path,
     sigstore: PrivateSigstore,
     minted_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    by_url: bool,
 ) -> None:
+    """Upstream today: release-publish.yml (workflow_run) signs, the API lists the bundle inline or by URL."""
+    monkeypatch.setenv("LLAMA_RUNTIME_GITHUB_TOKEN", "t0k-api-only")
     identity = release_publish_identity()  # workflow_run of "Release": upstream since about b11300
-    publish_attested(github, sigstore, real_vulkan_tarball, identity)
-    assert_installed_verified(capsys, home, github, identity, minted_root)
+    _, bundle = publish_attested(github, sigstore, real_vulkan_tarball, identity, by_url=by_url)
+    payload = assert_installed_verified(capsys, home, github, identity, minted_root)
+    provenance = payload["active"]["provenance"]
+    assert provenance["signer_commit"] == identity.commit  # the publisher's commit, named as the signer's
+    marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
+    assert marker["provenance"]["bundle"] == bundle  # stored decoded, whichever way it was listed
+    blob = github.requests_to("blob", "/attestations/")
+    assert len(blob) == (2 if by_url else 0)  # the provenance bundle and the release attestation
+    assert all(r.status == 200 and "authorization" not in r.headers for r in blob)
