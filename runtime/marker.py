@@ -166,7 +166,8 @@ def _attempts(raw: object) -> tuple[dict[str, Any], ...]:
         stage = entry.get("stage")
         if not all(isinstance(v, str) for v in texts.values()) or not (stage is None or isinstance(stage, str)):
             continue
-        kept.append({**{k: str(v)[:MAX_ATTEMPT_TEXT] for k, v in texts.items()}, "stage": stage if stage is None else stage[:MAX_ATTEMPT_TEXT]})
+        bounded = {k: str(v)[:MAX_ATTEMPT_TEXT] for k, v in texts.items()}
+        kept.append({**bounded, "stage": stage if stage is None else stage[:MAX_ATTEMPT_TEXT]})
     return tuple(kept)
 
 

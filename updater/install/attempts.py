@@ -187,18 +187,29 @@ def next_plan(
         choice = plan.choice
         # The decision core turns a build that failed here before into "up to date" or a
         # refusal; on the way down it is one more build not to fetch again.
-        reason = failed.get((release.repo, release.tag, choice.asset.name)) if choice is not None else None
-        if choice is not None and reason is not None and request.tag is None and not _is_active(active, release, choice):
+        reason = _failed_before(request, active, release, choice, failed)
+        if choice is not None and reason is not None:
             skipped.append(Attempt(choice.asset.name, choice.backend, "skipped", "earlier update", reason))
             gone.add(choice.asset.name)
             continue
-        if plan.action == "refuse" or choice is None:
-            return None, skipped, plan.reason or "the release has no other build for this machine"
+        if choice is None:  # the chooser found nothing left: every build that can run here was tried
+            return None, skipped, f"{release.tag} has no other build that can run on this machine"
+        if plan.action == "refuse":  # a stored request never trades a working GPU runtime for CPU
+            return None, skipped, plan.reason
         return plan, skipped, ""
 
 
-def _is_active(active: ActiveState | None, release: Release, choice: Choice) -> bool:
-    if active is None or not active.intact:
-        return False
-    marker = active.marker
-    return (marker.repo, marker.tag, marker.asset) == (release.repo, release.tag, choice.asset.name)
+def _failed_before(
+    request: UpdateRequest,
+    active: ActiveState | None,
+    release: Release,
+    choice: Choice | None,
+    failed: Mapping[tuple[str, str, str], str],
+) -> str | None:
+    """Why ``choice`` is skipped: it failed here before, is not asked for by tag, and is not what runs now."""
+    if choice is None or request.tag is not None:
+        return None
+    key = (release.repo, release.tag, choice.asset.name)
+    if active is not None and active.intact and (active.marker.repo, active.marker.tag, active.marker.asset) == key:
+        return None
+    return failed.get(key)

@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from llama_runtime.runtime.clock import SYSTEM_CLOCK, utc_iso
 from llama_runtime.runtime.backends import AUTO
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, utc_iso
 from llama_runtime.runtime.errors import (
     CancelledError,
     CorruptStateError,
@@ -56,8 +56,8 @@ from llama_runtime.updater.choice.decide import (
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.install.acquire import Acquirer
-from llama_runtime.updater.install.attempts import CANDIDATE_FAILURES, Attempt, CandidatesFailedError, next_plan
 from llama_runtime.updater.install.activation import Activation
+from llama_runtime.updater.install.attempts import CANDIDATE_FAILURES, Attempt, CandidatesFailedError, next_plan
 from llama_runtime.updater.install.cache import AssetCache
 from llama_runtime.updater.install.fetch import FetchOptions
 from llama_runtime.updater.install.gate import GatePolicy, record_speeds
@@ -198,7 +198,9 @@ class Installer:
             # A pinned build already on disk: switch to it, no network needed.
             there = self._installed_settling(request, active)
             if there is not None and self.reverify(there, emit):
-                return self.activate_installed(there, replaced, emit, [], verified=True)
+                switched = self.activate_installed(there, replaced, emit, [], verified=True)
+                tried = Attempt(there.marker.asset, there.marker.backend, "switched", None, there.marker.reason)
+                return replace(switched, attempts=(tried,))
         if plan is None:
             plan, resolved = self._decide(request, active, state, channel, emit)
         _log_plan(plan)
