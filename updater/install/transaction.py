@@ -15,6 +15,11 @@ date, a switch to an installed runtime, or an install through
 :mod:`.verifier` (probe, build identity, smoke model) and :mod:`.activation`
 (the pointer flip with a running server).
 
+With the backend request ``auto``, a build rejected after install (its device
+check, build check or completion check) gives way to the next candidate in the
+same update, under the same lock (:mod:`.attempts`); each try is one install
+as above, and the update's result lists them all.
+
 Invariant: until the pointer flips, the active runtime and the pointer are
 untouched; any failure before that removes what was staged and re-raises. The
 pointer flip is the commit point; after it nothing can fail the update.
@@ -211,7 +216,7 @@ class Installer:
         if plan.action == "up_to_date" and active is not None:
             return UpdateOutcome("up_to_date", active, self.previous(), tuple(warnings))
         identity = {"release_version": resolved.version if resolved else None, "channel": channel}
-        walk = _Walk(request, state, active, replaced, identity, self._others(active))
+        walk = _Walk(request, state, active, replaced, identity)
         return self._walk_down(plan, walk, emit, cancel, warnings)
 
     # -- trying candidates -----------------------------------------------------
@@ -299,7 +304,13 @@ class Installer:
         else:
             failed = {b.key: b.reason for b in load_failed(self.home.root)}  # with the try just recorded
             plan, skipped, why = next_plan(
-                walk.request, walk.state, release, self.host, tried=attempts, installed=walk.others, failed=failed
+                walk.request,
+                walk.state,
+                release,
+                self.host,
+                tried=attempts,
+                installed=self._others(walk.active),
+                failed=failed,
             )
             attempts.extend(skipped)
         if plan is not None:
@@ -466,7 +477,6 @@ class _Walk:
     active: InstalledRuntime | None
     replaced: InstalledRuntime | None  # the rollback target (None when the active one is damaged)
     identity: Mapping[str, object]
-    others: list[ActiveState]
 
 
 def _log_plan(plan: Plan) -> None:
