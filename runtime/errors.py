@@ -202,11 +202,16 @@ class NothingActiveError(BackendUnavailableError):
 
 
 class VerificationError(LlamaRuntimeError):
-    """The staged runtime failed verification; the previous one stays active."""
+    """The staged runtime failed verification; the previous one stays active.
+
+    ``stage`` names the check that rejected it (``device check``, ``build check``,
+    ``completion check``, ``health check`` …) where the raiser knows it; empty otherwise.
+    """
 
     exit_code = 6
     code = "verification_failed"
     fault = "remote"
+    stage: str = ""
 
 
 class RemoteError(LlamaRuntimeError):

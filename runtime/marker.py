@@ -26,6 +26,10 @@ MARKER_NAME: Final = "llama-runtime.json"
 SCHEMA_VERSION: Final = 1
 #: Install sequence numbers are counters, never near this; a larger one is not ours.
 MAX_SEQUENCE: Final = 2**63 - 1
+#: An update tries at most six builds (``updater.install.attempts``); more entries are not ours.
+MAX_ATTEMPTS: Final = 16
+#: Each text of a recorded try is one sentence for people; a binary's output can be huge.
+MAX_ATTEMPT_TEXT: Final = 1000
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,10 @@ class InstallMarker:
     channel: str = ""
     reported_build: int | None = None
     build_check: str = ""
+    #: The candidate builds the update that installed this runtime tried, in order, this one
+    #: last: {"asset", "backend", "outcome", "stage", "reason"} each (``updater.install.attempts``).
+    #: Empty for runtimes installed before updates recorded them.
+    attempts: tuple[dict[str, Any], ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -88,6 +96,7 @@ class InstallMarker:
         payload = asdict(self)
         payload["devices"] = list(self.devices)
         payload["extra_assets"] = list(self.extra_assets)
+        payload["attempts"] = list(self.attempts)
         return payload
 
 
@@ -166,6 +175,23 @@ def _speeds(raw: object) -> dict[str, dict[str, Any]]:
     return {str(k): dict(v) for k, v in raw.items() if isinstance(v, dict)}
 
 
+def _attempts(raw: object) -> tuple[dict[str, Any], ...]:
+    """The recorded tries; a damaged one is dropped, never fatal (a history, not trust), and they are bounded."""
+    if not isinstance(raw, list):
+        return ()
+    kept: list[dict[str, Any]] = []
+    for entry in raw[:MAX_ATTEMPTS]:
+        if not isinstance(entry, dict):
+            continue
+        texts = {k: entry.get(k) for k in ("asset", "backend", "outcome", "reason")}
+        stage = entry.get("stage")
+        if not all(isinstance(v, str) for v in texts.values()) or not (stage is None or isinstance(stage, str)):
+            continue
+        bounded = {k: str(v)[:MAX_ATTEMPT_TEXT] for k, v in texts.items()}
+        kept.append({**bounded, "stage": stage if stage is None else stage[:MAX_ATTEMPT_TEXT]})
+    return tuple(kept)
+
+
 def _inside(rel: str, path: Path, what: str) -> str:
     """A marker path must stay inside its runtime directory (a tampered marker must not name /bin/sh)."""
     parts = rel.replace("\\", "/").split("/")
@@ -238,6 +264,7 @@ def parse_marker(payload: object, path: Path) -> InstallMarker:
         channel=str(payload.get("channel") or ""),
         reported_build=_optional_int(payload.get("reported_build")),
         build_check=str(payload.get("build_check") or ""),
+        attempts=_attempts(payload.get("attempts")),
         schema_version=schema if isinstance(schema, int) else SCHEMA_VERSION,
     )
 

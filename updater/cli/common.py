@@ -117,12 +117,13 @@ def outcome_lines(outcome: UpdateOutcome) -> list[str]:
     """What ``update``, ``use`` and ``install-file`` say about the runtime they activated."""
     m = outcome.active.marker
     if outcome.result == "up_to_date":
-        return [f"Already up to date: {m.repo} {m.tag} ({m.backend}) is active."]
+        return [*attempt_lines(outcome), f"Already up to date: {m.repo} {m.tag} ({m.backend}) is active."]
     if outcome.result == "switched":
         lines = [f"Switched to {m.repo} {m.tag} ({m.backend}), already installed: nothing was downloaded."]
     else:
         named = f"{m.release_version} (build {m.tag})" if m.release_version else m.tag
         lines = [f"Installed {m.repo} {named} ({m.backend}) and made it active."]
+    lines = [*attempt_lines(outcome), *lines]
     if outcome.previous:
         p = outcome.previous.marker
         lines.append(f"The previous runtime {p.tag} ({p.backend}) is kept: `llama-runtime rollback` returns to it.")
@@ -133,6 +134,17 @@ def outcome_lines(outcome: UpdateOutcome) -> list[str]:
         if outcome.server.reload_required:
             lines.append("Reload your model to use it.")
     return lines + gate_lines(outcome.server)
+
+
+def attempt_lines(outcome: UpdateOutcome) -> list[str]:
+    """Why ``auto`` ended on another build than its first choice: every build it tried before, in order."""
+    before = [a for a in outcome.attempts if a.outcome in ("failed", "skipped")]
+    if not before:
+        return []
+    return [
+        "auto went down its candidates, best first (a build that failed left nothing behind):",
+        *(f"  {n}. {a.describe()}" for n, a in enumerate(outcome.attempts, 1)),
+    ]
 
 
 def provenance_line(runtime: InstalledRuntime) -> str:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.updater.install.swap import SwitchReport
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.install.attempts import Attempt
 
 Phase = Literal["resolve", "download", "verify", "activate", "done"]
 
@@ -36,13 +39,18 @@ def silent(_event: Progress) -> None:
 
 @dataclass(frozen=True)
 class UpdateOutcome:
-    """The result of :meth:`~llama_runtime.updater.install.transaction.Installer.update`."""
+    """The result of :meth:`~llama_runtime.updater.install.transaction.Installer.update`.
+
+    ``attempts`` are the candidate builds the update tried, in order, the last one
+    the build that ended it (see :mod:`.attempts`); empty when nothing was tried.
+    """
 
     result: Literal["installed", "switched", "up_to_date"]
     active: InstalledRuntime
     previous: InstalledRuntime | None
     warnings: tuple[str, ...] = ()
     server: SwitchReport | None = None
+    attempts: tuple[Attempt, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """The ``update`` object of the CLI contract."""
@@ -54,6 +62,7 @@ class UpdateOutcome:
             "server_restarted": bool(self.server and self.server.restarted),
             "reload_required": bool(self.server and self.server.reload_required),
             "gate": self.server.gate_json() if self.server else None,
+            "attempts": [a.to_json() for a in self.attempts],
         }
 
 

@@ -36,6 +36,7 @@ from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
 from llama_runtime.updater.install.acquire import Acquirer, download_meta
 from llama_runtime.updater.install.activation import Activation
 from llama_runtime.updater.install.archive import ExtractResult
+from llama_runtime.updater.install.attempts import at_stage
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.download import DownloadResult
 from llama_runtime.updater.install.fetch import Fetched
@@ -62,7 +63,8 @@ class PlannedInstall:
         choice: Its asset (and companions) for this host.
         backend_request: The backend request the marker stores (what later updates follow).
         require_digest: Refuse an asset without a published sha256.
-        identity: Marker fields naming the release as asked (``release_version``, ``channel``).
+        identity: Marker fields naming the release as asked (``release_version``, ``channel``)
+            and how the update got to this build (``attempts``).
     """
 
     release: Release
@@ -127,9 +129,10 @@ class InstallPipeline:
                     warnings=warnings,
                     staged=staged,
                 )
-            except (IntegrityError, VerificationError, DiskSpaceError):
-                # Rejected bytes would only fail again (and may be hostile); a full
-                # disk needs the space back. A cancel or a crash keeps them to resume.
+            except (IntegrityError, VerificationError, MacOSTooOldError, DiskSpaceError):
+                # Rejected bytes would only fail again (and may be hostile), and are never
+                # cached as good for the next candidate or update; a full disk needs the
+                # space back. A cancel or a crash keeps them to resume.
                 for f in fetched:
                     self.acquirer.forget(f)
                 raise
@@ -205,7 +208,8 @@ class InstallPipeline:
         try:
             emit(Progress("verify", message="extracting"))
             main = staged[1] if staged is not None else None
-            tree = extract_staged(archives, staging, str(meta["asset"]), cancel, main)
+            with at_stage("extraction"):
+                tree = extract_staged(archives, staging, str(meta["asset"]), cancel, main)
             checkpoint("after_extract")
             log.info("extracted", files=len(tree.files), bytes=sum(r.size for r in tree.files.values()))
             _stop_if_cancelled(cancel, meta)
@@ -214,7 +218,8 @@ class InstallPipeline:
             fsync_tree(staging)
             write_marker(staging, marker)
             checkpoint("after_marker")
-            read_back_marker(staging, Expected(marker.repo, marker.tag, marker.backend_request, marker.backend))
+            with at_stage("marker check"):
+                read_back_marker(staging, Expected(marker.repo, marker.tag, marker.backend_request, marker.backend))
             emit(Progress("activate", message="activating"))
             return self.activation.activate_staged(staging, marker, active, warnings)
         except BaseException as exc:

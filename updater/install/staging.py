@@ -163,4 +163,5 @@ def marker_from_meta(
         channel=str(meta.get("channel") or ""),
         reported_build=verified.identity.build,
         build_check=verified.build_check,
+        attempts=tuple(meta.get("attempts", ())),  # type: ignore[arg-type]
     )

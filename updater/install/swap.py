@@ -287,10 +287,12 @@ def switch_with_server(
         what = f"failed its inference check ({describe(new)}: {started.reason})"
     else:
         what = f"failed its health check ({describe(new)}: {started.reason})"
-    raise VerificationError(
+    rejected = VerificationError(
         f"rolled back: the new runtime {what}; {describe(current)} {again}.",
         hint=None if restored else "Start it with `llama-runtime server start -- ARGS`.",
     )
+    rejected.stage = "completion check" if started.outcome == "failed_gate" else "health check"
+    raise rejected
 
 
 def _healthy_report(running: RunningServer, verdict: Verdict | None) -> SwitchReport:

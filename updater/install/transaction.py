@@ -15,6 +15,11 @@ date, a switch to an installed runtime, or an install through
 :mod:`.verifier` (probe, build identity, smoke model) and :mod:`.activation`
 (the pointer flip with a running server).
 
+With the backend request ``auto``, a build rejected after install (its device
+check, build check or completion check) gives way to the next candidate in the
+same update, under the same lock (:mod:`.attempts`); each try is one install
+as above, and the update's result lists them all.
+
 Invariant: until the pointer flips, the active runtime and the pointer are
 untouched; any failure before that removes what was staged and re-raises. The
 pointer flip is the commit point; after it nothing can fail the update.
@@ -23,13 +28,16 @@ pointer flip is the commit point; after it nothing can fail the update.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from llama_runtime.runtime.backends import AUTO
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, utc_iso
 from llama_runtime.runtime.errors import (
+    CancelledError,
     CorruptStateError,
     ForeignMarkerError,
+    LlamaRuntimeError,
     ProvenanceMissingError,
     UserInputError,
     VerificationError,
@@ -54,6 +62,7 @@ from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.install.acquire import Acquirer
 from llama_runtime.updater.install.activation import Activation
+from llama_runtime.updater.install.attempts import CANDIDATE_FAILURES, Attempt, CandidatesFailedError, next_plan
 from llama_runtime.updater.install.cache import AssetCache
 from llama_runtime.updater.install.fetch import FetchOptions
 from llama_runtime.updater.install.gate import GatePolicy, record_speeds
@@ -68,6 +77,7 @@ from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 
 if TYPE_CHECKING:
+    from llama_runtime.updater.sources.release import Release
     from llama_runtime.updater.sources.source import ReleaseSource
 
 log = get_logger("llama_runtime.install")
@@ -193,7 +203,9 @@ class Installer:
             # A pinned build already on disk: switch to it, no network needed.
             there = self._installed_settling(request, active)
             if there is not None and self.reverify(there, emit):
-                return self.activate_installed(there, replaced, emit, [], verified=True)
+                switched = self.activate_installed(there, replaced, emit, [], verified=True)
+                tried = Attempt(there.marker.asset, there.marker.backend, "switched", None, there.marker.reason)
+                return replace(switched, attempts=(tried,))
         if plan is None:
             plan, resolved = self._decide(request, active, state, channel, emit)
         _log_plan(plan)
@@ -203,20 +215,120 @@ class Installer:
         plan.raise_if_refused()
         if plan.action == "up_to_date" and active is not None:
             return UpdateOutcome("up_to_date", active, self.previous(), tuple(warnings))
+        identity = {"release_version": resolved.version if resolved else None, "channel": channel}
+        walk = _Walk(request, state, active, replaced, identity)
+        return self._walk_down(plan, walk, emit, cancel, warnings)
+
+    # -- trying candidates -----------------------------------------------------
+
+    def _walk_down(
+        self, plan: Plan, walk: _Walk, emit: ProgressCallback, cancel: CancelCheck, warnings: list[str]
+    ) -> UpdateOutcome:
+        """Carry ``plan`` out; under ``auto``, a build rejected on this machine gives way to the next one.
+
+        Each try is verified like any install and leaves nothing behind when it fails
+        (:mod:`.attempts`); an explicit backend request has no next one.
+
+        Raises:
+            CandidatesFailedError: ``auto`` tried several builds and every one was rejected.
+            LlamaRuntimeError: Anything else that ended the update; the active runtime is unchanged.
+        """
+        walking = plan.backend_request == AUTO
+        server_was_up = walking and self._server_running()
+        attempts: list[Attempt] = []
+        while True:
+            if plan.release is None or plan.choice is None:
+                raise AssertionError(f"unreachable: a {plan.action} plan names its release and asset")
+            release, choice = plan.release, plan.choice
+            this_try = list(dict.fromkeys([*warnings, *plan.warnings]))  # a failed try's warnings go with it
+            try:
+                outcome = self._carry_out(plan, walk, emit, cancel, this_try, attempts)
+            except CANDIDATE_FAILURES as exc:
+                if not walking:
+                    raise
+                attempts.append(Attempt.failed(choice, exc))
+                log.warning("candidate rejected", asset=choice.asset.name, stage=attempts[-1].stage, reason=exc.message)
+                plan = self._next_or_raise(exc, release, walk, attempts, server_was_up)
+                _log_plan(plan)
+                assert plan.choice is not None  # next_plan plans name their asset
+                if cancel():
+                    raise CancelledError(
+                        f"The update to {release.tag} was cancelled after {attempts[-1].describe()}, "
+                        f"before trying {plan.choice.asset.name}; nothing was activated."
+                    ) from exc
+                emit(Progress("resolve", message=f"{attempts[-1].describe()}; trying {plan.choice.asset.name}"))
+                continue
+            return replace(outcome, attempts=(*attempts, Attempt.ended(choice, outcome.result)))
+
+    def _carry_out(
+        self,
+        plan: Plan,
+        walk: _Walk,
+        emit: ProgressCallback,
+        cancel: CancelCheck,
+        warnings: list[str],
+        attempts: list[Attempt],
+    ) -> UpdateOutcome:
+        """One try: keep the active runtime, switch to an installed copy, or install the plan's build."""
+        assert plan.release is not None and plan.choice is not None  # checked by the caller
+        if plan.action == "up_to_date" and walk.active is not None:  # the next candidate is what runs now
+            return UpdateOutcome("up_to_date", walk.active, self.previous(), tuple(warnings))
         if plan.action == "switch" and plan.switch_to is not None:
             there = self.home.load(plan.switch_to)
             if self.reverify(there, emit):
-                return self.activate_installed(there, replaced, emit, warnings, verified=True)
-        if plan.release is None or plan.choice is None:
-            raise AssertionError(f"unreachable: a {plan.action} plan names its release and asset")
-        planned = PlannedInstall(
-            plan.release,
-            plan.choice,
-            plan.backend_request,
-            request.require_digest,
-            {"release_version": resolved.version if resolved else None, "channel": channel},
-        )
-        return self.pipeline.install_release(planned, replaced, emit, cancel, warnings)
+                return self.activate_installed(there, walk.replaced, emit, warnings, verified=True)
+        # The marker of the build that wins says how the update got there (this try last).
+        tried = [*attempts, Attempt.ended(plan.choice, "installed")]
+        identity = {**walk.identity, "attempts": tuple(a.to_json() for a in tried)}
+        planned = PlannedInstall(plan.release, plan.choice, plan.backend_request, walk.request.require_digest, identity)
+        return self.pipeline.install_release(planned, walk.replaced, emit, cancel, warnings)
+
+    def _next_or_raise(
+        self,
+        exc: LlamaRuntimeError,
+        release: Release,
+        walk: _Walk,
+        attempts: list[Attempt],
+        server_was_up: bool,
+    ) -> Plan:
+        """The plan for the next candidate after ``exc`` rejected the last one (skipped builds join ``attempts``).
+
+        Raises:
+            LlamaRuntimeError: ``exc`` itself when it was the only try; else
+                :class:`CandidatesFailedError` naming every try.
+        """
+        if server_was_up and not self._server_running():
+            # The failed switch could not bring the old server back: another switch would
+            # start from a machine that is no longer as it was.
+            plan, why = None, "the previous runtime's llama-server did not come back after the failed try"
+        else:
+            failed = {b.key: b.reason for b in load_failed(self.home.root)}  # with the try just recorded
+            plan, skipped, why = next_plan(
+                walk.request,
+                walk.state,
+                release,
+                self.host,
+                tried=attempts,
+                installed=self._others(walk.active),
+                failed=failed,
+            )
+            attempts.extend(skipped)
+        if plan is not None:
+            return plan
+        log.warning("no other candidate", reason=why)
+        if sum(a.outcome == "failed" for a in attempts) == 1:
+            raise exc  # one build tried: its own error (and exit code) says it all
+        raise CandidatesFailedError(release.tag, attempts, why) from exc
+
+    def _server_running(self) -> bool:
+        """Whether the server activation switches is running now (unknown reads as not)."""
+        server = self.activation.server
+        if server is None:
+            return False
+        try:
+            return server.is_running()
+        except Exception:  # an app's own control may fail to tell; then no further switch is risked
+            return False
 
     def _decide(
         self,
@@ -228,10 +340,14 @@ class Installer:
     ) -> tuple[Plan, ResolvedRelease]:
         """Resolve the release and ask the decision core what to do with it."""
         emit(Progress("resolve", message="resolving the release"))
-        others = [active_state(r) for r in self.home.installed() if active is None or r.name != active.name]
+        others = self._others(active)
         failed = {b.key: b.reason for b in load_failed(self.home.root)}
         resolved = self._resolve(request, channel)
         return decide(request, state, resolved.release, self.host, installed=others, failed=failed), resolved
+
+    def _others(self, active: InstalledRuntime | None) -> list[ActiveState]:
+        """The installed runtimes other than ``active`` that an update may switch to."""
+        return [active_state(r) for r in self.home.installed() if active is None or r.name != active.name]
 
     def _active_for_replacement(self) -> InstalledRuntime | None:
         try:
@@ -350,6 +466,17 @@ class Installer:
         self.home.ensure()
         with self.lock.hold("rollback", timeout=lock_timeout):
             return self.activation.rollback()
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """What every try of one update shares: the request, the state it started from, the marker's identity."""
+
+    request: UpdateRequest
+    state: ActiveState | None
+    active: InstalledRuntime | None
+    replaced: InstalledRuntime | None  # the rollback target (None when the active one is damaged)
+    identity: Mapping[str, object]
 
 
 def _log_plan(plan: Plan) -> None:

@@ -18,6 +18,7 @@ from llama_runtime.runtime.errors import VerificationError
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.runner import ProcessRunner
 from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.install.attempts import at_stage
 from llama_runtime.updater.install.gate import GatePolicy, InferenceGate, validate_gguf
 from llama_runtime.updater.install.identity import check_build, parse_version_output
 from llama_runtime.updater.install.installed import verify_installed
@@ -102,18 +103,20 @@ class Verifier:
                 or fails the smoke model.
         """
         check_macos_minimum(staged.binary, self.host)
-        report = probe_binary(
-            staged.binary,
-            backend=backend,
-            files=list(staged.files),
-            host_has_device=host_has_device(backend, self.host),
-            runner=self.runner,
-            env=self.env,
-        )
+        with at_stage("device check"):  # --version, the backend's library, --list-devices
+            report = probe_binary(
+                staged.binary,
+                backend=backend,
+                files=list(staged.files),
+                host_has_device=host_has_device(backend, self.host),
+                runner=self.runner,
+                env=self.env,
+            )
         log.info("binary runs", version=report.version, devices=list(report.devices))
         identity = parse_version_output(report.version)
         # The binary itself must be the build that was asked for (exit 6 otherwise).
-        build_check = check_build(tag, identity)
+        with at_stage("build check"):
+            build_check = check_build(tag, identity)
         speeds = self.smoke(staged.binary, f"{tag} ({backend})", active, emit, warnings)
         return Verified(report=report, identity=identity, build_check=build_check, speeds=speeds)
 
@@ -152,6 +155,8 @@ class Verifier:
         smoke = SmokeRun(self.staging_dir, InferenceGate(self.gate, clock=self.clock), env=self.env)
         verdict, record = smoke_check(smoke, binary, new_name=name, active=active, policy=self.gate, clock=self.clock)
         if not verdict.ok:
-            raise VerificationError(f"The runtime {name} was rejected: {verdict.reason}.")
+            error = VerificationError(f"The runtime {name} was rejected: {verdict.reason}.")
+            error.stage = "completion check"
+            raise error
         warnings.extend(verdict.warnings)
         return record
