@@ -445,9 +445,15 @@ def windows_companions_identical(builds: Sequence[Release], report: Report) -> N
 # -- signing ------------------------------------------------------------------------------
 
 
-def compare_signer(asset: str, build: int, signer: Signer, facts: Facts, report: Report) -> None:
-    """The verified signer against the era(s) the facts give build ``build``."""
-    eras = [e for e in facts.eras if e.covers(build)]
+def compare_signer(
+    asset: str, build: int, signer: Signer, facts: Facts, report: Report, *, tagged: bool = True
+) -> None:
+    """The verified signer against the era(s) the facts give build ``build``.
+
+    An untagged asset (a Windows cudart zip) keeps its bytes from build to build, so
+    the API lists every build's attestation of them: one from an earlier era is as good.
+    """
+    eras = [e for e in facts.eras if e.covers(build) or (not tagged and e.from_build <= build)]
     shown = f"{signer.workflow or signer.build_signer_uri} ({signer.trigger or '?'}, {signer.ref or '?'})"
     if signer.issuer != facts.issuer or signer.repository.casefold() != facts.signing_repository.casefold():
         report.add(
@@ -490,7 +496,7 @@ def check_attestation(
     try:
         result = check.evaluate_answer(asset.name, sha256, client.repo, client.attestations(sha256))
     except ProvenanceError as exc:
-        record["status"] = "refused"
+        record.update(status="refused", reason=exc.message)
         report.add("drift", "signing", f"{asset.name}: the project refuses its attestation: {exc.message}")
         return
     record.update(result.summary())
@@ -509,7 +515,7 @@ def check_attestation(
             f"{asset.name}: the attestation could not be verified: {result.reason}",
         )
     elif result.signer is not None:
-        compare_signer(asset.name, build, result.signer, facts, report)
+        compare_signer(asset.name, build, result.signer, facts, report, tagged=f"-b{build}-" in asset.name)
 
 
 def check_chosen(client: GitHubClient, release: Release, facts: Facts, report: Report, *, require: bool) -> None:
@@ -648,7 +654,7 @@ def run(args: argparse.Namespace, facts: Facts) -> Report:
         except LlamaRuntimeError as exc:  # a rate limit, a refusal, malformed data: not drift, not done
             report.stopped = "incomplete"
             report.add("note", "network", exc.message)
-    report.add("ok", "network", f"finished in {time.monotonic() - started:.1f} s")
+    report.add("note" if report.stopped else "ok", "network", f"finished in {time.monotonic() - started:.1f} s")
     return report
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 from llama_runtime.updater.install import attestation
+from llama_runtime.updater.install.signer import GITHUB_ACTIONS_ISSUER, Signer
 
 from tests.fakegithub import FakeGitHub
 from tests.test_provenance_e2e import ATTESTED_SHA256, BEACON, BEACON_WORKFLOW, BUNDLE, DATA
@@ -246,6 +247,17 @@ def test_semver_release_with_binaries_is_a_pointer_scheme_drift(github: FakeGitH
 
 
 @pytest.mark.e2e
+def test_release_in_progress_is_reported_and_the_nightly_still_checked(github: FakeGitHub, home: Path) -> None:
+    publish_attested(github, latest_pointer=False)
+    _, report, _ = run_canary(github.api_url, home)
+    notes = messages(report, "note")
+    assert "semver release v0.6.0 holds no nightly-tag.txt (yet, or ever): a release in progress" in notes
+    assert not any("v0.6.0" in m for m in messages(report, "drift") if "pointer" in m)
+    assert report["channels"]["nightly"] == {"build": NIGHTLY_TAG, "version": None}
+    assert f"{NIGHTLY_TAG}: 36 assets read, 32 of 32 families seen" in messages(report, "ok")
+
+
+@pytest.mark.e2e
 def test_unreachable_api_is_exit_3_within_the_bound(home: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -362,6 +374,37 @@ def test_new_signing_workflow_is_exit_1_naming_it(
         f"refs/heads/master) for b{NIGHTLY_TAG[1:]}"
     )
     assert expected in messages(report, "drift")
+
+
+def _signer(workflow: str, trigger: str) -> Signer:
+    uri = f"https://github.com/{REPO}/{workflow}@refs/heads/master"
+    return Signer(GITHUB_ACTIONS_ISSUER, REPO, workflow, "refs/heads/master", "c06f841", "", trigger, uri)
+
+
+RELEASE_YML = _signer(".github/workflows/release.yml", "push")
+PUBLISH_YML = _signer(".github/workflows/release-publish.yml", "workflow_run")
+
+
+@pytest.mark.parametrize(
+    ("asset", "build", "signer", "tagged", "level"),
+    [
+        ("llama-b11146-bin-ubuntu-x64.tar.gz", 11146, RELEASE_YML, True, "ok"),  # third-party logs: release.yml
+        ("llama-b11424-bin-ubuntu-x64.tar.gz", 11424, PUBLISH_YML, True, "ok"),  # attestation 52864580
+        ("llama-b11300-bin-ubuntu-x64.tar.gz", 11300, RELEASE_YML, True, "ok"),  # the switch is known only roughly
+        ("llama-b11300-bin-ubuntu-x64.tar.gz", 11300, PUBLISH_YML, True, "ok"),
+        ("llama-b11541-bin-ubuntu-x64.tar.gz", 11541, RELEASE_YML, True, "drift"),  # back to the old workflow
+        ("llama-b11146-bin-ubuntu-x64.tar.gz", 11146, PUBLISH_YML, True, "drift"),  # an era that had not begun
+        ("cudart-llama-bin-win-cuda-12.4-x64.zip", 11541, RELEASE_YML, False, "ok"),  # same bytes since b10015
+        ("llama-b11541-bin-ubuntu-x64.tar.gz", 11541, _signer(".github/workflows/sign.yml", "push"), True, "drift"),
+    ],
+)
+def test_signer_is_compared_with_the_era_of_its_build(
+    asset: str, build: int, signer: Signer, tagged: bool, level: str
+) -> None:
+    canary = load_canary()
+    report = canary.Report("", REPO, str(FACTS))
+    canary.compare_signer(asset, build, signer, canary.load_facts(FACTS), report, tagged=tagged)
+    assert [i.level for i in report.items] == [level], report.items
 
 
 # -- the scheduled workflow ---------------------------------------------------------------

@@ -41,6 +41,9 @@ REPO: Final = "ggml-org/llama.cpp"
 NIGHTLY_TAG: Final = "b11541"
 STABLE_TAG: Final = "b11429"
 STABLE_VERSION: Final = "v0.6.0"
+#: The stable release before it (upstream-2026-10.md, "Stable lags nightly"): v0.5.0 -> b11146.
+PREVIOUS_TAG: Final = "b11146"
+PREVIOUS_VERSION: Final = "v0.5.0"
 #: What the binaries of these builds print: the last bumped version plus ``-dev`` (b11424 printed 0.5.0-dev).
 DEV_VERSION: Final = "0.6.0-dev"
 
@@ -227,11 +230,13 @@ def publish_today(
     latest_pointer: bool = True,
     build_prerelease: bool = True,
 ) -> dict[str, dict[str, object]]:
-    """Publish today's upstream shape: stable v0.6.0 -> b11429, and the newer nightly b11541.
+    """Publish today's upstream shape: v0.5.0 -> b11146, stable v0.6.0 -> b11429, and the newer nightly b11541.
 
-    Releases are published oldest first, as upstream does: b11429 (a prerelease
-    build), v0.6.0 (its ``nightly-tag.txt``; omitted with ``latest_pointer=False``:
-    the release-in-progress window), then b11541 (the newest build).
+    Releases are published oldest first, as upstream does: each build (a
+    prerelease) then the semver release cut from it by hand, whose only asset
+    ``nightly-tag.txt`` names it; v0.6.0 holds nothing with ``latest_pointer=False``
+    (make-release.yml's window between creating the release and uploading the
+    pointer, or a release whose commit no build tag names); b11541 is newest.
 
     Args:
         github: The fake to publish on.
@@ -244,13 +249,15 @@ def publish_today(
         Tag -> the release JSON the fake serves.
     """
     published: dict[str, dict[str, object]] = {}
-    for tag in (STABLE_TAG, NIGHTLY_TAG):
+    cuts = {PREVIOUS_TAG: PREVIOUS_VERSION, STABLE_TAG: STABLE_VERSION}
+    for tag in (PREVIOUS_TAG, STABLE_TAG, NIGHTLY_TAG):
         assets = build_assets(tag, names(tag))
         published[tag] = github.add_release(repo, tag, assets, stable=False, prerelease=build_prerelease)
-        if tag == STABLE_TAG and latest_pointer:
-            published[STABLE_VERSION] = github.add_version(repo, STABLE_VERSION, STABLE_TAG)
-        elif tag == STABLE_TAG:
-            published[STABLE_VERSION] = github.add_release(repo, STABLE_VERSION, {}, prerelease=False)
+        version = cuts.get(tag)
+        if version == STABLE_VERSION and not latest_pointer:
+            published[version] = github.add_release(repo, version, {}, prerelease=False)
+        elif version is not None:
+            published[version] = github.add_version(repo, version, tag)
     return published
 
 
@@ -286,6 +293,8 @@ def attest_builds(
 __all__ = [
     "DEV_VERSION",
     "NIGHTLY_TAG",
+    "PREVIOUS_TAG",
+    "PREVIOUS_VERSION",
     "REPO",
     "STABLE_TAG",
     "STABLE_VERSION",
