@@ -66,7 +66,7 @@ from llama_runtime.updater.choice.channel import (
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.choice.tags import parse_tag
-from llama_runtime.updater.config import DEFAULT_API_URL, github_token
+from llama_runtime.updater.config import DEFAULT_API_URL, github_token, validate_repo
 from llama_runtime.updater.install.provenance import ProvenanceCheck
 from llama_runtime.updater.install.signer import Signer
 from llama_runtime.updater.sources.github import GitHubClient
@@ -622,11 +622,22 @@ def _offline(exc: NetworkError) -> bool:
     return isinstance(exc.__cause__, httpx.TransportError)
 
 
+def _target(args: argparse.Namespace, facts: Facts) -> tuple[str, str]:
+    """The API root and repository to check.
+
+    Raises:
+        UserInputError: Not an http(s) URL, or not OWNER/NAME.
+    """
+    api_url = (args.api_url or os.environ.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
+    if not api_url.startswith(("https://", "http://")):
+        raise UserInputError(f"Malformed API URL '{api_url}'. Use an http(s):// URL such as {DEFAULT_API_URL}.")
+    return api_url, validate_repo(args.repo or facts.repository)
+
+
 def run(args: argparse.Namespace, facts: Facts) -> Report:
     """Observe upstream within the deadline; the report says how far it got."""
     env = os.environ
-    api_url = (args.api_url or env.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
-    repo = args.repo or facts.repository
+    api_url, repo = _target(args, facts)
     report = Report(api_url, repo, str(facts.path), stopped="offline")
     timeout = httpx.Timeout(min(_READ_SECONDS, args.deadline), connect=min(_CONNECT_SECONDS, args.deadline))
     started = time.monotonic()

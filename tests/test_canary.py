@@ -293,6 +293,24 @@ def test_malformed_facts_file_is_exit_2_naming_it(tmp_path: Path, home: Path) ->
     assert f"The facts file {facts} is malformed" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--api-url", "ftp://example.org"), "Malformed API URL 'ftp://example.org'"),
+        (("--repo", "../x"), "Malformed repository '../x'"),
+    ],
+)
+def test_bad_target_is_exit_2_saying_what_is_valid(home: Path, args: tuple[str, ...], says: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(CANARY), *args],
+        env=canary_env("http://127.0.0.1:9/api", home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and says in done.stderr, done.stdout + done.stderr
+
+
 @pytest.mark.e2e
 @pytest.mark.xfail(strict=True, reason="needs minted bundles (branch mint)")
 def test_ggml_org_attestations_verify_and_match_their_signing_era(github: FakeGitHub, home: Path) -> None:
