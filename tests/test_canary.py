@@ -110,6 +110,7 @@ def publish_attested(github: FakeGitHub, names: Callable[[str], list[str]] = ass
 # -- today's build on the fake ------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_today_build_has_the_36_assets_built_only_when_read(github: FakeGitHub) -> None:
     published = publish_today(github)
     release = published[NIGHTLY_TAG]
@@ -129,6 +130,7 @@ def _blob(github: FakeGitHub, asset: dict[str, Any]) -> bytes:
     return data
 
 
+@pytest.mark.e2e
 def test_today_build_archives_have_upstreams_layouts(github: FakeGitHub) -> None:
     listed = publish_today(github)[NIGHTLY_TAG]["assets"]
     assert isinstance(listed, list)
@@ -279,6 +281,7 @@ def test_api_that_never_answers_is_exit_3_at_the_deadline(home: Path) -> None:
     assert elapsed < 20
 
 
+@pytest.mark.e2e
 def test_malformed_facts_file_is_exit_2_naming_it(tmp_path: Path, home: Path) -> None:
     facts = tmp_path / "facts.json"
     facts.write_text('{"repository": "ggml-org/llama.cpp"}')
@@ -293,6 +296,7 @@ def test_malformed_facts_file_is_exit_2_naming_it(tmp_path: Path, home: Path) ->
     assert f"The facts file {facts} is malformed" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("args", "says"),
     [
