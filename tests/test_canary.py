@@ -6,11 +6,16 @@ tests/upstream_today.py (b11541, stable v0.6.0 -> b11429, the 36 assets of a bui
 
 Which claim each attestation fixture proves:
 
-* ggml-org today: the fake lists an attestation the project cannot verify
-  (``UNVERIFIABLE_BUNDLE``; no bundle with a ggml-org identity exists offline), so
-  the canary must report "could not be verified" and still exit 0 unless
-  ``--require-provenance``. The test that ggml-org's signer is verified and matches
-  its era waits for minted bundles (branch ``mint``): strict xfail.
+* ggml-org, unverifiable: the fake lists an attestation the project cannot verify
+  (``UNVERIFIABLE_BUNDLE``), so the canary must report "could not be verified" and
+  still exit 0 unless ``--require-provenance``.
+* ggml-org, minted: bundles minted by tests/sigstore_mint.py with upstream's identities
+  (one statement per build, listed by ``bundle_url``) under a private trust root. They
+  prove the canary reads the verified signer and compares it with its build's era:
+  release.yml/push for b11146 verifies today; release-publish.yml/workflow_run for
+  b11429 and b11541 is refused by main's signer policy (it pins release.yml), so that
+  test is a strict xfail until the policy of issue 23 item 1 lands. They prove nothing
+  about Sigstore's production keys.
 * beacon: the real Sigstore staging bundle (tests/data/sigstore) verified through the
   project's ProvenanceCheck against the staging trust root; the one substitution is
   the subject digest (as in tests/test_provenance_e2e.py), so this runs in-process.
@@ -41,14 +46,17 @@ from llama_runtime.updater.install import attestation
 from llama_runtime.updater.install.signer import GITHUB_ACTIONS_ISSUER, Signer
 
 from tests.fakegithub import FakeGitHub
+from tests.sigstore_mint import private_sigstore
 from tests.test_provenance_e2e import ATTESTED_SHA256, BEACON, BEACON_WORKFLOW, BUNDLE, DATA
 from tests.upstream_today import (
     NIGHTLY_TAG,
+    PREVIOUS_TAG,
     REPO,
     STABLE_TAG,
     UNVERIFIABLE_BUNDLE,
     asset_names,
     attest_builds,
+    attest_minted,
     publish_today,
 )
 
@@ -59,23 +67,25 @@ WORKFLOW = ROOT / ".github" / "workflows" / "canary.yml"
 STAGING_ROOT = DATA / "staging_trusted_root.json"
 
 
-def canary_env(api_url: str, home: Path) -> dict[str, str]:
+def canary_env(api_url: str, home: Path, trusted_root: Path = STAGING_ROOT) -> dict[str, str]:
     """The child's environment: the fake's API, a home that must stay unwritten, no token, no network root."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_RUNTIME_", "GITHUB_", "GH_"))}
     env.update(
         LLAMA_RUNTIME_GITHUB_API=api_url,
         LLAMA_RUNTIME_HOME=str(home),
-        LLAMA_RUNTIME_TRUSTED_ROOT=str(STAGING_ROOT),  # never a TUF refresh from a test
+        LLAMA_RUNTIME_TRUSTED_ROOT=str(trusted_root),  # never a TUF refresh from a test
     )
     return env
 
 
-def run_canary(api_url: str, home: Path, *args: str, timeout: float = 120) -> tuple[int, dict[str, Any], float]:
+def run_canary(
+    api_url: str, home: Path, *args: str, trusted_root: Path = STAGING_ROOT, timeout: float = 120
+) -> tuple[int, dict[str, Any], float]:
     """Run the canary with ``--json``; returns exit code, report and seconds taken."""
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, str(CANARY), "--json", *args],
-        env=canary_env(api_url, home),
+        env=canary_env(api_url, home, trusted_root),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -122,6 +132,10 @@ def test_today_build_has_the_36_assets_built_only_when_read(github: FakeGitHub) 
     assert all(a["digest"].startswith("sha256:") and a["size"] > 0 for a in by_name.values())
     untouched = published[STABLE_TAG]["assets"]
     assert isinstance(untouched, list) and all(a["digest"] is None for a in untouched)
+    stable = {a["name"]: github.materialise(a)["digest"] for a in untouched}
+    same = {n for n, d in stable.items() if d in {a["digest"] for a in by_name.values()}}
+    assert same == {n for n in stable if n.startswith("cudart-llama-bin-")}  # only untagged companions repeat
+    assert len(set(stable.values())) == 36
 
 
 def _blob(github: FakeGitHub, asset: dict[str, Any]) -> bytes:
@@ -168,7 +182,9 @@ def test_today_shape_is_exit_0_with_a_clean_report(github: FakeGitHub, home: Pat
     assert f"{NIGHTLY_TAG}: 36 assets read, 32 of 32 families seen" in messages(report, "ok")
     assert "v0.6.0's nightly-tag.txt names b11429 and matches its published digest" in messages(report, "ok")
     unverified = messages(report, "unverified")
-    assert unverified and all("could not be verified" in m and "without an inline bundle" in m for m in unverified)
+    assert unverified and all(
+        "the attestation could not be verified: ggml-org/llama.cpp lists" in m for m in unverified
+    )
     assert any(m.startswith(f"{NIGHTLY_TAG}: for linux-x64 cuda the project chooses") for m in messages(report, "ok"))
 
 
@@ -315,13 +331,42 @@ def test_bad_target_is_exit_2_saying_what_is_valid(home: Path, args: tuple[str, 
     assert done.returncode == 2 and says in done.stderr, done.stdout + done.stderr
 
 
+@pytest.fixture
+def minted_root(tmp_path: Path) -> Path:
+    """The trust root of tests/sigstore_mint.py's private Sigstore (minted ggml-org bundles verify under it)."""
+    return private_sigstore().write_trusted_root(tmp_path / "minted_trusted_root.json")
+
+
 @pytest.mark.e2e
-@pytest.mark.xfail(strict=True, reason="needs minted bundles (branch mint)")
-def test_ggml_org_attestations_verify_and_match_their_signing_era(github: FakeGitHub, home: Path) -> None:
-    # The integrator: publish minted ggml-org bundles (tests/sigstore_mint.py) instead of
-    # UNVERIFIABLE_BUNDLE and point LLAMA_RUNTIME_TRUSTED_ROOT at the mint's trust root.
-    publish_attested(github)
-    code, report, _ = run_canary(github.api_url, home, "--require-provenance")
+def test_release_yml_era_signature_verifies_and_matches_its_era(
+    github: FakeGitHub, home: Path, minted_root: Path
+) -> None:
+    # v0.6.0 holds no pointer yet: stable falls back to v0.5.0 -> b11146, signed by release.yml on a push.
+    published = publish_today(github, latest_pointer=False)
+    attest_minted(github, REPO, published, private_sigstore())
+    _, report, _ = run_canary(github.api_url, home, trusted_root=minted_root)
+    assert report["channels"]["stable"] == {"build": PREVIOUS_TAG, "version": "v0.5.0"}
+    stable = [s for s in report["signers"] if s["build"] == int(PREVIOUS_TAG[1:])]
+    assert stable and all(s["status"] == "verified" for s in stable), stable
+    assert {(s["workflow"], s["trigger"], s["ref"]) for s in stable} == {
+        (".github/workflows/release.yml", "push", "refs/heads/master")
+    }
+    assert (
+        f"llama-{PREVIOUS_TAG}-bin-ubuntu-x64.tar.gz: signed by .github/workflows/release.yml (push, "
+        f"refs/heads/master), as the facts expect for {PREVIOUS_TAG}" in messages(report, "ok")
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.xfail(strict=True, reason="needs the signer policy that accepts release-publish.yml (branch prov-policy)")
+def test_ggml_org_attestations_verify_and_match_their_signing_era(
+    github: FakeGitHub, home: Path, minted_root: Path
+) -> None:
+    # Minted bundles (tests/sigstore_mint.py) listed by bundle_url, as the API answers today; the
+    # policy on main still pins release.yml, so it refuses release-publish.yml's signatures (drift).
+    published = publish_today(github)
+    attest_minted(github, REPO, published, private_sigstore())
+    code, report, _ = run_canary(github.api_url, home, "--require-provenance", trusted_root=minted_root)
     assert code == 0, messages(report, "drift")
     nightly = [s for s in report["signers"] if s["build"] == 11541]
     assert nightly and all(s["status"] == "verified" for s in nightly)

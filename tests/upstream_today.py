@@ -31,10 +31,13 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from tests.archives import build_release_archive
 from tests.fakegithub import AssetSource, FakeGitHub
+
+if TYPE_CHECKING:
+    from tests.sigstore_mint import PrivateSigstore
 
 REPO: Final = "ggml-org/llama.cpp"
 #: The newest build seen (upstream-2026-10.md) and the build stable named on 2026-10-10 (v0.6.0).
@@ -140,12 +143,16 @@ def _tar(top: str, files: Mapping[str, bytes], symlinks: Mapping[str, str] | Non
     return out.getvalue()
 
 
-def _libs(names: Iterable[str]) -> tuple[dict[str, bytes], dict[str, str]]:
-    """``libX.so -> libX.so.0 -> libX.so.0.0.N`` for each name (b7021+ versioned sonames)."""
+def _libs(names: Iterable[str], build: str) -> tuple[dict[str, bytes], dict[str, str]]:
+    """``libX.so -> libX.so.0 -> libX.so.0.0.N`` for each name (b7021+ versioned sonames) of ``build``.
+
+    ``build`` (``<tag> <platform>``) is part of every library's bytes: no two assets share a digest,
+    as no two real builds do (only the untagged cudart zips keep theirs from build to build).
+    """
     files: dict[str, bytes] = {}
     links: dict[str, str] = {}
     for lib in names:
-        files[f"lib{lib}.so.0.0.11541"] = b"\x7fELF stand-in " + lib.encode()
+        files[f"lib{lib}.so.0.0.11541"] = f"\x7fELF stand-in {lib} of {build}".encode()
         links[f"lib{lib}.so.0"] = f"lib{lib}.so.0.0.11541"
         links[f"lib{lib}.so"] = f"lib{lib}.so.0"
     return files, links
@@ -160,7 +167,8 @@ def _backend_word(platform: str) -> str:
 
 def _unix_build(tag: str, platform: str) -> bytes:
     backend = _backend_word(platform)
-    files, links = _libs(("llama", "ggml", "ggml-base", "llama-common", "llama-server-impl", f"ggml-{backend}"))
+    libs = ("llama", "ggml", "ggml-base", "llama-common", "llama-server-impl", f"ggml-{backend}")
+    files, links = _libs(libs, f"{tag} {platform}")
     entries: dict[str, bytes | Path] = {"llama-server": stand_in_script(tag), "llama": stand_in_script(tag), **files}
     return _archive("tar-tagdir", entries, links, tag)
 
@@ -170,7 +178,7 @@ def _windows_build(tag: str, platform: str) -> bytes:
     launcher = b"MZ stand-in launcher: loads llama-server-impl.dll"  # 9,216 bytes in b11146
     dlls = ("llama", "llama-common", "llama-server-impl", "ggml", "ggml-base", "ggml-cpu-haswell", f"ggml-{backend}")
     files: dict[str, bytes | Path] = {"llama-server.exe": launcher, "llama.exe": launcher}
-    files.update({f"{d}.dll": b"MZ " + d.encode() for d in dlls})
+    files.update({f"{d}.dll": f"MZ stand-in {d} of {tag} {platform}".encode() for d in dlls})
     return _archive("zip-root", files)
 
 
@@ -178,16 +186,21 @@ def _cuda_major(platform: str) -> str:
     return next(t for t in platform.split("-") if t[0].isdigit()).split(".")[0]
 
 
+#: The CUDA runtime libraries a companion holds (asset_naming.md §4: cudart, cublas, cublasLt).
+_CUDA_LIBS: Final = ("cudart", "cublas", "cublasLt")
+
+
 def _linux_cudart(tag: str, platform: str) -> bytes:
     major = _cuda_major(platform)
-    files = {f"lib{n}.so.{major}.0.1": b"\x7fELF stand-in " + n.encode() for n in ("cudart", "cublas", "cublasLt")}
-    links = {f"lib{n}.so.{major}": f"lib{n}.so.{major}.0.1" for n in ("cudart", "cublas", "cublasLt")}
+    files = {f"lib{n}.so.{major}.0.1": f"\x7fELF stand-in {n} for {platform}".encode() for n in _CUDA_LIBS}
+    links = {f"lib{n}.so.{major}": f"lib{n}.so.{major}.0.1" for n in _CUDA_LIBS}
     return _tar(f"cudart-llama-{tag}-bin-{platform}", files, links)
 
 
 def _windows_cudart(platform: str) -> bytes:
     major = _cuda_major(platform)
-    return _archive("zip-root", {f"{n}64_{major}.dll": b"MZ " + n.encode() for n in ("cudart", "cublas", "cublasLt")})
+    # Untagged and the same bytes in every build: nothing of the build goes into them.
+    return _archive("zip-root", {f"{n}64_{major}.dll": f"MZ stand-in {n} for {platform}".encode() for n in _CUDA_LIBS})
 
 
 def _ui(tag: str) -> bytes:
@@ -196,8 +209,9 @@ def _ui(tag: str) -> bytes:
     )
 
 
-def _xcframework() -> bytes:
-    return _archive("zip-root", {"build-apple/llama.xcframework/Info.plist": b"<?xml version='1.0'?><plist/>"})
+def _xcframework(tag: str) -> bytes:
+    plist = f"<?xml version='1.0'?><plist><!-- {tag} --></plist>".encode()
+    return _archive("zip-root", {"build-apple/llama.xcframework/Info.plist": plist})
 
 
 def builder(name: str, tag: str) -> Callable[[], bytes]:
@@ -210,7 +224,7 @@ def builder(name: str, tag: str) -> Callable[[], bytes]:
     if stem == f"llama-{tag}-ui":
         return lambda: _ui(tag)
     if stem == f"llama-{tag}-xcframework":
-        return _xcframework
+        return lambda: _xcframework(tag)
     platform = stem.removeprefix(f"llama-{tag}-bin-")
     if name.endswith(".zip"):
         return lambda: _windows_build(tag, platform)
@@ -290,17 +304,51 @@ def attest_builds(
     return len(digests)
 
 
+#: Where upstream's signing workflow moved (upstream-2026-10.md "Who signs": release.yml up to about
+#: b11300, release-publish.yml from then; b11222 and b11424 are the nearest builds seen).
+SIGNING_SWITCH_BUILD: Final = 11300
+
+
+def attest_minted(
+    github: FakeGitHub, repo: str, releases: Mapping[str, dict[str, object]], sigstore: PrivateSigstore
+) -> None:
+    """Attest every build in ``releases`` the way upstream does, with bundles minted by tests/sigstore_mint.py.
+
+    One SLSA statement per build naming all its files (release-publish.yml: ``actions/attest@v4``,
+    ``subject-path: 'release/*'``), signed by the era's identity (``release.yml``/push before
+    :data:`SIGNING_SWITCH_BUILD`, ``release-publish.yml``/workflow_run from it), listed for each
+    file's digest by ``bundle_url`` as the API answers today. An untagged companion has the same
+    digest in every build, so its digest lists one attestation per build, as on GitHub.
+    Verify with ``LLAMA_RUNTIME_TRUSTED_ROOT`` set to ``sigstore``'s trust root.
+    """
+    from tests.sigstore_mint import release_publish_identity, release_yml_identity, slsa_statement
+
+    for tag, release in releases.items():
+        if not tag.startswith("b"):
+            continue
+        assets = release["assets"]
+        assert isinstance(assets, list)
+        subjects = {a["name"]: str(github.materialise(a)["digest"]).removeprefix("sha256:") for a in assets}
+        era = release_yml_identity if int(tag[1:]) < SIGNING_SWITCH_BUILD else release_publish_identity
+        identity = era(repo)
+        bundle = sigstore.mint(slsa_statement(subjects, identity), identity)
+        for digest in subjects.values():
+            github.add_attestation(repo, digest, bundle, by_url=True)
+
+
 __all__ = [
     "DEV_VERSION",
     "NIGHTLY_TAG",
     "PREVIOUS_TAG",
     "PREVIOUS_VERSION",
     "REPO",
+    "SIGNING_SWITCH_BUILD",
     "STABLE_TAG",
     "STABLE_VERSION",
     "UNVERIFIABLE_BUNDLE",
     "asset_names",
     "attest_builds",
+    "attest_minted",
     "build_assets",
     "builder",
     "publish_today",
