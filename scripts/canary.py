@@ -16,8 +16,9 @@ compares what it sees with the expected facts kept in ``scripts/upstream-facts.j
 * companions: every CUDA build has its ``cudart-…`` archive and the project's chooser takes it;
 * the attestations of the assets the project chooses for a few hosts, verified through
   the project's :class:`~llama_runtime.updater.install.provenance.ProvenanceCheck`
-  (``LLAMA_RUNTIME_TRUSTED_ROOT`` and the other provenance settings honoured), with the
-  verified signer's workflow, trigger and ref compared with the facts' signing era.
+  (``LLAMA_RUNTIME_TRUSTED_ROOT`` and the other provenance settings honoured; the
+  repository's default branch read as an install reads it), with the verified signer's
+  workflow, trigger and ref compared with the facts' signing era.
 
 Exit codes: 0 all matches; 1 drift (the report names it); 2 bad usage or facts file;
 3 no network (DNS or connection failure, or no answer before the deadline, 60 s by default);
@@ -161,6 +162,7 @@ class Facts:
     issuer: str
     signing_repository: str
     attested_from_build: int
+    default_branch: str
     eras: tuple[Era, ...]
     toolkits: Mapping[str, tuple[str, ...]]
     families: tuple[Family, ...]
@@ -184,6 +186,7 @@ def load_facts(path: Path) -> Facts:
             issuer=str(signing["issuer"]),
             signing_repository=str(signing["repository"]),
             attested_from_build=int(signing["attested_from_build"]),
+            default_branch=str(signing["default_branch"]),
             eras=tuple(
                 Era(str(e["workflow"]), str(e["trigger"]), str(e["ref"]), int(e["from_build"]), e["until_build"])
                 for e in signing["eras"]
@@ -518,11 +521,26 @@ def check_attestation(
         compare_signer(asset.name, build, result.signer, facts, report, tagged=f"-b{build}-" in asset.name)
 
 
-def check_chosen(client: GitHubClient, release: Release, facts: Facts, report: Report, *, require: bool) -> None:
+def provenance_check(client: GitHubClient, facts: Facts, report: Report) -> ProvenanceCheck:
+    """The project's check as an install configures it: the environment's settings, the repository's default branch.
+
+    The signer policy accepts a source ref of the default branch (or a tag); the facts' eras name
+    ``refs/heads/<default_branch>``, so a renamed default branch is drift.
+    """
+    branch = client.default_branch()
+    if branch is None:
+        report.add("note", "signing", f"{client.repo}'s default branch is unknown; the policy accepts master and main")
+    elif branch != facts.default_branch:
+        report.add("drift", "signing", f"{client.repo}'s default branch is {branch}, not {facts.default_branch}")
+    return ProvenanceCheck.from_env(os.environ).knowing_default_branch(client.repo, branch)
+
+
+def check_chosen(
+    client: GitHubClient, release: Release, facts: Facts, report: Report, check: ProvenanceCheck, *, require: bool
+) -> None:
     """What the project chooses for each facts host, with its companions and their attestations."""
     parsed = parse_tag(release.tag).build
     build = parsed if parsed is not None else 0
-    check = ProvenanceCheck.from_env(os.environ)
     checked: set[str] = set()
     for host in facts.hosts:
         label = f"{host['platform']} {host['backend']}"
@@ -589,9 +607,10 @@ def observe(client: GitHubClient, facts: Facts, report: Report, *, require: bool
     stable = report.channels.get("stable", {}).get("build")
     if named is not None and stable is not None and named != stable:
         report.add("drift", "resolution", f"stable resolved to {stable}, but {latest.tag} names {named}")
+    check = provenance_check(client, facts, report)
     for release in builds.values():
         check_families(release, facts, report)
-        check_chosen(client, release, facts, report, require=require)
+        check_chosen(client, release, facts, report, check, require=require)
     windows_companions_identical(list(builds.values()), report)
 
 
