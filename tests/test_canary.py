@@ -169,32 +169,41 @@ def test_today_build_archives_have_upstreams_layouts(github: FakeGitHub) -> None
 
 
 @pytest.mark.e2e
-def test_today_shape_is_exit_0_with_a_clean_report(github: FakeGitHub, home: Path) -> None:
-    publish_attested(github)
-    code, report, _ = run_canary(github.api_url, home)
+def test_today_shape_is_exit_0_with_a_clean_report(github: FakeGitHub, home: Path, minted_root: Path) -> None:
+    attest_minted(github, REPO, publish_today(github), private_sigstore())
+    code, report, _ = run_canary(github.api_url, home, trusted_root=minted_root)
     assert code == 0, report
     assert report["result"] == "ok" and report["counts"]["drift"] == 0, messages(report, "drift")
+    assert report["counts"]["unverified"] == 0, messages(report, "unverified")
     assert report["channels"] == {
         "stable": {"build": STABLE_TAG, "version": "v0.6.0"},
         "nightly": {"build": NIGHTLY_TAG, "version": None},
     }
     assert f"{NIGHTLY_TAG}: 36 assets read, 32 of 32 families seen" in messages(report, "ok")
     assert "v0.6.0's nightly-tag.txt names b11429 and matches its published digest" in messages(report, "ok")
-    unverified = messages(report, "unverified")
-    assert unverified and all(
-        "the attestation could not be verified: ggml-org/llama.cpp lists" in m for m in unverified
-    )
     assert any(m.startswith(f"{NIGHTLY_TAG}: for linux-x64 cuda the project chooses") for m in messages(report, "ok"))
 
 
 @pytest.mark.e2e
-def test_today_shape_text_report_says_ok(github: FakeGitHub, home: Path) -> None:
+def test_attestation_that_cannot_be_verified_is_reported_and_explained_not_drift(
+    github: FakeGitHub, home: Path
+) -> None:
     publish_attested(github)
-    done = subprocess.run(
-        [sys.executable, str(CANARY)], env=canary_env(github.api_url, home), capture_output=True, text=True, timeout=120
+    code, report, _ = run_canary(github.api_url, home)
+    assert code == 0, messages(report, "drift")
+    unverified = messages(report, "unverified")
+    assert unverified and all(
+        "the attestation could not be verified: ggml-org/llama.cpp lists" in m for m in unverified
     )
+
+
+@pytest.mark.e2e
+def test_today_shape_text_report_says_ok(github: FakeGitHub, home: Path, minted_root: Path) -> None:
+    attest_minted(github, REPO, publish_today(github), private_sigstore())
+    env = canary_env(github.api_url, home, minted_root)
+    done = subprocess.run([sys.executable, str(CANARY)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "result: OK (0 drift," in done.stdout and f"nightly: {NIGHTLY_TAG}" in done.stdout
+    assert "result: OK (0 drift, 0 unverified," in done.stdout and f"nightly: {NIGHTLY_TAG}" in done.stdout
 
 
 @pytest.mark.e2e
