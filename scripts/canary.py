@@ -464,8 +464,11 @@ def compare_signer(
             "signing",
             f"{asset}: signed in {signer.repository} by {signer.issuer}; the facts expect {facts.signing_repository}",
         )
-    elif any((e.workflow, e.trigger, e.ref) == (signer.workflow, signer.trigger, signer.ref) for e in eras):
-        report.add("ok", "signing", f"{asset}: signed by {shown}, as the facts expect for b{build}")
+    elif matched := [
+        e for e in eras if (e.workflow, e.trigger, e.ref) == (signer.workflow, signer.trigger, signer.ref)
+    ]:
+        earlier = "" if any(e.covers(build) for e in matched) else " (an earlier build's attestation of the same bytes)"
+        report.add("ok", "signing", f"{asset}: signed by {shown}, as the facts expect for b{build}{earlier}")
     else:
         expected = " or ".join(e.describe() for e in eras) or "no era"
         report.add(
