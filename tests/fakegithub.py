@@ -64,7 +64,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -146,12 +146,18 @@ class Request:
     status: int = 0
 
 
+#: What an asset's bytes come from: bytes, a file, or a zero-argument builder called on first need
+#: (:meth:`FakeGitHub.materialise`), so a build of 36 stand-in archives costs only what a test reads.
+AssetSource = bytes | Path | Callable[[], bytes]
+
+
 @dataclass
 class _Blob:
     name: str
     size: int
     data: bytes | None
     path: Path | None
+    build: Callable[[], bytes] | None = None  # lazy: replaced by ``data`` once built
 
     def chunks(self, start: int, length: int | None = None) -> Iterator[bytes]:
         end = self.size if length is None else min(self.size, start + length)
@@ -282,6 +288,7 @@ class FakeGitHub:
         self._attestation_answers: dict[tuple[str, str], bytes] = {}  # a 200 body served as is
         self._attestation_blobs: dict[int, _Attestation] = {}
         self._blobs: dict[int, _Blob] = {}
+        self._lazy: dict[int, bool] = {}  # asset id of a blob not built yet -> whether it publishes a digest
         self._assets: dict[int, dict[str, Any]] = {}
         self._faults: list[tuple[str, Fault]] = []
         self._next_id = 1000
@@ -327,7 +334,7 @@ class FakeGitHub:
         self,
         repo: str,
         tag: str,
-        assets: dict[str, bytes | Path],
+        assets: dict[str, AssetSource],
         *,
         digests: bool = True,
         draft: bool = False,
@@ -489,7 +496,7 @@ class FakeGitHub:
         self,
         repo: str,
         tag: str,
-        assets: dict[str, bytes | Path],
+        assets: dict[str, AssetSource],
         *,
         digests: bool = True,
         draft: bool = False,
@@ -528,16 +535,16 @@ class FakeGitHub:
         self._next_id += 1
         return self._next_id
 
-    def _add_asset(
-        self, repo: str, tag: str, name: str, src: bytes | Path, digests: bool, state: str
-    ) -> dict[str, Any]:
+    def _add_asset(self, repo: str, tag: str, name: str, src: AssetSource, digests: bool, state: str) -> dict[str, Any]:
         asset_id = self._new_id()
         if isinstance(src, bytes):
             blob = _Blob(name, len(src), src, None)
-        else:
+        elif isinstance(src, Path):
             blob = _Blob(name, src.stat().st_size, None, src)
+        else:
+            blob = _Blob(name, 0, None, None, build=src)
         sha = hashlib.sha256()
-        for chunk in blob.chunks(0):
+        for chunk in blob.chunks(0) if blob.build is None else ():  # a lazy blob's digest comes when it is built
             sha.update(chunk)
         self._blobs[asset_id] = blob
         self._assets[asset_id] = asset = {
@@ -548,11 +555,46 @@ class FakeGitHub:
             "state": state,
             "content_type": "application/octet-stream",
             "size": blob.size,
-            "digest": f"sha256:{sha.hexdigest()}" if digests else None,
+            "digest": f"sha256:{sha.hexdigest()}" if digests and blob.build is None else None,
             "download_count": 0,
             "browser_download_url": f"{self.base_url}/dl/{repo}/releases/download/{tag}/{name}",
         }
+        if blob.build is not None:
+            self._lazy[asset_id] = digests
         return asset
+
+    def materialise(self, asset: dict[str, Any]) -> dict[str, Any]:
+        """Build a lazily given asset now (its bytes, ``size`` and ``digest``); returns the asset's JSON.
+
+        The server calls it before it serves an asset's JSON or bytes, so a client
+        never sees a lazy asset's placeholder size; tests call it for a digest.
+        """
+        with self._lock:
+            return self._materialise_locked(asset)
+
+    def _materialise_locked(self, asset: dict[str, Any]) -> dict[str, Any]:
+        asset_id = asset["id"]
+        if asset_id not in self._lazy:
+            return asset
+        blob = self._blobs[asset_id]
+        assert blob.build is not None
+        blob.data, blob.build = blob.build(), None
+        blob.size = len(blob.data)
+        asset["size"] = blob.size
+        if self._lazy.pop(asset_id):
+            asset["digest"] = f"sha256:{hashlib.sha256(blob.data).hexdigest()}"
+        return asset
+
+    def _materialise_payload(self, payload: Any) -> None:
+        """Build every lazy asset a release, a release list or an asset JSON about to be served holds."""
+        items = payload if isinstance(payload, list) else [payload]
+        with self._lock:
+            for item in items:
+                if isinstance(item, dict) and "tag_name" in item:
+                    for asset in item["assets"]:
+                        self._materialise_locked(asset)
+                elif isinstance(item, dict) and "id" in item:
+                    self._materialise_locked(item)
 
     def add_attestation(
         self,
@@ -762,6 +804,7 @@ class _Handler(BaseHTTPRequestHandler):
             # shared/reference/github_api.md). The client tells GitHub from a static mirror by them.
             self._simple(404, _NOT_FOUND_BODY, "application/json; charset=utf-8", self._rate_headers(41))
             return
+        fake._materialise_payload(payload)
         body = json.dumps(payload).encode()
         etag = 'W/"' + hashlib.sha1(body).hexdigest() + '"'
         headers = {"ETag": etag, **self._rate_headers(59)}
@@ -856,6 +899,7 @@ class _Handler(BaseHTTPRequestHandler):
         if blob is None:
             self._simple(404, b"<Error><Code>NoSuchKey</Code></Error>", "application/xml")
             return
+        fake.materialise(fake._assets[int(bits[2])])
         if "authorization" in self._record.headers:
             # octokit/octokit.js #967: the signed URL and a token together are refused.
             body = b"<Error><Code>InvalidArgument</Code><Message>Only one auth mechanism allowed</Message></Error>"
