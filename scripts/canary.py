@@ -48,6 +48,7 @@ from types import FrameType
 from typing import Any, Final, Literal
 
 import httpx
+
 from llama_runtime.runtime.errors import (
     IntegrityError,
     LlamaRuntimeError,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from llama_runtime.runtime.errors import CancelledError, VerificationError
 from llama_runtime.runtime.failed_builds import load_failed
 from llama_runtime.runtime.layout import Home
@@ -33,7 +34,6 @@ from llama_runtime.updater.install.outcome import Progress
 from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.sources.release import Asset, Release
-
 from tests.conftest import (
     CPU_TAR,
     REPO,

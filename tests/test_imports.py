@@ -11,8 +11,11 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Import name -> source folder, as pyproject's package-dir maps them.
-PACKAGES = {"llama_runtime.updater": ROOT / "updater", "llama_runtime.runtime": ROOT / "runtime"}
+#: Import name -> source folder.
+PACKAGES = {
+    "llama_runtime.updater": ROOT / "llama_runtime" / "updater",
+    "llama_runtime.runtime": ROOT / "llama_runtime" / "runtime",
+}
 
 
 def our_modules() -> dict[str, Path]:

@@ -8,11 +8,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE_ROOTS = {
-    "llama_runtime": ROOT / "llama_runtime",
-    "llama_runtime.updater": ROOT / "updater",
-    "llama_runtime.runtime": ROOT / "runtime",
-}
+SOURCE_ROOTS = {"llama_runtime": ROOT / "llama_runtime"}
 
 
 def _source_packages() -> set[str]:
@@ -27,7 +23,47 @@ def _source_packages() -> set[str]:
 def test_pyproject_lists_every_package_folder() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert set(config["packages"]) == _source_packages()
-    assert config["package-dir"] == {name: str(path.relative_to(ROOT)) for name, path in SOURCE_ROOTS.items()}
+    assert "package-dir" not in config  # the checkout is laid out as installed: no mapping, no import hook
+
+
+def test_checkout_has_the_installed_shape_and_the_design_cards_folders_as_links() -> None:
+    """The source is llama_runtime/{updater,runtime}; the top-level updater/ and runtime/ link to it."""
+    for name in ("updater", "runtime"):
+        link = ROOT / name
+        assert link.is_symlink(), f"{link} must be a symbolic link (on Windows: git clone -c core.symlinks=true)"
+        assert link.resolve() == (ROOT / "llama_runtime" / name).resolve()
+        assert not (ROOT / "llama_runtime" / name).is_symlink()
+    tracked = subprocess.run(
+        ["git", "ls-files", "-s", "updater", "runtime"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if tracked.returncode == 0 and tracked.stdout:  # a git checkout (not an sdist): committed as links
+        assert [line.split()[0] for line in tracked.stdout.splitlines()] == ["120000", "120000"]
+
+
+def test_source_folders_imported_top_level_fail_with_a_message_instead_of_a_second_copy() -> None:
+    for name in ("updater", "runtime"):
+        done = subprocess.run(
+            [sys.executable, "-c", f"import {name}"], cwd=ROOT, capture_output=True, text=True, check=False
+        )
+        assert done.returncode != 0
+        assert f"import llama_runtime.{name} instead" in done.stderr, done.stderr
+
+
+def test_one_copy_of_each_class_however_it_is_imported() -> None:
+    probe = (
+        "import llama_runtime, llama_runtime.runtime.errors as e, importlib;"
+        "m = importlib.import_module('llama_runtime.updater.engine');"
+        "print(llama_runtime.LlamaRuntimeError is e.LlamaRuntimeError, m.__file__)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT.parent, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    same, path = done.stdout.split()
+    assert same == "True"
+    assert Path(path) == ROOT / "llama_runtime" / "updater" / "engine.py"
 
 
 def test_app_with_its_own_updater_and_runtime_modules_embeds_the_library(tmp_path: Path) -> None:

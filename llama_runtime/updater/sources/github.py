@@ -25,6 +25,7 @@ from importlib import metadata
 from typing import Any, Final
 
 import httpx
+
 from llama_runtime.runtime.errors import (
     NetworkError,
     ReleaseNotFoundError,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import httpx
+
 from llama_runtime.runtime.errors import NetworkError, RemoteError
 from llama_runtime.updater.install.partial import discard_partial, strong_etag
 from llama_runtime.updater.sources.credentials import redact_url

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Final
 
 import httpx
+
 from llama_runtime.runtime.errors import (
     CancelledError,
     DigestMismatchError,

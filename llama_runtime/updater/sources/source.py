@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol, Self
 
 if TYPE_CHECKING:
     import httpx
+
     from llama_runtime.updater.sources.etag_cache import EtagCache
     from llama_runtime.updater.sources.release import Asset, Release
 

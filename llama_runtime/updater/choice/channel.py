@@ -36,11 +36,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
+from packaging.version import Version
+
 from llama_runtime.runtime.errors import IntegrityError, ReleaseIncompleteError, ReleaseNotFoundError, UserInputError
 from llama_runtime.updater.choice.assetnames import parse_asset_name
 from llama_runtime.updater.choice.tags import compare_tags, highest_version, is_release_version, parse_tag
 from llama_runtime.updater.sources.release import Asset, Release
-from packaging.version import Version
 
 Channel = Literal["stable", "nightly"]
 CHANNELS: Final[tuple[Channel, ...]] = ("stable", "nightly")

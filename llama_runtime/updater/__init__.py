@@ -8,3 +8,12 @@
 
 Internal: the public API is :mod:`llama_runtime`. ``updater`` imports ``runtime``, never the reverse.
 """
+
+# One copy of every class: this folder is only ever llama_runtime.updater (llama_runtime/updater links here).
+# Imported as a top-level package from a checkout it would load a second, unrelated copy of each
+# module, and an app catching llama_runtime's errors would miss the copy's.
+if __name__ != "llama_runtime.updater":
+    raise ImportError(
+        f"'{__name__}' is the source folder of llama_runtime.updater; import llama_runtime.updater instead "
+        "(from a checkout: pip install -e . and import llama_runtime)."
+    )

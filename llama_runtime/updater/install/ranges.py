@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import httpx
+
 from llama_runtime.runtime.errors import (
     CancelledError,
     DigestMismatchError,

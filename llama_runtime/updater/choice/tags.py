@@ -26,8 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from llama_runtime.runtime.errors import UserInputError
 from packaging.version import InvalidVersion, Version
+
+from llama_runtime.runtime.errors import UserInputError
 
 Scheme = Literal["upstream", "release", "mix", "semver", "branch", "decorated", "prebuilt", "other"]
 

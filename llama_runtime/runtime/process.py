@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 import filelock
+
 from llama_runtime.runtime.errors import (
     BusyError,
     PortInUseError,

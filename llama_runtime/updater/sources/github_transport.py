@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import httpx
+
 from llama_runtime.runtime.errors import NetworkError, RemoteError
 from llama_runtime.updater.sources.bounded_json import loads_bounded, read_capped
 from llama_runtime.updater.sources.credentials import redact_url

@@ -88,6 +88,7 @@ class Engine:
         if self.seams.source_factory is not None:
             return self.seams.source_factory()
         import httpx
+
         from llama_runtime.updater.sources.etag_cache import JsonFileEtagCache
         from llama_runtime.updater.sources.github import GitHubClient
 

@@ -13,6 +13,7 @@ import time
 from typing import Final
 
 import httpx
+
 from llama_runtime.runtime.errors import RateLimitError
 from llama_runtime.updater.sources.source import RateLimit
 

@@ -15,6 +15,7 @@ import zlib
 from typing import Any, Final
 
 import httpx
+
 from llama_runtime.runtime.errors import NetworkError
 from llama_runtime.updater.sources.remote_names import RemoteDataError
 
