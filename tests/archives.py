@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from llama_runtime.updater.install.archive_rules import ExtractLimits
+
 LAYOUTS: Final = ("tar-root", "tar-tagdir", "zip-buildbin", "zip-root")
 
 TAR_HOSTILE_KINDS: Final = (
@@ -57,8 +59,10 @@ ZIP_HOSTILE_KINDS: Final = (
     "absolute_symlink",
 )
 
-# One more than the extractor's default member cap (20_000).
-TOO_MANY_MEMBERS: Final = 20_001
+#: One member more than HOSTILE_LIMITS admits: the member-count refusal is the same code at any
+#: limit, so the tests inject a small one instead of writing 20,001 members (41 s on CI's machine).
+TOO_MANY_MEMBERS: Final = 201
+HOSTILE_LIMITS: Final = ExtractLimits(max_members=TOO_MANY_MEMBERS - 1)
 # 8 MiB of zeros deflates to ~8 KiB: about 1000:1, far above the 200:1 cap.
 ZIP_BOMB_BYTES: Final = 8 * 1024 * 1024
 # cmake's build/bin holds executables and shared libraries, all mode 755.
@@ -117,12 +121,13 @@ def build_release_archive(
     return path
 
 
-def build_hostile_tar(path: Path, kind: str) -> Path:
+def build_hostile_tar(path: Path, kind: str, *, members: int = TOO_MANY_MEMBERS) -> Path:
     """Write a ``.tar.gz`` that a safe extractor must refuse.
 
     Args:
         path: Where to write. Escapes aim at ``path.parent``.
         kind: One of :data:`TAR_HOSTILE_KINDS`.
+        members: How many files ``too_many_members`` writes (one more than the limit a test injects).
 
     Returns:
         ``path``.
@@ -161,7 +166,7 @@ def build_hostile_tar(path: Path, kind: str) -> Path:
         elif kind == "fifo":
             tf.addfile(_tar_info(f"{top}/pipe", tarfile.FIFOTYPE, 0o644))
         elif kind == "too_many_members":
-            for index in range(TOO_MANY_MEMBERS):
+            for index in range(members):
                 _tar_add_file(tf, f"{top}/f{index}", b"", 0o644)
         elif kind == "dangling_symlink":
             # The shape of llama.cpp #23115 (b9165 ubuntu-vulkan).
@@ -176,12 +181,13 @@ def build_hostile_tar(path: Path, kind: str) -> Path:
     return path
 
 
-def build_hostile_zip(path: Path, kind: str) -> Path:
+def build_hostile_zip(path: Path, kind: str, *, members: int = TOO_MANY_MEMBERS) -> Path:
     """Write a ``.zip`` that a safe extractor must refuse.
 
     Args:
         path: Where to write. Escapes aim at ``path.parent``.
         kind: One of :data:`ZIP_HOSTILE_KINDS`.
+        members: How many files ``too_many_members`` writes (one more than the limit a test injects).
 
     Returns:
         ``path``.
@@ -217,7 +223,7 @@ def build_hostile_zip(path: Path, kind: str) -> Path:
         elif kind == "zip_bomb":
             _zip_add_file(zf, top + "libggml-cuda.so", bytes(ZIP_BOMB_BYTES), 0o755)
         elif kind == "too_many_members":
-            for index in range(TOO_MANY_MEMBERS):
+            for index in range(members):
                 _zip_add_file(zf, f"{top}f{index}", b"", 0o644)
         elif kind == "dangling_symlink":
             _zip_add_symlink(zf, top + "libggml.so", "llama-b9165ibggml.so.0")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import json
 import os
 import stat
@@ -294,6 +295,30 @@ def b7000_home(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path:
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
     return home
+
+
+#: Fixtures that start the GitHub-like server or the real llama-server (directly or through others).
+_E2E_FIXTURES = frozenset({"github", "real_vulkan_tarball", "tiny_model"})
+#: What a test body calls when it starts those itself, or runs the CLI or the real build as a child.
+_E2E_CALLS = ("FakeGitHub(", "real_build(", "cli_process(", "load_real_build(", "publish_today(")
+
+
+def _starts_servers(item: pytest.Item) -> bool:
+    if _E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    function = getattr(item, "function", None)
+    try:
+        source = inspect.getsource(function) if function is not None else ""
+    except (OSError, TypeError):
+        return False
+    return any(call in source for call in _E2E_CALLS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``e2e`` every test that starts a server or a child process, so ``-m "not e2e"`` is the inner loop."""
+    for item in items:
+        if item.get_closest_marker("e2e") is None and _starts_servers(item):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(autouse=True)

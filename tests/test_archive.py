@@ -14,11 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import CancelledError, IntegrityError, LlamaRuntimeError, UnsafeArchiveError
 from llama_runtime.updater.install.archive import extract_archive, find_server_binary
-from llama_runtime.updater.install.archive_rules import ExtractLimits
-
+from llama_runtime.updater.install.archive_formats import Member, MemberKind
+from llama_runtime.updater.install.archive_rules import DEFAULT_LIMITS, ExtractLimits, MemberPlan
 from tests.archives import (
+    HOSTILE_LIMITS,
     LAYOUTS,
     TAR_HOSTILE_KINDS,
     ZIP_HOSTILE_KINDS,
@@ -54,7 +56,7 @@ REASON = {
     "device": "is a character device",
     "fifo": "is a fifo",
     "zip_bomb": "above the 200:1 limit",
-    "too_many_members": "more than 20000 members",
+    "too_many_members": "more than 200 members",
     "dangling_symlink": "dangling link",
     "duplicate_members": "appears more than once",
     "absolute_symlink": "points to the absolute path",
@@ -243,7 +245,7 @@ def assert_refused_without_escape(tmp_path: Path, archive: Path) -> UnsafeArchiv
     before = tree(tmp_path, dest)
 
     with pytest.raises(UnsafeArchiveError) as caught:
-        extract_archive(archive, dest)
+        extract_archive(archive, dest, limits=HOSTILE_LIMITS)
 
     assert tree(tmp_path, dest) == before
     assert caught.value.message.startswith(f"Refusing {archive.name}: ")
@@ -280,9 +282,19 @@ def test_hostile_member_is_refused_before_anything_is_written(
     archive = builder(tmp_path / ("x.tar.gz" if builder is build_hostile_tar else "x.zip"), kind)
 
     with pytest.raises(UnsafeArchiveError):
-        extract_archive(archive, tmp_path / "dest")
+        extract_archive(archive, tmp_path / "dest", limits=HOSTILE_LIMITS)
 
     assert list((tmp_path / "dest").iterdir()) == []
+
+
+def test_default_member_cap_admits_20000_members_and_refuses_the_next() -> None:
+    """The real cap, counted on the pure plan (the archives above use a small injected one)."""
+    plan = MemberPlan("x.tar.gz", DEFAULT_LIMITS)
+    for index in range(DEFAULT_LIMITS.max_members):
+        plan.admit(Member(f"llama-b7000/f{index}", MemberKind.FILE, mode=0o644, size=0))
+    with pytest.raises(UnsafeArchiveError) as caught:
+        plan.admit(Member("llama-b7000/one-more", MemberKind.FILE, mode=0o644, size=0))
+    assert "more than 20000 members" in caught.value.message
 
 
 def test_dotdot_refusal_names_the_member_and_the_reason(tmp_path: Path) -> None:

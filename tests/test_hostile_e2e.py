@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from llama_runtime.updater.install.archive_rules import DEFAULT_LIMITS
 from tests.archives import TAR_HOSTILE_KINDS, ZIP_HOSTILE_KINDS, build_hostile_tar, build_hostile_zip
 from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
@@ -77,12 +78,16 @@ def refuse_and_change_nothing(
     return dict(payload["error"])
 
 
+#: End to end the update runs with the real member cap, so the member-count case writes one more.
+REAL_CAP_PLUS_ONE = DEFAULT_LIMITS.max_members + 1
+
+
 @pytest.mark.parametrize("kind", TAR_HOSTILE_KINDS)
 def test_hostile_tarball_release_exits_8_and_writes_nothing_outside_staging(
     kind: str, capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
     (tmp_path / "hostile").mkdir()
-    archive = build_hostile_tar(tmp_path / "hostile" / "evil.tar.gz", kind)
+    archive = build_hostile_tar(tmp_path / "hostile" / "evil.tar.gz", kind, members=REAL_CAP_PLUS_ONE)
     error = refuse_and_change_nothing(capsys, home, github, tmp_path, CPU_TAR.format(tag="b7001"), archive)
     assert error["code"] == "unsafe_archive"
     assert error["message"].startswith("Refusing ")
@@ -93,7 +98,7 @@ def test_hostile_zip_release_exits_8_and_writes_nothing_outside_staging(
     kind: str, capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
 ) -> None:
     (tmp_path / "hostile").mkdir()
-    archive = build_hostile_zip(tmp_path / "hostile" / "evil.zip", kind)
+    archive = build_hostile_zip(tmp_path / "hostile" / "evil.zip", kind, members=REAL_CAP_PLUS_ONE)
     error = refuse_and_change_nothing(capsys, home, github, tmp_path, CPU_ZIP.format(tag="b7001"), archive)
     assert error["code"] == "unsafe_archive"
 
