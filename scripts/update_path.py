@@ -43,11 +43,12 @@ class PathProfile:
         if event != "call" or not code.co_filename.startswith(PACKAGE) or code.co_name == "<module>":
             return  # an import's module body is not the update's path
         self.modules.add(frame.f_code.co_filename)
-        depth, current = 0, frame
-        while current is not None:
-            if current.f_code.co_filename.startswith(PACKAGE):
+        depth = 0
+        current_or_none: FrameType | None = frame
+        while current_or_none is not None:
+            if current_or_none.f_code.co_filename.startswith(PACKAGE):
                 depth += 1
-            current = current.f_back
+            current_or_none = current_or_none.f_back
         self.depth = max(self.depth, depth)
 
 
@@ -76,7 +77,7 @@ def main() -> int:
                 code = cli(argv)
         finally:
             sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
+            threading.setprofile(None)
     modules = sorted(str(Path(m).relative_to(ROOT)) for m in profile.modules)
     total = sum(1 for p in Path(PACKAGE).rglob("*.py") if p.name != "__init__.py")
     print(f"update exit code {code}: ran code in {len(modules)} of {total} modules, {profile.depth} frames deep")
