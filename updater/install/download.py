@@ -18,7 +18,6 @@ Invariants:
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import time
@@ -34,6 +33,8 @@ from llama_runtime.runtime.errors import (
     NetworkError,
     SizeMismatchError,
 )
+from llama_runtime.runtime.fsutil import is_disk_full
+from llama_runtime.runtime.retry import RETRY_ATTEMPTS, tries
 from llama_runtime.updater.install.asset_request import AssetRequest
 from llama_runtime.updater.install.diskspace import human_size
 from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
@@ -65,12 +66,6 @@ __all__ = [
 # Write buffer: few syscalls per GB. Chunks are taken as they arrive (not regrouped) so a
 # dropped connection loses nothing already received and resume starts exactly there.
 CHUNK_BYTES: Final[int] = 1024 * 1024
-# Resets and 5xx from the CDN are usually momentary; each retry resumes, so three
-# attempts cost little bandwidth.
-_ATTEMPTS: Final[int] = 3
-_BACKOFF_SECONDS: Final[float] = 1.0
-# A full disk or quota: keeping the partial would only hold on to the missing space.
-_DISK_FULL_ERRNOS: Final[frozenset[int]] = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 Progress = Callable[[int, int | None], None]
 Cancel = Callable[[], bool]
@@ -129,7 +124,7 @@ def download_asset(
     progress: Progress | None = None,
     cancel: Cancel | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    attempts: int = _ATTEMPTS,
+    attempts: int = RETRY_ATTEMPTS,
     pace: DownloadPace | None = None,
     on_disk: OnDisk | None = None,
 ) -> DownloadResult:
@@ -174,18 +169,17 @@ def _with_retries(
 ) -> DownloadResult:
     """Run ``job`` until it finishes, retrying a network failure with backoff (each retry resumes)."""
     assert job.watch is not None
-    for attempt in range(1, attempts + 1):
+    for last in tries(sleep, attempts=attempts):
         job.watch.new_attempt()
         try:
             return job.run(progress, cancel)
         except NetworkError:
-            if attempt == attempts:
+            if last:
                 raise
         except OSError as exc:
-            if exc.errno in _DISK_FULL_ERRNOS:
-                discard_partial(job.path)  # the space is what is missing
+            if is_disk_full(exc):
+                discard_partial(job.path)  # the space is what is missing: keeping it holds on to it
             raise
-        sleep(_BACKOFF_SECONDS * 2 ** (attempt - 1))
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 

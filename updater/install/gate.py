@@ -211,13 +211,6 @@ def record_speeds(runtime: InstalledRuntime, records: Mapping[str, Mapping[str, 
     write_marker(runtime.path, dataclasses.replace(marker, speeds=speeds))
 
 
-def describe_speeds(runtime: InstalledRuntime | None) -> dict[str, dict[str, Any]]:
-    """A runtime's figures per model, for ``status``."""
-    if runtime is None:
-        return {}
-    return {k: dict(v) for k, v in sorted(runtime.marker.speeds.items())}
-
-
 # -- the gate ------------------------------------------------------------------------------
 
 

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import IntegrityError
-from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, atomic_write_json, sha256_file
+from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, atomic_write_json, is_disk_full, sha256_file
 from llama_runtime.updater.choice.latest import any_build_number, highest_build_tag
-from llama_runtime.updater.install.recovery import is_disk_full
 from llama_runtime.updater.sources.mirror_layout import (
     OWN_SHA_KEY,
     SHA_DIR_CHARS,
