@@ -16,12 +16,12 @@ import contextlib
 import errno
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import BusyError
 from llama_runtime.runtime.fsutil import atomic_write_json
 
@@ -52,10 +52,12 @@ class UpdateLock:
 
     Args:
         lock_path: ``<home>/locks/update.lock``.
+        clock: Stamps the owner record's ``since``.
     """
 
-    def __init__(self, lock_path: Path) -> None:
+    def __init__(self, lock_path: Path, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.lock_path = lock_path
+        self.clock = clock
         self.owner_path = lock_path.with_suffix(".owner.json")
         self._lock_object: filelock.BaseFileLock | None = None
 
@@ -139,7 +141,7 @@ class UpdateLock:
                 hint="Wait for it to finish, or follow it with `llama-runtime status`.",
             ) from None
         try:
-            atomic_write_json(self.owner_path, {"pid": os.getpid(), "operation": operation, "since": time.time()})
+            atomic_write_json(self.owner_path, {"pid": os.getpid(), "operation": operation, "since": self.clock.time()})
             yield
         finally:
             with contextlib.suppress(OSError):

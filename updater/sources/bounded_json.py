@@ -10,11 +10,11 @@ sentence, never in an exhausted machine or a bug exit.
 from __future__ import annotations
 
 import json
-import time
 import zlib
 from typing import Any, Final
 
 import httpx
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import NetworkError
 from llama_runtime.updater.sources.remote_names import RemoteDataError
 
@@ -56,6 +56,7 @@ def read_capped(
     cap: int = MAX_API_BODY_BYTES,
     what: str,
     deadline_s: float = API_BODY_DEADLINE_SECONDS,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> bytes:
     """The decoded body of a streamed ``response``, refusing more than ``cap`` bytes.
 
@@ -89,10 +90,10 @@ def read_capped(
         raise _too_big(what, cap)
     pieces: list[bytes] = []
     total = 0
-    give_up_at = time.monotonic() + deadline_s
+    give_up_at = clock.monotonic() + deadline_s
     try:
         for raw in response.iter_raw():
-            if time.monotonic() > give_up_at:
+            if clock.monotonic() > give_up_at:
                 raise too_slow(what, deadline_s)
             pending = raw
             while pending:
