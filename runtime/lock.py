@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import BusyError
-from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.record import read_record, write_record
 
 if TYPE_CHECKING:
     import filelock
@@ -73,7 +72,7 @@ class UpdateLock:
     def owner(self) -> LockOwner | None:
         """The recorded holder, if any (may be stale when nobody holds the lock)."""
         try:
-            payload = json.loads(self.owner_path.read_text("utf-8"))
+            payload = read_record(self.owner_path)
             return LockOwner(int(payload["pid"]), str(payload["operation"]), float(payload["since"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -141,7 +140,7 @@ class UpdateLock:
                 hint="Wait for it to finish, or follow it with `llama-runtime status`.",
             ) from None
         try:
-            atomic_write_json(self.owner_path, {"pid": os.getpid(), "operation": operation, "since": self.clock.time()})
+            write_record(self.owner_path, {"pid": os.getpid(), "operation": operation, "since": self.clock.time()})
             yield
         finally:
             with contextlib.suppress(OSError):
