@@ -70,11 +70,6 @@ class TagVersion:
     decoration: str | None = None
 
     @property
-    def orderable(self) -> bool:
-        """Whether the tag can be compared with others at all."""
-        return self.build is not None
-
-    @property
     def is_upstream(self) -> bool:
         """Whether this is a plain upstream ``bNNNN`` tag."""
         return self.scheme == "upstream"
