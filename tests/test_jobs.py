@@ -112,14 +112,14 @@ def test_recorder_persists_phase_changes_at_once_and_throttles_byte_counts(store
     recorder = JobRecorder(store, state, clock=ticks)
     seen: list[JobState] = []
     recorder.subscribe(seen.append)
-    recorder.on_progress("download", 0, 1000, "asset.tar.gz")
+    recorder.on_progress(Progress("download", 0, 1000, "asset.tar.gz"))
     assert store.current().phase == "download"  # type: ignore[union-attr]
     ticks.now += 0.01
-    recorder.on_progress("download", 100, 1000, "asset.tar.gz")
+    recorder.on_progress(Progress("download", 100, 1000, "asset.tar.gz"))
     assert store.current().done_bytes == 0  # type: ignore[union-attr]  # throttled on disk
     assert seen[-1].done_bytes == 100  # listeners see every event
     ticks.now += 1.0
-    recorder.on_progress("download", 600, 1000, "asset.tar.gz")
+    recorder.on_progress(Progress("download", 600, 1000, "asset.tar.gz"))
     on_disk = store.current()
     assert on_disk is not None and on_disk.done_bytes == 600
     assert on_disk.rate == pytest.approx(600 / 1.01)

@@ -55,10 +55,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PROGRESS_INTERVAL_SECONDS",
+    "BytesDone",
     "Cancel",
     "DownloadResult",
     "OnDisk",
-    "Progress",
     "download_asset",
     "throttled",
 ]
@@ -67,7 +67,9 @@ __all__ = [
 # dropped connection loses nothing already received and resume starts exactly there.
 CHUNK_BYTES: Final[int] = 1024 * 1024
 
-Progress = Callable[[int, int | None], None]
+#: The downloader's byte count (``done``, ``total``): the installer turns it into its
+#: one progress event type (:class:`updater.install.outcome.Progress`) with the asset's name.
+BytesDone = Callable[[int, int | None], None]
 Cancel = Callable[[], bool]
 #: Told the bytes of the partial file that are on disk (written, not only buffered)
 #: each time that changes; a smaller number than before means the front was rewritten.
@@ -79,8 +81,8 @@ PROGRESS_INTERVAL_SECONDS: Final[float] = 0.1
 
 
 def throttled(
-    progress: Progress, *, interval: float = PROGRESS_INTERVAL_SECONDS, clock: Callable[[], float] = time.monotonic
-) -> Progress:
+    progress: BytesDone, *, interval: float = PROGRESS_INTERVAL_SECONDS, clock: Callable[[], float] = time.monotonic
+) -> BytesDone:
     """``progress``, called at most once per ``interval`` seconds; the first and the final count always pass."""
     last: float | None = None
 
@@ -121,7 +123,7 @@ def download_asset(
     max_bytes: int,
     expected_size: int | None,
     expected_sha256: str | None,
-    progress: Progress | None = None,
+    progress: BytesDone | None = None,
     cancel: Cancel | None = None,
     sleep: Callable[[float], None] = time.sleep,
     attempts: int = RETRY_ATTEMPTS,
@@ -165,7 +167,7 @@ def download_asset(
 
 
 def _with_retries(
-    job: _Job, progress: Progress | None, cancel: Cancel | None, *, sleep: Callable[[float], None], attempts: int
+    job: _Job, progress: BytesDone | None, cancel: Cancel | None, *, sleep: Callable[[float], None], attempts: int
 ) -> DownloadResult:
     """Run ``job`` until it finishes, retrying a network failure with backoff (each retry resumes)."""
     assert job.watch is not None
@@ -206,7 +208,7 @@ class _Job:
         # A stalled link ends the download (and frees the update lock); see install/pace.py.
         self.watch: PaceWatch | None = None
 
-    def run(self, progress: Progress | None, cancel: Cancel | None) -> DownloadResult:
+    def run(self, progress: BytesDone | None, cancel: Cancel | None) -> DownloadResult:
         resume = self._usable_prefix()
         offset = resume.keep
         self._tell(offset)
@@ -264,7 +266,7 @@ class _Job:
         fh: BinaryIO,
         hasher: _Hash,
         total: int,
-        progress: Progress | None,
+        progress: BytesDone | None,
         cancel: Cancel | None,
     ) -> int:
         try:

@@ -39,7 +39,7 @@ from llama_runtime.runtime.retry import tries
 from llama_runtime.updater.config import DEFAULT_PARALLEL_DOWNLOADS
 from llama_runtime.updater.install.asset_request import open_range
 from llama_runtime.updater.install.diskspace import human_size
-from llama_runtime.updater.install.download import Cancel, DownloadResult, Progress
+from llama_runtime.updater.install.download import BytesDone, Cancel, DownloadResult
 from llama_runtime.updater.install.follow import GrowingFile, StreamAborted
 from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
 from llama_runtime.updater.install.partial import strong_etag
@@ -96,7 +96,7 @@ class RangedDownload:
         partial: Path,
         *,
         parallel: int,
-        progress: Progress | None = None,
+        progress: BytesDone | None = None,
         cancel: Cancel | None = None,
         sleep: Callable[[float], None] = time.sleep,
         pace: DownloadPace | None = None,
