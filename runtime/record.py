@@ -22,9 +22,10 @@ damaged file leads to, as it did before this module existed.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from llama_runtime.runtime.fsutil import atomic_write_json
 
@@ -51,6 +52,9 @@ MAX_RECORD_BYTES: Final[int] = 64 * 1024 * 1024
 #: (4 levels, see ``updater.sources.bounded_json.MAX_JSON_DEPTH``) under two of its
 #: own; 64 leaves room and stays far below the interpreter's recursion limit.
 MAX_RECORD_DEPTH: Final[int] = 64
+# Read size once the file's own size (read first) was not all of it: small, since
+# each read allocates its whole size up front.
+_READ_STEP_BYTES: Final[int] = 64 * 1024
 
 
 class DamagedRecordError(json.JSONDecodeError):
@@ -69,8 +73,28 @@ def read_record(path: Path, *, max_bytes: int = MAX_RECORD_BYTES, max_depth: int
         DamagedRecordError: It is not JSON, is over ``max_bytes`` or nests deeper than ``max_depth``.
     """
     with path.open("rb") as handle:
-        raw = handle.read(max_bytes + 1)
+        raw = _read_at_most(handle, max_bytes + 1)
     return parse_record(raw, what=str(path), max_bytes=max_bytes, max_depth=max_depth)
+
+
+def _read_at_most(handle: BinaryIO, limit: int) -> bytes:
+    """Up to ``limit`` bytes of ``handle``, in reads sized by the file, never one of ``limit`` bytes.
+
+    ``read(n)`` allocates ``n`` bytes before it reads: one read of the whole bound
+    would cost 64 MiB of memory for a 200-byte pointer.
+    """
+    size = os.fstat(handle.fileno()).st_size  # a hint only: a file can grow, a FIFO says 0
+    step = min(limit, size + 1)
+    chunks: list[bytes] = []
+    total = 0
+    while total < limit:
+        chunk = handle.read(min(step, limit - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        step = _READ_STEP_BYTES
+    return b"".join(chunks)
 
 
 def parse_record(

@@ -43,6 +43,40 @@ def test_record_over_its_bound_is_damaged_not_read_whole(tmp_path: Path) -> None
         read_record(path, max_bytes=100)
 
 
+def test_small_record_read_under_the_large_default_bound_allocates_little(tmp_path: Path) -> None:
+    import tracemalloc
+
+    path = tmp_path / "active.json"
+    write_record(path, {"active": "a", "previous": None})
+    tracemalloc.start()
+    try:
+        assert read_record(path) == {"active": "a", "previous": None}
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1024 * 1024  # not the 64 MiB bound: read(n) allocates n up front
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFO")
+def test_record_whose_size_is_not_known_up_front_is_read_in_steps_to_the_end(tmp_path: Path) -> None:
+    import threading
+
+    path = tmp_path / "etags.json"
+    os.mkfifo(path)  # stat says 0 bytes, as for any file that is still growing
+    body = json.dumps({"k": "x" * 300_000}).encode()
+
+    def feed() -> None:
+        with path.open("wb") as handle:
+            handle.write(body)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        assert read_record(path) == {"k": "x" * 300_000}
+    finally:
+        writer.join(timeout=10)
+
+
 def test_record_nested_too_deep_is_damaged_not_a_recursion_error(tmp_path: Path) -> None:
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)

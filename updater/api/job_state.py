@@ -83,7 +83,7 @@ class JobState:
         """The job's latest progress event (the job file keeps its fields flat, as here)."""
         from llama_runtime.updater.install.outcome import Progress  # deferred: start-up reads jobs only
 
-        phase: Any = self.phase
+        phase: Any = self.phase  # a finished job's "failed"/"cancelled" is carried as it is
         return Progress(phase, self.done_bytes, self.total_bytes, self.message, self.rate, self.eta)
 
     def with_progress(self, event: Progress, *, at: float) -> JobState:
