@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
+from llama_runtime.updater.cli.main import main
 from tests.archives import build_release_archive
 from tests.conftest import (
     CPU_TAR,
@@ -89,8 +89,7 @@ FAILING = [name for name, case in CASES.items() if case.exit_code]
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Retries still happen (the request log proves it); only the waits go."""
-    monkeypatch.setattr("llama_runtime.updater.sources.github_transport._BACKOFF_SECONDS", 0.0)
-    monkeypatch.setattr("llama_runtime.updater.install.download._BACKOFF_SECONDS", 0.0)
+    monkeypatch.setattr("llama_runtime.runtime.retry.RETRY_BACKOFF_SECONDS", 0.0)
     for name in ("GITHUB_TOKEN", "GH_TOKEN", "LLAMA_RUNTIME_READ_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
 

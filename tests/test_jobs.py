@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import BusyError, CancelledError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.procinfo import pid_alive, process_start_ticks
@@ -19,7 +20,6 @@ from llama_runtime.updater.api.job_state import JobState
 from llama_runtime.updater.api.job_store import KEEP_FINISHED, JobStore
 from llama_runtime.updater.api.progress import RateMeter, terminal_progress
 from llama_runtime.updater.install.outcome import Progress
-
 from tests.fakeclock import FakeClock
 
 
@@ -112,14 +112,14 @@ def test_recorder_persists_phase_changes_at_once_and_throttles_byte_counts(store
     recorder = JobRecorder(store, state, clock=ticks)
     seen: list[JobState] = []
     recorder.subscribe(seen.append)
-    recorder.on_progress("download", 0, 1000, "asset.tar.gz")
+    recorder.on_progress(Progress("download", 0, 1000, "asset.tar.gz"))
     assert store.current().phase == "download"  # type: ignore[union-attr]
     ticks.now += 0.01
-    recorder.on_progress("download", 100, 1000, "asset.tar.gz")
+    recorder.on_progress(Progress("download", 100, 1000, "asset.tar.gz"))
     assert store.current().done_bytes == 0  # type: ignore[union-attr]  # throttled on disk
     assert seen[-1].done_bytes == 100  # listeners see every event
     ticks.now += 1.0
-    recorder.on_progress("download", 600, 1000, "asset.tar.gz")
+    recorder.on_progress(Progress("download", 600, 1000, "asset.tar.gz"))
     on_disk = store.current()
     assert on_disk is not None and on_disk.done_bytes == 600
     assert on_disk.rate == pytest.approx(600 / 1.01)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.updater.choice.tags import compare_tags, highest, is_upgrade, parse_tag, validate_tag
+from llama_runtime.updater.choice.tags import compare_tags, is_upgrade, parse_tag, validate_tag
 
 
 @pytest.mark.parametrize(
@@ -79,20 +80,3 @@ def test_surrounding_whitespace_is_trimmed_from_a_tag() -> None:
 def test_overlong_tag_is_refused() -> None:
     with pytest.raises(UserInputError):
         parse_tag("b" + "1" * 200)
-
-
-def test_highest_orders_by_integer_build_number() -> None:
-    assert highest(["b9999", "b10000", "b998"]) == "b10000"
-
-
-def test_highest_ignores_semver_git_tags_and_garbage() -> None:
-    assert highest(["v0.4.1", "b10394", "V1.0.0", "not a tag", "llama-prebuilt-master-1f1aaa4"]) == ("b10394")
-
-
-def test_highest_prefers_a_decorated_rebuild_of_the_newest_build() -> None:
-    assert highest(["b10018", "b10018-1.3.0", "b10017-2.0.0"]) == "b10018-1.3.0"
-
-
-def test_highest_of_nothing_orderable_is_none() -> None:
-    assert highest(["v1.2.3", "llama-prebuilt-master-1f1aaa4"]) is None
-    assert highest([]) is None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Final, Protocol
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "SystemClock", "utc_iso"]
+__all__ = ["SYSTEM_CLOCK", "Clock", "SystemClock", "epoch_of", "utc_iso"]
 
 
 class Clock(Protocol):
@@ -57,3 +57,15 @@ def utc_iso(epoch: float) -> str:
 
     moment = datetime.fromtimestamp(epoch, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def epoch_of(iso: str) -> float:
+    """The epoch seconds of a :func:`utc_iso` stamp (its inverse, to the millisecond).
+
+    Raises:
+        ValueError: ``iso`` is not an ISO 8601 time.
+    """
+    from datetime import UTC, datetime
+
+    moment = datetime.fromisoformat(iso)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()

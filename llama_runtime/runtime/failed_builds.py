@@ -12,12 +12,11 @@ bounded in number and length, and writing is atomic.
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.record import read_record, write_record
 
 FAILED_BUILDS_FILE: Final = "failed-builds.json"
 #: Newest records kept: a scheduled job meets one new build a day at most; 32 is weeks of them.
@@ -77,10 +76,8 @@ def _parse(entry: object) -> FailedBuild | None:
 def load_failed(home_root: Path) -> tuple[FailedBuild, ...]:
     """The records, newest first; a missing, damaged or foreign file is no record."""
     try:
-        with _path(home_root).open("rb") as handle:
-            raw = handle.read(_MAX_FILE_BYTES + 1)
-        payload: Any = json.loads(raw) if len(raw) <= _MAX_FILE_BYTES else None
-    except (OSError, ValueError, RecursionError):
+        payload: Any = read_record(_path(home_root), max_bytes=_MAX_FILE_BYTES)
+    except (OSError, ValueError):
         return ()
     entries = payload.get("failed") if isinstance(payload, dict) else None
     if not isinstance(entries, list):
@@ -92,7 +89,7 @@ def load_failed(home_root: Path) -> tuple[FailedBuild, ...]:
 def _write(home_root: Path, builds: list[FailedBuild]) -> None:
     # Best effort: a home we cannot write (read-only, full) loses the memory, never the update's result.
     with contextlib.suppress(OSError):
-        atomic_write_json(_path(home_root), {"failed": [asdict(b) for b in builds[:MAX_RECORDS]]})
+        write_record(_path(home_root), {"failed": [asdict(b) for b in builds[:MAX_RECORDS]]})
 
 
 def record_failed(home_root: Path, build: FailedBuild) -> None:

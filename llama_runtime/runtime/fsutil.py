@@ -59,6 +59,19 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+#: "No space left on device" and "disk quota exceeded": both mean the bytes do
+#: not fit, and both deserve the same exit code (4) and sentence. The project's
+#: one copy of the set (Windows has no ``EDQUOT``).
+DISK_FULL_ERRNOS: Final[frozenset[int]] = frozenset(
+    e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if e is not None
+)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the user's quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
 #: Mode of files written for other users to read (a mirror a web server serves,
 #: a bundle copied to other machines); the temp files behind atomic writes are 0600.
 SHARED_FILE_MODE: Final[int] = 0o644

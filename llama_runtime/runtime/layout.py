@@ -22,7 +22,6 @@ so readers see the old pointer or the new one, never a missing one.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -30,7 +29,6 @@ from pathlib import Path
 from typing import Final
 
 from llama_runtime.runtime.errors import CorruptStateError
-from llama_runtime.runtime.fsutil import atomic_write_json
 from llama_runtime.runtime.home_safety import check_home
 from llama_runtime.runtime.marker import (
     MARKER_NAME,
@@ -40,6 +38,7 @@ from llama_runtime.runtime.marker import (
     provenance_summary,
     read_marker,
 )
+from llama_runtime.runtime.record import parse_record, write_record
 
 #: The directory of installed runtimes inside a home.
 RUNTIMES_DIR_NAME: Final = "runtimes"
@@ -177,8 +176,8 @@ class Home:
         except FileNotFoundError:
             return Pointer()
         try:
-            payload = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            payload = parse_record(raw, what=str(self.pointer_path))
+        except ValueError:
             payload = None
         if not isinstance(payload, dict):
             raise CorruptStateError(
@@ -200,7 +199,7 @@ class Home:
         Raises:
             OSError: The pointer is unchanged.
         """
-        atomic_write_json(
+        write_record(
             self.pointer_path,
             {"schema_version": POINTER_SCHEMA, "active": pointer.active, "previous": pointer.previous},
         )

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import BusyError
-from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.record import read_record, write_record
 
 if TYPE_CHECKING:
     import filelock
@@ -52,10 +51,12 @@ class UpdateLock:
 
     Args:
         lock_path: ``<home>/locks/update.lock``.
+        clock: Stamps the owner record's ``since``.
     """
 
-    def __init__(self, lock_path: Path) -> None:
+    def __init__(self, lock_path: Path, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.lock_path = lock_path
+        self.clock = clock
         self.owner_path = lock_path.with_suffix(".owner.json")
         self._lock_object: filelock.BaseFileLock | None = None
 
@@ -71,7 +72,7 @@ class UpdateLock:
     def owner(self) -> LockOwner | None:
         """The recorded holder, if any (may be stale when nobody holds the lock)."""
         try:
-            payload = json.loads(self.owner_path.read_text("utf-8"))
+            payload = read_record(self.owner_path)
             return LockOwner(int(payload["pid"]), str(payload["operation"]), float(payload["since"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -139,7 +140,7 @@ class UpdateLock:
                 hint="Wait for it to finish, or follow it with `llama-runtime status`.",
             ) from None
         try:
-            atomic_write_json(self.owner_path, {"pid": os.getpid(), "operation": operation, "since": time.time()})
+            write_record(self.owner_path, {"pid": os.getpid(), "operation": operation, "since": self.clock.time()})
             yield
         finally:
             with contextlib.suppress(OSError):

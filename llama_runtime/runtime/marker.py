@@ -3,7 +3,7 @@
 Invariants:
 
 * The marker is the last file written into a staged runtime, atomically
-  (:func:`runtime.fsutil.atomic_write_json`), before activation. A directory
+  (:func:`runtime.record.write_record`), before activation. A directory
   without a valid marker is not an installed runtime.
 * The reader tolerates unknown extra fields (a newer version may add some),
   but a marker whose backend this version does not know is refused with
@@ -12,7 +12,6 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any, Final
 
 from llama_runtime.runtime.backends import BACKEND_CHOICES, CONCRETE_BACKENDS, parse_backend
 from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError, UnknownBackendError
-from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.record import parse_record, write_record
 
 MARKER_NAME: Final = "llama-runtime.json"
 SCHEMA_VERSION: Final = 1
@@ -139,7 +138,7 @@ def write_marker(runtime_dir: Path, marker: InstallMarker) -> Path:
         OSError: The marker could not be written; no partial marker remains.
     """
     path = marker_path(runtime_dir)
-    atomic_write_json(path, marker.to_json())
+    write_record(path, marker.to_json())
     return path
 
 
@@ -301,8 +300,8 @@ def read_marker(runtime_dir: Path) -> InstallMarker:
     except OSError as exc:
         raise CorruptStateError(f"Cannot read the install marker {path}: {exc.strerror}.") from None
     try:
-        payload = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        payload = parse_record(raw, what=str(path))
+    except ValueError:
         raise CorruptStateError(
             f"The install marker {path} is not valid JSON.",
             hint="Run `llama-runtime doctor --repair` or install the release again.",

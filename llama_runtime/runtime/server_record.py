@@ -15,7 +15,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -23,9 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from llama_runtime.runtime.fsutil import atomic_write_json
 from llama_runtime.runtime.listen import DEFAULT_HOST
 from llama_runtime.runtime.procinfo import MAX_PID, pid_alive, process_start_ticks
+from llama_runtime.runtime.record import parse_record, write_record
 
 STATE_NAME: Final = "server.json"
 STATE_SCHEMA: Final = 1
@@ -90,7 +89,7 @@ class ServerRecord:
         """
         self.children[child.pid] = child
         host, port = listen
-        atomic_write_json(
+        write_record(
             self.path,
             {
                 "schema_version": STATE_SCHEMA,
@@ -142,8 +141,8 @@ class ServerRecord:
 def parse_state(raw: bytes) -> ServerState | None:
     """The trusted content of ``server.json``, or None when it is not ours."""
     try:
-        payload = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        payload = parse_record(raw, what="server.json")
+    except ValueError:
         return None
     if not isinstance(payload, dict):
         return None

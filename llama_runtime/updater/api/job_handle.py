@@ -67,6 +67,7 @@ class UpdateJob:
         if self._recorder is not None:
             self._recorder.finished.wait(timeout)
             return self._recorder.state
+        # Waiting stays on the real clock (runtime.clock): a frozen test clock would never time out.
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             state = self.state()
@@ -111,7 +112,7 @@ class UpdateJob:
 
         inbox: queue.Queue[JobState] = queue.Queue()
         unsubscribe = self.subscribe(inbox.put)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout  # a wait: the real clock, as above
         try:
             current = self.state()
             yield current

@@ -20,7 +20,7 @@ from llama_runtime.updater.logs import get_logger
 
 if TYPE_CHECKING:
     from llama_runtime.updater.api.job_store import JobStore
-    from llama_runtime.updater.install.outcome import UpdateOutcome
+    from llama_runtime.updater.install.outcome import Progress, UpdateOutcome
 
 log = get_logger("llama_runtime.jobs")
 
@@ -76,26 +76,18 @@ class JobRecorder:
 
         return unsubscribe
 
-    def on_progress(self, phase: str, done: int, total: int | None, message: str) -> None:
-        """Record one installer progress event."""
+    def on_progress(self, event: Progress) -> None:
+        """Record one installer progress event (the installer's progress callback)."""
         self.started.set()
         rate, eta = (None, None)
-        if phase == "download":
-            rate, eta = self._meter.sample(message, done, total)
+        if event.phase == "download":
+            rate, eta = self._meter.sample(event.message, event.done_bytes, event.total_bytes)
+        event = replace(event, rate=rate, eta=eta)
         with self._lock:
-            changed_phase = phase != self._state.phase
-            state = replace(
-                self._state,
-                phase=phase,  # type: ignore[arg-type]
-                done_bytes=done,
-                total_bytes=total,
-                rate=rate,
-                eta=eta,
-                message=message,
-                updated_at=self._clock.time(),
-            )
+            changed_phase = event.phase != self._state.phase
+            state = self._state.with_progress(event, at=self._clock.time())
         now = self._clock.monotonic()
-        finished_file = total is not None and done >= total
+        finished_file = event.total_bytes is not None and event.done_bytes >= event.total_bytes
         if changed_phase or finished_file or now - self._last_persist >= PERSIST_INTERVAL_SECONDS:
             self._last_persist = now
             self.store.write(state)

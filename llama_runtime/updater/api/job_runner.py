@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.job_store import JobStore
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.engine import Engine
-    from llama_runtime.updater.install.outcome import Progress
     from llama_runtime.updater.sources.source import ReleaseSource
 
 __all__ = ["JobRunner", "busy_error", "refuse_if_locked"]
@@ -132,9 +131,6 @@ class JobRunner:
             raise recorder.exception
 
     def _run(self, recorder: JobRecorder, request: UpdateRequest, lock_timeout: float) -> None:
-        def progress(event: Progress) -> None:
-            recorder.on_progress(event.phase, event.done_bytes, event.total_bytes, event.message)
-
         source: ReleaseSource | None = None
         try:
             source = self.engine.open_source()
@@ -143,7 +139,7 @@ class JobRunner:
             # process's non-blocking probe of it (``update_running``).
             outcome = installer.update(
                 request,
-                progress=progress,
+                progress=recorder.on_progress,
                 cancel=recorder.cancel_requested,
                 lock_timeout=max(lock_timeout, BUTTON_WAIT_SECONDS),
             )

@@ -10,10 +10,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any, Final, Literal
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from llama_runtime.runtime.errors import UserInputError
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.install.outcome import Progress
 
 JobPhase = Literal["resolve", "download", "verify", "activate", "done", "failed", "cancelled"]
 TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"done", "failed", "cancelled"})
@@ -74,6 +77,27 @@ class JobState:
     def running(self) -> bool:
         """Whether the job has not finished yet."""
         return self.phase not in TERMINAL_PHASES
+
+    @property
+    def progress(self) -> Progress:
+        """The job's latest progress event (the job file keeps its fields flat, as here)."""
+        from llama_runtime.updater.install.outcome import Progress  # deferred: start-up reads jobs only
+
+        phase: Any = self.phase  # a finished job's "failed"/"cancelled" is carried as it is
+        return Progress(phase, self.done_bytes, self.total_bytes, self.message, self.rate, self.eta)
+
+    def with_progress(self, event: Progress, *, at: float) -> JobState:
+        """This state after ``event`` arrived at epoch ``at``."""
+        return replace(
+            self,
+            phase=event.phase,
+            done_bytes=event.done_bytes,
+            total_bytes=event.total_bytes,
+            rate=event.rate,
+            eta=event.eta,
+            message=event.message,
+            updated_at=at,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The job object of ``llama-runtime job status``."""

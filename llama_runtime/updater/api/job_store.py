@@ -19,7 +19,6 @@ Invariants:
 """
 
 import contextlib
-import json
 import os
 import threading
 from collections.abc import Callable
@@ -27,9 +26,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
-from llama_runtime.runtime.fsutil import atomic_write_json
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.procinfo import pid_alive, process_start_ticks
+from llama_runtime.runtime.record import read_record, write_record
 from llama_runtime.updater.api.job_state import JobState, stale_error, validate_job_id
 
 CURRENT_NAME: Final = "current.json"
@@ -94,7 +93,7 @@ class JobStore:
     @staticmethod
     def _load(path: Path) -> JobState | None:
         try:
-            return JobState.from_json(json.loads(path.read_bytes()))
+            return JobState.from_json(read_record(path))
         except (OSError, ValueError):
             return None
 
@@ -129,9 +128,9 @@ class JobStore:
     def write(self, state: JobState) -> None:
         """Replace ``current.json`` (and, once over, the job's own record) atomically."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.current_path, state.to_json())
+        write_record(self.current_path, state.to_json())
         if not state.running:
-            atomic_write_json(self._job_path(state.id), state.to_json())
+            write_record(self._job_path(state.id), state.to_json())
             self._prune()
 
     def _prune(self) -> None:

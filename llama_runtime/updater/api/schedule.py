@@ -15,7 +15,6 @@ asset for the same backend; never a downgrade) is the one update decision's,
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.record import number, read_record, write_record
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.errors import RateLimitError
@@ -145,27 +144,22 @@ class Backoff:
     def not_before(self, now: float) -> float | None:
         """The stored time, at most an hour after ``now``; ``None`` if none (or damaged)."""
         try:
-            payload = json.loads(self.path.read_bytes())
-            value = payload.get("not_before")
-            stored_at = payload.get("stored_at")
-        except (OSError, ValueError, AttributeError):
+            payload = read_record(self.path)
+        except (OSError, ValueError):
             return None
-        if not _is_number(value) or not math.isfinite(value):
+        if not isinstance(payload, dict):
             return None
-        if _is_number(stored_at) and now < stored_at:
+        value, stored_at = number(payload, "not_before"), number(payload, "stored_at")
+        if value is None or not math.isfinite(value):
+            return None
+        if stored_at is not None and now < stored_at:
             return None  # the clock went back since: the stored wait no longer means anything
-        return clamp_not_before(float(value), now)
+        return clamp_not_before(value, now)
 
     def set(self, not_before: float, reason: str, *, now: float) -> None:
         """Persist ``not_before`` (epoch seconds), at most an hour after ``now``."""
-        atomic_write_json(
-            self.path, {"not_before": clamp_not_before(not_before, now), "stored_at": now, "reason": reason}
-        )
+        write_record(self.path, {"not_before": clamp_not_before(not_before, now), "stored_at": now, "reason": reason})
 
     def clear(self) -> None:
         """Forget the backoff (GitHub answered normally)."""
         self.path.unlink(missing_ok=True)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -292,6 +292,8 @@ class RuntimeUpdater:
         from llama_runtime.updater.api.schedule import validate_seconds
 
         wait = validate_seconds(wait, "wait")
+        # A deadline of a wait, so the real clock (runtime.clock: waiting needs real time to
+        # pass, whatever a fake clock says; a frozen test clock would wait here for ever).
         deadline = time.monotonic() + wait
         runner = self._runner()
         while True:

@@ -8,12 +8,12 @@ unknown key is ignored, so files from newer versions still load.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.runtime.record import parse_record
 from llama_runtime.updater.choice.host import PLATFORMS, HostFacts
 
 #: A host file is a few KB; anything bigger is not one (and is not read whole).
@@ -38,8 +38,8 @@ def load_host_file(path: Path) -> HostFacts:
             f"The host file {path} is over {MAX_HOST_FILE_BYTES // 1024} KiB; it is not a host object."
         )
     try:
-        payload = json.loads(raw)
-    except (ValueError, RecursionError):
+        payload = parse_record(raw, what=str(path), max_bytes=MAX_HOST_FILE_BYTES)
+    except ValueError:
         raise UserInputError(
             f"The host file {path} is not JSON. Use the `host` object that `llama-runtime doctor --json` prints."
         ) from None

@@ -71,11 +71,6 @@ class TagVersion:
     decoration: str | None = None
 
     @property
-    def orderable(self) -> bool:
-        """Whether the tag can be compared with others at all."""
-        return self.build is not None
-
-    @property
     def is_upstream(self) -> bool:
         """Whether this is a plain upstream ``bNNNN`` tag."""
         return self.scheme == "upstream"
@@ -205,31 +200,3 @@ def highest_version(tags: Iterable[str]) -> str | None:
         if best is None or version > best[0]:
             best = (version, raw.strip())
     return best[1] if best is not None else None
-
-
-def highest(tags: Iterable[str]) -> str | None:
-    """The newest orderable build tag in ``tags`` (for ``--latest``).
-
-    ``v*`` semver release tags (see :func:`highest_version`), malformed and
-    unorderable tags are ignored. Ties between unorderable decorations keep the first seen.
-
-    Returns:
-        The tag, or ``None`` when no tag qualifies.
-    """
-    best: TagVersion | None = None
-    for raw in tags:
-        if not isinstance(raw, str) or raw.strip().lower().startswith("v"):
-            continue
-        try:
-            parsed = parse_tag(raw)
-        except UserInputError:
-            continue
-        if not parsed.orderable:
-            continue
-        if best is None:
-            best = parsed
-            continue
-        order = compare_tags(best, parsed)
-        if order is not None and order < 0:
-            best = parsed
-    return best.tag if best is not None else None

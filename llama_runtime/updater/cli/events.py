@@ -29,9 +29,10 @@ from typing import IO, TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from llama_runtime.runtime.errors import LlamaRuntimeError
     from llama_runtime.updater.api.job_handle import UpdateJob
-    from llama_runtime.updater.api.progress import ProgressLike
+    from llama_runtime.updater.api.job_state import JobState
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.install.outcome import Progress
 
 #: A progress bar redraws about ten times a second; more lines only cost the app parsing.
 MAX_PROGRESS_PER_SECOND: Final[float] = 10.0
@@ -61,7 +62,7 @@ class EventStream:
         #: The id of the job whose states arrive, once one has.
         self.job_id: str | None = None
 
-    def __call__(self, state: ProgressLike) -> None:
+    def __call__(self, state: JobState | Progress) -> None:
         """Report one state: a phase line on a change, a throttled progress line while bytes move.
 
         ``state`` is a job state (``JobState``: with ``id``, ``rate``, ``eta``) or a bare
@@ -84,20 +85,11 @@ class EventStream:
             if not complete and now - self._last_progress < _PROGRESS_INTERVAL_SECONDS:
                 return
             self._last_progress = now
-            rate: float | None = getattr(state, "rate", None)
-            eta: float | None = getattr(state, "eta", None)
-            self._write_locked(
-                {
-                    "type": "progress",
-                    "phase": state.phase,
-                    "done_bytes": state.done_bytes,
-                    "total_bytes": state.total_bytes,
-                    "rate": None if rate is None else round(rate, 1),
-                    "eta": None if eta is None else round(eta, 1),
-                    "message": state.message,
-                    "job": job_id,
-                }
-            )
+            from llama_runtime.updater.install.outcome import Progress  # the CLI has it loaded by now
+
+            event = state if isinstance(state, Progress) else state.progress
+            # The one place a progress event becomes a line (docs/events.md, ``type: progress``).
+            self._write_locked({"type": "progress", **event.to_json(), "job": job_id})
 
     def warning(self, message: str) -> None:
         """A warning line."""

@@ -155,6 +155,7 @@ class Acquirer:
         if self.source is None:
             raise UserInputError("No release source configured for this operation.")
         log.info("downloading", asset=asset.name, size=asset.size, url=asset.download_url, partial=str(partial))
+        # Only a duration for the log line, never stored or compared: the real monotonic clock.
         started = time.monotonic()
         try:
             fetched = fetch_asset(

@@ -24,7 +24,6 @@ caller discards ``dest`` itself.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import stat
@@ -34,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Final
 
 from llama_runtime.runtime.errors import CancelledError, LlamaRuntimeError, UnsafeArchiveError
+from llama_runtime.runtime.fsutil import is_disk_full
 from llama_runtime.updater.install.archive_formats import (
     Member,
     MemberKind,
@@ -55,9 +55,6 @@ from llama_runtime.updater.install.archive_rules import (
 # 1 MiB: large enough that syscall overhead is negligible, small enough that a
 # multi-GiB shared library never sits in memory.
 CHUNK_BYTES: Final = 1024 * 1024
-
-# A full disk or quota is the machine's problem (exit 4), not the archive's.
-_DISK_FULL_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 # Permissions we write: owner-writable, never setuid/setgid/sticky or
 # group/world-writable. Exec is all-or-nothing, as pip and uv do.
@@ -200,7 +197,7 @@ def _write_member(writer: _Writer, name: str, member: Member, opener: Opener, la
     try:
         writer.write(name, member, opener)
     except OSError as exc:
-        if exc.errno in _DISK_FULL_ERRNOS:
+        if is_disk_full(exc):  # the machine's problem (exit 4), not the archive's
             raise
         raise UnsafeArchiveError(
             f"Refusing {label}: member {member.raw_name!r} could not be written ({exc.strerror or type(exc).__name__})."

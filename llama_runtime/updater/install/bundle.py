@@ -12,7 +12,6 @@ passes, and its tar headers are bounded before they are read.
 from __future__ import annotations
 
 import hashlib
-import json
 import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
@@ -26,6 +25,7 @@ from llama_runtime.runtime.errors import (
     UserInputError,
 )
 from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, parse_marker
+from llama_runtime.runtime.record import parse_record
 from llama_runtime.updater.install.archive_formats import BoundedHeaderError, open_tar_stream
 
 __all__ = ["member_name", "read_bundle_marker", "repack_bundle"]
@@ -70,7 +70,7 @@ def read_bundle_marker(archive: Path) -> InstallMarker | None:
     except (OSError, tarfile.TarError, EOFError, zlib.error):
         return None  # not a readable tar.gz: the extraction will say why
     try:
-        payload = json.loads(raw)
+        payload = parse_record(raw, what=f"{archive.name}/{MARKER_NAME}", max_bytes=_MAX_MARKER_BYTES)
     except ValueError:
         raise IntegrityError(
             f"{archive.name} is not a valid bundle: its {MARKER_NAME} is not valid JSON; nothing was installed."

@@ -18,7 +18,6 @@ Invariants:
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import time
@@ -35,6 +34,8 @@ from llama_runtime.runtime.errors import (
     NetworkError,
     SizeMismatchError,
 )
+from llama_runtime.runtime.fsutil import is_disk_full
+from llama_runtime.runtime.retry import RETRY_ATTEMPTS, tries
 from llama_runtime.updater.install.asset_request import AssetRequest
 from llama_runtime.updater.install.diskspace import human_size
 from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
@@ -55,10 +56,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PROGRESS_INTERVAL_SECONDS",
+    "BytesDone",
     "Cancel",
     "DownloadResult",
     "OnDisk",
-    "Progress",
     "download_asset",
     "throttled",
 ]
@@ -66,14 +67,10 @@ __all__ = [
 # Write buffer: few syscalls per GB. Chunks are taken as they arrive (not regrouped) so a
 # dropped connection loses nothing already received and resume starts exactly there.
 CHUNK_BYTES: Final[int] = 1024 * 1024
-# Resets and 5xx from the CDN are usually momentary; each retry resumes, so three
-# attempts cost little bandwidth.
-_ATTEMPTS: Final[int] = 3
-_BACKOFF_SECONDS: Final[float] = 1.0
-# A full disk or quota: keeping the partial would only hold on to the missing space.
-_DISK_FULL_ERRNOS: Final[frozenset[int]] = frozenset({errno.ENOSPC, errno.EDQUOT})
 
-Progress = Callable[[int, int | None], None]
+#: The downloader's byte count (``done``, ``total``): the installer turns it into its
+#: one progress event type (:class:`updater.install.outcome.Progress`) with the asset's name.
+BytesDone = Callable[[int, int | None], None]
 Cancel = Callable[[], bool]
 #: Told the bytes of the partial file that are on disk (written, not only buffered)
 #: each time that changes; a smaller number than before means the front was rewritten.
@@ -85,8 +82,8 @@ PROGRESS_INTERVAL_SECONDS: Final[float] = 0.1
 
 
 def throttled(
-    progress: Progress, *, interval: float = PROGRESS_INTERVAL_SECONDS, clock: Callable[[], float] = time.monotonic
-) -> Progress:
+    progress: BytesDone, *, interval: float = PROGRESS_INTERVAL_SECONDS, clock: Callable[[], float] = time.monotonic
+) -> BytesDone:
     """``progress``, called at most once per ``interval`` seconds; the first and the final count always pass."""
     last: float | None = None
 
@@ -127,10 +124,10 @@ def download_asset(
     max_bytes: int,
     expected_size: int | None,
     expected_sha256: str | None,
-    progress: Progress | None = None,
+    progress: BytesDone | None = None,
     cancel: Cancel | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    attempts: int = _ATTEMPTS,
+    attempts: int = RETRY_ATTEMPTS,
     pace: DownloadPace | None = None,
     on_disk: OnDisk | None = None,
 ) -> DownloadResult:
@@ -171,22 +168,21 @@ def download_asset(
 
 
 def _with_retries(
-    job: _Job, progress: Progress | None, cancel: Cancel | None, *, sleep: Callable[[float], None], attempts: int
+    job: _Job, progress: BytesDone | None, cancel: Cancel | None, *, sleep: Callable[[float], None], attempts: int
 ) -> DownloadResult:
     """Run ``job`` until it finishes, retrying a network failure with backoff (each retry resumes)."""
     assert job.watch is not None
-    for attempt in range(1, attempts + 1):
+    for last in tries(sleep, attempts=attempts):
         job.watch.new_attempt()
         try:
             return job.run(progress, cancel)
         except NetworkError:
-            if attempt == attempts:
+            if last:
                 raise
         except OSError as exc:
-            if exc.errno in _DISK_FULL_ERRNOS:
-                discard_partial(job.path)  # the space is what is missing
+            if is_disk_full(exc):
+                discard_partial(job.path)  # the space is what is missing: keeping it holds on to it
             raise
-        sleep(_BACKOFF_SECONDS * 2 ** (attempt - 1))
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
@@ -213,7 +209,7 @@ class _Job:
         # A stalled link ends the download (and frees the update lock); see install/pace.py.
         self.watch: PaceWatch | None = None
 
-    def run(self, progress: Progress | None, cancel: Cancel | None) -> DownloadResult:
+    def run(self, progress: BytesDone | None, cancel: Cancel | None) -> DownloadResult:
         resume = self._usable_prefix()
         offset = resume.keep
         self._tell(offset)
@@ -271,7 +267,7 @@ class _Job:
         fh: BinaryIO,
         hasher: _Hash,
         total: int,
-        progress: Progress | None,
+        progress: BytesDone | None,
         cancel: Cancel | None,
     ) -> int:
         try:

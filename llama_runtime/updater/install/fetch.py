@@ -31,7 +31,7 @@ from llama_runtime.runtime.errors import IntegrityError
 from llama_runtime.runtime.fsutil import remove_tree_quietly
 from llama_runtime.updater.install.archive import ExtractResult, extract_tar_stream
 from llama_runtime.updater.install.cache import AssetCache
-from llama_runtime.updater.install.download import Cancel, DownloadResult, Progress, download_asset
+from llama_runtime.updater.install.download import BytesDone, Cancel, DownloadResult, download_asset
 from llama_runtime.updater.install.follow import FollowReader, GrowingFile, StreamAborted, StreamRestarted
 from llama_runtime.updater.install.partial import discard_partial
 from llama_runtime.updater.install.range_record import discard_ranged, state_path
@@ -91,7 +91,7 @@ def fetch_asset(
     cache: AssetCache | None,
     staging: Path | None,
     max_bytes: int,
-    progress: Progress | None = None,
+    progress: BytesDone | None = None,
     cancel: Cancel | None = None,
     options: FetchOptions = FetchOptions(),
 ) -> Fetched:
@@ -144,7 +144,7 @@ def fetch_asset(
     return fetched
 
 
-def _from_cache(cache: AssetCache | None, asset: Asset, progress: Progress | None) -> Fetched | None:
+def _from_cache(cache: AssetCache | None, asset: Asset, progress: BytesDone | None) -> Fetched | None:
     """The cached copy of ``asset`` (found by its published digest and size), or ``None``."""
     if cache is None or asset.sha256 is None:
         return None

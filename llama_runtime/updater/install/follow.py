@@ -161,11 +161,6 @@ class FollowReader:
             # Shorter than the mark: truncated under us, so the mark has moved back.
             self._source._await_change(self._generation)
 
-    @property
-    def position(self) -> int:
-        """Bytes returned so far."""
-        return self._pos
-
     def close(self) -> None:
         """Close the file descriptor (a later read reopens it)."""
         if self._fd is not None:

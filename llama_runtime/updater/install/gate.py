@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.inference import (
@@ -209,13 +209,6 @@ def record_speeds(runtime: InstalledRuntime, records: Mapping[str, Mapping[str, 
     marker = read_marker(runtime.path)
     speeds = {**marker.speeds, **{key: dict(value) for key, value in records.items()}}
     write_marker(runtime.path, dataclasses.replace(marker, speeds=speeds))
-
-
-def describe_speeds(runtime: InstalledRuntime | None) -> dict[str, dict[str, Any]]:
-    """A runtime's figures per model, for ``status``."""
-    if runtime is None:
-        return {}
-    return {k: dict(v) for k, v in sorted(runtime.marker.speeds.items())}
 
 
 # -- the gate ------------------------------------------------------------------------------

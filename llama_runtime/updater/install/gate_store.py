@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Final
 
-from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.record import read_record, write_record
 from llama_runtime.updater.install.gate import GatePolicy, validate_gguf
 
 GATE_SETTINGS_NAME: Final = "gate.json"
@@ -30,7 +30,7 @@ def gate_settings_path(home_root: Path) -> Path:
 def load_gate_settings(home_root: Path) -> GatePolicy:
     """The stored policy, or the default one when nothing (valid) is stored."""
     try:
-        payload = json.loads(gate_settings_path(home_root).read_bytes())
+        payload = read_record(gate_settings_path(home_root))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return GatePolicy()
     if not isinstance(payload, dict):
@@ -64,7 +64,7 @@ def save_gate_settings(home_root: Path, policy: GatePolicy) -> Path:
     smoke = validate_gguf(policy.smoke_model) if policy.smoke_model is not None else None
     path = gate_settings_path(home_root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, gate_settings_json(dataclasses.replace(policy, smoke_model=smoke)))
+    write_record(path, gate_settings_json(dataclasses.replace(policy, smoke_model=smoke)))
     return path
 
 

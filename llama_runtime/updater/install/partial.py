@@ -15,12 +15,11 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.record import read_record, write_record
 
 if TYPE_CHECKING:
     import httpx
@@ -126,7 +125,7 @@ def discard_partial(partial: Path) -> None:
 def read_origin(partial: Path) -> PartialOrigin | None:
     """The sidecar of ``partial``, or ``None`` when it is missing or not one of ours."""
     try:
-        raw = json.loads(sidecar_path(partial).read_text(encoding="utf-8"))
+        raw = read_record(sidecar_path(partial))
     except (OSError, ValueError):
         return None
     if not isinstance(raw, dict):
@@ -158,4 +157,4 @@ def record_origin(partial: Path, url: str, size: int | None, response: httpx.Res
         etag=strong_etag(response),
         last_modified=response.headers.get("last-modified"),
     )
-    atomic_write_json(sidecar_path(partial), dataclasses.asdict(origin))
+    write_record(sidecar_path(partial), dataclasses.asdict(origin))

@@ -14,12 +14,12 @@ staged and re-raises; rejected bytes are deleted, a cancel keeps them to resume.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from llama_runtime.runtime.clock import epoch_of
 from llama_runtime.runtime.errors import (
     CancelledError,
     DiskSpaceError,
@@ -150,7 +150,9 @@ class InstallPipeline:
             # It fails the same way next time: the scheduled job must not fetch it every hour.
             record_failed(
                 self.home.root,
-                FailedBuild(release.repo, release.tag, choice.asset.name, choice.backend, exc.message, time.time()),
+                FailedBuild(
+                    release.repo, release.tag, choice.asset.name, choice.backend, exc.message, epoch_of(self.clock())
+                ),
             )
             raise
         forget_failed(self.home.root, release.repo, release.tag, choice.asset.name)

@@ -3,19 +3,20 @@
 Pure span arithmetic (how an asset is split, how much of it is contiguous from
 byte 0) and the record that lets a later run resume each range.
 
-Invariant: the record is a hint written without fsync: after a power cut it
-may claim bytes the file lost, and the digest then fails and the download
-starts over (never a bad install). A record for another URL or size, or one
+Invariant: the record is a hint. It is replaced atomically (the one state-file
+write, :func:`runtime.record.write_record`), but the data file it describes is
+not fsynced: after a power cut it may claim bytes the file lost, and the digest
+then fails and the download starts over (never a bad install). A record for another URL or size, or one
 whose spans do not tile the asset, is ignored.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from llama_runtime.runtime.record import read_record, write_record
 
 __all__ = [
     "Span",
@@ -79,6 +80,7 @@ def state_path(partial: Path) -> Path:
 
 
 def _tmp_path(partial: Path) -> Path:
+    # The temp file of earlier versions (written beside the record, then renamed): still removed.
     return partial.with_name(partial.name + _STATE_SUFFIX + ".tmp")
 
 
@@ -91,7 +93,7 @@ def discard_ranged(partial: Path) -> None:
 def load_record(partial: Path, url: str, size: int) -> tuple[list[Span], str | None] | None:
     """The spans and validator recorded for ``partial`` when they fit this asset and its data file, else ``None``."""
     try:
-        raw = json.loads(state_path(partial).read_text(encoding="utf-8"))
+        raw = read_record(state_path(partial))
         on_disk = data_path(partial).stat().st_size
     except (OSError, ValueError):
         return None
@@ -105,14 +107,12 @@ def load_record(partial: Path, url: str, size: int) -> tuple[list[Span], str | N
 def save_record(partial: Path, url: str, size: int, validator: str | None, spans: list[Span]) -> None:
     """Record each span's progress (a hint: a failure to write it only costs a fresh start)."""
     payload = {"url": url, "size": size, "validator": validator, "spans": [[s.start, s.end, s.done] for s in spans]}
-    tmp = _tmp_path(partial)
     try:
-        tmp.write_text(json.dumps(payload), encoding="utf-8")
-        os.replace(tmp, state_path(partial))
+        write_record(state_path(partial), payload)
     except OSError:
         # Only a hint is lost (resuming then starts this download over); a full
         # disk is reported by the next write of the data itself.
-        tmp.unlink(missing_ok=True)
+        return
 
 
 def _spans_from(raw: object, url: str, size: int) -> list[Span] | None:

@@ -36,10 +36,11 @@ from llama_runtime.runtime.errors import (
     NetworkError,
     SizeMismatchError,
 )
+from llama_runtime.runtime.retry import tries
 from llama_runtime.updater.config import DEFAULT_PARALLEL_DOWNLOADS
 from llama_runtime.updater.install.asset_request import open_range
 from llama_runtime.updater.install.diskspace import human_size
-from llama_runtime.updater.install.download import Cancel, DownloadResult, Progress
+from llama_runtime.updater.install.download import BytesDone, Cancel, DownloadResult
 from llama_runtime.updater.install.follow import GrowingFile, StreamAborted
 from llama_runtime.updater.install.pace import DownloadPace, PaceWatch
 from llama_runtime.updater.install.partial import strong_etag
@@ -69,8 +70,6 @@ DEFAULT_PARALLEL: Final = DEFAULT_PARALLEL_DOWNLOADS
 _SAVE_EVERY_BYTES: Final = 8 * 1024 * 1024
 #: Read size of the digest's pass over the reassembled file.
 _HASH_READ_BYTES: Final = 1024 * 1024
-_ATTEMPTS: Final = 3
-_BACKOFF_SECONDS: Final = 1.0
 
 
 class _NoRanges(Exception):
@@ -98,7 +97,7 @@ class RangedDownload:
         partial: Path,
         *,
         parallel: int,
-        progress: Progress | None = None,
+        progress: BytesDone | None = None,
         cancel: Cancel | None = None,
         sleep: Callable[[float], None] = time.sleep,
         pace: DownloadPace | None = None,
@@ -189,19 +188,18 @@ class RangedDownload:
     def _worker(self, fd: int, span: Span) -> None:
         # Each connection is held to the minimum rate; the deadline counts from the first attempt.
         watch = PaceWatch(self.pace)
-        for attempt in range(1, _ATTEMPTS + 1):
+        for last in tries(self.sleep):
             watch.new_attempt()
             try:
                 self._fetch_span(fd, span, watch)
                 return
             except NetworkError as exc:
-                if attempt == _ATTEMPTS or self._stop.is_set():
+                if last or self._stop.is_set():
                     self._fail(exc)
                     return
             except BaseException as exc:
                 self._fail(exc)
                 return
-            self.sleep(_BACKOFF_SECONDS * 2 ** (attempt - 1))
 
     def _fail(self, exc: BaseException) -> None:
         with self._lock:

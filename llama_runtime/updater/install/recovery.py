@@ -20,7 +20,6 @@ the update lock; without it, staging belongs to the update that is running.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import shutil
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.errors import CorruptStateError, DiskSpaceError
-from llama_runtime.runtime.fsutil import remove_tree
+from llama_runtime.runtime.fsutil import DISK_FULL_ERRNOS, is_disk_full, remove_tree
 from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import marker_path
@@ -55,9 +54,6 @@ __all__ = [
     "unpacking_path",
 ]
 
-#: "No space left on device" and "disk quota exceeded": both mean the bytes do
-#: not fit, and both deserve the same exit code (4) and sentence.
-DISK_FULL_ERRNOS: Final = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if e is not None)
 #: Suffix of :func:`runtime.fsutil.atomic_write_bytes` temp files.
 _TMP_SUFFIX: Final = ".tmp"
 #: Prefix of the ETag cache's temp files (updater.github.JsonFileEtagCache).
@@ -174,11 +170,6 @@ def active_state(runtime: InstalledRuntime) -> ActiveState:
     from llama_runtime.updater.choice.decide import ActiveState
 
     return ActiveState(runtime.marker, intact=not damage(runtime, hash_binary=True), name=runtime.name)
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` says the disk (or the user's quota) is full."""
-    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
 
 
 def disk_full_error(directory: Path, needed: int, what: str) -> DiskSpaceError:

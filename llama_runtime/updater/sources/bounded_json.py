@@ -10,13 +10,14 @@ sentence, never in an exhausted machine or a bug exit.
 from __future__ import annotations
 
 import json
-import time
 import zlib
 from typing import Any, Final
 
 import httpx
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import NetworkError
+from llama_runtime.runtime.record import nests_deeper
 from llama_runtime.updater.sources.remote_names import RemoteDataError
 
 __all__ = [
@@ -57,6 +58,7 @@ def read_capped(
     cap: int = MAX_API_BODY_BYTES,
     what: str,
     deadline_s: float = API_BODY_DEADLINE_SECONDS,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> bytes:
     """The decoded body of a streamed ``response``, refusing more than ``cap`` bytes.
 
@@ -90,10 +92,10 @@ def read_capped(
         raise _too_big(what, cap)
     pieces: list[bytes] = []
     total = 0
-    give_up_at = time.monotonic() + deadline_s
+    give_up_at = clock.monotonic() + deadline_s
     try:
         for raw in response.iter_raw():
-            if time.monotonic() > give_up_at:
+            if clock.monotonic() > give_up_at:
                 raise too_slow(what, deadline_s)
             pending = raw
             while pending:
@@ -136,27 +138,10 @@ def loads_bounded(data: bytes, *, what: str, max_depth: int = MAX_JSON_DEPTH) ->
         value = json.loads(data)
     except RecursionError:
         raise _too_deep(what, max_depth) from None
-    if _depth_exceeds(value, max_depth):
+    if nests_deeper(value, max_depth):
         raise _too_deep(what, max_depth)
     return value
 
 
 def _too_deep(what: str, max_depth: int) -> RemoteDataError:
     return RemoteDataError(f"The server sent {what} nested more than {max_depth} levels deep; it was not used.")
-
-
-def _depth_exceeds(value: Any, max_depth: int) -> bool:
-    """Whether ``value`` nests deeper than ``max_depth`` (iterative: no recursion to exhaust)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        if depth > max_depth:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False

@@ -30,12 +30,12 @@ cramjam (the decoder) is imported only here, when a payload is decoded.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import NetworkError, RemoteError
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.sources.bounded_json import loads_bounded, read_capped, too_slow
@@ -151,7 +151,14 @@ def resolve_bundle_urls(
 
 
 def fetch_bundle(
-    http: httpx.Client, url: str, *, api_url: str, budget: int, give_up_at: float, deadline_s: float
+    http: httpx.Client,
+    url: str,
+    *,
+    api_url: str,
+    budget: int,
+    give_up_at: float,
+    deadline_s: float,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> tuple[dict[str, Any], int]:
     """The Sigstore bundle at ``url`` and its decoded size, fetched with no credentials.
 
@@ -161,8 +168,9 @@ def fetch_bundle(
         url: The entry's ``bundle_url``.
         api_url: The API root that listed it (decides whether loopback http is allowed).
         budget: Most decoded bytes this bundle may take.
-        give_up_at: ``time.monotonic()`` deadline shared by every fetch of one answer.
+        give_up_at: ``clock.monotonic()`` deadline shared by every fetch of one answer.
         deadline_s: The whole deadline's length, for the message when it passes.
+        clock: Where the deadline's time comes from.
 
     Raises:
         RemoteError: A refused URL or an HTTP error.
@@ -176,7 +184,7 @@ def fetch_bundle(
     if refusal is not None:
         raise RemoteError(f"the attestation bundle URL {shown} was not fetched: {refusal}")
     what = f"the attestation bundle {shown}"
-    left = give_up_at - time.monotonic()
+    left = give_up_at - clock.monotonic()
     if left <= 0:
         raise too_slow(what, deadline_s)
     try:
@@ -187,7 +195,7 @@ def fetch_bundle(
             if response.status_code != 200:
                 raise RemoteError(f"{what} could not be fetched (HTTP {response.status_code})")
             try:
-                raw = read_capped(response, cap=MAX_BUNDLE_BYTES, what=what, deadline_s=left)
+                raw = read_capped(response, cap=MAX_BUNDLE_BYTES, what=what, deadline_s=left, clock=clock)
             except NetworkError:  # what is left of the shared deadline ran out: name the whole one
                 raise too_slow(what, deadline_s) from None
         finally:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from llama_runtime.runtime.fsutil import atomic_write_json
+from llama_runtime.runtime.record import read_record, write_record
 
 #: Largest the cache file grows (bytes of JSON). Past it the entries written longest ago go first:
 #: a fork's manifests are cached per release (up to 1 MiB each), and a cache is no archive.
@@ -42,7 +42,7 @@ class JsonFileEtagCache:
 
     def _load(self) -> dict[str, Any]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = read_record(self.path)
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
@@ -73,6 +73,6 @@ class JsonFileEtagCache:
             total -= sizes[key]
             del data[key]
         try:
-            atomic_write_json(self.path, data)
+            write_record(self.path, data)
         except OSError:
             return

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import httpx
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import (
     NetworkError,
     ReleaseNotFoundError,
@@ -87,6 +88,7 @@ class GitHubClient:
         etag_cache: Where ETags and bodies persist for conditional requests.
         sleep: Backoff sleep, injectable so tests never wait.
         attempts: Tries for 5xx and connection errors.
+        clock: Deadlines of small downloads and attestation bundles.
     """
 
     def __init__(
@@ -101,12 +103,14 @@ class GitHubClient:
         etag_cache: EtagCache | None = None,
         sleep: Callable[[float], None] = time.sleep,
         attempts: int = ATTEMPTS,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.api_url = api_url.rstrip("/")
         self._repo = repo
         self.etag_cache = etag_cache
         self.sleep = sleep
         self.attempts = attempts
+        self.clock = clock
         self.last_rate_limit: RateLimit | None = None
         # Last guard of the token policy: whatever the caller passes, a token
         # never travels in clear text to a host that is not this machine.
@@ -261,7 +265,7 @@ class GitHubClient:
             answer = self._get_json(url, "", use_cache=False)
         except ReleaseNotFoundError:
             return []
-        give_up_at = time.monotonic() + SMALL_ASSET_DEADLINE_SECONDS
+        give_up_at = self.clock.monotonic() + SMALL_ASSET_DEADLINE_SECONDS
 
         def fetch(bundle_url: str, budget: int) -> tuple[dict[str, Any], int]:
             return fetch_bundle(
@@ -271,6 +275,7 @@ class GitHubClient:
                 budget=budget,
                 give_up_at=give_up_at,
                 deadline_s=SMALL_ASSET_DEADLINE_SECONDS,
+                clock=self.clock,
             )
 
         return resolve_bundle_urls(answer, fetch)
@@ -316,7 +321,7 @@ class GitHubClient:
         from llama_runtime.runtime.errors import IntegrityError
 
         url, headers = self.asset_request(asset)
-        give_up_at = time.monotonic() + SMALL_ASSET_DEADLINE_SECONDS
+        give_up_at = self.clock.monotonic() + SMALL_ASSET_DEADLINE_SECONDS
         try:
             with self.http.stream("GET", url, headers=headers, follow_redirects=True) as response:
                 if response.status_code != 200:
@@ -326,7 +331,7 @@ class GitHubClient:
                     body += chunk
                     if len(body) > max_bytes:
                         raise IntegrityError(f"{asset.name} is larger than {max_bytes} bytes; refusing to read it.")
-                    if time.monotonic() > give_up_at:
+                    if self.clock.monotonic() > give_up_at:
                         raise too_slow(asset.name, SMALL_ASSET_DEADLINE_SECONDS)
         except httpx.TooManyRedirects as exc:
             raise RemoteError(f"Downloading {asset.name} redirected in a loop.") from exc

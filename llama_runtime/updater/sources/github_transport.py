@@ -13,16 +13,15 @@ from typing import Any, Final
 import httpx
 
 from llama_runtime.runtime.errors import NetworkError, RemoteError
+from llama_runtime.runtime.retry import RETRY_ATTEMPTS, tries
 from llama_runtime.updater.sources.bounded_json import loads_bounded, read_capped
 from llama_runtime.updater.sources.credentials import redact_url
 from llama_runtime.updater.sources.remote_names import printable
 
 # A dead host should fail fast; GitHub can be slow to render big release lists.
 DEFAULT_TIMEOUT: Final[httpx.Timeout] = httpx.Timeout(30.0, connect=10.0)
-# Transient 5xx and dropped connections usually clear within seconds; three tries
-# bound the wait to ~3 s of backoff before the user sees the error.
-ATTEMPTS: Final[int] = 3
-_BACKOFF_SECONDS: Final[float] = 1.0
+#: Tries for transient 5xx and dropped connections (the project's one schedule, runtime.retry).
+ATTEMPTS: Final[int] = RETRY_ATTEMPTS
 # What static web servers and S3-style buckets send for an extension-less file.
 _STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
     {"application/octet-stream", "binary/octet-stream", "text/plain", "unknown"}
@@ -44,8 +43,7 @@ def send_with_retries(
         NetworkError: The connection failed on every attempt.
         RemoteError: A redirect loop.
     """
-    for attempt in range(1, attempts + 1):
-        last = attempt == attempts
+    for last in tries(sleep, attempts=attempts):
         try:
             request = http.build_request("GET", url, headers=headers)
             response = http.send(request, stream=True, follow_redirects=True)
@@ -64,7 +62,6 @@ def send_with_retries(
         else:
             if response.status_code < 500 or last:
                 return response, body
-        sleep(_BACKOFF_SECONDS * 2 ** (attempt - 1))
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 

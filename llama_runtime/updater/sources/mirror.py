@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.errors import RemoteError, UserInputError
-from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, atomic_write_json
+from llama_runtime.runtime.fsutil import SHARED_FILE_MODE
+from llama_runtime.runtime.record import write_record
 from llama_runtime.updater.choice.channel import Channel
 from llama_runtime.updater.choice.latest import any_build_number, newest_releases
 from llama_runtime.updater.choice.tags import is_release_version
@@ -227,7 +228,7 @@ def _sync_release(
     listed = [a for a in kept.values() if _size_matches(paths.published_file(a), a.get("size"))]
     # The commit point of this release: everything it names is already in place.
     # Served by a web server that runs as another user: readable by all, like the assets.
-    atomic_write_json(paths.tag_json(tag), release_json(release, listed), mode=SHARED_FILE_MODE)
+    write_record(paths.tag_json(tag), release_json(release, listed), mode=SHARED_FILE_MODE)
     # Files of the generation before the one just replaced go now; the one just
     # replaced (and whatever releases/latest names) stays for in-flight clients.
     prune_generations(paths, tag, [listed, list(entries(previous)), list(entries(read_json(paths.latest_json)))])

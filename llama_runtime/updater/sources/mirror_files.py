@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import IntegrityError
-from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, atomic_write_json, sha256_file
+from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, is_disk_full, sha256_file
+from llama_runtime.runtime.record import write_record
 from llama_runtime.updater.choice.latest import any_build_number, highest_build_tag
-from llama_runtime.updater.install.recovery import is_disk_full
 from llama_runtime.updater.sources.mirror_layout import (
     OWN_SHA_KEY,
     SHA_DIR_CHARS,
@@ -76,7 +76,7 @@ def mirror_attestations(client: ReleaseSource, paths: MirrorPaths, sha256: str) 
         return False
     target = paths.attestations(sha256)
     target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(target, answer, mode=SHARED_FILE_MODE)  # served like the release JSON
+    write_record(target, answer, mode=SHARED_FILE_MODE)  # served like the release JSON
     return True
 
 
@@ -90,7 +90,7 @@ def mirror_repository(client: ReleaseSource, paths: MirrorPaths) -> str | None:
     if branch is not None:
         doc = {"full_name": client.repo, "default_branch": branch}
         paths.repository_json.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(paths.repository_json, doc, mode=SHARED_FILE_MODE)  # served like the release JSON
+        write_record(paths.repository_json, doc, mode=SHARED_FILE_MODE)  # served like the release JSON
     return branch
 
 
@@ -157,7 +157,7 @@ def publish_latest(paths: MirrorPaths) -> str | None:
     doc = read_json(paths.tag_json(tag))
     if doc is None:
         return None
-    atomic_write_json(paths.latest_json, latest_relative(doc), mode=SHARED_FILE_MODE)
+    write_record(paths.latest_json, latest_relative(doc), mode=SHARED_FILE_MODE)
     _publish_listing(paths, tags_dir)
     return tag
 
@@ -167,4 +167,4 @@ def _publish_listing(paths: MirrorPaths, tags_dir: Path) -> None:
     docs = [doc for entry in sorted(tags_dir.iterdir()) if entry.is_file() and (doc := read_json(entry)) is not None]
     docs.sort(key=lambda doc: any_build_number(str(doc.get("tag_name"))) or 0, reverse=True)
     listing = [listing_relative(doc) for doc in docs]
-    atomic_write_json(paths.listing_json, listing, mode=SHARED_FILE_MODE)
+    write_record(paths.listing_json, listing, mode=SHARED_FILE_MODE)

@@ -28,13 +28,13 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from llama_runtime.runtime.errors import RemoteError, UserInputError
+from llama_runtime.runtime.record import read_record
 from llama_runtime.updater.choice.assetnames import parse_asset_name
 from llama_runtime.updater.choice.tags import parse_tag, validate_tag
 from llama_runtime.updater.sources.build_manifest import BUILD_METADATA_ASSETS
@@ -229,7 +229,7 @@ def latest_relative(release_doc: dict[str, Any]) -> dict[str, Any]:
 def read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object the mirror wrote, or None when it is missing or not one."""
     try:
-        payload = json.loads(path.read_bytes())
+        payload = read_record(path)
     except (OSError, ValueError):
         return None
     return payload if isinstance(payload, dict) else None
