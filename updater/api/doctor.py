@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from llama_runtime.runtime.binary import server_override
 from llama_runtime.runtime.errors import BusyError, CorruptStateError, LlamaRuntimeError, VerificationError
@@ -24,6 +25,7 @@ from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import ForeignMarkerError, install_order
 from llama_runtime.runtime.runner import ProcessRunner, run_process
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.choice.tags import compare_tags, parse_tag
 from llama_runtime.updater.install.installed import verify_files
 from llama_runtime.updater.install.recovery import clean_leftovers, find_leftovers
@@ -96,9 +98,14 @@ class DoctorReport:
         return out
 
 
-def check_runtime(runtime: InstalledRuntime, runner: ProcessRunner, env: Mapping[str, str] | None = None) -> list[str]:
-    """Everything wrong with an installed runtime (empty when healthy)."""
-    problems = verify_files(runtime)
+def check_runtime(
+    runtime: InstalledRuntime,
+    runner: ProcessRunner,
+    env: Mapping[str, str] | None = None,
+    digest: Callable[[Path], str] | None = None,
+) -> list[str]:
+    """Everything wrong with an installed runtime (empty when healthy); ``digest`` as :func:`verify_files` takes it."""
+    problems = verify_files(runtime, digest)
     if not problems:
         try:
             probe_binary(
@@ -154,22 +161,20 @@ def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Po
     the rollback target (``previous``) so nothing newer is forgotten.
     """
     with UpdateLock(home.lock_path).hold("doctor --repair"):
-        try:
-            now = home.read_pointer()
-        except CorruptStateError:
-            now = Pointer()
-        if now != pointer:
+        snapshot = HomeSnapshot.read(home)  # a damaged pointer reads as empty
+        if snapshot.pointer != pointer:
             report.advice.append("The runtime changed while doctor ran (an update?); run `llama-runtime doctor` again.")
             return
-        candidates = [r for r in home.installed() if r.name != pointer.active]
+        # Only runtimes with a valid marker are candidates; a damaged one is never pointed at.
+        candidates = [r for r in snapshot.runtimes if r.name != pointer.active]
         preferred = [r for r in candidates if r.name == pointer.previous] + sorted(
             (r for r in candidates if r.name != pointer.previous),
             key=lambda r: install_order(r.marker),
             reverse=True,
         )
-        damaged = _loadable(home, pointer.active)
+        damaged = snapshot.find(pointer.active)
         for runtime in preferred:
-            if check_runtime(runtime, runner):
+            if check_runtime(runtime, runner, digest=snapshot.sha256):
                 continue
             was_active = pointer.active
             going_back = was_active is not None and _is_older(runtime, damaged)
@@ -187,15 +192,6 @@ def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Po
                 )
             return
     report.advice.append("No installed runtime passes verification; run `llama-runtime update` to install one.")
-
-
-def _loadable(home: Home, name: str | None) -> InstalledRuntime | None:
-    if name is None:
-        return None
-    try:
-        return home.load(name)
-    except CorruptStateError:
-        return None
 
 
 def run_doctor(

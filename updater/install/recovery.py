@@ -52,6 +52,7 @@ __all__ = [
     "download_name",
     "find_leftovers",
     "is_disk_full",
+    "is_own_runtime_name",
     "is_own_staging_name",
     "unpacking_path",
 ]
@@ -236,6 +237,11 @@ def _entries(directory: Path) -> list[Path]:
 def is_own_staging_name(name: str) -> bool:
     """Whether ``name`` in ``staging/`` is one the tool makes (nothing else is ever deleted there)."""
     return _OWN_STAGING_NAME.match(name) is not None
+
+
+def is_own_runtime_name(name: str) -> bool:
+    """Whether ``name`` in ``runtimes/`` is one the tool makes (``Home.new_runtime_name``)."""
+    return _OWN_RUNTIME_NAME.match(name) is not None
 
 
 def _is_temp_name(name: str) -> bool:
