@@ -10,8 +10,13 @@ counts by wrapping the functions that do the reading (a measurement, not a test)
 * file hashes: :func:`runtime.fsutil.sha256_file`, wherever it was imported; "max per
   binary" is the most times one installed runtime's ``llama-server`` was hashed.
 
-Two updates per N: ``install`` (a newer release is published: download, verify,
-activate) and ``up to date`` (the same update again: the "nothing to do" path).
+"(locked)" columns count only what happened while the update lock was held
+(:meth:`runtime.lock.UpdateLock.hold`): the CLI reads the pointer and the active marker
+once or twice before it takes the lock (settings, "is anything active?").
+
+Three updates per N: ``install`` (a newer release is published: download, verify,
+activate), ``up to date`` (the same update again: the "nothing to do" path) and
+``switch`` (``--tag b7000``, installed but no longer active: verified again and switched to).
 
 Usage: python scripts/count_home_reads.py [--n 1 5]
 """
@@ -32,12 +37,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests package (FakeGitHub, archives)
 
-from tests.conftest import CPU_TAR, REPO, stand_in_tarball  # noqa: E402
-from tests.fakegithub import FakeGitHub  # noqa: E402
+from llama_runtime.runtime import fsutil, marker
+from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.updater.cli.main import main
 
-from llama_runtime.runtime import fsutil, marker  # noqa: E402
-from llama_runtime.runtime.layout import Home  # noqa: E402
-from llama_runtime.updater.cli.main import main  # noqa: E402
+from tests.conftest import CPU_TAR, REPO, stand_in_tarball
+from tests.fakegithub import FakeGitHub
 
 
 class Counts:
@@ -48,18 +54,26 @@ class Counts:
         self.pointer = 0
         self.scans = 0
         self.markers = 0
+        self.locked = False
+        self.pointer_locked = 0
+        self.scans_locked = 0
+        self.markers_locked = 0
         self.hashes: Counter[str] = Counter()
 
     def scanned(self, path: object) -> None:
         if isinstance(path, (str, os.PathLike)) and os.fspath(path) == self.runtimes_dir:
             self.scans += 1
+            self.scans_locked += self.locked
 
     def row(self) -> dict[str, int]:
         binaries = [n for p, n in self.hashes.items() if "/runtimes/" in p and p.endswith("llama-server")]
         return {
             "pointer reads": self.pointer,
+            "(locked)": self.pointer_locked,
             "home scans": self.scans,
+            "(locked) ": self.scans_locked,
             "marker parses": self.markers,
+            " (locked)": self.markers_locked,
             "file hashes": sum(self.hashes.values()),
             "max hashes of one binary": max(binaries, default=0),
         }
@@ -74,22 +88,35 @@ def counting(counts: Counts) -> Iterator[None]:
         saved.append((owner, name, getattr(owner, name)))
         setattr(owner, name, wrapper)
 
-    read_pointer, parse, sha, scandir, listdir, iterdir = (
+    read_pointer, parse, sha, scandir, listdir, iterdir, hold = (
         Home.read_pointer,
         marker.parse_marker,
         fsutil.sha256_file,
         os.scandir,
         os.listdir,
         Path.iterdir,
+        UpdateLock.hold,
     )
 
     def counted_pointer(self: Home) -> Any:
         counts.pointer += 1
+        counts.pointer_locked += counts.locked
         return read_pointer(self)
 
     def counted_parse(payload: object, path: Path) -> Any:
         counts.markers += 1
+        counts.markers_locked += counts.locked
         return parse(payload, path)
+
+    @contextlib.contextmanager
+    def counted_hold(self: UpdateLock, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        outer = counts.locked
+        with hold(self, *args, **kwargs) as held:
+            counts.locked = self.lock_path.name == "update.lock" or outer
+            try:
+                yield held
+            finally:
+                counts.locked = outer
 
     def counted_sha(path: Path) -> str:
         counts.hashes[str(path)] += 1
@@ -115,6 +142,7 @@ def counting(counts: Counts) -> Iterator[None]:
     patch(os, "scandir", counted_scandir)
     patch(os, "listdir", counted_listdir)
     patch(Path, "iterdir", counted_iterdir)
+    patch(UpdateLock, "hold", counted_hold)
     try:
         yield
     finally:
@@ -147,10 +175,11 @@ def measure(n: int) -> dict[str, dict[str, int]]:
             publish(github, work, f"b{number}")
             cli(home, github.api_url, "update", "--tag", f"b{number}", "--backend", "cpu")
         publish(github, work, f"b{7000 + n}")
-        for label in ("install", "up to date"):
+        pinned = ("--tag", "b7000")  # installed, not active: a switch to the copy on disk
+        for label, tag in (("install", ()), ("up to date", ()), ("switch", pinned)):
             counts = Counts(Home(home).runtimes_dir)
             with counting(counts):
-                result = cli(home, github.api_url, "update", "--backend", "cpu")
+                result = cli(home, github.api_url, "update", *tag, "--backend", "cpu")
             rows[f"N={n} {label} ({result.get('result')})"] = counts.row()
     return rows
 

@@ -20,6 +20,7 @@ from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker, install_order
 from llama_runtime.runtime.runner import ProcessRunner
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.install.recovery import damage
 from llama_runtime.updater.install.verify import Expected, probe_binary, read_back_marker
 
@@ -56,11 +57,18 @@ def _newest_first(runtimes: Iterable[InstalledRuntime]) -> list[InstalledRuntime
 
 
 def find_build(
-    runtimes: Iterable[InstalledRuntime], key: BuildKey, *, exclude: str | None = None
+    runtimes: Iterable[InstalledRuntime],
+    key: BuildKey,
+    *,
+    exclude: str | None = None,
+    snapshot: HomeSnapshot | None = None,
 ) -> InstalledRuntime | None:
-    """The newest intact runtime of build ``key`` other than ``exclude`` (a runtime name)."""
+    """The newest intact runtime of build ``key`` other than ``exclude`` (a runtime name).
+
+    ``snapshot``, the locked operation's look at the home, checks each runtime once.
+    """
     for runtime in _newest_first(runtimes):
-        if runtime.name != exclude and build_key(runtime.marker) == key and not damage(runtime):
+        if runtime.name != exclude and build_key(runtime.marker) == key and not damage(runtime, snapshot=snapshot):
             return runtime
     return None
 
