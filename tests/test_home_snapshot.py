@@ -219,3 +219,16 @@ def test_doctor_repair_never_points_at_a_runtime_with_a_damaged_marker(
     assert code == 0 and report["repaired"] is not None, report
     assert pointer(home)["active"] == three["b7000"]
     assert_runs(server_of(home, three["b7000"]))
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_doctor_names_a_damaged_runtime_nothing_uses_and_stays_healthy(
+    capsys: pytest.CaptureFixture[str], home: Path, three: dict[str, str], kind: str
+) -> None:
+    damage_marker(home, three["b7000"], kind)
+    guard = HomeGuard(None, home)
+    code, report = run_json(capsys, home, None, "doctor")
+    assert code == 0 and report["healthy"] is True, report
+    named = [a for a in report["advice"] if three["b7000"] in a and "damaged runtime" in a]
+    assert len(named) == 1 and REASONS[kind] in named[0] and "gc" in named[0], report
+    guard.assert_intact("b7002", capsys=capsys)

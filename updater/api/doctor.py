@@ -219,19 +219,30 @@ def run_doctor(
     report = DoctorReport(host=host)
     _check_override(report)
     _check_leftovers(home, report, repair)
-    try:
-        pointer = home.read_pointer()
-    except CorruptStateError as exc:
-        report.add("pointer", False, exc.message)
+    # One look at the home for the diagnosis; a repair looks again under the lock.
+    snapshot = HomeSnapshot.read(home)
+    pointer = snapshot.pointer
+    if snapshot.pointer_error is not None:
+        report.add("pointer", False, snapshot.pointer_error.message)
         _repair_or_advise(home, report, runner, Pointer(), repair, "Run `llama-runtime doctor --repair`.")
-        return report
-    if pointer.active is None:
-        _check_no_active(home, report, runner, pointer, repair)
-        return report
-    active = _load_active(home, report, runner, pointer, pointer.active, repair)
-    if active is not None:
+    elif pointer.active is None:
+        _check_no_active(snapshot, report, runner, repair)
+    elif (active := _load_active(snapshot, report, runner, pointer.active, repair)) is not None:
         _check_active(home, report, runner, pointer, active, repair=repair, reinstall=reinstall)
+    _advise_damaged(snapshot, report)
     return report
+
+
+def _advise_damaged(snapshot: HomeSnapshot, report: DoctorReport) -> None:
+    """Name the damaged runtime directories the pointer does not name (those are reported above)."""
+    unnamed = [
+        d for d in snapshot.damaged.values() if d.name not in {snapshot.pointer.active, snapshot.pointer.previous}
+    ]
+    if unnamed:
+        shown = "; ".join(f"{d.name}: {d.reason}" for d in unnamed[:3])
+        report.advice.append(
+            f"{len(unnamed)} damaged runtime directories are never used ({shown}); `llama-runtime gc` removes them."
+        )
 
 
 def _repair_or_advise(
@@ -257,9 +268,9 @@ def _check_override(report: DoctorReport) -> None:
     report.advice.append("Unset LLAMA_SERVER_PATH to let apps use the managed runtime.")
 
 
-def _check_no_active(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer, repair: bool) -> None:
+def _check_no_active(snapshot: HomeSnapshot, report: DoctorReport, runner: ProcessRunner, repair: bool) -> None:
     """The pointer names nothing: fine on a new home, damage when runtimes are installed."""
-    orphans = home.installed()
+    home, pointer, orphans = snapshot.home, snapshot.pointer, snapshot.runtimes
     if not orphans:
         report.add("pointer", True, "no runtime is active yet")
         report.advice.append("Run `llama-runtime update` to install llama.cpp.")
@@ -271,11 +282,12 @@ def _check_no_active(home: Home, report: DoctorReport, runner: ProcessRunner, po
 
 
 def _load_active(
-    home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer, name: str, repair: bool
+    snapshot: HomeSnapshot, report: DoctorReport, runner: ProcessRunner, name: str, repair: bool
 ) -> InstalledRuntime | None:
     """The runtime the pointer names, or ``None`` once its unreadable marker is reported (and repaired)."""
+    home, pointer = snapshot.home, snapshot.pointer
     try:
-        return home.load(name)
+        return snapshot.load(name)
     except ForeignMarkerError as exc:
         # Not damage: a newer llama-runtime wrote it. Moving away would drop it.
         report.add("active runtime", False, exc.message)
