@@ -18,6 +18,7 @@ Invariant: a file the marker records is never exempt. A truncated or rewritten
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final, Literal
 
@@ -30,7 +31,14 @@ Level = Literal["stat", "size", "sha256"]
 LEVELS: Final[tuple[Level, ...]] = ("stat", "size", "sha256")
 
 
-def file_problems(root: Path, marker: InstallMarker, level: Level = "size", *, hash_binary: bool = False) -> list[str]:
+def file_problems(
+    root: Path,
+    marker: InstallMarker,
+    level: Level = "size",
+    *,
+    hash_binary: bool = False,
+    digest: Callable[[Path], str] | None = None,
+) -> list[str]:
     """What differs between the runtime directory ``root`` and ``marker`` (empty: intact).
 
     Args:
@@ -38,11 +46,13 @@ def file_problems(root: Path, marker: InstallMarker, level: Level = "size", *, h
         marker: Its (validated) install marker.
         level: How deep to look (see the module docstring).
         hash_binary: Also compare the binary's sha256 when ``level`` is below ``sha256``.
+        digest: Computes a file's sha256 (``runtime.snapshot`` passes one that hashes each file once).
 
     Returns:
         One sentence fragment per problem (``"bin/llama-server has 0 bytes, expected 6712"``).
     """
     depth = LEVELS.index(level)
+    hasher = digest or sha256_file
     problems: list[str] = []
     if not (root / marker.binary).is_file():
         problems.append(f"{marker.binary} is missing")
@@ -58,7 +68,7 @@ def file_problems(root: Path, marker: InstallMarker, level: Level = "size", *, h
             size = path.stat().st_size
             if size != record.size:
                 problems.append(f"{rel} has {size} bytes, expected {record.size}")
-            elif (depth >= 2 or (hash_binary and rel == marker.binary)) and sha256_file(path) != record.sha256:
+            elif (depth >= 2 or (hash_binary and rel == marker.binary)) and hasher(path) != record.sha256:
                 problems.append(f"{rel} does not match its recorded sha256")
         except OSError as exc:
             problems.append(f"{rel} cannot be read ({exc.strerror or exc})")

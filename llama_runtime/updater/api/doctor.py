@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from llama_runtime.runtime.binary import server_override
 from llama_runtime.runtime.errors import BusyError, CorruptStateError, LlamaRuntimeError, VerificationError
@@ -24,6 +25,7 @@ from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import ForeignMarkerError, install_order
 from llama_runtime.runtime.runner import ProcessRunner, run_process
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.choice.tags import compare_tags, parse_tag
 from llama_runtime.updater.install.installed import verify_files
 from llama_runtime.updater.install.recovery import clean_leftovers, find_leftovers
@@ -96,9 +98,14 @@ class DoctorReport:
         return out
 
 
-def check_runtime(runtime: InstalledRuntime, runner: ProcessRunner, env: Mapping[str, str] | None = None) -> list[str]:
-    """Everything wrong with an installed runtime (empty when healthy)."""
-    problems = verify_files(runtime)
+def check_runtime(
+    runtime: InstalledRuntime,
+    runner: ProcessRunner,
+    env: Mapping[str, str] | None = None,
+    digest: Callable[[Path], str] | None = None,
+) -> list[str]:
+    """Everything wrong with an installed runtime (empty when healthy); ``digest`` as :func:`verify_files` takes it."""
+    problems = verify_files(runtime, digest)
     if not problems:
         try:
             probe_binary(
@@ -154,22 +161,20 @@ def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Po
     the rollback target (``previous``) so nothing newer is forgotten.
     """
     with UpdateLock(home.lock_path).hold("doctor --repair"):
-        try:
-            now = home.read_pointer()
-        except CorruptStateError:
-            now = Pointer()
-        if now != pointer:
+        snapshot = HomeSnapshot.read(home)  # a damaged pointer reads as empty
+        if snapshot.pointer != pointer:
             report.advice.append("The runtime changed while doctor ran (an update?); run `llama-runtime doctor` again.")
             return
-        candidates = [r for r in home.installed() if r.name != pointer.active]
+        # Only runtimes with a valid marker are candidates; a damaged one is never pointed at.
+        candidates = [r for r in snapshot.runtimes if r.name != pointer.active]
         preferred = [r for r in candidates if r.name == pointer.previous] + sorted(
             (r for r in candidates if r.name != pointer.previous),
             key=lambda r: install_order(r.marker),
             reverse=True,
         )
-        damaged = _loadable(home, pointer.active)
+        damaged = snapshot.find(pointer.active)
         for runtime in preferred:
-            if check_runtime(runtime, runner):
+            if check_runtime(runtime, runner, digest=snapshot.sha256):
                 continue
             was_active = pointer.active
             going_back = was_active is not None and _is_older(runtime, damaged)
@@ -187,15 +192,6 @@ def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Po
                 )
             return
     report.advice.append("No installed runtime passes verification; run `llama-runtime update` to install one.")
-
-
-def _loadable(home: Home, name: str | None) -> InstalledRuntime | None:
-    if name is None:
-        return None
-    try:
-        return home.load(name)
-    except CorruptStateError:
-        return None
 
 
 def run_doctor(
@@ -223,19 +219,30 @@ def run_doctor(
     report = DoctorReport(host=host)
     _check_override(report)
     _check_leftovers(home, report, repair)
-    try:
-        pointer = home.read_pointer()
-    except CorruptStateError as exc:
-        report.add("pointer", False, exc.message)
+    # One look at the home for the diagnosis; a repair looks again under the lock.
+    snapshot = HomeSnapshot.read(home)
+    pointer = snapshot.pointer
+    if snapshot.pointer_error is not None:
+        report.add("pointer", False, snapshot.pointer_error.message)
         _repair_or_advise(home, report, runner, Pointer(), repair, "Run `llama-runtime doctor --repair`.")
-        return report
-    if pointer.active is None:
-        _check_no_active(home, report, runner, pointer, repair)
-        return report
-    active = _load_active(home, report, runner, pointer, pointer.active, repair)
-    if active is not None:
+    elif pointer.active is None:
+        _check_no_active(snapshot, report, runner, repair)
+    elif (active := _load_active(snapshot, report, runner, pointer.active, repair)) is not None:
         _check_active(home, report, runner, pointer, active, repair=repair, reinstall=reinstall)
+    _advise_damaged(snapshot, report)
     return report
+
+
+def _advise_damaged(snapshot: HomeSnapshot, report: DoctorReport) -> None:
+    """Name the damaged runtime directories the pointer does not name (those are reported above)."""
+    unnamed = [
+        d for d in snapshot.damaged.values() if d.name not in {snapshot.pointer.active, snapshot.pointer.previous}
+    ]
+    if unnamed:
+        shown = "; ".join(f"{d.name}: {d.reason}" for d in unnamed[:3])
+        report.advice.append(
+            f"{len(unnamed)} damaged runtime directories are never used ({shown}); `llama-runtime gc` removes them."
+        )
 
 
 def _repair_or_advise(
@@ -261,9 +268,9 @@ def _check_override(report: DoctorReport) -> None:
     report.advice.append("Unset LLAMA_SERVER_PATH to let apps use the managed runtime.")
 
 
-def _check_no_active(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer, repair: bool) -> None:
+def _check_no_active(snapshot: HomeSnapshot, report: DoctorReport, runner: ProcessRunner, repair: bool) -> None:
     """The pointer names nothing: fine on a new home, damage when runtimes are installed."""
-    orphans = home.installed()
+    home, pointer, orphans = snapshot.home, snapshot.pointer, snapshot.runtimes
     if not orphans:
         report.add("pointer", True, "no runtime is active yet")
         report.advice.append("Run `llama-runtime update` to install llama.cpp.")
@@ -275,11 +282,12 @@ def _check_no_active(home: Home, report: DoctorReport, runner: ProcessRunner, po
 
 
 def _load_active(
-    home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer, name: str, repair: bool
+    snapshot: HomeSnapshot, report: DoctorReport, runner: ProcessRunner, name: str, repair: bool
 ) -> InstalledRuntime | None:
     """The runtime the pointer names, or ``None`` once its unreadable marker is reported (and repaired)."""
+    home, pointer = snapshot.home, snapshot.pointer
     try:
-        return home.load(name)
+        return snapshot.load(name)
     except ForeignMarkerError as exc:
         # Not damage: a newer llama-runtime wrote it. Moving away would drop it.
         report.add("active runtime", False, exc.message)

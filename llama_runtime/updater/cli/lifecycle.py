@@ -137,14 +137,16 @@ def cmd_which(args: argparse.Namespace, out: Output) -> int:
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     """``list [--available]``: installed runtimes, and what the remote offers this host."""
     from llama_runtime.runtime.fsutil import tree_size
+    from llama_runtime.runtime.snapshot import HomeSnapshot
     from llama_runtime.updater.cli.context import home_for, settings_from_args
 
     if args.limit < 1:
         raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
     settings = settings_from_args(args)
-    home = home_for(settings)
-    pointer = home.read_pointer()
-    installed = home.installed()
+    snapshot = HomeSnapshot.read(home_for(settings))
+    if snapshot.pointer_error is not None:
+        raise snapshot.pointer_error
+    pointer, installed = snapshot.pointer, list(snapshot.runtimes)
     items = []
     lines = []
     for runtime in installed:
@@ -156,7 +158,13 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
         lines.append(_installed_line(runtime, entry))
     if not lines:
         lines = ["No runtimes installed. Run `llama-runtime update`."]
-    payload: dict[str, Any] = {"installed": items}
+    # Never chosen, listed with why: `gc` removes them, `doctor --repair` points away from them.
+    damaged = [
+        {"name": d.name, "path": str(d.path), "code": d.error.code, "reason": d.reason}
+        for d in snapshot.damaged.values()
+    ]
+    lines += [f"damaged: {d['name']}: {d['reason']}" for d in damaged]
+    payload: dict[str, Any] = {"installed": items, "damaged": damaged}
     if args.available:
         available = _available(args, settings, installed, pointer.active)
         payload["available"] = [a.to_json() for a in available]

@@ -23,10 +23,10 @@ from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import InstallMarker
 from llama_runtime.runtime.process import SERVER_LOCK_TIMEOUT_SECONDS, ServerControl
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.gate import GatePolicy, InferenceGate
 from llama_runtime.updater.install.outcome import UpdateOutcome
-from llama_runtime.updater.install.recovery import damage
 from llama_runtime.updater.install.swap import ServerSwitch, SwitchReport, switch_with_server
 from llama_runtime.updater.logs import get_logger
 
@@ -67,20 +67,25 @@ class Activation:
         marker: InstallMarker,
         active: InstalledRuntime | None,
         warnings: list[str],
+        *,
+        snapshot: HomeSnapshot | None = None,
     ) -> UpdateOutcome:
         """Move the verified ``staging`` tree into runtimes/ and make it active.
+
+        ``snapshot`` is the caller's one look at the home under the lock (default: read now).
 
         Raises:
             SwitchError: A running server could not be switched; the pointer is unchanged.
         """
-        old_pointer = self._pointer_or_empty()
+        snapshot = snapshot or HomeSnapshot.read(self.home)
+        old_pointer = snapshot.pointer  # a damaged pointer reads as empty: this activation repairs it
         name = self.home.new_runtime_name(marker.repo, marker.tag, marker.backend)
         final = self.home.runtime_path(name)
         os.replace(staging, final)
         fsync_directory(self.home.runtimes_dir)
         installed = InstalledRuntime(name=name, path=final, marker=marker)
         # Over a damaged active runtime, the intact previous one stays the rollback target.
-        previous = active.name if active else self.intact(old_pointer.previous)
+        previous = active.name if active else snapshot.intact(old_pointer.previous)
         new_pointer = Pointer(active=name, previous=previous)
         try:
             report = self.switch(installed, active, old_pointer, new_pointer)
@@ -96,34 +101,46 @@ class Activation:
         return UpdateOutcome("installed", installed, active, (*warnings, *report.warnings), server=report)
 
     def activate_installed(
-        self, target: InstalledRuntime, active: InstalledRuntime | None, warnings: list[str]
+        self,
+        target: InstalledRuntime,
+        active: InstalledRuntime | None,
+        warnings: list[str],
+        *,
+        snapshot: HomeSnapshot | None = None,
     ) -> UpdateOutcome:
         """Make the installed (and verified) ``target`` active; ``active`` becomes the rollback target.
+
+        ``snapshot`` is the caller's one look at the home under the lock (default: read now).
 
         Raises:
             SwitchError: A running server could not be switched; nothing changed.
         """
-        old_pointer = self._pointer_or_empty()
-        previous = active.name if active else self.intact(old_pointer.previous)
+        snapshot = snapshot or HomeSnapshot.read(self.home)
+        old_pointer = snapshot.pointer  # a damaged pointer reads as empty: this activation repairs it
+        previous = active.name if active else snapshot.intact(old_pointer.previous)
         if previous == target.name:  # nothing was active: the target stops being the rollback target
             previous = None
         report = self.switch(target, active, old_pointer, Pointer(active=target.name, previous=previous))
         log.info("switched", tag=target.marker.tag, backend=target.marker.backend, runtime=target.name)
         return UpdateOutcome("switched", target, active, (*warnings, *report.warnings), server=report)
 
-    def rollback(self) -> tuple[InstalledRuntime, InstalledRuntime | None, SwitchReport]:
+    def rollback(self, snapshot: HomeSnapshot) -> tuple[InstalledRuntime, InstalledRuntime | None, SwitchReport]:
         """Re-activate the previous runtime; the current one becomes previous.
+
+        ``snapshot`` is the caller's one look at the home under the lock.
 
         Raises:
             UserInputError: There is no previous runtime to go back to.
-            CorruptStateError: The previous runtime is damaged; nothing changed.
+            CorruptStateError: The pointer or the previous runtime is damaged; nothing changed.
             SwitchError, VerificationError: The server could not be switched; nothing changed.
         """
-        pointer = self.home.read_pointer()
+        if snapshot.pointer_error is not None:
+            raise snapshot.pointer_error
+        pointer = snapshot.pointer
         if not pointer.previous:
             raise UserInputError("There is no previous runtime to roll back to.")
-        target = self.home.load(pointer.previous)
-        problems = damage(target)
+        target = snapshot.load(pointer.previous)
+        problems = snapshot.problems(target)
         if problems:
             raise CorruptStateError(
                 f"The previous runtime {target.marker.tag} ({target.marker.backend}) is damaged "
@@ -131,10 +148,7 @@ class Activation:
                 hint="Install the release again with `llama-runtime update --tag "
                 f"{target.marker.tag} --backend {target.marker.backend}`.",
             )
-        try:
-            current = self.home.load(pointer.active) if pointer.active else None
-        except CorruptStateError:
-            current = None
+        current = snapshot.find(pointer.active)
         report = self.switch(target, current, pointer, Pointer(active=target.name, previous=pointer.active))
         return target, current, report
 
@@ -159,22 +173,6 @@ class Activation:
         # so a download never blocks them, and a start never races the flip.
         with UpdateLock(self.home.switch_lock_path).hold("switch", timeout=SERVER_LOCK_TIMEOUT_SECONDS):
             return switch_with_server(switch, new, current, flip, unflip)
-
-    def intact(self, name: str | None) -> str | None:
-        """``name`` when it is a complete runtime, else ``None``."""
-        if not name:
-            return None
-        try:
-            return name if not damage(self.home.load(name)) else None
-        except CorruptStateError:
-            return None
-
-    def _pointer_or_empty(self) -> Pointer:
-        """The pointer; a damaged one reads as empty, since it is what this activation repairs."""
-        try:
-            return self.home.read_pointer()
-        except CorruptStateError:
-            return Pointer()
 
     def _pointer_names(self, name: str) -> bool:
         """Whether the pointer names ``name``; an unreadable pointer names nothing we wrote."""

@@ -12,6 +12,11 @@ waiting: while an update runs, its staging and downloads are live, so gc
 reports busy instead. Without a valid pointer gc cannot tell the active
 runtime apart and refuses to remove any runtime.
 
+A directory of ``runtimes/`` whose marker is missing, unreadable or foreign is
+damaged (``runtime.snapshot``): gc removes it like an old runtime, unless the
+pointer names it, a running process uses it, or its name is not one the tool
+makes (then it is not ours to delete).
+
 The asset cache (``cache/assets``, keyed by sha256) is trimmed with the
 runtimes: an entry stays while a runtime that remains installed records its
 digest (repair and a reinstall can use it), and goes with the last such
@@ -38,10 +43,11 @@ from llama_runtime.runtime.fsutil import remove_tree, tree_size
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import install_order
+from llama_runtime.runtime.snapshot import DamagedRuntime, HomeSnapshot
 from llama_runtime.updater.install.cache import AssetCache, digests_in_use
 from llama_runtime.updater.install.checkpoints import checkpoint
 from llama_runtime.updater.install.installed import build_key
-from llama_runtime.updater.install.recovery import is_own_staging_name
+from llama_runtime.updater.install.recovery import is_own_runtime_name, is_own_staging_name
 
 __all__ = [
     "DEFAULT_KEEP",
@@ -228,16 +234,18 @@ def _in_use(home: Home, runtimes: list[InstalledRuntime], scan: ProcessScan | No
     return None if scanned is None else named | scanned
 
 
-def _checked_pointer(home: Home, runtimes: list[InstalledRuntime]) -> Pointer:
+def _checked_pointer(snapshot: HomeSnapshot, runtimes: list[InstalledRuntime]) -> Pointer:
     """The pointer, which must name an installed runtime whenever one is installed.
 
     Raises:
-        CorruptStateError: Runtimes are installed but the pointer is missing or
-            names none of them: every runtime would look unprotected.
+        CorruptStateError: The pointer is damaged, or runtimes are installed but
+            it is missing or names none of them: every runtime would look unprotected.
     """
     from llama_runtime.runtime.errors import CorruptStateError
 
-    pointer = home.read_pointer()
+    if snapshot.pointer_error is not None:
+        raise snapshot.pointer_error
+    home, pointer = snapshot.home, snapshot.pointer
     if runtimes and pointer.active not in {r.name for r in runtimes}:
         what = "is missing" if not home.pointer_path.exists() else "names no installed runtime"
         raise CorruptStateError(
@@ -286,9 +294,10 @@ def collect_garbage(
     # --dry-run only reads: it also serves a read-only home (see UpdateLock.hold_for_reading).
     hold = lock.hold_for_reading("gc --dry-run") if dry_run else lock.hold("gc", timeout=NO_WAIT)
     with hold:
-        runtimes = home.installed()
+        snapshot = HomeSnapshot.read(home)
+        runtimes = list(snapshot.runtimes)
         if not cache_only:
-            runtimes = _collect_runtimes(home, runtimes, keep, scan_processes, report)
+            runtimes = _collect_runtimes(snapshot, keep, scan_processes, report)
             for name in stale_staging(_names(home.staging_dir), pid_alive):
                 path = home.staging_dir / name
                 _remove(home, GcItem("staging", path, _size(path)), report)
@@ -303,12 +312,13 @@ def collect_garbage(
 
 
 def _collect_runtimes(
-    home: Home, runtimes: list[InstalledRuntime], keep: int, scan_processes: ProcessScan | None, report: GcReport
+    snapshot: HomeSnapshot, keep: int, scan_processes: ProcessScan | None, report: GcReport
 ) -> list[InstalledRuntime]:
-    """Remove the runtimes gc may remove; returns those that stay."""
+    """Remove the runtimes gc may remove, damaged ones included; returns the installed ones that stay."""
     from llama_runtime.runtime.errors import UserInputError
 
-    pointer = _checked_pointer(home, runtimes)
+    home, runtimes = snapshot.home, list(snapshot.runtimes)
+    pointer = _checked_pointer(snapshot, runtimes)
     in_use = _in_use(home, runtimes, scan_processes)
     if in_use is None:
         if keep == 0:
@@ -319,11 +329,29 @@ def _collect_runtimes(
             )
         in_use = set()
     doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, keep)
+    for damaged in snapshot.damaged.values():
+        _collect_damaged(home, damaged, pointer, in_use, report)
     for runtime in doomed:
         _remove(home, GcItem("runtime", runtime.path, tree_size(runtime.path), runtime.marker.tag), report)
     # A runtime that could not be removed still uses its cached assets.
     gone = {item.path for item in report.removed if item.kind == "runtime"}
     return [r for r in runtimes if r.path not in gone]
+
+
+def _collect_damaged(home: Home, damaged: DamagedRuntime, pointer: Pointer, in_use: set[str], report: GcReport) -> None:
+    """Remove a damaged runtime directory unless something names or uses it (then say why it stays)."""
+    if damaged.name == pointer.active:
+        why = "active"
+    elif damaged.name == pointer.previous:
+        why = "previous (the rollback target)"
+    elif damaged.name in in_use:
+        why = "used by a running llama-server"
+    elif not is_own_runtime_name(damaged.name):
+        why = "not a name llama-runtime makes"
+    else:
+        _remove(home, GcItem("runtime", damaged.path, tree_size(damaged.path)), report)
+        return
+    report.kept[damaged.name] = f"damaged ({damaged.reason}) but {why}"
 
 
 def _is_own_download(name: str) -> bool:
@@ -372,9 +400,10 @@ def remove_runtime(home: Home, name: str, *, scan_processes: ProcessScan | None 
 
     home.ensure()
     with UpdateLock(home.lock_path).hold("remove", timeout=NO_WAIT):
-        target = home.load(name)
-        runtimes = home.installed()
-        pointer = _checked_pointer(home, runtimes)
+        snapshot = HomeSnapshot.read(home)
+        target = snapshot.load(name)
+        runtimes = list(snapshot.runtimes)
+        pointer = _checked_pointer(snapshot, runtimes)
         tag = f"{target.marker.tag} ({target.marker.backend})"
         if name == pointer.active:
             raise UserInputError(

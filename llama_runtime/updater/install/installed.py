@@ -12,13 +12,15 @@ from disk, and the binary run with ``--version`` and ``--list-devices``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 
 from llama_runtime.runtime.errors import UserInputError, VerificationError
 from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker, install_order
 from llama_runtime.runtime.runner import ProcessRunner
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.install.recovery import damage
 from llama_runtime.updater.install.verify import Expected, probe_binary, read_back_marker
 
@@ -55,11 +57,18 @@ def _newest_first(runtimes: Iterable[InstalledRuntime]) -> list[InstalledRuntime
 
 
 def find_build(
-    runtimes: Iterable[InstalledRuntime], key: BuildKey, *, exclude: str | None = None
+    runtimes: Iterable[InstalledRuntime],
+    key: BuildKey,
+    *,
+    exclude: str | None = None,
+    snapshot: HomeSnapshot | None = None,
 ) -> InstalledRuntime | None:
-    """The newest intact runtime of build ``key`` other than ``exclude`` (a runtime name)."""
+    """The newest intact runtime of build ``key`` other than ``exclude`` (a runtime name).
+
+    ``snapshot``, the locked operation's look at the home, checks each runtime once.
+    """
     for runtime in _newest_first(runtimes):
-        if runtime.name != exclude and build_key(runtime.marker) == key and not damage(runtime):
+        if runtime.name != exclude and build_key(runtime.marker) == key and not damage(runtime, snapshot=snapshot):
             return runtime
     return None
 
@@ -110,9 +119,12 @@ def select_installed(
     return next(iter(builds.values()))
 
 
-def verify_files(runtime: InstalledRuntime) -> list[str]:
-    """Recorded files that are missing or differ in size or sha256 (empty when all match)."""
-    return file_problems(runtime.path, runtime.marker, "sha256")
+def verify_files(runtime: InstalledRuntime, digest: Callable[[Path], str] | None = None) -> list[str]:
+    """Recorded files that are missing or differ in size or sha256 (empty when all match).
+
+    ``digest`` computes a file's sha256 (``HomeSnapshot.sha256``: each file hashed once per operation).
+    """
+    return file_problems(runtime.path, runtime.marker, "sha256", digest=digest)
 
 
 def verify_installed(
@@ -121,14 +133,17 @@ def verify_installed(
     host_has_device: bool,
     runner: ProcessRunner,
     env: Mapping[str, str] | None = None,
+    digest: Callable[[Path], str] | None = None,
 ) -> None:
     """Check an installed runtime as strictly as a fresh install before it becomes active.
+
+    ``digest`` computes a file's sha256 (see :func:`verify_files`).
 
     Raises:
         VerificationError: A file differs from the marker, the marker does not
             read back, or the binary does not run as a build of its backend.
     """
-    problems = verify_files(runtime)
+    problems = verify_files(runtime, digest)
     if problems:
         shown = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
         raise VerificationError(

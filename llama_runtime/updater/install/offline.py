@@ -39,6 +39,7 @@ from llama_runtime.runtime.errors import (
 from llama_runtime.runtime.fsutil import remove_tree_quietly
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
 from llama_runtime.updater.install.bundle import read_bundle_marker, repack_bundle
@@ -220,7 +221,8 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
     home = installer.home
     home.ensure()
     with installer.lock.hold("install-file"):
-        active = _active(installer)
+        snapshot = HomeSnapshot.read(home)  # the one look at the home this install takes
+        active = _active(installer, snapshot)
         work = home.downloads_dir / f"install-file-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             size = archive.stat().st_size
@@ -238,25 +240,27 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
             else:
                 archives = [repack_bundle(copy.path, bundled, work / "bundle-files" / archive.name)]
             meta["provenance"] = file_provenance(installer.provenance, request, meta, bundled).to_marker()
-            if active is not None and damage(active, hash_binary=True):
+            if active is not None and damage(active, hash_binary=True, snapshot=snapshot):
                 active = None  # reinstalled from these bytes; a damaged runtime is no rollback target
             if is_same_install(active, meta):
                 assert active is not None
-                return UpdateOutcome("up_to_date", active, installer.previous())
-            there = _installed_copy(home, meta, active)
-            if there is not None and installer.reverify(there, silent):
-                return installer.activate_installed(there, active, silent, [], verified=True)
+                return UpdateOutcome("up_to_date", active, snapshot.previous())
+            there = _installed_copy(snapshot, meta, active)
+            if there is not None and installer.reverify(there, silent, snapshot):
+                return installer.activate_installed(there, active, silent, [], verified=True, snapshot=snapshot)
             return installer.pipeline.install_archives(
-                archives, meta, active=active, emit=silent, cancel=lambda: False, warnings=[]
+                archives, meta, active=active, emit=silent, cancel=lambda: False, warnings=[], snapshot=snapshot
             )
         finally:
             remove_tree_quietly(work)  # best effort: never hides the install's own outcome
 
 
-def _installed_copy(home: Home, meta: dict[str, object], active: InstalledRuntime | None) -> InstalledRuntime | None:
+def _installed_copy(
+    snapshot: HomeSnapshot, meta: dict[str, object], active: InstalledRuntime | None
+) -> InstalledRuntime | None:
     """An installed runtime built from these very bytes (switched to instead of a second copy)."""
     key = (str(meta["repo"]).lower(), str(meta["tag"]), str(meta["backend"]), str(meta["asset"]))
-    there = find_build(home.installed(), key, exclude=active.name if active else None)
+    there = find_build(snapshot.runtimes, key, exclude=active.name if active else None, snapshot=snapshot)
     return there if there is not None and there.marker.sha256 == meta["sha256"] else None
 
 
@@ -319,9 +323,9 @@ def _check_readable(archive: Path) -> None:
         raise UserInputError(f"Cannot read the archive {archive}: {exc.strerror or exc}.") from None
 
 
-def _active(installer: Installer) -> InstalledRuntime | None:
+def _active(installer: Installer, snapshot: HomeSnapshot) -> InstalledRuntime | None:
     try:
-        return installer.active()
+        return installer.active(snapshot)
     except ForeignMarkerError:
         raise
     except CorruptStateError:

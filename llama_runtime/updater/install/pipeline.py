@@ -31,6 +31,7 @@ from llama_runtime.runtime.failed_builds import FailedBuild, forget_failed, reco
 from llama_runtime.runtime.fsutil import fsync_tree, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker, write_marker
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.choice.choose import Choice
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
 from llama_runtime.updater.install.acquire import Acquirer, download_meta
@@ -107,8 +108,13 @@ class InstallPipeline:
         emit: ProgressCallback,
         cancel: CancelCheck,
         warnings: list[str],
+        *,
+        snapshot: HomeSnapshot | None = None,
     ) -> UpdateOutcome:
-        """Download, check and install the planned release; a build that fails verification is remembered."""
+        """Download, check and install the planned release; a build that fails verification is remembered.
+
+        ``snapshot`` is the caller's one look at the home under the lock (default: read when needed).
+        """
         release, choice = planned.release, planned.choice
         with self._remembering_failure(planned):
             fetched = self.acquirer.fetch_choice(
@@ -128,6 +134,7 @@ class InstallPipeline:
                     cancel=cancel,
                     warnings=warnings,
                     staged=staged,
+                    snapshot=snapshot,
                 )
             except (IntegrityError, VerificationError, MacOSTooOldError, DiskSpaceError):
                 # Rejected bytes would only fail again (and may be hostile), and are never
@@ -197,6 +204,7 @@ class InstallPipeline:
         cancel: CancelCheck,
         warnings: list[str],
         staged: tuple[Path, ExtractResult] | None = None,
+        snapshot: HomeSnapshot | None = None,
     ) -> UpdateOutcome:
         """Extract ``archives`` (main first), verify, write the marker and activate.
 
@@ -204,8 +212,10 @@ class InstallPipeline:
         that describe where the archives came from. ``staged`` is a staging
         directory the main archive was already extracted into (while it
         downloaded, its digest checked since), with what that wrote.
+        ``snapshot`` is the caller's one look at the home (default: read now).
         """
         self.verifier.check_smoke_model()
+        snapshot = snapshot or HomeSnapshot.read(self.home)
         staging = staged[0] if staged is not None else new_staging_path(self.home)
         try:
             emit(Progress("verify", message="extracting"))
@@ -215,7 +225,7 @@ class InstallPipeline:
             checkpoint("after_extract")
             log.info("extracted", files=len(tree.files), bytes=sum(r.size for r in tree.files.values()))
             _stop_if_cancelled(cancel, meta)
-            marker = self._verified_marker(tree, meta, active, emit, warnings)
+            marker = self._verified_marker(tree, meta, active, emit, warnings, snapshot.next_sequence())
             _stop_if_cancelled(cancel, meta)  # verification can take long; the flip has not begun
             fsync_tree(staging)
             write_marker(staging, marker)
@@ -223,7 +233,7 @@ class InstallPipeline:
             with at_stage("marker check"):
                 read_back_marker(staging, Expected(marker.repo, marker.tag, marker.backend_request, marker.backend))
             emit(Progress("activate", message="activating"))
-            return self.activation.activate_staged(staging, marker, active, warnings)
+            return self.activation.activate_staged(staging, marker, active, warnings, snapshot=snapshot)
         except BaseException as exc:
             remove_tree_quietly(staging)  # best effort: never hides the error on its way out
             if is_disk_full(exc):
@@ -238,8 +248,12 @@ class InstallPipeline:
         active: InstalledRuntime | None,
         emit: ProgressCallback,
         warnings: list[str],
+        sequence: int,
     ) -> InstallMarker:
-        """Verify the staged ``tree`` and describe it in its install marker (not written yet)."""
+        """Verify the staged ``tree`` and describe it in its install marker (not written yet).
+
+        ``sequence`` is one more than any installed runtime's: the install order no clock can upset.
+        """
         verified = self.verifier.verify_staged(
             tree, tag=str(meta["tag"]), backend=str(meta["backend"]), active=active, emit=emit, warnings=warnings
         )
@@ -248,13 +262,9 @@ class InstallPipeline:
             tree,
             verified,
             installed_at=self.clock(),
-            sequence=self._next_sequence(),
+            sequence=sequence,
             host=self.verifier.host.to_json(),
         )
-
-    def _next_sequence(self) -> int:
-        """One more than any installed runtime's: the install order no clock can upset (caller holds the lock)."""
-        return 1 + max((r.marker.sequence for r in self.home.installed()), default=0)
 
 
 def _stop_if_cancelled(cancel: CancelCheck, meta: dict[str, object]) -> None:

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from llama_runtime.runtime.errors import CorruptStateError, DiskSpaceError
+from llama_runtime.runtime.errors import DiskSpaceError
 from llama_runtime.runtime.fsutil import DISK_FULL_ERRNOS, is_disk_full, remove_tree
 from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import marker_path
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.install.checkpoints import checkpoint
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ __all__ = [
     "download_name",
     "find_leftovers",
     "is_disk_full",
+    "is_own_runtime_name",
     "is_own_staging_name",
     "unpacking_path",
 ]
@@ -101,8 +103,14 @@ def unpacking_path(download: Path) -> Path:
     return download.with_name(download.name + _UNPACKING_SUFFIX)
 
 
-def find_leftovers(home: Home) -> list[Leftover]:
-    """What interrupted updates left in ``home``; reads listings, changes nothing."""
+def find_leftovers(home: Home, snapshot: HomeSnapshot | None = None) -> list[Leftover]:
+    """What interrupted updates left in ``home``; reads listings, changes nothing.
+
+    Args:
+        home: The llama-runtime home.
+        snapshot: The home as the caller's locked operation read it (default: read here).
+    """
+    snapshot = snapshot or HomeSnapshot.read(home)
     found: list[Leftover] = []
     found += [
         Leftover(p, "staging of an interrupted update")
@@ -126,13 +134,13 @@ def find_leftovers(home: Home) -> list[Leftover]:
         for p in _entries(home.downloads_dir)
         if p.name.endswith(_UNPACKING_SUFFIX) and p.is_dir() and not p.is_symlink()
     ]
-    found += _installed_downloads(home)
-    found += _markerless_runtimes(home)
+    found += _installed_downloads(home, snapshot)
+    found += _markerless_runtimes(snapshot)
     return found
 
 
-def clean_leftovers(home: Home) -> list[Leftover]:
-    """Remove :func:`find_leftovers`; the caller holds the update lock.
+def clean_leftovers(home: Home, snapshot: HomeSnapshot | None = None) -> list[Leftover]:
+    """Remove :func:`find_leftovers` (of ``snapshot`` when given); the caller holds the update lock.
 
     A crash in the middle is harmless: each removal is of something nothing
     refers to, so the next run simply removes the rest.
@@ -141,7 +149,7 @@ def clean_leftovers(home: Home) -> list[Leftover]:
         What was removed (a leftover that cannot be removed is skipped).
     """
     removed: list[Leftover] = []
-    for leftover in find_leftovers(home):
+    for leftover in find_leftovers(home, snapshot):
         try:
             remove_tree(leftover.path)
         except OSError:
@@ -151,17 +159,20 @@ def clean_leftovers(home: Home) -> list[Leftover]:
     return removed
 
 
-def damage(runtime: InstalledRuntime, *, hash_binary: bool = False) -> list[str]:
+def damage(runtime: InstalledRuntime, *, hash_binary: bool = False, snapshot: HomeSnapshot | None = None) -> list[str]:
     """Recorded files of ``runtime`` that are gone or changed size, the binary included.
 
     Cheap enough for ``status`` and for every update (stat only, plus the
     binary's sha256 when ``hash_binary``): a runtime whose directory was half
     deleted, or whose ``llama-server`` was truncated, must not count as installed.
+    With the locked operation's ``snapshot``, each runtime is checked (and each file hashed) once.
     """
+    if snapshot is not None:
+        return snapshot.problems(runtime, "size", hash_binary=hash_binary)
     return file_problems(runtime.path, runtime.marker, "size", hash_binary=hash_binary)
 
 
-def active_state(runtime: InstalledRuntime) -> ActiveState:
+def active_state(runtime: InstalledRuntime, snapshot: HomeSnapshot | None = None) -> ActiveState:
     """``runtime`` as the update decision sees it: its marker, and whether its files are intact.
 
     Intact means every recorded size and the binary's sha256 (the file that runs,
@@ -169,7 +180,8 @@ def active_state(runtime: InstalledRuntime) -> ActiveState:
     """
     from llama_runtime.updater.choice.decide import ActiveState
 
-    return ActiveState(runtime.marker, intact=not damage(runtime, hash_binary=True), name=runtime.name)
+    intact = not damage(runtime, hash_binary=True, snapshot=snapshot)
+    return ActiveState(runtime.marker, intact=intact, name=runtime.name)
 
 
 def disk_full_error(directory: Path, needed: int, what: str) -> DiskSpaceError:
@@ -218,14 +230,19 @@ def is_own_staging_name(name: str) -> bool:
     return _OWN_STAGING_NAME.match(name) is not None
 
 
+def is_own_runtime_name(name: str) -> bool:
+    """Whether ``name`` in ``runtimes/`` is one the tool makes (``Home.new_runtime_name``)."""
+    return _OWN_RUNTIME_NAME.match(name) is not None
+
+
 def _is_temp_name(name: str) -> bool:
     return (name.startswith(".") and name.endswith(_TMP_SUFFIX)) or name.startswith(_ETAG_TMP_PREFIX)
 
 
-def _installed_downloads(home: Home) -> list[Leftover]:
+def _installed_downloads(home: Home, snapshot: HomeSnapshot) -> list[Leftover]:
     """Downloads whose release is installed: keeping them only costs disk."""
     wanted: set[str] = set()
-    for runtime in home.installed():
+    for runtime in snapshot.runtimes:
         m = runtime.marker
         assets: list[tuple[object, object, object]] = [(m.asset, m.sha256, m.size)]
         assets += [(e.get("name"), e.get("sha256"), e.get("size")) for e in m.extra_assets]
@@ -241,19 +258,13 @@ def _installed_downloads(home: Home) -> list[Leftover]:
     ]
 
 
-def _markerless_runtimes(home: Home) -> list[Leftover]:
+def _markerless_runtimes(snapshot: HomeSnapshot) -> list[Leftover]:
     """Runtime directories with no marker that the pointer does not name."""
-    try:
-        pointer = home.read_pointer()
-    except CorruptStateError:
+    if snapshot.pointer_error is not None:
         return []  # cannot tell what is referenced: touch nothing
-    named = {pointer.active, pointer.previous}
+    named = {snapshot.pointer.active, snapshot.pointer.previous}
     return [
-        Leftover(p, "runtime directory without an install marker (an interrupted removal)")
-        for p in _entries(home.runtimes_dir)
-        if _OWN_RUNTIME_NAME.match(p.name)
-        and p.is_dir()
-        and not p.is_symlink()
-        and p.name not in named
-        and not os.path.lexists(marker_path(p))
+        Leftover(d.path, "runtime directory without an install marker (an interrupted removal)")
+        for d in snapshot.damaged.values()
+        if _OWN_RUNTIME_NAME.match(d.name) and d.name not in named and not os.path.lexists(marker_path(d.path))
     ]

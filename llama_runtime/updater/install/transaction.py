@@ -48,6 +48,7 @@ from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import provenance_summary
 from llama_runtime.runtime.process import ServerControl
 from llama_runtime.runtime.runner import ProcessRunner, run_process
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.choice.channel import Channel, ResolvedRelease
 from llama_runtime.updater.choice.decide import (
     ActiveState,
@@ -70,7 +71,7 @@ from llama_runtime.updater.install.installed import describe
 from llama_runtime.updater.install.outcome import CancelCheck, Progress, ProgressCallback, UpdateOutcome, silent
 from llama_runtime.updater.install.pipeline import InstallPipeline, PlannedInstall
 from llama_runtime.updater.install.provenance import ProvenanceCheck
-from llama_runtime.updater.install.recovery import active_state, clean_leftovers, damage
+from llama_runtime.updater.install.recovery import active_state, clean_leftovers
 from llama_runtime.updater.install.swap import SwitchReport
 from llama_runtime.updater.install.verifier import Verifier
 from llama_runtime.updater.logs import get_logger
@@ -146,24 +147,20 @@ class Installer:
         """Host facts, detected once."""
         return self.verifier.host
 
-    def active(self) -> InstalledRuntime | None:
+    def active(self, snapshot: HomeSnapshot | None = None) -> InstalledRuntime | None:
         """The active runtime, or ``None`` when nothing is installed.
+
+        Args:
+            snapshot: The home as the caller's locked operation read it (default: read now).
 
         Raises:
             CorruptStateError: The pointer or the active runtime is damaged.
         """
-        pointer = self.home.read_pointer()
-        return self.home.load(pointer.active) if pointer.active else None
+        return (snapshot or HomeSnapshot.read(self.home)).active()
 
-    def previous(self) -> InstalledRuntime | None:
-        """The rollback target, if it is still a complete runtime."""
-        pointer = self.home.read_pointer()
-        if not pointer.previous:
-            return None
-        try:
-            return self.home.load(pointer.previous)
-        except CorruptStateError:
-            return None
+    def previous(self, snapshot: HomeSnapshot | None = None) -> InstalledRuntime | None:
+        """The rollback target, if it is still an installed runtime (see :meth:`active` for ``snapshot``)."""
+        return (snapshot or HomeSnapshot.read(self.home)).previous()
 
     # -- update ------------------------------------------------------------
 
@@ -183,17 +180,25 @@ class Installer:
         self.verifier.check_smoke_model()
         self.home.ensure()
         with self.lock.hold("update", timeout=lock_timeout):
-            # Re-read the state under the lock: another process may have
+            # Read the state under the lock, once: another process may have
             # installed this very release while we waited.
-            clean_leftovers(self.home)
-            return self._update_locked(request, progress or silent, cancel or (lambda: False))
+            snapshot = self.read_state()
+            return self._update_locked(request, snapshot, progress or silent, cancel or (lambda: False))
 
-    def _update_locked(self, request: UpdateRequest, emit: ProgressCallback, cancel: CancelCheck) -> UpdateOutcome:
+    def read_state(self) -> HomeSnapshot:
+        """The home as this locked operation sees it, less what interrupted updates left (caller holds the lock)."""
+        snapshot = HomeSnapshot.read(self.home)
+        removed = clean_leftovers(self.home, snapshot)
+        return snapshot.without({r.path.name for r in removed if r.path.parent == self.home.runtimes_dir})
+
+    def _update_locked(
+        self, request: UpdateRequest, snapshot: HomeSnapshot, emit: ProgressCallback, cancel: CancelCheck
+    ) -> UpdateOutcome:
         """Decide on ``request`` and carry the plan out (the caller holds the update lock)."""
-        active = self._active_for_replacement()
+        active = self._active_for_replacement(snapshot)
         # A half-deleted or rewritten active runtime is never "up to date": reinstall
         # over it (sizes of every file plus the binary's sha256: see active_state).
-        state = active_state(active) if active else None
+        state = active_state(active, snapshot) if active else None
         replaced = active if state is not None and state.intact else None  # damaged: no rollback target
         # Like the backend request: an explicit channel wins, else the stored one survives.
         channel = channel_request(request, active.marker if active else None)
@@ -201,22 +206,22 @@ class Installer:
         resolved: ResolvedRelease | None = None
         if plan is None and request.tag:
             # A pinned build already on disk: switch to it, no network needed.
-            there = self._installed_settling(request, active)
-            if there is not None and self.reverify(there, emit):
-                switched = self.activate_installed(there, replaced, emit, [], verified=True)
+            there = self._installed_settling(request, active, snapshot)
+            if there is not None and self.reverify(there, emit, snapshot):
+                switched = self.activate_installed(there, replaced, emit, [], verified=True, snapshot=snapshot)
                 tried = Attempt(there.marker.asset, there.marker.backend, "switched", None, there.marker.reason)
                 return replace(switched, attempts=(tried,))
         if plan is None:
-            plan, resolved = self._decide(request, active, state, channel, emit)
+            plan, resolved = self._decide(request, snapshot, active, state, channel, emit)
         _log_plan(plan)
         warnings = [*(resolved.notes if resolved else ()), *plan.warnings]
         for warning in warnings:
             log.warning("plan", warning=warning)
         plan.raise_if_refused()
         if plan.action == "up_to_date" and active is not None:
-            return UpdateOutcome("up_to_date", active, self.previous(), tuple(warnings))
+            return UpdateOutcome("up_to_date", active, snapshot.previous(), tuple(warnings))
         identity = {"release_version": resolved.version if resolved else None, "channel": channel}
-        walk = _Walk(request, state, active, replaced, identity)
+        walk = _Walk(request, snapshot, state, active, replaced, identity)
         return self._walk_down(plan, walk, emit, cancel, warnings)
 
     # -- trying candidates -----------------------------------------------------
@@ -247,6 +252,9 @@ class Installer:
                 if not walking:
                     raise
                 attempts.append(Attempt.failed(choice, exc))
+                # The home changed only if the try left its runtime directory (a server that would
+                # not stop runs from it): look again, so the next try sees it and numbers after it.
+                walk = replace(walk, snapshot=HomeSnapshot.read(self.home))
                 log.warning("candidate rejected", asset=choice.asset.name, stage=attempts[-1].stage, reason=exc.message)
                 plan = self._next_or_raise(exc, release, walk, attempts, server_was_up)
                 _log_plan(plan)
@@ -272,16 +280,18 @@ class Installer:
         """One try: keep the active runtime, switch to an installed copy, or install the plan's build."""
         assert plan.release is not None and plan.choice is not None  # checked by the caller
         if plan.action == "up_to_date" and walk.active is not None:  # the next candidate is what runs now
-            return UpdateOutcome("up_to_date", walk.active, self.previous(), tuple(warnings))
+            return UpdateOutcome("up_to_date", walk.active, walk.snapshot.previous(), tuple(warnings))
         if plan.action == "switch" and plan.switch_to is not None:
-            there = self.home.load(plan.switch_to)
-            if self.reverify(there, emit):
-                return self.activate_installed(there, walk.replaced, emit, warnings, verified=True)
+            there = walk.snapshot.load(plan.switch_to)
+            if self.reverify(there, emit, walk.snapshot):
+                return self.activate_installed(
+                    there, walk.replaced, emit, warnings, verified=True, snapshot=walk.snapshot
+                )
         # The marker of the build that wins says how the update got there (this try last).
         tried = [*attempts, Attempt.ended(plan.choice, "installed")]
         identity = {**walk.identity, "attempts": tuple(a.to_json() for a in tried)}
         planned = PlannedInstall(plan.release, plan.choice, plan.backend_request, walk.request.require_digest, identity)
-        return self.pipeline.install_release(planned, walk.replaced, emit, cancel, warnings)
+        return self.pipeline.install_release(planned, walk.replaced, emit, cancel, warnings, snapshot=walk.snapshot)
 
     def _next_or_raise(
         self,
@@ -309,7 +319,7 @@ class Installer:
                 release,
                 self.host,
                 tried=attempts,
-                installed=self._others(walk.active),
+                installed=self._others(walk.snapshot, walk.active),
                 failed=failed,
             )
             attempts.extend(skipped)
@@ -333,6 +343,7 @@ class Installer:
     def _decide(
         self,
         request: UpdateRequest,
+        snapshot: HomeSnapshot,
         active: InstalledRuntime | None,
         state: ActiveState | None,
         channel: Channel,
@@ -340,18 +351,18 @@ class Installer:
     ) -> tuple[Plan, ResolvedRelease]:
         """Resolve the release and ask the decision core what to do with it."""
         emit(Progress("resolve", message="resolving the release"))
-        others = self._others(active)
+        others = self._others(snapshot, active)
         failed = {b.key: b.reason for b in load_failed(self.home.root)}
         resolved = self._resolve(request, channel)
         return decide(request, state, resolved.release, self.host, installed=others, failed=failed), resolved
 
-    def _others(self, active: InstalledRuntime | None) -> list[ActiveState]:
+    def _others(self, snapshot: HomeSnapshot, active: InstalledRuntime | None) -> list[ActiveState]:
         """The installed runtimes other than ``active`` that an update may switch to."""
-        return [active_state(r) for r in self.home.installed() if active is None or r.name != active.name]
+        return [active_state(r, snapshot) for r in snapshot.others(active)]
 
-    def _active_for_replacement(self) -> InstalledRuntime | None:
+    def _active_for_replacement(self, snapshot: HomeSnapshot) -> InstalledRuntime | None:
         try:
-            return self.active()
+            return snapshot.active()
         except ForeignMarkerError:
             raise
         except CorruptStateError as exc:
@@ -359,7 +370,9 @@ class Installer:
             log.warning("active runtime unusable; installing over it", reason=exc.message)
             return None
 
-    def _installed_settling(self, request: UpdateRequest, active: InstalledRuntime | None) -> InstalledRuntime | None:
+    def _installed_settling(
+        self, request: UpdateRequest, active: InstalledRuntime | None, snapshot: HomeSnapshot
+    ) -> InstalledRuntime | None:
         """The newest intact installed runtime (not the active one) that a pinned ``request`` is settled by.
 
         The backend request is the active runtime's, as for any update; the rule is
@@ -367,10 +380,8 @@ class Installer:
         """
         wanted, _ = backend_request(request, active.marker if active else None)
         pinned = replace(request, backend=wanted)
-        for runtime in reversed(self.home.installed()):  # newest first
-            if active is not None and runtime.name == active.name:
-                continue
-            if settled(pinned, active_state(runtime)) is not None:
+        for runtime in reversed(snapshot.others(active)):  # newest first
+            if settled(pinned, active_state(runtime, snapshot)) is not None:
                 return runtime
         return None
 
@@ -396,13 +407,14 @@ class Installer:
         emit = progress or silent
         self.home.ensure()
         with self.lock.hold("use", timeout=lock_timeout):
-            target = self.home.load(name)
-            active = self._active_for_replacement()
-            if active is not None and active.name == target.name and not damage(active, hash_binary=True):
-                return UpdateOutcome("up_to_date", active, self.previous())
-            return self.activate_installed(target, active, emit, [])
+            snapshot = HomeSnapshot.read(self.home)
+            target = snapshot.load(name)
+            active = self._active_for_replacement(snapshot)
+            if active is not None and active.name == target.name and not snapshot.problems(active, hash_binary=True):
+                return UpdateOutcome("up_to_date", active, snapshot.previous())
+            return self.activate_installed(target, active, emit, [], snapshot=snapshot)
 
-    def reverify(self, target: InstalledRuntime, emit: ProgressCallback) -> bool:
+    def reverify(self, target: InstalledRuntime, emit: ProgressCallback, snapshot: HomeSnapshot | None = None) -> bool:
         """Whether the installed ``target`` still passes verification (a failure is logged).
 
         For callers that would otherwise install the same build again: a copy
@@ -410,7 +422,7 @@ class Installer:
         """
         emit(Progress("verify", message=f"verifying the installed {describe(target)}"))
         try:
-            self.verifier.verify_installed(target)
+            self.verifier.verify_installed(target, snapshot)
         except VerificationError as exc:
             log.warning("installed copy fails verification; installing it again", reason=exc.message)
             return False
@@ -424,10 +436,12 @@ class Installer:
         warnings: list[str],
         *,
         verified: bool = False,
+        snapshot: HomeSnapshot | None = None,
     ) -> UpdateOutcome:
         """Verify the installed ``target`` again and make it active, switching a running server with it.
 
-        The caller holds the update lock; ``active`` is what is active now.
+        The caller holds the update lock; ``active`` is what is active now, as
+        ``snapshot`` (the caller's one look at the home) saw it.
 
         Raises:
             ProvenanceMissingError: Provenance is required and ``target``'s is not verified.
@@ -442,11 +456,11 @@ class Installer:
             )
         if not verified:
             emit(Progress("verify", message=f"verifying the installed {describe(target)}"))
-            self.verifier.verify_installed(target)
+            self.verifier.verify_installed(target, snapshot)
         name = f"{target.marker.tag} ({target.marker.backend})"
         record_speeds(target, self.verifier.smoke(target.binary, name, active, emit, warnings))
         emit(Progress("activate", message="activating"))
-        return self.activation.activate_installed(target, active, warnings)
+        return self.activation.activate_installed(target, active, warnings, snapshot=snapshot)
 
     # -- rollback ----------------------------------------------------------
 
@@ -465,7 +479,7 @@ class Installer:
         """
         self.home.ensure()
         with self.lock.hold("rollback", timeout=lock_timeout):
-            return self.activation.rollback()
+            return self.activation.rollback(HomeSnapshot.read(self.home))
 
 
 @dataclass(frozen=True)
@@ -473,6 +487,7 @@ class _Walk:
     """What every try of one update shares: the request, the state it started from, the marker's identity."""
 
     request: UpdateRequest
+    snapshot: HomeSnapshot  # the one look at the home this update took under the lock
     state: ActiveState | None
     active: InstalledRuntime | None
     replaced: InstalledRuntime | None  # the rollback target (None when the active one is damaged)

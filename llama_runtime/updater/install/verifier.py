@@ -17,6 +17,7 @@ from pathlib import Path
 from llama_runtime.runtime.errors import VerificationError
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.runner import ProcessRunner
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.install.attempts import at_stage
 from llama_runtime.updater.install.gate import GatePolicy, InferenceGate, validate_gguf
@@ -120,8 +121,10 @@ class Verifier:
         speeds = self.smoke(staged.binary, f"{tag} ({backend})", active, emit, warnings)
         return Verified(report=report, identity=identity, build_check=build_check, speeds=speeds)
 
-    def verify_installed(self, target: InstalledRuntime) -> None:
+    def verify_installed(self, target: InstalledRuntime, snapshot: HomeSnapshot | None = None) -> None:
         """Check an installed runtime as strictly as a fresh install (files, marker, probe).
+
+        With the locked operation's ``snapshot``, a file it already hashed is not hashed again.
 
         Raises:
             VerificationError: It is damaged or does not run.
@@ -131,6 +134,7 @@ class Verifier:
             host_has_device=host_has_device(target.marker.backend, self.host),
             runner=self.runner,
             env=self.env,
+            digest=snapshot.sha256 if snapshot is not None else None,
         )
 
     def smoke(
