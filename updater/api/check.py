@@ -208,4 +208,4 @@ def _apply(
     state = job.state()
     if state.result is None:
         raise RemoteError(f"The update to {latest.tag} ended without a result ({state.phase}).")
-    return state.result
+    return state.result.to_json()

@@ -178,12 +178,12 @@ def follow_events(job: UpdateJob, out: Output, timeout: float | None, *, attache
     for state in job.events(timeout):
         events(state)
     payload: dict[str, Any] = (
-        {**(state.result or {}), "attached": True, "job": state.id} if attached else {"job": state.to_json()}
+        {**(state.result.to_json() if state.result else {}), "attached": True, "job": state.id} if attached else {"job": state.to_json()}
     )
     if state.phase in ("failed", "cancelled") and state.error:
-        events.error_payload(state.error, payload)
-        code = state.error.get("exit_code")
-        return int(code) if isinstance(code, int) else (130 if state.phase == "cancelled" else 1)
+        events.error_payload(state.error.to_json(), payload)
+        code = state.error.exit_code
+        return code if code is not None else (130 if state.phase == "cancelled" else 1)
     out.result(payload, [])
     return 0
 
