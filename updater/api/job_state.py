@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from llama_runtime.runtime.errors import UserInputError
 
@@ -308,3 +308,13 @@ def stale_error(pid: int) -> JobError:
 
 #: Receives every new state of a job (a progress bar, a UI, the CLI's event stream).
 JobListener = Callable[[JobState], None]
+
+
+class JobRecords(Protocol):
+    """The home's job records, read-only: what :attr:`RuntimeUpdater.jobs` offers an app."""
+
+    def current(self) -> JobState | None:
+        """The newest job's state (running or finished), if any job ever ran."""
+
+    def get(self, job_id: str) -> JobState | None:
+        """One job's state; ``None`` when it has no (readable) record."""

@@ -49,7 +49,7 @@ def updater_from_args(args: argparse.Namespace) -> RuntimeUpdater:
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.cli.context import engine_for, settings_from_args
 
-    return RuntimeUpdater.from_engine(engine_for(settings_from_args(args)))
+    return RuntimeUpdater._from_engine(engine_for(settings_from_args(args)))
 
 
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
@@ -71,7 +71,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     except BusyError as exc:
         if out.events is not None:
             raise
-        current = updater.jobs.current()
+        current = updater._job_store.current()
         payload: dict[str, Any] = {"skipped": "busy", "error": exc.to_json()}
         payload["job"] = current.to_json() if current and current.running else None
         if out.as_json:

@@ -56,7 +56,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
 
     settings = with_gate(args, settings_from_args(args))  # bad input is exit 2 before anything changes
     tag = tag_or_none(args.tag)
-    updater = RuntimeUpdater.from_engine(engine_for(settings))
+    updater = RuntimeUpdater._from_engine(engine_for(settings))
     request = UpdateRequest(
         repo=settings.repo,
         tag=tag,
@@ -70,7 +70,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
     listener = out.events if out.events is not None else bar
     try:
         with cancel_on_signals(updater, out):
-            job = updater.run_update(
+            job = updater._run_update(
                 request, wait=duration_arg(args.wait, "--wait"), operation="update", listener=listener
             )
         if job.exception is not None:
