@@ -62,6 +62,21 @@ __all__ = ["RuntimeUpdater"]
 _CLAIM_RETRY_SECONDS: Final[float] = 0.05
 
 
+def _checked_host(host: Callable[[], object]) -> Callable[[], HostFacts]:
+    """The ``host`` seam, checked when called: anything but host facts is a clear error."""
+
+    def facts() -> HostFacts:
+        from llama_runtime.runtime.errors import UserInputError
+        from llama_runtime.updater.choice.host import HostFacts
+
+        value = host()
+        if not isinstance(value, HostFacts):
+            raise UserInputError(f"host= must return host facts (see host_for_platform), not {type(value).__name__}.")
+        return value
+
+    return facts
+
+
 class RuntimeUpdater:
     """Keeps one home's llama.cpp runtime current; safe to use from many threads and processes.
 
@@ -78,7 +93,9 @@ class RuntimeUpdater:
         token: GitHub token; default: what the contract allows for ``api_url`` from the environment.
         source_factory: Builds the release client (tests, mirrors); default a
             :class:`~updater.sources.github.GitHubClient` with the home's ETag cache.
-        host: Returns the host facts; default :func:`~updater.host.detect_host`.
+        host: A test seam returning the host facts (an internal object, as
+            ``llama_runtime.updater.choice.host.host_for_platform`` builds one);
+            default: detect this machine once.
         runner: Runs the staged binary to verify it.
         clock: Wall and monotonic time (job records and rates, the rate-limit backoff).
         server: The app's own llama-server (a :class:`~runtime.process.ServerControl`)
@@ -102,7 +119,7 @@ class RuntimeUpdater:
         api_url: str | None = None,
         token: str | None = None,
         source_factory: Callable[[], ReleaseSource] | None = None,
-        host: Callable[[], HostFacts] | None = None,
+        host: Callable[[], object] | None = None,
         runner: ProcessRunner | None = None,
         clock: Clock = SYSTEM_CLOCK,
         server: ServerControl | None = None,
@@ -125,7 +142,8 @@ class RuntimeUpdater:
         def build_engine() -> Engine:
             from llama_runtime.updater.engine import Engine, Seams
 
-            seams = Seams(source_factory=source_factory, host=host, runner=runner, server=server, clock=clock)
+            facts = _checked_host(host) if host is not None else None
+            seams = Seams(source_factory=source_factory, host=facts, runner=runner, server=server, clock=clock)
             return Engine(settings, seams)
 
         def file_repo() -> str:
