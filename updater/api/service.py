@@ -9,6 +9,8 @@
     job = updater.start_update()             # the button: single-flight, follow or cancel
     job.subscribe(lambda s: print(s.phase, s.done_bytes, s.total_bytes))
     result = updater.check(apply=False)      # the scheduler: conditional, rate-limit aware
+    updater.rollback()                       # the manager: use, rollback, remove, install_file,
+    updater.doctor(repair=True)              # gc, doctor and plan, each with a typed result
 
 Locking policy per caller:
     * ``ensure`` never waits for the update lock; it reads the pointer and the
@@ -17,6 +19,10 @@ Locking policy per caller:
     * ``start_update`` joins a running job (also one of another process) and
       otherwise fails fast with :class:`~runtime.errors.BusyError`.
     * ``check(apply=True)`` skips with ``BusyError`` or waits up to ``wait`` seconds.
+    * ``doctor(repair=True)`` claims the home's job like an update and fails fast
+      with ``BusyError`` while another job or update runs.
+    * ``use``, ``rollback``, ``install_file``, ``remove`` and ``gc`` take the
+      update lock without waiting (``BusyError`` when it is held).
 """
 
 from __future__ import annotations
@@ -406,7 +412,7 @@ class RuntimeUpdater:
         """Activate an installed runtime (no download), verified and switched like an update.
 
         Args:
-            tag: An installed build (``b7000``) or a runtime name as :meth:`installed` lists it.
+            tag: An installed build (``b7000``) or a runtime name as ``llama-runtime list`` shows it.
             repo: Only runtimes from this ``owner/name`` (when one build came from several).
             progress: Receives the verification's progress events.
 
