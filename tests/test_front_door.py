@@ -349,3 +349,40 @@ def test_plan_names_the_newest_build_and_downloads_nothing(two_installed: Runtim
 def test_plan_for_both_a_platform_and_a_host_file_is_a_clear_error(two_installed: RuntimeUpdater) -> None:
     with pytest.raises(UserInputError, match="--host FILE or --platform, not both"):
         two_installed.plan(platform="linux-x64", host_file="host.json")
+
+
+# -- the CLI goes through the front door -------------------------------------------------
+
+#: The CLI's handlers for the front door's verbs, by module.
+FRONT_DOOR_HANDLERS = {
+    "lifecycle": ("cmd_use", "cmd_remove"),
+    "recovery": ("cmd_rollback", "cmd_doctor"),
+    "offline": ("cmd_install_file", "cmd_gc"),
+    "plan": ("cmd_plan",),
+    "update": ("cmd_update",),
+    "jobs": ("cmd_check", "cmd_job"),
+}
+#: What those handlers may import besides the CLI's own modules: the front door, and formatting.
+ALLOWED_IMPORTS = {
+    "llama_runtime.updater.api.service",
+    "llama_runtime.updater.api.schedule",  # parse_duration: reading a flag
+    "llama_runtime.updater.choice.host",  # parse_cuda_version: reading a flag (update builds its request)
+    "llama_runtime.updater.install.diskspace",  # human_size
+}
+
+
+def test_the_clis_handlers_of_the_front_doors_verbs_import_no_internals() -> None:
+    import ast
+
+    leaks = []
+    for module_name, handlers in FRONT_DOOR_HANDLERS.items():
+        module = importlib.import_module(f"llama_runtime.updater.cli.{module_name}")
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name in handlers:
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.ImportFrom) and inner.module is not None:
+                        name = inner.module
+                        if not name.startswith("llama_runtime.updater.cli") and name not in ALLOWED_IMPORTS:
+                            leaks.append(f"{module_name}.{node.name}: {name}")
+    assert leaks == []

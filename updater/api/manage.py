@@ -192,7 +192,7 @@ def plan(
     from llama_runtime.updater.install.recovery import active_state
     from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 
-    host, cuda_line = _plan_host(platform, cuda_version, host_file)
+    host, cuda_line = _plan_host(platform, cuda_version, host_file, updater._host)
     # What update would do on this machine compares with the active runtime;
     # a plan for another machine (platform, host_file) has none.
     active = None if platform or host_file else _active_or_none(updater, active_state)
@@ -200,7 +200,7 @@ def plan(
     request = UpdateRequest(
         repo=updater.repo,
         tag=tag,
-        backend=None if updater.backend == "auto" else updater.backend,
+        backend=updater._backend_request,
         cuda_version=cuda_line,
         channel=updater.channel,
     )
@@ -247,8 +247,12 @@ def _plan_result(resolved: ResolvedRelease, decision: Plan, channel: str, host: 
     )
 
 
-def _plan_host(platform: str | None, cuda_version: str | None, host_file: Path | None) -> tuple[HostFacts, str | None]:
-    """The machine to plan for, and the CUDA line to pin (only with ``host_file``).
+def _plan_host(
+    platform: str | None, cuda_version: str | None, host_file: Path | None, this_host: Callable[[], HostFacts]
+) -> tuple[HostFacts, str | None]:
+    """The machine to plan for (``this_host`` unless another is named), and the CUDA line to pin.
+
+    The CUDA line is pinned only with ``host_file``.
 
     ``platform`` and ``cuda_version`` describe the machine (its driver's CUDA
     version); they do not pin a CUDA line. With ``host_file`` the file has the
@@ -258,7 +262,6 @@ def _plan_host(platform: str | None, cuda_version: str | None, host_file: Path |
         UserInputError: Both ``host_file`` and ``platform``, or either one malformed.
     """
     from llama_runtime.updater.choice.host import host_for_platform, parse_cuda_version
-    from llama_runtime.updater.choice.host_detect import detect_host
 
     cuda = parse_cuda_version(cuda_version) if cuda_version is not None else None
     if host_file is not None:
@@ -270,8 +273,8 @@ def _plan_host(platform: str | None, cuda_version: str | None, host_file: Path |
     if platform:
         return host_for_platform(platform, cuda), None
     if cuda is not None:
-        return dataclasses.replace(detect_host(), cuda_driver_version=cuda), None
-    return detect_host(), None
+        return dataclasses.replace(this_host(), cuda_driver_version=cuda), None
+    return this_host(), None
 
 
 def _metadata_notes(release: Release) -> list[str]:

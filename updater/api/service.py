@@ -182,6 +182,9 @@ class RuntimeUpdater:
         self.repo = settings.repo
         # "auto" keeps the active runtime's stored request (the decision's rule).
         self.backend = settings.backend if settings.backend_explicit else "auto"
+        # What an explicitly given backend asks (``auto`` included: choose afresh); ``None`` keeps
+        # the active runtime's stored request. ``update`` and ``plan`` go by this, as the CLI always did.
+        self._backend_request: str | None = settings.backend if settings.backend_explicit else None
         self.api_url = settings.api_url
         self.token = settings.token
         self.channel: Channel | None = settings.channel
@@ -297,22 +300,11 @@ class RuntimeUpdater:
             UserInputError: A malformed tag, backend or CUDA version, or a
                 ``lock_timeout`` that is negative or not finite.
         """
-        from llama_runtime.runtime.backends import parse_backend
         from llama_runtime.updater.api.schedule import validate_seconds
-        from llama_runtime.updater.choice.decide import UpdateRequest
-        from llama_runtime.updater.choice.host import parse_cuda_version
-        from llama_runtime.updater.choice.tags import validate_tag
 
         lock_timeout = validate_seconds(lock_timeout, "lock timeout")
-        request = UpdateRequest(
-            repo=self.repo,
-            tag=validate_tag(tag) if tag is not None else None,
-            backend=parse_backend(backend)
-            if backend is not None
-            else (None if self.backend == "auto" else self.backend),
-            cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
-            require_digest=require_digest,
-            channel=self.channel,
+        request = self._request(
+            tag, backend, cuda_version, require_digest, None if self.backend == "auto" else self.backend
         )
         return self._runner().start(
             request,
@@ -321,6 +313,67 @@ class RuntimeUpdater:
             operation=operation,
             background=background,
             listener=listener,
+        )
+
+    def update(
+        self,
+        tag: str | None = None,
+        backend: str | None = None,
+        *,
+        cuda_version: str | None = None,
+        require_digest: bool = False,
+        wait: float = 0.0,
+        operation: str = "update",
+        listener: JobListener | None = None,
+    ) -> UpdateJob:
+        """Run an update here, as the home's job others follow; returns the job once it is over.
+
+        Unlike :meth:`start_update` a running job is waited for (at most ``wait``
+        seconds), never joined: the caller asked for its own tag and backend.
+        ``job.outcome`` is what it installed; ``job.exception`` the error that ended it.
+
+        Args:
+            tag: Exact tag, or ``None`` for the newest release.
+            backend: Backend request; ``None``: the updater's explicit ``backend``
+                (``auto`` chooses afresh), else the active runtime's stored request.
+            cuda_version: CUDA line to prefer, e.g. ``"12.4"``.
+            require_digest: Refuse assets without a published sha256.
+            wait: Seconds to wait for another update to finish.
+            operation: Who asks (recorded in the job and the lock owner).
+            listener: Called with every state of the job.
+
+        Raises:
+            BusyError: Another update still runs after ``wait`` seconds.
+            UserInputError: A malformed tag, backend or CUDA version, or a bad ``wait``.
+        """
+        request = self._request(tag, backend, cuda_version, require_digest, self._backend_request)
+        return self._run_update(request, wait=wait, operation=operation, listener=listener)
+
+    def _request(
+        self,
+        tag: str | None,
+        backend: str | None,
+        cuda_version: str | None,
+        require_digest: bool,
+        default_backend: str | None,
+    ) -> UpdateRequest:
+        """The decision's request: the arguments checked, over the updater's repo and channel.
+
+        ``default_backend`` is the request when ``backend`` is ``None`` (``None``: the
+        active runtime's stored request decides).
+        """
+        from llama_runtime.runtime.backends import parse_backend
+        from llama_runtime.updater.choice.decide import UpdateRequest
+        from llama_runtime.updater.choice.host import parse_cuda_version
+        from llama_runtime.updater.choice.tags import validate_tag
+
+        return UpdateRequest(
+            repo=self.repo,
+            tag=validate_tag(tag) if tag is not None else None,
+            backend=parse_backend(backend) if backend is not None else default_backend,
+            cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
+            require_digest=require_digest,
+            channel=self.channel,
         )
 
     def _run_update(
