@@ -386,3 +386,11 @@ def test_the_clis_handlers_of_the_front_doors_verbs_import_no_internals() -> Non
                         if not name.startswith("llama_runtime.updater.cli") and name not in ALLOWED_IMPORTS:
                             leaks.append(f"{module_name}.{node.name}: {name}")
     assert leaks == []
+
+
+def test_a_job_error_built_from_its_attributes_reads_and_serialises_like_a_stored_one() -> None:
+    error = JobError(code="busy", message="Another update runs.", exit_code=3)
+    assert bool(error) and error.to_json() == {"code": "busy", "message": "Another update runs.", "exit_code": 3}
+    assert error == JobError.from_json(error.to_json())
+    with pytest.warns(DeprecationWarning):
+        assert error["exit_code"] == 3

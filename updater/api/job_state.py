@@ -51,18 +51,24 @@ class _RecordView(Mapping[str, Any]):
 
     def __getitem__(self, key: str) -> Any:
         self._warn()
-        return self.record[key]
+        return self.to_json()[key]
 
     def __iter__(self) -> Iterator[str]:
         self._warn()
-        return iter(self.record)
+        return iter(self.to_json())
 
     def __len__(self) -> int:
-        return len(self.record)
+        return len(self.to_json())
+
+    def __bool__(self) -> bool:
+        return True  # an outcome is there, whatever its record holds (``if state.error:``)
 
     def to_json(self) -> dict[str, Any]:
-        """The stored JSON object, as ``job status`` prints it."""
-        return dict(self.record)
+        """The stored JSON object, as ``job status`` prints it (built from the attributes without one)."""
+        return dict(self.record) if self.record else self._attributes_json()
+
+    def _attributes_json(self) -> dict[str, Any]:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,10 +96,21 @@ class JobResult(_RecordView):
     record: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, JobResult) and dict(self.record) == dict(other.record)
+        return isinstance(other, JobResult) and self.to_json() == other.to_json()
+
+    def _attributes_json(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "result": self.result,
+            "active": dict(self.active) if self.active is not None else None,
+            "previous": dict(self.previous) if self.previous is not None else None,
+            "warnings": list(self.warnings),
+        }
+        if self.healthy is not None:
+            payload["healthy"] = self.healthy
+        return payload
 
     def __hash__(self) -> int:
-        return hash(repr(sorted(self.record)))
+        return hash((self.result, self.healthy))
 
     @classmethod
     def from_json(cls, payload: Mapping[str, Any]) -> JobResult:
@@ -129,7 +146,15 @@ class JobError(_RecordView):
     record: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, JobError) and dict(self.record) == dict(other.record)
+        return isinstance(other, JobError) and self.to_json() == other.to_json()
+
+    def _attributes_json(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.hint is not None:
+            payload["hint"] = self.hint
+        if self.exit_code is not None:
+            payload["exit_code"] = self.exit_code
+        return payload
 
     def __hash__(self) -> int:
         return hash((self.code, self.message))
