@@ -61,12 +61,13 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.process import ServerControl
     from llama_runtime.runtime.runner import ProcessResult, ProcessRunner
     from llama_runtime.updater.api.job_handle import UpdateJob
-    from llama_runtime.updater.api.job_state import JobError, JobListener, JobRecords, JobResult, JobState
+    from llama_runtime.updater.api.job_state import JobError, JobListener, JobResult, JobState
     from llama_runtime.updater.api.ready import EnsureResult, NotReady, Ready
     from llama_runtime.updater.api.results import (
         DoctorCheck,
         DoctorResult,
         GcResult,
+        JobRecords,
         PlanCandidate,
         PlanResult,
         RemoveResult,
@@ -95,7 +96,7 @@ _EXPORTS: dict[str, str] = {
     "JobState": "llama_runtime.updater.api.job_state",
     "JobResult": "llama_runtime.updater.api.job_state",
     "JobError": "llama_runtime.updater.api.job_state",
-    "JobRecords": "llama_runtime.updater.api.job_state",
+    "JobRecords": "llama_runtime.updater.api.results",
     "JobListener": "llama_runtime.updater.api.job_state",
     "RuntimeUpdater": "llama_runtime.updater.api.service",
     "UpdateJob": "llama_runtime.updater.api.job_handle",

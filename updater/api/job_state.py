@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
+from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal
 
 from llama_runtime.runtime.errors import UserInputError
 
@@ -31,37 +31,37 @@ MAX_BYTES: Final[int] = 2**63 - 1
 _NO_RESULT_WORD: Final[str] = ""
 
 
-class _RecordView(Mapping[str, Any]):
-    """Dict-style reads of a job's stored object, kept for apps written against the dicts.
+class _RecordView:
+    """A job's stored JSON object behind typed, read-only attributes; dict-style reads are deprecated.
 
-    Deprecated since 0.5: read the typed attributes instead; every dict-style
-    read (``obj["key"]``, ``obj.get("key")``, ``in``, iteration) warns with
-    :class:`DeprecationWarning` and answers from the stored JSON object.
+    Plain slotted classes, not dataclasses: start-up parses the last job record,
+    and these stay cheap to define. Dict-style reads (``obj["key"]``,
+    ``obj.get("key")``, ``in``, ``keys()``, iteration) still answer from the stored
+    object but warn with :class:`DeprecationWarning`: read the attributes instead.
     """
 
+    __slots__ = ("record",)
     record: Mapping[str, Any]
 
-    def _warn(self) -> None:
-        warnings.warn(
-            f"dict-style access to {type(self).__name__} is deprecated; read its attributes "
-            f"(or {type(self).__name__}.to_json()) instead",
-            DeprecationWarning,
-            stacklevel=3,
-        )
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
 
-    def __getitem__(self, key: str) -> Any:
-        self._warn()
-        return self.to_json()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        self._warn()
-        return iter(self.to_json())
-
-    def __len__(self) -> int:
-        return len(self.to_json())
+    def _set(self, **values: object) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
 
     def __bool__(self) -> bool:
         return True  # an outcome is there, whatever its record holds (``if state.error:``)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and isinstance(other, _RecordView) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, repr(sorted(self.to_json()))))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__ if name != "record")
+        return f"{type(self).__name__}({shown})"
 
     def to_json(self) -> dict[str, Any]:
         """The stored JSON object, as ``job status`` prints it (built from the attributes without one)."""
@@ -70,8 +70,46 @@ class _RecordView(Mapping[str, Any]):
     def _attributes_json(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    # -- deprecated: the dicts these objects replace ------------------------------------
 
-@dataclass(frozen=True, eq=False)
+    def _dict(self) -> dict[str, Any]:
+        warnings.warn(
+            f"dict-style access to {type(self).__name__} is deprecated; read its attributes "
+            f"(or {type(self).__name__}.to_json()) instead",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return self.to_json()
+
+    def __getitem__(self, key: str) -> Any:
+        return self._dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Deprecated: ``obj.get(key)`` as on the dict it replaces."""
+        return self._dict().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dict()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self.to_json())
+
+    def keys(self) -> KeysView[str]:
+        """Deprecated: the stored object's keys."""
+        return self._dict().keys()
+
+    def items(self) -> ItemsView[str, Any]:
+        """Deprecated: the stored object's items."""
+        return self._dict().items()
+
+    def values(self) -> ValuesView[Any]:
+        """Deprecated: the stored object's values."""
+        return self._dict().values()
+
+
 class JobResult(_RecordView):
     """What a finished (``done``) job produced.
 
@@ -88,29 +126,30 @@ class JobResult(_RecordView):
         record: The whole stored object (the CLI contract's fields, all of them).
     """
 
+    __slots__ = ("active", "healthy", "previous", "result", "warnings")
     result: str
     active: Mapping[str, Any] | None
     previous: Mapping[str, Any] | None
-    warnings: tuple[str, ...] = ()
-    healthy: bool | None = None
-    record: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    warnings: tuple[str, ...]
+    healthy: bool | None
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, JobResult) and self.to_json() == other.to_json()
-
-    def _attributes_json(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "result": self.result,
-            "active": dict(self.active) if self.active is not None else None,
-            "previous": dict(self.previous) if self.previous is not None else None,
-            "warnings": list(self.warnings),
-        }
-        if self.healthy is not None:
-            payload["healthy"] = self.healthy
-        return payload
-
-    def __hash__(self) -> int:
-        return hash((self.result, self.healthy))
+    def __init__(
+        self,
+        result: str,
+        active: Mapping[str, Any] | None = None,
+        previous: Mapping[str, Any] | None = None,
+        warnings: tuple[str, ...] = (),
+        healthy: bool | None = None,
+        record: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._set(
+            result=result,
+            active=active,
+            previous=previous,
+            warnings=warnings,
+            healthy=healthy,
+            record=MappingProxyType(dict(record or {})),
+        )
 
     @classmethod
     def from_json(cls, payload: Mapping[str, Any]) -> JobResult:
@@ -123,11 +162,21 @@ class JobResult(_RecordView):
             previous=MappingProxyType(dict(previous)) if isinstance(previous, dict) else None,
             warnings=tuple(str(w) for w in words) if isinstance(words, list) else (),
             healthy=healthy if isinstance(healthy, bool) else None,
-            record=MappingProxyType(dict(payload)),
+            record=payload,
         )
 
+    def _attributes_json(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "result": self.result,
+            "active": dict(self.active) if self.active is not None else None,
+            "previous": dict(self.previous) if self.previous is not None else None,
+            "warnings": list(self.warnings),
+        }
+        if self.healthy is not None:
+            payload["healthy"] = self.healthy
+        return payload
 
-@dataclass(frozen=True, eq=False)
+
 class JobError(_RecordView):
     """Why a job ended ``failed`` or ``cancelled``: the error object of the CLI contract.
 
@@ -139,25 +188,23 @@ class JobError(_RecordView):
         record: The whole stored object (details such as ``attempts`` included).
     """
 
+    __slots__ = ("code", "exit_code", "hint", "message")
     code: str
     message: str
-    hint: str | None = None
-    exit_code: int | None = None
-    record: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    hint: str | None
+    exit_code: int | None
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, JobError) and self.to_json() == other.to_json()
-
-    def _attributes_json(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.hint is not None:
-            payload["hint"] = self.hint
-        if self.exit_code is not None:
-            payload["exit_code"] = self.exit_code
-        return payload
-
-    def __hash__(self) -> int:
-        return hash((self.code, self.message))
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        hint: str | None = None,
+        exit_code: int | None = None,
+        record: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._set(
+            code=code, message=message, hint=hint, exit_code=exit_code, record=MappingProxyType(dict(record or {}))
+        )
 
     @classmethod
     def from_json(cls, payload: Mapping[str, Any]) -> JobError:
@@ -168,8 +215,16 @@ class JobError(_RecordView):
             message=str(payload.get("message", "")),
             hint=hint if isinstance(hint, str) else None,
             exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
-            record=MappingProxyType(dict(payload)),
+            record=payload,
         )
+
+    def _attributes_json(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.hint is not None:
+            payload["hint"] = self.hint
+        if self.exit_code is not None:
+            payload["exit_code"] = self.exit_code
+        return payload
 
 
 @dataclass(frozen=True)
@@ -333,13 +388,3 @@ def stale_error(pid: int) -> JobError:
 
 #: Receives every new state of a job (a progress bar, a UI, the CLI's event stream).
 JobListener = Callable[[JobState], None]
-
-
-class JobRecords(Protocol):
-    """The home's job records, read-only: what :attr:`RuntimeUpdater.jobs` offers an app."""
-
-    def current(self) -> JobState | None:
-        """The newest job's state (running or finished), if any job ever ran."""
-
-    def get(self, job_id: str) -> JobState | None:
-        """One job's state; ``None`` when it has no (readable) record."""

@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
     from llama_runtime.updater.api.doctor import DoctorReport
+    from llama_runtime.updater.api.job_state import JobState
     from llama_runtime.updater.install.gc import GcItem, GcReport
     from llama_runtime.updater.install.swap import SwitchReport
 
@@ -27,6 +28,7 @@ __all__ = [
     "DoctorCheck",
     "DoctorResult",
     "GcResult",
+    "JobRecords",
     "PlanCandidate",
     "PlanResult",
     "RemoveResult",
@@ -261,3 +263,13 @@ class PlanResult:
                 {"asset": c.asset, "backend": c.backend, "taken": c.taken, "why": c.why} for c in self.candidates
             ]
         return payload
+
+
+class JobRecords(Protocol):
+    """The home's job records, read-only: what :attr:`RuntimeUpdater.jobs` offers an app."""
+
+    def current(self) -> JobState | None:
+        """The newest job's state (running or finished), if any job ever ran."""
+
+    def get(self, job_id: str) -> JobState | None:
+        """One job's state; ``None`` when it has no (readable) record."""

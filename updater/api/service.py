@@ -43,11 +43,12 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.runner import ProcessRunner
     from llama_runtime.updater.api.job_handle import UpdateJob
     from llama_runtime.updater.api.job_runner import JobRunner
-    from llama_runtime.updater.api.job_state import JobListener, JobRecords
+    from llama_runtime.updater.api.job_state import JobListener
     from llama_runtime.updater.api.job_store import JobStore
     from llama_runtime.updater.api.results import (
         DoctorResult,
         GcResult,
+        JobRecords,
         PlanResult,
         RemoveResult,
         RollbackResult,
