@@ -2,8 +2,12 @@
 
 This module is the public, stable API for apps that embed llama-runtime:
 
-* :class:`RuntimeUpdater` and the result types it returns;
-* the exception tree, rooted at :class:`LlamaRuntimeError` and split by who is at fault;
+* :class:`RuntimeUpdater` and the result types it returns (each a frozen dataclass whose
+  ``to_json()`` is the CLI's ``--json`` object of the same verb), with every type they hold;
+* the exception tree, rooted at :class:`LlamaRuntimeError` and split by who is at fault:
+  every exception a public method can raise is exported here;
+* the seams an app may pass to :class:`RuntimeUpdater` (:class:`ServerControl`, :class:`Clock`,
+  :data:`ProcessRunner`, :class:`ReleaseSource`);
 * the inference gate: :func:`probe_inference` (the completion check for any llama-server URL),
   :class:`GatePolicy` and :func:`save_gate_settings` (what every later update of a home applies).
 
@@ -17,6 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from llama_runtime.runtime.clock import Clock
     from llama_runtime.runtime.errors import (
         BackendUnavailableError,
         BusyError,
@@ -25,29 +30,60 @@ if TYPE_CHECKING:
         DigestMismatchError,
         DiskSpaceError,
         FileSystemError,
+        ForeignMarkerError,
         IntegrityError,
         LlamaRuntimeError,
         LocalError,
+        MacOSTooOldError,
         NetworkError,
+        NothingActiveError,
+        PortInUseError,
         ProvenanceError,
         ProvenanceMissingError,
         RateLimitError,
+        ReleaseIncompleteError,
         ReleaseNotFoundError,
         RemoteError,
+        ServerAlreadyRunningError,
+        ServerStartError,
+        ServerStopError,
         SizeMismatchError,
+        SwitchError,
         UnknownBackendError,
         UnsafeArchiveError,
         UserInputError,
         VerificationError,
     )
+    from llama_runtime.runtime.home_safety import UnsafeHomeError
     from llama_runtime.runtime.inference import InferenceResult, Speed, probe_inference
+    from llama_runtime.runtime.layout import InstalledRuntime
+    from llama_runtime.runtime.marker import FileRecord, InstallMarker
+    from llama_runtime.runtime.process import ServerControl
+    from llama_runtime.runtime.runner import ProcessResult, ProcessRunner
     from llama_runtime.updater.api.job_handle import UpdateJob
-    from llama_runtime.updater.api.job_state import JobState
+    from llama_runtime.updater.api.job_state import JobError, JobListener, JobResult, JobState
     from llama_runtime.updater.api.ready import EnsureResult, NotReady, Ready
+    from llama_runtime.updater.api.results import (
+        DoctorCheck,
+        DoctorResult,
+        GcResult,
+        JobRecords,
+        PlanCandidate,
+        PlanResult,
+        RemoveResult,
+        RollbackResult,
+    )
     from llama_runtime.updater.api.schedule import CheckResult
     from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.install.attempts import Attempt, CandidatesFailedError
+    from llama_runtime.updater.install.attestation import SigstoreMissingError
     from llama_runtime.updater.install.gate import GatePolicy
     from llama_runtime.updater.install.gate_store import load_gate_settings, save_gate_settings
+    from llama_runtime.updater.install.gc import GcItem
+    from llama_runtime.updater.install.outcome import Progress, ProgressCallback, UpdateOutcome
+    from llama_runtime.updater.install.swap import SwitchReport
+    from llama_runtime.updater.sources.remote_names import RemoteDataError
+    from llama_runtime.updater.sources.source import ReleaseSource
 
 _ERRORS = "llama_runtime.runtime.errors"
 
@@ -58,8 +94,37 @@ _EXPORTS: dict[str, str] = {
     "NotReady": "llama_runtime.updater.api.ready",
     "Ready": "llama_runtime.updater.api.ready",
     "JobState": "llama_runtime.updater.api.job_state",
+    "JobResult": "llama_runtime.updater.api.job_state",
+    "JobError": "llama_runtime.updater.api.job_state",
+    "JobRecords": "llama_runtime.updater.api.results",
+    "JobListener": "llama_runtime.updater.api.job_state",
     "RuntimeUpdater": "llama_runtime.updater.api.service",
     "UpdateJob": "llama_runtime.updater.api.job_handle",
+    "DoctorCheck": "llama_runtime.updater.api.results",
+    "DoctorResult": "llama_runtime.updater.api.results",
+    "GcResult": "llama_runtime.updater.api.results",
+    "PlanCandidate": "llama_runtime.updater.api.results",
+    "PlanResult": "llama_runtime.updater.api.results",
+    "RemoveResult": "llama_runtime.updater.api.results",
+    "RollbackResult": "llama_runtime.updater.api.results",
+    "UpdateOutcome": "llama_runtime.updater.install.outcome",
+    "Progress": "llama_runtime.updater.install.outcome",
+    "ProgressCallback": "llama_runtime.updater.install.outcome",
+    "Attempt": "llama_runtime.updater.install.attempts",
+    "SwitchReport": "llama_runtime.updater.install.swap",
+    "GcItem": "llama_runtime.updater.install.gc",
+    "InstalledRuntime": "llama_runtime.runtime.layout",
+    "InstallMarker": "llama_runtime.runtime.marker",
+    "FileRecord": "llama_runtime.runtime.marker",
+    "ServerControl": "llama_runtime.runtime.process",
+    "ProcessResult": "llama_runtime.runtime.runner",
+    "ProcessRunner": "llama_runtime.runtime.runner",
+    "Clock": "llama_runtime.runtime.clock",
+    "ReleaseSource": "llama_runtime.updater.sources.source",
+    "UnsafeHomeError": "llama_runtime.runtime.home_safety",
+    "CandidatesFailedError": "llama_runtime.updater.install.attempts",
+    "SigstoreMissingError": "llama_runtime.updater.install.attestation",
+    "RemoteDataError": "llama_runtime.updater.sources.remote_names",
     # The inference gate: the check itself, and the settings every later update applies.
     "GatePolicy": "llama_runtime.updater.install.gate",
     "InferenceResult": "llama_runtime.runtime.inference",
@@ -77,16 +142,25 @@ _EXPORTS: dict[str, str] = {
             "DigestMismatchError",
             "DiskSpaceError",
             "FileSystemError",
+            "ForeignMarkerError",
             "IntegrityError",
             "LlamaRuntimeError",
             "LocalError",
+            "MacOSTooOldError",
             "NetworkError",
+            "NothingActiveError",
+            "PortInUseError",
             "ProvenanceError",
             "ProvenanceMissingError",
             "RateLimitError",
+            "ReleaseIncompleteError",
             "ReleaseNotFoundError",
             "RemoteError",
+            "ServerAlreadyRunningError",
+            "ServerStartError",
+            "ServerStopError",
             "SizeMismatchError",
+            "SwitchError",
             "UnknownBackendError",
             "UnsafeArchiveError",
             "UserInputError",
@@ -96,35 +170,73 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "Attempt",
     "BackendUnavailableError",
     "BusyError",
     "CancelledError",
+    "CandidatesFailedError",
     "CheckResult",
+    "Clock",
     "CorruptStateError",
     "DigestMismatchError",
     "DiskSpaceError",
+    "DoctorCheck",
+    "DoctorResult",
     "EnsureResult",
+    "FileRecord",
     "FileSystemError",
+    "ForeignMarkerError",
     "GatePolicy",
+    "GcItem",
+    "GcResult",
     "InferenceResult",
+    "InstallMarker",
+    "InstalledRuntime",
     "IntegrityError",
+    "JobError",
+    "JobListener",
+    "JobRecords",
+    "JobResult",
     "JobState",
     "LlamaRuntimeError",
     "LocalError",
+    "MacOSTooOldError",
     "NetworkError",
     "NotReady",
+    "NothingActiveError",
+    "PlanCandidate",
+    "PlanResult",
+    "PortInUseError",
+    "ProcessResult",
+    "ProcessRunner",
+    "Progress",
+    "ProgressCallback",
     "ProvenanceError",
     "ProvenanceMissingError",
     "RateLimitError",
     "Ready",
+    "ReleaseIncompleteError",
     "ReleaseNotFoundError",
+    "ReleaseSource",
+    "RemoteDataError",
     "RemoteError",
+    "RemoveResult",
+    "RollbackResult",
     "RuntimeUpdater",
+    "ServerAlreadyRunningError",
+    "ServerControl",
+    "ServerStartError",
+    "ServerStopError",
+    "SigstoreMissingError",
     "SizeMismatchError",
     "Speed",
+    "SwitchError",
+    "SwitchReport",
     "UnknownBackendError",
     "UnsafeArchiveError",
+    "UnsafeHomeError",
     "UpdateJob",
+    "UpdateOutcome",
     "UserInputError",
     "VerificationError",
     "load_gate_settings",

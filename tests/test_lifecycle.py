@@ -13,9 +13,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.cli.main import main
-
 from tests.conftest import (
     CPU_TAR,
     REPO,

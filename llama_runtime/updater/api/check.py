@@ -70,18 +70,18 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
     marker, problem = active_marker(home)
     installed = marker.tag if marker else None
     backoff = Backoff(home.cache_dir)
-    clock = updater.engine.seams.clock
+    clock = updater._core.seams.clock
     now = clock.time()
     not_before = backoff.not_before(now)
     if not_before is not None and now < not_before:
         return _skipped(installed, not_before, problem)
     if apply and not wait:
-        refuse_if_locked(home, updater.jobs)
+        refuse_if_locked(home, updater._job_store)
     request = UpdateRequest(
         repo=updater.repo, backend=None if updater.backend == "auto" else updater.backend, channel=updater.channel
     )
     channel = channel_request(request, marker)
-    latest = _ask_latest(updater.engine, backoff, channel, marker, clock)
+    latest = _ask_latest(updater._core, backoff, channel, marker, clock)
     available, reason, backend = _decide(updater, request, marker, latest)
     reason = _with_problem(reason, problem, available, marker)
     if not (apply and available):
@@ -169,7 +169,7 @@ def _decide(
         return False, f"{latest.tag} is the newest release.", backend_request(request, marker)[0]
     active = ActiveState(marker) if marker is not None else None
     failed = {b.key: b.reason for b in load_failed(updater.home.root)}
-    plan = decide(request, active, latest.release, updater.host(), mode="upgrade_only", failed=failed)
+    plan = decide(request, active, latest.release, updater._host(), mode="upgrade_only", failed=failed)
     return plan.action == "install", plan.reason, plan.backend_request
 
 
@@ -202,10 +202,10 @@ def _apply(
     apply_request = UpdateRequest(
         repo=updater.repo, tag=latest.version or latest.tag, backend=parse_backend(backend), channel=channel
     )
-    job = updater.run_update(apply_request, wait=wait, operation="schedule", listener=listener)
+    job = updater._run_update(apply_request, wait=wait, operation="schedule", listener=listener)
     if job.exception is not None:
         raise job.exception
     state = job.state()
     if state.result is None:
         raise RemoteError(f"The update to {latest.tag} ended without a result ({state.phase}).")
-    return state.result
+    return state.result.to_json()

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final
 
-from llama_runtime.updater.api.job_state import JobListener, JobState
+from llama_runtime.updater.api.job_state import JobError, JobListener, JobState
 
 if TYPE_CHECKING:
     from llama_runtime.updater.api.job_recorder import JobRecorder
@@ -58,7 +58,7 @@ class UpdateJob:
             return self._recorder.state
         state = self._store.get(self.id)
         if state is None:
-            error = {"code": "job_lost", "message": f"The record of update job {self.id} is gone."}
+            error = JobError.from_json({"code": "job_lost", "message": f"The record of update job {self.id} is gone."})
             return JobState(id=self.id, phase="failed", pid=0, error=error)
         return state
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.updater.api.job_state import JobListener, JobPhase, JobState
+from llama_runtime.updater.api.job_state import JobError, JobListener, JobPhase, JobResult, JobState
 from llama_runtime.updater.logs import get_logger
 
 if TYPE_CHECKING:
@@ -101,14 +101,22 @@ class JobRecorder:
         self, phase: JobPhase, *, result: dict[str, Any] | None = None, exc: BaseException | None = None
     ) -> None:
         """Record the end of the job (``done``, ``failed`` or ``cancelled``) and wake waiters."""
-        error: dict[str, Any] | None = None
+        error: JobError | None = None
         if exc is not None:
             to_json = getattr(exc, "to_json", None)
-            error = to_json() if callable(to_json) else {"code": "internal_error", "message": str(exc)}
+            error = JobError.from_json(
+                to_json() if callable(to_json) else {"code": "internal_error", "message": str(exc)}
+            )
         with self._lock:
             self.exception = exc
             self._state = replace(
-                self._state, phase=phase, result=result, error=error, rate=None, eta=None, updated_at=self._clock.time()
+                self._state,
+                phase=phase,
+                result=JobResult.from_json(result) if result is not None else None,
+                error=error,
+                rate=None,
+                eta=None,
+                updated_at=self._clock.time(),
             )
             state = self._state
         try:

@@ -16,14 +16,19 @@ from llama_runtime.runtime.errors import BusyError, CancelledError, FileSystemEr
 from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 from llama_runtime.updater.api.job_handle import UpdateJob
 from llama_runtime.updater.api.job_recorder import JobRecorder
-from llama_runtime.updater.api.job_state import JobListener, JobState
+from llama_runtime.updater.api.job_state import JobListener, JobPhase, JobState
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home
     from llama_runtime.updater.api.job_store import JobStore
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.engine import Engine
+    from llama_runtime.updater.install.outcome import CancelCheck, ProgressCallback, UpdateOutcome
     from llama_runtime.updater.sources.source import ReleaseSource
+
+    #: One job's work: it reports progress, polls the cancel check, and returns the job's
+    #: ``result`` object with the update outcome (``None`` for work that installs nothing).
+    JobWork = Callable[[ProgressCallback, CancelCheck], tuple[dict[str, object], UpdateOutcome | None]]
 
 __all__ = ["JobRunner", "busy_error", "refuse_if_locked"]
 
@@ -83,9 +88,55 @@ class JobRunner:
             BusyError: Another update runs and ``join`` is false, or it holds the lock
                 without a job record (no ``lock_timeout`` to wait for it).
         """
+
+        def work(progress: ProgressCallback, cancel: CancelCheck) -> tuple[dict[str, object], UpdateOutcome | None]:
+            source: ReleaseSource | None = None
+            try:
+                source = self.engine.open_source()
+                # The claim found the lock free; the grace only rides over another
+                # process's non-blocking probe of it (``update_running``).
+                outcome = self.engine.installer(source).update(
+                    request, progress=progress, cancel=cancel, lock_timeout=max(lock_timeout, BUTTON_WAIT_SECONDS)
+                )
+                return outcome.to_json(), outcome
+            finally:
+                if source is not None:
+                    source.close()
+
+        return self.start_work(
+            work,
+            tag=request.tag,
+            join=join,
+            refuse_locked=not lock_timeout,
+            operation=operation,
+            background=background,
+            listener=listener,
+        )
+
+    def start_work(
+        self,
+        work: JobWork,
+        *,
+        tag: str | None,
+        join: bool,
+        refuse_locked: bool,
+        operation: str,
+        background: bool,
+        listener: JobListener | None,
+        phase: JobPhase = "resolve",
+    ) -> UpdateJob:
+        """Claim the home's one job for ``work`` and run it, or join (``join``) the one that runs.
+
+        Every job of a home goes through here (updates, ``doctor --repair``), so
+        ``job status`` sees each one and two never run at once.
+
+        Raises:
+            BusyError: Another job runs and ``join`` is false, or (``refuse_locked``)
+                another process holds the update lock without a job record.
+        """
         self.home.ensure()
-        refuse: Callable[[], None] | None = None if lock_timeout else lambda: refuse_if_locked(self.home, self.jobs)
-        state, claimed = self.jobs.claim(self._new_state(request, operation), before_claim=refuse)
+        refuse: Callable[[], None] | None = (lambda: refuse_if_locked(self.home, self.jobs)) if refuse_locked else None
+        state, claimed = self.jobs.claim(self._new_state(tag, operation, phase), before_claim=refuse)
         if not claimed:
             if not join:
                 raise BusyError(f"An update is already running ({state.describe()}, job {state.id}).")
@@ -95,31 +146,31 @@ class JobRunner:
         if listener is not None:
             recorder.subscribe(listener)
         if not background:
-            self._run(recorder, request, lock_timeout)
+            self._run(recorder, work)
             return job
-        self._run_in_thread(recorder, request, lock_timeout)
+        self._run_in_thread(recorder, work)
         return job
 
-    def _new_state(self, request: UpdateRequest, operation: str) -> JobState:
+    def _new_state(self, tag: str | None, operation: str, phase: JobPhase) -> JobState:
         now = self.engine.seams.clock.time()
         return JobState(
             id=os.urandom(8).hex(),
-            phase="resolve",
+            phase=phase,
             pid=os.getpid(),
             operation=operation,
-            tag=request.tag,
+            tag=tag,
             started_at=now,
             updated_at=now,
             message="waiting for the update lock",
         )
 
-    def _run_in_thread(self, recorder: JobRecorder, request: UpdateRequest, lock_timeout: float) -> None:
+    def _run_in_thread(self, recorder: JobRecorder, work: JobWork) -> None:
         """Run the job in a daemon thread; return once it holds the lock (its first event)."""
         import threading
 
         job_id = recorder.state.id
         thread = threading.Thread(
-            target=self._run, args=(recorder, request, lock_timeout), name=f"llama-runtime-job-{job_id}", daemon=True
+            target=self._run, args=(recorder, work), name=f"llama-runtime-job-{job_id}", daemon=True
         )
         try:
             thread.start()
@@ -130,21 +181,11 @@ class JobRunner:
         if isinstance(recorder.exception, BusyError):
             raise recorder.exception
 
-    def _run(self, recorder: JobRecorder, request: UpdateRequest, lock_timeout: float) -> None:
-        source: ReleaseSource | None = None
+    def _run(self, recorder: JobRecorder, work: JobWork) -> None:
         try:
-            source = self.engine.open_source()
-            installer = self.engine.installer(source)
-            # The claim found the lock free; the grace only rides over another
-            # process's non-blocking probe of it (``update_running``).
-            outcome = installer.update(
-                request,
-                progress=recorder.on_progress,
-                cancel=recorder.cancel_requested,
-                lock_timeout=max(lock_timeout, BUTTON_WAIT_SECONDS),
-            )
+            result, outcome = work(recorder.on_progress, recorder.cancel_requested)
             recorder.outcome = outcome
-            recorder.finish("done", result=outcome.to_json())
+            recorder.finish("done", result=result)
         except CancelledError as exc:
             recorder.finish("cancelled", exc=exc)
         except LlamaRuntimeError as exc:
@@ -160,6 +201,3 @@ class JobRunner:
                 exc=CancelledError(f"The update was interrupted before it finished; {self.home.describe_active()}."),
             )
             raise
-        finally:
-            if source is not None:
-                source.close()

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+import warnings
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
+from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from llama_runtime.runtime.errors import UserInputError
@@ -28,6 +30,204 @@ _JOB_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_PID: Final[int] = 2**31 - 1
 #: Byte counts beyond this (8 EiB) are not progress of a real download.
 MAX_BYTES: Final[int] = 2**63 - 1
+#: Results without a ``result`` word (a doctor job's report) are recorded as this.
+_NO_RESULT_WORD: Final[str] = ""
+
+
+class _RecordView:
+    """A job's stored JSON object behind typed, read-only attributes; dict-style reads are deprecated.
+
+    Plain slotted classes, not dataclasses: start-up parses the last job record,
+    and these stay cheap to define. Dict-style reads (``obj["key"]``,
+    ``obj.get("key")``, ``in``, ``keys()``, iteration) still answer from the stored
+    object but warn with :class:`DeprecationWarning`: read the attributes instead.
+    """
+
+    __slots__ = ("record",)
+    record: Mapping[str, Any]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def _set(self, **values: object) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __bool__(self) -> bool:
+        return True  # an outcome is there, whatever its record holds (``if state.error:``)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and isinstance(other, _RecordView) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, repr(sorted(self.to_json()))))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__ if name != "record")
+        return f"{type(self).__name__}({shown})"
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored JSON object, as ``job status`` prints it (built from the attributes without one)."""
+        return dict(self.record) if self.record else self._attributes_json()
+
+    def _attributes_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    # -- deprecated: the dicts these objects replace ------------------------------------
+
+    def _dict(self) -> dict[str, Any]:
+        warnings.warn(
+            f"dict-style access to {type(self).__name__} is deprecated; read its attributes "
+            f"(or {type(self).__name__}.to_json()) instead",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return self.to_json()
+
+    def __getitem__(self, key: str) -> Any:
+        return self._dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Deprecated: ``obj.get(key)`` as on the dict it replaces."""
+        return self._dict().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dict()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self.to_json())
+
+    def keys(self) -> KeysView[str]:
+        """Deprecated: the stored object's keys."""
+        return self._dict().keys()
+
+    def items(self) -> ItemsView[str, Any]:
+        """Deprecated: the stored object's items."""
+        return self._dict().items()
+
+    def values(self) -> ValuesView[Any]:
+        """Deprecated: the stored object's values."""
+        return self._dict().values()
+
+
+class JobResult(_RecordView):
+    """What a finished (``done``) job produced.
+
+    For an update job (``update``, ``check --apply``, the button, start-up) this
+    is the ``update`` object of the CLI contract; for a ``doctor --repair`` job
+    it is the doctor report (``result`` is then empty and ``healthy`` is set).
+
+    Attributes:
+        result: ``installed``, ``switched`` or ``up_to_date`` (empty for a doctor job).
+        active: The active runtime's object (``status``'s runtime object), if any.
+        previous: The previous runtime's object, if any.
+        warnings: Sentences for people about what the job did.
+        healthy: A doctor job's verdict; ``None`` for an update job.
+        record: The whole stored object (the CLI contract's fields, all of them).
+    """
+
+    __slots__ = ("active", "healthy", "previous", "result", "warnings")
+    result: str
+    active: Mapping[str, Any] | None
+    previous: Mapping[str, Any] | None
+    warnings: tuple[str, ...]
+    healthy: bool | None
+
+    def __init__(
+        self,
+        result: str,
+        active: Mapping[str, Any] | None = None,
+        previous: Mapping[str, Any] | None = None,
+        warnings: tuple[str, ...] = (),
+        healthy: bool | None = None,
+        record: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._set(
+            result=result,
+            active=active,
+            previous=previous,
+            warnings=warnings,
+            healthy=healthy,
+            record=MappingProxyType(dict(record or {})),
+        )
+
+    @classmethod
+    def from_json(cls, payload: Mapping[str, Any]) -> JobResult:
+        """The typed view of a stored ``result`` object (unknown fields stay in ``record``)."""
+        active, previous, words = payload.get("active"), payload.get("previous"), payload.get("warnings")
+        healthy = payload.get("healthy")
+        return cls(
+            result=str(payload.get("result") or _NO_RESULT_WORD),
+            active=MappingProxyType(dict(active)) if isinstance(active, dict) else None,
+            previous=MappingProxyType(dict(previous)) if isinstance(previous, dict) else None,
+            warnings=tuple(str(w) for w in words) if isinstance(words, list) else (),
+            healthy=healthy if isinstance(healthy, bool) else None,
+            record=payload,
+        )
+
+    def _attributes_json(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "result": self.result,
+            "active": dict(self.active) if self.active is not None else None,
+            "previous": dict(self.previous) if self.previous is not None else None,
+            "warnings": list(self.warnings),
+        }
+        if self.healthy is not None:
+            payload["healthy"] = self.healthy
+        return payload
+
+
+class JobError(_RecordView):
+    """Why a job ended ``failed`` or ``cancelled``: the error object of the CLI contract.
+
+    Attributes:
+        code: Machine-readable reason, e.g. ``verification_failed``, ``stale_job``.
+        message: One sentence for people.
+        hint: What to do next, if known.
+        exit_code: The CLI's exit code for this error, if recorded.
+        record: The whole stored object (details such as ``attempts`` included).
+    """
+
+    __slots__ = ("code", "exit_code", "hint", "message")
+    code: str
+    message: str
+    hint: str | None
+    exit_code: int | None
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        hint: str | None = None,
+        exit_code: int | None = None,
+        record: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._set(
+            code=code, message=message, hint=hint, exit_code=exit_code, record=MappingProxyType(dict(record or {}))
+        )
+
+    @classmethod
+    def from_json(cls, payload: Mapping[str, Any]) -> JobError:
+        """The typed view of a stored ``error`` object (unknown fields stay in ``record``)."""
+        hint, exit_code = payload.get("hint"), payload.get("exit_code")
+        return cls(
+            code=str(payload.get("code", "error")),
+            message=str(payload.get("message", "")),
+            hint=hint if isinstance(hint, str) else None,
+            exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
+            record=payload,
+        )
+
+    def _attributes_json(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.hint is not None:
+            payload["hint"] = self.hint
+        if self.exit_code is not None:
+            payload["exit_code"] = self.exit_code
+        return payload
 
 
 @dataclass(frozen=True)
@@ -46,8 +246,10 @@ class JobState:
         rate: Download rate in bytes per second, once measurable.
         eta: Seconds left for the current file, once measurable.
         message: What is happening, for people (the asset name while downloading).
-        result: The ``update`` object of the CLI contract once ``done``.
-        error: ``{"code", "message", …}`` once ``failed`` or ``cancelled``.
+        result: What the job produced once ``done`` (see :class:`JobResult`); dict-style
+            reads (``state.result["active"]``) still work but are deprecated.
+        error: Why it ended once ``failed`` or ``cancelled`` (see :class:`JobError`);
+            dict-style reads are deprecated likewise.
         started_at: Epoch seconds when the job was claimed.
         updated_at: Epoch seconds of this snapshot.
         stale: The owning process died before the job finished.
@@ -66,8 +268,8 @@ class JobState:
     rate: float | None = None
     eta: float | None = None
     message: str = ""
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
+    result: JobResult | None = None
+    error: JobError | None = None
     started_at: float = 0.0
     updated_at: float = 0.0
     stale: bool = False
@@ -101,7 +303,9 @@ class JobState:
 
     def to_json(self) -> dict[str, Any]:
         """The job object of ``llama-runtime job status``."""
-        payload = asdict(self)
+        payload = {f.name: getattr(self, f.name) for f in fields(self)}
+        payload["result"] = self.result.to_json() if self.result is not None else None
+        payload["error"] = self.error.to_json() if self.error is not None else None
         payload["running"] = self.running
         return payload
 
@@ -125,8 +329,8 @@ class JobState:
                 rate=_opt_float(payload.get("rate")),
                 eta=_opt_float(payload.get("eta")),
                 message=str(payload.get("message", "")),
-                result=payload.get("result") if isinstance(payload.get("result"), dict) else None,
-                error=payload.get("error") if isinstance(payload.get("error"), dict) else None,
+                result=JobResult.from_json(payload["result"]) if isinstance(payload.get("result"), dict) else None,
+                error=JobError.from_json(payload["error"]) if isinstance(payload.get("error"), dict) else None,
                 started_at=_finite(payload.get("started_at", 0.0)),
                 updated_at=_finite(payload.get("updated_at", 0.0)),
                 stale=bool(payload.get("stale", False)),
@@ -193,15 +397,17 @@ def validate_job_id(job_id: str) -> str:
     return job_id
 
 
-def stale_error(pid: int) -> dict[str, Any]:
+def stale_error(pid: int) -> JobError:
     """The error recorded for a job whose process died."""
-    return {
-        "code": "stale_job",
-        "message": (
-            f"The update job's process (pid {pid}) ended before the job finished; "
-            "`llama-runtime status` shows which runtime is active."
-        ),
-    }
+    return JobError.from_json(
+        {
+            "code": "stale_job",
+            "message": (
+                f"The update job's process (pid {pid}) ended before the job finished; "
+                "`llama-runtime status` shows which runtime is active."
+            ),
+        }
+    )
 
 
 #: Receives every new state of a job (a progress bar, a UI, the CLI's event stream).

@@ -9,6 +9,8 @@
     job = updater.start_update()             # the button: single-flight, follow or cancel
     job.subscribe(lambda s: print(s.phase, s.done_bytes, s.total_bytes))
     result = updater.check(apply=False)      # the scheduler: conditional, rate-limit aware
+    updater.rollback()                       # the manager: use, rollback, remove, install_file,
+    updater.doctor(repair=True)              # gc, doctor and plan, each with a typed result
 
 Locking policy per caller:
     * ``ensure`` never waits for the update lock; it reads the pointer and the
@@ -17,10 +19,15 @@ Locking policy per caller:
     * ``start_update`` joins a running job (also one of another process) and
       otherwise fails fast with :class:`~runtime.errors.BusyError`.
     * ``check(apply=True)`` skips with ``BusyError`` or waits up to ``wait`` seconds.
+    * ``doctor(repair=True)`` claims the home's job like an update and fails fast
+      with ``BusyError`` while another job or update runs.
+    * ``use``, ``rollback``, ``install_file``, ``remove`` and ``gc`` take the
+      update lock without waiting (``BusyError`` when it is held).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,12 +45,21 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.job_runner import JobRunner
     from llama_runtime.updater.api.job_state import JobListener
     from llama_runtime.updater.api.job_store import JobStore
+    from llama_runtime.updater.api.results import (
+        DoctorResult,
+        GcResult,
+        JobRecords,
+        PlanResult,
+        RemoveResult,
+        RollbackResult,
+    )
     from llama_runtime.updater.api.schedule import CheckResult
     from llama_runtime.updater.choice.channel import Channel
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
+    from llama_runtime.updater.install.outcome import ProgressCallback, UpdateOutcome
     from llama_runtime.updater.sources.source import ReleaseSource
 
 __all__ = ["RuntimeUpdater"]
@@ -51,6 +67,21 @@ __all__ = ["RuntimeUpdater"]
 #: Pause before claiming again after another process won the claim (seconds): long enough
 #: for its job record to be readable, short next to any --wait a person types.
 _CLAIM_RETRY_SECONDS: Final[float] = 0.05
+
+
+def _checked_host(host: Callable[[], object]) -> Callable[[], HostFacts]:
+    """The ``host`` seam, checked when called: anything but host facts is a clear error."""
+
+    def facts() -> HostFacts:
+        from llama_runtime.runtime.errors import UserInputError
+        from llama_runtime.updater.choice.host import HostFacts
+
+        value = host()
+        if not isinstance(value, HostFacts):
+            raise UserInputError(f"host= must return host facts (see host_for_platform), not {type(value).__name__}.")
+        return value
+
+    return facts
 
 
 class RuntimeUpdater:
@@ -69,7 +100,9 @@ class RuntimeUpdater:
         token: GitHub token; default: what the contract allows for ``api_url`` from the environment.
         source_factory: Builds the release client (tests, mirrors); default a
             :class:`~updater.sources.github.GitHubClient` with the home's ETag cache.
-        host: Returns the host facts; default :func:`~updater.host.detect_host`.
+        host: A test seam returning the host facts (an internal object, as
+            ``llama_runtime.updater.choice.host.host_for_platform`` builds one);
+            default: detect this machine once.
         runner: Runs the staged binary to verify it.
         clock: Wall and monotonic time (job records and rates, the rate-limit backoff).
         server: The app's own llama-server (a :class:`~runtime.process.ServerControl`)
@@ -93,7 +126,7 @@ class RuntimeUpdater:
         api_url: str | None = None,
         token: str | None = None,
         source_factory: Callable[[], ReleaseSource] | None = None,
-        host: Callable[[], HostFacts] | None = None,
+        host: Callable[[], object] | None = None,
         runner: ProcessRunner | None = None,
         clock: Clock = SYSTEM_CLOCK,
         server: ServerControl | None = None,
@@ -116,41 +149,65 @@ class RuntimeUpdater:
         def build_engine() -> Engine:
             from llama_runtime.updater.engine import Engine, Seams
 
-            seams = Seams(source_factory=source_factory, host=host, runner=runner, server=server, clock=clock)
+            facts = _checked_host(host) if host is not None else None
+            seams = Seams(source_factory=source_factory, host=facts, runner=runner, server=server, clock=clock)
             return Engine(settings, seams)
 
-        self._bind(settings, Home(settings.home), build_engine)
+        def file_repo() -> str:
+            from llama_runtime.updater.config import DEFAULT_REPO, validate_repo
+
+            given = repo or (os.environ if env is None else env).get("LLAMA_RUNTIME_REPO", "").strip()
+            return validate_repo(given or DEFAULT_REPO)
+
+        self._bind(settings, Home(settings.home), build_engine, file_repo)
 
     @classmethod
-    def from_engine(cls, engine: Engine) -> RuntimeUpdater:
-        """An updater over an engine the caller built (the CLI's composition root)."""
+    def _from_engine(cls, engine: Engine) -> RuntimeUpdater:
+        """An updater over an engine the caller built (the CLI's composition root).
+
+        The CLI builds ``install-file``'s engine from settings that do not follow the
+        active runtime's repository, so its repo is also the file's default origin.
+        """
         updater = cls.__new__(cls)
-        updater._bind(engine.settings, engine.home, lambda: engine)
+        updater._bind(engine.settings, engine.home, lambda: engine, lambda: engine.settings.repo)
         return updater
 
-    def _bind(self, settings: Settings, home: Home, build_engine: Callable[[], Engine]) -> None:
+    def _bind(
+        self, settings: Settings, home: Home, build_engine: Callable[[], Engine], file_repo: Callable[[], str]
+    ) -> None:
         # The engine is built on first use: start-up (``ensure``) needs only the home.
         self._build_engine = build_engine
+        self._file_repo = file_repo
         self._engine: Engine | None = None
         self.home = home
         self.repo = settings.repo
         # "auto" keeps the active runtime's stored request (the decision's rule).
         self.backend = settings.backend if settings.backend_explicit else "auto"
+        # What an explicitly given backend asks (``auto`` included: choose afresh); ``None`` keeps
+        # the active runtime's stored request. ``update`` and ``plan`` go by this, as the CLI always did.
+        self._backend_request: str | None = settings.backend if settings.backend_explicit else None
         self.api_url = settings.api_url
         self.token = settings.token
         self.channel: Channel | None = settings.channel
         self._jobs: JobStore | None = None
 
     @property
-    def engine(self) -> Engine:
-        """The composition root that builds this updater's collaborators."""
+    def _core(self) -> Engine:
+        """The composition root that builds this updater's collaborators (internal)."""
         if self._engine is None:
             self._engine = self._build_engine()
         return self._engine
 
     @property
-    def jobs(self) -> JobStore:
-        """The home's job records (built on first use: a start-up without jobs never loads them)."""
+    def jobs(self) -> JobRecords:
+        """The home's job records: ``jobs.current()`` is the newest job's state, ``jobs.get(id)`` one job's.
+
+        Built on first use: a start-up without jobs never loads them.
+        """
+        return self._job_store
+
+    @property
+    def _job_store(self) -> JobStore:
         if self._jobs is None:
             from llama_runtime.updater.api.job_store import JobStore
 
@@ -159,9 +216,9 @@ class RuntimeUpdater:
 
     # -- collaborators -----------------------------------------------------------
 
-    def host(self) -> HostFacts:
+    def _host(self) -> HostFacts:
         """Host facts, detected once per updater."""
-        return self.engine.host()
+        return self._core.host()
 
     def update_running(self) -> bool:
         """Whether an update holds the lock or a job runs now (probes the lock; never waits)."""
@@ -169,7 +226,7 @@ class RuntimeUpdater:
 
         if UpdateLock(self.home.lock_path).is_held():
             return True
-        current = self.jobs.current()
+        current = self._job_store.current()
         return current is not None and current.running
 
     # -- start-up ------------------------------------------------------------------
@@ -209,8 +266,8 @@ class RuntimeUpdater:
         """A handle on the newest job (running or finished), if there was one."""
         from llama_runtime.updater.api.job_handle import UpdateJob
 
-        state = self.jobs.current()
-        return UpdateJob(self.jobs, state.id) if state else None
+        state = self._job_store.current()
+        return UpdateJob(self._job_store, state.id) if state else None
 
     def start_update(
         self,
@@ -244,22 +301,11 @@ class RuntimeUpdater:
             UserInputError: A malformed tag, backend or CUDA version, or a
                 ``lock_timeout`` that is negative or not finite.
         """
-        from llama_runtime.runtime.backends import parse_backend
         from llama_runtime.updater.api.schedule import validate_seconds
-        from llama_runtime.updater.choice.decide import UpdateRequest
-        from llama_runtime.updater.choice.host import parse_cuda_version
-        from llama_runtime.updater.choice.tags import validate_tag
 
         lock_timeout = validate_seconds(lock_timeout, "lock timeout")
-        request = UpdateRequest(
-            repo=self.repo,
-            tag=validate_tag(tag) if tag is not None else None,
-            backend=parse_backend(backend)
-            if backend is not None
-            else (None if self.backend == "auto" else self.backend),
-            cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
-            require_digest=require_digest,
-            channel=self.channel,
+        request = self._request(
+            tag, backend, cuda_version, require_digest, None if self.backend == "auto" else self.backend
         )
         return self._runner().start(
             request,
@@ -270,7 +316,68 @@ class RuntimeUpdater:
             listener=listener,
         )
 
-    def run_update(
+    def update(
+        self,
+        tag: str | None = None,
+        backend: str | None = None,
+        *,
+        cuda_version: str | None = None,
+        require_digest: bool = False,
+        wait: float = 0.0,
+        operation: str = "update",
+        listener: JobListener | None = None,
+    ) -> UpdateJob:
+        """Run an update here, as the home's job others follow; returns the job once it is over.
+
+        Unlike :meth:`start_update` a running job is waited for (at most ``wait``
+        seconds), never joined: the caller asked for its own tag and backend.
+        ``job.outcome`` is what it installed; ``job.exception`` the error that ended it.
+
+        Args:
+            tag: Exact tag, or ``None`` for the newest release.
+            backend: Backend request; ``None``: the updater's explicit ``backend``
+                (``auto`` chooses afresh), else the active runtime's stored request.
+            cuda_version: CUDA line to prefer, e.g. ``"12.4"``.
+            require_digest: Refuse assets without a published sha256.
+            wait: Seconds to wait for another update to finish.
+            operation: Who asks (recorded in the job and the lock owner).
+            listener: Called with every state of the job.
+
+        Raises:
+            BusyError: Another update still runs after ``wait`` seconds.
+            UserInputError: A malformed tag, backend or CUDA version, or a bad ``wait``.
+        """
+        request = self._request(tag, backend, cuda_version, require_digest, self._backend_request)
+        return self._run_update(request, wait=wait, operation=operation, listener=listener)
+
+    def _request(
+        self,
+        tag: str | None,
+        backend: str | None,
+        cuda_version: str | None,
+        require_digest: bool,
+        default_backend: str | None,
+    ) -> UpdateRequest:
+        """The decision's request: the arguments checked, over the updater's repo and channel.
+
+        ``default_backend`` is the request when ``backend`` is ``None`` (``None``: the
+        active runtime's stored request decides).
+        """
+        from llama_runtime.runtime.backends import parse_backend
+        from llama_runtime.updater.choice.decide import UpdateRequest
+        from llama_runtime.updater.choice.host import parse_cuda_version
+        from llama_runtime.updater.choice.tags import validate_tag
+
+        return UpdateRequest(
+            repo=self.repo,
+            tag=validate_tag(tag) if tag is not None else None,
+            backend=parse_backend(backend) if backend is not None else default_backend,
+            cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
+            require_digest=require_digest,
+            channel=self.channel,
+        )
+
+    def _run_update(
         self,
         request: UpdateRequest,
         *,
@@ -297,9 +404,9 @@ class RuntimeUpdater:
         deadline = time.monotonic() + wait
         runner = self._runner()
         while True:
-            running = self.jobs.current()
+            running = self._job_store.current()
             if running is not None and running.running and deadline > time.monotonic():
-                UpdateJob(self.jobs, running.id).wait(deadline - time.monotonic())
+                UpdateJob(self._job_store, running.id).wait(deadline - time.monotonic())
             try:
                 return runner.start(
                     request,
@@ -320,12 +427,12 @@ class RuntimeUpdater:
         """Who updates this home now, in one sentence: the lock's holder and its job's progress."""
         from llama_runtime.updater.api.job_runner import busy_error
 
-        return busy_error(self.home, self.jobs)
+        return busy_error(self.home, self._job_store)
 
     def _runner(self) -> JobRunner:
         from llama_runtime.updater.api.job_runner import JobRunner
 
-        return JobRunner(self.home, self.jobs, self.engine)
+        return JobRunner(self.home, self._job_store, self._core)
 
     # -- the scheduler -------------------------------------------------------------
 
@@ -354,3 +461,145 @@ class RuntimeUpdater:
         from llama_runtime.updater.api.check import run_check
 
         return run_check(self, apply=apply, wait=wait, listener=listener)
+
+    # -- the runtime manager -------------------------------------------------------
+
+    def use(self, tag: str, *, repo: str | None = None, progress: ProgressCallback | None = None) -> UpdateOutcome:
+        """Activate an installed runtime (no download), verified and switched like an update.
+
+        Args:
+            tag: An installed build (``b7000``) or a runtime name as ``llama-runtime list`` shows it.
+            repo: Only runtimes from this ``owner/name`` (when one build came from several).
+            progress: Receives the verification's progress events.
+
+        Raises:
+            UserInputError: ``tag`` is malformed or not installed (the message lists what is),
+                or several runtimes match and ``repo`` or the updater's backend must choose.
+            BusyError: Another update holds the lock.
+            VerificationError: The runtime fails verification; the active one is unchanged.
+        """
+        from llama_runtime.updater.api.manage import use
+
+        return use(self, tag, repo, progress)
+
+    def rollback(self) -> RollbackResult:
+        """Re-activate the previous runtime (the current one becomes previous), like an update switches.
+
+        Raises:
+            UserInputError: There is no previous runtime to go back to.
+            CorruptStateError: The previous runtime is damaged; nothing changed.
+            BusyError: Another update holds the lock.
+            VerificationError: The server could not be switched; nothing changed.
+        """
+        from llama_runtime.updater.api.manage import rollback
+
+        return rollback(self)
+
+    def remove(self, tag: str, *, repo: str | None = None) -> RemoveResult:
+        """Delete an installed runtime that is neither active nor the rollback target.
+
+        Raises:
+            UserInputError: Not installed, ambiguous, active, previous, or in use by a process.
+        """
+        from llama_runtime.updater.api.manage import remove
+
+        return remove(self, tag, repo)
+
+    def install_file(
+        self,
+        archive: str | Path,
+        *,
+        tag: str | None = None,
+        repo: str | None = None,
+        sha256: str | None = None,
+        attestation: str | Path | None = None,
+    ) -> UpdateOutcome:
+        """Install a release archive or an exported bundle from disk and activate it (no network).
+
+        Args:
+            archive: The file (a release asset, or what ``llama-runtime export`` wrote).
+            tag: The build it is, when its name does not say.
+            repo: The repository to record as its origin; default: the updater's
+                ``repo`` argument (or ``LLAMA_RUNTIME_REPO``), else ggml-org/llama.cpp,
+                never the active runtime's.
+            sha256: The digest the bytes must have.
+            attestation: A Sigstore bundle for the archive (its build provenance).
+
+        Raises:
+            UserInputError: The file is missing or unreadable, or tag/backend are unclear.
+            DigestMismatchError: ``sha256`` does not match.
+            VerificationError: The runtime fails verification; the active one is unchanged.
+        """
+        from llama_runtime.updater.api.manage import install_file
+
+        return install_file(
+            self,
+            Path(archive),
+            tag=tag,
+            repo=repo,
+            sha256=sha256,
+            attestation=Path(attestation) if attestation is not None else None,
+        )
+
+    def gc(self, *, keep: int | None = None, dry_run: bool = False, cache_only: bool = False) -> GcResult:
+        """Remove old runtimes, stale downloads and leftovers; the active and previous are always kept.
+
+        Args:
+            keep: Newest runtimes to keep besides active and previous (default 1).
+            dry_run: Only say what would be removed.
+            cache_only: Only downloads and leftovers, no runtime.
+        """
+        from llama_runtime.updater.api.manage import gc
+
+        return gc(self, keep=keep, dry_run=dry_run, cache_only=cache_only)
+
+    def doctor(self, *, repair: bool = False, listener: JobListener | None = None) -> DoctorResult:
+        """Re-verify the home and the active runtime; ``repair`` points the home at a verified one.
+
+        A repair runs as the home's job, here, until it is over: ``job status``
+        (and :meth:`current_job`) see it, and no update runs beside it.
+
+        Args:
+            repair: Reinstall a damaged active build, else point at the newest runtime that verifies.
+            listener: Receives the repair job's states.
+
+        Raises:
+            BusyError: ``repair`` while another job or update runs.
+            UnsafeHomeError: The home is not safely a directory of ours.
+        """
+        from llama_runtime.updater.api.manage import doctor
+
+        return doctor(self, repair=repair, listener=listener)
+
+    def plan(
+        self,
+        tag: str | None = None,
+        *,
+        platform: str | None = None,
+        cuda_version: str | None = None,
+        host_file: str | Path | None = None,
+    ) -> PlanResult:
+        """What an update would install and why, for this machine or another; downloads nothing.
+
+        Args:
+            tag: Plan for this release (default: the newest on the updater's channel).
+            platform: Plan for another machine, ``OS-ARCH`` (e.g. ``windows-x64``).
+            cuda_version: The (other) machine's driver CUDA version; with ``host_file``, the line.
+            host_file: Plan for the machine a ``doctor --json`` host object describes.
+
+        Raises:
+            UserInputError: Malformed input, or both ``platform`` and ``host_file``.
+            ReleaseNotFoundError: ``tag`` is not released.
+            BackendUnavailableError: No asset of the release fits the machine and backend.
+            RemoteError: Network or GitHub failures.
+        """
+        from llama_runtime.updater.api.manage import plan
+        from llama_runtime.updater.choice.tags import validate_tag
+
+        return plan(
+            self,
+            validate_tag(tag) if tag is not None else None,
+            platform=platform,
+            cuda_version=cuda_version,
+            host_file=Path(host_file) if host_file is not None else None,
+        )

@@ -32,21 +32,14 @@ OFFLINE_HINT = (
 
 
 def user_tag(tag: str) -> str:
-    """A tag as a person typed it, checked; a bare build number is refused with the tag it means.
+    """A tag as a person typed it, checked (see :func:`~updater.api.manage.user_tag`).
 
     Raises:
         UserInputError: Malformed, or a bare number such as ``7000`` (did you mean ``b7000``?).
     """
-    from llama_runtime.updater.choice.tags import validate_tag
+    from llama_runtime.updater.api.manage import user_tag as checked
 
-    cleaned = validate_tag(tag)
-    if cleaned.isdigit() or (cleaned[:1] == "B" and cleaned[1:].isdigit()):  # 7000, B7000
-        meant = f"b{cleaned.lstrip('B')}"
-        raise UserInputError(
-            f"'{cleaned}' is not a release tag; did you mean {meant}?",
-            hint="llama.cpp builds are tagged bNNNN (e.g. b7000).",
-        )
-    return cleaned
+    return checked(tag)
 
 
 def tag_or_none(tag: str | None) -> str | None:
@@ -83,7 +76,7 @@ def cancel_on_signals(updater: RuntimeUpdater, out: Output) -> contextlib.Abstra
     def request_cancel() -> bool:
         if events.job_id is None:
             return False
-        updater.jobs.request_cancel(events.job_id)
+        updater._job_store.request_cancel(events.job_id)
         return True
 
     return on_signals(request_cancel)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+    from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import ActiveState
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
@@ -48,6 +49,13 @@ def engine_for(settings: Settings) -> Engine:
     from llama_runtime.updater.engine import Engine
 
     return Engine(settings)
+
+
+def updater_for(settings: Settings) -> RuntimeUpdater:
+    """The front door over the engine ``settings`` configure: every verb that changes a home goes through it."""
+    from llama_runtime.updater.api.service import RuntimeUpdater
+
+    return RuntimeUpdater._from_engine(engine_for(settings))
 
 
 def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:

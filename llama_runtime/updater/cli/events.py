@@ -169,13 +169,12 @@ def follow_events(job: UpdateJob, out: Output, timeout: float | None, *, attache
     state = job.state()
     for state in job.events(timeout):
         events(state)
-    payload: dict[str, Any] = (
-        {**(state.result or {}), "attached": True, "job": state.id} if attached else {"job": state.to_json()}
-    )
+    result = state.result.to_json() if state.result else {}
+    payload: dict[str, Any] = {**result, "attached": True, "job": state.id} if attached else {"job": state.to_json()}
     if state.phase in ("failed", "cancelled") and state.error:
-        events.error_payload(state.error, payload)
-        code = state.error.get("exit_code")
-        return int(code) if isinstance(code, int) else (130 if state.phase == "cancelled" else 1)
+        events.error_payload(state.error.to_json(), payload)
+        code = state.error.exit_code
+        return code if code is not None else (130 if state.phase == "cancelled" else 1)
     out.result(payload, [])
     return 0
 
@@ -186,11 +185,11 @@ def attach_events(updater: RuntimeUpdater, out: Output, busy: LlamaRuntimeError)
     Two windows pressing "Update" then show one progress; the lines carry ``attached: true``.
     Without a job record to follow (an update without one holds the lock), the busy error stands.
     """
-    current = updater.jobs.current()
+    current = updater._job_store.current()
     if current is None or not current.running:
         raise busy
     from llama_runtime.updater.api.job_handle import UpdateJob
 
     assert out.events is not None
     out.events.write({"type": "phase", "phase": "attached", "message": current.describe(), "job": current.id})
-    return follow_events(UpdateJob(updater.jobs, current.id), out, None, attached=True)
+    return follow_events(UpdateJob(updater._job_store, current.id), out, None, attached=True)

@@ -16,6 +16,7 @@ from llama_runtime.runtime.errors import BusyError
 from llama_runtime.updater.cli.common import add_events_flag, cancel_on_signals
 
 if TYPE_CHECKING:
+    from llama_runtime.updater.api.job_state import JobError
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.cli.parser import AddParser, Handler
@@ -48,7 +49,7 @@ def updater_from_args(args: argparse.Namespace) -> RuntimeUpdater:
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.cli.context import engine_for, settings_from_args
 
-    return RuntimeUpdater.from_engine(engine_for(settings_from_args(args)))
+    return RuntimeUpdater._from_engine(engine_for(settings_from_args(args)))
 
 
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
@@ -70,7 +71,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     except BusyError as exc:
         if out.events is not None:
             raise
-        current = updater.jobs.current()
+        current = updater._job_store.current()
         payload: dict[str, Any] = {"skipped": "busy", "error": exc.to_json()}
         payload["job"] = current.to_json() if current and current.running else None
         if out.as_json:
@@ -141,13 +142,12 @@ def cmd_job(args: argparse.Namespace, out: Output) -> int:
         state = job.state()
     out.result({"job": state.to_json()}, [_job_line(state.id, state.describe(), state.error)])
     if state.phase == "failed" and state.error:
-        code = state.error.get("exit_code")
-        return int(code) if isinstance(code, int) else 1
+        return state.error.exit_code if state.error.exit_code is not None else 1
     return 0
 
 
-def _job_line(job_id: str, what: str, error: dict[str, Any] | None) -> str:
+def _job_line(job_id: str, what: str, error: JobError | None) -> str:
     line = f"job {job_id}: {what}"
-    if error and isinstance(error.get("message"), str):
-        line += f" — {error['message']}"
+    if error and isinstance(error.record.get("message"), str):
+        line += f" — {error.message}"
     return line

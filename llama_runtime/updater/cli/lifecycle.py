@@ -16,7 +16,7 @@ from llama_runtime.runtime.errors import NothingActiveError, UserInputError
 from llama_runtime.updater.cli.common import add_events_flag
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.layout import Home, InstalledRuntime
+    from llama_runtime.runtime.layout import InstalledRuntime
     from llama_runtime.updater.choice.available import Available
     from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.cli.parser import AddParser, Handler
@@ -57,36 +57,20 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 def _repo_filter(args: argparse.Namespace) -> str | None:
     """The repository to match installed runtimes against, only when one was asked for."""
-    from llama_runtime.updater.config import validate_repo
-
     given = args.repo or os.environ.get("LLAMA_RUNTIME_REPO", "").strip()
-    return validate_repo(given) if given else None
-
-
-def _select(args: argparse.Namespace, settings: Settings, home: Home) -> InstalledRuntime:
-    from llama_runtime.updater.cli.common import user_tag
-    from llama_runtime.updater.install.installed import select_installed
-
-    return select_installed(
-        home.installed(),
-        user_tag(args.tag),
-        repo=_repo_filter(args),
-        backend=settings.backend if settings.backend_explicit else None,
-    )
+    return given or None
 
 
 def cmd_use(args: argparse.Namespace, out: Output) -> int:
     """``use TAG``: switch to an installed runtime."""
     from llama_runtime.updater.cli.common import outcome_lines, progress_for
-    from llama_runtime.updater.cli.context import engine_for, settings_from_args
+    from llama_runtime.updater.cli.context import settings_from_args, updater_for
     from llama_runtime.updater.cli.gateopts import with_gate
 
-    settings = with_gate(args, settings_from_args(args))
-    installer = engine_for(settings).installer()
-    target = _select(args, settings, installer.home)
+    updater = updater_for(with_gate(args, settings_from_args(args)))
     bar = progress_for(args)
     try:
-        outcome = installer.use(target.name, progress=out.events or bar)
+        outcome = updater.use(args.tag, repo=_repo_filter(args), progress=out.events or bar)
     finally:
         if bar is not None:
             bar.close()
@@ -97,18 +81,14 @@ def cmd_use(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_remove(args: argparse.Namespace, out: Output) -> int:
     """``remove TAG``: delete an installed runtime that is neither active nor previous."""
-    from llama_runtime.updater.cli.context import home_for, settings_from_args
+    from llama_runtime.updater.cli.context import settings_from_args, updater_for
     from llama_runtime.updater.install.diskspace import human_size
-    from llama_runtime.updater.install.gc import remove_runtime
 
-    settings = settings_from_args(args)
-    home = home_for(settings)
-    target = _select(args, settings, home)
-    item = remove_runtime(home, target.name)
-    m = target.marker
-    payload = {"removed": target.to_json(), "freed_bytes": item.size_bytes}
+    result = updater_for(settings_from_args(args)).remove(args.tag, repo=_repo_filter(args))
+    m, where = result.removed.marker, result.removed.path
     out.result(
-        payload, [f"Removed {m.repo} {m.tag} ({m.backend}) from {target.path}; freed {human_size(item.size_bytes)}."]
+        result.to_json(),
+        [f"Removed {m.repo} {m.tag} ({m.backend}) from {where}; freed {human_size(result.freed_bytes)}."],
     )
     return 0
 

@@ -86,33 +86,25 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
 def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
     """``install-file ARCHIVE [--tag TAG] [--sha256 HEX]``."""
     from llama_runtime.updater.cli.common import provenance_line
-    from llama_runtime.updater.cli.context import engine_for, settings_from_args
-    from llama_runtime.updater.install.offline import InstallFileRequest, install_file
+    from llama_runtime.updater.cli.context import settings_from_args, updater_for
 
     # A file's origin is not the active runtime's: without --repo it is recorded as ggml-org's, as always.
-    settings = settings_from_args(args, follow_active_repo=False)
-    tag = None
-    if args.tag is not None:
-        from llama_runtime.updater.choice.tags import validate_tag
-
-        tag = validate_tag(args.tag)
-    request = InstallFileRequest(
-        archive=Path(args.archive).expanduser(),
-        default_repo=settings.repo,
-        tag=tag,
-        repo=settings.repo if args.repo is not None else None,
-        backend=settings.backend if settings.backend_explicit else None,
+    updater = updater_for(settings_from_args(args, follow_active_repo=False))
+    archive = Path(args.archive).expanduser()
+    outcome = updater.install_file(
+        archive,
+        tag=args.tag,
+        repo=updater.repo if args.repo is not None else None,
         sha256=args.sha256,
         attestation=Path(args.bundle).expanduser() if args.bundle else None,
     )
-    outcome = install_file(engine_for(settings).installer(), request)
     m = outcome.active.marker
     if outcome.result == "up_to_date":
         lines = [f"Already active: {m.repo} {m.tag} ({m.backend}) from these very bytes."]
     elif outcome.result == "switched":
         lines = [f"Switched to {m.repo} {m.tag} ({m.backend}): the same build was installed already."]
     else:
-        lines = [f"Installed {m.repo} {m.tag} ({m.backend}) from {request.archive} and made it active."]
+        lines = [f"Installed {m.repo} {m.tag} ({m.backend}) from {archive} and made it active."]
         if outcome.previous:
             lines.append(f"`llama-runtime rollback` returns to {outcome.previous.marker.tag}.")
         lines.append(f"binary: {outcome.active.binary}")
@@ -213,13 +205,10 @@ def _platform(value: str) -> str:
 
 def cmd_gc(args: argparse.Namespace, out: Output) -> int:
     """``gc [--keep N] [--dry-run] [--cache]``."""
-    from llama_runtime.updater.cli.context import home_for, settings_from_args
+    from llama_runtime.updater.cli.context import settings_from_args, updater_for
     from llama_runtime.updater.install.diskspace import human_size
-    from llama_runtime.updater.install.gc import DEFAULT_KEEP, collect_garbage
 
-    keep = DEFAULT_KEEP if args.keep is None else args.keep
-    home = home_for(settings_from_args(args))
-    report = collect_garbage(home, keep=keep, dry_run=args.dry_run, cache_only=args.cache)
+    report = updater_for(settings_from_args(args)).gc(keep=args.keep, dry_run=args.dry_run, cache_only=args.cache)
     verb = "Would free" if report.dry_run else "Freed"
     lines = [f"{verb} {human_size(report.freed_bytes)}."]
     lines += [f"  {'would remove' if report.dry_run else 'removed'} {i.kind} {i.path}" for i in report.removed]

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from llama_runtime.updater.cli.context import engine_for, home_for, settings_from_args
+from llama_runtime.updater.cli.context import settings_from_args, updater_for
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.layout import InstalledRuntime
     from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.cli.parser import AddParser, Handler
-    from llama_runtime.updater.config import Settings
 
 #: ``doctor``'s exit code when it finds problems: the contract's "local state damaged".
 _UNHEALTHY_EXIT = 6
@@ -34,17 +30,9 @@ def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
     """``rollback``: the previous runtime becomes active again, through the same checks as an update."""
     from llama_runtime.updater.cli.gateopts import gate_lines, with_gate
 
-    settings = with_gate(args, settings_from_args(args))
-    active, previous, server = engine_for(settings).installer().rollback()
-    payload = {
-        "result": "switched",
-        "active": active.to_json(),
-        "previous": previous.to_json() if previous else None,
-        "server_restarted": server.restarted,
-        "reload_required": server.reload_required,
-        "gate": server.gate_json(),
-        "warnings": list(server.warnings),
-    }
+    result = updater_for(with_gate(args, settings_from_args(args))).rollback()
+    active, previous, server = result.active, result.previous, result.server
+    payload = result.to_json()
     lines = [f"Rolled back: {active.marker.tag} ({active.marker.backend}) is active again."]
     if server.restarted:
         lines.append(f"The running llama-server was restarted on {active.marker.tag}.")
@@ -60,19 +48,11 @@ def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
     """``doctor [--repair]``: re-verify the active runtime; exit 6 when something is wrong."""
-    from llama_runtime.updater.api.doctor import run_doctor
-    from llama_runtime.updater.choice.host_detect import detect_host
-
-    settings = settings_from_args(args)
-    report = run_doctor(
-        home_for(settings),
-        repair=args.repair,
-        host=detect_host().to_json(),
-        reinstall=_reinstaller(settings) if args.repair else None,
-    )
+    # A repair runs as the home's job: `job status` sees it, and no update runs beside it.
+    report = updater_for(settings_from_args(args)).doctor(repair=args.repair)
     payload = report.to_json()
     if not report.healthy:  # the contract's error object, beside the report
-        failed = "; ".join(f"{f.check}: {f.detail}" for f in report.findings if not f.ok) or "see the checks"
+        failed = "; ".join(f"{c.check}: {c.detail}" for c in report.checks if not c.ok) or "see the checks"
         error: dict[str, object] = {
             "code": "unhealthy",
             "message": f"doctor found problems: {failed}.",
@@ -83,18 +63,3 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
         payload.setdefault("error", error)
     out.result(payload, report.lines())
     return 0 if report.healthy else _UNHEALTHY_EXIT
-
-
-def _reinstaller(settings: Settings) -> Callable[[InstalledRuntime], InstalledRuntime]:
-    """``doctor --repair``'s in-place repair: the damaged build again, by ``update``'s own path."""
-
-    def reinstall(damaged: InstalledRuntime) -> InstalledRuntime:
-        from llama_runtime.updater.choice.decide import UpdateRequest
-
-        m = damaged.marker
-        engine = engine_for(dataclasses.replace(settings, repo=m.repo))
-        with engine.open_source() as source:
-            # backend None: the installer keeps the damaged runtime's stored request.
-            return engine.installer(source).update(UpdateRequest(repo=m.repo, tag=m.tag)).active
-
-    return reinstall

@@ -20,7 +20,7 @@ from llama_runtime.updater.cli.common import (
     progress_for,
     tag_or_none,
 )
-from llama_runtime.updater.cli.context import engine_for, has_active, settings_from_args
+from llama_runtime.updater.cli.context import has_active, settings_from_args
 
 if TYPE_CHECKING:
     from llama_runtime.updater.cli.output import Output
@@ -49,29 +49,27 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 def cmd_update(args: argparse.Namespace, out: Output) -> int:
     """``update``: runs as the home's update job, so ``job status/wait/cancel`` follow it from elsewhere."""
-    from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import parse_cuda_version
+    from llama_runtime.updater.cli.context import updater_for
     from llama_runtime.updater.cli.gateopts import with_gate
 
     settings = with_gate(args, settings_from_args(args))  # bad input is exit 2 before anything changes
     tag = tag_or_none(args.tag)
-    updater = RuntimeUpdater.from_engine(engine_for(settings))
-    request = UpdateRequest(
-        repo=settings.repo,
-        tag=tag,
-        backend=settings.backend if settings.backend_explicit else None,
-        cuda_version=parse_cuda_version(args.cuda_version) if args.cuda_version is not None else None,
-        require_digest=args.require_digest,
-        channel=settings.channel,
-    )
+    if args.cuda_version is not None:
+        parse_cuda_version(args.cuda_version)  # exit 2 before any wait or job
+    updater = updater_for(settings)
     had_active = has_active(updater.home)
     bar = progress_for(args)
     listener = out.events if out.events is not None else bar
     try:
         with cancel_on_signals(updater, out):
-            job = updater.run_update(
-                request, wait=duration_arg(args.wait, "--wait"), operation="update", listener=listener
+            job = updater.update(
+                tag,
+                cuda_version=args.cuda_version,
+                require_digest=args.require_digest,
+                wait=duration_arg(args.wait, "--wait"),
+                operation="update",
+                listener=listener,
             )
         if job.exception is not None:
             raise job.exception

@@ -1,0 +1,288 @@
+"""The runtime manager's verbs behind :class:`~updater.api.service.RuntimeUpdater`.
+
+``use``, ``rollback``, ``remove``, ``install_file``, ``gc``, ``doctor`` and
+``plan``: each one composes the internals the CLI used to compose itself, so an
+app and ``llama-runtime`` run the same code. Each returns a public result
+(:mod:`~updater.api.results`); ``doctor(repair=True)`` runs as the home's job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.updater.api.results import (
+    DoctorResult,
+    GcResult,
+    PlanCandidate,
+    PlanResult,
+    RemoveResult,
+    RollbackResult,
+)
+
+if TYPE_CHECKING:
+    from llama_runtime.runtime.layout import InstalledRuntime
+    from llama_runtime.updater.api.doctor import DoctorReport
+    from llama_runtime.updater.api.job_state import JobListener
+    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.choice.channel import ResolvedRelease
+    from llama_runtime.updater.choice.decide import ActiveState, Plan
+    from llama_runtime.updater.choice.host import HostFacts
+    from llama_runtime.updater.install.outcome import CancelCheck, ProgressCallback, UpdateOutcome
+    from llama_runtime.updater.sources.release import Release
+
+__all__ = ["doctor", "gc", "install_file", "plan", "remove", "rollback", "select", "use", "user_tag"]
+
+
+def user_tag(tag: str) -> str:
+    """A tag as a person typed it, checked; a bare build number is refused with the tag it means.
+
+    Raises:
+        UserInputError: Malformed, or a bare number such as ``7000`` (did you mean ``b7000``?).
+    """
+    from llama_runtime.updater.choice.tags import validate_tag
+
+    cleaned = validate_tag(tag)
+    if cleaned.isdigit() or (cleaned[:1] == "B" and cleaned[1:].isdigit()):  # 7000, B7000
+        meant = f"b{cleaned.lstrip('B')}"
+        raise UserInputError(
+            f"'{cleaned}' is not a release tag; did you mean {meant}?",
+            hint="llama.cpp builds are tagged bNNNN (e.g. b7000).",
+        )
+    return cleaned
+
+
+def select(updater: RuntimeUpdater, tag: str, repo: str | None) -> InstalledRuntime:
+    """The installed runtime ``tag`` (or a runtime name) means, narrowed by ``repo`` and the updater's backend."""
+    from llama_runtime.updater.config import validate_repo
+    from llama_runtime.updater.install.installed import select_installed
+
+    return select_installed(
+        updater.home.installed(),
+        user_tag(tag),
+        repo=validate_repo(repo) if repo is not None else None,
+        backend=None if updater.backend == "auto" else updater.backend,
+    )
+
+
+def use(updater: RuntimeUpdater, tag: str, repo: str | None, progress: ProgressCallback | None) -> UpdateOutcome:
+    """Activate the installed ``tag`` through the same verification and server switch as an update."""
+    target = select(updater, tag, repo)
+    return updater._core.installer().use(target.name, progress=progress)
+
+
+def rollback(updater: RuntimeUpdater) -> RollbackResult:
+    """The previous runtime becomes active again, through the same checks as an update."""
+    active, previous, server = updater._core.installer().rollback()
+    return RollbackResult(active, previous, server)
+
+
+def remove(updater: RuntimeUpdater, tag: str, repo: str | None) -> RemoveResult:
+    """Delete the installed ``tag``; the active and the previous runtime are refused."""
+    from llama_runtime.updater.install.gc import remove_runtime
+
+    target = select(updater, tag, repo)
+    item = remove_runtime(updater.home, target.name)
+    return RemoveResult(target, item.size_bytes)
+
+
+def install_file(
+    updater: RuntimeUpdater,
+    archive: Path,
+    *,
+    tag: str | None,
+    repo: str | None,
+    sha256: str | None,
+    attestation: Path | None,
+) -> UpdateOutcome:
+    """Install a release archive or an exported bundle from disk, as a download would be installed."""
+    from llama_runtime.updater.choice.tags import validate_tag
+    from llama_runtime.updater.config import validate_repo
+    from llama_runtime.updater.install.offline import InstallFileRequest
+    from llama_runtime.updater.install.offline import install_file as install
+
+    request = InstallFileRequest(
+        archive=archive.expanduser(),
+        default_repo=validate_repo(repo) if repo is not None else updater._file_repo(),
+        tag=validate_tag(tag) if tag is not None else None,
+        repo=validate_repo(repo) if repo is not None else None,
+        backend=None if updater.backend == "auto" else updater.backend,
+        sha256=sha256,
+        attestation=attestation.expanduser() if attestation is not None else None,
+    )
+    return install(updater._core.installer(), request)
+
+
+def gc(updater: RuntimeUpdater, *, keep: int | None, dry_run: bool, cache_only: bool) -> GcResult:
+    """Remove old runtimes, downloads and leftovers (or, ``dry_run``, say what would go)."""
+    from llama_runtime.updater.install.gc import DEFAULT_KEEP, collect_garbage
+
+    report = collect_garbage(
+        updater.home, keep=DEFAULT_KEEP if keep is None else keep, dry_run=dry_run, cache_only=cache_only
+    )
+    return GcResult.from_report(report)
+
+
+def doctor(updater: RuntimeUpdater, *, repair: bool, listener: JobListener | None) -> DoctorResult:
+    """Re-verify the home and the active runtime; ``repair`` runs as the home's job.
+
+    Raises:
+        BusyError: ``repair`` while another job or update runs (``job status`` shows it).
+    """
+    from llama_runtime.updater.api.doctor import run_doctor
+
+    host = updater._core.host().to_json()
+    if not repair:
+        return DoctorResult.from_report(run_doctor(updater.home, host=host))
+    reports: list[DoctorReport] = []
+
+    def work(progress: ProgressCallback, cancel: CancelCheck) -> tuple[dict[str, object], UpdateOutcome | None]:
+        report = run_doctor(updater.home, repair=True, host=host, reinstall=_reinstaller(updater, progress, cancel))
+        reports.append(report)
+        return report.to_json(), None
+
+    job = updater._runner().start_work(
+        work,
+        tag=None,
+        join=False,
+        refuse_locked=True,
+        operation="doctor",
+        background=False,
+        listener=listener,
+        phase="verify",
+    )
+    if job.exception is not None:
+        raise job.exception
+    return DoctorResult.from_report(reports[-1], job_id=job.id)
+
+
+def _reinstaller(
+    updater: RuntimeUpdater, progress: ProgressCallback, cancel: CancelCheck
+) -> Callable[[InstalledRuntime], InstalledRuntime]:
+    """``doctor --repair``'s in-place repair: the damaged build again, by ``update``'s own path."""
+
+    def reinstall(damaged: InstalledRuntime) -> InstalledRuntime:
+        from llama_runtime.updater.choice.decide import UpdateRequest
+        from llama_runtime.updater.engine import Engine
+
+        m = damaged.marker
+        core = updater._core
+        engine = Engine(dataclasses.replace(core.settings, repo=m.repo), core.seams)
+        with engine.open_source() as source:
+            # backend None: the installer keeps the damaged runtime's stored request.
+            request = UpdateRequest(repo=m.repo, tag=m.tag)
+            return engine.installer(source).update(request, progress=progress, cancel=cancel).active
+
+    return reinstall
+
+
+def plan(
+    updater: RuntimeUpdater,
+    tag: str | None,
+    *,
+    platform: str | None,
+    cuda_version: str | None,
+    host_file: Path | None,
+) -> PlanResult:
+    """The release, asset and action ``update`` would take, and why; downloads nothing."""
+    from llama_runtime.updater.choice.decide import UpdateRequest, channel_request, decide
+    from llama_runtime.updater.install.recovery import active_state
+    from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
+
+    host, cuda_line = _plan_host(platform, cuda_version, host_file, updater._host)
+    # What update would do on this machine compares with the active runtime;
+    # a plan for another machine (platform, host_file) has none.
+    active = None if platform or host_file else _active_or_none(updater, active_state)
+    # Like update: without a backend the active runtime's stored request decides (auto when none).
+    request = UpdateRequest(
+        repo=updater.repo,
+        tag=tag,
+        backend=updater._backend_request,
+        cuda_version=cuda_line,
+        channel=updater.channel,
+    )
+    channel = channel_request(request, active.marker if active else None)
+    with updater._core.open_source(etag_cache=False) as client:
+        resolved = resolve_tag_remote(client, tag) if tag else resolve_latest_remote(client, channel)
+    decision = decide(request, active, resolved.release, host)
+    decision.raise_if_refused()
+    return _plan_result(resolved, decision, channel, host)
+
+
+def _active_or_none(updater: RuntimeUpdater, state_of: Callable[[InstalledRuntime], ActiveState]) -> ActiveState | None:
+    from llama_runtime.runtime.errors import CorruptStateError
+
+    try:
+        pointer = updater.home.read_pointer()
+        active = updater.home.load(pointer.active) if pointer.active else None
+    except CorruptStateError:
+        return None
+    return state_of(active) if active else None
+
+
+def _plan_result(resolved: ResolvedRelease, decision: Plan, channel: str, host: HostFacts) -> PlanResult:
+    release, choice = resolved.release, decision.choice
+    if choice is None:
+        raise AssertionError("unreachable: a plan with a release names its asset")
+    return PlanResult(
+        repo=release.repo,
+        tag=release.tag,
+        version=resolved.version,
+        channel=channel,
+        backend=choice.backend,
+        backend_request=decision.backend_request,
+        asset=choice.asset.name,
+        extra_assets=tuple(a.name for a in choice.extra_assets),
+        size=choice.asset.size + sum(a.size for a in choice.extra_assets),
+        reason=choice.reason,
+        host=host.to_json(),
+        action=decision.action,
+        warnings=tuple(decision.warnings),
+        resolution=(*resolved.notes, *_metadata_notes(release)),
+        candidates=tuple(PlanCandidate(c.asset_name, c.backend, c.taken, c.why) for c in choice.candidates),
+        host_sources=tuple(host.sources),
+    )
+
+
+def _plan_host(
+    platform: str | None, cuda_version: str | None, host_file: Path | None, this_host: Callable[[], HostFacts]
+) -> tuple[HostFacts, str | None]:
+    """The machine to plan for (``this_host`` unless another is named), and the CUDA line to pin.
+
+    The CUDA line is pinned only with ``host_file``.
+
+    ``platform`` and ``cuda_version`` describe the machine (its driver's CUDA
+    version); they do not pin a CUDA line. With ``host_file`` the file has the
+    driver, so ``cuda_version`` pins the line.
+
+    Raises:
+        UserInputError: Both ``host_file`` and ``platform``, or either one malformed.
+    """
+    from llama_runtime.updater.choice.host import host_for_platform, parse_cuda_version
+
+    cuda = parse_cuda_version(cuda_version) if cuda_version is not None else None
+    if host_file is not None:
+        from llama_runtime.updater.choice.host_file import load_host_file
+
+        if platform:
+            raise UserInputError("Give --host FILE or --platform, not both: the file already names the platform.")
+        return load_host_file(host_file), cuda
+    if platform:
+        return host_for_platform(platform, cuda), None
+    if cuda is not None:
+        return dataclasses.replace(this_host(), cuda_driver_version=cuda), None
+    return this_host(), None
+
+
+def _metadata_notes(release: Release) -> list[str]:
+    """What the release's own build metadata contributed, or why it did not."""
+    from llama_runtime.updater.sources.build_manifest import MANIFEST_ASSET
+
+    if release.manifest is not None:
+        return [f"GPU coverage of its bundles from its {MANIFEST_ASSET}"]
+    if release.asset(MANIFEST_ASSET) is not None:
+        return [f"its {MANIFEST_ASSET} was not read (another schema, or still uploading): bundles chosen by name"]
+    return []
