@@ -60,6 +60,10 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.marker import FileRecord, InstallMarker
     from llama_runtime.runtime.process import ServerControl
     from llama_runtime.runtime.runner import ProcessResult, ProcessRunner
+    from llama_runtime.updater.activate.attempts import Attempt, CandidatesFailedError
+    from llama_runtime.updater.activate.gc import GcItem
+    from llama_runtime.updater.activate.outcome import Progress, ProgressCallback, UpdateOutcome
+    from llama_runtime.updater.activate.swap import SwitchReport
     from llama_runtime.updater.api.job_handle import UpdateJob
     from llama_runtime.updater.api.job_state import JobError, JobListener, JobResult, JobState
     from llama_runtime.updater.api.ready import EnsureResult, NotReady, Ready
@@ -75,15 +79,11 @@ if TYPE_CHECKING:
     )
     from llama_runtime.updater.api.schedule import CheckResult
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.install.attempts import Attempt, CandidatesFailedError
-    from llama_runtime.updater.install.attestation import SigstoreMissingError
-    from llama_runtime.updater.install.gate import GatePolicy
-    from llama_runtime.updater.install.gate_store import load_gate_settings, save_gate_settings
-    from llama_runtime.updater.install.gc import GcItem
-    from llama_runtime.updater.install.outcome import Progress, ProgressCallback, UpdateOutcome
-    from llama_runtime.updater.install.swap import SwitchReport
-    from llama_runtime.updater.sources.remote_names import RemoteDataError
+    from llama_runtime.updater.release.remote_names import RemoteDataError
     from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.verify.attestation import SigstoreMissingError
+    from llama_runtime.updater.verify.gate import GatePolicy
+    from llama_runtime.updater.verify.gate_store import load_gate_settings, save_gate_settings
 
 _ERRORS = "llama_runtime.runtime.errors"
 
@@ -107,12 +107,12 @@ _EXPORTS: dict[str, str] = {
     "PlanResult": "llama_runtime.updater.api.results",
     "RemoveResult": "llama_runtime.updater.api.results",
     "RollbackResult": "llama_runtime.updater.api.results",
-    "UpdateOutcome": "llama_runtime.updater.install.outcome",
-    "Progress": "llama_runtime.updater.install.outcome",
-    "ProgressCallback": "llama_runtime.updater.install.outcome",
-    "Attempt": "llama_runtime.updater.install.attempts",
-    "SwitchReport": "llama_runtime.updater.install.swap",
-    "GcItem": "llama_runtime.updater.install.gc",
+    "UpdateOutcome": "llama_runtime.updater.activate.outcome",
+    "Progress": "llama_runtime.updater.activate.outcome",
+    "ProgressCallback": "llama_runtime.updater.activate.outcome",
+    "Attempt": "llama_runtime.updater.activate.attempts",
+    "SwitchReport": "llama_runtime.updater.activate.swap",
+    "GcItem": "llama_runtime.updater.activate.gc",
     "InstalledRuntime": "llama_runtime.runtime.layout",
     "InstallMarker": "llama_runtime.runtime.marker",
     "FileRecord": "llama_runtime.runtime.marker",
@@ -122,16 +122,16 @@ _EXPORTS: dict[str, str] = {
     "Clock": "llama_runtime.runtime.clock",
     "ReleaseSource": "llama_runtime.updater.sources.source",
     "UnsafeHomeError": "llama_runtime.runtime.home_safety",
-    "CandidatesFailedError": "llama_runtime.updater.install.attempts",
-    "SigstoreMissingError": "llama_runtime.updater.install.attestation",
-    "RemoteDataError": "llama_runtime.updater.sources.remote_names",
+    "CandidatesFailedError": "llama_runtime.updater.activate.attempts",
+    "SigstoreMissingError": "llama_runtime.updater.verify.attestation",
+    "RemoteDataError": "llama_runtime.updater.release.remote_names",
     # The inference gate: the check itself, and the settings every later update applies.
-    "GatePolicy": "llama_runtime.updater.install.gate",
+    "GatePolicy": "llama_runtime.updater.verify.gate",
     "InferenceResult": "llama_runtime.runtime.inference",
     "Speed": "llama_runtime.runtime.inference",
     "probe_inference": "llama_runtime.runtime.inference",
-    "load_gate_settings": "llama_runtime.updater.install.gate_store",
-    "save_gate_settings": "llama_runtime.updater.install.gate_store",
+    "load_gate_settings": "llama_runtime.updater.verify.gate_store",
+    "save_gate_settings": "llama_runtime.updater.verify.gate_store",
     **{
         name: _ERRORS
         for name in (

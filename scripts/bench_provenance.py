@@ -27,7 +27,7 @@ from typing import Final
 #: Enough runs that one cold start does not move the median.
 DEFAULT_RUNS: Final[int] = 11
 DATA: Final = Path(__file__).resolve().parent.parent / "tests" / "data" / "sigstore"
-IMPORT: Final = "import llama_runtime.updater.install.attestation, sigstore.verify, sigstore.models"
+IMPORT: Final = "import llama_runtime.updater.verify.attestation, sigstore.verify, sigstore.models"
 
 
 def time_once(argv: list[str]) -> float:
@@ -37,7 +37,7 @@ def time_once(argv: list[str]) -> float:
 
 
 def verify_seconds(runs: int) -> list[float]:
-    from llama_runtime.updater.install.provenance import ProvenanceCheck
+    from llama_runtime.updater.verify.provenance import ProvenanceCheck
 
     bundle = json.loads((DATA / "a.dsse.staging-rekor-v2.txt.sigstore.json").read_text())
     check = ProvenanceCheck(

@@ -38,6 +38,7 @@ from typing import Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_status import seed_home
+
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.api.job_state import JobState
 from llama_runtime.updater.api.job_store import JobStore
@@ -56,8 +57,8 @@ DEFERRED: Final[tuple[str, ...]] = (
     "psutil",
     # The release model and the composition root: only a check or an update needs them.
     "packaging",
-    "llama_runtime.updater.choice.channel",
-    "llama_runtime.updater.sources.release",
+    "llama_runtime.updater.release.channel",
+    "llama_runtime.updater.release.release",
     "llama_runtime.updater.engine",
     # The update job beyond its record (ensure reads only the job store), and the scheduled check.
     "llama_runtime.updater.api.job_recorder",

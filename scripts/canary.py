@@ -12,10 +12,10 @@ compares what it sees with the expected facts kept in ``scripts/upstream-facts.j
   (:func:`llama_runtime.updater.sources.resolve.resolve_latest_remote`);
 * every asset name of those builds, matched against the known asset families
   (toolkit versions abstracted: a new CUDA version is a bump, a new family is drift)
-  and read by the project's own :func:`~llama_runtime.updater.choice.assetnames.parse_asset_name`;
+  and read by the project's own :func:`~llama_runtime.updater.release.assetnames.parse_asset_name`;
 * companions: every CUDA build has its ``cudart-…`` archive and the project's chooser takes it;
 * the attestations of the assets the project chooses for a few hosts, verified through
-  the project's :class:`~llama_runtime.updater.install.provenance.ProvenanceCheck`
+  the project's :class:`~llama_runtime.updater.verify.provenance.ProvenanceCheck`
   (``LLAMA_RUNTIME_TRUSTED_ROOT`` and the other provenance settings honoured; the
   repository's default branch read as an install reads it), with the verified signer's
   workflow, trigger and ref compared with the facts' signing era.
@@ -57,23 +57,23 @@ from llama_runtime.runtime.errors import (
     ReleaseNotFoundError,
     UserInputError,
 )
-from llama_runtime.updater.choice.assetnames import parse_asset_name
-from llama_runtime.updater.choice.channel import (
+from llama_runtime.updater.choice.choose import choose_asset
+from llama_runtime.updater.choice.host import host_for_platform
+from llama_runtime.updater.config import DEFAULT_API_URL, github_token, validate_repo
+from llama_runtime.updater.release.assetnames import parse_asset_name
+from llama_runtime.updater.release.channel import (
     MAX_NIGHTLY_TAG_BYTES,
     NIGHTLY_TAG_ASSET,
     Channel,
     ResolvedRelease,
     parse_nightly_tag,
 )
-from llama_runtime.updater.choice.choose import choose_asset
-from llama_runtime.updater.choice.host import host_for_platform
-from llama_runtime.updater.choice.tags import parse_tag
-from llama_runtime.updater.config import DEFAULT_API_URL, github_token, validate_repo
-from llama_runtime.updater.install.provenance import ProvenanceCheck
-from llama_runtime.updater.install.signer import Signer
+from llama_runtime.updater.release.release import Asset, Release
+from llama_runtime.updater.release.tags import parse_tag
 from llama_runtime.updater.sources.github import GitHubClient
-from llama_runtime.updater.sources.release import Asset, Release
 from llama_runtime.updater.sources.resolve import resolve_latest_remote
+from llama_runtime.updater.verify.provenance import ProvenanceCheck
+from llama_runtime.updater.verify.signer import Signer
 
 EXIT_OK: Final = 0
 EXIT_DRIFT: Final = 1

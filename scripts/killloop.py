@@ -36,8 +36,7 @@ from typing import Any, Final
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llama_runtime.updater.install.checkpoints import CHECKPOINTS, KILL_AT_ENV  # noqa: E402
-
+from llama_runtime.updater.checkpoints import CHECKPOINTS, KILL_AT_ENV  # noqa: E402
 from tests.archives import build_release_archive  # noqa: E402
 from tests.fakegithub import FakeGitHub  # noqa: E402
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from llama_runtime.updater.install.archive_rules import ExtractLimits
+from llama_runtime.updater.stage.archive_rules import ExtractLimits
 
 LAYOUTS: Final = ("tar-root", "tar-tagdir", "zip-buildbin", "zip-root")
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from llama_runtime.runtime.errors import CancelledError, IntegrityError, LlamaRuntimeError, UnsafeArchiveError
-from llama_runtime.updater.install.archive import extract_archive, find_server_binary
-from llama_runtime.updater.install.archive_formats import Member, MemberKind
-from llama_runtime.updater.install.archive_rules import DEFAULT_LIMITS, ExtractLimits, MemberPlan
+from llama_runtime.updater.stage.archive import extract_archive, find_server_binary
+from llama_runtime.updater.stage.archive_formats import Member, MemberKind
+from llama_runtime.updater.stage.archive_rules import DEFAULT_LIMITS, ExtractLimits, MemberPlan
 from tests.archives import (
     HOSTILE_LIMITS,
     LAYOUTS,
@@ -640,7 +640,7 @@ def test_full_disk_while_writing_stays_an_os_error_for_the_installer(
             raise OSError(code, os.strerror(code))
         return real_fdopen(fd, mode, *args, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr("llama_runtime.updater.install.archive.os.fdopen", full)
+    monkeypatch.setattr("llama_runtime.updater.stage.archive.os.fdopen", full)
 
     with pytest.raises(OSError) as caught:
         extract_archive(archive, tmp_path / "dest")

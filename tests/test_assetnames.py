@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from llama_runtime.updater.choice.assetnames import parse_asset_name
+
+from llama_runtime.updater.release.assetnames import parse_asset_name
 
 RELEASES = Path(__file__).parent / "data" / "releases"
 

@@ -21,19 +21,19 @@ from llama_runtime.runtime.failed_builds import load_failed
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.marker import InstallMarker, parse_marker
 from llama_runtime.runtime.process import ManagedServer
-from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest
-from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.install.attempts import (
+from llama_runtime.updater.activate.attempts import (
     MAX_CANDIDATE_TRIES,
     Attempt,
     CandidatesFailedError,
     next_plan,
 )
-from llama_runtime.updater.install.outcome import Progress
-from llama_runtime.updater.install.transaction import Installer
+from llama_runtime.updater.activate.outcome import Progress
+from llama_runtime.updater.activate.transaction import Installer
+from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest
+from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.sources.github import GitHubClient
-from llama_runtime.updater.sources.release import Asset, Release
 from tests.conftest import (
     CPU_TAR,
     REPO,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
+from llama_runtime.updater.cli.main import main
 from tests.conftest import REPO, HomeGuard, run_json
 from tests.fakegithub import FakeGitHub
 
@@ -60,7 +60,7 @@ def test_install_file_from_an_endless_pipe_stops_at_the_asset_cap(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, b7000_home: Path, github: FakeGitHub
 ) -> None:
     guard = HomeGuard(b7000_home.parent, b7000_home)
-    monkeypatch.setattr("llama_runtime.updater.install.offline.MAX_ASSET_BYTES", 4 * 1024 * 1024)
+    monkeypatch.setattr("llama_runtime.updater.offline.offline.MAX_ASSET_BYTES", 4 * 1024 * 1024)
     code, payload = run_json(
         capsys, b7000_home, github.api_url, "install-file", "/dev/zero", "--tag", "b7010", "--repo", REPO
     )
@@ -72,7 +72,7 @@ def test_install_file_from_an_endless_pipe_stops_at_the_asset_cap(
 
 def test_provenance_check_reads_its_yes_no_variables_like_the_settings() -> None:
     from llama_runtime.runtime.errors import UserInputError
-    from llama_runtime.updater.install.provenance import ProvenanceCheck
+    from llama_runtime.updater.verify.provenance import ProvenanceCheck
 
     assert ProvenanceCheck.from_env({"LLAMA_RUNTIME_TRUST_ROOT_OFFLINE": "yes"}).offline
     assert not ProvenanceCheck.from_env({"LLAMA_RUNTIME_REQUIRE_PROVENANCE": "off"}).require

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from llama_runtime.runtime.errors import NetworkError, ProvenanceMissingError, RemoteError
-from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, read_listing
+from llama_runtime.updater.release.remote_names import RemoteDataError
 from llama_runtime.updater.sources import bundle_url
 from llama_runtime.updater.sources.bundle_url import (
     ResolvedAttestations,
@@ -25,8 +26,7 @@ from llama_runtime.updater.sources.bundle_url import (
     resolve_bundle_urls,
 )
 from llama_runtime.updater.sources.github import GitHubClient
-from llama_runtime.updater.sources.remote_names import RemoteDataError
-
+from llama_runtime.updater.verify.provenance import Provenance, ProvenanceCheck, read_listing
 from tests.fakegithub import (
     BUNDLE_URL_SIGNATURE,
     RELEASE_PREDICATE,

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.runtime.layout import Home
-from llama_runtime.updater.install.cache import AssetCache
 
+from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.fetch.cache import AssetCache
 from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 

@@ -42,8 +42,8 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.updater.install import attestation
-from llama_runtime.updater.install.signer import GITHUB_ACTIONS_ISSUER, Signer
+from llama_runtime.updater.verify import attestation
+from llama_runtime.updater.verify.signer import GITHUB_ACTIONS_ISSUER, Signer
 from tests.fakegithub import FakeGitHub
 from tests.sigstore_mint import private_sigstore
 from tests.test_provenance_e2e import ATTESTED_SHA256, BEACON, BEACON_WORKFLOW, BUNDLE, DATA

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import (
     DigestMismatchError,
     IntegrityError,
@@ -13,7 +14,7 @@ from llama_runtime.runtime.errors import (
     SizeMismatchError,
     UserInputError,
 )
-from llama_runtime.updater.choice.channel import (
+from llama_runtime.updater.release.channel import (
     StableFallback,
     channel_builds,
     fallback_stable,
@@ -27,12 +28,11 @@ from llama_runtime.updater.choice.channel import (
     stable_candidate,
     upload_problem,
 )
-from llama_runtime.updater.choice.tags import compare_tags, is_upgrade, parse_tag
+from llama_runtime.updater.release.release import Asset, Release
+from llama_runtime.updater.release.tags import compare_tags, is_upgrade, parse_tag
 from llama_runtime.updater.sources.etag_cache import JsonFileEtagCache
 from llama_runtime.updater.sources.github import GitHubClient
-from llama_runtime.updater.sources.release import Asset, Release
 from llama_runtime.updater.sources.resolve import pointers_on_page, resolve_latest_remote, resolve_tag_remote
-
 from tests.conftest import CPU_TAR, REPO, VULKAN_TAR, Sleeps
 from tests.fakegithub import FakeGitHub, Fault
 

@@ -7,10 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import BackendUnavailableError, UnknownBackendError, UserInputError
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.sources.release import Asset, Release
+from llama_runtime.updater.release.release import Asset, Release
 
 RELEASES = Path(__file__).parent / "data" / "releases"
 

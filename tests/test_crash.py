@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.install.checkpoints import CHECKPOINTS, KILL_AT_ENV
 
+from llama_runtime.updater.checkpoints import CHECKPOINTS, KILL_AT_ENV
 from tests.conftest import (
     REPO,
     VULKAN_TAR,
@@ -235,7 +235,7 @@ def test_cleanup_removes_only_what_nothing_refers_to(
     b7000_active: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from llama_runtime.runtime.layout import Home
-    from llama_runtime.updater.install.recovery import clean_leftovers, download_name
+    from llama_runtime.updater.fetch.recovery import clean_leftovers, download_name
 
     home = Home(b7000_active)
     active = json.loads(home.pointer_path.read_text())["active"]
@@ -271,7 +271,7 @@ def test_cleanup_removes_only_what_nothing_refers_to(
 
 def test_cleanup_keeps_a_markerless_directory_the_pointer_names(b7000_active: Path) -> None:
     from llama_runtime.runtime.layout import Home
-    from llama_runtime.updater.install.recovery import find_leftovers
+    from llama_runtime.updater.fetch.recovery import find_leftovers
 
     home = Home(b7000_active)
     active = json.loads(home.pointer_path.read_text())["active"]

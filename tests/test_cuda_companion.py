@@ -8,11 +8,10 @@ from pathlib import Path
 
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.runner import ProcessResult, run_process
+from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
-
 from tests.archives import build_release_archive
 from tests.conftest import REPO, assert_runs, stand_in_tarball
 from tests.fakegithub import FakeGitHub

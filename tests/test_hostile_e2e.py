@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.updater.install.archive_rules import DEFAULT_LIMITS
+from llama_runtime.updater.stage.archive_rules import DEFAULT_LIMITS
 from tests.archives import TAR_HOSTILE_KINDS, ZIP_HOSTILE_KINDS, build_hostile_tar, build_hostile_zip
 from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub

@@ -89,8 +89,8 @@ def test_directory_chain_1500_deep_is_refused_exit_8_and_nothing_is_left(
 def test_archive_at_the_depth_cap_still_installs(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, installed: Path, tmp_path: Path
 ) -> None:
-    from llama_runtime.updater.install.archive import extract_archive
-    from llama_runtime.updater.install.archive_rules import DEFAULT_LIMITS
+    from llama_runtime.updater.stage.archive import extract_archive
+    from llama_runtime.updater.stage.archive_rules import DEFAULT_LIMITS
 
     archive = deep_chain_tar(tmp_path / "ok.tar.gz", DEFAULT_LIMITS.max_depth - 1, explicit_dirs=False)
     result = extract_archive(archive, tmp_path / "out")

@@ -16,12 +16,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import UnsafeArchiveError
 from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
-from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
-
 from tests.archives import build_release_archive
 from tests.conftest import CPU_TAR, REPO, HomeGuard, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.process import ManagedServer
+from llama_runtime.updater.activate.activation import Activation
+from llama_runtime.updater.activate.pipeline import InstallPipeline
 from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.install.activation import Activation
-from llama_runtime.updater.install.pipeline import InstallPipeline
-
 from tests.conftest import CPU_TAR, HomeGuard, publish_stand_in
 from tests.fakegithub import FakeGitHub
 from tests.test_server_swap import REPO, _http_server_build, served_b7000  # noqa: F401  (fixture)

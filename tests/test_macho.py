@@ -6,13 +6,13 @@ import struct
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import MacOSTooOldError
 from llama_runtime.runtime.macho import binary_minimum_macos, minimum_macos
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.config import resolve_settings
 from llama_runtime.updater.engine import Engine, Seams
-from llama_runtime.updater.install.offline import InstallFileRequest, install_file
-
+from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
 from tests.archives import build_release_archive
 from tests.conftest import stand_in_server
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError, UserInputError, VerificationError
 from llama_runtime.runtime.layout import Home, Pointer, runtime_name_of
 from llama_runtime.runtime.marker import (
@@ -18,7 +19,7 @@ from llama_runtime.runtime.marker import (
     write_marker,
 )
 from llama_runtime.updater.config import validate_repo
-from llama_runtime.updater.install.verify import Expected, check_marker, read_back_marker
+from llama_runtime.updater.verify.verify import Expected, check_marker, read_back_marker
 
 MARKER = InstallMarker(
     repo="ggml-org/llama.cpp",

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.runtime.errors import ProvenanceError
-from llama_runtime.updater.install.attestation import TrustRoot, load_trust_root, verify_bundle
-from llama_runtime.updater.install.signer import SignerPolicy
 
+from llama_runtime.runtime.errors import ProvenanceError
+from llama_runtime.updater.verify.attestation import TrustRoot, load_trust_root, verify_bundle
+from llama_runtime.updater.verify.signer import SignerPolicy
 from tests.conftest import REPO, VULKAN_TAR, run_json
 from tests.fakegithub import FakeGitHub
 from tests.sigstore_mint import (

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
+from llama_runtime.updater.cli.main import main
 from tests.archives import build_release_archive
 from tests.conftest import CPU_TAR, REPO, assert_runs, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
@@ -151,7 +151,7 @@ def test_a_full_disk_during_sync_exits_4_and_publishes_nothing(
     name = CPU_TAR.format(tag="b7000")
     github.add_release(REPO, "b7000", {name: padded(tmp_path / name, "b7000", 24 * MiB)})  # > the 20 MiB disk
     if not small_fs.real:
-        inject_enospc(monkeypatch, "llama_runtime.updater.install.download._Job", "_stream")
+        inject_enospc(monkeypatch, "llama_runtime.updater.fetch.download._Job", "_stream")
     dest = small_fs.root / "mirror"
     code, payload = sync(capsys, github, dest)
     assert code == 4, payload

@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.marker import MARKER_NAME
+from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.host_detect import detect_host
-from llama_runtime.updater.install.offline import InstallFileRequest, install_file
-from llama_runtime.updater.install.transaction import Installer
-
+from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
 from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball
 
 

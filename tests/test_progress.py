@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.updater.api.job_state import JobState
 from llama_runtime.updater.api.progress import format_bar
-from llama_runtime.updater.install.download import PROGRESS_INTERVAL_SECONDS, throttled
-
+from llama_runtime.updater.fetch.download import PROGRESS_INTERVAL_SECONDS, throttled
 from tests.fakegithub import FakeGitHub, Fault
 from tests.test_service import make_updater, publish
 

@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from llama_runtime.runtime.errors import ProvenanceError, ProvenanceMissingError, RateLimitError
 from llama_runtime.runtime.marker import InstallMarker, provenance_summary
-from llama_runtime.updater.install.attestation import _der_utf8
-from llama_runtime.updater.install.provenance import Provenance, ProvenanceCheck, combine, parse_attestations
-from llama_runtime.updater.install.signer import (
+from llama_runtime.updater.sources.github import GitHubClient
+from llama_runtime.updater.verify.attestation import _der_utf8
+from llama_runtime.updater.verify.provenance import Provenance, ProvenanceCheck, combine, parse_attestations
+from llama_runtime.updater.verify.signer import (
     EXT_BUILD_SIGNER_URI,
     EXT_ISSUER,
     EXT_RUN_INVOCATION_URI,
@@ -40,8 +42,6 @@ from llama_runtime.updater.install.signer import (
     signer_from_extensions,
     statement_violation,
 )
-from llama_runtime.updater.sources.github import GitHubClient
-
 from tests.fakegithub import FakeGitHub, Fault
 
 DATA = Path(__file__).parent / "data" / "sigstore"

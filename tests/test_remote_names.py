@@ -5,15 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llama_runtime.updater.sources.bounded_json import loads_bounded
-from llama_runtime.updater.sources.credentials import redact_text, redact_url, token_for
-from llama_runtime.updater.sources.remote_names import (
+
+from llama_runtime.updater.credentials import redact_text, redact_url, token_for
+from llama_runtime.updater.release.remote_names import (
     RemoteDataError,
     check_asset_name,
     check_tag,
     is_valid_remote_tag,
     path_inside,
 )
+from llama_runtime.updater.sources.bounded_json import loads_bounded
 
 
 @pytest.mark.parametrize(

@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from llama_runtime.runtime.errors import VerificationError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.listen import Endpoint, free_port, listen_endpoints
 from llama_runtime.runtime.process import ManagedServer
 from llama_runtime.runtime.procinfo import pid_alive
+from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host_detect import detect_host
-from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
-
 from tests.conftest import REPO, VULKAN_TAR, HomeGuard, assert_runs, run_json
 from tests.fakegithub import FakeGitHub
 

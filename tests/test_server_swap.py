@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from llama_runtime.runtime.errors import SwitchError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.process import ManagedServer
 from llama_runtime.runtime.procinfo import pid_alive
+from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
-
 from tests.archives import build_release_archive
 from tests.conftest import (
     CPU_TAR,

@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import BackendUnavailableError
 from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.install.transaction import Installer
 from llama_runtime.updater.sources.github import GitHubClient
-
 from tests.conftest import REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 

@@ -25,7 +25,7 @@ MARKER_NAME: Final = "llama-runtime.json"
 SCHEMA_VERSION: Final = 1
 #: Install sequence numbers are counters, never near this; a larger one is not ours.
 MAX_SEQUENCE: Final = 2**63 - 1
-#: An update tries at most six builds (``updater.install.attempts``); more entries are not ours.
+#: An update tries at most six builds (``updater.activate.attempts``); more entries are not ours.
 MAX_ATTEMPTS: Final = 16
 #: Each text of a recorded try is one sentence for people; a binary's output can be huge.
 MAX_ATTEMPT_TEXT: Final = 1000
@@ -85,7 +85,7 @@ class InstallMarker:
     reported_build: int | None = None
     build_check: str = ""
     #: The candidate builds the update that installed this runtime tried, in order, this one
-    #: last: {"asset", "backend", "outcome", "stage", "reason"} each (``updater.install.attempts``).
+    #: last: {"asset", "backend", "outcome", "stage", "reason"} each (``updater.activate.attempts``).
     #: Empty for runtimes installed before updates recorded them.
     attempts: tuple[dict[str, Any], ...] = ()
     schema_version: int = SCHEMA_VERSION
@@ -100,7 +100,7 @@ class InstallMarker:
 
 
 # The commit ``llama-server --version`` names: ``version: 0.6.0-dev (build N, commit abcdef0)``
-# or the older ``version: 7000 (abcdef0)`` (the forms updater.install.identity parses).
+# or the older ``version: 7000 (abcdef0)`` (the forms updater.verify.identity parses).
 _VERSION_COMMIT: Final = re.compile(r"version:[^(]*\((?:\s*build\s+\d+\s*,\s*commit)?\s*([0-9a-f]{7,40})\s*\)")
 
 

@@ -21,8 +21,8 @@ from llama_runtime.runtime.backends import parse_backend
 from llama_runtime.runtime.errors import UserInputError
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.choice.channel import Channel
-    from llama_runtime.updater.install.gate import GatePolicy
+    from llama_runtime.updater.release.channel import Channel
+    from llama_runtime.updater.verify.gate import GatePolicy
 
 DEFAULT_API_URL: Final = "https://api.github.com"
 DEFAULT_REPO: Final = "ggml-org/llama.cpp"
@@ -62,7 +62,7 @@ class Settings:
         repo: ``owner/name`` (``--repo`` / ``LLAMA_RUNTIME_REPO``; else the active
             runtime's, so ``update`` and ``check`` stay on the fork it came from).
         backend: Backend request (``--backend`` / ``LLAMA_RUNTIME_BACKEND``), ``auto`` if none.
-        token: The token the contract allows for the API origin (updater.sources.credentials).
+        token: The token the contract allows for the API origin (updater.credentials).
         backend_explicit: The backend was given (flag or environment), not defaulted.
         read_timeout: Seconds one request may stall (``LLAMA_RUNTIME_READ_TIMEOUT``).
         health_timeout: Seconds a restarted server has to come up (``LLAMA_RUNTIME_HEALTH_TIMEOUT``).
@@ -98,13 +98,13 @@ def validate_repo(repo: str) -> str:
 
 
 def github_token(env: Mapping[str, str], api_url: str = DEFAULT_API_URL) -> str | None:
-    """The token the contract allows for ``api_url`` (see ``updater.sources.credentials``).
+    """The token the contract allows for ``api_url`` (see ``updater.credentials``).
 
     ``GITHUB_TOKEN``/``GH_TOKEN`` only for ``https://api.github.com``;
     ``LLAMA_RUNTIME_GITHUB_TOKEN`` for the configured origin when it is https
     or http on a loopback address. Blank values count as unset.
     """
-    from llama_runtime.updater.sources.credentials import token_for
+    from llama_runtime.updater.credentials import token_for
 
     return token_for(api_url, env)
 
@@ -230,7 +230,7 @@ def _channel_request(flag: str | None, env: Mapping[str, str]) -> Channel | None
     """The channel asked for by flag, else by environment; ``None`` keeps the active runtime's."""
     if flag is None and not env.get("LLAMA_RUNTIME_CHANNEL", "").strip():
         return None  # the common case imports nothing of the release model (start-up cost)
-    from llama_runtime.updater.choice.channel import parse_channel
+    from llama_runtime.updater.release.channel import parse_channel
 
     if flag is not None:
         return parse_channel(flag, "--channel")

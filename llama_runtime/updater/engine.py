@@ -27,11 +27,11 @@ from llama_runtime.runtime.layout import Home
 if TYPE_CHECKING:
     from llama_runtime.runtime.process import ServerControl
     from llama_runtime.runtime.runner import ProcessRunner
+    from llama_runtime.updater.activate.transaction import Installer
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
-    from llama_runtime.updater.install.gate import GatePolicy
-    from llama_runtime.updater.install.transaction import Installer
     from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.verify.gate import GatePolicy
 
 __all__ = ["Engine", "Seams"]
 
@@ -136,9 +136,9 @@ class Engine:
         """The install transaction over this home (``source`` for updates, none for local work)."""
         from llama_runtime.runtime.clock import utc_iso
         from llama_runtime.runtime.runner import run_process
-        from llama_runtime.updater.install.fetch import FetchOptions
-        from llama_runtime.updater.install.provenance import ProvenanceCheck
-        from llama_runtime.updater.install.transaction import Installer
+        from llama_runtime.updater.activate.transaction import Installer
+        from llama_runtime.updater.stage.streaming import FetchOptions
+        from llama_runtime.updater.verify.provenance import ProvenanceCheck
 
         # No source (install-file, use) or a file:// mirror: an offline machine, no trust-root refresh.
         offline = source is None or self.settings.api_url.startswith("file://")
@@ -159,6 +159,6 @@ class Engine:
         """The inference gate's policy: the settings' own, else what the home stores (``gate.json``)."""
         if self.settings.gate is not None:
             return self.settings.gate
-        from llama_runtime.updater.install.gate_store import load_gate_settings
+        from llama_runtime.updater.verify.gate_store import load_gate_settings
 
         return load_gate_settings(self.home.root)

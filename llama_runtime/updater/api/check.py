@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.marker import InstallMarker
     from llama_runtime.updater.api.job_state import JobListener
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.choice.channel import Channel
     from llama_runtime.updater.engine import Engine
-    from llama_runtime.updater.sources.release import Release
+    from llama_runtime.updater.release.channel import Channel
+    from llama_runtime.updater.release.release import Release
     from llama_runtime.updater.sources.source import ReleaseSource
 
 __all__ = ["run_check"]
@@ -147,7 +147,7 @@ def _latest_for_check(
 ) -> tuple[str, str | None, Release | None, tuple[str, ...]]:
     """``(build tag, semver, build release, warnings)``; the release is ``None`` when the
     build is the one installed (nothing more to look up: one request for stable)."""
-    from llama_runtime.updater.choice.channel import pointer_asset
+    from llama_runtime.updater.release.channel import pointer_asset
     from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_fetched
 
     installed = marker.tag if marker is not None and marker.repo == source.repo else None

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Final
 from llama_runtime.updater.api.job_state import JobError, JobListener, JobState
 
 if TYPE_CHECKING:
+    from llama_runtime.updater.activate.outcome import UpdateOutcome
     from llama_runtime.updater.api.job_recorder import JobRecorder
     from llama_runtime.updater.api.job_store import JobStore
-    from llama_runtime.updater.install.outcome import UpdateOutcome
 
 __all__ = ["UpdateJob"]
 

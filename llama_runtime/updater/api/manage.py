@@ -25,14 +25,14 @@ from llama_runtime.updater.api.results import (
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
+    from llama_runtime.updater.activate.outcome import CancelCheck, ProgressCallback, UpdateOutcome
     from llama_runtime.updater.api.doctor import DoctorReport
     from llama_runtime.updater.api.job_state import JobListener
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.choice.channel import ResolvedRelease
     from llama_runtime.updater.choice.decide import ActiveState, Plan
     from llama_runtime.updater.choice.host import HostFacts
-    from llama_runtime.updater.install.outcome import CancelCheck, ProgressCallback, UpdateOutcome
-    from llama_runtime.updater.sources.release import Release
+    from llama_runtime.updater.release.channel import ResolvedRelease
+    from llama_runtime.updater.release.release import Release
 
 __all__ = ["doctor", "gc", "install_file", "plan", "remove", "rollback", "select", "use", "user_tag"]
 
@@ -43,7 +43,7 @@ def user_tag(tag: str) -> str:
     Raises:
         UserInputError: Malformed, or a bare number such as ``7000`` (did you mean ``b7000``?).
     """
-    from llama_runtime.updater.choice.tags import validate_tag
+    from llama_runtime.updater.release.tags import validate_tag
 
     cleaned = validate_tag(tag)
     if cleaned.isdigit() or (cleaned[:1] == "B" and cleaned[1:].isdigit()):  # 7000, B7000
@@ -58,7 +58,7 @@ def user_tag(tag: str) -> str:
 def select(updater: RuntimeUpdater, tag: str, repo: str | None) -> InstalledRuntime:
     """The installed runtime ``tag`` (or a runtime name) means, narrowed by ``repo`` and the updater's backend."""
     from llama_runtime.updater.config import validate_repo
-    from llama_runtime.updater.install.installed import select_installed
+    from llama_runtime.updater.verify.installed import select_installed
 
     return select_installed(
         updater.home.installed(),
@@ -82,7 +82,7 @@ def rollback(updater: RuntimeUpdater) -> RollbackResult:
 
 def remove(updater: RuntimeUpdater, tag: str, repo: str | None) -> RemoveResult:
     """Delete the installed ``tag``; the active and the previous runtime are refused."""
-    from llama_runtime.updater.install.gc import remove_runtime
+    from llama_runtime.updater.activate.gc import remove_runtime
 
     target = select(updater, tag, repo)
     item = remove_runtime(updater.home, target.name)
@@ -99,10 +99,10 @@ def install_file(
     attestation: Path | None,
 ) -> UpdateOutcome:
     """Install a release archive or an exported bundle from disk, as a download would be installed."""
-    from llama_runtime.updater.choice.tags import validate_tag
     from llama_runtime.updater.config import validate_repo
-    from llama_runtime.updater.install.offline import InstallFileRequest
-    from llama_runtime.updater.install.offline import install_file as install
+    from llama_runtime.updater.offline.offline import InstallFileRequest
+    from llama_runtime.updater.offline.offline import install_file as install
+    from llama_runtime.updater.release.tags import validate_tag
 
     request = InstallFileRequest(
         archive=archive.expanduser(),
@@ -118,7 +118,7 @@ def install_file(
 
 def gc(updater: RuntimeUpdater, *, keep: int | None, dry_run: bool, cache_only: bool) -> GcResult:
     """Remove old runtimes, downloads and leftovers (or, ``dry_run``, say what would go)."""
-    from llama_runtime.updater.install.gc import DEFAULT_KEEP, collect_garbage
+    from llama_runtime.updater.activate.gc import DEFAULT_KEEP, collect_garbage
 
     report = collect_garbage(
         updater.home, keep=DEFAULT_KEEP if keep is None else keep, dry_run=dry_run, cache_only=cache_only
@@ -189,7 +189,7 @@ def plan(
 ) -> PlanResult:
     """The release, asset and action ``update`` would take, and why; downloads nothing."""
     from llama_runtime.updater.choice.decide import UpdateRequest, channel_request, decide
-    from llama_runtime.updater.install.recovery import active_state
+    from llama_runtime.updater.fetch.recovery import active_state
     from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 
     host, cuda_line = _plan_host(platform, cuda_version, host_file, updater._host)

@@ -6,7 +6,7 @@ runtime objects inside are :class:`~runtime.layout.InstalledRuntime` values,
 re-exported by :mod:`llama_runtime` like every type a public result holds.
 
 ``update``, ``use`` and ``install_file`` return
-:class:`~updater.install.outcome.UpdateOutcome` (the ``update`` object of the
+:class:`~updater.activate.outcome.UpdateOutcome` (the ``update`` object of the
 CLI contract); the other verbs return the classes below.
 """
 
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
+    from llama_runtime.updater.activate.gc import GcItem, GcReport
+    from llama_runtime.updater.activate.swap import SwitchReport
     from llama_runtime.updater.api.doctor import DoctorReport
     from llama_runtime.updater.api.job_state import JobState
-    from llama_runtime.updater.install.gc import GcItem, GcReport
-    from llama_runtime.updater.install.swap import SwitchReport
 
 __all__ = [
     "DoctorCheck",

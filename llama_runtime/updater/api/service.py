@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.errors import BusyError
     from llama_runtime.runtime.process import ServerControl
     from llama_runtime.runtime.runner import ProcessRunner
+    from llama_runtime.updater.activate.outcome import ProgressCallback, UpdateOutcome
     from llama_runtime.updater.api.job_handle import UpdateJob
     from llama_runtime.updater.api.job_runner import JobRunner
     from llama_runtime.updater.api.job_state import JobListener
@@ -54,12 +55,11 @@ if TYPE_CHECKING:
         RollbackResult,
     )
     from llama_runtime.updater.api.schedule import CheckResult
-    from llama_runtime.updater.choice.channel import Channel
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
-    from llama_runtime.updater.install.outcome import ProgressCallback, UpdateOutcome
+    from llama_runtime.updater.release.channel import Channel
     from llama_runtime.updater.sources.source import ReleaseSource
 
 __all__ = ["RuntimeUpdater"]
@@ -366,7 +366,7 @@ class RuntimeUpdater:
         from llama_runtime.runtime.backends import parse_backend
         from llama_runtime.updater.choice.decide import UpdateRequest
         from llama_runtime.updater.choice.host import parse_cuda_version
-        from llama_runtime.updater.choice.tags import validate_tag
+        from llama_runtime.updater.release.tags import validate_tag
 
         return UpdateRequest(
             repo=self.repo,
@@ -594,7 +594,7 @@ class RuntimeUpdater:
             RemoteError: Network or GitHub failures.
         """
         from llama_runtime.updater.api.manage import plan
-        from llama_runtime.updater.choice.tags import validate_tag
+        from llama_runtime.updater.release.tags import validate_tag
 
         return plan(
             self,

@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError
-from llama_runtime.updater.choice.channel import ResolvedRelease
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.latest import any_build_number
-from llama_runtime.updater.sources.release import Release
+from llama_runtime.updater.release.channel import ResolvedRelease
+from llama_runtime.updater.release.release import Release
 
 __all__ = ["Available", "available_builds"]
 

@@ -25,11 +25,11 @@ from typing import Final
 
 from llama_runtime.runtime.backends import AUTO, CONCRETE_BACKENDS, parse_backend
 from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError
-from llama_runtime.updater.choice.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.choice.facts import UPSTREAM_REPOS
 from llama_runtime.updater.choice.host import HostFacts, parse_cuda_version
 from llama_runtime.updater.choice.ranking import Ranker, same_version
-from llama_runtime.updater.sources.release import Asset, Release
+from llama_runtime.updater.release.assetnames import AssetInfo, parse_asset_name
+from llama_runtime.updater.release.release import Asset, Release
 
 #: What ``auto`` tries, best first. SYCL only where ``sycl-ls`` shows a Level Zero GPU
 #: (upstream's llama-install.sh picks the SYCL fp16 build there). Other backends

@@ -51,14 +51,14 @@ from llama_runtime.runtime.errors import (
     UserInputError,
     VerificationError,
 )
-from llama_runtime.updater.choice.channel import DEFAULT_CHANNEL, Channel, parse_channel
 from llama_runtime.updater.choice.choose import Choice, choose_asset
-from llama_runtime.updater.choice.tags import compare_tags, is_upgrade, parse_tag
+from llama_runtime.updater.release.channel import DEFAULT_CHANNEL, Channel, parse_channel
+from llama_runtime.updater.release.tags import compare_tags, is_upgrade, parse_tag
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.marker import InstallMarker
     from llama_runtime.updater.choice.host import HostFacts
-    from llama_runtime.updater.sources.release import Release
+    from llama_runtime.updater.release.release import Release
 
 __all__ = [
     "Action",

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from llama_runtime.updater.choice.assetnames import AssetInfo
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.platform_facts import version_tuple
+from llama_runtime.updater.release.assetnames import AssetInfo
 
 UPSTREAM_REPOS: Final[frozenset[str]] = frozenset({"ggml-org/llama.cpp", "ggerganov/llama.cpp"})
 UNSLOTH_FORK: Final = "unslothai/llama.cpp"

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.updater.choice.tags import TagVersion, compare_tags, parse_tag
-from llama_runtime.updater.sources.release import Release
+from llama_runtime.updater.release.release import Release
+from llama_runtime.updater.release.tags import TagVersion, compare_tags, parse_tag
 
 __all__ = ["LatestPicker", "build_number", "highest_build_tag", "newest_releases", "pick_latest"]
 

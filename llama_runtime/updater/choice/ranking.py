@@ -22,12 +22,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Final
 
-from llama_runtime.updater.choice.assetnames import AssetInfo
 from llama_runtime.updater.choice.coverage import cuda_coverage, host_sms, rocm_targets
 from llama_runtime.updater.choice.facts import Build, fact_note, fact_refusal, gfx_family_members, minor_compat_refusal
 from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.choice.tags import parse_tag
-from llama_runtime.updater.sources.release import Release
+from llama_runtime.updater.release.assetnames import AssetInfo
+from llama_runtime.updater.release.release import Release
+from llama_runtime.updater.release.tags import parse_tag
 
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.build_manifest import ArtifactFacts

@@ -12,10 +12,10 @@ from llama_runtime.updater.cli.gateopts import gate_lines
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
+    from llama_runtime.updater.activate.outcome import UpdateOutcome
     from llama_runtime.updater.api.progress import TerminalProgress
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.install.outcome import UpdateOutcome
 
 #: Shown under every command's help instead of repeating the global options there.
 GLOBAL_EPILOG = (

@@ -35,8 +35,8 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 def cmd_gate(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.updater.cli.context import home_for, settings_from_args
-    from llama_runtime.updater.install.gate import parse_slowdown
-    from llama_runtime.updater.install.gate_store import gate_settings_json, load_gate_settings, save_gate_settings
+    from llama_runtime.updater.verify.gate import parse_slowdown
+    from llama_runtime.updater.verify.gate_store import gate_settings_json, load_gate_settings, save_gate_settings
 
     home = home_for(settings_from_args(args))
     policy = load_gate_settings(home.root)

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from llama_runtime.runtime.inference import Speed
     from llama_runtime.runtime.layout import InstalledRuntime
+    from llama_runtime.updater.activate.swap import SwitchReport
     from llama_runtime.updater.config import Settings
-    from llama_runtime.updater.install.gate import GatePolicy
-    from llama_runtime.updater.install.swap import SwitchReport
+    from llama_runtime.updater.verify.gate import GatePolicy
 
 
 def add_gate_arguments(parser: argparse.ArgumentParser, *, smoke: bool) -> None:
@@ -47,8 +47,8 @@ def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
     Raises:
         UserInputError: A malformed percentage, or a smoke model that is missing or not GGUF.
     """
-    from llama_runtime.updater.install.gate import parse_slowdown, validate_gguf
-    from llama_runtime.updater.install.gate_store import load_gate_settings
+    from llama_runtime.updater.verify.gate import parse_slowdown, validate_gguf
+    from llama_runtime.updater.verify.gate_store import load_gate_settings
 
     policy = load_gate_settings(home_root)
     if args.max_slowdown is not None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.cli.parser import AddParser, Handler
     from llama_runtime.updater.config import Settings
-    from llama_runtime.updater.sources.release import Release
+    from llama_runtime.updater.release.release import Release
     from llama_runtime.updater.sources.source import ReleaseSource
 
 #: Releases ``list --available`` shows by default: a screenful, and one page of the API.
@@ -82,7 +82,7 @@ def cmd_use(args: argparse.Namespace, out: Output) -> int:
 def cmd_remove(args: argparse.Namespace, out: Output) -> int:
     """``remove TAG``: delete an installed runtime that is neither active nor previous."""
     from llama_runtime.updater.cli.context import settings_from_args, updater_for
-    from llama_runtime.updater.install.diskspace import human_size
+    from llama_runtime.updater.fetch.diskspace import human_size
 
     result = updater_for(settings_from_args(args)).remove(args.tag, repo=_repo_filter(args))
     m, where = result.removed.marker, result.removed.path
@@ -188,9 +188,9 @@ def _available(
     cuts a stable release far less often than it publishes builds, so one page holds few of them.
     """
     from llama_runtime.updater.choice.available import available_builds
-    from llama_runtime.updater.choice.channel import channel_builds, parse_channel
     from llama_runtime.updater.choice.host_detect import detect_host
     from llama_runtime.updater.cli.context import engine_for
+    from llama_runtime.updater.release.channel import channel_builds, parse_channel
     from llama_runtime.updater.sources.resolve import pointers_on_page
 
     active = next((r for r in installed if r.name == active_name), None)

@@ -118,8 +118,8 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
     """``export --output FILE``."""
     from llama_runtime.updater.cli.context import home_for, settings_from_args
-    from llama_runtime.updater.install.diskspace import human_size
-    from llama_runtime.updater.install.export import export_bundle
+    from llama_runtime.updater.fetch.diskspace import human_size
+    from llama_runtime.updater.offline.export import export_bundle
 
     result = export_bundle(home_for(settings_from_args(args)), Path(args.output))
     m = result.runtime.marker
@@ -152,8 +152,8 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``."""
     from llama_runtime.runtime.backends import parse_backend
     from llama_runtime.updater.cli.context import engine_for, settings_from_args
-    from llama_runtime.updater.install.diskspace import human_size
-    from llama_runtime.updater.sources.mirror import sync_mirror
+    from llama_runtime.updater.fetch.diskspace import human_size
+    from llama_runtime.updater.offline.mirror import sync_mirror
 
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
     backends = [parse_backend(b, allow_auto=False, source="--backend") for b in raw_backends]
@@ -162,7 +162,7 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     settings = settings_from_args(argparse.Namespace(**{**vars(args), "backend": None}), follow_active_repo=False)
     tag = None
     if args.tag is not None:
-        from llama_runtime.updater.choice.tags import validate_tag
+        from llama_runtime.updater.release.tags import validate_tag
 
         tag = validate_tag(args.tag)
     dest = _mirror_dest(Path(args.dest), settings.home)
@@ -206,7 +206,7 @@ def _platform(value: str) -> str:
 def cmd_gc(args: argparse.Namespace, out: Output) -> int:
     """``gc [--keep N] [--dry-run] [--cache]``."""
     from llama_runtime.updater.cli.context import settings_from_args, updater_for
-    from llama_runtime.updater.install.diskspace import human_size
+    from llama_runtime.updater.fetch.diskspace import human_size
 
     report = updater_for(settings_from_args(args)).gc(keep=args.keep, dry_run=args.dry_run, cache_only=args.cache)
     verb = "Would free" if report.dry_run else "Freed"

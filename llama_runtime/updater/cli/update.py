@@ -23,9 +23,9 @@ from llama_runtime.updater.cli.common import (
 from llama_runtime.updater.cli.context import has_active, settings_from_args
 
 if TYPE_CHECKING:
+    from llama_runtime.updater.activate.outcome import UpdateOutcome
     from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.cli.parser import AddParser, Handler
-    from llama_runtime.updater.install.outcome import UpdateOutcome
 
 
 def register(add: AddParser) -> dict[str, Handler]:

@@ -37,10 +37,10 @@ from urllib.parse import urlsplit
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import NetworkError, RemoteError
+from llama_runtime.updater.credentials import is_loopback_host, redact_url
 from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.release.remote_names import RemoteDataError
 from llama_runtime.updater.sources.bounded_json import loads_bounded, read_capped, too_slow
-from llama_runtime.updater.sources.credentials import is_loopback_host, redact_url
-from llama_runtime.updater.sources.remote_names import RemoteDataError
 
 if TYPE_CHECKING:
     import httpx
@@ -123,7 +123,7 @@ def resolve_bundle_urls(
         answer: The attestations API's JSON; any other shape comes back unchanged.
         fetch: Fetches and decodes one URL within a decoded-byte budget: the bundle and its
             decoded size (:func:`fetch_bundle`); raises :class:`~runtime.errors.RemoteError`
-            or :class:`~updater.sources.remote_names.RemoteDataError` with a redacted sentence.
+            or :class:`~updater.release.remote_names.RemoteDataError` with a redacted sentence.
     """
     if not isinstance(answer, dict) or not isinstance(answer.get("attestations"), list):
         return ResolvedAttestations(answer)

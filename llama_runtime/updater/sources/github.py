@@ -32,20 +32,20 @@ from llama_runtime.runtime.errors import (
     ReleaseNotFoundError,
     RemoteError,
 )
-from llama_runtime.updater.choice.tags import is_release_version
+from llama_runtime.updater.credentials import checked_token, may_send_token, redact_library_logs
 from llama_runtime.updater.logs import get_logger
-from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, too_slow
-from llama_runtime.updater.sources.credentials import checked_token, may_send_token, redact_library_logs
-from llama_runtime.updater.sources.etag_cache import EtagCache
-from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
-from llama_runtime.updater.sources.github_transport import ATTEMPTS, DEFAULT_TIMEOUT, decode_json, send_with_retries
-from llama_runtime.updater.sources.release import Asset, Release, parse_release
-from llama_runtime.updater.sources.remote_names import (
+from llama_runtime.updater.release.release import Asset, Release, parse_release
+from llama_runtime.updater.release.remote_names import (
     RemoteDataError,
     check_release,
     is_valid_remote_tag,
     quote_remote,
 )
+from llama_runtime.updater.release.tags import is_release_version
+from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, too_slow
+from llama_runtime.updater.sources.etag_cache import EtagCache
+from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
+from llama_runtime.updater.sources.github_transport import ATTEMPTS, DEFAULT_TIMEOUT, decode_json, send_with_retries
 from llama_runtime.updater.sources.source import RateLimit
 
 __all__ = ["GitHubClient", "same_origin"]
@@ -205,7 +205,7 @@ class GitHubClient:
         """GitHub's ``/releases/latest``: the newest non-draft, non-prerelease release.
 
         GitHub orders by ``created_at`` (the commit date). For upstream today
-        that is a semver release without binaries (see :mod:`updater.choice.channel`).
+        that is a semver release without binaries (see :mod:`updater.release.channel`).
 
         Raises:
             ReleaseNotFoundError: The repository has no published release.

@@ -14,9 +14,9 @@ import httpx
 
 from llama_runtime.runtime.errors import NetworkError, RemoteError
 from llama_runtime.runtime.retry import RETRY_ATTEMPTS, tries
+from llama_runtime.updater.credentials import redact_url
+from llama_runtime.updater.release.remote_names import printable
 from llama_runtime.updater.sources.bounded_json import loads_bounded, read_capped
-from llama_runtime.updater.sources.credentials import redact_url
-from llama_runtime.updater.sources.remote_names import printable
 
 # A dead host should fail fast; GitHub can be slow to render big release lists.
 DEFAULT_TIMEOUT: Final[httpx.Timeout] = httpx.Timeout(30.0, connect=10.0)

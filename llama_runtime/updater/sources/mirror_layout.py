@@ -35,10 +35,10 @@ from typing import Any, Final
 
 from llama_runtime.runtime.errors import RemoteError, UserInputError
 from llama_runtime.runtime.record import read_record
-from llama_runtime.updater.choice.assetnames import parse_asset_name
-from llama_runtime.updater.choice.tags import parse_tag, validate_tag
+from llama_runtime.updater.release.assetnames import parse_asset_name
+from llama_runtime.updater.release.release import Asset, Release
+from llama_runtime.updater.release.tags import parse_tag, validate_tag
 from llama_runtime.updater.sources.build_manifest import BUILD_METADATA_ASSETS
-from llama_runtime.updater.sources.release import Asset, Release
 
 # Hex digits of the sha256 that name an asset's directory: 64 bits cannot collide
 # between the few uploads one asset name ever sees, and keep URLs short.

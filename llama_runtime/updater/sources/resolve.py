@@ -1,6 +1,6 @@
 """Fetch exactly the release data the channel resolver needs (the IO half of channels).
 
-The decisions live in :mod:`updater.choice.channel` (pure); this module asks
+The decisions live in :mod:`updater.release.channel` (pure); this module asks
 GitHub for as little as they need, cheapest first:
 
 * ``stable``: ``GET /releases/latest``; when that is a semver release without
@@ -43,7 +43,7 @@ from llama_runtime.runtime.errors import (
     RemoteError,
     SizeMismatchError,
 )
-from llama_runtime.updater.choice.channel import (
+from llama_runtime.updater.release.channel import (
     MAX_NIGHTLY_TAG_BYTES,
     Channel,
     ResolvedRelease,
@@ -58,7 +58,7 @@ from llama_runtime.updater.choice.channel import (
     resolve_release,
     with_notes,
 )
-from llama_runtime.updater.sources.release import Asset, Release
+from llama_runtime.updater.release.release import Asset, Release
 
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.build_manifest import BuildManifest

@@ -3,7 +3,7 @@
 Every source of releases — the GitHub REST API, a static mirror served over
 HTTP, a mirror directory read through ``file://`` — is one
 :class:`ReleaseSource`. The installer, ``check``, ``plan`` and ``mirror sync``
-ask it for releases, and :func:`~updater.install.download.download_asset`
+ask it for releases, and :func:`~updater.fetch.download.download_asset`
 fetches asset bytes through its :class:`AssetHost` half, never knowing which
 source it is. The composition root (:class:`~updater.engine.Engine`) decides.
 
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Protocol, Self
 if TYPE_CHECKING:
     import httpx
 
+    from llama_runtime.updater.release.release import Asset, Release
     from llama_runtime.updater.sources.etag_cache import EtagCache
-    from llama_runtime.updater.sources.release import Asset, Release
 
 __all__ = ["AssetHost", "PlainHttp", "RateLimit", "ReleaseSource"]
 
@@ -70,7 +70,7 @@ class ReleaseSource(AssetHost, Protocol):
         ...
 
     def latest_release(self, channel: str = "stable") -> Release:
-        """The build release ``channel`` calls latest (see :mod:`updater.choice.channel`)."""
+        """The build release ``channel`` calls latest (see :mod:`updater.release.channel`)."""
         ...
 
     def attestations(self, sha256: str) -> object:

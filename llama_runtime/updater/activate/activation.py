@@ -1,0 +1,182 @@
+"""Activation: moving a verified runtime into place and flipping the pointer, a running server with it.
+
+The pointer flip (one ``os.replace`` of ``active.json``) is the commit point of
+every install, switch and rollback. A running llama-server is stopped, switched
+and restarted around it under the switch lock (see :mod:`.swap`); when it does
+not come up healthy the pointer is flipped back.
+
+Invariants:
+    * Nothing the pointer names is ever deleted, nor a directory a server that
+      would not stop still runs from.
+    * The rollback target (``previous``) is always a complete runtime or none.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from llama_runtime.runtime.errors import CorruptStateError, SwitchError, UserInputError
+from llama_runtime.runtime.fsutil import fsync_directory, remove_tree_quietly
+from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.runtime.marker import InstallMarker
+from llama_runtime.runtime.process import SERVER_LOCK_TIMEOUT_SECONDS, ServerControl
+from llama_runtime.runtime.snapshot import HomeSnapshot
+from llama_runtime.updater.activate.outcome import UpdateOutcome
+from llama_runtime.updater.activate.swap import ServerSwitch, SwitchReport, switch_with_server
+from llama_runtime.updater.checkpoints import checkpoint
+from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.verify.gate import GatePolicy, InferenceGate
+
+log = get_logger("llama_runtime.install")
+
+__all__ = ["Activation"]
+
+
+class Activation:
+    """Makes runtimes active in one home (the caller holds the update lock).
+
+    Args:
+        home: The llama-runtime home.
+        server: A running llama-server to stop, switch and restart around the flip.
+        gate: The inference gate's policy for the restarted server (None: /health alone).
+        clock: The time recorded with a speed measurement.
+        health_timeout: Seconds a restarted server has to answer /health.
+    """
+
+    def __init__(
+        self,
+        home: Home,
+        *,
+        server: ServerControl | None,
+        gate: GatePolicy | None,
+        clock: Callable[[], str],
+        health_timeout: float,
+    ) -> None:
+        self.home = home
+        self.server = server
+        self.gate = gate
+        self.clock = clock
+        self.health_timeout = health_timeout
+
+    def activate_staged(
+        self,
+        staging: Path,
+        marker: InstallMarker,
+        active: InstalledRuntime | None,
+        warnings: list[str],
+        *,
+        snapshot: HomeSnapshot | None = None,
+    ) -> UpdateOutcome:
+        """Move the verified ``staging`` tree into runtimes/ and make it active.
+
+        ``snapshot`` is the caller's one look at the home under the lock (default: read now).
+
+        Raises:
+            SwitchError: A running server could not be switched; the pointer is unchanged.
+        """
+        snapshot = snapshot or HomeSnapshot.read(self.home)
+        old_pointer = snapshot.pointer  # a damaged pointer reads as empty: this activation repairs it
+        name = self.home.new_runtime_name(marker.repo, marker.tag, marker.backend)
+        final = self.home.runtime_path(name)
+        os.replace(staging, final)
+        fsync_directory(self.home.runtimes_dir)
+        installed = InstalledRuntime(name=name, path=final, marker=marker)
+        # Over a damaged active runtime, the intact previous one stays the rollback target.
+        previous = active.name if active else snapshot.intact(old_pointer.previous)
+        new_pointer = Pointer(active=name, previous=previous)
+        try:
+            report = self.switch(installed, active, old_pointer, new_pointer)
+        except BaseException as exc:
+            # Never delete what the pointer names (an un-flip that itself failed),
+            # nor what a server that would not stop still runs from.
+            still_running = isinstance(exc, SwitchError) and exc.new_still_running
+            if not self._pointer_names(name) and not still_running:
+                remove_tree_quietly(final)
+            raise
+        checkpoint("after_pointer_flip")
+        log.info("activated", tag=marker.tag, backend=marker.backend, runtime=name)
+        return UpdateOutcome("installed", installed, active, (*warnings, *report.warnings), server=report)
+
+    def activate_installed(
+        self,
+        target: InstalledRuntime,
+        active: InstalledRuntime | None,
+        warnings: list[str],
+        *,
+        snapshot: HomeSnapshot | None = None,
+    ) -> UpdateOutcome:
+        """Make the installed (and verified) ``target`` active; ``active`` becomes the rollback target.
+
+        ``snapshot`` is the caller's one look at the home under the lock (default: read now).
+
+        Raises:
+            SwitchError: A running server could not be switched; nothing changed.
+        """
+        snapshot = snapshot or HomeSnapshot.read(self.home)
+        old_pointer = snapshot.pointer  # a damaged pointer reads as empty: this activation repairs it
+        previous = active.name if active else snapshot.intact(old_pointer.previous)
+        if previous == target.name:  # nothing was active: the target stops being the rollback target
+            previous = None
+        report = self.switch(target, active, old_pointer, Pointer(active=target.name, previous=previous))
+        log.info("switched", tag=target.marker.tag, backend=target.marker.backend, runtime=target.name)
+        return UpdateOutcome("switched", target, active, (*warnings, *report.warnings), server=report)
+
+    def rollback(self, snapshot: HomeSnapshot) -> tuple[InstalledRuntime, InstalledRuntime | None, SwitchReport]:
+        """Re-activate the previous runtime; the current one becomes previous.
+
+        ``snapshot`` is the caller's one look at the home under the lock.
+
+        Raises:
+            UserInputError: There is no previous runtime to go back to.
+            CorruptStateError: The pointer or the previous runtime is damaged; nothing changed.
+            SwitchError, VerificationError: The server could not be switched; nothing changed.
+        """
+        if snapshot.pointer_error is not None:
+            raise snapshot.pointer_error
+        pointer = snapshot.pointer
+        if not pointer.previous:
+            raise UserInputError("There is no previous runtime to roll back to.")
+        target = snapshot.load(pointer.previous)
+        problems = snapshot.problems(target)
+        if problems:
+            raise CorruptStateError(
+                f"The previous runtime {target.marker.tag} ({target.marker.backend}) is damaged "
+                f"({'; '.join(problems[:3])}); nothing was changed.",
+                hint="Install the release again with `llama-runtime update --tag "
+                f"{target.marker.tag} --backend {target.marker.backend}`.",
+            )
+        current = snapshot.find(pointer.active)
+        report = self.switch(target, current, pointer, Pointer(active=target.name, previous=pointer.active))
+        return target, current, report
+
+    def switch(
+        self, new: InstalledRuntime, current: InstalledRuntime | None, old_pointer: Pointer, new_pointer: Pointer
+    ) -> SwitchReport:
+        """Flip the pointer from ``old_pointer`` to ``new_pointer``, switching a running server with it."""
+
+        def flip() -> None:
+            checkpoint("before_pointer_flip")
+            self.home.write_pointer(new_pointer)
+
+        def unflip() -> None:
+            self.home.write_pointer(old_pointer)
+
+        if self.server is None:
+            flip()
+            return SwitchReport(restarted=False, reload_required=False, pid_changed=False)
+        gate = InferenceGate(self.gate, clock=self.clock) if self.gate and self.gate.enabled else None
+        switch = ServerSwitch(self.server, health_timeout=self.health_timeout, gate=gate)
+        # The switch lock (not only update.lock): `server start/stop` take just this one,
+        # so a download never blocks them, and a start never races the flip.
+        with UpdateLock(self.home.switch_lock_path).hold("switch", timeout=SERVER_LOCK_TIMEOUT_SECONDS):
+            return switch_with_server(switch, new, current, flip, unflip)
+
+    def _pointer_names(self, name: str) -> bool:
+        """Whether the pointer names ``name``; an unreadable pointer names nothing we wrote."""
+        try:
+            return self.home.read_pointer().active == name
+        except CorruptStateError:
+            return False

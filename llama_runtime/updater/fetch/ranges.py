@@ -1,0 +1,306 @@
+"""Fetch one large asset as a few concurrent byte ranges, reassembled in place.
+
+Release CDNs often cap each connection (unslothai/unsloth #6053: two hours for
+one update); a few ranges at once multiply what one connection gets. Each
+range is written at its own offset of ``<partial>.ranged`` (created at full
+size), and a :class:`~updater.fetch.follow.GrowingFile` is told the
+contiguous prefix, so the digest (and an extractor) read the file in order
+while later ranges are still arriving.
+
+Invariants:
+    * Only used with a published sha256: that one digest over the reassembled
+      file is what proves the ranges fit together.
+    * ``<partial>.ranges`` (:mod:`.range_record`) records each range's bytes
+      received and the validator (ETag / Last-Modified) of the upload; a resume
+      asks each range only for the rest, under ``If-Range``.
+    * A host that answers a Range with 200 (no Range support, or another upload
+      under the same URL) ends the ranged attempt: its files are deleted and
+      the caller falls back to one stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import httpx
+
+from llama_runtime.runtime.errors import (
+    CancelledError,
+    DigestMismatchError,
+    NetworkError,
+    SizeMismatchError,
+)
+from llama_runtime.runtime.retry import tries
+from llama_runtime.updater.config import DEFAULT_PARALLEL_DOWNLOADS
+from llama_runtime.updater.fetch.asset_request import open_range
+from llama_runtime.updater.fetch.diskspace import human_size
+from llama_runtime.updater.fetch.download import BytesDone, Cancel, DownloadResult
+from llama_runtime.updater.fetch.follow import GrowingFile, StreamAborted
+from llama_runtime.updater.fetch.pace import DownloadPace, PaceWatch
+from llama_runtime.updater.fetch.partial import strong_etag
+from llama_runtime.updater.fetch.range_record import (
+    Span,
+    contiguous,
+    data_path,
+    discard_ranged,
+    load_record,
+    plan_spans,
+    save_record,
+    state_path,
+)
+from llama_runtime.updater.release.release import Asset
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.sources.source import AssetHost
+
+__all__ = ["DEFAULT_PARALLEL", "MIN_PARALLEL_BYTES", "RangedDownload"]
+
+#: Below this an asset comes in one stream: a few extra round trips would cost
+#: more than a capped connection loses on it.
+MIN_PARALLEL_BYTES: Final = 16 * 1024 * 1024
+#: Concurrent ranges by default (see updater.config).
+DEFAULT_PARALLEL: Final = DEFAULT_PARALLEL_DOWNLOADS
+#: Bytes between two saves of the per-range record (a save is one small rename).
+_SAVE_EVERY_BYTES: Final = 8 * 1024 * 1024
+#: Read size of the digest's pass over the reassembled file.
+_HASH_READ_BYTES: Final = 1024 * 1024
+
+
+class _NoRanges(Exception):
+    """The host answered a Range with the whole body."""
+
+
+class RangedDownload:
+    """One asset fetched as concurrent ranges into ``<partial>.ranged``.
+
+    Args:
+        source: The GitHub client (or a plain ``httpx.Client``).
+        asset: The asset, with its published ``size`` and ``sha256``.
+        partial: The download's name in ``downloads/``; the finished file is renamed to it.
+        parallel: Concurrent ranges (2 or more).
+        progress: Called with ``(bytes on disk, size)``.
+        cancel: Polled between chunks.
+        sleep: Backoff sleep, injectable for tests.
+        pace: Minimum rate per range and overall deadline (default: from the environment).
+    """
+
+    def __init__(
+        self,
+        source: AssetHost,
+        asset: Asset,
+        partial: Path,
+        *,
+        parallel: int,
+        progress: BytesDone | None = None,
+        cancel: Cancel | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        pace: DownloadPace | None = None,
+    ) -> None:
+        if asset.sha256 is None:
+            raise ValueError("ranged downloads need a published sha256")
+        self.source = source
+        self.asset = asset
+        self.sha256 = asset.sha256.lower()
+        self.partial = partial
+        self.data = data_path(partial)
+        self.growing = GrowingFile(self.data)
+        self.parallel = parallel
+        self.progress = progress
+        self.cancel = cancel
+        self.sleep = sleep
+        self.pace = pace if pace is not None else DownloadPace.from_env(os.environ)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._errors: list[BaseException] = []
+        self._spans: list[Span] = []
+        self._validator: str | None = None
+        self._unsaved = 0
+
+    def run(self) -> DownloadResult | None:
+        """Fetch every range and check the digest; ``None`` when the host ignores Range.
+
+        Raises:
+            DigestMismatchError: The reassembled file has another sha256 (files deleted).
+            NetworkError: A range failed after all attempts (progress is kept).
+            CancelledError: ``cancel`` returned ``True`` (progress is kept).
+        """
+        resumed = self._load()
+        try:
+            fd = os.open(self.data, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
+        except OSError:
+            discard_ranged(self.partial)
+            raise
+        try:
+            os.ftruncate(fd, self.asset.size)
+            self.growing.open_now()  # readers keep it across the final rename
+            self.growing.advance(contiguous(self._spans))
+            digest = self._fetch_all(fd)
+        except _NoRanges:
+            discard_ranged(self.partial)
+            self.growing.fail()
+            return None
+        except BaseException:
+            self.growing.fail()
+            raise
+        finally:
+            os.close(fd)
+        return self._finish(digest, resumed)
+
+    # -- the workers ---------------------------------------------------------------------
+    def _fetch_all(self, fd: int) -> str:
+        hashed: list[str] = []
+        hasher = threading.Thread(target=self._hash, args=(hashed,), name="range-digest", daemon=True)
+        hasher.start()
+        workers = [
+            threading.Thread(target=self._worker, args=(fd, span), name=f"range-{i}", daemon=True)
+            for i, span in enumerate(self._spans)
+            if not span.complete
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        if self._errors:
+            self.growing.fail()
+            hasher.join()
+            self._save()
+            raise self._first_error()
+        os.fsync(fd)
+        self.growing.finish(self.asset.size)
+        hasher.join()
+        if not hashed:
+            raise self._first_error()
+        return hashed[0]
+
+    def _first_error(self) -> BaseException:
+        # A host without Range support is no failure, only a reason to fall back.
+        for error in self._errors:
+            if isinstance(error, _NoRanges):
+                return error
+        return self._errors[0] if self._errors else StreamAborted("the digest pass stopped")
+
+    def _worker(self, fd: int, span: Span) -> None:
+        # Each connection is held to the minimum rate; the deadline counts from the first attempt.
+        watch = PaceWatch(self.pace)
+        for last in tries(self.sleep):
+            watch.new_attempt()
+            try:
+                self._fetch_span(fd, span, watch)
+                return
+            except NetworkError as exc:
+                if last or self._stop.is_set():
+                    self._fail(exc)
+                    return
+            except BaseException as exc:
+                self._fail(exc)
+                return
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            self._errors.append(exc)
+        self._stop.set()
+
+    def _fetch_span(self, fd: int, span: Span, watch: PaceWatch) -> None:
+        if span.complete:
+            return
+        with open_range(
+            self.source, self.asset, self.data, start=span.next, end=span.end - 1, if_range=self._validator
+        ) as response:
+            if response.status_code != 206:
+                raise _NoRanges()
+            self._remember_validator(response)
+            try:
+                for chunk in response.iter_raw():
+                    if self._stop.is_set():
+                        return
+                    self._write(fd, span, chunk)
+                    if too_slow := watch.too_slow(len(chunk)):
+                        raise NetworkError(
+                            f"Downloading {self.asset.name} failed: {too_slow}; the partial file is kept for resuming."
+                        )
+                    if self.cancel is not None and self.cancel():
+                        raise CancelledError(
+                            f"The download of {self.asset.name} was cancelled; the partial file is kept."
+                        )
+            except httpx.HTTPError as exc:
+                raise NetworkError(
+                    f"Downloading {self.asset.name} failed: a range broke off after "
+                    f"{human_size(span.done)} ({type(exc).__name__}); the partial file is kept for resuming."
+                ) from exc
+        if not span.complete:
+            raise NetworkError(
+                f"Downloading {self.asset.name} failed: a range ended early; the partial file is kept for resuming."
+            )
+
+    def _write(self, fd: int, span: Span, chunk: bytes) -> None:
+        if span.next + len(chunk) > span.end:
+            raise SizeMismatchError(
+                f"{self.asset.name}: the server sent more bytes than the range asked for; the download was discarded."
+            )
+        os.pwrite(fd, chunk, span.next)
+        with self._lock:
+            span.done += len(chunk)
+            on_disk = sum(s.done for s in self._spans)
+            self._unsaved += len(chunk)
+            save = self._unsaved >= _SAVE_EVERY_BYTES
+            # Under the lock: two workers must never tell the prefix out of order.
+            self.growing.advance(contiguous(self._spans))
+        if save:
+            self._save()
+        if self.progress is not None:
+            self.progress(on_disk, self.asset.size)
+
+    def _hash(self, out: list[str]) -> None:
+        hasher = hashlib.sha256()
+        reader = self.growing.reader()
+        try:
+            while chunk := reader.read(_HASH_READ_BYTES):
+                hasher.update(chunk)
+        except StreamAborted:
+            return
+        finally:
+            reader.close()
+        out.append(hasher.hexdigest())
+
+    # -- the record ----------------------------------------------------------------------
+    def _remember_validator(self, response: httpx.Response) -> None:
+        validator = strong_etag(response) or response.headers.get("last-modified")
+        with self._lock:
+            if self._validator is None and validator is not None:
+                self._validator = validator
+
+    def _load(self) -> int:
+        """Spans from the record when it matches this asset, else fresh ones; bytes reused."""
+        recorded = load_record(self.partial, self.asset.download_url, self.asset.size)
+        if recorded is None:
+            discard_ranged(self.partial)
+            self._spans = plan_spans(self.asset.size, self.parallel)
+            return 0
+        self._spans, self._validator = recorded
+        return sum(s.done for s in self._spans)
+
+    def _save(self) -> None:
+        with self._lock:
+            spans = [Span(s.start, s.end, s.done) for s in self._spans]
+            validator = self._validator
+            self._unsaved = 0
+        save_record(self.partial, self.asset.download_url, self.asset.size, validator, spans)
+
+    def _finish(self, digest: str, resumed: int) -> DownloadResult:
+        if digest != self.sha256:
+            discard_ranged(self.partial)
+            raise DigestMismatchError(
+                f"{self.asset.name} does not match its published sha256 "
+                f"(expected {self.sha256}, got {digest}); the download was discarded."
+            )
+        os.replace(self.data, self.partial)
+        state_path(self.partial).unlink(missing_ok=True)
+        return DownloadResult(
+            path=self.partial, size=self.asset.size, sha256=digest, resumed_from=resumed, digest_verified=True
+        )

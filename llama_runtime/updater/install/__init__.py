@@ -1,1 +1,0 @@
-"""How a release is installed: download, extraction, verification, the transaction."""

@@ -1,0 +1,1 @@
+"""Offline: install-file, export bundles and mirrors (writing a GitHub-shaped directory)."""

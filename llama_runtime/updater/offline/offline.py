@@ -1,0 +1,344 @@
+"""Installing without a network: a release archive already on disk, or a bundle.
+
+Both go through :meth:`~.pipeline.InstallPipeline.install_archives`, the one
+path every install takes (safe extraction, probe, marker, read-back,
+activation, rollback); this module only decides what to feed it.
+
+A *bundle* (``llama-runtime export``, :mod:`.export`) is read and checked by
+:mod:`.bundle`: every file against the marker's ``files`` (size and sha256)
+before anything is extracted.
+
+Invariants:
+    * The caller's file is only read, never modified: it is copied (and hashed
+      on the way) into a private work directory, and the copy is what gets
+      extracted, so the recorded sha256 is that of the bytes installed.
+    * The work directory is removed whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import stat
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from llama_runtime.runtime.errors import (
+    BackendUnavailableError,
+    CorruptStateError,
+    DigestMismatchError,
+    ForeignMarkerError,
+    UserInputError,
+)
+from llama_runtime.runtime.fsutil import remove_tree_quietly
+from llama_runtime.runtime.layout import Home, InstalledRuntime
+from llama_runtime.runtime.marker import InstallMarker
+from llama_runtime.runtime.snapshot import HomeSnapshot
+from llama_runtime.updater.activate.outcome import UpdateOutcome, silent
+from llama_runtime.updater.activate.transaction import Installer
+from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
+from llama_runtime.updater.fetch.diskspace import check_free_space
+from llama_runtime.updater.fetch.recovery import damage, disk_full_error, is_disk_full
+from llama_runtime.updater.offline.bundle import read_bundle_marker, repack_bundle
+from llama_runtime.updater.release.assetnames import AssetInfo, parse_asset_name
+from llama_runtime.updater.verify.installed import find_build
+from llama_runtime.updater.verify.provenance import Provenance, ProvenanceCheck, read_attestation_file
+
+__all__ = ["InstallFileRequest", "install_file"]
+
+# Copy and hash in 1 MiB pieces: few syscalls, bounded memory.
+_CHUNK_BYTES: Final[int] = 1024 * 1024
+_HEX: Final[frozenset[str]] = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class InstallFileRequest:
+    """What ``install-file`` was asked.
+
+    ``tag``, ``repo`` and ``backend`` are ``None`` when the caller gave none;
+    ``default_repo`` then applies to plain archives.
+    """
+
+    archive: Path
+    default_repo: str
+    tag: str | None = None
+    repo: str | None = None
+    backend: str | None = None
+    sha256: str | None = None
+    attestation: Path | None = None
+
+
+@dataclass(frozen=True)
+class _Copy:
+    path: Path
+    size: int
+    sha256: str
+
+
+# -- pure decisions ----------------------------------------------------------------------
+
+
+def normalize_sha256(value: str | None) -> str | None:
+    """``HEX`` or ``sha256:HEX`` as 64 lowercase hex digits.
+
+    Raises:
+        UserInputError: Not a sha256.
+    """
+    if value is None:
+        return None
+    hexpart = value.strip().lower().removeprefix("sha256:")
+    if len(hexpart) != 64 or not set(hexpart) <= _HEX:
+        raise UserInputError(f"--sha256 '{value}' is not a sha256; give 64 hex digits.")
+    return hexpart
+
+
+def archive_meta(request: InstallFileRequest, info: AssetInfo | None, host_platform: str) -> dict[str, object]:
+    """Marker fields for a plain release archive, from the request and its name.
+
+    Raises:
+        UserInputError: No tag or backend can be told, or the name contradicts the flags.
+        BackendUnavailableError: The name says it is built for another platform.
+    """
+    name = request.archive.name
+    tag = request.tag or (info.tag if info else None)
+    if tag is None:
+        raise UserInputError(f"Cannot tell the release of {name} from its name; pass --tag (e.g. --tag b7000).")
+    if request.tag and info and info.tag and info.tag != request.tag:
+        raise UserInputError(f"{name} is release {info.tag} by its name, not {request.tag}; fix --tag.")
+    if info is not None and info.platform != host_platform:
+        raise BackendUnavailableError(f"{name} is a {info.platform} build; this machine is {host_platform}.")
+    requested = request.backend if request.backend not in (None, "auto") else None
+    if requested and info and info.backend != requested:
+        raise UserInputError(f"{name} is a {info.backend} build by its name, not {requested}; fix --backend.")
+    backend = requested or (info.backend if info else None)
+    if backend is None:
+        raise UserInputError(f"Cannot tell the backend of {name} from its name; pass --backend (e.g. --backend cpu).")
+    return {
+        "repo": request.repo or request.default_repo,
+        "tag": tag,
+        "backend": backend,
+        "backend_request": requested or "auto",
+        "asset": name,
+        "source": "file",
+        "reason": f"installed from the file {request.archive}",
+    }
+
+
+def bundle_meta(request: InstallFileRequest, marker: InstallMarker) -> dict[str, object]:
+    """Marker fields for a bundle: its own marker's, checked against any flags given.
+
+    Raises:
+        UserInputError: A flag contradicts what the bundle holds.
+    """
+    given = {"--tag": (request.tag, marker.tag), "--repo": (request.repo, marker.repo)}
+    if request.backend not in (None, "auto"):
+        given["--backend"] = (request.backend, marker.backend)
+    for flag, (asked, held) in given.items():
+        if asked is not None and asked != held:
+            raise UserInputError(f"The bundle {request.archive.name} holds {held}, not {asked}; drop or fix {flag}.")
+    return {
+        "repo": marker.repo,
+        "tag": marker.tag,
+        "backend": marker.backend,
+        "backend_request": marker.backend_request,
+        "asset": marker.asset,
+        "size": marker.size,
+        "sha256": marker.sha256,
+        "source": "bundle",
+        "extra_assets": marker.extra_assets,
+        "reason": f"restored from the bundle {request.archive} (first installed from {marker.source})",
+    }
+
+
+def is_same_install(active: InstalledRuntime | None, meta: dict[str, object]) -> bool:
+    """Whether ``active`` already is this repo/tag/backend built from the same bytes."""
+    if active is None:
+        return False
+    m = active.marker
+    return (m.repo, m.tag, m.backend, m.sha256) == (meta["repo"], meta["tag"], meta["backend"], meta["sha256"])
+
+
+def file_provenance(
+    check: ProvenanceCheck, request: InstallFileRequest, meta: dict[str, object], bundled: InstallMarker | None
+) -> Provenance:
+    """The provenance of a file install, checked offline before anything is extracted.
+
+    ``--bundle`` is verified against the file's sha256 (an export's: against the
+    archive its marker records). Without one, an export's recorded bundle is
+    verified again; a verified status is never carried over unchecked.
+
+    Raises:
+        ProvenanceError: A given or recorded attestation does not verify.
+        ProvenanceMissingError: Provenance is required and none verified.
+    """
+    asset, sha256, repo = str(meta["asset"]), str(meta["sha256"]), str(meta["repo"])
+    if request.attestation is not None:
+        return check.evaluate(asset, sha256, repo, read_attestation_file(request.attestation))
+    if bundled is None:
+        return check.not_checked(asset, "installed from a file without --bundle")
+    recorded = bundled.provenance
+    if isinstance(recorded.get("bundle"), dict):
+        result = check.evaluate(asset, sha256, repo, [recorded["bundle"]])
+        # The attestation covers the release archive; the export's files are tied to it by its marker.
+        return replace(result, reason=f"{result.reason}; files as recorded by the exporting machine")
+    if recorded.get("status") == "absent":
+        return check.evaluate(asset, sha256, repo, [])
+    return check.not_checked(asset, "restored from an export whose provenance was not checked")
+
+
+# -- install-file ------------------------------------------------------------------------
+
+
+def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOutcome:
+    """Install a release archive or a bundle from disk, as a download would be installed.
+
+    Raises:
+        UserInputError: The file is missing or unreadable, or tag/backend are unclear.
+        DigestMismatchError: ``--sha256`` was given and does not match.
+        IntegrityError: Not an archive, unsafe, a bundle with an invalid marker, or one whose files
+            differ from its marker.
+        VerificationError: The runtime was rejected; the active one is unchanged.
+        BusyError: Another update holds the lock.
+    """
+    if is_stream(request.archive):
+        # A pipe or standard input can be read once: spool it, then install the copy.
+        with _spooled(request.archive, installer.home) as spooled:
+            return install_file(installer, replace(request, archive=spooled))
+    archive = request.archive
+    _check_readable(archive)
+    expected_sha = normalize_sha256(request.sha256)
+    bundled = read_bundle_marker(archive)
+    if bundled is not None:
+        meta = bundle_meta(request, bundled)
+    else:
+        meta = archive_meta(request, parse_asset_name(archive.name), installer.host.platform)
+    home = installer.home
+    home.ensure()
+    with installer.lock.hold("install-file"):
+        snapshot = HomeSnapshot.read(home)  # the one look at the home this install takes
+        active = _active(installer, snapshot)
+        work = home.downloads_dir / f"install-file-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            size = archive.stat().st_size
+            check_free_space(home.root, size * (2 + EXTRACTED_SIZE_FACTOR), what=archive.name)
+            copy = _copy_hashing(archive, work / archive.name)
+            if expected_sha is not None and copy.sha256 != expected_sha:
+                raise DigestMismatchError(
+                    f"{archive} does not match --sha256 (expected {expected_sha}, got {copy.sha256}); "
+                    "nothing was installed."
+                )
+            meta["digest_verified"] = expected_sha is not None
+            if bundled is None:
+                meta["size"], meta["sha256"] = copy.size, copy.sha256
+                archives = [copy.path]
+            else:
+                archives = [repack_bundle(copy.path, bundled, work / "bundle-files" / archive.name)]
+            meta["provenance"] = file_provenance(installer.provenance, request, meta, bundled).to_marker()
+            if active is not None and damage(active, hash_binary=True, snapshot=snapshot):
+                active = None  # reinstalled from these bytes; a damaged runtime is no rollback target
+            if is_same_install(active, meta):
+                assert active is not None
+                return UpdateOutcome("up_to_date", active, snapshot.previous())
+            there = _installed_copy(snapshot, meta, active)
+            if there is not None and installer.reverify(there, silent, snapshot):
+                return installer.activate_installed(there, active, silent, [], verified=True, snapshot=snapshot)
+            return installer.pipeline.install_archives(
+                archives, meta, active=active, emit=silent, cancel=lambda: False, warnings=[], snapshot=snapshot
+            )
+        finally:
+            remove_tree_quietly(work)  # best effort: never hides the install's own outcome
+
+
+def _installed_copy(
+    snapshot: HomeSnapshot, meta: dict[str, object], active: InstalledRuntime | None
+) -> InstalledRuntime | None:
+    """An installed runtime built from these very bytes (switched to instead of a second copy)."""
+    key = (str(meta["repo"]).lower(), str(meta["tag"]), str(meta["backend"]), str(meta["asset"]))
+    there = find_build(snapshot.runtimes, key, exclude=active.name if active else None, snapshot=snapshot)
+    return there if there is not None and there.marker.sha256 == meta["sha256"] else None
+
+
+#: ``install-file -`` reads the archive from standard input.
+STDIN_NAME: Final = "-"
+
+
+def is_stream(path: Path) -> bool:
+    """Whether ``path`` is standard input (``-``) or a pipe/device that can be read only once."""
+    if str(path) == STDIN_NAME:
+        return True
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False  # missing: _check_readable says so
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+@contextlib.contextmanager
+def _spooled(source: Path, home: Home) -> Iterator[Path]:
+    """``source`` read once into a private file in the home, removed afterwards."""
+    home.ensure()
+    spool = Path(tempfile.mkdtemp(prefix=".spool-", dir=home.downloads_dir))
+    try:
+        target = spool / ("stdin" if str(source) == STDIN_NAME else source.name)
+        try:
+            with contextlib.ExitStack() as stack:
+                src = sys.stdin.buffer if str(source) == STDIN_NAME else stack.enter_context(source.open("rb"))
+                with target.open("wb") as dst:
+                    _copy_capped(src, dst, source)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full_error(home.root, 0, "the archive from standard input") from exc
+            raise UserInputError(f"Cannot read the archive {source}: {exc.strerror or exc}.") from None
+        yield target
+    finally:
+        remove_tree_quietly(spool)
+
+
+def _copy_capped(src: BinaryIO, dst: BinaryIO, source: Path) -> None:
+    """Copy a pipe into the spool, refusing more than any release asset can be (``/dev/zero`` ends here)."""
+    copied = 0
+    while chunk := src.read(_CHUNK_BYTES):
+        copied += len(chunk)
+        if copied > MAX_ASSET_BYTES:
+            raise UserInputError(
+                f"{source} gave more than {MAX_ASSET_BYTES // 1024**3} GiB, more than any llama.cpp release archive; "
+                "it is not an archive."
+            )
+        dst.write(chunk)
+
+
+def _check_readable(archive: Path) -> None:
+    try:
+        with archive.open("rb") as fh:
+            fh.read(1)
+    except IsADirectoryError:
+        raise UserInputError(f"{archive} is a directory; give the path of a .zip or .tar.gz archive.") from None
+    except OSError as exc:
+        raise UserInputError(f"Cannot read the archive {archive}: {exc.strerror or exc}.") from None
+
+
+def _active(installer: Installer, snapshot: HomeSnapshot) -> InstalledRuntime | None:
+    try:
+        return installer.active(snapshot)
+    except ForeignMarkerError:
+        raise
+    except CorruptStateError:
+        return None  # a damaged active runtime must not block its repair
+
+
+def _copy_hashing(source: Path, target: Path) -> _Copy:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    size = 0
+    with source.open("rb") as src, target.open("wb") as dst:
+        while chunk := src.read(_CHUNK_BYTES):
+            digest.update(chunk)
+            dst.write(chunk)
+            size += len(chunk)
+    return _Copy(target, size, digest.hexdigest())

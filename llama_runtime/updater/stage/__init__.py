@@ -1,0 +1,1 @@
+"""Stage: archives safely extracted into a staging tree (streamed while they download)."""

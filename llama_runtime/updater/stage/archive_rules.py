@@ -1,0 +1,270 @@
+"""The safety rules of extraction: what a member may be called, be, point at and weigh.
+
+:class:`MemberPlan` admits members one by one and refuses anything unsafe or
+ambiguous: bad names, special files, duplicates, links that escape, writes
+through symlinks, member count, declared size and zip compression ratio. It is
+pure (never touches the filesystem), so a whole archive can be checked before a
+byte is written. :func:`check_links_inside` is the one rule that needs the disk:
+every extracted link, resolved for real, stays inside and exists (llama.cpp
+#23115 shipped dangling links).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+from llama_runtime.runtime.errors import UnsafeArchiveError
+from llama_runtime.updater.stage.archive_formats import MAX_LINK_TARGET_BYTES, Member, MemberKind
+
+_MiB: Final = 1024 * 1024
+_GiB: Final = 1024 * _MiB
+
+# Member names: NAME_MAX (255 bytes per component) and PATH_MAX (4096 bytes) on
+# Linux and macOS. Longer names cannot be created anywhere the runtime could live.
+_MAX_NAME_PART_BYTES: Final = 255
+_MAX_NAME_BYTES: Final = 4096
+
+_DRIVE: Final = re.compile(r"^[A-Za-z]:")
+# Characters of an over-long member name quoted in a refusal.
+_QUOTE_CHARS: Final = 80
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "ExtractLimits",
+    "MemberPlan",
+    "check_links_inside",
+    "check_links_on_disk",
+    "exceeds_ratio",
+    "hardlink_source",
+    "ratio_reason",
+]
+
+
+@dataclass(frozen=True)
+class ExtractLimits:
+    """Caps that bound what one archive may unpack to.
+
+    Attributes:
+        max_total_bytes: Sum of regular-file bytes, declared and written. The
+            largest llama.cpp archives (CUDA/ROCm) unpack to well under 4 GiB.
+        max_members: Entries in the archive; real releases have under 200.
+        max_ratio: Largest uncompressed:compressed ratio of one zip member;
+            binaries compress about 3:1, a zip bomb thousands to one.
+        ratio_floor_bytes: Members at or below this size skip the ratio check,
+            since small text files legitimately compress very well.
+        max_depth: Most path components of one member. llama.cpp archives
+            are at most 4 deep (``llama-bN/build/bin/Release/``); 32 leaves
+            room for any layout while keeping the per-member work (parents
+            checked, directories made) a small constant, so extraction stays
+            linear in the member count and no tree the tool walks later is
+            deep enough to matter.
+    """
+
+    max_total_bytes: int = 4 * _GiB
+    max_members: int = 20_000
+    max_ratio: float = 200.0
+    ratio_floor_bytes: int = _MiB
+    max_depth: int = 32
+
+
+DEFAULT_LIMITS: Final = ExtractLimits()
+
+
+class MemberPlan:
+    """Admits members one by one, refusing anything unsafe or ambiguous.
+
+    Pure: it never touches the filesystem, so the plan pass can run over the
+    whole archive before anything is written.
+    """
+
+    def __init__(self, label: str, limits: ExtractLimits) -> None:
+        self.label = label
+        self.limits = limits
+        self.count = 0
+        self.declared_bytes = 0
+        self.explicit: set[str] = set()
+        # Normalized path → kind, including directories implied by deeper members.
+        self.kinds: dict[str, MemberKind] = {}
+
+    def refuse(self, why: str) -> UnsafeArchiveError:
+        return UnsafeArchiveError(f"Refusing {self.label}: {why}")
+
+    def admit(self, member: Member) -> str | None:
+        """Check one member; return its normalized path, or ``None`` for the root entry."""
+        self.count += 1
+        if self.count > self.limits.max_members:
+            raise self.refuse(f"it has more than {self.limits.max_members} members.")
+        name = self._normalize(member.raw_name, "member")
+        if name == "":
+            if member.kind is MemberKind.DIR:
+                return None  # "./" in a tar: the root itself
+            raise self.refuse(f"member {member.raw_name!r} names the archive root itself.")
+        self._check_place(name, member)
+        if member.kind is MemberKind.SPECIAL:
+            raise self.refuse(
+                f"member {member.raw_name!r} is a {member.special}; only regular files, "
+                "directories and symlinks are allowed."
+            )
+        if member.kind is MemberKind.SYMLINK:
+            self._check_symlink(name, member)
+        elif member.kind is MemberKind.HARDLINK:
+            self._check_hardlink(member)
+        elif member.kind is MemberKind.FILE:
+            self._check_size(member)
+        self.explicit.add(name)
+        self.kinds[name] = MemberKind.FILE if member.kind is MemberKind.HARDLINK else member.kind
+        return name
+
+    def _normalize(self, raw: str, what: str) -> str:
+        """Archive name → relative POSIX path without ``.``/empty parts; refuse the rest."""
+        if "\x00" in raw:
+            raise self.refuse(f"{what} {raw!r} has a NUL byte in its name.")
+        if "\\" in raw:
+            raise self.refuse(f"{what} {raw!r} contains a backslash, which Windows treats as a path separator.")
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise self.refuse(f"{what} {raw!r} has a name that is not UTF-8.") from exc
+        if raw.startswith("/") or _DRIVE.match(raw):
+            raise self.refuse(f"{what} {raw!r} would be written outside the runtime directory.")
+        parts = [p for p in raw.split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise self.refuse(f"{what} {raw!r} would be written outside the runtime directory.")
+        if len(parts) > self.limits.max_depth:
+            raise self.refuse(
+                f"{what} {abbreviate(raw)} nests {len(parts)} levels deep, above the limit of "
+                f"{self.limits.max_depth} (llama.cpp archives are at most 4 deep)."
+            )
+        name = "/".join(parts)
+        self._check_length(raw, name, what)
+        return name
+
+    def _check_length(self, raw: str, name: str, what: str) -> None:
+        if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+            raise self.refuse(f"{what} {abbreviate(raw)} has a name longer than {_MAX_NAME_BYTES} bytes.")
+        for part in name.split("/"):
+            if len(part.encode("utf-8")) > _MAX_NAME_PART_BYTES:
+                raise self.refuse(
+                    f"{what} {abbreviate(raw)} has a path component longer than {_MAX_NAME_PART_BYTES} bytes."
+                )
+
+    def _check_place(self, name: str, member: Member) -> None:
+        parents = PurePosixPath(name).parents
+        for parent in reversed(list(parents)[:-1]):  # outermost first, without "."
+            kind = self.kinds.get(str(parent))
+            if kind is MemberKind.SYMLINK:
+                raise self.refuse(f"member {member.raw_name!r} would be written through the symlink '{parent}'.")
+            if kind is not None and kind is not MemberKind.DIR:
+                raise self.refuse(f"member {member.raw_name!r} would be written inside the file '{parent}'.")
+            self.kinds[str(parent)] = MemberKind.DIR
+        if name in self.explicit:
+            raise self.refuse(f"member {member.raw_name!r} appears more than once, so its content is ambiguous.")
+        existing = self.kinds.get(name)
+        if existing is MemberKind.DIR and member.kind is not MemberKind.DIR:
+            raise self.refuse(
+                f"member {member.raw_name!r} is a {member.kind.value} where other members need a directory."
+            )
+
+    def _check_symlink(self, name: str, member: Member) -> None:
+        target = member.link_target
+        if len(target.encode("utf-8", "surrogateescape")) > MAX_LINK_TARGET_BYTES:
+            raise self.refuse(f"symlink {member.raw_name!r} has a target longer than {MAX_LINK_TARGET_BYTES} bytes.")
+        if not target or "\x00" in target or "\\" in target:
+            raise self.refuse(f"symlink {member.raw_name!r} has an invalid target {target!r}.")
+        if target.startswith("/") or _DRIVE.match(target):
+            raise self.refuse(
+                f"symlink {member.raw_name!r} points to the absolute path {target!r}; only "
+                "relative links inside the runtime directory are allowed."
+            )
+        if not _stays_inside(PurePosixPath(name).parent.parts, target):
+            raise self.refuse(f"symlink {member.raw_name!r} -> {target!r} points outside the runtime directory.")
+
+    def _check_hardlink(self, member: Member) -> None:
+        target = hardlink_source(member.link_target)
+        if target not in self.explicit or self.kinds.get(target) is not MemberKind.FILE:
+            raise self.refuse(
+                f"hard link {member.raw_name!r} -> {member.link_target!r} does not point to a "
+                "regular file extracted earlier from the archive."
+            )
+
+    def _check_size(self, member: Member) -> None:
+        self.declared_bytes += member.size
+        if self.declared_bytes > self.limits.max_total_bytes:
+            raise self.refuse(f"it unpacks to more than {self.limits.max_total_bytes} bytes.")
+        if member.compressed_size is not None and exceeds_ratio(member.size, member.compressed_size, self.limits):
+            raise self.refuse(ratio_reason(member, member.size, self.limits))
+
+
+def abbreviate(raw: str) -> str:
+    """``repr`` of a member name, shortened so one message cannot flood a terminal."""
+    return repr(raw) if len(raw) <= _QUOTE_CHARS else repr(raw[:_QUOTE_CHARS]) + "…"
+
+
+def hardlink_source(link_target: str) -> str | None:
+    """The normalized member a tar hard link names, or ``None`` if it names no safe path."""
+    if "\x00" in link_target or "\\" in link_target:
+        return None
+    if link_target.startswith("/") or _DRIVE.match(link_target):
+        return None
+    parts = [p for p in link_target.split("/") if p not in ("", ".")]
+    return None if ".." in parts or not parts else "/".join(parts)
+
+
+def _stays_inside(link_dir: tuple[str, ...], target: str) -> bool:
+    """Whether ``target``, read from ``link_dir``, stays under the root textually.
+
+    Chains through other symlinks are resolved for real after extraction.
+    """
+    depth = len(link_dir)
+    for part in target.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif part not in ("", "."):
+            depth += 1
+    return True
+
+
+def exceeds_ratio(size: int, compressed_size: int, limits: ExtractLimits) -> bool:
+    """Whether a zip member of ``size`` bytes from ``compressed_size`` looks like a bomb."""
+    return size > limits.ratio_floor_bytes and size > limits.max_ratio * max(compressed_size, 1)
+
+
+def ratio_reason(member: Member, size: int, limits: ExtractLimits) -> str:
+    """The refusal of a zip member that expands ``size`` bytes from its compressed size."""
+    ratio = size / max(member.compressed_size or 0, 1)
+    return f"member {member.raw_name!r} expands {ratio:.0f}:1, above the {limits.max_ratio:.0f}:1 limit (a zip bomb)."
+
+
+def check_links_inside(root: Path, symlinks: dict[str, str], label: str) -> None:
+    """Every link in ``symlinks`` (relative path -> target) resolves to something existing inside ``root``.
+
+    Also for links moved after extraction (a CUDA companion's, merged beside
+    ``llama-server``): a target that was inside the companion's own tree can
+    point elsewhere, or nowhere, from its new place.
+
+    Raises:
+        UnsafeArchiveError: A link escapes ``root`` or dangles.
+    """
+    check_links_on_disk(root.resolve(), symlinks, label)
+
+
+def check_links_on_disk(root: Path, symlinks: dict[str, str], label: str) -> None:
+    """Every extracted link resolves, for real, to something existing inside ``root``."""
+    root_text = str(root)
+    for name, target in symlinks.items():
+        link = root.joinpath(*name.split("/"))
+        real = os.path.realpath(link)
+        if os.path.commonpath([root_text, real]) != root_text:
+            raise UnsafeArchiveError(
+                f"Refusing {label}: symlink {name!r} -> {target!r} resolves outside the runtime directory."
+            )
+        if not os.path.exists(link):
+            raise UnsafeArchiveError(
+                f"Refusing {label}: symlink {name!r} -> {target!r} points to nothing in the archive (a dangling link)."
+            )

@@ -1,0 +1,163 @@
+"""Runtimes already installed: one copy per build, found by tag, verified again before use.
+
+A *build* is what a runtime directory holds: a repository's release tag in one
+concrete backend. The home keeps at most one runtime per build (``update`` and
+``use`` switch to the copy that is there instead of installing a second one,
+and ``gc`` removes duplicates an older version left behind).
+
+Invariant: a runtime becomes active again only after the checks a fresh
+install passes — every recorded file's size and sha256, the marker read back
+from disk, and the binary run with ``--version`` and ``--list-devices``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from llama_runtime.runtime.errors import UserInputError, VerificationError
+from llama_runtime.runtime.integrity import file_problems
+from llama_runtime.runtime.layout import InstalledRuntime
+from llama_runtime.runtime.marker import InstallMarker, install_order
+from llama_runtime.runtime.runner import ProcessRunner
+from llama_runtime.runtime.snapshot import HomeSnapshot
+from llama_runtime.updater.fetch.recovery import damage
+from llama_runtime.updater.verify.verify import Expected, probe_binary, read_back_marker
+
+__all__ = [
+    "BuildKey",
+    "build_key",
+    "describe",
+    "find_build",
+    "select_installed",
+    "verify_files",
+    "verify_installed",
+]
+
+BuildKey = tuple[str, str, str, str]
+
+
+def build_key(marker: InstallMarker) -> BuildKey:
+    """What makes two runtimes copies of one build: repository, tag, concrete backend and asset.
+
+    The asset is part of it because one tag may publish two builds of a backend
+    (CUDA 12 and CUDA 13 archives): those are different runtimes, not copies.
+    """
+    return (marker.repo.lower(), marker.tag, marker.backend, marker.asset)
+
+
+def describe(runtime: InstalledRuntime) -> str:
+    """``b7000 (vulkan, ggml-org/llama.cpp)``: how a runtime is named to people."""
+    m = runtime.marker
+    return f"{m.tag} ({m.backend}, {m.repo})"
+
+
+def _newest_first(runtimes: Iterable[InstalledRuntime]) -> list[InstalledRuntime]:
+    return sorted(runtimes, key=lambda r: (install_order(r.marker), r.name), reverse=True)
+
+
+def find_build(
+    runtimes: Iterable[InstalledRuntime],
+    key: BuildKey,
+    *,
+    exclude: str | None = None,
+    snapshot: HomeSnapshot | None = None,
+) -> InstalledRuntime | None:
+    """The newest intact runtime of build ``key`` other than ``exclude`` (a runtime name).
+
+    ``snapshot``, the locked operation's look at the home, checks each runtime once.
+    """
+    for runtime in _newest_first(runtimes):
+        if runtime.name != exclude and build_key(runtime.marker) == key and not damage(runtime, snapshot=snapshot):
+            return runtime
+    return None
+
+
+def select_installed(
+    runtimes: Sequence[InstalledRuntime],
+    tag: str,
+    *,
+    repo: str | None = None,
+    backend: str | None = None,
+) -> InstalledRuntime:
+    """The installed runtime a person means by ``tag`` (and, to disambiguate, repo and backend).
+
+    ``tag`` may also be a runtime directory name, as ``list`` shows it. Among
+    copies of one build the newest wins.
+
+    Raises:
+        UserInputError: Nothing installed matches (the message lists what is
+            installed), or several builds match and ``--backend``/``--repo``
+            must choose.
+    """
+    by_name = [r for r in runtimes if r.name == tag]
+    if by_name:
+        return by_name[0]
+    matches = [
+        r
+        for r in _newest_first(runtimes)
+        if r.marker.tag == tag
+        and (repo is None or r.marker.repo.lower() == repo.lower())
+        and (backend is None or backend == "auto" or r.marker.backend == backend)
+    ]
+    if not matches:
+        shown = ", ".join(describe(r) for r in _newest_first(runtimes)) or "nothing"
+        wanted = tag + (f" for {backend}" if backend and backend != "auto" else "") + (f" from {repo}" if repo else "")
+        raise UserInputError(
+            f"{wanted} is not installed. Installed: {shown}.",
+            hint=f"`llama-runtime update --tag {tag}` installs it; `llama-runtime list` shows what is installed.",
+        )
+    builds: dict[BuildKey, InstalledRuntime] = {}
+    for runtime in matches:
+        builds.setdefault(build_key(runtime.marker), runtime)
+    if len(builds) > 1:
+        shown = ", ".join(f"{describe(r)} as {r.name}" for r in builds.values())
+        raise UserInputError(
+            f"{tag} is installed more than once: {shown}. Choose one with --backend or --repo, "
+            "or give the runtime's name.",
+        )
+    return next(iter(builds.values()))
+
+
+def verify_files(runtime: InstalledRuntime, digest: Callable[[Path], str] | None = None) -> list[str]:
+    """Recorded files that are missing or differ in size or sha256 (empty when all match).
+
+    ``digest`` computes a file's sha256 (``HomeSnapshot.sha256``: each file hashed once per operation).
+    """
+    return file_problems(runtime.path, runtime.marker, "sha256", digest=digest)
+
+
+def verify_installed(
+    runtime: InstalledRuntime,
+    *,
+    host_has_device: bool,
+    runner: ProcessRunner,
+    env: Mapping[str, str] | None = None,
+    digest: Callable[[Path], str] | None = None,
+) -> None:
+    """Check an installed runtime as strictly as a fresh install before it becomes active.
+
+    ``digest`` computes a file's sha256 (see :func:`verify_files`).
+
+    Raises:
+        VerificationError: A file differs from the marker, the marker does not
+            read back, or the binary does not run as a build of its backend.
+    """
+    problems = verify_files(runtime, digest)
+    if problems:
+        shown = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
+        raise VerificationError(
+            f"The installed runtime {describe(runtime)} in {runtime.path} is damaged: {shown}.",
+            hint=f"`llama-runtime remove {runtime.marker.tag}` and install it again with "
+            f"`llama-runtime update --tag {runtime.marker.tag} --backend {runtime.marker.backend}`.",
+        )
+    m = runtime.marker
+    read_back_marker(runtime.path, Expected(m.repo, m.tag, m.backend_request, m.backend))
+    probe_binary(
+        runtime.binary,
+        backend=m.backend,
+        files=list(m.files),
+        host_has_device=host_has_device,
+        runner=runner,
+        env=env,
+    )

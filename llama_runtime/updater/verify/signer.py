@@ -1,0 +1,269 @@
+"""Who signed a build attestation, and whether that signer and statement are the ones we accept.
+
+All pure: the Fulcio certificate's identity as a :class:`Signer`, the
+:class:`SignerPolicy` a signer must satisfy (issuer, source repository,
+source ref, and the opt-in narrowing or widening of the signing workflow), and
+whether a signed in-toto statement is SLSA provenance of this very file.
+:mod:`updater.verify.attestation` feeds these from sigstore-python;
+:mod:`updater.verify.provenance` decides the per-runtime result.
+
+The default policy trusts what does not move: the issuer, the repository and
+the branch or tag the build ran from, whichever workflow of that repository
+signed. ggml-org/llama.cpp moved its signing workflow once already
+(``.github/workflows/release.yml``, trigger ``push``, from about b10485;
+``.github/workflows/release-publish.yml``, trigger ``workflow_run``, from about
+b11300, attestation 52864580 of b11424; both at ``refs/heads/master``; read in
+``ggml-org/llama.cpp:.github/workflows/release-publish.yml`` at 5641289ad and
+shared/reference/upstream-2026-10.md). A pin on the path would refuse every
+build after the next move; ``gh attestation verify --repo`` checks repository
+and issuer only, and the ref rule here is deliberately stricter than it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "GITHUB_ACTIONS_ISSUER",
+    "SLSA_PROVENANCE_V1",
+    "UNKNOWN_DEFAULT_BRANCHES",
+    "UPSTREAM_RELEASE_WORKFLOW",
+    "UPSTREAM_REPOSITORIES",
+    "Signer",
+    "SignerPolicy",
+    "attested_sha256s",
+    "policy_violation",
+    "signer_from_extensions",
+    "statement_violation",
+]
+
+#: The OIDC issuer of GitHub Actions' workflow identity tokens.
+GITHUB_ACTIONS_ISSUER: Final = "https://token.actions.githubusercontent.com"
+#: The workflow that built, uploaded and attested ggml-org/llama.cpp's release
+#: assets from llama.cpp PR #25933 (Aug 2026, about b10485) to about b11300; since
+#: then ``.github/workflows/release-publish.yml`` attests. Kept as a name for
+#: messages and tests: the default policy accepts any workflow of the repository.
+UPSTREAM_RELEASE_WORKFLOW: Final = ".github/workflows/release.yml"
+#: The repositories whose signer policy no bare ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW``
+#: may change (the old name redirects to the new one on GitHub); casefolded.
+UPSTREAM_REPOSITORIES: Final = frozenset({"ggml-org/llama.cpp", "ggerganov/llama.cpp"})
+#: The branches accepted when a repository's default branch cannot be learnt
+#: (offline, ``install-file``, a mirror that does not store it, an API error):
+#: GitHub's default for new repositories since October 2020 and the one before.
+UNKNOWN_DEFAULT_BRANCHES: Final = ("master", "main")
+#: What actions/attest-build-provenance signs: SLSA provenance in an in-toto statement.
+SLSA_PROVENANCE_V1: Final = "https://slsa.dev/provenance/v1"
+_IN_TOTO_STATEMENTS: Final = frozenset({"https://in-toto.io/Statement/v1", "https://in-toto.io/Statement/v0.1"})
+_GITHUB: Final = "https://github.com/"
+_TAGS: Final = "refs/tags/"
+_HEADS: Final = "refs/heads/"
+
+# Fulcio's certificate extensions (https://github.com/sigstore/fulcio/blob/main/docs/oid-info.md),
+# by the last arc of 1.3.6.1.4.1.57264.1.N; the values are DER UTF8Strings.
+OID_PREFIX: Final = "1.3.6.1.4.1.57264.1."
+EXT_ISSUER: Final = 8
+EXT_BUILD_SIGNER_URI: Final = 9
+EXT_SOURCE_REPOSITORY_URI: Final = 12
+EXT_SOURCE_REPOSITORY_DIGEST: Final = 13
+EXT_SOURCE_REPOSITORY_REF: Final = 14
+EXT_BUILD_TRIGGER: Final = 20
+EXT_RUN_INVOCATION_URI: Final = 21
+
+# -- the signer and the policy (pure) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Signer:
+    """Who signed an attestation, as the Fulcio certificate says.
+
+    Attributes:
+        issuer: The OIDC issuer (GitHub Actions for a workflow run).
+        repository: ``owner/name`` the workflow ran in (Source Repository URI).
+        workflow: The signing workflow's path, e.g. ``.github/workflows/release.yml``.
+        ref: The ref of the signing workflow, from the Build Signer URI.
+        commit: The certificate's Source Repository Digest: the commit the signing
+            run checked out. Under ``workflow_run`` that is the publisher's commit
+            (where master was when publishing ran), not the built commit.
+        run_url: The workflow run (``…/actions/runs/ID/attempts/N``).
+        trigger: The event that started the run (``push``, ``workflow_run``).
+        build_signer_uri: The certificate's identity, verbatim.
+        source_ref: The Source Repository Ref the run was for (``refs/heads/master``).
+    """
+
+    issuer: str
+    repository: str
+    workflow: str
+    ref: str
+    commit: str
+    run_url: str
+    trigger: str = ""
+    build_signer_uri: str = ""
+    source_ref: str = ""
+
+    @property
+    def signer_repository(self) -> str:
+        """``owner/name`` the signing workflow lives in (another one for a reusable workflow)."""
+        owner_repo = _github_path(self.build_signer_uri).split("/", 2)
+        return "/".join(owner_repo[:2]) if len(owner_repo) == 3 else ""
+
+    def to_json(self) -> dict[str, str]:
+        """The signer's fields as JSON (``commit`` is the older name of ``signer_commit``)."""
+        return {
+            "issuer": self.issuer,
+            "repository": self.repository,
+            "workflow": self.workflow,
+            "ref": self.ref,
+            "source_ref": self.source_ref,
+            "signer_commit": self.commit,
+            "commit": self.commit,
+            "run_url": self.run_url,
+            "trigger": self.trigger,
+            "build_signer_uri": self.build_signer_uri,
+        }
+
+
+def _github_path(uri: str) -> str:
+    return uri[len(_GITHUB) :] if uri.startswith(_GITHUB) else ""
+
+
+def signer_from_extensions(values: Mapping[int, str]) -> Signer:
+    """The signer a certificate names, from its Fulcio extensions (keyed by last OID arc).
+
+    Missing extensions become empty strings; the policy then refuses them.
+    """
+    signer_uri = values.get(EXT_BUILD_SIGNER_URI, "")
+    repo_uri = values.get(EXT_SOURCE_REPOSITORY_URI, "")
+    repository = _github_path(repo_uri).strip("/")
+    workflow_at = _github_path(signer_uri)
+    owner_repo = workflow_at.split("/", 2)
+    # "owner/name/.github/workflows/x.yml@refs/…" -> ".github/workflows/x.yml", "refs/…"
+    workflow, _, ref = (owner_repo[2] if len(owner_repo) == 3 else "").partition("@")
+    return Signer(
+        issuer=values.get(EXT_ISSUER, ""),
+        repository=repository,
+        workflow=workflow,
+        ref=ref or values.get(EXT_SOURCE_REPOSITORY_REF, ""),
+        commit=values.get(EXT_SOURCE_REPOSITORY_DIGEST, ""),
+        run_url=values.get(EXT_RUN_INVOCATION_URI, ""),
+        trigger=values.get(EXT_BUILD_TRIGGER, ""),
+        build_signer_uri=signer_uri,
+        source_ref=values.get(EXT_SOURCE_REPOSITORY_REF, ""),
+    )
+
+
+@dataclass(frozen=True)
+class SignerPolicy:
+    """Whose signature counts: this issuer, this repository, its default branch or a tag.
+
+    Attributes:
+        repository: ``owner/name`` the asset is installed from (a fork: the fork).
+        default_branch: The repository's default branch (``GET /repos/{owner}/{repo}``);
+            ``None`` when it could not be learnt: then ``master`` and ``main`` count.
+        workflow: An opt-in pin: only this signing workflow of ``repository`` counts.
+        signer: An opt-in reusable workflow of another repository that may sign,
+            ``owner/name/.github/workflows/x.yml`` (at any ref of it).
+        issuer: The OIDC issuer of the signing certificate.
+    """
+
+    repository: str
+    default_branch: str | None = None
+    workflow: str | None = None
+    signer: str | None = None
+    issuer: str = GITHUB_ACTIONS_ISSUER
+
+    @property
+    def accepted_branches(self) -> tuple[str, ...]:
+        """The branches a build may come from (besides any tag)."""
+        return (self.default_branch,) if self.default_branch else UNKNOWN_DEFAULT_BRANCHES
+
+    def accepts_ref(self, ref: str) -> bool:
+        """Whether a build from the source ref ``ref`` counts: the default branch or any tag."""
+        if ref.startswith(_TAGS) and len(ref) > len(_TAGS):
+            return True
+        return ref in {f"{_HEADS}{branch}" for branch in self.accepted_branches}
+
+    def describe_refs(self) -> str:
+        """``refs/heads/master or a tag (refs/tags/…)`` for messages."""
+        branches = " or ".join(self.accepted_branches)
+        return f"{_HEADS}{branches} or a tag ({_TAGS}…)"
+
+    def note(self) -> str:
+        """What the result must say about how the ref was judged ("" when the default branch is known)."""
+        if self.default_branch:
+            return ""
+        return f"default branch unknown: accepted {_HEADS}{' or '.join(UNKNOWN_DEFAULT_BRANCHES)}"
+
+    def describe(self) -> str:
+        """One phrase for messages: ``ggml-org/llama.cpp's .github/workflows/release.yml``."""
+        return f"{self.repository}'s {self.workflow or 'workflows'}"
+
+
+def policy_violation(signer: Signer, policy: SignerPolicy) -> str | None:
+    """Why ``signer`` does not satisfy ``policy``, or ``None`` when it does.
+
+    GitHub names are case-insensitive, so repositories compare folded. The
+    source repository (Fulcio ext .12) must be the one installed from, and its
+    source ref (ext .14) the default branch or a tag: a build from a feature
+    branch or a pull request's merge ref is not a release, even when a workflow
+    of the repository signed it. The signing workflow (the Build Signer URI,
+    what ``gh attestation verify --signer-workflow`` checks) may be any of the
+    repository's own, unless the policy pins one; a workflow of another
+    repository (a reusable workflow) only when the policy names it.
+    """
+    if signer.issuer != policy.issuer:
+        return f"signed by an identity from {signer.issuer or 'no issuer'}, not from {policy.issuer}"
+    if signer.repository.casefold() != policy.repository.casefold():
+        return f"built in {signer.repository or 'an unknown repository'}, not in {policy.repository}"
+    if not policy.accepts_ref(signer.source_ref):
+        note = f" ({policy.note()})" if policy.note() else ""
+        return (
+            f"built from the ref {signer.source_ref or '(none named)'}, not from "
+            f"{policy.describe_refs()} of {policy.repository}{note}"
+        )
+    return _workflow_violation(signer, policy)
+
+
+def _workflow_violation(signer: Signer, policy: SignerPolicy) -> str | None:
+    signing = f"{signer.signer_repository}/{signer.workflow}"
+    if signer.signer_repository.casefold() != policy.repository.casefold():
+        if policy.signer is not None and signing.casefold() == policy.signer.casefold():
+            return None
+        shown = signer.build_signer_uri or "an unknown workflow"
+        return (
+            f"signed by the workflow {shown} of another repository; a reusable workflow signs only when "
+            f"LLAMA_RUNTIME_PROVENANCE_SIGNER={policy.repository}=OWNER/NAME/.github/workflows/FILE.yml names it"
+        )
+    if policy.workflow is not None and signer.workflow.casefold() != policy.workflow.casefold():
+        return f"signed by the workflow {signer.workflow or 'an unknown workflow'}, not by {policy.describe()}"
+    return None
+
+
+# -- the statement (pure) ---------------------------------------------------------------
+
+
+def attested_sha256s(statement: Mapping[str, Any]) -> list[str]:
+    """The sha256 digests of the statement's subjects (lowercase hex)."""
+    subjects = statement.get("subject")
+    found: list[str] = []
+    for subject in subjects if isinstance(subjects, list) else []:
+        digest = subject.get("digest") if isinstance(subject, dict) else None
+        value = digest.get("sha256") if isinstance(digest, dict) else None
+        if isinstance(value, str):
+            found.append(value.lower())
+    return found
+
+
+def statement_violation(statement: object, sha256: str) -> str | None:
+    """Why the signed statement does not attest SLSA provenance of the file ``sha256``, or ``None``."""
+    if not isinstance(statement, dict) or statement.get("_type") not in _IN_TOTO_STATEMENTS:
+        return "the signed payload is not an in-toto statement"
+    predicate = statement.get("predicateType")
+    if predicate != SLSA_PROVENANCE_V1:
+        return f"it attests {predicate!r}, not SLSA build provenance ({SLSA_PROVENANCE_V1})"
+    digests = attested_sha256s(statement)
+    if sha256.lower() not in digests:
+        named = ", ".join(d[:12] + "…" for d in digests) or "no sha256 subject"
+        return f"it attests {named}, not this file (sha256 {sha256[:12]}…)"
+    return None

@@ -1,0 +1,166 @@
+"""The verification steps of an install, bound to the seams they need (host, process runner, gate).
+
+:mod:`~llama_runtime.updater.verify.verify` holds the checks themselves; this
+module runs them for the transaction: a staged tree (minimum macOS, the probe,
+the build identity, the smoke model), and an installed runtime about to be
+activated again (every file, the marker, the probe).
+
+Every step raises :class:`~llama_runtime.runtime.errors.VerificationError` (or a
+subclass) and changes nothing; the caller discards what it staged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from llama_runtime.runtime.errors import VerificationError
+from llama_runtime.runtime.layout import InstalledRuntime
+from llama_runtime.runtime.runner import ProcessRunner
+from llama_runtime.runtime.snapshot import HomeSnapshot
+from llama_runtime.updater.activate.attempts import at_stage
+from llama_runtime.updater.activate.outcome import Progress, ProgressCallback
+from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.verify.gate import GatePolicy, InferenceGate, validate_gguf
+from llama_runtime.updater.verify.identity import check_build, parse_version_output
+from llama_runtime.updater.verify.installed import verify_installed
+from llama_runtime.updater.verify.smoke import SmokeRun, smoke_check
+from llama_runtime.updater.verify.staging import Staged, Verified
+from llama_runtime.updater.verify.verify import check_macos_minimum, probe_binary
+
+log = get_logger("llama_runtime.install")
+
+__all__ = ["Verifier", "host_has_device"]
+
+
+def host_has_device(backend: str, host: HostFacts) -> bool:
+    """Whether ``host`` reports a device that a ``backend`` build must list."""
+    return {
+        "cuda": host.nvidia_driver is not None,
+        "vulkan": host.vulkan,
+        "rocm": host.rocm,
+        "metal": host.metal,
+    }.get(backend, False)
+
+
+class Verifier:
+    """Runs the verification steps of an install.
+
+    Args:
+        host: Host facts (a callable so detection runs only when needed, then once).
+        runner: Runs the binary (the process seam).
+        env: Environment for the probed binary.
+        gate: The inference gate's policy; its smoke model, if any, must generate.
+        clock: The time recorded with a speed measurement.
+        staging_dir: Where smoke runs keep their scratch directory.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: Callable[[], HostFacts],
+        runner: ProcessRunner,
+        env: Mapping[str, str] | None,
+        gate: GatePolicy | None,
+        clock: Callable[[], str],
+        staging_dir: Path,
+    ) -> None:
+        self._host_probe = host
+        self._host: HostFacts | None = None
+        self.runner = runner
+        self.env = env
+        self.gate = gate
+        self.clock = clock
+        self.staging_dir = staging_dir
+
+    @property
+    def host(self) -> HostFacts:
+        """Host facts, detected once."""
+        if self._host is None:
+            self._host = self._host_probe()
+        return self._host
+
+    def check_smoke_model(self) -> None:
+        """A smoke model that is missing or not GGUF is bad input, found before anything changes."""
+        if self.gate is not None and self.gate.smoke_model is not None:
+            validate_gguf(self.gate.smoke_model)
+
+    def verify_staged(
+        self,
+        staged: Staged,
+        *,
+        tag: str,
+        backend: str,
+        active: InstalledRuntime | None,
+        emit: ProgressCallback,
+        warnings: list[str],
+    ) -> Verified:
+        """Check that the staged binary runs on this host as the build ``tag`` of ``backend``.
+
+        Raises:
+            MacOSTooOldError: The binary needs a newer macOS.
+            VerificationError: It does not run, lists no device, is another build,
+                or fails the smoke model.
+        """
+        check_macos_minimum(staged.binary, self.host)
+        with at_stage("device check"):  # --version, the backend's library, --list-devices
+            report = probe_binary(
+                staged.binary,
+                backend=backend,
+                files=list(staged.files),
+                host_has_device=host_has_device(backend, self.host),
+                runner=self.runner,
+                env=self.env,
+            )
+        log.info("binary runs", version=report.version, devices=list(report.devices))
+        identity = parse_version_output(report.version)
+        # The binary itself must be the build that was asked for (exit 6 otherwise).
+        with at_stage("build check"):
+            build_check = check_build(tag, identity)
+        speeds = self.smoke(staged.binary, f"{tag} ({backend})", active, emit, warnings)
+        return Verified(report=report, identity=identity, build_check=build_check, speeds=speeds)
+
+    def verify_installed(self, target: InstalledRuntime, snapshot: HomeSnapshot | None = None) -> None:
+        """Check an installed runtime as strictly as a fresh install (files, marker, probe).
+
+        With the locked operation's ``snapshot``, a file it already hashed is not hashed again.
+
+        Raises:
+            VerificationError: It is damaged or does not run.
+        """
+        verify_installed(
+            target,
+            host_has_device=host_has_device(target.marker.backend, self.host),
+            runner=self.runner,
+            env=self.env,
+            digest=snapshot.sha256 if snapshot is not None else None,
+        )
+
+    def smoke(
+        self,
+        binary: Path,
+        name: str,
+        active: InstalledRuntime | None,
+        emit: ProgressCallback,
+        warnings: list[str],
+    ) -> dict[str, dict[str, object]]:
+        """Run the smoke model on ``binary`` (staged, or installed and about to be used).
+
+        Returns:
+            The speed record for the runtime's marker.
+
+        Raises:
+            VerificationError: It did not generate, or is slower than allowed.
+        """
+        if self.gate is None or self.gate.smoke_model is None:
+            return {}
+        emit(Progress("verify", message=f"generating with {self.gate.smoke_model.name}"))
+        smoke = SmokeRun(self.staging_dir, InferenceGate(self.gate, clock=self.clock), env=self.env)
+        verdict, record = smoke_check(smoke, binary, new_name=name, active=active, policy=self.gate, clock=self.clock)
+        if not verdict.ok:
+            error = VerificationError(f"The runtime {name} was rejected: {verdict.reason}.")
+            error.stage = "completion check"
+            raise error
+        warnings.extend(verdict.warnings)
+        return record
