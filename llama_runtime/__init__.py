@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.runner import ProcessResult, ProcessRunner
     from llama_runtime.updater.activate.attempts import Attempt, CandidatesFailedError
     from llama_runtime.updater.activate.gc import GcItem
-    from llama_runtime.updater.activate.outcome import Progress, ProgressCallback, UpdateOutcome
+    from llama_runtime.updater.activate.outcome import UpdateOutcome
     from llama_runtime.updater.activate.swap import SwitchReport
     from llama_runtime.updater.api.job_handle import UpdateJob
     from llama_runtime.updater.api.job_state import JobError, JobListener, JobResult, JobState
@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     )
     from llama_runtime.updater.api.schedule import CheckResult
     from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.progress import Progress, ProgressCallback
     from llama_runtime.updater.release.remote_names import RemoteDataError
     from llama_runtime.updater.sources.source import ReleaseSource
     from llama_runtime.updater.verify.attestation import SigstoreMissingError
@@ -108,8 +109,8 @@ _EXPORTS: dict[str, str] = {
     "RemoveResult": "llama_runtime.updater.api.results",
     "RollbackResult": "llama_runtime.updater.api.results",
     "UpdateOutcome": "llama_runtime.updater.activate.outcome",
-    "Progress": "llama_runtime.updater.activate.outcome",
-    "ProgressCallback": "llama_runtime.updater.activate.outcome",
+    "Progress": "llama_runtime.updater.progress",
+    "ProgressCallback": "llama_runtime.updater.progress",
     "Attempt": "llama_runtime.updater.activate.attempts",
     "SwitchReport": "llama_runtime.updater.activate.swap",
     "GcItem": "llama_runtime.updater.activate.gc",

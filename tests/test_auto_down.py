@@ -27,11 +27,11 @@ from llama_runtime.updater.activate.attempts import (
     CandidatesFailedError,
     next_plan,
 )
-from llama_runtime.updater.activate.outcome import Progress
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.progress import Progress
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.sources.github import GitHubClient
 from tests.conftest import (

@@ -235,7 +235,8 @@ def test_cleanup_removes_only_what_nothing_refers_to(
     b7000_active: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from llama_runtime.runtime.layout import Home
-    from llama_runtime.updater.fetch.recovery import clean_leftovers, download_name
+    from llama_runtime.updater.activate.gc import clean_leftovers
+    from llama_runtime.updater.fetch.download import download_name
 
     home = Home(b7000_active)
     active = json.loads(home.pointer_path.read_text())["active"]
@@ -271,7 +272,7 @@ def test_cleanup_removes_only_what_nothing_refers_to(
 
 def test_cleanup_keeps_a_markerless_directory_the_pointer_names(b7000_active: Path) -> None:
     from llama_runtime.runtime.layout import Home
-    from llama_runtime.updater.fetch.recovery import find_leftovers
+    from llama_runtime.updater.activate.gc import find_leftovers
 
     home = Home(b7000_active)
     active = json.loads(home.pointer_path.read_text())["active"]

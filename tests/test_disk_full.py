@@ -215,7 +215,7 @@ def test_after_space_is_freed_the_same_update_succeeds(
 
 
 def test_enospc_and_edquot_are_both_disk_full() -> None:
-    from llama_runtime.updater.fetch.recovery import is_disk_full
+    from llama_runtime.runtime.fsutil import is_disk_full
 
     assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
     if hasattr(errno, "EDQUOT"):

@@ -24,8 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final, Literal
 
@@ -43,7 +42,6 @@ __all__ = [
     "Attempt",
     "AttemptOutcome",
     "CandidatesFailedError",
-    "at_stage",
     "next_plan",
     "stage_of",
 ]
@@ -145,16 +143,6 @@ def stage_of(exc: LlamaRuntimeError) -> str:
     if isinstance(exc, MacOSTooOldError):
         return "macOS check"
     return (exc.stage if isinstance(exc, VerificationError) else "") or "verification"
-
-
-@contextmanager
-def at_stage(stage: str) -> Iterator[None]:
-    """Name ``stage`` on a :class:`VerificationError` raised inside (an inner, narrower name wins)."""
-    try:
-        yield
-    except VerificationError as exc:
-        exc.stage = exc.stage or stage
-        raise
 
 
 def next_plan(

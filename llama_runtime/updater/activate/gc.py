@@ -32,21 +32,32 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from llama_runtime.runtime.fsutil import remove_tree
+from llama_runtime.runtime.layout import Home, InstalledRuntime
+from llama_runtime.runtime.marker import marker_path
+from llama_runtime.runtime.snapshot import HomeSnapshot
+from llama_runtime.updater.checkpoints import checkpoint
+
+if TYPE_CHECKING:
+    pass
+
 import secrets
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Final, Literal
+from dataclasses import field
+from typing import Literal
 
-from llama_runtime.runtime.fsutil import remove_tree, tree_size
-from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+from llama_runtime.runtime.fsutil import tree_size
+from llama_runtime.runtime.layout import Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import install_order
-from llama_runtime.runtime.snapshot import DamagedRuntime, HomeSnapshot
-from llama_runtime.updater.checkpoints import checkpoint
+from llama_runtime.runtime.snapshot import DamagedRuntime
 from llama_runtime.updater.fetch.cache import AssetCache, digests_in_use
-from llama_runtime.updater.fetch.recovery import is_own_runtime_name, is_own_staging_name
+from llama_runtime.updater.fetch.download import download_name
 from llama_runtime.updater.verify.installed import build_key
 
 __all__ = [
@@ -54,7 +65,12 @@ __all__ = [
     "PARTIAL_MAX_AGE_SECONDS",
     "GcItem",
     "GcReport",
+    "Leftover",
+    "clean_leftovers",
     "collect_garbage",
+    "find_leftovers",
+    "is_own_runtime_name",
+    "is_own_staging_name",
     "remove_runtime",
     "runtime_names_in_paths",
     "runtimes_to_remove",
@@ -422,3 +438,151 @@ def remove_runtime(home: Home, name: str, *, scan_processes: ProcessScan | None 
     if report.failed:
         raise FileSystemError(f"Could not remove {report.failed[0]}.")
     return report.removed[0]
+
+
+#: Suffix of :func:`runtime.fsutil.atomic_write_bytes` temp files.
+_TMP_SUFFIX: Final = ".tmp"
+
+
+#: Prefix of the ETag cache's temp files (updater.github.JsonFileEtagCache).
+_ETAG_TMP_PREFIX: Final = ".etag-"
+
+
+#: Work directories of ``install-file`` in downloads/ (updater.offline), made under the lock.
+_INSTALL_FILE_PREFIX: Final = "install-file-"
+
+
+#: Suffix of the tree a download is extracted into while it arrives (updater.stage.streaming).
+_UNPACKING_SUFFIX: Final = ".unpacking"
+
+
+#: What the tool names entries of staging/: "<pid>-<8 hex>" (an install), its
+#: ".extra" side directory, "gc-<runtime>-<8 hex>" (a runtime being removed) and
+#: "smoke-<8 hex>" (the inference gate's scratch, verify/smoke.py).
+#: Clean-ups delete only these: anything else there is not ours to delete.
+_OWN_STAGING_NAME: Final = re.compile(
+    r"^(?:\d+-[0-9a-f]{8}(?:\.extra)?|gc-[A-Za-z0-9._-]+-[0-9a-f]{8}|smoke-[0-9a-f]{8})$"
+)
+
+
+#: Runtime directories are "<label>-<8 hex>" (runtime.layout.Home.new_runtime_name).
+_OWN_RUNTIME_NAME: Final = re.compile(r"^[A-Za-z0-9._-]+-[0-9a-f]{8}$")
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A path an interrupted update left behind, and why it is safe to remove."""
+
+    path: Path
+    why: str
+
+
+def find_leftovers(home: Home, snapshot: HomeSnapshot | None = None) -> list[Leftover]:
+    """What interrupted updates left in ``home``; reads listings, changes nothing.
+
+    Args:
+        home: The llama-runtime home.
+        snapshot: The home as the caller's locked operation read it (default: read here).
+    """
+    snapshot = snapshot or HomeSnapshot.read(home)
+    found: list[Leftover] = []
+    found += [
+        Leftover(p, "staging of an interrupted update")
+        for p in _entries(home.staging_dir)
+        if is_own_staging_name(p.name)
+    ]
+    # Every directory an atomic write can leave a temp file in (a killed .meta write: downloads/).
+    for directory in (home.root, home.locks_dir, home.cache_dir, home.downloads_dir, home.jobs_dir, home.server_dir):
+        found += [
+            Leftover(p, "temporary file of an interrupted write")
+            for p in _entries(directory)
+            if p.is_file() and _is_temp_name(p.name)
+        ]
+    found += [
+        Leftover(p, "work directory of an interrupted install-file")
+        for p in _entries(home.downloads_dir)
+        if p.name.startswith(_INSTALL_FILE_PREFIX) and p.is_dir() and not p.is_symlink()
+    ]
+    found += [
+        Leftover(p, "extraction of an interrupted download")
+        for p in _entries(home.downloads_dir)
+        if p.name.endswith(_UNPACKING_SUFFIX) and p.is_dir() and not p.is_symlink()
+    ]
+    found += _installed_downloads(home, snapshot)
+    found += _markerless_runtimes(snapshot)
+    return found
+
+
+def clean_leftovers(home: Home, snapshot: HomeSnapshot | None = None) -> list[Leftover]:
+    """Remove :func:`find_leftovers` (of ``snapshot`` when given); the caller holds the update lock.
+
+    A crash in the middle is harmless: each removal is of something nothing
+    refers to, so the next run simply removes the rest.
+
+    Returns:
+        What was removed (a leftover that cannot be removed is skipped).
+    """
+    removed: list[Leftover] = []
+    for leftover in find_leftovers(home, snapshot):
+        try:
+            remove_tree(leftover.path)
+        except OSError:
+            continue  # best effort: a leftover that resists removal must not block the update
+        removed.append(leftover)
+        checkpoint("during_gc")
+    return removed
+
+
+# -- helpers ---------------------------------------------------------------------
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return sorted(Path(entry.path) for entry in os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def is_own_staging_name(name: str) -> bool:
+    """Whether ``name`` in ``staging/`` is one the tool makes (nothing else is ever deleted there)."""
+    return _OWN_STAGING_NAME.match(name) is not None
+
+
+def is_own_runtime_name(name: str) -> bool:
+    """Whether ``name`` in ``runtimes/`` is one the tool makes (``Home.new_runtime_name``)."""
+    return _OWN_RUNTIME_NAME.match(name) is not None
+
+
+def _is_temp_name(name: str) -> bool:
+    return (name.startswith(".") and name.endswith(_TMP_SUFFIX)) or name.startswith(_ETAG_TMP_PREFIX)
+
+
+def _installed_downloads(home: Home, snapshot: HomeSnapshot) -> list[Leftover]:
+    """Downloads whose release is installed: keeping them only costs disk."""
+    wanted: set[str] = set()
+    for runtime in snapshot.runtimes:
+        m = runtime.marker
+        assets: list[tuple[object, object, object]] = [(m.asset, m.sha256, m.size)]
+        assets += [(e.get("name"), e.get("sha256"), e.get("size")) for e in m.extra_assets]
+        for name, sha, size in assets:
+            if isinstance(name, str) and isinstance(sha, str) and isinstance(size, int):
+                # Named by digest when one was published, else by repo and size.
+                wanted.add(download_name(sha, name, repo=m.repo, size=size))
+                wanted.add(download_name(None, name, repo=m.repo, size=size))
+    return [
+        Leftover(p, "download of a release that is already installed")
+        for p in _entries(home.downloads_dir)
+        if p.name in wanted and p.is_file()
+    ]
+
+
+def _markerless_runtimes(snapshot: HomeSnapshot) -> list[Leftover]:
+    """Runtime directories with no marker that the pointer does not name."""
+    if snapshot.pointer_error is not None:
+        return []  # cannot tell what is referenced: touch nothing
+    named = {snapshot.pointer.active, snapshot.pointer.previous}
+    return [
+        Leftover(d.path, "runtime directory without an install marker (an interrupted removal)")
+        for d in snapshot.damaged.values()
+        if _OWN_RUNTIME_NAME.match(d.name) and d.name not in named and not os.path.lexists(marker_path(d.path))
+    ]

@@ -28,26 +28,26 @@ from llama_runtime.runtime.errors import (
     VerificationError,
 )
 from llama_runtime.runtime.failed_builds import FailedBuild, forget_failed, record_failed
-from llama_runtime.runtime.fsutil import fsync_tree, remove_tree_quietly
+from llama_runtime.runtime.fsutil import fsync_tree, is_disk_full, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker, write_marker
 from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.activate.acquire import Acquirer, download_meta
 from llama_runtime.updater.activate.activation import Activation
-from llama_runtime.updater.activate.attempts import at_stage
-from llama_runtime.updater.activate.outcome import CancelCheck, Progress, ProgressCallback, UpdateOutcome
+from llama_runtime.updater.activate.outcome import UpdateOutcome
 from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.choice.choose import Choice
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
+from llama_runtime.updater.fetch.diskspace import disk_full_error
 from llama_runtime.updater.fetch.download import DownloadResult
-from llama_runtime.updater.fetch.recovery import disk_full_error, is_disk_full
 from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.progress import CancelCheck, Progress, ProgressCallback
 from llama_runtime.updater.release.release import Release
 from llama_runtime.updater.stage.archive import ExtractResult
 from llama_runtime.updater.stage.streaming import Fetched
 from llama_runtime.updater.verify.provenance import with_build_commit
 from llama_runtime.updater.verify.staging import Staged, extract_staged, marker_from_meta, new_staging_path
-from llama_runtime.updater.verify.verifier import Verifier
+from llama_runtime.updater.verify.verifier import Verifier, at_stage
 from llama_runtime.updater.verify.verify import Expected, read_back_marker
 
 log = get_logger("llama_runtime.install")

@@ -52,7 +52,8 @@ from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.activate.acquire import Acquirer
 from llama_runtime.updater.activate.activation import Activation
 from llama_runtime.updater.activate.attempts import CANDIDATE_FAILURES, Attempt, CandidatesFailedError, next_plan
-from llama_runtime.updater.activate.outcome import CancelCheck, Progress, ProgressCallback, UpdateOutcome, silent
+from llama_runtime.updater.activate.gc import clean_leftovers
+from llama_runtime.updater.activate.outcome import UpdateOutcome
 from llama_runtime.updater.activate.pipeline import InstallPipeline, PlannedInstall
 from llama_runtime.updater.activate.swap import SwitchReport
 from llama_runtime.updater.choice.decide import (
@@ -67,13 +68,13 @@ from llama_runtime.updater.choice.decide import (
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.fetch.cache import AssetCache
-from llama_runtime.updater.fetch.recovery import active_state, clean_leftovers
 from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.progress import CancelCheck, Progress, ProgressCallback, silent
 from llama_runtime.updater.release.channel import Channel, ResolvedRelease
 from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 from llama_runtime.updater.stage.streaming import FetchOptions
 from llama_runtime.updater.verify.gate import GatePolicy, record_speeds
-from llama_runtime.updater.verify.installed import describe
+from llama_runtime.updater.verify.installed import active_state, describe
 from llama_runtime.updater.verify.provenance import ProvenanceCheck
 from llama_runtime.updater.verify.verifier import Verifier
 

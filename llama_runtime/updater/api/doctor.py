@@ -26,7 +26,7 @@ from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import ForeignMarkerError, install_order
 from llama_runtime.runtime.runner import ProcessRunner, run_process
 from llama_runtime.runtime.snapshot import HomeSnapshot
-from llama_runtime.updater.fetch.recovery import clean_leftovers, find_leftovers
+from llama_runtime.updater.activate.gc import clean_leftovers, find_leftovers
 from llama_runtime.updater.release.tags import compare_tags, parse_tag
 from llama_runtime.updater.verify.installed import verify_files
 from llama_runtime.updater.verify.verify import probe_binary

@@ -19,8 +19,9 @@ from llama_runtime.updater.api.job_state import JobError, JobListener, JobPhase,
 from llama_runtime.updater.logs import get_logger
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.activate.outcome import Progress, UpdateOutcome
+    from llama_runtime.updater.activate.outcome import UpdateOutcome
     from llama_runtime.updater.api.job_store import JobStore
+    from llama_runtime.updater.progress import Progress
 
 log = get_logger("llama_runtime.jobs")
 

@@ -20,10 +20,11 @@ from llama_runtime.updater.api.job_state import JobListener, JobPhase, JobState
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home
-    from llama_runtime.updater.activate.outcome import CancelCheck, ProgressCallback, UpdateOutcome
+    from llama_runtime.updater.activate.outcome import UpdateOutcome
     from llama_runtime.updater.api.job_store import JobStore
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.engine import Engine
+    from llama_runtime.updater.progress import CancelCheck, ProgressCallback
     from llama_runtime.updater.sources.source import ReleaseSource
 
     #: One job's work: it reports progress, polls the cancel check, and returns the job's

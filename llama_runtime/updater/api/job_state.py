@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from llama_runtime.runtime.errors import UserInputError
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.activate.outcome import Progress
+    from llama_runtime.updater.progress import Progress
 
 JobPhase = Literal["resolve", "download", "verify", "activate", "done", "failed", "cancelled"]
 TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"done", "failed", "cancelled"})
@@ -283,7 +283,7 @@ class JobState:
     @property
     def progress(self) -> Progress:
         """The job's latest progress event (the job file keeps its fields flat, as here)."""
-        from llama_runtime.updater.activate.outcome import Progress  # deferred: start-up reads jobs only
+        from llama_runtime.updater.progress import Progress  # deferred: start-up reads jobs only
 
         phase: Any = self.phase  # a finished job's "failed"/"cancelled" is carried as it is
         return Progress(phase, self.done_bytes, self.total_bytes, self.message, self.rate, self.eta)

@@ -25,12 +25,13 @@ from llama_runtime.updater.api.results import (
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
-    from llama_runtime.updater.activate.outcome import CancelCheck, ProgressCallback, UpdateOutcome
+    from llama_runtime.updater.activate.outcome import UpdateOutcome
     from llama_runtime.updater.api.doctor import DoctorReport
     from llama_runtime.updater.api.job_state import JobListener
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import ActiveState, Plan
     from llama_runtime.updater.choice.host import HostFacts
+    from llama_runtime.updater.progress import CancelCheck, ProgressCallback
     from llama_runtime.updater.release.channel import ResolvedRelease
     from llama_runtime.updater.release.release import Release
 
@@ -189,8 +190,8 @@ def plan(
 ) -> PlanResult:
     """The release, asset and action ``update`` would take, and why; downloads nothing."""
     from llama_runtime.updater.choice.decide import UpdateRequest, channel_request, decide
-    from llama_runtime.updater.fetch.recovery import active_state
     from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
+    from llama_runtime.updater.verify.installed import active_state
 
     host, cuda_line = _plan_host(platform, cuda_version, host_file, updater._host)
     # What update would do on this machine compares with the active runtime;

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.errors import BusyError
     from llama_runtime.runtime.process import ServerControl
     from llama_runtime.runtime.runner import ProcessRunner
-    from llama_runtime.updater.activate.outcome import ProgressCallback, UpdateOutcome
+    from llama_runtime.updater.activate.outcome import UpdateOutcome
     from llama_runtime.updater.api.job_handle import UpdateJob
     from llama_runtime.updater.api.job_runner import JobRunner
     from llama_runtime.updater.api.job_state import JobListener
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
+    from llama_runtime.updater.progress import ProgressCallback
     from llama_runtime.updater.release.channel import Channel
     from llama_runtime.updater.sources.source import ReleaseSource
 

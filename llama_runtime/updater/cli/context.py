@@ -61,7 +61,7 @@ def updater_for(settings: Settings) -> RuntimeUpdater:
 def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
     """The pointer and the intact active runtime; damage is an exit-6 error naming the repair."""
     from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError
-    from llama_runtime.updater.fetch.recovery import damage
+    from llama_runtime.updater.verify.installed import damage
 
     try:
         pointer = home.read_pointer()
@@ -93,7 +93,7 @@ def has_active(home: Home) -> bool:
 def active_state(home: Home) -> ActiveState | None:
     """The active runtime as the decision sees it; ``None`` when nothing usable is active."""
     from llama_runtime.runtime.errors import CorruptStateError
-    from llama_runtime.updater.fetch.recovery import active_state as state_of
+    from llama_runtime.updater.verify.installed import active_state as state_of
 
     try:
         pointer = home.read_pointer()

@@ -28,11 +28,11 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.errors import LlamaRuntimeError
-    from llama_runtime.updater.activate.outcome import Progress
     from llama_runtime.updater.api.job_handle import UpdateJob
     from llama_runtime.updater.api.job_state import JobState
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.progress import Progress
 
 #: A progress bar redraws about ten times a second; more lines only cost the app parsing.
 MAX_PROGRESS_PER_SECOND: Final[float] = 10.0
@@ -85,7 +85,7 @@ class EventStream:
             if not complete and now - self._last_progress < _PROGRESS_INTERVAL_SECONDS:
                 return
             self._last_progress = now
-            from llama_runtime.updater.activate.outcome import Progress  # the CLI has it loaded by now
+            from llama_runtime.updater.progress import Progress  # the CLI has it loaded by now
 
             event = state if isinstance(state, Progress) else state.progress
             # The one place a progress event becomes a line (docs/events.md, ``type: progress``).

@@ -18,13 +18,20 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import os
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Final
+from typing import TYPE_CHECKING, Final
+
+from llama_runtime.runtime.fsutil import is_disk_full
+
+if TYPE_CHECKING:
+    pass
+
+import hashlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, BinaryIO
 
 import httpx
 
@@ -34,7 +41,6 @@ from llama_runtime.runtime.errors import (
     NetworkError,
     SizeMismatchError,
 )
-from llama_runtime.runtime.fsutil import is_disk_full
 from llama_runtime.runtime.retry import RETRY_ATTEMPTS, tries
 from llama_runtime.updater.fetch.asset_request import AssetRequest
 from llama_runtime.updater.fetch.diskspace import human_size
@@ -61,7 +67,9 @@ __all__ = [
     "DownloadResult",
     "OnDisk",
     "download_asset",
+    "download_name",
     "throttled",
+    "unpacking_path",
 ]
 
 # Write buffer: few syscalls per GB. Chunks are taken as they arrive (not regrouped) so a
@@ -69,7 +77,7 @@ __all__ = [
 CHUNK_BYTES: Final[int] = 1024 * 1024
 
 #: The downloader's byte count (``done``, ``total``): the installer turns it into its
-#: one progress event type (:class:`updater.activate.outcome.Progress`) with the asset's name.
+#: one progress event type (:class:`updater.progress.Progress`) with the asset's name.
 BytesDone = Callable[[int, int | None], None]
 Cancel = Callable[[], bool]
 #: Told the bytes of the partial file that are on disk (written, not only buffered)
@@ -342,3 +350,31 @@ class _Job:
                 f"{self.expected_size} bytes; the download was discarded."
             )
         return f"{self.asset.name} exceeds the download cap of {human_size(self.cap)}; the download was discarded."
+
+
+_PARTIAL_SUFFIX: Final = ".part"
+
+
+#: Suffix of the tree a download is extracted into while it arrives (updater.stage.streaming).
+_UNPACKING_SUFFIX: Final = ".unpacking"
+
+
+#: Hex digits of the sha256 that name a download (updater.install._download).
+_DOWNLOAD_KEY_CHARS: Final = 16
+
+
+def download_name(sha256: str | None, asset: str, *, repo: str, size: int) -> str:
+    """File name of the download of ``asset`` in ``downloads/``.
+
+    With a published digest the bytes are named by it. Without one, the name
+    carries the repository and the size, so a fork's asset of the same name (or
+    another upload) never resumes or completes someone else's partial file.
+    """
+    if sha256:
+        return f"{sha256[:_DOWNLOAD_KEY_CHARS]}-{asset}{_PARTIAL_SUFFIX}"
+    return f"nodigest-{repo.replace('/', '_')}-{size}-{asset}{_PARTIAL_SUFFIX}"
+
+
+def unpacking_path(download: Path) -> Path:
+    """Where ``download`` is extracted while it arrives (never activated from there)."""
+    return download.with_name(download.name + _UNPACKING_SUFFIX)

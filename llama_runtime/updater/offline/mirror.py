@@ -32,7 +32,7 @@ from llama_runtime.runtime.errors import RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import SHARED_FILE_MODE
 from llama_runtime.runtime.record import write_record
 from llama_runtime.updater.choice.latest import any_build_number, newest_releases
-from llama_runtime.updater.fetch.recovery import disk_space_errors
+from llama_runtime.updater.fetch.diskspace import disk_space_errors
 from llama_runtime.updater.offline.mirror_files import (
     AssetOutcome,
     ensure_asset,

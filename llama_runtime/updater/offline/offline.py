@@ -36,18 +36,18 @@ from llama_runtime.runtime.errors import (
     ForeignMarkerError,
     UserInputError,
 )
-from llama_runtime.runtime.fsutil import remove_tree_quietly
+from llama_runtime.runtime.fsutil import is_disk_full, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker
 from llama_runtime.runtime.snapshot import HomeSnapshot
-from llama_runtime.updater.activate.outcome import UpdateOutcome, silent
+from llama_runtime.updater.activate.outcome import UpdateOutcome
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
-from llama_runtime.updater.fetch.diskspace import check_free_space
-from llama_runtime.updater.fetch.recovery import damage, disk_full_error, is_disk_full
+from llama_runtime.updater.fetch.diskspace import check_free_space, disk_full_error
 from llama_runtime.updater.offline.bundle import read_bundle_marker, repack_bundle
+from llama_runtime.updater.progress import silent
 from llama_runtime.updater.release.assetnames import AssetInfo, parse_asset_name
-from llama_runtime.updater.verify.installed import find_build
+from llama_runtime.updater.verify.installed import damage, find_build
 from llama_runtime.updater.verify.provenance import Provenance, ProvenanceCheck, read_attestation_file
 
 __all__ = ["InstallFileRequest", "install_file"]

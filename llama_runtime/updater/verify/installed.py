@@ -12,21 +12,28 @@ from disk, and the binary run with ``--version`` and ``--list-devices``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llama_runtime.runtime.errors import UserInputError, VerificationError
 from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import InstalledRuntime
+from llama_runtime.runtime.snapshot import HomeSnapshot
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.choice.decide import ActiveState
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from llama_runtime.runtime.errors import UserInputError, VerificationError
 from llama_runtime.runtime.marker import InstallMarker, install_order
 from llama_runtime.runtime.runner import ProcessRunner
-from llama_runtime.runtime.snapshot import HomeSnapshot
-from llama_runtime.updater.fetch.recovery import damage
 from llama_runtime.updater.verify.verify import Expected, probe_binary, read_back_marker
 
 __all__ = [
     "BuildKey",
+    "active_state",
     "build_key",
+    "damage",
     "describe",
     "find_build",
     "select_installed",
@@ -161,3 +168,28 @@ def verify_installed(
         runner=runner,
         env=env,
     )
+
+
+def damage(runtime: InstalledRuntime, *, hash_binary: bool = False, snapshot: HomeSnapshot | None = None) -> list[str]:
+    """Recorded files of ``runtime`` that are gone or changed size, the binary included.
+
+    Cheap enough for ``status`` and for every update (stat only, plus the
+    binary's sha256 when ``hash_binary``): a runtime whose directory was half
+    deleted, or whose ``llama-server`` was truncated, must not count as installed.
+    With the locked operation's ``snapshot``, each runtime is checked (and each file hashed) once.
+    """
+    if snapshot is not None:
+        return snapshot.problems(runtime, "size", hash_binary=hash_binary)
+    return file_problems(runtime.path, runtime.marker, "size", hash_binary=hash_binary)
+
+
+def active_state(runtime: InstalledRuntime, snapshot: HomeSnapshot | None = None) -> ActiveState:
+    """``runtime`` as the update decision sees it: its marker, and whether its files are intact.
+
+    Intact means every recorded size and the binary's sha256 (the file that runs,
+    a few MB): a rewritten ``llama-server`` of the same size is not "up to date".
+    """
+    from llama_runtime.updater.choice.decide import ActiveState
+
+    intact = not damage(runtime, hash_binary=True, snapshot=snapshot)
+    return ActiveState(runtime.marker, intact=intact, name=runtime.name)

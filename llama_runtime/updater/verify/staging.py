@@ -20,7 +20,7 @@ from llama_runtime.runtime.errors import IntegrityError, UnsafeArchiveError, Ver
 from llama_runtime.runtime.fsutil import remove_tree_quietly
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.marker import MARKER_NAME, FileRecord, InstallMarker, marker_path
-from llama_runtime.updater.activate.outcome import CancelCheck
+from llama_runtime.updater.progress import CancelCheck
 from llama_runtime.updater.stage.archive import ExtractResult, extract_archive, find_server_binary
 from llama_runtime.updater.stage.archive_rules import check_links_inside
 from llama_runtime.updater.verify.identity import BinaryIdentity, BuildCheck

@@ -11,17 +11,17 @@ subclass) and changes nothing; the caller discards what it staged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from llama_runtime.runtime.errors import VerificationError
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.runner import ProcessRunner
 from llama_runtime.runtime.snapshot import HomeSnapshot
-from llama_runtime.updater.activate.attempts import at_stage
-from llama_runtime.updater.activate.outcome import Progress, ProgressCallback
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.progress import Progress, ProgressCallback
 from llama_runtime.updater.verify.gate import GatePolicy, InferenceGate, validate_gguf
 from llama_runtime.updater.verify.identity import check_build, parse_version_output
 from llama_runtime.updater.verify.installed import verify_installed
@@ -31,7 +31,7 @@ from llama_runtime.updater.verify.verify import check_macos_minimum, probe_binar
 
 log = get_logger("llama_runtime.install")
 
-__all__ = ["Verifier", "host_has_device"]
+__all__ = ["Verifier", "at_stage", "host_has_device"]
 
 
 def host_has_device(backend: str, host: HostFacts) -> bool:
@@ -164,3 +164,13 @@ class Verifier:
             raise error
         warnings.extend(verdict.warnings)
         return record
+
+
+@contextmanager
+def at_stage(stage: str) -> Iterator[None]:
+    """Name ``stage`` on a :class:`VerificationError` raised inside (an inner, narrower name wins)."""
+    try:
+        yield
+    except VerificationError as exc:
+        exc.stage = exc.stage or stage
+        raise
