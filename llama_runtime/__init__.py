@@ -21,6 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from llama_runtime.runtime.binary import ProcessResult, ProcessRunner
     from llama_runtime.runtime.clock import Clock
     from llama_runtime.runtime.errors import (
         BackendUnavailableError,
@@ -54,18 +55,16 @@ if TYPE_CHECKING:
         UserInputError,
         VerificationError,
     )
-    from llama_runtime.runtime.home_safety import UnsafeHomeError
     from llama_runtime.runtime.inference import InferenceResult, Speed, probe_inference
-    from llama_runtime.runtime.layout import InstalledRuntime
+    from llama_runtime.runtime.layout import InstalledRuntime, UnsafeHomeError
     from llama_runtime.runtime.marker import FileRecord, InstallMarker
-    from llama_runtime.runtime.process import ServerControl
-    from llama_runtime.runtime.runner import ProcessResult, ProcessRunner
+    from llama_runtime.runtime.server import ServerControl
     from llama_runtime.updater.activate.attempts import Attempt, CandidatesFailedError
     from llama_runtime.updater.activate.gc import GcItem
     from llama_runtime.updater.activate.outcome import UpdateOutcome
     from llama_runtime.updater.activate.swap import SwitchReport
-    from llama_runtime.updater.api.job_handle import UpdateJob
-    from llama_runtime.updater.api.job_state import JobError, JobListener, JobResult, JobState
+    from llama_runtime.updater.api.job_store import JobError, JobListener, JobResult, JobState
+    from llama_runtime.updater.api.jobs import UpdateJob
     from llama_runtime.updater.api.ready import EnsureResult, NotReady, Ready
     from llama_runtime.updater.api.results import (
         DoctorCheck,
@@ -80,11 +79,10 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.schedule import CheckResult
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.progress import Progress, ProgressCallback
-    from llama_runtime.updater.release.remote_names import RemoteDataError
+    from llama_runtime.updater.release.release import RemoteDataError
     from llama_runtime.updater.sources.source import ReleaseSource
-    from llama_runtime.updater.verify.attestation import SigstoreMissingError
-    from llama_runtime.updater.verify.gate import GatePolicy
-    from llama_runtime.updater.verify.gate_store import load_gate_settings, save_gate_settings
+    from llama_runtime.updater.verify.gate import GatePolicy, load_gate_settings, save_gate_settings
+    from llama_runtime.updater.verify.signer import SigstoreMissingError
 
 _ERRORS = "llama_runtime.runtime.errors"
 
@@ -94,13 +92,13 @@ _EXPORTS: dict[str, str] = {
     "EnsureResult": "llama_runtime.updater.api.ready",
     "NotReady": "llama_runtime.updater.api.ready",
     "Ready": "llama_runtime.updater.api.ready",
-    "JobState": "llama_runtime.updater.api.job_state",
-    "JobResult": "llama_runtime.updater.api.job_state",
-    "JobError": "llama_runtime.updater.api.job_state",
+    "JobState": "llama_runtime.updater.api.job_store",
+    "JobResult": "llama_runtime.updater.api.job_store",
+    "JobError": "llama_runtime.updater.api.job_store",
     "JobRecords": "llama_runtime.updater.api.results",
-    "JobListener": "llama_runtime.updater.api.job_state",
+    "JobListener": "llama_runtime.updater.api.job_store",
     "RuntimeUpdater": "llama_runtime.updater.api.service",
-    "UpdateJob": "llama_runtime.updater.api.job_handle",
+    "UpdateJob": "llama_runtime.updater.api.jobs",
     "DoctorCheck": "llama_runtime.updater.api.results",
     "DoctorResult": "llama_runtime.updater.api.results",
     "GcResult": "llama_runtime.updater.api.results",
@@ -117,22 +115,22 @@ _EXPORTS: dict[str, str] = {
     "InstalledRuntime": "llama_runtime.runtime.layout",
     "InstallMarker": "llama_runtime.runtime.marker",
     "FileRecord": "llama_runtime.runtime.marker",
-    "ServerControl": "llama_runtime.runtime.process",
-    "ProcessResult": "llama_runtime.runtime.runner",
-    "ProcessRunner": "llama_runtime.runtime.runner",
+    "ServerControl": "llama_runtime.runtime.server",
+    "ProcessResult": "llama_runtime.runtime.binary",
+    "ProcessRunner": "llama_runtime.runtime.binary",
     "Clock": "llama_runtime.runtime.clock",
     "ReleaseSource": "llama_runtime.updater.sources.source",
-    "UnsafeHomeError": "llama_runtime.runtime.home_safety",
+    "UnsafeHomeError": "llama_runtime.runtime.layout",
     "CandidatesFailedError": "llama_runtime.updater.activate.attempts",
-    "SigstoreMissingError": "llama_runtime.updater.verify.attestation",
-    "RemoteDataError": "llama_runtime.updater.release.remote_names",
+    "SigstoreMissingError": "llama_runtime.updater.verify.signer",
+    "RemoteDataError": "llama_runtime.updater.release.release",
     # The inference gate: the check itself, and the settings every later update applies.
     "GatePolicy": "llama_runtime.updater.verify.gate",
     "InferenceResult": "llama_runtime.runtime.inference",
     "Speed": "llama_runtime.runtime.inference",
     "probe_inference": "llama_runtime.runtime.inference",
-    "load_gate_settings": "llama_runtime.updater.verify.gate_store",
-    "save_gate_settings": "llama_runtime.updater.verify.gate_store",
+    "load_gate_settings": "llama_runtime.updater.verify.gate",
+    "save_gate_settings": "llama_runtime.updater.verify.gate",
     **{
         name: _ERRORS
         for name in (

@@ -40,8 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_status import seed_home
 
 from llama_runtime.runtime.layout import Home
-from llama_runtime.updater.api.job_state import JobState
-from llama_runtime.updater.api.job_store import JobStore
+from llama_runtime.updater.api.job_store import JobState, JobStore
 
 #: Extra start-up cost the public API and ``ensure()`` may add over ``python -c pass`` (issue 10).
 DEFAULT_BUDGET_MS: Final[float] = 30.0
@@ -61,9 +60,9 @@ DEFERRED: Final[tuple[str, ...]] = (
     "llama_runtime.updater.release.release",
     "llama_runtime.updater.engine",
     # The update job beyond its record (ensure reads only the job store), and the scheduled check.
-    "llama_runtime.updater.api.job_recorder",
-    "llama_runtime.updater.api.job_runner",
-    "llama_runtime.updater.api.job_handle",
+    "llama_runtime.updater.api.jobs",
+    "llama_runtime.updater.api.jobs",
+    "llama_runtime.updater.api.jobs",
     "llama_runtime.updater.api.progress",
     "llama_runtime.updater.api.check",
     "llama_runtime.updater.api.schedule",

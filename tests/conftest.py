@@ -47,7 +47,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "home"
     yield path
     if (path / "server").is_dir():
-        from llama_runtime.runtime.process import ManagedServer
+        from llama_runtime.runtime.server import ManagedServer
 
         # ManagedServer signals only a record it trusts (a test may have written a hostile one).
         with contextlib.suppress(Exception):

@@ -5,7 +5,7 @@ The signer policy is a function of a certificate's Fulcio extensions alone
 a certificate that carries upstream's extensions proves the policy for
 upstream's identities even though no real bundle with a ggml-org identity can
 be had offline. These certificates chain to nothing Sigstore trusts: they prove
-the *policy* (through :func:`updater.verify.attestation.signer_of`), never the
+the *policy* (through :func:`updater.verify.signer.signer_of`), never the
 cryptographic path, which the real staging bundle in tests/data/sigstore proves.
 
 The extension values are DER UTF8Strings under 1.3.6.1.4.1.57264.1.N, as Fulcio

@@ -17,8 +17,7 @@ import pytest
 
 from llama_runtime.runtime.errors import CancelledError, IntegrityError, LlamaRuntimeError, UnsafeArchiveError
 from llama_runtime.updater.stage.archive import extract_archive, find_server_binary
-from llama_runtime.updater.stage.archive_formats import Member, MemberKind
-from llama_runtime.updater.stage.archive_rules import DEFAULT_LIMITS, ExtractLimits, MemberPlan
+from llama_runtime.updater.stage.archive_rules import DEFAULT_LIMITS, ExtractLimits, Member, MemberKind, MemberPlan
 from tests.archives import (
     HOSTILE_LIMITS,
     LAYOUTS,

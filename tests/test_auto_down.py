@@ -20,7 +20,7 @@ from llama_runtime.runtime.errors import CancelledError, VerificationError
 from llama_runtime.runtime.failed_builds import load_failed
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.marker import InstallMarker, parse_marker
-from llama_runtime.runtime.process import ManagedServer
+from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.updater.activate.attempts import (
     MAX_CANDIDATE_TRIES,
     Attempt,

@@ -42,7 +42,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.updater.verify import attestation
+from llama_runtime.updater.verify import signer as attestation
 from llama_runtime.updater.verify.signer import GITHUB_ACTIONS_ISSUER, Signer
 from tests.fakegithub import FakeGitHub
 from tests.sigstore_mint import private_sigstore

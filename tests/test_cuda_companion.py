@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from llama_runtime.runtime.binary import ProcessResult, run_process
 from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.runner import ProcessResult, run_process
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host import HostFacts

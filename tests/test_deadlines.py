@@ -2,7 +2,7 @@
 
 One byte every few seconds used to keep an update (and its lock) alive with no
 end: httpx's read timeout only bounds the wait for the next byte. A download
-now has a minimum rate and an overall deadline (``fetch/pace.py``); below
+now has a minimum rate and an overall deadline (``fetch/partial.py``); below
 either it ends with exit 7, keeps its bytes for a resume, releases the lock,
 and leaves the previous runtime active and running.
 
@@ -65,7 +65,7 @@ def test_the_overall_deadline_ends_a_download_that_keeps_just_above_the_rate(
 
 
 def test_pace_watch_averages_over_its_window_and_tolerates_a_short_stall() -> None:
-    from llama_runtime.updater.fetch.pace import DownloadPace, PaceWatch
+    from llama_runtime.updater.fetch.partial import DownloadPace, PaceWatch
 
     clock = FakeClock()
     watch = PaceWatch(DownloadPace(min_rate=100, window=10, deadline=1000), clock)
@@ -84,7 +84,7 @@ def test_pace_watch_averages_over_its_window_and_tolerates_a_short_stall() -> No
 
 @pytest.mark.parametrize("value", ["fast", "-1", "nan", "inf", "0"])
 def test_a_deadline_setting_that_is_not_a_positive_number_is_exit_2(value: str) -> None:
-    from llama_runtime.updater.fetch.pace import DownloadPace
+    from llama_runtime.updater.fetch.partial import DownloadPace
 
     with pytest.raises(UserInputError) as err:
         DownloadPace.from_env({"LLAMA_RUNTIME_DOWNLOAD_DEADLINE": value})
@@ -92,7 +92,7 @@ def test_a_deadline_setting_that_is_not_a_positive_number_is_exit_2(value: str) 
 
 
 def test_defaults_and_overrides() -> None:
-    from llama_runtime.updater.fetch.pace import DownloadPace
+    from llama_runtime.updater.fetch.partial import DownloadPace
 
     assert DownloadPace.from_env({}) == DownloadPace()
     assert DownloadPace.from_env({"LLAMA_RUNTIME_MIN_RATE": "0"}).min_rate == 0

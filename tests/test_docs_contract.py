@@ -17,9 +17,9 @@ from typing import Any
 
 import jsonschema
 import pytest
-from llama_runtime.updater.cli.parser import build_parser
 from referencing import Registry, Resource
 
+from llama_runtime.updater.cli.main import build_parser
 from tests.conftest import publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
 

@@ -22,7 +22,7 @@ from llama_runtime.runtime.errors import (
     RemoteError,
     SizeMismatchError,
 )
-from llama_runtime.updater.fetch.diskspace import check_free_space, human_size
+from llama_runtime.updater.fetch.cache import check_free_space, human_size
 from llama_runtime.updater.fetch.download import DownloadResult, download_asset
 from llama_runtime.updater.fetch.partial import PartialOrigin, Resume, plan_resume, sidecar_path
 from llama_runtime.updater.release.release import Asset, parse_asset

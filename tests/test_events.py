@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.api.job_state import JobState
-from llama_runtime.updater.cli.events import EVENT_TYPES, MAX_PROGRESS_PER_SECOND, EventStream
 
+from llama_runtime.updater.api.job_store import JobState
+from llama_runtime.updater.cli.events import EVENT_TYPES, MAX_PROGRESS_PER_SECOND, EventStream
 from tests.conftest import HomeGuard, assert_runs
 from tests.fakegithub import FakeGitHub
 from tests.test_concurrency import (

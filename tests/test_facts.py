@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from llama_runtime.runtime.binary import ProcessResult
 from llama_runtime.runtime.errors import BackendUnavailableError, UserInputError
-from llama_runtime.runtime.runner import ProcessResult
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.facts import FACTS, GFX_FAMILIES
-from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.choice.host import HostFacts, host_from_json, load_host_file
 from llama_runtime.updater.choice.host_detect import detect_host
-from llama_runtime.updater.choice.host_file import host_from_json, load_host_file
 from llama_runtime.updater.release.release import Asset, Release
 from tests.conftest import cli_process
 from tests.fakegithub import FakeGitHub

@@ -17,8 +17,8 @@ import pytest
 
 from llama_runtime.runtime.errors import CancelledError, DigestMismatchError, UnsafeArchiveError, UserInputError
 from llama_runtime.updater.config import download_parallelism
-from llama_runtime.updater.fetch.follow import GrowingFile, StreamRestarted
-from llama_runtime.updater.fetch.range_record import contiguous, data_path, plan_spans, state_path
+from llama_runtime.updater.fetch.download import GrowingFile, StreamRestarted
+from llama_runtime.updater.fetch.ranges import contiguous, data_path, plan_spans, state_path
 from llama_runtime.updater.release.release import Asset, parse_asset
 from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.stage.archive import extract_archive

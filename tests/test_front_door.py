@@ -367,7 +367,7 @@ ALLOWED_IMPORTS = {
     "llama_runtime.updater.api.service",
     "llama_runtime.updater.api.schedule",  # parse_duration: reading a flag
     "llama_runtime.updater.choice.host",  # parse_cuda_version: reading a flag (update builds its request)
-    "llama_runtime.updater.fetch.diskspace",  # human_size
+    "llama_runtime.updater.fetch.cache",  # human_size
 }
 
 

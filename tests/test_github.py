@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import NetworkError, RateLimitError, ReleaseNotFoundError, RemoteError
 from llama_runtime.updater.choice.latest import build_number
-from llama_runtime.updater.sources.etag_cache import JsonFileEtagCache
-from llama_runtime.updater.sources.github import GitHubClient
-
+from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 from tests.conftest import REPO, Sleeps
 from tests.fakegithub import FakeGitHub, Fault
 
@@ -230,7 +229,7 @@ def test_build_number_is_numeric_not_lexical(tag: str, number: int | None) -> No
 def test_the_etag_cache_drops_its_oldest_entries_past_its_size_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llama_runtime.updater.sources import etag_cache
+    from llama_runtime.updater.sources import github as etag_cache
 
     monkeypatch.setattr(etag_cache, "MAX_CACHE_BYTES", 2000)
     cache = JsonFileEtagCache(tmp_path / "etags.json")
@@ -242,6 +241,7 @@ def test_the_etag_cache_drops_its_oldest_entries_past_its_size_bound(
 
 def test_an_api_answer_dripped_past_its_deadline_is_a_network_error_not_a_held_lock() -> None:
     import httpx
+
     from llama_runtime.runtime.errors import NetworkError
     from llama_runtime.updater.sources.bounded_json import read_capped
 

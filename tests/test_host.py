@@ -8,12 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pytest
+
+from llama_runtime.runtime.binary import CANNOT_EXECUTE, ProcessResult
 from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.runtime.runner import CANNOT_EXECUTE, ProcessResult
-from llama_runtime.updater.choice.gpu_probes import cuda_from_driver
 from llama_runtime.updater.choice.host import PLATFORMS, host_for_platform
-from llama_runtime.updater.choice.host_detect import detect_host
-from llama_runtime.updater.choice.probing import run_probe
+from llama_runtime.updater.choice.host_detect import cuda_from_driver, detect_host, run_probe
 
 
 @dataclass

@@ -17,8 +17,7 @@ import pytest
 from llama_runtime.runtime.errors import BackendUnavailableError, UserInputError
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.facts import UNKNOWN
-from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.choice.host_file import host_from_json
+from llama_runtime.updater.choice.host import HostFacts, host_from_json
 from llama_runtime.updater.release.assetnames import not_runtime_reason, parse_asset_name
 from llama_runtime.updater.release.release import Asset, Release
 from tests.conftest import cli_process

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llama_runtime.runtime.errors import VerificationError
-from llama_runtime.updater.verify.identity import check_build, parse_version_output
+from llama_runtime.updater.verify.verify import check_build, parse_version_output
 from tests.realbuild import real_bin_dir
 
 NEW = "version: 0.1.1-dev (build 10470, commit 74a7c897)\nbuilt with GNU 13.3.0 for Linux x86_64"

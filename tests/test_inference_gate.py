@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.runtime.inference import probe_inference
-from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.process import ManagedServer
 
 from llama_runtime import GatePolicy, RuntimeUpdater, save_gate_settings
+from llama_runtime.runtime.inference import probe_inference
+from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.server import ManagedServer
 from tests.archives import build_release_archive
 from tests.conftest import REPO, VULKAN_TAR, assert_runs, run_json
 from tests.fakegithub import FakeGitHub

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.process import ManagedServer
+from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.updater.activate.activation import Activation
 from llama_runtime.updater.activate.pipeline import InstallPipeline
 from llama_runtime.updater.cli.main import main

@@ -30,8 +30,7 @@ from typing import Any
 import pytest
 
 from llama_runtime.runtime.errors import ProvenanceError
-from llama_runtime.updater.verify.attestation import TrustRoot, load_trust_root, verify_bundle
-from llama_runtime.updater.verify.signer import SignerPolicy
+from llama_runtime.updater.verify.signer import SignerPolicy, TrustRoot, load_trust_root, verify_bundle
 from tests.conftest import REPO, VULKAN_TAR, run_json
 from tests.fakegithub import FakeGitHub
 from tests.sigstore_mint import (

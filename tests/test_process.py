@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import (
     BusyError,
     LocalError,
@@ -26,11 +27,9 @@ from llama_runtime.runtime.errors import (
     ServerStartError,
     ServerStopError,
 )
-from llama_runtime.runtime.health import Health, probe_health
-from llama_runtime.runtime.listen import arg_value, with_listen_args
-from llama_runtime.runtime.process import ManagedServer, ServerControl
+from llama_runtime.runtime.listen import Health, arg_value, probe_health, with_listen_args
 from llama_runtime.runtime.procinfo import pid_alive
-
+from llama_runtime.runtime.server import ManagedServer, ServerControl
 from tests.fakeclock import FakeClock
 from tests.realbuild import real_bin_dir
 

@@ -24,7 +24,6 @@ import pytest
 from llama_runtime.runtime.errors import ProvenanceError, ProvenanceMissingError, RateLimitError
 from llama_runtime.runtime.marker import InstallMarker, provenance_summary
 from llama_runtime.updater.sources.github import GitHubClient
-from llama_runtime.updater.verify.attestation import _der_utf8
 from llama_runtime.updater.verify.provenance import Provenance, ProvenanceCheck, combine, parse_attestations
 from llama_runtime.updater.verify.signer import (
     EXT_BUILD_SIGNER_URI,
@@ -38,6 +37,7 @@ from llama_runtime.updater.verify.signer import (
     UPSTREAM_RELEASE_WORKFLOW,
     Signer,
     SignerPolicy,
+    _der_utf8,
     policy_violation,
     signer_from_extensions,
     statement_violation,

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.updater.verify import attestation
+from llama_runtime.updater.verify import signer as attestation
 from tests.conftest import REPO, VULKAN_TAR, run_json
 from tests.fakegithub import BUNDLE_URL_SIGNATURE, FakeGitHub, Fault
 from tests.test_update_e2e import failing_update, installed_b7000

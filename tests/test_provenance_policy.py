@@ -20,12 +20,10 @@ from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker, provenance_summary
 from llama_runtime.updater.cli.common import provenance_line
-from llama_runtime.updater.sources.etag_cache import JsonFileEtagCache
-from llama_runtime.updater.sources.files import FileTransport, file_api_url
-from llama_runtime.updater.sources.github import GitHubClient
-from llama_runtime.updater.verify.attestation import signer_of
+from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
+from llama_runtime.updater.sources.mirror_reader import FileTransport, file_api_url
 from llama_runtime.updater.verify.provenance import ProvenanceCheck, verified, with_build_commit
-from llama_runtime.updater.verify.signer import Signer, policy_violation
+from llama_runtime.updater.verify.signer import Signer, policy_violation, signer_of
 from tests.fakegithub import FakeGitHub, Fault
 from tests.fulcio_certs import PUBLISH_ERA, RELEASE_ERA, UPSTREAM, FulcioIdentity, mint
 
@@ -251,8 +249,8 @@ def test_client_reads_the_default_branch_with_its_etag_and_tolerates_its_absence
 
 def test_mirror_stores_the_default_branch_where_its_clients_ask_for_it(github: FakeGitHub, tmp_path: Path) -> None:
     """Proves: a file:// mirror answers GET /repos/{owner}/{repo} after a sync; one without it is unknown."""
-    from llama_runtime.updater.offline.mirror_files import mirror_repository
-    from llama_runtime.updater.sources.mirror_layout import mirror_paths
+    from llama_runtime.updater.offline.mirror import mirror_repository
+    from llama_runtime.updater.sources.mirror_reader import mirror_paths
 
     dest = tmp_path / "mirror"
     url, root = file_api_url(dest.as_uri())

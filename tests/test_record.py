@@ -25,7 +25,7 @@ from llama_runtime.runtime.record import (
     write_record,
 )
 from llama_runtime.runtime.retry import RETRY_ATTEMPTS, tries
-from llama_runtime.updater.fetch.range_record import Span, data_path, load_record, save_record, state_path
+from llama_runtime.updater.fetch.ranges import Span, data_path, load_record, save_record, state_path
 from tests.fakeclock import FakeClock
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from llama_runtime.updater.credentials import redact_text, redact_url, token_for
-from llama_runtime.updater.release.remote_names import (
+from llama_runtime.updater.release.release import (
     RemoteDataError,
     check_asset_name,
     check_tag,

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from llama_runtime.runtime.binary import ProcessResult, run_process
 from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.runner import ProcessResult, run_process
 from llama_runtime.updater.api.doctor import run_doctor
 from llama_runtime.updater.cli.main import main
-
 from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 

@@ -15,15 +15,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import BusyError, UserInputError
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.procinfo import process_start_ticks
-from llama_runtime.updater.api.job_state import JobState
+from llama_runtime.updater.api.job_store import JobState
 from llama_runtime.updater.api.service import RuntimeUpdater
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli.main import main
-
 from tests.archives import build_release_archive
 from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, stand_in_server
 from tests.fakeclock import FakeClock

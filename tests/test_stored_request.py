@@ -104,7 +104,7 @@ def test_stored_request_that_cannot_be_served_falls_back_to_auto_with_a_warning(
 
 def _no_device_check_runner(argv, timeout, env):  # type: ignore[no-untyped-def]
     """The stand-in lists the device its library promises, as a real build on that host would."""
-    from llama_runtime.runtime.runner import ProcessResult, run_process
+    from llama_runtime.runtime.binary import ProcessResult, run_process
 
     if argv[-1] == "--list-devices":
         name = "CUDA0: stand-in" if "cuda" in argv[0] else "Vulkan0: stand-in"

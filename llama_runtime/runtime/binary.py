@@ -1,7 +1,7 @@
 """Asking ``llama-server`` about itself (reading its answers), and locating it.
 
 The binary is run through the one process-runner seam,
-:mod:`llama_runtime.runtime.runner`; this module holds the timeouts and
+:mod:`llama_runtime.runtime.binary`; this module holds the timeouts and
 what the answers mean.
 """
 
@@ -9,9 +9,167 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+import struct
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+# -- macho: The minimum macOS a Mach-O binary declares, read from its load commands (no IO beyon... --------------
+
+_MH_MAGIC_64: Final = 0xFEEDFACF
+_MH_MAGIC: Final = 0xFEEDFACE
+_FAT_MAGIC: Final = 0xCAFEBABE
+_FAT_MAGIC_64: Final = 0xCAFEBABF
+_LC_BUILD_VERSION: Final = 0x32
+_LC_VERSION_MIN_MACOSX: Final = 0x24
+_PLATFORM_MACOS: Final = 1
+#: Load commands sit right after the header; 1 MiB covers every real binary's (a few KiB).
+_HEADER_BYTES: Final = 1024 * 1024
+
+
+def _version(encoded: int) -> str:
+    """``xxxx.yy.zz`` nibble-encoded (``0x001A0000`` -> ``"26.0"``), patch only when set."""
+    major, minor, patch = encoded >> 16, (encoded >> 8) & 0xFF, encoded & 0xFF
+    return f"{major}.{minor}.{patch}" if patch else f"{major}.{minor}"
+
+
+def _thin_minimum(data: bytes, offset: int) -> str | None:
+    if len(data) < offset + 28:
+        return None
+    magic = struct.unpack_from("<I", data, offset)[0]
+    if magic not in (_MH_MAGIC_64, _MH_MAGIC):
+        return None
+    ncmds, sizeofcmds = struct.unpack_from("<II", data, offset + 16)
+    cursor = offset + (32 if magic == _MH_MAGIC_64 else 28)
+    end = min(cursor + sizeofcmds, len(data))
+    for _ in range(min(ncmds, 4096)):
+        if cursor + 8 > end:
+            return None
+        cmd, size = struct.unpack_from("<II", data, cursor)
+        if cmd == _LC_BUILD_VERSION and cursor + 16 <= end:
+            platform, minos = struct.unpack_from("<II", data, cursor + 8)
+            if platform == _PLATFORM_MACOS:
+                return _version(minos)
+        elif cmd == _LC_VERSION_MIN_MACOSX and cursor + 12 <= end:
+            return _version(struct.unpack_from("<I", data, cursor + 8)[0])
+        if size < 8:
+            return None  # a malformed command would loop forever
+        cursor += size
+    return None
+
+
+def _highest(versions: list[str]) -> str | None:
+    return max(versions, key=lambda v: tuple(int(p) for p in v.split("."))) if versions else None
+
+
+def _fat_slices(head: bytes) -> list[int] | None:
+    """Offsets of a universal binary's slices; ``None`` when ``head`` is no fat header."""
+    magic = struct.unpack_from(">I", head, 0)[0]
+    if magic not in (_FAT_MAGIC, _FAT_MAGIC_64):
+        return None
+    count = min(struct.unpack_from(">I", head, 4)[0], 16)
+    entry = 32 if magic == _FAT_MAGIC_64 else 20
+    offsets = []
+    for i in range(count):
+        base = 8 + i * entry
+        if base + entry > len(head):
+            break
+        offsets.append(struct.unpack_from(">Q" if magic == _FAT_MAGIC_64 else ">I", head, base + 8)[0])
+    return offsets
+
+
+def minimum_macos(data: bytes) -> str | None:
+    """The minimum macOS a binary held whole in ``data`` declares; ``None`` if no Mach-O or none said.
+
+    A universal (fat) binary's slices are all read; the highest minimum wins, since the
+    slice dyld picks is not known here.
+    """
+    if len(data) < 8:
+        return None
+    slices = _fat_slices(data)
+    if slices is None:
+        return _thin_minimum(data, 0)
+    return _highest([v for v in (_thin_minimum(data, at) for at in slices) if v is not None])
+
+
+def binary_minimum_macos(path: Path) -> str | None:
+    """:func:`minimum_macos` of the file at ``path``, reading only the headers; ``None`` when unreadable."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(_HEADER_BYTES)
+            slices = _fat_slices(head) if len(head) >= 8 else None
+            if slices is None:
+                return _thin_minimum(head, 0)
+            found = []
+            for offset in slices:
+                handle.seek(offset)
+                if (version := _thin_minimum(handle.read(_HEADER_BYTES), 0)) is not None:
+                    found.append(version)
+            return _highest(found)
+    except OSError:
+        return None
+
+
+# -- runner: The one process-runner seam: run a short-lived command to completion, time-boxed. -------------------
+
+#: The return code of a command that could not be started at all (missing,
+#: not executable): the shell's "found but cannot execute" code, 126.
+CANNOT_EXECUTE: Final = 126
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What a finished (or timed-out) child process did."""
+
+    returncode: int | None  # None: killed after the timeout
+    output: str  # stdout and stderr together (stdout alone when run with keep_stderr=False)
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the command ran to the end and exited 0."""
+        return self.returncode == 0
+
+
+#: Runs ``argv`` with a timeout in seconds and an environment (``None``: ours).
+ProcessRunner = Callable[[Sequence[str], float, Mapping[str, str] | None], ProcessResult]
+
+
+def run_process(
+    argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None, *, keep_stderr: bool = True
+) -> ProcessResult:
+    """Run ``argv`` to completion, killed after ``timeout`` seconds; never raises for the child.
+
+    Args:
+        argv: The command, run without a shell, stdin closed.
+        timeout: Seconds before the child is killed (the result's ``returncode`` is then ``None``).
+        env: The child's environment; ``None`` inherits ours.
+        keep_stderr: ``True`` merges stderr into ``output`` in the order printed (what a person
+            reading a failure needs); ``False`` discards it, so parsers read stdout alone.
+
+    Returns:
+        The exit code and output; :data:`CANNOT_EXECUTE` with a sentence when it could not start.
+    """
+    try:
+        done = subprocess.run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if keep_stderr else subprocess.DEVNULL,
+            timeout=timeout,
+            env=dict(env) if env is not None else None,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.output.decode("utf-8", "replace") if isinstance(exc.output, bytes) else ""
+        return ProcessResult(None, out)
+    except OSError as exc:
+        return ProcessResult(CANNOT_EXECUTE, f"cannot execute {argv[0]}: {exc.strerror or exc}")
+    return ProcessResult(done.returncode, done.stdout.decode("utf-8", "replace"))
+
+
+# -- binary ------------------------------------------------------------------------------------------------------
 
 #: ``--version`` only prints and exits; a healthy build answers in well under
 #: a second. 20 s leaves room for a cold disk and an antivirus scan.

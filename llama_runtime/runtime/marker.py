@@ -13,13 +13,36 @@ Invariants:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from llama_runtime.runtime.backends import BACKEND_CHOICES, CONCRETE_BACKENDS, parse_backend
 from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError, UnknownBackendError
+from llama_runtime.runtime.fsutil import sha256_file
 from llama_runtime.runtime.record import parse_record, write_record
+
+__all__ = [
+    "CONCRETE_BACKENDS",
+    "LEVELS",
+    "MARKER_NAME",
+    "SCHEMA_VERSION",
+    "FileRecord",
+    "ForeignMarkerError",
+    "InstallMarker",
+    "Level",
+    "file_problems",
+    "install_order",
+    "marker_path",
+    "parse_marker",
+    "provenance_summary",
+    "read_marker",
+    "write_marker",
+]
+
+
+# -- marker ------------------------------------------------------------------------------------------------------
 
 MARKER_NAME: Final = "llama-runtime.json"
 SCHEMA_VERSION: Final = 1
@@ -100,7 +123,7 @@ class InstallMarker:
 
 
 # The commit ``llama-server --version`` names: ``version: 0.6.0-dev (build N, commit abcdef0)``
-# or the older ``version: 7000 (abcdef0)`` (the forms updater.verify.identity parses).
+# or the older ``version: 7000 (abcdef0)`` (the forms updater.verify.verify parses).
 _VERSION_COMMIT: Final = re.compile(r"version:[^(]*\((?:\s*build\s+\d+\s*,\s*commit)?\s*([0-9a-f]{7,40})\s*\)")
 
 
@@ -309,17 +332,51 @@ def read_marker(runtime_dir: Path) -> InstallMarker:
     return parse_marker(payload, path)
 
 
-__all__ = [
-    "CONCRETE_BACKENDS",
-    "MARKER_NAME",
-    "SCHEMA_VERSION",
-    "FileRecord",
-    "ForeignMarkerError",
-    "InstallMarker",
-    "install_order",
-    "marker_path",
-    "parse_marker",
-    "provenance_summary",
-    "read_marker",
-    "write_marker",
-]
+# -- integrity: Is an installed runtime still what its marker records? One check, three levels. ------------------
+
+Level = Literal["stat", "size", "sha256"]
+LEVELS: Final[tuple[Level, ...]] = ("stat", "size", "sha256")
+
+
+def file_problems(
+    root: Path,
+    marker: InstallMarker,
+    level: Level = "size",
+    *,
+    hash_binary: bool = False,
+    digest: Callable[[Path], str] | None = None,
+) -> list[str]:
+    """What differs between the runtime directory ``root`` and ``marker`` (empty: intact).
+
+    Args:
+        root: The runtime directory.
+        marker: Its (validated) install marker.
+        level: How deep to look (see the module docstring).
+        hash_binary: Also compare the binary's sha256 when ``level`` is below ``sha256``.
+        digest: Computes a file's sha256 (``runtime.snapshot`` passes one that hashes each file once).
+
+    Returns:
+        One sentence fragment per problem (``"bin/llama-server has 0 bytes, expected 6712"``).
+    """
+    depth = LEVELS.index(level)
+    hasher = digest or sha256_file
+    problems: list[str] = []
+    if not (root / marker.binary).is_file():
+        problems.append(f"{marker.binary} is missing")
+    for rel, record in marker.files.items():
+        path = root / rel
+        try:
+            if not path.is_file():
+                if rel != marker.binary:  # already reported above
+                    problems.append(f"{rel} is missing")
+                continue
+            if depth < 1:
+                continue
+            size = path.stat().st_size
+            if size != record.size:
+                problems.append(f"{rel} has {size} bytes, expected {record.size}")
+            elif (depth >= 2 or (hash_binary and rel == marker.binary)) and hasher(path) != record.sha256:
+                problems.append(f"{rel} does not match its recorded sha256")
+        except OSError as exc:
+            problems.append(f"{rel} cannot be read ({exc.strerror or exc})")
+    return problems

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: Largest state file read (bytes). The biggest one, the ETag cache, keeps itself
-#: under 16 MiB of compact JSON (``updater.sources.etag_cache.MAX_CACHE_BYTES``),
+#: under 16 MiB of compact JSON (``updater.sources.github.MAX_CACHE_BYTES``),
 #: which the pretty-printed file on disk can double; every other one is a few KB.
 MAX_RECORD_BYTES: Final[int] = 64 * 1024 * 1024
 #: Deepest nesting accepted. The deepest file is the ETag cache: a release list

@@ -1,6 +1,6 @@
 """The one retry schedule: how often a transient network failure is tried again, and how long to wait.
 
-Three loops use it: a GitHub API request (``updater.sources.github_transport``),
+Three loops use it: a GitHub API request (``updater.sources.github``),
 an asset download (``updater.fetch.download``) and one range of a parallel
 download (``updater.fetch.ranges``). Before this module each had its own copy
 of the same numbers; they are kept here once, unchanged.

@@ -27,9 +27,8 @@ from pathlib import Path
 
 from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError
 from llama_runtime.runtime.fsutil import sha256_file
-from llama_runtime.runtime.integrity import Level, file_problems
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
-from llama_runtime.runtime.marker import install_order, read_marker
+from llama_runtime.runtime.marker import Level, file_problems, install_order, read_marker
 
 __all__ = ["DamagedRuntime", "HomeSnapshot"]
 
@@ -165,7 +164,7 @@ class HomeSnapshot:
         return self._digests[key]
 
     def problems(self, runtime: InstalledRuntime, level: Level = "size", *, hash_binary: bool = False) -> list[str]:
-        """:func:`runtime.integrity.file_problems` of ``runtime``, checked once per level and kept."""
+        """:func:`runtime.marker.file_problems` of ``runtime``, checked once per level and kept."""
         key = (runtime.name, level, hash_binary)
         if key not in self._problems:
             self._problems[key] = file_problems(

@@ -25,8 +25,8 @@ from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.layout import Home
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.process import ServerControl
-    from llama_runtime.runtime.runner import ProcessRunner
+    from llama_runtime.runtime.binary import ProcessRunner
+    from llama_runtime.runtime.server import ServerControl
     from llama_runtime.updater.activate.transaction import Installer
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
@@ -89,8 +89,7 @@ class Engine:
             return self.seams.source_factory()
         import httpx
 
-        from llama_runtime.updater.sources.etag_cache import JsonFileEtagCache
-        from llama_runtime.updater.sources.github import GitHubClient
+        from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 
         cache = None
         if etag_cache:
@@ -100,7 +99,7 @@ class Engine:
         api_url, transport = self.settings.api_url, None
         if api_url.startswith("file://"):
             # A mirror directory (``llama-runtime mirror sync``), read without a server.
-            from llama_runtime.updater.sources.files import FileTransport, file_api_url
+            from llama_runtime.updater.sources.mirror_reader import FileTransport, file_api_url
 
             api_url, root = file_api_url(api_url)
             transport = FileTransport(root)
@@ -128,14 +127,14 @@ class Engine:
         """The app's own server, or the one ``llama-runtime server start`` manages in this home."""
         if self.seams.server is not None:
             return self.seams.server
-        from llama_runtime.runtime.process import ManagedServer
+        from llama_runtime.runtime.server import ManagedServer
 
         return ManagedServer(self.home.server_dir)
 
     def installer(self, source: ReleaseSource | None = None) -> Installer:
         """The install transaction over this home (``source`` for updates, none for local work)."""
+        from llama_runtime.runtime.binary import run_process
         from llama_runtime.runtime.clock import utc_iso
-        from llama_runtime.runtime.runner import run_process
         from llama_runtime.updater.activate.transaction import Installer
         from llama_runtime.updater.stage.streaming import FetchOptions
         from llama_runtime.updater.verify.provenance import ProvenanceCheck
@@ -159,6 +158,6 @@ class Engine:
         """The inference gate's policy: the settings' own, else what the home stores (``gate.json``)."""
         if self.settings.gate is not None:
             return self.settings.gate
-        from llama_runtime.updater.verify.gate_store import load_gate_settings
+        from llama_runtime.updater.verify.gate import load_gate_settings
 
         return load_gate_settings(self.home.root)

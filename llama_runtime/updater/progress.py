@@ -22,7 +22,7 @@ class Progress:
 
     The installer emits it (the downloader's byte count with the asset's name as
     ``message``), the job recorder adds ``rate`` and ``eta`` and keeps the latest
-    one in the job state (:attr:`JobState.progress <updater.api.job_state.JobState.progress>`;
+    one in the job state (:attr:`JobState.progress <updater.api.job_store.JobState.progress>`;
     the job file stores its fields flat), and ``--events`` writes it with
     :meth:`to_json` (docs/events.md, ``type: progress``).
     """

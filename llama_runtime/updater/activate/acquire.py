@@ -18,15 +18,13 @@ from llama_runtime.runtime.fsutil import is_disk_full
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.choice.choose import Choice
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
-from llama_runtime.updater.fetch.cache import AssetCache
-from llama_runtime.updater.fetch.diskspace import check_free_space, disk_space_errors
+from llama_runtime.updater.fetch.cache import AssetCache, check_free_space, disk_space_errors
 from llama_runtime.updater.fetch.download import DownloadResult, download_name, throttled, unpacking_path
 from llama_runtime.updater.fetch.partial import discard_partial
-from llama_runtime.updater.fetch.range_record import discard_ranged
+from llama_runtime.updater.fetch.ranges import discard_ranged
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import CancelCheck, Progress, ProgressCallback
-from llama_runtime.updater.release.release import Asset, Release
-from llama_runtime.updater.release.remote_names import path_inside
+from llama_runtime.updater.release.release import Asset, Release, path_inside
 from llama_runtime.updater.stage.streaming import Fetched, FetchOptions, fetch_asset
 from llama_runtime.updater.verify.provenance import Provenance, ProvenanceCheck, combine
 

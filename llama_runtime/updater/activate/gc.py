@@ -241,7 +241,7 @@ def runtimes_used_by_processes(runtimes_dir: Path, scan: ProcessScan | None = No
 def _in_use(home: Home, runtimes: list[InstalledRuntime], scan: ProcessScan | None) -> set[str] | None:
     """Runtimes a running process uses; ``None`` when other processes cannot be seen."""
     from llama_runtime.runtime.binary import server_override
-    from llama_runtime.runtime.process import ManagedServer
+    from llama_runtime.runtime.server import ManagedServer
 
     used = {runtime_containing(ManagedServer(home.server_dir).current_binary(), runtimes)}
     used.add(runtime_containing(server_override(), runtimes))
@@ -458,7 +458,7 @@ _UNPACKING_SUFFIX: Final = ".unpacking"
 
 #: What the tool names entries of staging/: "<pid>-<8 hex>" (an install), its
 #: ".extra" side directory, "gc-<runtime>-<8 hex>" (a runtime being removed) and
-#: "smoke-<8 hex>" (the inference gate's scratch, verify/smoke.py).
+#: "smoke-<8 hex>" (the inference gate's scratch, verify/gate.py).
 #: Clean-ups delete only these: anything else there is not ours to delete.
 _OWN_STAGING_NAME: Final = re.compile(
     r"^(?:\d+-[0-9a-f]{8}(?:\.extra)?|gc-[A-Za-z0-9._-]+-[0-9a-f]{8}|smoke-[0-9a-f]{8})$"

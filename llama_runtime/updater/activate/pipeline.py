@@ -38,7 +38,7 @@ from llama_runtime.updater.activate.outcome import UpdateOutcome
 from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.choice.choose import Choice
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR
-from llama_runtime.updater.fetch.diskspace import disk_full_error
+from llama_runtime.updater.fetch.cache import disk_full_error
 from llama_runtime.updater.fetch.download import DownloadResult
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import CancelCheck, Progress, ProgressCallback

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from llama_runtime.runtime.errors import SwitchError, VerificationError
 from llama_runtime.runtime.layout import InstalledRuntime
-from llama_runtime.runtime.process import ServerControl
+from llama_runtime.runtime.server import ServerControl
 from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.logs import get_logger
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.backends import AUTO
+from llama_runtime.runtime.binary import ProcessRunner, run_process
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, utc_iso
 from llama_runtime.runtime.errors import (
     CancelledError,
@@ -46,8 +47,7 @@ from llama_runtime.runtime.failed_builds import load_failed
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import provenance_summary
-from llama_runtime.runtime.process import ServerControl
-from llama_runtime.runtime.runner import ProcessRunner, run_process
+from llama_runtime.runtime.server import ServerControl
 from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.activate.acquire import Acquirer
 from llama_runtime.updater.activate.activation import Activation

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llama_runtime.runtime.errors import RateLimitError, RemoteError
-from llama_runtime.updater.api.job_runner import refuse_if_locked
+from llama_runtime.updater.api.jobs import refuse_if_locked
 from llama_runtime.updater.api.ready import active_marker
 from llama_runtime.updater.api.schedule import (
     Backoff,
@@ -34,7 +34,7 @@ from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest, back
 if TYPE_CHECKING:
     from llama_runtime.runtime.clock import Clock
     from llama_runtime.runtime.marker import InstallMarker
-    from llama_runtime.updater.api.job_state import JobListener
+    from llama_runtime.updater.api.job_store import JobListener
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.release.channel import Channel

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
     from llama_runtime.updater.activate.outcome import UpdateOutcome
     from llama_runtime.updater.api.doctor import DoctorReport
-    from llama_runtime.updater.api.job_state import JobListener
+    from llama_runtime.updater.api.job_store import JobListener
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import ActiveState, Plan
     from llama_runtime.updater.choice.host import HostFacts
@@ -266,7 +266,7 @@ def _plan_host(
 
     cuda = parse_cuda_version(cuda_version) if cuda_version is not None else None
     if host_file is not None:
-        from llama_runtime.updater.choice.host_file import load_host_file
+        from llama_runtime.updater.choice.host import load_host_file
 
         if platform:
             raise UserInputError("Give --host FILE or --platform, not both: the file already names the platform.")

@@ -74,7 +74,7 @@ def format_bar(done: int, total: int | None, rate: float | None, eta: float | No
     narrow terminal never wraps the line (a wrapped line leaves stale rows behind
     every redraw).
     """
-    from llama_runtime.updater.fetch.diskspace import human_size
+    from llama_runtime.updater.fetch.cache import human_size
 
     numbers = [f"{min(done / total, 1.0) * 100:3.0f}%", f"{human_size(done)}/{human_size(total)}"] if total else []
     numbers = numbers or [human_size(done)]

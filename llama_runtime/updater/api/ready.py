@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from llama_runtime.runtime.errors import CorruptStateError
-from llama_runtime.runtime.home_safety import UnsafeHomeError
-from llama_runtime.runtime.integrity import file_problems
-from llama_runtime.runtime.layout import Home, InstalledRuntime
+from llama_runtime.runtime.layout import Home, InstalledRuntime, UnsafeHomeError
+from llama_runtime.runtime.marker import file_problems
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.marker import InstallMarker

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.activate.gc import GcItem, GcReport
     from llama_runtime.updater.activate.swap import SwitchReport
     from llama_runtime.updater.api.doctor import DoctorReport
-    from llama_runtime.updater.api.job_state import JobState
+    from llama_runtime.updater.api.job_store import JobState
 
 __all__ = [
     "DoctorCheck",

@@ -38,14 +38,12 @@ from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.api.ready import EnsureResult, active_marker, check_active, ensure_result
 
 if TYPE_CHECKING:
+    from llama_runtime.runtime.binary import ProcessRunner
     from llama_runtime.runtime.errors import BusyError
-    from llama_runtime.runtime.process import ServerControl
-    from llama_runtime.runtime.runner import ProcessRunner
+    from llama_runtime.runtime.server import ServerControl
     from llama_runtime.updater.activate.outcome import UpdateOutcome
-    from llama_runtime.updater.api.job_handle import UpdateJob
-    from llama_runtime.updater.api.job_runner import JobRunner
-    from llama_runtime.updater.api.job_state import JobListener
-    from llama_runtime.updater.api.job_store import JobStore
+    from llama_runtime.updater.api.job_store import JobListener, JobStore
+    from llama_runtime.updater.api.jobs import JobRunner, UpdateJob
     from llama_runtime.updater.api.results import (
         DoctorResult,
         GcResult,
@@ -106,7 +104,7 @@ class RuntimeUpdater:
             default: detect this machine once.
         runner: Runs the staged binary to verify it.
         clock: Wall and monotonic time (job records and rates, the rate-limit backoff).
-        server: The app's own llama-server (a :class:`~runtime.process.ServerControl`)
+        server: The app's own llama-server (a :class:`~runtime.server.ServerControl`)
             to stop, switch and restart around an activation; by default the
             server ``llama-runtime server start`` manages in this home.
         require_provenance: Refuse assets without a verified build attestation
@@ -265,7 +263,7 @@ class RuntimeUpdater:
 
     def current_job(self) -> UpdateJob | None:
         """A handle on the newest job (running or finished), if there was one."""
-        from llama_runtime.updater.api.job_handle import UpdateJob
+        from llama_runtime.updater.api.jobs import UpdateJob
 
         state = self._job_store.current()
         return UpdateJob(self._job_store, state.id) if state else None
@@ -396,7 +394,7 @@ class RuntimeUpdater:
             UserInputError: ``wait`` is negative or not finite.
         """
         from llama_runtime.runtime.errors import BusyError
-        from llama_runtime.updater.api.job_handle import UpdateJob
+        from llama_runtime.updater.api.jobs import UpdateJob
         from llama_runtime.updater.api.schedule import validate_seconds
 
         wait = validate_seconds(wait, "wait")
@@ -426,12 +424,12 @@ class RuntimeUpdater:
 
     def busy_error(self) -> BusyError:
         """Who updates this home now, in one sentence: the lock's holder and its job's progress."""
-        from llama_runtime.updater.api.job_runner import busy_error
+        from llama_runtime.updater.api.jobs import busy_error
 
         return busy_error(self.home, self._job_store)
 
     def _runner(self) -> JobRunner:
-        from llama_runtime.updater.api.job_runner import JobRunner
+        from llama_runtime.updater.api.jobs import JobRunner
 
         return JobRunner(self.home, self._job_store, self._core)
 

@@ -28,10 +28,10 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.errors import LlamaRuntimeError
-    from llama_runtime.updater.api.job_handle import UpdateJob
-    from llama_runtime.updater.api.job_state import JobState
+    from llama_runtime.updater.api.job_store import JobState
+    from llama_runtime.updater.api.jobs import UpdateJob
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.cli.main import Output
     from llama_runtime.updater.progress import Progress
 
 #: A progress bar redraws about ten times a second; more lines only cost the app parsing.
@@ -188,7 +188,7 @@ def attach_events(updater: RuntimeUpdater, out: Output, busy: LlamaRuntimeError)
     current = updater._job_store.current()
     if current is None or not current.running:
         raise busy
-    from llama_runtime.updater.api.job_handle import UpdateJob
+    from llama_runtime.updater.api.jobs import UpdateJob
 
     assert out.events is not None
     out.events.write({"type": "phase", "phase": "attached", "message": current.describe(), "job": current.id})

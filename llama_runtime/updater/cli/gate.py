@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 from llama_runtime.updater.cli.gateopts import positive_seconds
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.cli.parser import AddParser, Handler
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -34,9 +33,13 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 
 def cmd_gate(args: argparse.Namespace, out: Output) -> int:
-    from llama_runtime.updater.cli.context import home_for, settings_from_args
-    from llama_runtime.updater.verify.gate import parse_slowdown
-    from llama_runtime.updater.verify.gate_store import gate_settings_json, load_gate_settings, save_gate_settings
+    from llama_runtime.updater.cli.common import home_for, settings_from_args
+    from llama_runtime.updater.verify.gate import (
+        gate_settings_json,
+        load_gate_settings,
+        parse_slowdown,
+        save_gate_settings,
+    )
 
     home = home_for(settings_from_args(args))
     policy = load_gate_settings(home.root)

@@ -47,8 +47,7 @@ def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
     Raises:
         UserInputError: A malformed percentage, or a smoke model that is missing or not GGUF.
     """
-    from llama_runtime.updater.verify.gate import parse_slowdown, validate_gguf
-    from llama_runtime.updater.verify.gate_store import load_gate_settings
+    from llama_runtime.updater.verify.gate import load_gate_settings, parse_slowdown, validate_gguf
 
     policy = load_gate_settings(home_root)
     if args.max_slowdown is not None:

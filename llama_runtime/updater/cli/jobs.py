@@ -16,10 +16,9 @@ from llama_runtime.runtime.errors import BusyError
 from llama_runtime.updater.cli.common import add_events_flag, cancel_on_signals
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.api.job_state import JobError
+    from llama_runtime.updater.api.job_store import JobError
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.cli.parser import AddParser, Handler
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 #: The jitter sleep; tests replace it so they never wait.
 sleep: Callable[[float], None] = time.sleep
@@ -47,7 +46,7 @@ def register(add: AddParser) -> dict[str, Handler]:
 def updater_from_args(args: argparse.Namespace) -> RuntimeUpdater:
     """A :class:`RuntimeUpdater` over the engine the common flags configure."""
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.context import engine_for, settings_from_args
+    from llama_runtime.updater.cli.common import engine_for, settings_from_args
 
     return RuntimeUpdater._from_engine(engine_for(settings_from_args(args)))
 

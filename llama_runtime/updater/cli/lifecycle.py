@@ -17,9 +17,8 @@ from llama_runtime.updater.cli.common import add_events_flag
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
-    from llama_runtime.updater.choice.available import Available
-    from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.cli.parser import AddParser, Handler
+    from llama_runtime.updater.choice.latest import Available
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.release.release import Release
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -35,8 +34,8 @@ RELEASES_PER_PAGE: Final[int] = 100
 
 def register(add: AddParser) -> dict[str, Handler]:
     """Add ``list``, ``use``, ``remove`` and ``which``."""
-    from llama_runtime.updater.cli.completion import installed_tags
     from llama_runtime.updater.cli.gateopts import add_gate_arguments
+    from llama_runtime.updater.cli.main import installed_tags
 
     p = add("list", "installed runtimes; --available also lists releases that fit this host")
     p.add_argument("--available", action="store_true", help="also list the newest releases this host can install")
@@ -63,8 +62,7 @@ def _repo_filter(args: argparse.Namespace) -> str | None:
 
 def cmd_use(args: argparse.Namespace, out: Output) -> int:
     """``use TAG``: switch to an installed runtime."""
-    from llama_runtime.updater.cli.common import outcome_lines, progress_for
-    from llama_runtime.updater.cli.context import settings_from_args, updater_for
+    from llama_runtime.updater.cli.common import outcome_lines, progress_for, settings_from_args, updater_for
     from llama_runtime.updater.cli.gateopts import with_gate
 
     updater = updater_for(with_gate(args, settings_from_args(args)))
@@ -81,8 +79,8 @@ def cmd_use(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_remove(args: argparse.Namespace, out: Output) -> int:
     """``remove TAG``: delete an installed runtime that is neither active nor previous."""
-    from llama_runtime.updater.cli.context import settings_from_args, updater_for
-    from llama_runtime.updater.fetch.diskspace import human_size
+    from llama_runtime.updater.cli.common import settings_from_args, updater_for
+    from llama_runtime.updater.fetch.cache import human_size
 
     result = updater_for(settings_from_args(args)).remove(args.tag, repo=_repo_filter(args))
     m, where = result.removed.marker, result.removed.path
@@ -98,7 +96,7 @@ def cmd_which(args: argparse.Namespace, out: Output) -> int:
     import sys
 
     from llama_runtime.runtime.binary import server_override
-    from llama_runtime.updater.cli.context import home_for, read_active, settings_from_args
+    from llama_runtime.updater.cli.common import home_for, read_active, settings_from_args
 
     _pointer, active = read_active(home_for(settings_from_args(args)))
     if active is None:
@@ -118,7 +116,7 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
     """``list [--available]``: installed runtimes, and what the remote offers this host."""
     from llama_runtime.runtime.fsutil import tree_size
     from llama_runtime.runtime.snapshot import HomeSnapshot
-    from llama_runtime.updater.cli.context import home_for, settings_from_args
+    from llama_runtime.updater.cli.common import home_for, settings_from_args
 
     if args.limit < 1:
         raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
@@ -187,9 +185,9 @@ def _available(
     Pages are read until ``--limit`` builds are found or :data:`AVAILABLE_MAX_PAGES` were read: upstream
     cuts a stable release far less often than it publishes builds, so one page holds few of them.
     """
-    from llama_runtime.updater.choice.available import available_builds
     from llama_runtime.updater.choice.host_detect import detect_host
-    from llama_runtime.updater.cli.context import engine_for
+    from llama_runtime.updater.choice.latest import available_builds
+    from llama_runtime.updater.cli.common import engine_for
     from llama_runtime.updater.release.channel import channel_builds, parse_channel
     from llama_runtime.updater.sources.resolve import pointers_on_page
 

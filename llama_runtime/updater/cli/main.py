@@ -4,26 +4,77 @@ Every command takes ``--json``: stdout then carries exactly one JSON object;
 logs go to stderr. Errors map to the contract's exit codes through the
 exception tree; nothing ever ends in a traceback. Heavy imports (httpx, the
 installer) happen inside the commands that need them, so ``status`` starts
-fast. The parser is in ``cli/parser.py``, each command in its own module.
+fast. The parser is in ``cli/main.py``, each command in its own module.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
+import json
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError
-from llama_runtime.updater.cli.output import Output
-from llama_runtime.updater.cli.parser import COMMANDS, build_parser
+from llama_runtime.runtime.text import printable
+from llama_runtime.updater.cli.common import GLOBAL_EPILOG
 
 if TYPE_CHECKING:
+    from llama_runtime.runtime.errors import LlamaRuntimeError
     from llama_runtime.updater.cli.events import EventStream
+
+
+# -- output: Where a command's one result and its error go: JSON, JSON Lines events, or sentence... --------------
+
+
+class Output:
+    """Writes the one result of a command: JSON, JSON Lines events, or sentences for people."""
+
+    def __init__(self, as_json: bool, events: EventStream | None = None, log_json: bool = False) -> None:
+        self.as_json = as_json or events is not None
+        #: With ``--events``: the JSON Lines stream; the result and the error are its last line.
+        self.events = events
+        #: With ``--log-json`` (and no ``--json``): errors as a JSON line on stderr.
+        self.log_json = log_json
+
+    def result(self, payload: dict[str, Any], lines: Sequence[str]) -> None:
+        if self.events is not None:
+            self.events.result(payload)
+        elif self.as_json:
+            sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        else:
+            for line in lines:
+                # Tags and names may come from a release server: show escapes, never send them.
+                sys.stdout.write(printable(line) + "\n")
+        sys.stdout.flush()
+
+    def error(self, exc: LlamaRuntimeError) -> None:
+        if self.events is not None:
+            self.events.error(exc)
+        elif self.as_json:
+            sys.stdout.write(json.dumps({"error": exc.to_json()}, indent=2, sort_keys=True) + "\n")
+            sys.stdout.flush()
+        elif self.log_json:  # one JSON line, like every other line on stderr
+            line = {"level": "error", "event": exc.message, "error": exc.to_json(), "timestamp": _utc_timestamp()}
+            sys.stderr.write(json.dumps(line, sort_keys=True) + "\n")
+        else:
+            sys.stderr.write(f"error: {printable(exc.message)}\n")
+            if exc.hint:
+                sys.stderr.write(f"  next: {printable(exc.hint)}\n")
+
+
+def _utc_timestamp() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+# -- main --------------------------------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,7 +137,7 @@ def _parse(argv: list[str], server_args: list[str], out: Output) -> argparse.Nam
     Raises:
         UserInputError: The words are not a valid command line (exit 2).
     """
-    from llama_runtime.updater.cli.completion import maybe_complete
+    from llama_runtime.updater.cli.main import maybe_complete
     from llama_runtime.updater.logs import configure_logging
 
     parser = build_parser()
@@ -126,7 +177,7 @@ def _exit_code_for(exc: Exception | KeyboardInterrupt, out: Output, args: argpar
         return io_error.exit_code
     if isinstance(exc, KeyboardInterrupt):
         from llama_runtime.runtime.errors import CancelledError
-        from llama_runtime.updater.cli.context import describe_active_now
+        from llama_runtime.updater.cli.common import describe_active_now
 
         # The truth, read from the pointer now: a Ctrl-C after the flip changed it.
         interrupted = CancelledError(f"Interrupted; {describe_active_now(args)}.")
@@ -156,3 +207,161 @@ def _events_stream() -> EventStream:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- parser: The argument parser of ``llama-runtime``: the global options and every command's own. ---------------
+
+Handler = Callable[[argparse.Namespace, "Output"], int]
+AddParser = Callable[[str, str], argparse.ArgumentParser]
+
+#: The modules that add commands, in the order ``--help`` lists the commands.
+COMMAND_MODULES: list[str] = [
+    "llama_runtime.updater.cli.status",
+    "llama_runtime.updater.cli.update",
+    "llama_runtime.updater.cli.plan",
+    "llama_runtime.updater.cli.recovery",
+    "llama_runtime.updater.cli.offline",
+    "llama_runtime.updater.cli.server",
+    "llama_runtime.updater.cli.jobs",
+    "llama_runtime.updater.cli.lifecycle",
+    "llama_runtime.updater.cli.gate",
+    "llama_runtime.updater.cli.main",
+]
+
+#: Command name -> handler; :func:`build_parser` fills it from :data:`COMMAND_MODULES`.
+COMMANDS: dict[str, Handler] = {}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors become exit-2 errors in our format."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserInputError(f"{message[0].upper()}{message[1:]}. See `{self.prog} --help`.")
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the tool's own version, looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kwargs: object) -> None:
+        sys.stdout.write(f"llama-runtime {tool_version()}\n")
+        sys.stdout.flush()
+        parser.exit(0)
+
+
+def tool_version() -> str:
+    """The installed version of llama-runtime."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama-runtime-updater")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``llama-runtime``; also fills :data:`COMMANDS`."""
+    parser = _Parser(
+        prog="llama-runtime", description="Keep llama.cpp's llama-server current, verified and rollback-safe."
+    )
+    _add_global_options(parser, top=True)
+    parser.add_argument("--version", action=_VersionAction, help="print llama-runtime's version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text, epilog=GLOBAL_EPILOG)
+        _add_global_options(p, top=False)
+        return p
+
+    for module in COMMAND_MODULES:
+        COMMANDS.update(importlib.import_module(module).register(add))
+    return parser
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The global options: listed once at the top level, accepted (unlisted) after a command too."""
+    default = None if top else argparse.SUPPRESS
+
+    def shown(text: str) -> str:
+        return text if top else argparse.SUPPRESS
+
+    parser.add_argument("--home", default=default, help=shown("llama-runtime home (LLAMA_RUNTIME_HOME)"))
+    parser.add_argument(
+        "--api-url", default=default, help=shown("GitHub API base or mirror (LLAMA_RUNTIME_GITHUB_API)")
+    )
+    parser.add_argument("--repo", default=default, help=shown("OWNER/NAME to take releases from (LLAMA_RUNTIME_REPO)"))
+    parser.add_argument(
+        "--backend", default=default, help=shown("auto, cpu, cuda, vulkan, rocm, metal, … (LLAMA_RUNTIME_BACKEND)")
+    )
+    flag = False if top else argparse.SUPPRESS
+    parser.add_argument("--json", action="store_true", default=flag, help=shown("one JSON object on stdout"))
+    parser.add_argument(
+        "--log-json", action="store_true", default=flag, help=shown("log lines and errors on stderr as JSON")
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0 if top else argparse.SUPPRESS,
+        help=shown("-v: each step (release, asset, download, checks); -vv: also every request and candidate"),
+    )
+    parser.add_argument(
+        "--channel",
+        default=default,
+        help=shown(
+            "stable (the newest release, e.g. v0.3.0, resolved to its build) or nightly (the newest bNNNN build) "
+            "(LLAMA_RUNTIME_CHANNEL; default: the active runtime's, else stable)"
+        ),
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=flag,
+        help=shown("no progress bar, warnings or log lines; results and errors only"),
+    )
+    parser.add_argument("--no-progress", action="store_true", default=flag, help=shown("no progress bar"))
+
+
+# -- completion: Shell completion for bash, zsh and fish, through argcomplete. -----------------------------------
+
+SHELLS: Final[tuple[str, ...]] = ("bash", "zsh", "fish")
+
+
+def register(add: AddParser) -> dict[str, Handler]:
+    """Add ``completion SHELL``."""
+    p = add("completion", "print the shell completion script for bash, zsh or fish (see the README)")
+    p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
+    return {"completion": cmd_completion}
+
+
+def cmd_completion(args: argparse.Namespace, out: Output) -> int:
+    """``completion SHELL``: the script that makes SHELL complete ``llama-runtime``."""
+    from argcomplete.shell_integration import shellcode
+
+    script = shellcode(["llama-runtime"], shell=args.shell)
+    out.result({"shell": args.shell, "script": script}, [script.rstrip("\n")])
+    return 0
+
+
+def installed_tags(prefix: str, parsed_args: argparse.Namespace, **_kwargs: Any) -> list[str]:
+    """Completer of ``use``/``remove`` TAG: the builds installed in the home the line names."""
+    from llama_runtime.runtime.layout import Home
+    from llama_runtime.updater.config import resolve_settings
+
+    try:
+        runtimes = Home(resolve_settings(home=getattr(parsed_args, "home", None)).home).installed()
+    except Exception:  # completion must never print an error into the user's prompt
+        return []
+    return sorted({r.marker.tag for r in runtimes if r.marker.tag.startswith(prefix)})
+
+
+def maybe_complete(parser: argparse.ArgumentParser) -> None:
+    """Answer the shell's completion request and exit, when this run is one (``_ARGCOMPLETE`` set)."""
+    if "_ARGCOMPLETE" not in os.environ:
+        return  # the common case costs one dictionary look-up: argcomplete is not imported
+    import argcomplete
+
+    argcomplete.autocomplete(parser, exit_method=sys.exit)

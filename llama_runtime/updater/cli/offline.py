@@ -1,5 +1,5 @@
 """CLI commands for offline machines and housekeeping: ``install-file``, ``export``,
-``mirror sync`` and ``gc`` (listed in ``cli/parser.py``'s ``COMMAND_MODULES``)."""
+``mirror sync`` and ``gc`` (listed in ``cli/main.py``'s ``COMMAND_MODULES``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.updater.cli.common import GLOBAL_EPILOG
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.cli.parser import AddParser, Handler
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -85,8 +84,7 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
     """``install-file ARCHIVE [--tag TAG] [--sha256 HEX]``."""
-    from llama_runtime.updater.cli.common import provenance_line
-    from llama_runtime.updater.cli.context import settings_from_args, updater_for
+    from llama_runtime.updater.cli.common import provenance_line, settings_from_args, updater_for
 
     # A file's origin is not the active runtime's: without --repo it is recorded as ggml-org's, as always.
     updater = updater_for(settings_from_args(args, follow_active_repo=False))
@@ -117,8 +115,8 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
     """``export --output FILE``."""
-    from llama_runtime.updater.cli.context import home_for, settings_from_args
-    from llama_runtime.updater.fetch.diskspace import human_size
+    from llama_runtime.updater.cli.common import home_for, settings_from_args
+    from llama_runtime.updater.fetch.cache import human_size
     from llama_runtime.updater.offline.export import export_bundle
 
     result = export_bundle(home_for(settings_from_args(args)), Path(args.output))
@@ -151,8 +149,8 @@ def _mirror_dest(dest: Path, home: Path) -> Path:
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``."""
     from llama_runtime.runtime.backends import parse_backend
-    from llama_runtime.updater.cli.context import engine_for, settings_from_args
-    from llama_runtime.updater.fetch.diskspace import human_size
+    from llama_runtime.updater.cli.common import engine_for, settings_from_args
+    from llama_runtime.updater.fetch.cache import human_size
     from llama_runtime.updater.offline.mirror import sync_mirror
 
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
@@ -205,8 +203,8 @@ def _platform(value: str) -> str:
 
 def cmd_gc(args: argparse.Namespace, out: Output) -> int:
     """``gc [--keep N] [--dry-run] [--cache]``."""
-    from llama_runtime.updater.cli.context import settings_from_args, updater_for
-    from llama_runtime.updater.fetch.diskspace import human_size
+    from llama_runtime.updater.cli.common import settings_from_args, updater_for
+    from llama_runtime.updater.fetch.cache import human_size
 
     report = updater_for(settings_from_args(args)).gc(keep=args.keep, dry_run=args.dry_run, cache_only=args.cache)
     verb = "Would free" if report.dry_run else "Freed"

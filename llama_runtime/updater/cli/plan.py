@@ -10,13 +10,11 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llama_runtime.updater.cli.common import tag_or_none
-from llama_runtime.updater.cli.context import settings_from_args, updater_for
+from llama_runtime.updater.cli.common import settings_from_args, tag_or_none, updater_for
 
 if TYPE_CHECKING:
     from llama_runtime.updater.api.results import PlanResult
-    from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.cli.parser import AddParser, Handler
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 
 def register(add: AddParser) -> dict[str, Handler]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from llama_runtime.updater.cli.context import settings_from_args, updater_for
+from llama_runtime.updater.cli.common import settings_from_args, updater_for
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.cli.parser import AddParser, Handler
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 #: ``doctor``'s exit code when it finds problems: the contract's "local state damaged".
 _UNHEALTHY_EXIT = 6

@@ -17,9 +17,8 @@ LLAMA_SERVER_DEFAULT_PORT: Final[int] = 8080
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home
-    from llama_runtime.runtime.process import ManagedServer
-    from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.cli.parser import AddParser, Handler
+    from llama_runtime.runtime.server import ManagedServer
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -34,8 +33,8 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 def cmd_server(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
-    from llama_runtime.runtime.process import ManagedServer
-    from llama_runtime.updater.cli.context import home_for, settings_from_args
+    from llama_runtime.runtime.server import ManagedServer
+    from llama_runtime.updater.cli.common import home_for, settings_from_args
 
     home = home_for(settings_from_args(args))
     server = ManagedServer(home.server_dir, port=default_port())

@@ -9,13 +9,11 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from llama_runtime.updater.cli.common import provenance_line
-from llama_runtime.updater.cli.context import home_for, read_active, settings_from_args
+from llama_runtime.updater.cli.common import home_for, provenance_line, read_active, settings_from_args
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
-    from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.cli.parser import AddParser, Handler
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -83,8 +81,7 @@ def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
 
 def override_info() -> dict[str, Any] | None:
     """The ``LLAMA_SERVER_PATH`` override in force: its path, whether it exists, its version line."""
-    from llama_runtime.runtime.binary import VERSION_TIMEOUT_SECONDS, server_override, version_line
-    from llama_runtime.runtime.runner import run_process
+    from llama_runtime.runtime.binary import VERSION_TIMEOUT_SECONDS, run_process, server_override, version_line
 
     path = server_override()
     if path is None:

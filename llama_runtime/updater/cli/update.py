@@ -16,16 +16,16 @@ from llama_runtime.updater.cli.common import (
     cancel_on_signals,
     duration_arg,
     explain_failure,
+    has_active,
     outcome_lines,
     progress_for,
+    settings_from_args,
     tag_or_none,
 )
-from llama_runtime.updater.cli.context import has_active, settings_from_args
 
 if TYPE_CHECKING:
     from llama_runtime.updater.activate.outcome import UpdateOutcome
-    from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.cli.parser import AddParser, Handler
+    from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -50,7 +50,7 @@ def register(add: AddParser) -> dict[str, Handler]:
 def cmd_update(args: argparse.Namespace, out: Output) -> int:
     """``update``: runs as the home's update job, so ``job status/wait/cancel`` follow it from elsewhere."""
     from llama_runtime.updater.choice.host import parse_cuda_version
-    from llama_runtime.updater.cli.context import updater_for
+    from llama_runtime.updater.cli.common import updater_for
     from llama_runtime.updater.cli.gateopts import with_gate
 
     settings = with_gate(args, settings_from_args(args))  # bad input is exit 2 before anything changes

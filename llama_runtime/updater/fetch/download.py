@@ -18,20 +18,15 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
-
-from llama_runtime.runtime.fsutil import is_disk_full
-
-if TYPE_CHECKING:
-    pass
-
-import hashlib
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Final
 
 import httpx
 
@@ -39,19 +34,23 @@ from llama_runtime.runtime.errors import (
     CancelledError,
     DigestMismatchError,
     NetworkError,
+    RemoteError,
     SizeMismatchError,
 )
+from llama_runtime.runtime.fsutil import is_disk_full
 from llama_runtime.runtime.retry import RETRY_ATTEMPTS, tries
-from llama_runtime.updater.fetch.asset_request import AssetRequest
-from llama_runtime.updater.fetch.diskspace import human_size
-from llama_runtime.updater.fetch.pace import DownloadPace, PaceWatch
+from llama_runtime.updater.credentials import redact_url
+from llama_runtime.updater.fetch.cache import human_size
 from llama_runtime.updater.fetch.partial import (
+    DownloadPace,
+    PaceWatch,
     Resume,
     discard_partial,
     plan_resume,
     read_origin,
     record_origin,
     sidecar_path,
+    strong_etag,
 )
 from llama_runtime.updater.release.release import Asset
 
@@ -62,15 +61,148 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PROGRESS_INTERVAL_SECONDS",
+    "AssetRequest",
     "BytesDone",
     "Cancel",
     "DownloadResult",
+    "FollowReader",
+    "GrowingFile",
     "OnDisk",
+    "StreamAborted",
+    "StreamRestarted",
     "download_asset",
     "download_name",
+    "network_error",
+    "open_range",
     "throttled",
     "unpacking_path",
 ]
+
+
+# -- asset_request: One GET of a release asset's bytes: redirects followed by hand, Range/If-Ran... --------------
+
+# GitHub uses two hops (github.com → CDN); more than a few means a loop.
+_MAX_REDIRECTS: Final[int] = 5
+_REDIRECT_STATUSES: Final[frozenset[int]] = frozenset({301, 302, 303, 307, 308})
+
+
+def network_error(asset_name: str, what: str, *, kept: bool = True) -> NetworkError:
+    """A failed transfer of ``asset_name``, saying whether its partial file is kept for resuming."""
+    then = "the partial file is kept for resuming" if kept else "the next try starts over"
+    return NetworkError(f"Downloading {asset_name} failed: {what}; {then}.")
+
+
+class AssetRequest:
+    """GETs of one asset's bytes into the file ``path``.
+
+    Args:
+        source: Where the bytes come from (its HTTP client, and its token for its own origin only).
+        asset: The asset; with a token, its API URL is asked first (the only way into a private repository).
+        path: The file the bytes go to; deleted when an answer makes it unusable.
+    """
+
+    def __init__(self, source: AssetHost, asset: Asset, path: Path) -> None:
+        self.http = source.http
+        self.auth = source.auth_headers_for
+        self.first_url = source.asset_request(asset)[0]
+        self.asset = asset
+        self.path = path
+
+    @contextmanager
+    def open(self, offset: int, if_range: str | None, end: int | None = None) -> Iterator[httpx.Response]:
+        """The streamed response for bytes ``offset``..``end`` (all from ``offset`` when ``end`` is None).
+
+        Raises:
+            NetworkError: Transport failures, 5xx, 429, a wrong range.
+            RemoteError: 4xx, or a redirect loop.
+        """
+        url = self.first_url
+        for _hop in range(_MAX_REDIRECTS + 1):
+            # identity: the stored bytes are the asset's bytes, never a transfer encoding of them.
+            headers = {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
+            headers.update(self.auth(url))
+            if offset or end is not None:
+                headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
+                if if_range is not None:
+                    headers["If-Range"] = if_range
+            try:
+                request = self.http.build_request("GET", url, headers=headers)
+                response = self.http.send(request, stream=True, follow_redirects=False)
+            except httpx.HTTPError as exc:
+                raise self.network_error(f"could not connect ({type(exc).__name__})") from exc
+            try:
+                if response.status_code in _REDIRECT_STATUSES:
+                    url = str(response.url.join(response.headers.get("location", "")))
+                    continue
+                self._check_status(response, offset, if_range)
+                yield response
+                return
+            finally:
+                response.close()
+        raise RemoteError(
+            f"Downloading {self.asset.name} redirected more than {_MAX_REDIRECTS} times; "
+            "the server is in a redirect loop."
+        )
+
+    def network_error(self, what: str, *, kept: bool = True) -> NetworkError:
+        """A failed transfer of this asset (see :func:`network_error`)."""
+        return network_error(self.asset.name, what, kept=kept)
+
+    def _check_status(self, response: httpx.Response, offset: int, if_range: str | None) -> None:
+        status = response.status_code
+        if status == 206 and not response.headers.get("content-range", "").startswith(f"bytes {offset}-"):
+            discard_partial(self.path)
+            raise self.network_error("the server resumed at the wrong offset", kept=False)
+        sent_etag = if_range if if_range is not None and if_range.startswith('"') else None
+        etag = strong_etag(response)
+        if status == 206 and sent_etag is not None and etag is not None and etag != sent_etag:
+            # A server that ignores If-Range would splice two uploads together.
+            discard_partial(self.path)
+            raise self.network_error("the file changed on the server since the partial was started", kept=False)
+        if status in (200, 206):
+            return
+        if status == 416:
+            discard_partial(self.path)
+            raise self.network_error("the server refused to resume the partial file", kept=False)
+        if status == 429 or status >= 500:
+            raise self.network_error(f"the server answered HTTP {status}")
+        raise RemoteError(
+            f"Could not download {self.asset.name}: the server answered HTTP {status} "
+            f"for {redact_url(str(response.url))}."
+        )
+
+
+@contextmanager
+def open_range(
+    source: AssetHost,
+    asset: Asset,
+    path: Path,
+    *,
+    start: int,
+    end: int,
+    if_range: str | None,
+) -> Iterator[httpx.Response]:
+    """GET bytes ``start``..``end`` (inclusive) of ``asset``, following its redirects.
+
+    The response is 206 for exactly that range, or 200 when the host ignores
+    Range (or the ``If-Range`` validator no longer matches): then it is the
+    whole asset from byte 0. ``path`` is the file the bytes go to; it is
+    deleted when the host answers in a way that makes it unusable.
+
+    Raises:
+        NetworkError: Transport failures, 5xx, 429, a wrong range (``path`` deleted).
+        RemoteError: 4xx, or a redirect loop.
+    """
+    request = AssetRequest(source, asset, path)
+    with request.open(start, if_range, end) as response:
+        wanted = f"bytes {start}-{end}/"
+        if response.status_code == 206 and not response.headers.get("content-range", "").startswith(wanted):
+            discard_partial(path)
+            raise request.network_error("the server sent another range than asked for", kept=False)
+        yield response
+
+
+# -- download ----------------------------------------------------------------------------------------------------
 
 # Write buffer: few syscalls per GB. Chunks are taken as they arrive (not regrouped) so a
 # dropped connection loses nothing already received and resume starts exactly there.
@@ -156,7 +288,7 @@ def download_asset(
         pace: Minimum rate and overall deadline (default: from the environment);
             a download below it fails with :class:`NetworkError`, keeping the bytes.
         on_disk: Told the bytes on disk after each chunk, so a reader can follow
-            the file while it grows (see :mod:`updater.fetch.follow`).
+            the file while it grows (see :mod:`updater.fetch.download`).
 
     Returns:
         The checked file.
@@ -214,7 +346,7 @@ class _Job:
         self.expected_size = expected_size
         self.expected_sha256 = expected_sha256.lower() if expected_sha256 else None
         self.cap = min(max_bytes, expected_size) if expected_size is not None else max_bytes
-        # A stalled link ends the download (and frees the update lock); see fetch/pace.py.
+        # A stalled link ends the download (and frees the update lock); see fetch/partial.py.
         self.watch: PaceWatch | None = None
 
     def run(self, progress: BytesDone | None, cancel: Cancel | None) -> DownloadResult:
@@ -378,3 +510,148 @@ def download_name(sha256: str | None, asset: str, *, repo: str, size: int) -> st
 def unpacking_path(download: Path) -> Path:
     """Where ``download`` is extracted while it arrives (never activated from there)."""
     return download.with_name(download.name + _UNPACKING_SUFFIX)
+
+
+# -- follow: Read a download while it is being written: the seam between transfer and extraction. ----------------
+
+_READ_FLAGS: Final = os.O_RDONLY | getattr(os, "O_BINARY", 0)
+#: Most bytes one ``read(-1)`` returns: tarfile asks for sizes, but other readers may not.
+_MAX_READ_BYTES: Final = 1024 * 1024
+
+
+class StreamAborted(Exception):
+    """The writer stopped (an error, a cancel) before the file was complete."""
+
+
+class StreamRestarted(Exception):
+    """Bytes this reader already returned were replaced; what it built from them is void."""
+
+
+class GrowingFile:
+    """The shared mark of one file being written front to back.
+
+    Args:
+        path: The file. It may not exist yet; readers open it once bytes are on disk.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._cond = threading.Condition()
+        self._mark = 0  # contiguous bytes from offset 0 that are on disk
+        self._generation = 0  # bumped whenever the mark moves back
+        self._done = False
+        self._failed = False
+        # One descriptor readers duplicate, so a later rename of the file cannot
+        # hide it from them; replaced when the front is rewritten (maybe a new file).
+        self._fd: int | None = None
+
+    def open_now(self) -> None:
+        """Open the file for readers now, e.g. before the writer renames it."""
+        with self._cond:
+            if self._fd is None:
+                self._fd = os.open(self.path, _READ_FLAGS)
+
+    def close(self) -> None:
+        """Close the shared descriptor (readers keep their own)."""
+        with self._cond:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def advance(self, on_disk: int) -> None:
+        """Set the contiguous bytes on disk; a smaller value than before means a rewrite."""
+        with self._cond:
+            if on_disk < self._mark:
+                self._generation += 1
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
+            self._mark = on_disk
+            self._cond.notify_all()
+
+    def finish(self, size: int) -> None:
+        """The file is complete at ``size`` bytes: readers get EOF there."""
+        with self._cond:
+            self._mark = size
+            self._done = True
+            self._cond.notify_all()
+
+    def fail(self) -> None:
+        """The writer gave up: every waiting or later read raises :class:`StreamAborted`."""
+        with self._cond:
+            self._failed = True
+            self._cond.notify_all()
+
+    def _dup(self) -> int:
+        with self._cond:
+            if self._fd is None:
+                self._fd = os.open(self.path, _READ_FLAGS)
+            return os.dup(self._fd)
+
+    def reader(self) -> FollowReader:
+        """A new reader from offset 0."""
+        return FollowReader(self)
+
+    def _await_change(self, generation: int) -> None:
+        """Block until the mark moves back past ``generation`` (or the writer fails)."""
+        with self._cond:
+            while self._generation == generation:
+                if self._failed or self._done:
+                    raise StreamAborted(f"the download of {self.path.name} stopped")
+                self._cond.wait()
+
+    def _wait_for(self, pos: int, generation: int) -> tuple[int, int, bool]:
+        """Block until bytes past ``pos`` are on disk; (mark, generation, done)."""
+        with self._cond:
+            while True:
+                if self._failed:
+                    raise StreamAborted(f"the download of {self.path.name} stopped")
+                if self._generation != generation or self._mark > pos or self._done:
+                    return self._mark, self._generation, self._done
+                self._cond.wait()
+
+
+class FollowReader:
+    """A binary file object that reads a :class:`GrowingFile` behind its mark."""
+
+    def __init__(self, source: GrowingFile) -> None:
+        self._source = source
+        self._pos = 0
+        self._generation = 0
+        self._fd: int | None = None
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes, waiting for them; ``b""`` only at the end of a complete file.
+
+        Raises:
+            StreamAborted: The writer failed.
+            StreamRestarted: Bytes already returned were rewritten.
+        """
+        want = _MAX_READ_BYTES if size is None or size < 0 else size
+        if want == 0:
+            return b""
+        while True:
+            mark, generation, done = self._source._wait_for(self._pos, self._generation)
+            if generation != self._generation:
+                if self._pos > 0:
+                    raise StreamRestarted(f"the download of {self._source.path.name} started over")
+                self._generation = generation
+                self.close()  # a rewrite may be a new file under the same name
+            if mark <= self._pos:
+                if done:
+                    return b""
+                continue
+            if self._fd is None:
+                self._fd = self._source._dup()
+            data = os.pread(self._fd, min(want, mark - self._pos), self._pos)
+            if data:
+                self._pos += len(data)
+                return data
+            # Shorter than the mark: truncated under us, so the mark has moved back.
+            self._source._await_change(self._generation)
+
+    def close(self) -> None:
+        """Close the file descriptor (a later read reopens it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -43,8 +43,8 @@ from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.activate.outcome import UpdateOutcome
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
-from llama_runtime.updater.fetch.diskspace import check_free_space, disk_full_error
-from llama_runtime.updater.offline.bundle import read_bundle_marker, repack_bundle
+from llama_runtime.updater.fetch.cache import check_free_space, disk_full_error
+from llama_runtime.updater.offline.export import read_bundle_marker, repack_bundle
 from llama_runtime.updater.progress import silent
 from llama_runtime.updater.release.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.verify.installed import damage, find_build

@@ -3,7 +3,7 @@
 A hostile or broken server can send a small gzip body that expands to
 gigabytes, or JSON nested so deep that the parser recurses until it fails.
 Both limits here apply to what the server *sent after decoding*, and both end
-in :class:`~updater.release.remote_names.RemoteDataError` (exit 8) with one
+in :class:`~updater.release.release.RemoteDataError` (exit 8) with one
 sentence, never in an exhausted machine or a bug exit.
 """
 
@@ -18,7 +18,7 @@ import httpx
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import NetworkError
 from llama_runtime.runtime.record import nests_deeper
-from llama_runtime.updater.release.remote_names import RemoteDataError
+from llama_runtime.updater.release.release import RemoteDataError
 
 __all__ = [
     "ACCEPT_ENCODING",

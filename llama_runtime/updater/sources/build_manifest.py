@@ -17,7 +17,7 @@ Invariants:
   other version is not an error (a newer fork must not lock users out): the
   release is then chosen by its names, and the binary's own device check decides.
 * A manifest that claims to be version 1 but breaks its shape is
-  :class:`~updater.release.remote_names.RemoteDataError`: a half-read manifest
+  :class:`~updater.release.release.RemoteDataError`: a half-read manifest
   must not pass for "covers every GPU".
 * ``supported_sms`` and the SM bounds are integers as the fork writes them
   (``86`` for compute capability 8.6, ``120`` for 12.0).
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from llama_runtime.updater.release.remote_names import RemoteDataError
+from llama_runtime.updater.release.release import RemoteDataError
 from llama_runtime.updater.sources.bounded_json import loads_bounded
 
 MANIFEST_ASSET: Final = "llama-prebuilt-manifest.json"

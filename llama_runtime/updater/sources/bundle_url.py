@@ -39,7 +39,7 @@ from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import NetworkError, RemoteError
 from llama_runtime.updater.credentials import is_loopback_host, redact_url
 from llama_runtime.updater.logs import get_logger
-from llama_runtime.updater.release.remote_names import RemoteDataError
+from llama_runtime.updater.release.release import RemoteDataError
 from llama_runtime.updater.sources.bounded_json import loads_bounded, read_capped, too_slow
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def resolve_bundle_urls(
         answer: The attestations API's JSON; any other shape comes back unchanged.
         fetch: Fetches and decodes one URL within a decoded-byte budget: the bundle and its
             decoded size (:func:`fetch_bundle`); raises :class:`~runtime.errors.RemoteError`
-            or :class:`~updater.release.remote_names.RemoteDataError` with a redacted sentence.
+            or :class:`~updater.release.release.RemoteDataError` with a redacted sentence.
     """
     if not isinstance(answer, dict) or not isinstance(answer.get("attestations"), list):
         return ResolvedAttestations(answer)

@@ -18,37 +18,258 @@ limit means, :mod:`github_limits`; conditional requests' store, :mod:`etag_cache
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from importlib import metadata
-from typing import Any, Final
+from pathlib import Path
+from typing import Any, Final, Protocol
 
 import httpx
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import (
     NetworkError,
+    RateLimitError,
     ReleaseNotFoundError,
     RemoteError,
 )
-from llama_runtime.updater.credentials import checked_token, may_send_token, redact_library_logs
+from llama_runtime.runtime.record import read_record, write_record
+from llama_runtime.runtime.retry import RETRY_ATTEMPTS, tries
+from llama_runtime.updater.credentials import checked_token, may_send_token, redact_library_logs, redact_url
 from llama_runtime.updater.logs import get_logger
-from llama_runtime.updater.release.release import Asset, Release, parse_release
-from llama_runtime.updater.release.remote_names import (
+from llama_runtime.updater.release.release import (
+    Asset,
+    Release,
     RemoteDataError,
     check_release,
     is_valid_remote_tag,
+    parse_release,
+    printable,
     quote_remote,
 )
 from llama_runtime.updater.release.tags import is_release_version
-from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, too_slow
-from llama_runtime.updater.sources.etag_cache import EtagCache
-from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
-from llama_runtime.updater.sources.github_transport import ATTEMPTS, DEFAULT_TIMEOUT, decode_json, send_with_retries
+from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, loads_bounded, read_capped, too_slow
 from llama_runtime.updater.sources.source import RateLimit
 
 __all__ = ["GitHubClient", "same_origin"]
+
+
+# -- github_transport: One API GET: retried on dropped connections and 5xx, read under a size ca... --------------
+
+# A dead host should fail fast; GitHub can be slow to render big release lists.
+DEFAULT_TIMEOUT: Final[httpx.Timeout] = httpx.Timeout(30.0, connect=10.0)
+#: Tries for transient 5xx and dropped connections (the project's one schedule, runtime.retry).
+ATTEMPTS: Final[int] = RETRY_ATTEMPTS
+# What static web servers and S3-style buckets send for an extension-less file.
+_STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
+    {"application/octet-stream", "binary/octet-stream", "text/plain", "unknown"}
+)
+# Characters of a Content-Type quoted in a message (a hostile header cannot flood it).
+_CTYPE_QUOTE_CHARS: Final[int] = 60
+
+
+def send_with_retries(
+    http: httpx.Client, url: str, headers: dict[str, str], *, attempts: int, sleep: Callable[[float], None]
+) -> tuple[httpx.Response, bytes]:
+    """The (closed) response and its decoded body, read under the size cap.
+
+    Connection errors and 5xx answers are tried ``attempts`` times with
+    exponential backoff; the last 5xx answer is returned for the caller to
+    report, other answers at once.
+
+    Raises:
+        NetworkError: The connection failed on every attempt.
+        RemoteError: A redirect loop.
+    """
+    for last in tries(sleep, attempts=attempts):
+        try:
+            request = http.build_request("GET", url, headers=headers)
+            response = http.send(request, stream=True, follow_redirects=True)
+            try:
+                body = read_capped(response, what=f"an answer for {redact_url(url)}")
+            finally:
+                response.close()
+        except httpx.TooManyRedirects as exc:
+            raise RemoteError(f"GitHub redirected in a loop for {redact_url(url)}.") from exc
+        except httpx.HTTPError as exc:
+            if last:
+                raise NetworkError(
+                    f"Could not reach GitHub at {redact_url(url)}: {type(exc).__name__}; "
+                    "check the network connection and try again."
+                ) from exc
+        else:
+            if response.status_code < 500 or last:
+                return response, body
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def decode_json(response: httpx.Response, raw: bytes) -> Any:
+    """The JSON of an answer labelled JSON (or as a static file), depth- and size-bounded.
+
+    Raises:
+        RemoteError: The answer is not release data (an HTML page, malformed JSON).
+    """
+    ctype = response.headers.get("content-type", "unknown").split(";")[0].strip() or "unknown"
+    # Static servers and buckets label extension-less mirror files as binary or
+    # text; an HTML page is never release data (a portal or an error page).
+    if "json" not in ctype and ctype not in _STATIC_FILE_TYPES:
+        raise RemoteError(
+            f"GitHub answered with something that is not release data ({printable(ctype[:_CTYPE_QUOTE_CHARS])})."
+        )
+    try:
+        return loads_bounded(raw, what="release data")
+    except ValueError as exc:
+        raise RemoteError(
+            f"GitHub answered with something that is not release data ({printable(ctype[:_CTYPE_QUOTE_CHARS])})."
+        ) from exc
+
+
+# -- github_limits: GitHub's rate limits: what the headers say, and the error a refusal becomes. -----------------
+
+# An error answer's JSON is a sentence and a link; more is not GitHub's error body.
+_ERROR_BODY_BYTES: Final[int] = 4096
+# GitHub: for a secondary rate limit without retry-after, "wait for at least one minute".
+SECONDARY_BACKOFF_SECONDS: Final[int] = 60
+_TOKEN_HINT: Final[str] = "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit from 60 to 5,000 requests an hour."
+
+
+def int_header(response: httpx.Response, name: str) -> int | None:
+    """The header ``name`` as a non-negative integer, or None when absent or not one."""
+    value = response.headers.get(name, "")
+    return int(value) if value.strip().isdigit() else None
+
+
+def rate_limit_of(response: httpx.Response) -> RateLimit | None:
+    """The quota an API answer reports (``x-ratelimit-*``), or None when it reports none."""
+    if "x-ratelimit-remaining" not in response.headers:
+        return None
+    return RateLimit(
+        limit=int_header(response, "x-ratelimit-limit"),
+        remaining=int_header(response, "x-ratelimit-remaining"),
+        reset=int_header(response, "x-ratelimit-reset"),
+    )
+
+
+def rate_limit_error(response: httpx.Response, body: bytes, *, has_token: bool) -> RateLimitError | None:
+    """The error a 403/429 answer means when it is a rate limit (primary or secondary), else None."""
+    retry_after = int_header(response, "retry-after")
+    remaining = int_header(response, "x-ratelimit-remaining")
+    if retry_after is None and remaining != 0:
+        return _secondary_limit_error(response, remaining, body)
+    reset = int_header(response, "x-ratelimit-reset")
+    if retry_after is not None:
+        when = f"retry after {retry_after} seconds"
+    elif reset is not None:
+        when = f"it resets at {_local_time(reset)}"
+    else:
+        when = "wait a while before retrying"
+    return RateLimitError(
+        f"GitHub's API rate limit is used up (HTTP {response.status_code}); {when}.",
+        reset_at=float(reset) if reset is not None else None,
+        retry_after=float(retry_after) if retry_after is not None else None,
+        hint=None if has_token else _TOKEN_HINT,
+    )
+
+
+def _secondary_limit_error(response: httpx.Response, remaining: int | None, body: bytes) -> RateLimitError | None:
+    """A secondary rate limit: 403/429 with quota left (or no headers) and no ``retry-after``.
+
+    GitHub's docs ("Rate limits for the REST API"): "If the retry-after response
+    header is present, you should not retry your request until after that many
+    seconds has elapsed ... Otherwise, wait for at least one minute before
+    retrying." A 403 with quota left is only a rate limit when the body says so
+    (otherwise it is a permission problem); a 429 always is.
+    """
+    try:
+        payload = json.loads(body[:_ERROR_BODY_BYTES])
+    except ValueError:  # an HTML page, a cut body: not GitHub's JSON error
+        payload = None
+    message = str(payload.get("message", "")) if isinstance(payload, dict) else ""
+    if response.status_code != 429 and "rate limit" not in message.lower():
+        return None
+    left = f" ({remaining} requests of the hourly quota are left)" if remaining else ""
+    return RateLimitError(
+        f"GitHub's secondary rate limit refused the request (HTTP {response.status_code}){left}; "
+        f"wait at least {SECONDARY_BACKOFF_SECONDS} seconds before retrying.",
+        retry_after=float(SECONDARY_BACKOFF_SECONDS),
+        hint="Secondary limits guard against bursts; the next scheduled check waits for it.",
+    )
+
+
+def _local_time(epoch: float) -> str:
+    return time.strftime("%H:%M:%S on %Y-%m-%d", time.localtime(epoch))
+
+
+# -- etag_cache: Where ETags and JSON bodies persist, so a repeated API request is a free ``304... ---------------
+
+#: Largest the cache file grows (bytes of JSON). Past it the entries written longest ago go first:
+#: a fork's manifests are cached per release (up to 1 MiB each), and a cache is no archive.
+MAX_CACHE_BYTES: Final[int] = 16 * 1024 * 1024
+
+
+class EtagCache(Protocol):
+    """Stores the last ETag and JSON body per URL so a repeat is a free 304."""
+
+    def get(self, url: str) -> tuple[str, Any] | None:
+        """The stored ``(etag, decoded JSON)`` for ``url``, if any."""
+        ...
+
+    def put(self, url: str, etag: str, body: Any) -> None:
+        """Remember ``etag`` and the decoded JSON ``body`` for ``url``."""
+        ...
+
+
+class JsonFileEtagCache:
+    """An :class:`EtagCache` kept in one JSON file, replaced atomically on each write.
+
+    A missing or unreadable file is an empty cache: the worst outcome is one
+    full (non-304) request.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = read_record(self.path)
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, url: str) -> tuple[str, Any] | None:
+        """The stored ``(etag, decoded JSON)`` for ``url``, if any."""
+        entry = self._load().get(url)
+        if isinstance(entry, dict) and isinstance(entry.get("etag"), str) and "body" in entry:
+            return entry["etag"], entry["body"]
+        return None
+
+    def put(self, url: str, etag: str, body: Any) -> None:
+        """Remember ``etag`` and ``body`` for ``url`` (one atomic replace of the file).
+
+        A cache that cannot be written (a read-only home, a full disk) is no
+        cache: the answer in hand is still right, and the next request is a
+        full one instead of a free 304. The file is left as it was.
+        """
+        data = self._load()
+        data.pop(url, None)  # re-inserted last: the newest entry is dropped last
+        data[url] = {"etag": etag, "body": body}
+        # Each entry's size is measured once; the oldest go until the rest fit (the newest always stays).
+        sizes = {key: len(json.dumps({key: entry})) for key, entry in data.items()}
+        total = sum(sizes.values())
+        for key in list(data)[:-1]:
+            if total <= MAX_CACHE_BYTES:
+                break
+            total -= sizes[key]
+            del data[key]
+        try:
+            write_record(self.path, data)
+        except OSError:
+            return
+
+
+# -- github ------------------------------------------------------------------------------------------------------
 
 # 100 is GitHub's maximum page size; one page covers months of llama.cpp builds.
 _PER_PAGE: Final[int] = 100
@@ -82,7 +303,7 @@ class GitHubClient:
         repo: ``owner/name``.
         token: Sent as ``Authorization: Bearer`` to the API origin only.
         transport: httpx transport override (a ``file://`` mirror's
-            :class:`~updater.sources.files.FileTransport`, tests).
+            :class:`~updater.sources.mirror_reader.FileTransport`, tests).
         user_agent: ``User-Agent`` for every request (GitHub requires one).
         timeout: httpx timeouts; connect 10 s, read 30 s by default.
         etag_cache: Where ETags and bodies persist for conditional requests.

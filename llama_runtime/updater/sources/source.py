@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import httpx
 
     from llama_runtime.updater.release.release import Asset, Release
-    from llama_runtime.updater.sources.etag_cache import EtagCache
+    from llama_runtime.updater.sources.github import EtagCache
 
 __all__ = ["AssetHost", "PlainHttp", "RateLimit", "ReleaseSource"]
 

@@ -34,22 +34,20 @@ from typing import IO, Final
 
 from llama_runtime.runtime.errors import CancelledError, LlamaRuntimeError, UnsafeArchiveError
 from llama_runtime.runtime.fsutil import is_disk_full
-from llama_runtime.updater.stage.archive_formats import (
-    Member,
-    MemberKind,
-    Opener,
-    reader_for,
-    reading,
-    tar_stream_members,
-)
 from llama_runtime.updater.stage.archive_rules import (
     DEFAULT_LIMITS,
     ExtractLimits,
+    Member,
+    MemberKind,
     MemberPlan,
+    Opener,
     check_links_on_disk,
     exceeds_ratio,
     hardlink_source,
     ratio_reason,
+    reader_for,
+    reading,
+    tar_stream_members,
 )
 
 # 1 MiB: large enough that syscall overhead is negligible, small enough that a
@@ -165,7 +163,7 @@ def extract_tar_stream(
     any error and never activates before the archive's digest has matched.
 
     Args:
-        stream: The gzip bytes, e.g. a :class:`~updater.fetch.follow.FollowReader`.
+        stream: The gzip bytes, e.g. a :class:`~updater.fetch.download.FollowReader`.
         dest: A non-existent or empty staging directory.
         label: The archive's name, for messages.
         limits: Caps on size and member count.

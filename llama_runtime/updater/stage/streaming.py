@@ -1,7 +1,7 @@
 """Get one asset's checked bytes onto disk in one pass: from the cache, as ranges, or as one stream.
 
 For a ``.tar.gz`` the archive is extracted into staging *while* it arrives: a
-worker thread follows the partial file (:mod:`updater.fetch.follow`) and
+worker thread follows the partial file (:mod:`updater.fetch.download`) and
 feeds it to :func:`~updater.stage.archive.extract_tar_stream`, so the
 transfer, the decompression and the writing overlap instead of following
 one another.
@@ -30,11 +30,24 @@ from typing import IO, TYPE_CHECKING, Final
 from llama_runtime.runtime.errors import IntegrityError
 from llama_runtime.runtime.fsutil import remove_tree_quietly
 from llama_runtime.updater.fetch.cache import AssetCache
-from llama_runtime.updater.fetch.download import BytesDone, Cancel, DownloadResult, download_asset
-from llama_runtime.updater.fetch.follow import FollowReader, GrowingFile, StreamAborted, StreamRestarted
+from llama_runtime.updater.fetch.download import (
+    BytesDone,
+    Cancel,
+    DownloadResult,
+    FollowReader,
+    GrowingFile,
+    StreamAborted,
+    StreamRestarted,
+    download_asset,
+)
 from llama_runtime.updater.fetch.partial import discard_partial
-from llama_runtime.updater.fetch.range_record import discard_ranged, state_path
-from llama_runtime.updater.fetch.ranges import DEFAULT_PARALLEL, MIN_PARALLEL_BYTES, RangedDownload
+from llama_runtime.updater.fetch.ranges import (
+    DEFAULT_PARALLEL,
+    MIN_PARALLEL_BYTES,
+    RangedDownload,
+    discard_ranged,
+    state_path,
+)
 from llama_runtime.updater.release.release import Asset
 from llama_runtime.updater.stage.archive import ExtractResult, extract_tar_stream
 

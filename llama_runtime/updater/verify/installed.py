@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llama_runtime.runtime.integrity import file_problems
 from llama_runtime.runtime.layout import InstalledRuntime
+from llama_runtime.runtime.marker import file_problems
 from llama_runtime.runtime.snapshot import HomeSnapshot
 
 if TYPE_CHECKING:
@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from llama_runtime.runtime.binary import ProcessRunner
 from llama_runtime.runtime.errors import UserInputError, VerificationError
 from llama_runtime.runtime.marker import InstallMarker, install_order
-from llama_runtime.runtime.runner import ProcessRunner
 from llama_runtime.updater.verify.verify import Expected, probe_binary, read_back_marker
 
 __all__ = [

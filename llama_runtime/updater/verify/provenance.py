@@ -10,7 +10,7 @@ This module reads the published attestations of a file and decides the
 per-runtime result (``verified`` / ``absent`` / ``unverified``). Whose
 signature counts and what a statement must say is :mod:`updater.verify.signer`
 (pure); the cryptography (the signature, the chain to the Sigstore trust
-root, the transparency-log inclusion) is :mod:`updater.verify.attestation`'s
+root, the transparency-log inclusion) is :mod:`updater.verify.signer`'s
 job, done by sigstore-python and imported only when a bundle is there.
 
 Invariants:
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, ProvenanceMissingError
+from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, ProvenanceMissingError, UserInputError
 from llama_runtime.updater.config import env_flag
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.verify.signer import UPSTREAM_REPOSITORIES, Signer, SignerPolicy
@@ -44,11 +44,86 @@ __all__ = [
     "ProvenanceCheck",
     "combine",
     "parse_attestations",
+    "parse_signers",
+    "parse_workflows",
     "predicate_type",
     "read_attestation_file",
     "read_listing",
     "with_build_commit",
 ]
+
+
+# -- provenance_env: The signer opt-ins of the environment, parsed and checked (pure). ---------------------------
+
+# GitHub's own name rules: an owner is letters, digits and inner hyphens (at most 39);
+# a repository name letters, digits, '.', '-' and '_' (not '.' or '..').
+_REPO: Final = r"[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?(?:$|/|=))[A-Za-z0-9._-]{1,100}"
+# Workflows live in .github/workflows/ as .yml or .yaml files (GitHub docs, "Workflow syntax").
+_WORKFLOW: Final = r"\.github/workflows/[A-Za-z0-9._-]+\.ya?ml"
+_REPO_RE: Final = re.compile(rf"^{_REPO}$")
+_WORKFLOW_RE: Final = re.compile(rf"^{_WORKFLOW}$")
+_SIGNER_RE: Final = re.compile(rf"^{_REPO}/{_WORKFLOW}$")
+_WORKFLOW_FORM: Final = (
+    "LLAMA_RUNTIME_PROVENANCE_WORKFLOW=OWNER/NAME=.github/workflows/FILE.yml (several separated by commas)"
+)
+_SIGNER_FORM: Final = (
+    "LLAMA_RUNTIME_PROVENANCE_SIGNER=OWNER/NAME=SIGNER-OWNER/SIGNER-NAME/.github/workflows/FILE.yml "
+    "(several separated by commas)"
+)
+
+
+def _items(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _pair(item: str, right: re.Pattern[str], form: str, env: str) -> tuple[str, str]:
+    repo, _, target = (part.strip() for part in item.partition("="))
+    if not _REPO_RE.match(repo) or not right.match(target):
+        raise UserInputError(f"{env} has {item!r}, which is not of the form {form}.")
+    return repo.casefold(), target
+
+
+def parse_workflows(value: str) -> tuple[str | None, dict[str, str]]:
+    """The bare (deprecated) workflow pin and the per-repository pins of ``value``.
+
+    Raises:
+        UserInputError: An item is neither ``owner/name=path`` nor a bare path,
+            two bare paths are given, or one repository is pinned twice.
+    """
+    env = "LLAMA_RUNTIME_PROVENANCE_WORKFLOW"
+    bare: str | None = None
+    pins: dict[str, str] = {}
+    for item in _items(value):
+        if "=" not in item:
+            if not _WORKFLOW_RE.match(item) or bare is not None:
+                raise UserInputError(f"{env} has {item!r}, which is not of the form {_WORKFLOW_FORM}.")
+            bare = item
+            continue
+        repo, workflow = _pair(item, _WORKFLOW_RE, _WORKFLOW_FORM, env)
+        if repo in pins:
+            raise UserInputError(f"{env} pins {repo} twice; give one workflow per repository ({_WORKFLOW_FORM}).")
+        pins[repo] = workflow
+    return bare, pins
+
+
+def parse_signers(value: str) -> dict[str, str]:
+    """The reusable-workflow opt-ins of ``value``: casefolded ``owner/name`` -> ``o/n/.github/workflows/x.yml``.
+
+    Raises:
+        UserInputError: An item is not ``owner/name=o/n/.github/workflows/x.yml``,
+            or one repository is named twice.
+    """
+    env = "LLAMA_RUNTIME_PROVENANCE_SIGNER"
+    signers: dict[str, str] = {}
+    for item in _items(value):
+        repo, signer = _pair(item, _SIGNER_RE, _SIGNER_FORM, env)
+        if repo in signers:
+            raise UserInputError(f"{env} names {repo} twice; give one signer per repository ({_SIGNER_FORM}).")
+        signers[repo] = signer
+    return signers
+
+
+# -- provenance --------------------------------------------------------------------------------------------------
 
 Status = Literal["verified", "absent", "unverified"]
 log = get_logger("llama_runtime.install")
@@ -315,7 +390,7 @@ class ProvenanceCheck:
         Raises:
             UserInputError: A value is not of those forms (exit 2).
         """
-        from llama_runtime.updater.verify.provenance_env import parse_signers, parse_workflows
+        from llama_runtime.updater.verify.provenance import parse_signers, parse_workflows
 
         env = os.environ if env is None else env
         root = env.get("LLAMA_RUNTIME_TRUSTED_ROOT", "").strip()
@@ -420,7 +495,7 @@ class ProvenanceCheck:
                     hint="Install a release that publishes attestations, or drop --require-provenance.",
                 )
             return Provenance("absent", f"{repo} publishes no build attestation for {asset}")
-        from llama_runtime.updater.verify import attestation
+        from llama_runtime.updater.verify import signer as attestation
 
         policy = self.policy_for(repo)
         try:

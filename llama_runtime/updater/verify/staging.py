@@ -23,8 +23,7 @@ from llama_runtime.runtime.marker import MARKER_NAME, FileRecord, InstallMarker,
 from llama_runtime.updater.progress import CancelCheck
 from llama_runtime.updater.stage.archive import ExtractResult, extract_archive, find_server_binary
 from llama_runtime.updater.stage.archive_rules import check_links_inside
-from llama_runtime.updater.verify.identity import BinaryIdentity, BuildCheck
-from llama_runtime.updater.verify.verify import BinaryReport
+from llama_runtime.updater.verify.verify import BinaryIdentity, BinaryReport, BuildCheck
 
 __all__ = ["Staged", "Verified", "extract_staged", "marker_from_meta", "merge_companion", "new_staging_path"]
 

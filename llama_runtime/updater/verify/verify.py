@@ -9,24 +9,32 @@ discards the staged runtime and leaves the active one untouched.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final, Literal
 
 from llama_runtime.runtime.backends import is_gpu_backend
 from llama_runtime.runtime.binary import (
     LIST_DEVICES_TIMEOUT_SECONDS,
     VERSION_TIMEOUT_SECONDS,
+    ProcessRunner,
     devices_of,
     has_any_ggml_library,
     has_backend_library,
     parse_devices,
 )
-from llama_runtime.runtime.errors import CorruptStateError, MacOSTooOldError, VerificationError
+from llama_runtime.runtime.errors import CorruptStateError, MacOSTooOldError, UserInputError, VerificationError
 from llama_runtime.runtime.marker import InstallMarker, read_marker
-from llama_runtime.runtime.runner import ProcessRunner
 from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.choice.platform_facts import version_tuple
+from llama_runtime.updater.choice.host_detect import version_tuple
+from llama_runtime.updater.release.tags import parse_tag
+
+__all__ = ["UNKNOWN_BUILDS", "BinaryIdentity", "BuildCheck", "check_build", "parse_version_output"]
+
+
+# -- verify ------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -146,7 +154,7 @@ def check_macos_minimum(binary: Path, host: HostFacts) -> None:
     """
     if host.os != "macos" or not host.macos_version:
         return
-    from llama_runtime.runtime.macho import binary_minimum_macos
+    from llama_runtime.runtime.binary import binary_minimum_macos
 
     needed = binary_minimum_macos(binary)
     if needed is not None and version_tuple(needed) > version_tuple(host.macos_version):
@@ -155,3 +163,68 @@ def check_macos_minimum(binary: Path, host: HostFacts) -> None:
             "(its LC_BUILD_VERSION says so; dyld would refuse to load it).",
             hint="Update macOS, or install an older build with `llama-runtime update --tag TAG`.",
         )
+
+
+# -- identity: Which build a ``llama-server`` says it is, checked against the build asked for (p... --------------
+
+BuildCheck = Literal["verified", "unverifiable"]
+
+_SEMVER_FORM: Final = re.compile(
+    r"version:\s*(?P<version>[0-9][0-9A-Za-z.+-]*)\s*\(\s*build\s+(?P<build>\d+)\s*,\s*commit\s+(?P<commit>[^)\s]*)\s*\)"
+)
+_BUILD_FORM: Final = re.compile(r"version:\s*(?P<build>\d+)\s*\(\s*(?P<commit>[^)\s]*)\s*\)")
+#: Build numbers a binary reports when it cannot know its own (no git: 0; a
+#: depth-1 clone: 1). No release carries them.
+UNKNOWN_BUILDS: Final[frozenset[int]] = frozenset({0, 1})
+
+
+@dataclass(frozen=True)
+class BinaryIdentity:
+    """What ``--version`` said.
+
+    Attributes:
+        raw: The output, stripped (what the marker records).
+        build: The build number, or ``None`` when the output has none.
+        version: The semver the binary reports (new format), else ``None``.
+        commit: The short commit hash, if printed.
+    """
+
+    raw: str
+    build: int | None
+    version: str | None = None
+    commit: str | None = None
+
+
+def parse_version_output(output: str) -> BinaryIdentity:
+    """Read the build number out of ``llama-server --version`` output (either format)."""
+    raw = output.strip()
+    if m := _SEMVER_FORM.search(raw):
+        return BinaryIdentity(raw, int(m["build"]), m["version"], m["commit"] or None)
+    if m := _BUILD_FORM.search(raw):
+        return BinaryIdentity(raw, int(m["build"]), None, m["commit"] or None)
+    return BinaryIdentity(raw, None)
+
+
+def check_build(tag: str, identity: BinaryIdentity) -> BuildCheck:
+    """Whether the binary is the build ``tag`` names.
+
+    Returns:
+        ``"verified"`` when the numbers agree; ``"unverifiable"`` when the tag
+        or the binary carries no usable build number.
+
+    Raises:
+        VerificationError: The binary reports another build (both numbers named).
+    """
+    try:
+        expected = parse_tag(tag).build
+    except UserInputError:
+        expected = None
+    reported = identity.build
+    if expected is None or reported is None or reported in UNKNOWN_BUILDS:
+        return "unverifiable"
+    if reported != expected:
+        raise VerificationError(
+            f"asked for build {expected} ({tag}) but the new llama-server reports build {reported} "
+            f"({identity.raw.splitlines()[0][:120] if identity.raw else 'no output'})"
+        )
+    return "verified"

@@ -7,9 +7,9 @@ The state of the one server a home manages lives in ``<home>/server/``::
     server.lock          serialises start/stop between processes
 
 Which process is ours (the record, pid and creation time) is
-:mod:`llama_runtime.runtime.server_record`; starting and signalling it,
-:mod:`llama_runtime.runtime.server_spawn`; its arguments and addresses,
-:mod:`llama_runtime.runtime.listen`; ``/health``, :mod:`llama_runtime.runtime.health`.
+:mod:`llama_runtime.runtime.server`; starting and signalling it,
+:mod:`llama_runtime.runtime.server`; its arguments and addresses,
+:mod:`llama_runtime.runtime.listen`; ``/health``, :mod:`llama_runtime.runtime.listen`.
 
 Invariants:
 
@@ -32,8 +32,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -43,25 +47,334 @@ from llama_runtime.runtime.errors import (
     BusyError,
     PortInUseError,
     ServerAlreadyRunningError,
+    ServerStartError,
     ServerStopError,
 )
-from llama_runtime.runtime.health import HEALTH_PROBE_TIMEOUT_SECONDS, Health, http_netloc, probe_health
 from llama_runtime.runtime.listen import (
     DEFAULT_HOST,
+    HEALTH_PROBE_TIMEOUT_SECONDS,
     Endpoint,
+    Health,
     describe_holder,
     endpoint_in_use,
+    http_netloc,
     listen_address,
     listen_endpoints,
     listens_on,
     loopback_for,
     probe_endpoint,
+    probe_health,
     probe_unix_health,
     with_listen_args,
 )
-from llama_runtime.runtime.server_record import ServerRecord, ServerState
-from llama_runtime.runtime.server_spawn import HARD_KILL, Kill, log_tail, signal_server, spawn_detached
-from llama_runtime.runtime.server_status import ServerStatus, gone_status, running_status
+from llama_runtime.runtime.procinfo import MAX_PID, pid_alive, process_start_ticks
+from llama_runtime.runtime.record import parse_record, write_record
+
+# -- server_record: Which process is our server: ``server.json`` and the children this process s... --------------
+
+STATE_NAME: Final = "server.json"
+STATE_SCHEMA: Final = 1
+#: Process start times in clock ticks since boot fit in 63 bits for millennia.
+MAX_START_TICKS: Final = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """The parsed, trusted content of ``server.json``."""
+
+    pid: int
+    binary: Path
+    args: list[str]
+    host: str
+    port: int | None
+    started_at: str
+    runtime_name: str | None
+    proc_start: int | None
+    cwd: Path | None = None
+
+
+class ServerRecord:
+    """``<server_dir>/server.json`` plus the children started through this object.
+
+    Args:
+        server_dir: ``home.server_dir``.
+    """
+
+    def __init__(self, server_dir: Path) -> None:
+        self.path = Path(server_dir) / STATE_NAME
+        #: Children this process launched, by pid (dicts keep insertion order: the last is the newest).
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def read(self) -> ServerState | None:
+        """The record, or None when there is none or it is not ours."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        return parse_state(raw)
+
+    def write(
+        self,
+        child: subprocess.Popen[bytes],
+        *,
+        binary: Path,
+        args: list[str],
+        listen: tuple[str, int | None],
+        runtime_name: str | None,
+        cwd: Path,
+    ) -> None:
+        """Adopt ``child`` and record it as the server (stamped now, with its creation time).
+
+        Args:
+            child: The process just started.
+            binary: Its executable.
+            args: Its full arguments.
+            listen: The first address it listens on: host (or socket path) and port.
+            runtime_name: The installed runtime the binary belongs to.
+            cwd: Its working directory.
+        """
+        self.children[child.pid] = child
+        host, port = listen
+        write_record(
+            self.path,
+            {
+                "schema_version": STATE_SCHEMA,
+                "pid": child.pid,
+                "binary": str(binary),
+                "args": args,
+                "host": host,
+                "port": port,
+                "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "runtime_name": runtime_name,
+                "cwd": str(cwd),
+                "proc_start": process_start_ticks(child.pid),
+            },
+        )
+
+    def alive(self, state: ServerState) -> bool:
+        """Whether the recorded process lives and is still the one recorded."""
+        child = self.children.get(state.pid)
+        if child is not None:
+            return child.poll() is None
+        if not pid_alive(state.pid):
+            return False
+        current = process_start_ticks(state.pid)
+        if current is None:
+            return True  # the OS would not say when it started: the pid is all there is
+        # Every record we write has a creation time: a record without it
+        # (hand-written, planted) proves nothing, and a different one means the
+        # pid was recycled by an unrelated process. Neither may be signalled.
+        return state.proc_start == current
+
+    def running(self) -> ServerState | None:
+        """The record when its process is alive, else None."""
+        state = self.read()
+        return state if state is not None and self.alive(state) else None
+
+    def forget(self, pid: int) -> None:
+        """Drop the record of ``pid``'s server (only once the process is gone)."""
+        self.children.pop(pid, None)
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    def newest_exit_status(self) -> int | None:
+        """The exit status of the newest child started here, once it ended (else None)."""
+        if not self.children:
+            return None
+        return list(self.children.values())[-1].poll()
+
+
+def parse_state(raw: bytes) -> ServerState | None:
+    """The trusted content of ``server.json``, or None when it is not ours."""
+    try:
+        payload = parse_record(raw, what="server.json")
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    pid, binary, args = payload.get("pid"), payload.get("binary"), payload.get("args")
+    if type(pid) is not int or not 0 < pid <= MAX_PID or not isinstance(binary, str) or not binary:
+        return None
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        return None
+    proc_start = payload.get("proc_start")
+    if proc_start is not None and (type(proc_start) is not int or not 0 <= proc_start <= MAX_START_TICKS):
+        return None  # a start time we cannot compare cannot prove the pid is ours
+    host, port, cwd = payload.get("host"), payload.get("port"), payload.get("cwd")
+    name, started = payload.get("runtime_name"), payload.get("started_at")
+    return ServerState(
+        pid=pid,
+        binary=Path(binary),
+        args=list(args),
+        host=host if isinstance(host, str) and host else DEFAULT_HOST,
+        port=port if type(port) is int and 0 < port < 65536 else None,
+        started_at=started if isinstance(started, str) else "",
+        runtime_name=name if isinstance(name, str) else None,
+        proc_start=proc_start,
+        cwd=Path(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else None,
+    )
+
+
+# -- server_spawn: Starting llama-server detached from this process, reading its log, signalling... --------------
+
+#: Sends a signal to a pid (``os.kill``; tests inject failures here).
+Kill = Callable[[int, int], None]
+
+if sys.platform == "win32":
+    # TerminateProcess (what os.kill maps to) is already unconditional.
+    HARD_KILL: Final[int] = signal.SIGTERM
+else:
+    HARD_KILL = signal.SIGKILL
+
+
+def spawn_detached(
+    binary: Path, args: Sequence[str], env: Mapping[str, str] | None, cwd: Path, log_path: Path
+) -> subprocess.Popen[bytes]:
+    """Launch ``binary args`` in its own session, stdout and stderr to ``log_path``.
+
+    The previous log is kept as ``<log>.1``.
+
+    Raises:
+        ServerStartError: The binary could not be executed.
+    """
+    if log_path.exists():
+        os.replace(log_path, log_path.with_name(log_path.name + ".1"))
+    try:
+        with open(log_path, "wb") as log:
+            return subprocess.Popen(
+                [str(binary), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env) if env is not None else None,
+                cwd=str(cwd),
+                close_fds=True,
+                # A new session/process group: Ctrl-C in the CLI's terminal
+                # and the CLI's exit must not take the server down.
+                start_new_session=sys.platform != "win32",
+                creationflags=_creation_flags(),
+            )
+    except OSError as exc:
+        raise ServerStartError(
+            f"Could not start {binary}: {exc.strerror or exc}.",
+            hint="Check that the runtime is installed (`llama-runtime status`).",
+        ) from exc
+
+
+def log_tail(log_path: Path, lines: int, max_bytes: int) -> list[str]:
+    """The last non-empty ``lines`` of the server's log, reading at most its last ``max_bytes``."""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(max(log.seek(0, os.SEEK_END) - max_bytes, 0))
+            text = log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+
+
+def signal_server(kill: Kill, pid: int, signum: int) -> None:
+    """Send ``signum`` to the server ``pid``; one that already exited is fine.
+
+    Raises:
+        ServerStopError: It belongs to another user, or the signal failed.
+    """
+    try:
+        kill(pid, signum)
+    except ProcessLookupError:
+        return  # exited between the liveness check and the signal
+    except PermissionError as exc:
+        raise ServerStopError(
+            f"Not allowed to stop llama-server (pid {pid}): it belongs to another user.",
+            reason="permission_denied",
+            hint="Stop it as the user that started it.",
+        ) from exc
+    except OSError as exc:
+        raise ServerStopError(
+            f"Could not signal llama-server (pid {pid}): {exc.strerror or exc}.",
+            reason="signal_failed",
+        ) from exc
+
+
+def _creation_flags() -> int:
+    """Windows flags that let the server outlive this process and its console."""
+    if sys.platform == "win32":
+        return subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
+    return 0
+
+
+# -- server_status: What is known about the managed server right now: the ``server`` object of t... --------------
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """What is known about the managed server right now.
+
+    ``healthy`` is None when no server runs (nothing to ask).
+    """
+
+    running: bool
+    pid: int | None = None
+    binary: Path | None = None
+    args: list[str] = field(default_factory=list)
+    port: int | None = None
+    runtime_name: str | None = None
+    healthy: bool | None = None
+    health_detail: str = ""
+    host: str | None = None
+    started_at: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The server object of the CLI contract."""
+        return {
+            "running": self.running,
+            "pid": self.pid,
+            "binary": str(self.binary) if self.binary else None,
+            "args": list(self.args),
+            "host": self.host,
+            "port": self.port,
+            "runtime_name": self.runtime_name,
+            "started_at": self.started_at,
+            "healthy": self.healthy,
+            "health_detail": self.health_detail,
+        }
+
+
+def gone_status(state: ServerState) -> ServerStatus:
+    """The status of a recorded server whose process is no longer running."""
+    return ServerStatus(
+        running=False,
+        binary=state.binary,
+        args=list(state.args),
+        port=state.port,
+        runtime_name=state.runtime_name,
+        host=state.host,
+        started_at=state.started_at,
+        health_detail=f"the recorded process {state.pid} is no longer running",
+    )
+
+
+def running_status(state: ServerState, answer: Health | None) -> ServerStatus:
+    """The status of a running server; ``answer`` is its ``/health``, None when no address is recorded."""
+    if answer is None:
+        healthy: bool | None = None
+        detail = "no --port recorded; health unknown"
+    else:
+        healthy, detail = answer.ok, answer.detail
+    return ServerStatus(
+        running=True,
+        pid=state.pid,
+        binary=state.binary,
+        args=list(state.args),
+        port=state.port,
+        runtime_name=state.runtime_name,
+        healthy=healthy,
+        health_detail=detail,
+        host=state.host,
+        started_at=state.started_at,
+    )
+
+
+# -- server ------------------------------------------------------------------------------------------------------
 
 LOG_NAME: Final = "llama-server.log"
 LOCK_NAME: Final = "server.lock"
