@@ -59,14 +59,13 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime, UnsafeHomeError
     from llama_runtime.runtime.marker import FileRecord, InstallMarker
     from llama_runtime.runtime.server import ServerControl
-    from llama_runtime.updater.activate.attempts import Attempt, CandidatesFailedError
+    from llama_runtime.updater.activate.attempts import Attempt, CandidatesFailedError, UpdateOutcome
     from llama_runtime.updater.activate.gc import GcItem
-    from llama_runtime.updater.activate.outcome import UpdateOutcome
     from llama_runtime.updater.activate.swap import SwitchReport
+    from llama_runtime.updater.api.check import CheckResult
     from llama_runtime.updater.api.job_store import JobError, JobListener, JobResult, JobState
     from llama_runtime.updater.api.jobs import UpdateJob
-    from llama_runtime.updater.api.ready import EnsureResult, NotReady, Ready
-    from llama_runtime.updater.api.results import (
+    from llama_runtime.updater.api.manage import (
         DoctorCheck,
         DoctorResult,
         GcResult,
@@ -76,7 +75,7 @@ if TYPE_CHECKING:
         RemoveResult,
         RollbackResult,
     )
-    from llama_runtime.updater.api.schedule import CheckResult
+    from llama_runtime.updater.api.ready import EnsureResult, NotReady, Ready
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.progress import Progress, ProgressCallback
     from llama_runtime.updater.release.release import RemoteDataError
@@ -88,25 +87,25 @@ _ERRORS = "llama_runtime.runtime.errors"
 
 #: Public name -> the module that defines it. Loaded on first attribute access.
 _EXPORTS: dict[str, str] = {
-    "CheckResult": "llama_runtime.updater.api.schedule",
+    "CheckResult": "llama_runtime.updater.api.check",
     "EnsureResult": "llama_runtime.updater.api.ready",
     "NotReady": "llama_runtime.updater.api.ready",
     "Ready": "llama_runtime.updater.api.ready",
     "JobState": "llama_runtime.updater.api.job_store",
     "JobResult": "llama_runtime.updater.api.job_store",
     "JobError": "llama_runtime.updater.api.job_store",
-    "JobRecords": "llama_runtime.updater.api.results",
+    "JobRecords": "llama_runtime.updater.api.manage",
     "JobListener": "llama_runtime.updater.api.job_store",
     "RuntimeUpdater": "llama_runtime.updater.api.service",
     "UpdateJob": "llama_runtime.updater.api.jobs",
-    "DoctorCheck": "llama_runtime.updater.api.results",
-    "DoctorResult": "llama_runtime.updater.api.results",
-    "GcResult": "llama_runtime.updater.api.results",
-    "PlanCandidate": "llama_runtime.updater.api.results",
-    "PlanResult": "llama_runtime.updater.api.results",
-    "RemoveResult": "llama_runtime.updater.api.results",
-    "RollbackResult": "llama_runtime.updater.api.results",
-    "UpdateOutcome": "llama_runtime.updater.activate.outcome",
+    "DoctorCheck": "llama_runtime.updater.api.manage",
+    "DoctorResult": "llama_runtime.updater.api.manage",
+    "GcResult": "llama_runtime.updater.api.manage",
+    "PlanCandidate": "llama_runtime.updater.api.manage",
+    "PlanResult": "llama_runtime.updater.api.manage",
+    "RemoveResult": "llama_runtime.updater.api.manage",
+    "RollbackResult": "llama_runtime.updater.api.manage",
+    "UpdateOutcome": "llama_runtime.updater.activate.attempts",
     "Progress": "llama_runtime.updater.progress",
     "ProgressCallback": "llama_runtime.updater.progress",
     "Attempt": "llama_runtime.updater.activate.attempts",

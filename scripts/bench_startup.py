@@ -63,9 +63,9 @@ DEFERRED: Final[tuple[str, ...]] = (
     "llama_runtime.updater.api.jobs",
     "llama_runtime.updater.api.jobs",
     "llama_runtime.updater.api.jobs",
-    "llama_runtime.updater.api.progress",
+    "llama_runtime.updater.api.jobs",
     "llama_runtime.updater.api.check",
-    "llama_runtime.updater.api.schedule",
+    "llama_runtime.updater.api.check",
     "llama_runtime.updater.choice.decide",
 )
 

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from llama_runtime.runtime.clock import SystemClock
 from llama_runtime.runtime.errors import RateLimitError, UserInputError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import InstallMarker
-from llama_runtime.updater.api.schedule import (
+from llama_runtime.updater.api.check import (
     DEFAULT_BACKOFF_SECONDS,
     MAX_BACKOFF_SECONDS,
     Backoff,
@@ -29,7 +30,6 @@ from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli import jobs as cli_jobs
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.sources.source import RateLimit
-
 from tests.conftest import REPO, HomeGuard, assert_runs
 from tests.fakegithub import FakeGitHub, Fault
 from tests.test_service import make_updater, publish

@@ -165,7 +165,7 @@ def test_disk_filling_up_during_the_download_exits_4_and_removes_the_partial(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Space taken by someone else after the up-front check: the write itself fails.
-    monkeypatch.setattr("llama_runtime.updater.activate.acquire.check_free_space", lambda *_a, **_k: None)
+    monkeypatch.setattr("llama_runtime.updater.activate.pipeline.check_free_space", lambda *_a, **_k: None)
     raised = [] if small_fs.real else inject_enospc(monkeypatch, "llama_runtime.updater.fetch.download._Job", "_stream")
     github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 30 * MiB)})
     fail_update_with_exit_4(capsys, home, github)
@@ -181,7 +181,7 @@ def test_disk_filling_up_during_extraction_exits_4_and_removes_staging_and_downl
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("llama_runtime.updater.activate.acquire.check_free_space", lambda *_a, **_k: None)
+    monkeypatch.setattr("llama_runtime.updater.activate.pipeline.check_free_space", lambda *_a, **_k: None)
     raised = [] if small_fs.real else inject_enospc(monkeypatch, "llama_runtime.updater.stage.archive._Writer", "_copy")
     # 12 MiB fits once (the download) but not twice (download + extracted copy).
     github.add_release(REPO, "b7001", {CPU_TAR.format(tag="b7001"): padded_tarball(tmp_path / "b.tar.gz", 12 * MiB)})

@@ -89,7 +89,7 @@ FAILING = [name for name, case in CASES.items() if case.exit_code]
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Retries still happen (the request log proves it); only the waits go."""
-    monkeypatch.setattr("llama_runtime.runtime.retry.RETRY_BACKOFF_SECONDS", 0.0)
+    monkeypatch.setattr("llama_runtime.runtime.clock.RETRY_BACKOFF_SECONDS", 0.0)
     for name in ("GITHUB_TOKEN", "GH_TOKEN", "LLAMA_RUNTIME_READ_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
 

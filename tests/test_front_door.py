@@ -355,17 +355,15 @@ def test_plan_for_both_a_platform_and_a_host_file_is_a_clear_error(two_installed
 
 #: The CLI's handlers for the front door's verbs, by module.
 FRONT_DOOR_HANDLERS = {
-    "lifecycle": ("cmd_use", "cmd_remove"),
-    "recovery": ("cmd_rollback", "cmd_doctor"),
+    "lifecycle": ("cmd_use", "cmd_remove", "cmd_rollback", "cmd_doctor"),
     "offline": ("cmd_install_file", "cmd_gc"),
-    "plan": ("cmd_plan",),
-    "update": ("cmd_update",),
+    "update": ("cmd_update", "cmd_plan"),
     "jobs": ("cmd_check", "cmd_job"),
 }
 #: What those handlers may import besides the CLI's own modules: the front door, and formatting.
 ALLOWED_IMPORTS = {
     "llama_runtime.updater.api.service",
-    "llama_runtime.updater.api.schedule",  # parse_duration: reading a flag
+    "llama_runtime.updater.api.check",  # parse_duration: reading a flag
     "llama_runtime.updater.choice.host",  # parse_cuda_version: reading a flag (update builds its request)
     "llama_runtime.updater.fetch.cache",  # human_size
 }

@@ -3,7 +3,7 @@
 The home holds b7000 (neither active nor previous), b7001 (previous) and b7002
 (active), stand-in CPU builds installed by real updates from FakeGitHub. Each
 test damages one marker one of three ways and checks the policy of
-runtime/snapshot.py: the runtime is listed as damaged with the reason, never
+runtime/layout.py: the runtime is listed as damaged with the reason, never
 chosen by ``use``, ``rollback`` or a "nothing to do" short-circuit, pointed away
 from by ``doctor --repair`` and removed by ``gc``. Every refusal leaves the
 active runtime unchanged and running (HomeGuard).
@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.snapshot import HomeSnapshot
+from llama_runtime.runtime.layout import Home, HomeSnapshot
 from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
 

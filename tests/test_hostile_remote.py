@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from llama_runtime.updater.api.service import RuntimeUpdater
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.sources.github import GitHubClient
-
 from tests.conftest import (
     CPU_TAR,
     REPO,
@@ -30,7 +30,7 @@ from tests.conftest import (
 )
 from tests.fakegithub import FakeGitHub
 
-#: updater.sources.bounded_json.MAX_API_BODY_BYTES (not imported: this file runs against older code too).
+#: updater.sources.source.MAX_API_BODY_BYTES (not imported: this file runs against older code too).
 _CAP_BYTES = 16 * 1024 * 1024
 
 

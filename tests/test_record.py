@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.clock import epoch_of, utc_iso
-from llama_runtime.runtime.fsutil import DISK_FULL_ERRNOS, is_disk_full
-from llama_runtime.runtime.lock import UpdateLock
-from llama_runtime.runtime.record import (
+from llama_runtime.runtime.clock import RETRY_ATTEMPTS, epoch_of, tries, utc_iso
+from llama_runtime.runtime.fsutil import (
+    DISK_FULL_ERRNOS,
     MAX_RECORD_DEPTH,
     DamagedRecordError,
     flag,
     integer,
+    is_disk_full,
     mapping,
     number,
     parse_record,
@@ -24,7 +24,7 @@ from llama_runtime.runtime.record import (
     text,
     write_record,
 )
-from llama_runtime.runtime.retry import RETRY_ATTEMPTS, tries
+from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.updater.fetch.ranges import Span, data_path, load_record, save_record, state_path
 from tests.fakeclock import FakeClock
 

@@ -34,7 +34,13 @@ that raises them is responsible for discarding what it staged first.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import re
+from typing import ClassVar, Final, Literal
+
+__all__ = ["printable"]
+
+
+# -- errors ------------------------------------------------------------------------------------------------------
 
 Fault = Literal["bug", "user", "local", "remote"]
 
@@ -303,3 +309,22 @@ class ProvenanceMissingError(IntegrityError):
     """No verified build attestation, and the caller required one."""
 
     code = "provenance_missing"
+
+
+# -- text: Text for a terminal: what came from outside is shown, never interpreted. ------------------------------
+
+# C0 controls, DEL and C1 controls (ESC, CSI …): what a terminal would interpret.
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (ESC, CSI, BEL, CR …) shown as ``\\xNN``.
+
+    Newlines and tabs stay: the text around them is ours.
+    """
+
+    def escape(match: re.Match[str]) -> str:
+        char = match.group()
+        return char if char in "\n\t" else f"\\x{ord(char):02x}"
+
+    return _CONTROL.sub(escape, text)

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from llama_runtime.runtime.record import read_record, write_record
+from llama_runtime.runtime.fsutil import read_record, write_record
 
 FAILED_BUILDS_FILE: Final = "failed-builds.json"
 #: Newest records kept: a scheduled job meets one new build a day at most; 32 is weeks of them.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import BusyError
-from llama_runtime.runtime.record import read_record, write_record
+from llama_runtime.runtime.fsutil import read_record, write_record
 
 if TYPE_CHECKING:
     import filelock

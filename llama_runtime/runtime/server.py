@@ -50,9 +50,11 @@ from llama_runtime.runtime.errors import (
     ServerStartError,
     ServerStopError,
 )
+from llama_runtime.runtime.fsutil import parse_record, write_record
 from llama_runtime.runtime.listen import (
     DEFAULT_HOST,
     HEALTH_PROBE_TIMEOUT_SECONDS,
+    MAX_PID,
     Endpoint,
     Health,
     describe_holder,
@@ -62,13 +64,13 @@ from llama_runtime.runtime.listen import (
     listen_endpoints,
     listens_on,
     loopback_for,
+    pid_alive,
     probe_endpoint,
     probe_health,
     probe_unix_health,
+    process_start_ticks,
     with_listen_args,
 )
-from llama_runtime.runtime.procinfo import MAX_PID, pid_alive, process_start_ticks
-from llama_runtime.runtime.record import parse_record, write_record
 
 # -- server_record: Which process is our server: ``server.json`` and the children this process s... --------------
 

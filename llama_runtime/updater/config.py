@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from llama_runtime.runtime.backends import parse_backend
 from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.runtime.marker import parse_backend
 
 if TYPE_CHECKING:
     from llama_runtime.updater.release.channel import Channel

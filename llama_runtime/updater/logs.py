@@ -81,7 +81,7 @@ def _apply() -> None:
 
 def _escape_controls(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
     """Show control characters in logged text (a tag, a server's words) instead of sending them to a terminal."""
-    from llama_runtime.runtime.text import printable
+    from llama_runtime.runtime.errors import printable
 
     return {key: printable(value) if isinstance(value, str) else value for key, value in event.items()}
 

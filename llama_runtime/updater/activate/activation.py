@@ -19,12 +19,11 @@ from pathlib import Path
 
 from llama_runtime.runtime.errors import CorruptStateError, SwitchError, UserInputError
 from llama_runtime.runtime.fsutil import fsync_directory, remove_tree_quietly
-from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import InstallMarker
 from llama_runtime.runtime.server import SERVER_LOCK_TIMEOUT_SECONDS, ServerControl
-from llama_runtime.runtime.snapshot import HomeSnapshot
-from llama_runtime.updater.activate.outcome import UpdateOutcome
+from llama_runtime.updater.activate.attempts import UpdateOutcome
 from llama_runtime.updater.activate.swap import ServerSwitch, SwitchReport, switch_with_server
 from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.logs import get_logger

@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final, Literal
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, MacOSTooOldError, ReleaseIncompleteError, VerificationError
+from llama_runtime.runtime.layout import InstalledRuntime
+from llama_runtime.updater.activate.swap import SwitchReport
 from llama_runtime.updater.choice.decide import ActiveState, Plan, UpdateRequest, decide
 
 if TYPE_CHECKING:
@@ -42,9 +44,13 @@ __all__ = [
     "Attempt",
     "AttemptOutcome",
     "CandidatesFailedError",
+    "UpdateOutcome",
     "next_plan",
     "stage_of",
 ]
+
+
+# -- attempts ----------------------------------------------------------------------------------------------------
 
 #: ``installed``/``switched``/``up_to_date``: the try that ended the update (as its ``result``);
 #: ``failed``: rejected after install, nothing kept; ``skipped``: failed here before, not downloaded.
@@ -201,3 +207,35 @@ def _failed_before(
     if active is not None and active.intact and (active.marker.repo, active.marker.tag, active.marker.asset) == key:
         return None
     return failed.get(key)
+
+
+# -- outcome: What an update reports when it ends: the outcome (its progress events are :mod:`up... --------------
+
+
+@dataclass(frozen=True)
+class UpdateOutcome:
+    """The result of :meth:`~llama_runtime.updater.activate.transaction.Installer.update`.
+
+    ``attempts`` are the candidate builds the update tried, in order, the last one
+    the build that ended it (see :mod:`.attempts`); empty when nothing was tried.
+    """
+
+    result: Literal["installed", "switched", "up_to_date"]
+    active: InstalledRuntime
+    previous: InstalledRuntime | None
+    warnings: tuple[str, ...] = ()
+    server: SwitchReport | None = None
+    attempts: tuple[Attempt, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        """The ``update`` object of the CLI contract."""
+        return {
+            "result": self.result,
+            "active": self.active.to_json(),
+            "previous": self.previous.to_json() if self.previous else None,
+            "warnings": list(self.warnings),
+            "server_restarted": bool(self.server and self.server.restarted),
+            "reload_required": bool(self.server and self.server.reload_required),
+            "gate": self.server.gate_json() if self.server else None,
+            "attempts": [a.to_json() for a in self.attempts],
+        }

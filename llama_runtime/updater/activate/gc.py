@@ -13,7 +13,7 @@ reports busy instead. Without a valid pointer gc cannot tell the active
 runtime apart and refuses to remove any runtime.
 
 A directory of ``runtimes/`` whose marker is missing, unreadable or foreign is
-damaged (``runtime.snapshot``): gc removes it like an old runtime, unless the
+damaged (``runtime.layout``): gc removes it like an old runtime, unless the
 pointer names it, a running process uses it, or its name is not one the tool
 makes (then it is not ours to delete).
 
@@ -37,9 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.fsutil import remove_tree
-from llama_runtime.runtime.layout import Home, InstalledRuntime
+from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.marker import marker_path
-from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.checkpoints import checkpoint
 
 if TYPE_CHECKING:
@@ -52,10 +51,9 @@ from dataclasses import field
 from typing import Literal
 
 from llama_runtime.runtime.fsutil import tree_size
-from llama_runtime.runtime.layout import Pointer
+from llama_runtime.runtime.layout import DamagedRuntime, Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import install_order
-from llama_runtime.runtime.snapshot import DamagedRuntime
 from llama_runtime.updater.fetch.cache import AssetCache, digests_in_use
 from llama_runtime.updater.fetch.download import download_name
 from llama_runtime.updater.verify.installed import build_key
@@ -227,10 +225,10 @@ def runtimes_used_by_processes(runtimes_dir: Path, scan: ProcessScan | None = No
     Args:
         runtimes_dir: ``<home>/runtimes``.
         scan: Paths under a directory that processes use (default
-            :func:`~runtime.procinfo.paths_in_use`, psutil on every OS).
+            :func:`~runtime.listen.paths_in_use`, psutil on every OS).
     """
     if scan is None:
-        from llama_runtime.runtime.procinfo import paths_in_use
+        from llama_runtime.runtime.listen import paths_in_use
 
         scan = paths_in_use
     root = runtimes_dir.resolve()
@@ -299,7 +297,7 @@ def collect_garbage(
         BusyError: An update is running (nothing was removed).
     """
     from llama_runtime.runtime.errors import UserInputError
-    from llama_runtime.runtime.procinfo import pid_alive
+    from llama_runtime.runtime.listen import pid_alive
 
     if keep < 0:
         raise UserInputError(f"--keep must be 0 or more, not {keep}.")

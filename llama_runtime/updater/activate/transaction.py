@@ -31,7 +31,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from llama_runtime.runtime.backends import AUTO
 from llama_runtime.runtime.binary import ProcessRunner, run_process
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, utc_iso
 from llama_runtime.runtime.errors import (
@@ -44,17 +43,20 @@ from llama_runtime.runtime.errors import (
     VerificationError,
 )
 from llama_runtime.runtime.failed_builds import load_failed
-from llama_runtime.runtime.layout import Home, InstalledRuntime
+from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
-from llama_runtime.runtime.marker import provenance_summary
+from llama_runtime.runtime.marker import AUTO, provenance_summary
 from llama_runtime.runtime.server import ServerControl
-from llama_runtime.runtime.snapshot import HomeSnapshot
-from llama_runtime.updater.activate.acquire import Acquirer
 from llama_runtime.updater.activate.activation import Activation
-from llama_runtime.updater.activate.attempts import CANDIDATE_FAILURES, Attempt, CandidatesFailedError, next_plan
+from llama_runtime.updater.activate.attempts import (
+    CANDIDATE_FAILURES,
+    Attempt,
+    CandidatesFailedError,
+    UpdateOutcome,
+    next_plan,
+)
 from llama_runtime.updater.activate.gc import clean_leftovers
-from llama_runtime.updater.activate.outcome import UpdateOutcome
-from llama_runtime.updater.activate.pipeline import InstallPipeline, PlannedInstall
+from llama_runtime.updater.activate.pipeline import Acquirer, InstallPipeline, PlannedInstall
 from llama_runtime.updater.activate.swap import SwitchReport
 from llama_runtime.updater.choice.decide import (
     ActiveState,

@@ -21,10 +21,9 @@ from pathlib import Path
 
 from llama_runtime.runtime.binary import ProcessRunner, run_process, server_override
 from llama_runtime.runtime.errors import BusyError, CorruptStateError, LlamaRuntimeError, VerificationError
-from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import ForeignMarkerError, install_order
-from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.activate.gc import clean_leftovers, find_leftovers
 from llama_runtime.updater.release.tags import compare_tags, parse_tag
 from llama_runtime.updater.verify.installed import verify_files

@@ -41,10 +41,11 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.binary import ProcessRunner
     from llama_runtime.runtime.errors import BusyError
     from llama_runtime.runtime.server import ServerControl
-    from llama_runtime.updater.activate.outcome import UpdateOutcome
+    from llama_runtime.updater.activate.attempts import UpdateOutcome
+    from llama_runtime.updater.api.check import CheckResult
     from llama_runtime.updater.api.job_store import JobListener, JobStore
     from llama_runtime.updater.api.jobs import JobRunner, UpdateJob
-    from llama_runtime.updater.api.results import (
+    from llama_runtime.updater.api.manage import (
         DoctorResult,
         GcResult,
         JobRecords,
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
         RemoveResult,
         RollbackResult,
     )
-    from llama_runtime.updater.api.schedule import CheckResult
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
@@ -300,7 +300,7 @@ class RuntimeUpdater:
             UserInputError: A malformed tag, backend or CUDA version, or a
                 ``lock_timeout`` that is negative or not finite.
         """
-        from llama_runtime.updater.api.schedule import validate_seconds
+        from llama_runtime.updater.api.check import validate_seconds
 
         lock_timeout = validate_seconds(lock_timeout, "lock timeout")
         request = self._request(
@@ -362,7 +362,7 @@ class RuntimeUpdater:
         ``default_backend`` is the request when ``backend`` is ``None`` (``None``: the
         active runtime's stored request decides).
         """
-        from llama_runtime.runtime.backends import parse_backend
+        from llama_runtime.runtime.marker import parse_backend
         from llama_runtime.updater.choice.decide import UpdateRequest
         from llama_runtime.updater.choice.host import parse_cuda_version
         from llama_runtime.updater.release.tags import validate_tag
@@ -394,8 +394,8 @@ class RuntimeUpdater:
             UserInputError: ``wait`` is negative or not finite.
         """
         from llama_runtime.runtime.errors import BusyError
+        from llama_runtime.updater.api.check import validate_seconds
         from llama_runtime.updater.api.jobs import UpdateJob
-        from llama_runtime.updater.api.schedule import validate_seconds
 
         wait = validate_seconds(wait, "wait")
         # A deadline of a wait, so the real clock (runtime.clock: waiting needs real time to

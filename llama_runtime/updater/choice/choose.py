@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from llama_runtime.runtime.backends import AUTO, CONCRETE_BACKENDS, parse_backend
 from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError
+from llama_runtime.runtime.marker import AUTO, CONCRETE_BACKENDS, parse_backend
 from llama_runtime.updater.choice.facts import (
     UPSTREAM_REPOS,
     Build,

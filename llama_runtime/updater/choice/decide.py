@@ -43,7 +43,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from llama_runtime.runtime.backends import is_gpu_backend
 from llama_runtime.runtime.errors import (
     BackendUnavailableError,
     LlamaRuntimeError,
@@ -51,6 +50,7 @@ from llama_runtime.runtime.errors import (
     UserInputError,
     VerificationError,
 )
+from llama_runtime.runtime.marker import is_gpu_backend
 from llama_runtime.updater.choice.choose import Choice, choose_asset
 from llama_runtime.updater.release.channel import DEFAULT_CHANNEL, Channel, parse_channel
 from llama_runtime.updater.release.tags import compare_tags, is_upgrade, parse_tag

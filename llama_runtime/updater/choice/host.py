@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.runtime.record import parse_record
+from llama_runtime.runtime.fsutil import parse_record
 
 # -- host --------------------------------------------------------------------------------------------------------
 

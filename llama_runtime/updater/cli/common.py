@@ -12,8 +12,8 @@ from llama_runtime.updater.cli.gateopts import gate_lines
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
-    from llama_runtime.updater.activate.outcome import UpdateOutcome
-    from llama_runtime.updater.api.progress import TerminalProgress
+    from llama_runtime.updater.activate.attempts import UpdateOutcome
+    from llama_runtime.updater.api.jobs import TerminalProgress
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import ActiveState
     from llama_runtime.updater.cli.main import Output
@@ -94,7 +94,7 @@ def duration_arg(value: str | float, option: str) -> float:
     Raises:
         UserInputError: Not such a duration (the message names ``option``).
     """
-    from llama_runtime.updater.api.schedule import parse_duration
+    from llama_runtime.updater.api.check import parse_duration
 
     try:
         return parse_duration(str(value))
@@ -107,7 +107,7 @@ def progress_for(args: argparse.Namespace) -> TerminalProgress | None:
     quiet = ("json", "events", "quiet", "no_progress")
     if any(getattr(args, flag, False) for flag in quiet):
         return None
-    from llama_runtime.updater.api.progress import terminal_progress
+    from llama_runtime.updater.api.jobs import terminal_progress
 
     return terminal_progress()
 

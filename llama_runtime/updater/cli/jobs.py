@@ -55,7 +55,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     """``llama-runtime check [--apply] [--jitter DURATION] [--wait SECONDS]``."""
     import random
 
-    from llama_runtime.updater.api.schedule import parse_duration
+    from llama_runtime.updater.api.check import parse_duration
     from llama_runtime.updater.cli.common import duration_arg, progress_for
 
     jitter = parse_duration(args.jitter) if args.jitter else 0.0

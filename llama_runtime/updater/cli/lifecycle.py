@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import NothingActiveError, UserInputError
-from llama_runtime.updater.cli.common import add_events_flag
+from llama_runtime.updater.cli.common import add_events_flag, settings_from_args, updater_for
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.release.release import Release
     from llama_runtime.updater.sources.source import ReleaseSource
+
+
+# -- lifecycle ---------------------------------------------------------------------------------------------------
 
 #: Releases ``list --available`` shows by default: a screenful, and one page of the API.
 AVAILABLE_DEFAULT: int = 10
@@ -32,7 +35,7 @@ AVAILABLE_MAX_PAGES: Final[int] = 3
 RELEASES_PER_PAGE: Final[int] = 100
 
 
-def register(add: AddParser) -> dict[str, Handler]:
+def _register_lifecycle(add: AddParser) -> dict[str, Handler]:
     """Add ``list``, ``use``, ``remove`` and ``which``."""
     from llama_runtime.updater.cli.gateopts import add_gate_arguments
     from llama_runtime.updater.cli.main import installed_tags
@@ -115,7 +118,7 @@ def cmd_which(args: argparse.Namespace, out: Output) -> int:
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     """``list [--available]``: installed runtimes, and what the remote offers this host."""
     from llama_runtime.runtime.fsutil import tree_size
-    from llama_runtime.runtime.snapshot import HomeSnapshot
+    from llama_runtime.runtime.layout import HomeSnapshot
     from llama_runtime.updater.cli.common import home_for, settings_from_args
 
     if args.limit < 1:
@@ -230,3 +233,64 @@ def _release_page(source: ReleaseSource, page: int) -> tuple[list[Release], bool
     except RemoteError:
         return ([source.latest_release()] if page == 1 else []), True  # a static mirror lists nothing
     return batch, len(batch) < RELEASES_PER_PAGE
+
+
+# -- recovery: Commands that bring a machine back to a good runtime: ``rollback`` and ``doctor [... --------------
+
+#: ``doctor``'s exit code when it finds problems: the contract's "local state damaged".
+_UNHEALTHY_EXIT = 6
+
+
+def _register_recovery(add: AddParser) -> dict[str, Handler]:
+    """Add ``rollback`` and ``doctor``."""
+    from llama_runtime.updater.cli.gateopts import add_gate_arguments
+
+    p = add("rollback", "re-activate the previously active runtime")
+    add_gate_arguments(p, smoke=False)
+    p = add("doctor", "re-verify the active runtime and say what to do")
+    p.add_argument("--repair", action="store_true", help="point the pointer at a verified runtime if it is damaged")
+    return {"rollback": cmd_rollback, "doctor": cmd_doctor}
+
+
+def cmd_rollback(args: argparse.Namespace, out: Output) -> int:
+    """``rollback``: the previous runtime becomes active again, through the same checks as an update."""
+    from llama_runtime.updater.cli.gateopts import gate_lines, with_gate
+
+    result = updater_for(with_gate(args, settings_from_args(args))).rollback()
+    active, previous, server = result.active, result.previous, result.server
+    payload = result.to_json()
+    lines = [f"Rolled back: {active.marker.tag} ({active.marker.backend}) is active again."]
+    if server.restarted:
+        lines.append(f"The running llama-server was restarted on {active.marker.tag}.")
+        if server.reload_required:
+            lines.append("Reload your model to use it.")
+    lines += gate_lines(server)
+    lines += [f"warning: {w}" for w in server.warnings]
+    if previous:
+        lines.append(f"{previous.marker.tag} is kept as the previous runtime; run rollback again to return to it.")
+    out.result(payload, lines)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
+    """``doctor [--repair]``: re-verify the active runtime; exit 6 when something is wrong."""
+    # A repair runs as the home's job: `job status` sees it, and no update runs beside it.
+    report = updater_for(settings_from_args(args)).doctor(repair=args.repair)
+    payload = report.to_json()
+    if not report.healthy:  # the contract's error object, beside the report
+        failed = "; ".join(f"{c.check}: {c.detail}" for c in report.checks if not c.ok) or "see the checks"
+        error: dict[str, object] = {
+            "code": "unhealthy",
+            "message": f"doctor found problems: {failed}.",
+            "exit_code": _UNHEALTHY_EXIT,
+        }
+        if report.advice:
+            error["hint"] = report.advice[0]
+        payload.setdefault("error", error)
+    out.result(payload, report.lines())
+    return 0 if report.healthy else _UNHEALTHY_EXIT
+
+
+def register(add: AddParser) -> dict[str, Handler]:
+    """Add this module's commands."""
+    return {**_register_lifecycle(add), **_register_recovery(add)}

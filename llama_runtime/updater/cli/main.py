@@ -20,8 +20,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError
-from llama_runtime.runtime.text import printable
+from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError, printable
 from llama_runtime.updater.cli.common import GLOBAL_EPILOG
 
 if TYPE_CHECKING:
@@ -218,12 +217,10 @@ AddParser = Callable[[str, str], argparse.ArgumentParser]
 COMMAND_MODULES: list[str] = [
     "llama_runtime.updater.cli.status",
     "llama_runtime.updater.cli.update",
-    "llama_runtime.updater.cli.plan",
-    "llama_runtime.updater.cli.recovery",
+    "llama_runtime.updater.cli.lifecycle",
     "llama_runtime.updater.cli.offline",
     "llama_runtime.updater.cli.server",
     "llama_runtime.updater.cli.jobs",
-    "llama_runtime.updater.cli.lifecycle",
     "llama_runtime.updater.cli.gate",
     "llama_runtime.updater.cli.main",
 ]

@@ -148,7 +148,7 @@ def _mirror_dest(dest: Path, home: Path) -> Path:
 
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``."""
-    from llama_runtime.runtime.backends import parse_backend
+    from llama_runtime.runtime.marker import parse_backend
     from llama_runtime.updater.cli.common import engine_for, settings_from_args
     from llama_runtime.updater.fetch.cache import human_size
     from llama_runtime.updater.offline.mirror import sync_mirror

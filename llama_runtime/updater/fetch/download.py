@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, BinaryIO, Final
 
 import httpx
 
+from llama_runtime.runtime.clock import RETRY_ATTEMPTS, tries
 from llama_runtime.runtime.errors import (
     CancelledError,
     DigestMismatchError,
@@ -38,7 +39,6 @@ from llama_runtime.runtime.errors import (
     SizeMismatchError,
 )
 from llama_runtime.runtime.fsutil import is_disk_full
-from llama_runtime.runtime.retry import RETRY_ATTEMPTS, tries
 from llama_runtime.updater.credentials import redact_url
 from llama_runtime.updater.fetch.cache import human_size
 from llama_runtime.updater.fetch.partial import (

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.record import read_record, write_record
+from llama_runtime.runtime.fsutil import read_record, write_record
 from llama_runtime.updater.config import env_number
 
 if TYPE_CHECKING:

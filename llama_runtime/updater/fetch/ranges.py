@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Final
 
 import httpx
 
+from llama_runtime.runtime.clock import tries
 from llama_runtime.runtime.errors import (
     CancelledError,
     DigestMismatchError,
     NetworkError,
     SizeMismatchError,
 )
-from llama_runtime.runtime.record import read_record, write_record
-from llama_runtime.runtime.retry import tries
+from llama_runtime.runtime.fsutil import read_record, write_record
 from llama_runtime.updater.config import DEFAULT_PARALLEL_DOWNLOADS
 from llama_runtime.updater.fetch.cache import human_size
 from llama_runtime.updater.fetch.download import (

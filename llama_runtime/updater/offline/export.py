@@ -24,10 +24,9 @@ from llama_runtime.runtime.errors import (
     UnsafeArchiveError,
     UserInputError,
 )
-from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, fsync_directory
+from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, fsync_directory, parse_record
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, parse_marker
-from llama_runtime.runtime.record import parse_record
 from llama_runtime.updater.stage.archive_rules import BoundedHeaderError, open_tar_stream
 
 __all__ = ["ExportResult", "export_bundle", "member_name", "read_bundle_marker", "repack_bundle", "unrecorded_files"]

@@ -31,9 +31,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import BusyError, IntegrityError, RemoteError, UserInputError
-from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, fsync_directory, is_disk_full, remove_tree, sha256_file
+from llama_runtime.runtime.fsutil import (
+    SHARED_FILE_MODE,
+    fsync_directory,
+    is_disk_full,
+    remove_tree,
+    sha256_file,
+    write_record,
+)
 from llama_runtime.runtime.lock import UpdateLock
-from llama_runtime.runtime.record import write_record
 from llama_runtime.updater.choice.latest import any_build_number, highest_build_tag, newest_releases
 from llama_runtime.updater.fetch.cache import disk_space_errors
 from llama_runtime.updater.release.channel import Channel

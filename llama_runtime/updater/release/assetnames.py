@@ -114,7 +114,7 @@ class AssetInfo:
         name: The file name.
         os: Operating system the build runs on.
         arch: CPU architecture.
-        backend: Canonical backend name (see ``runtime.backends``).
+        backend: Canonical backend name (see ``runtime.marker``).
         backend_version: CUDA/ROCm/OpenVINO line or gfx target as written
             ("12.4", "12.2.0", "7.14", "2026.2.1", "gfx1100"), if any.
         variant: Qualifier of the build ("avx2", "fp16", "kleidiai", "llvm-adreno").

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from llama_runtime.runtime.errors import IntegrityError, RemoteError, UserInputError
-from llama_runtime.runtime.text import printable
+from llama_runtime.runtime.errors import IntegrityError, RemoteError, UserInputError, printable
 from llama_runtime.updater.release.tags import MAX_TAG_LENGTH, parse_tag, validate_tag
 
 if TYPE_CHECKING:

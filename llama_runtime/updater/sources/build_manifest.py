@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from llama_runtime.updater.release.release import RemoteDataError
-from llama_runtime.updater.sources.bounded_json import loads_bounded
+from llama_runtime.updater.sources.source import loads_bounded
 
 MANIFEST_ASSET: Final = "llama-prebuilt-manifest.json"
 CHECKSUM_INDEX_ASSET: Final = "llama-prebuilt-sha256.json"

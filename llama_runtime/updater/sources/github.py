@@ -28,15 +28,14 @@ from typing import Any, Final, Protocol
 
 import httpx
 
-from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
+from llama_runtime.runtime.clock import RETRY_ATTEMPTS, SYSTEM_CLOCK, Clock, tries
 from llama_runtime.runtime.errors import (
     NetworkError,
     RateLimitError,
     ReleaseNotFoundError,
     RemoteError,
 )
-from llama_runtime.runtime.record import read_record, write_record
-from llama_runtime.runtime.retry import RETRY_ATTEMPTS, tries
+from llama_runtime.runtime.fsutil import read_record, write_record
 from llama_runtime.updater.credentials import checked_token, may_send_token, redact_library_logs, redact_url
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.release import (
@@ -50,8 +49,7 @@ from llama_runtime.updater.release.release import (
     quote_remote,
 )
 from llama_runtime.updater.release.tags import is_release_version
-from llama_runtime.updater.sources.bounded_json import ACCEPT_ENCODING, loads_bounded, read_capped, too_slow
-from llama_runtime.updater.sources.source import RateLimit
+from llama_runtime.updater.sources.source import ACCEPT_ENCODING, RateLimit, loads_bounded, read_capped, too_slow
 
 __all__ = ["GitHubClient", "same_origin"]
 
@@ -60,7 +58,7 @@ __all__ = ["GitHubClient", "same_origin"]
 
 # A dead host should fail fast; GitHub can be slow to render big release lists.
 DEFAULT_TIMEOUT: Final[httpx.Timeout] = httpx.Timeout(30.0, connect=10.0)
-#: Tries for transient 5xx and dropped connections (the project's one schedule, runtime.retry).
+#: Tries for transient 5xx and dropped connections (the project's one schedule, runtime.clock).
 ATTEMPTS: Final[int] = RETRY_ATTEMPTS
 # What static web servers and S3-style buckets send for an extension-less file.
 _STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(

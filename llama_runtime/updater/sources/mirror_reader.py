@@ -16,7 +16,7 @@ from typing import Any, Final
 import httpx
 
 from llama_runtime.runtime.errors import RemoteError, UserInputError
-from llama_runtime.runtime.record import read_record
+from llama_runtime.runtime.fsutil import read_record
 from llama_runtime.updater.release.assetnames import parse_asset_name
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.tags import parse_tag, validate_tag

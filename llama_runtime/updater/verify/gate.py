@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.runtime.fsutil import remove_tree_quietly
+from llama_runtime.runtime.fsutil import read_record, remove_tree_quietly, write_record
 from llama_runtime.runtime.inference import (
     GATE_SAMPLES,
     GATE_TIMEOUT_SECONDS,
@@ -38,7 +38,6 @@ from llama_runtime.runtime.inference import (
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.listen import arg_value
 from llama_runtime.runtime.marker import read_marker, write_marker
-from llama_runtime.runtime.record import read_record, write_record
 from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.updater.logs import get_logger
 

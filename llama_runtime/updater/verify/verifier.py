@@ -17,14 +17,12 @@ from pathlib import Path
 
 from llama_runtime.runtime.binary import ProcessRunner
 from llama_runtime.runtime.errors import VerificationError
-from llama_runtime.runtime.layout import InstalledRuntime
-from llama_runtime.runtime.snapshot import HomeSnapshot
+from llama_runtime.runtime.layout import HomeSnapshot, InstalledRuntime
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import Progress, ProgressCallback
 from llama_runtime.updater.verify.gate import GatePolicy, InferenceGate, SmokeRun, smoke_check, validate_gguf
-from llama_runtime.updater.verify.installed import verify_installed
-from llama_runtime.updater.verify.staging import Staged, Verified
+from llama_runtime.updater.verify.installed import Staged, Verified, verify_installed
 from llama_runtime.updater.verify.verify import check_build, check_macos_minimum, parse_version_output, probe_binary
 
 log = get_logger("llama_runtime.install")

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from llama_runtime.runtime.backends import is_gpu_backend
 from llama_runtime.runtime.binary import (
     LIST_DEVICES_TIMEOUT_SECONDS,
     VERSION_TIMEOUT_SECONDS,
@@ -26,7 +25,7 @@ from llama_runtime.runtime.binary import (
     parse_devices,
 )
 from llama_runtime.runtime.errors import CorruptStateError, MacOSTooOldError, UserInputError, VerificationError
-from llama_runtime.runtime.marker import InstallMarker, read_marker
+from llama_runtime.runtime.marker import InstallMarker, is_gpu_backend, read_marker
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.host_detect import version_tuple
 from llama_runtime.updater.release.tags import parse_tag
