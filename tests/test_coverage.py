@@ -19,19 +19,20 @@ import pytest
 
 from llama_runtime.runtime.errors import BackendUnavailableError
 from llama_runtime.updater.choice.choose import choose_asset
+from llama_runtime.updater.choice.decide import available_builds
 from llama_runtime.updater.choice.facts import host_sms
 from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.choice.latest import available_builds
 from llama_runtime.updater.release.channel import ResolvedRelease
 from llama_runtime.updater.release.release import Asset, Release, RemoteDataError
-from llama_runtime.updater.sources.build_manifest import (
+from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
+from llama_runtime.updater.sources.resolve import (
     CHECKSUM_INDEX_ASSET,
     MANIFEST_ASSET,
     parse_checksum_index,
     parse_manifest,
+    peek_latest_build,
+    resolve_tag_remote,
 )
-from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
-from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_tag_remote
 from tests.conftest import HomeGuard, cli_process, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
 

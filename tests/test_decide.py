@@ -8,9 +8,19 @@ import pytest
 
 from llama_runtime.runtime.errors import BackendUnavailableError
 from llama_runtime.runtime.marker import InstallMarker
-from llama_runtime.updater.choice.decide import ActiveState, Mode, Plan, UpdateRequest, decide, settled
+from llama_runtime.updater.choice.decide import (
+    ActiveState,
+    Mode,
+    Plan,
+    UpdateRequest,
+    build_number,
+    decide,
+    highest_build_tag,
+    newest_releases,
+    pick_latest,
+    settled,
+)
 from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.choice.latest import build_number, highest_build_tag, newest_releases, pick_latest
 from llama_runtime.updater.release.release import Asset, Release
 from tests.conftest import REPO
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llama_runtime.runtime.errors import NetworkError, RateLimitError, ReleaseNotFoundError, RemoteError
-from llama_runtime.updater.choice.latest import build_number
+from llama_runtime.updater.choice.decide import build_number
 from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 from tests.conftest import REPO, Sleeps
 from tests.fakegithub import FakeGitHub, Fault

@@ -43,7 +43,7 @@ from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.tags import parse_tag
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.sources.build_manifest import ArtifactFacts
+    from llama_runtime.updater.sources.resolve import ArtifactFacts
 
 __all__ = ["Ranker", "same_version"]
 

@@ -28,7 +28,7 @@ from llama_runtime.updater.release.assetnames import AssetInfo
 
 if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
-    from llama_runtime.updater.sources.build_manifest import ArtifactFacts
+    from llama_runtime.updater.sources.resolve import ArtifactFacts
 
 __all__ = ["CoverageKey", "cuda_coverage", "host_sms", "rocm_targets"]
 

@@ -17,7 +17,7 @@ from llama_runtime.updater.cli.common import add_events_flag, settings_from_args
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
-    from llama_runtime.updater.choice.latest import Available
+    from llama_runtime.updater.choice.decide import Available
     from llama_runtime.updater.cli.main import AddParser, Handler, Output
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.release.release import Release
@@ -188,8 +188,8 @@ def _available(
     Pages are read until ``--limit`` builds are found or :data:`AVAILABLE_MAX_PAGES` were read: upstream
     cuts a stable release far less often than it publishes builds, so one page holds few of them.
     """
+    from llama_runtime.updater.choice.decide import available_builds
     from llama_runtime.updater.choice.host_detect import detect_host
-    from llama_runtime.updater.choice.latest import available_builds
     from llama_runtime.updater.cli.common import engine_for
     from llama_runtime.updater.release.channel import channel_builds, parse_channel
     from llama_runtime.updater.sources.resolve import pointers_on_page

@@ -219,7 +219,6 @@ COMMAND_MODULES: list[str] = [
     "llama_runtime.updater.cli.update",
     "llama_runtime.updater.cli.lifecycle",
     "llama_runtime.updater.cli.offline",
-    "llama_runtime.updater.cli.server",
     "llama_runtime.updater.cli.jobs",
     "llama_runtime.updater.cli.gate",
     "llama_runtime.updater.cli.main",

@@ -6,17 +6,26 @@ It reads the home only (no network, no installer), so it starts fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
-from typing import TYPE_CHECKING, Any
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
+from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError
 from llama_runtime.updater.cli.common import home_for, provenance_line, read_active, settings_from_args
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.layout import InstalledRuntime
+    from llama_runtime.runtime.layout import Home, InstalledRuntime
+    from llama_runtime.runtime.server import ManagedServer
     from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 
-def register(add: AddParser) -> dict[str, Handler]:
+# -- status ------------------------------------------------------------------------------------------------------
+
+
+def _register_status(add: AddParser) -> dict[str, Handler]:
     """Add ``status``."""
     add("status", "what is active, what is installed, whether an override is in force")
     return {"status": cmd_status}
@@ -91,3 +100,141 @@ def override_info() -> dict[str, Any] | None:
         done = run_process([str(path), "--version"], VERSION_TIMEOUT_SECONDS, None)
         version = version_line(done.output) if done.returncode == 0 else None
     return {"path": str(path), "exists": path.is_file(), "version": version}
+
+
+# -- server: ``llama-runtime server start [-- ARGS…] | stop | status``: the managed llama-server. ----------------
+
+#: llama-server's own default port (``--port``, tools/server/README.md), so that a
+#: managed server is where every llama.cpp client looks first.
+LLAMA_SERVER_DEFAULT_PORT: Final[int] = 8080
+
+
+def _register_server(add: AddParser) -> dict[str, Handler]:
+    """Add the ``server`` command."""
+    p = add("server", "the managed llama-server: start [-- ARGS…], stop, status")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument(
+        "--timeout", type=float, default=10.0, help="stop: seconds before SIGKILL; start: seconds to wait for /health"
+    )
+    return {"server": cmd_server}
+
+
+def cmd_server(args: argparse.Namespace, out: Output) -> int:
+    from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+    from llama_runtime.runtime.server import ManagedServer
+    from llama_runtime.updater.cli.common import home_for, settings_from_args
+
+    home = home_for(settings_from_args(args))
+    server = ManagedServer(home.server_dir, port=default_port())
+    if args.action == "start":
+        return _start(args, out, home, server)
+    if args.action == "stop":
+        was = server.status()
+        # The switch lock, not the update lock: a download must not block this.
+        with UpdateLock(home.switch_lock_path).hold("server stop", timeout=BUTTON_WAIT_SECONDS):
+            server.stop(args.timeout)
+        lines = [f"Stopped llama-server (pid {was.pid})." if was.running else "No managed llama-server was running."]
+        out.result({"stopped": was.running, "pid": was.pid}, lines)
+        return 0
+    return _status(out, home, server)
+
+
+def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedServer) -> int:
+    from llama_runtime.runtime.binary import server_override
+    from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+
+    server_args = list(getattr(args, "server_args", []))
+    # Under the switch lock, which an update holds only while it switches runtimes (never
+    # while it downloads): the switch must not miss this server, nor this start its pointer.
+    with UpdateLock(home.switch_lock_path).hold("server start", timeout=BUTTON_WAIT_SECONDS):
+        pointer = home.read_pointer()
+        if not pointer.active:
+            raise UserInputError("No runtime is active yet; run `llama-runtime update` first.")
+        runtime = home.load(pointer.active)
+        # The caller's directory: relative paths in the arguments mean what they meant there.
+        server.start(runtime.binary, server_args, runtime_name=runtime.name, cwd=Path.cwd())
+    healthy = server.wait_healthy(args.timeout)
+    status = server.status()
+    if not healthy and not status.running:
+        _raise_exited(server, runtime.marker.tag, server_args)
+    lines = [
+        f"Started llama-server {runtime.marker.tag} ({runtime.marker.backend}), pid {status.pid}, "
+        f"on {_where(status.host, status.port)}" + ("" if healthy else " (not healthy yet; see its log)"),
+        f"log: {server.log_path}",
+    ]
+    override = server_override()
+    if override is not None:
+        lines.append(f"warning: LLAMA_SERVER_PATH={override} is set; apps using it run that binary instead.")
+    payload = status.to_json()
+    payload["healthy"] = healthy
+    payload["runtime"] = runtime.to_json()
+    out.result(payload, lines)
+    return 0 if healthy else 6
+
+
+def default_port(env: Mapping[str, str] | None = None) -> int | None:
+    """The port ``server start`` binds without ``--port``: llama-server's own default, 8080.
+
+    ``LLAMA_RUNTIME_SERVER_PORT`` overrides it (``0``: any free port, for tests and for
+    machines where 8080 is taken).
+
+    Raises:
+        UserInputError: The variable is not a port number.
+    """
+    raw = (os.environ if env is None else env).get("LLAMA_RUNTIME_SERVER_PORT", "").strip()
+    if not raw:
+        return LLAMA_SERVER_DEFAULT_PORT
+    if not raw.isdigit() or int(raw) > 65535:
+        raise UserInputError(f"LLAMA_RUNTIME_SERVER_PORT={raw!r} is not a port; use 1-65535, or 0 for any free port.")
+    return int(raw) or None
+
+
+def _raise_exited(server: ManagedServer, tag: str, server_args: list[str]) -> NoReturn:
+    """llama-server ended right after starting: report what it said, in its own words."""
+    from llama_runtime.runtime.errors import ServerStartError
+
+    code = server.exit_status()
+    said = server.log_tail()
+    errors = [line for line in said if "error" in line.lower()] or said[-2:]
+    with contextlib.suppress(LlamaRuntimeError):
+        server.stop(0)  # forget the record of a process that is gone
+    how = f"exited with status {code}" if code is not None else "exited"
+    raise ServerStartError(
+        f"llama-server {tag} {how} right after starting: " + (" / ".join(errors) or "it printed nothing") + ".",
+        hint=f"Its arguments were: {' '.join(server_args) or '(none)'}; its log: {server.log_path}. "
+        "`llama-server --help` lists what it accepts.",
+    )
+
+
+def _status(out: Output, home: Home, server: ManagedServer) -> int:
+    from llama_runtime.runtime.errors import CorruptStateError
+
+    status = server.status()
+    payload = status.to_json()
+    runtime = None
+    if status.running and status.runtime_name:
+        try:
+            runtime = home.load(status.runtime_name)
+        except CorruptStateError:
+            runtime = None
+    payload["runtime"] = runtime.to_json() if runtime else None
+    if not status.running:
+        lines = ["No managed llama-server is running. Start one with `llama-runtime server start -- ARGS`."]
+    else:
+        what = f"{runtime.marker.tag} ({runtime.marker.backend})" if runtime else str(status.binary)
+        health = "healthy" if status.healthy else f"not healthy ({status.health_detail})"
+        lines = [f"llama-server {what} runs as pid {status.pid} on {_where(status.host, status.port)}: {health}."]
+    out.result(payload, lines)
+    return 0
+
+
+def _where(host: str | None, port: int | None) -> str:
+    """``http://127.0.0.1:8080``, ``http://[::1]:8080`` or ``unix:/run/llama.sock`` for people."""
+    if host is None or port is None:
+        return f"unix:{host}"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def register(add: AddParser) -> dict[str, Handler]:
+    """Add this module's commands."""
+    return {**_register_status(add), **_register_server(add)}

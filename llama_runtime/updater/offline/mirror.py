@@ -40,7 +40,7 @@ from llama_runtime.runtime.fsutil import (
     write_record,
 )
 from llama_runtime.runtime.lock import UpdateLock
-from llama_runtime.updater.choice.latest import any_build_number, highest_build_tag, newest_releases
+from llama_runtime.updater.choice.decide import any_build_number, highest_build_tag, newest_releases
 from llama_runtime.updater.fetch.cache import disk_space_errors
 from llama_runtime.updater.release.channel import Channel
 from llama_runtime.updater.release.release import Asset, Release

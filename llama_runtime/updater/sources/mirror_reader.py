@@ -20,7 +20,7 @@ from llama_runtime.runtime.fsutil import read_record
 from llama_runtime.updater.release.assetnames import parse_asset_name
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.tags import parse_tag, validate_tag
-from llama_runtime.updater.sources.build_manifest import BUILD_METADATA_ASSETS
+from llama_runtime.updater.sources.resolve import BUILD_METADATA_ASSETS
 
 __all__ = ["FileTransport", "file_api_url"]
 
