@@ -51,7 +51,7 @@ def timed(argv: list[str]) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     runs = parser.parse_args().runs
     build = load_real_build(())

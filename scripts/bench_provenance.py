@@ -56,7 +56,7 @@ def verify_seconds(runs: int) -> list[float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     args = parser.parse_args()
     bare_argv, import_argv = [sys.executable, "-c", "pass"], [sys.executable, "-c", IMPORT]

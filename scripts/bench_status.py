@@ -65,7 +65,7 @@ def time_once(argv: list[str], env: dict[str, str]) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--budget-ms", type=float, default=DEFAULT_BUDGET_MS)
     args = parser.parse_args()

@@ -64,7 +64,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -334,7 +334,7 @@ class FakeGitHub:
         self,
         repo: str,
         tag: str,
-        assets: dict[str, AssetSource],
+        assets: Mapping[str, AssetSource],
         *,
         digests: bool = True,
         draft: bool = False,
@@ -496,7 +496,7 @@ class FakeGitHub:
         self,
         repo: str,
         tag: str,
-        assets: dict[str, AssetSource],
+        assets: Mapping[str, AssetSource],
         *,
         digests: bool = True,
         draft: bool = False,
@@ -672,7 +672,7 @@ def _is_build_tag(tag: str) -> bool:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _Server
+    server: _Server  # pyright: ignore[reportIncompatibleVariableOverride] - ours is always a _Server
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the request log is :attr:`FakeGitHub.requests`."""

@@ -162,8 +162,10 @@ def test_gc_keeps_the_newest_install_even_when_the_clock_read_2000_at_install_ti
     # b7000 is installed with a right clock; b7001 on a box whose clock read 2000-01-01; then two more.
     for tag in ("b7001", "b7002", "b7003"):
         archive = stand_in_tarball(tmp_path / CPU_TAR.format(tag=tag), tag=tag)
-        clock = (lambda: "2000-01-01T00:00:00.000Z") if tag == "b7001" else None
-        installer = Installer(installed, host=detect_host, **({"clock": clock} if clock else {}))
+        if tag == "b7001":
+            installer = Installer(installed, host=detect_host, clock=lambda: "2000-01-01T00:00:00.000Z")
+        else:
+            installer = Installer(installed, host=detect_host)
         install_file(installer, InstallFileRequest(archive=archive, default_repo=REPO))
     code, payload = run_json(capsys, home, None, "gc", "--keep", "1")
     assert code == 0, payload

@@ -35,12 +35,15 @@ class FileView(Protocol):
 
     def read_text(self, path: str) -> str | None:
         """File content, or ``None`` when unreadable."""
+        ...
 
     def list_dir(self, path: str) -> tuple[str, ...]:
         """Entry names of a directory, empty when it is missing."""
+        ...
 
     def exists(self, path: str) -> bool:
         """Whether the path exists."""
+        ...
 
     def find_library(self, name: str) -> str | None:
         """``ctypes.util.find_library`` or a test double."""
