@@ -27,7 +27,8 @@ from llama_runtime.runtime.errors import (
     ServerStartError,
     ServerStopError,
 )
-from llama_runtime.runtime.listen import Health, arg_value, pid_alive, probe_health, with_listen_args
+from llama_runtime.runtime.listen import Health, arg_value, probe_health, with_listen_args
+from llama_runtime.runtime.procinfo import pid_alive
 from llama_runtime.runtime.server import ManagedServer, ServerControl
 from tests.fakeclock import FakeClock
 from tests.realbuild import real_bin_dir

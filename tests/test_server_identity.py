@@ -22,7 +22,8 @@ import pytest
 
 from llama_runtime.runtime.errors import VerificationError
 from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.listen import Endpoint, free_port, listen_endpoints, pid_alive
+from llama_runtime.runtime.listen import Endpoint, free_port, listen_endpoints
+from llama_runtime.runtime.procinfo import pid_alive
 from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest

@@ -18,8 +18,8 @@ import pytest
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import BusyError, UserInputError
-from llama_runtime.runtime.listen import process_start_ticks
 from llama_runtime.runtime.lock import UpdateLock
+from llama_runtime.runtime.procinfo import process_start_ticks
 from llama_runtime.updater.api.job_store import JobState
 from llama_runtime.updater.api.service import RuntimeUpdater
 from llama_runtime.updater.choice.host import host_for_platform

@@ -22,14 +22,12 @@ import socket
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
-    import psutil
+    pass
 
 __all__ = [
     "DEFAULT_HOST",
@@ -42,11 +40,8 @@ __all__ = [
     "listen_endpoints",
     "listens_on",
     "loopback_for",
-    "paths_in_use",
-    "pid_alive",
     "probe_endpoint",
     "probe_unix_health",
-    "process_start_ticks",
     "with_listen_args",
 ]
 
@@ -321,93 +316,3 @@ def _error_message(exc: urllib.error.HTTPError) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return str(exc.reason)
-
-
-# -- procinfo: Process identity on every OS: a pid plus its creation time names one process. ---------------------
-
-#: The largest pid any OS hands out (Linux caps at 2**22, Windows and macOS stay in 32 bits);
-#: a larger number in a record is damage, never a process.
-MAX_PID: Final[int] = 2**31 - 1
-#: Creation times are kept in hundredths of a second: Linux counts process
-#: start in clock ticks (100 per second), so finer units would only add noise.
-_TICKS_PER_SECOND: Final[int] = 100
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` names a live (not zombie) process, ours or another user's (never one out of range)."""
-    if not 0 < pid <= MAX_PID:
-        return False
-    import psutil
-
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True  # exists, owned by someone we may not ask
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """When ``pid`` was created (hundredths of a second since the epoch), or ``None`` if unknown.
-
-    A pid names the same process only while this value is unchanged: records
-    that store it next to a pid can tell a recycled pid from their owner.
-    """
-    if not 0 < pid <= MAX_PID:
-        return None
-    import psutil
-
-    try:
-        return round(psutil.Process(pid).create_time() * _TICKS_PER_SECOND)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
-        return None
-
-
-def paths_in_use(under: Path) -> set[str] | None:
-    """Paths inside ``under`` that running processes use, or ``None`` where processes cannot be seen.
-
-    A process uses a path when it is its executable or working directory, an
-    argument (a script started as ``llama-server`` shows as ``sh <path>``), an
-    open file or a mapped file (a loaded shared library). Processes and
-    fields we may not read (other users', or a platform without memory maps)
-    are skipped; ``None`` only when even our own process cannot be read.
-
-    Args:
-        under: A resolved directory (e.g. ``<home>/runtimes``).
-    """
-    import psutil
-
-    try:
-        own = psutil.Process()
-        own.exe()
-        own.cmdline()
-    except (psutil.Error, OSError):
-        return None
-    prefix = str(under)
-    found: set[str] = set()
-    for proc in psutil.process_iter():
-        found.update(path for path in _paths_of(proc) if path.startswith(prefix))
-    return found
-
-
-def _paths_of(proc: psutil.Process) -> Iterator[str]:
-    """Every path one process uses that psutil lets us read."""
-    import psutil
-
-    unreadable = (psutil.Error, OSError, NotImplementedError, AttributeError)
-    cwd: str | None = None
-    with contextlib.suppress(*unreadable):
-        cwd = proc.cwd()
-        yield cwd
-    with contextlib.suppress(*unreadable):
-        yield proc.exe()
-    with contextlib.suppress(*unreadable):
-        for arg in proc.cmdline():
-            if os.sep in arg and cwd is not None:
-                yield os.path.realpath(os.path.join(cwd, arg))
-    with contextlib.suppress(*unreadable):
-        for mapped in proc.memory_maps(grouped=True):
-            yield mapped.path
-    with contextlib.suppress(*unreadable):
-        for opened in proc.open_files():
-            yield opened.path

@@ -54,7 +54,6 @@ from llama_runtime.runtime.fsutil import parse_record, write_record
 from llama_runtime.runtime.listen import (
     DEFAULT_HOST,
     HEALTH_PROBE_TIMEOUT_SECONDS,
-    MAX_PID,
     Endpoint,
     Health,
     describe_holder,
@@ -64,13 +63,12 @@ from llama_runtime.runtime.listen import (
     listen_endpoints,
     listens_on,
     loopback_for,
-    pid_alive,
     probe_endpoint,
     probe_health,
     probe_unix_health,
-    process_start_ticks,
     with_listen_args,
 )
+from llama_runtime.runtime.procinfo import MAX_PID, pid_alive, process_start_ticks
 
 # -- server_record: Which process is our server: ``server.json`` and the children this process s... --------------
 

@@ -225,10 +225,10 @@ def runtimes_used_by_processes(runtimes_dir: Path, scan: ProcessScan | None = No
     Args:
         runtimes_dir: ``<home>/runtimes``.
         scan: Paths under a directory that processes use (default
-            :func:`~runtime.listen.paths_in_use`, psutil on every OS).
+            :func:`~runtime.procinfo.paths_in_use`, psutil on every OS).
     """
     if scan is None:
-        from llama_runtime.runtime.listen import paths_in_use
+        from llama_runtime.runtime.procinfo import paths_in_use
 
         scan = paths_in_use
     root = runtimes_dir.resolve()
@@ -297,7 +297,7 @@ def collect_garbage(
         BusyError: An update is running (nothing was removed).
     """
     from llama_runtime.runtime.errors import UserInputError
-    from llama_runtime.runtime.listen import pid_alive
+    from llama_runtime.runtime.procinfo import pid_alive
 
     if keep < 0:
         raise UserInputError(f"--keep must be 0 or more, not {keep}.")

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.fsutil import read_record, write_record
 from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.listen import pid_alive, process_start_ticks
+from llama_runtime.runtime.procinfo import pid_alive, process_start_ticks
 
 if TYPE_CHECKING:
     from llama_runtime.updater.progress import Progress
@@ -277,7 +277,7 @@ class JobState:
         updated_at: Epoch seconds of this snapshot.
         stale: The owning process died before the job finished.
         proc_start: Start time of the owning process (see
-            :func:`~runtime.listen.process_start_ticks`), to tell it from a
+            :func:`~runtime.procinfo.process_start_ticks`), to tell it from a
             later process that got the same pid; ``None`` where unknown.
     """
 
