@@ -1,4 +1,4 @@
-"""Module and function sizes of llama-runtime at a commit (the ~400-line / ~60-line style budget).
+"""Module and function sizes of llama-runtime at a commit (the ~700-line / ~60-line style budget).
 
 Reads every ``.py`` under ``updater/``, ``runtime/`` and ``llama_runtime/`` as stored at COMMIT
 (``git show``, so the work tree does not matter), counts lines per module and measures every
@@ -17,8 +17,8 @@ from typing import Final
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 FOLDERS: Final = ("updater", "runtime", "llama_runtime")
-#: The project's style budget (HELPERS.md): modules under ~400 lines, functions under ~60.
-MODULE_BUDGET: Final = 400
+#: The style budget: a module is a concept (up to about 700 lines), functions under ~60.
+MODULE_BUDGET: Final = 700
 FUNCTION_BUDGET: Final = 60
 SHOWN: Final = 8
 
