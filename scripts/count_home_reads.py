@@ -41,8 +41,8 @@ from llama_runtime.runtime import fsutil, marker
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.updater.cli.main import main
-from tests.conftest import CPU_TAR, REPO, stand_in_tarball
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, stand_in_tarball
 
 
 class Counts:

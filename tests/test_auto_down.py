@@ -34,17 +34,8 @@ from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.progress import Progress
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.sources.github import GitHubClient
-from tests.conftest import (
-    CPU_TAR,
-    REPO,
-    VULKAN_TAR,
-    HomeGuard,
-    assert_runs,
-    run_json,
-    stand_in_server,
-    stand_in_tarball,
-)
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, VULKAN_TAR, HomeGuard, assert_runs, run_json, stand_in_server, stand_in_tarball
 from tests.test_docs_contract import validate
 from tests.test_inference_gate import assert_old_server_serves, runtimes_snapshot, tiny_model, wrapper_tarball
 

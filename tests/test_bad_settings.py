@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from llama_runtime.updater.cli.main import main
-from tests.conftest import REPO, HomeGuard, run_json
 from tests.fakegithub import FakeGitHub
+from tests.helpers import REPO, HomeGuard, run_json
 
 
 def test_empty_home_flag_is_refused_instead_of_using_the_default_home(

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.runtime.marker import MARKER_NAME
 
-from tests.conftest import CPU_TAR, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball
+from llama_runtime.runtime.marker import MARKER_NAME
+from tests.helpers import CPU_TAR, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball
 
 
 def install(capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path, tag: str) -> dict[str, Any]:

@@ -10,8 +10,8 @@ import pytest
 
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.fetch.cache import AssetCache
-from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, assert_runs, run_json, stand_in_server, stand_in_tarball
 
 
 def update(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tag: str) -> dict[str, Any]:

@@ -32,8 +32,8 @@ from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.tags import compare_tags, is_upgrade, parse_tag
 from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 from llama_runtime.updater.sources.resolve import pointers_on_page, resolve_latest_remote, resolve_tag_remote
-from tests.conftest import CPU_TAR, REPO, VULKAN_TAR, Sleeps
 from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import CPU_TAR, REPO, VULKAN_TAR, Sleeps
 
 FORK = "unslothai/llama.cpp"
 

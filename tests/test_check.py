@@ -30,8 +30,8 @@ from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli import jobs as cli_jobs
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.sources.source import RateLimit
-from tests.conftest import REPO, HomeGuard, assert_runs
 from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import REPO, HomeGuard, assert_runs
 from tests.test_service import make_updater, publish
 
 LIST_PATH = f"/api/repos/{REPO}/releases"

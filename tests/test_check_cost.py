@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
+from tests.helpers import REPO, publish_stand_in, run_json
 
 
 def check(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *args: str) -> dict[str, object]:

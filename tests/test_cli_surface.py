@@ -13,8 +13,8 @@ import pytest
 
 from llama_runtime.updater.cli.main import build_parser, main
 from llama_runtime.updater.cli.status import LLAMA_SERVER_DEFAULT_PORT, default_port
-from tests.conftest import CPU_TAR, REPO, cli_process, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, cli_process, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 
 GLOBAL_FLAGS = ("--home", "--api-url", "--repo", "--backend", "--json", "--log-json", "--verbose", "--quiet")
 

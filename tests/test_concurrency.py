@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.api.job_store import JobStore
-
-from tests.conftest import HomeGuard, assert_runs, cli_process
 from tests.fakegithub import FakeGitHub
+from tests.helpers import HomeGuard, assert_runs, cli_process
 from tests.test_service import PAD_BYTES, downloading, eventually, make_updater, publish, slow_down
 
 # A child process that drives the embeddable API: python -c CHILD HOME API ACTION

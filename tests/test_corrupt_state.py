@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.fsutil import remove_tree
 from llama_runtime.updater.cli.main import main
-
-from tests.conftest import assert_runs, publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
+from tests.helpers import assert_runs, publish_stand_in, run_json
 
 MARKER = "llama-runtime.json"
 

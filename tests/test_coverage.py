@@ -33,8 +33,8 @@ from llama_runtime.updater.sources.resolve import (
     peek_latest_build,
     resolve_tag_remote,
 )
-from tests.conftest import HomeGuard, cli_process, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import HomeGuard, cli_process, run_json, stand_in_server, stand_in_tarball
 
 FORK = "unslothai/llama.cpp"
 TAG = "b9596-mix-e6f2453"

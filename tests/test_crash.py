@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from llama_runtime.updater.checkpoints import CHECKPOINTS, KILL_AT_ENV
-from tests.conftest import (
+from tests.fakegithub import FakeGitHub
+from tests.helpers import (
     REPO,
     VULKAN_TAR,
     HomeGuard,
@@ -32,7 +33,6 @@ from tests.conftest import (
     run_json,
     snapshot_tree,
 )
-from tests.fakegithub import FakeGitHub
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Checkpoints an update passes; ``during_gc`` is reached while cleaning leftovers.

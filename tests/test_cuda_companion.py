@@ -13,8 +13,8 @@ from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.sources.github import GitHubClient
 from tests.archives import build_release_archive
-from tests.conftest import REPO, assert_runs, stand_in_tarball
 from tests.fakegithub import FakeGitHub
+from tests.helpers import REPO, assert_runs, stand_in_tarball
 
 CUDA_12_8_HOST = HostFacts(os="linux", arch="x64", cuda_driver_version="12.8", nvidia_driver="570.86")
 

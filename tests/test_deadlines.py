@@ -18,9 +18,9 @@ import pytest
 
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.lock import UpdateLock
-from tests.conftest import CPU_TAR, HomeGuard, publish_stand_in, run_json
 from tests.fakeclock import FakeClock
 from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import CPU_TAR, HomeGuard, publish_stand_in, run_json
 
 
 def test_a_drip_below_the_minimum_rate_ends_the_update_with_exit_7_and_frees_the_lock(

@@ -22,7 +22,7 @@ from llama_runtime.updater.choice.decide import (
 )
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.release.release import Asset, Release
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 FORK = "someone/llama.cpp"
 X86 = frozenset({"sse4_2", "avx", "avx2", "fma"})

@@ -23,16 +23,8 @@ from typing import Any
 import pytest
 
 from tests.archives import build_release_archive
-from tests.conftest import (
-    CPU_TAR,
-    REPO,
-    HomeGuard,
-    assert_runs,
-    run_json,
-    stand_in_server,
-    stand_in_tarball,
-)
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_server, stand_in_tarball
 
 MiB = 1024 * 1024
 FS_BYTES = 20 * MiB

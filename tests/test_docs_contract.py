@@ -20,8 +20,8 @@ import pytest
 from referencing import Registry, Resource
 
 from llama_runtime.updater.cli.main import build_parser
-from tests.conftest import publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
+from tests.helpers import publish_stand_in, run_json
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = ROOT / "docs" / "cli-contract.md"

@@ -28,8 +28,8 @@ from llama_runtime.updater.fetch.partial import PartialOrigin, Resume, plan_resu
 from llama_runtime.updater.release.release import Asset, parse_asset
 from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.sources.source import AssetHost, PlainHttp
-from tests.conftest import REPO, Sleeps
 from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import REPO, Sleeps
 
 NAME = "llama-b7000-bin-ubuntu-x64.tar.gz"
 MiB = 1024 * 1024

@@ -18,8 +18,8 @@ import pytest
 
 from llama_runtime.updater.api.job_store import JobState
 from llama_runtime.updater.cli.events import EVENT_TYPES, MAX_PROGRESS_PER_SECOND, EventStream
-from tests.conftest import HomeGuard, assert_runs
 from tests.fakegithub import FakeGitHub
+from tests.helpers import HomeGuard, assert_runs
 from tests.test_concurrency import (
     CHILD_TIMEOUT_SECONDS,
     assert_active,

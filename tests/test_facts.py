@@ -19,8 +19,8 @@ from llama_runtime.updater.choice.facts import FACTS, GFX_FAMILIES
 from llama_runtime.updater.choice.host import HostFacts, host_from_json, load_host_file
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.release.release import Asset, Release
-from tests.conftest import cli_process
 from tests.fakegithub import FakeGitHub
+from tests.helpers import cli_process
 from tests.test_host import FakeFiles, FakeRunner
 
 UPSTREAM = "ggml-org/llama.cpp"

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.failed_builds import (
     FAILED_BUILDS_FILE,
     MAX_RECORDS,
@@ -15,9 +16,8 @@ from llama_runtime.runtime.failed_builds import (
     load_failed,
     record_failed,
 )
-
-from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_server, stand_in_tarball
 
 
 def publish_broken(github: FakeGitHub, tmp_path: Path, tag: str) -> str:

@@ -16,16 +16,8 @@ import pytest
 
 from llama_runtime.updater.cli.main import main
 from tests.archives import build_release_archive
-from tests.conftest import (
-    CPU_TAR,
-    REPO,
-    HomeGuard,
-    assert_runs,
-    run_json,
-    stand_in_server,
-    stand_in_tarball,
-)
 from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_server, stand_in_tarball
 
 NEW = CPU_TAR.format(tag="b7001")
 API_TAG_PATH = f"/api/repos/{REPO}/releases/tags/b7001"

@@ -24,8 +24,8 @@ from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.stage.archive import extract_archive
 from llama_runtime.updater.stage.streaming import Fetched, FetchOptions, fetch_asset
 from tests.archives import TAR_HOSTILE_KINDS, build_hostile_tar, build_release_archive
-from tests.conftest import REPO, Sleeps, stand_in_server
 from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import REPO, Sleeps, stand_in_server
 
 NAME = "llama-b7000-bin-ubuntu-x64.tar.gz"
 MiB = 1024 * 1024

@@ -38,8 +38,8 @@ from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.engine import Engine
 from tests.archives import build_release_archive
-from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, cli_json, stand_in_server
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, cli_json, stand_in_server
 
 #: Where the internal types live: a public signature may hold one only if ``llama_runtime`` re-exports it.
 INTERNAL_PREFIXES = ("llama_runtime.updater", "llama_runtime.runtime")

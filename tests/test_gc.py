@@ -22,7 +22,7 @@ from llama_runtime.updater.activate.gc import collect_garbage, runtime_names_in_
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
-from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_tarball
+from tests.helpers import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_tarball
 
 TAGS = ("b7000", "b7001", "b7002", "b7003", "b7004")
 

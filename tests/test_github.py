@@ -12,8 +12,8 @@ import pytest
 from llama_runtime.runtime.errors import NetworkError, RateLimitError, ReleaseNotFoundError, RemoteError
 from llama_runtime.updater.choice.decide import build_number
 from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
-from tests.conftest import REPO, Sleeps
 from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import REPO, Sleeps
 
 TAGS_PATH = f"/api/repos/{REPO}/releases/tags"
 LIST_PATH = f"/api/repos/{REPO}/releases"

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from llama_runtime.runtime.layout import Home, HomeSnapshot
-from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
 
 TAGS = ("b7000", "b7001", "b7002")
 

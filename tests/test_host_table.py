@@ -20,8 +20,8 @@ from llama_runtime.updater.choice.facts import UNKNOWN
 from llama_runtime.updater.choice.host import HostFacts, host_from_json
 from llama_runtime.updater.release.assetnames import not_runtime_reason, parse_asset_name
 from llama_runtime.updater.release.release import Asset, Release
-from tests.conftest import cli_process
 from tests.fakegithub import FakeGitHub
+from tests.helpers import cli_process
 
 TAG = "b11541"
 #: b11541's assets; the Windows cudart zips carry no tag (byte-identical across builds).

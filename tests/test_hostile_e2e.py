@@ -19,8 +19,8 @@ import pytest
 
 from llama_runtime.updater.stage.archive_rules import DEFAULT_LIMITS
 from tests.archives import TAR_HOSTILE_KINDS, ZIP_HOSTILE_KINDS, build_hostile_tar, build_hostile_zip
-from tests.conftest import CPU_TAR, REPO, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, assert_runs, run_json, stand_in_tarball
 
 CPU_ZIP = "llama-{tag}-bin-ubuntu-x64.zip"
 #: Written by every update, hostile or not: the lock side file and the ETag cache.

@@ -5,7 +5,7 @@ then wedge every later ``update``, ``gc`` and ``doctor --repair`` (exit 1,
 ``RecursionError`` in ``fsync_tree``/``rmtree``). A ``staging/`` symlinked to
 a bigger disk made the leftover clean-up delete the user's own files. Each
 refusal leaves everything outside the home unchanged and the previously
-active runtime intact and running (:class:`tests.conftest.HomeGuard`).
+active runtime intact and running (:class:`tests.helpers.HomeGuard`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CPU_TAR, REPO, HomeGuard, publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, HomeGuard, publish_stand_in, run_json
 
 
 @pytest.fixture
@@ -186,7 +186,7 @@ def test_a_home_that_cannot_be_a_directory_is_exit_2_for_every_verb_and_not_read
 
 
 def snapshot_outside_is(guard: HomeGuard) -> bool:
-    from tests.conftest import snapshot_outside
+    from tests.helpers import snapshot_outside
 
     return snapshot_outside(guard.root, guard.home) == guard.outside
 

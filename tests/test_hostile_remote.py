@@ -2,7 +2,7 @@
 
 Issue 12, findings 1, 3 and 4. Every refusal is exit 8 ("the server sent …")
 with nothing kept: nothing outside the home changes, the previously active
-runtime is byte-identical and still runs (:class:`tests.conftest.HomeGuard`).
+runtime is byte-identical and still runs (:class:`tests.helpers.HomeGuard`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,8 @@ import pytest
 from llama_runtime.updater.api.service import RuntimeUpdater
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.sources.github import GitHubClient
-from tests.conftest import (
-    CPU_TAR,
-    REPO,
-    HomeGuard,
-    run_json,
-    stand_in_tarball,
-)
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, HomeGuard, run_json, stand_in_tarball
 
 #: updater.sources.source.MAX_API_BODY_BYTES (not imported: this file runs against older code too).
 _CAP_BYTES = 16 * 1024 * 1024

@@ -23,8 +23,8 @@ from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.sources.github import GitHubClient
 from tests.archives import build_release_archive
-from tests.conftest import CPU_TAR, REPO, HomeGuard, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, HomeGuard, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 from tests.test_cuda_companion import CUDA_12_8_HOST, _lists_a_cuda_device
 
 

@@ -22,8 +22,8 @@ from llama_runtime.runtime.inference import probe_inference
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.server import ManagedServer
 from tests.archives import build_release_archive
-from tests.conftest import REPO, VULKAN_TAR, assert_runs, run_json
 from tests.fakegithub import FakeGitHub
+from tests.helpers import REPO, VULKAN_TAR, assert_runs, run_json
 from tests.realbuild import real_bin_dir
 from tests.tinymodel import write_tiny_llama
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import (
+from tests.helpers import (
     CPU_TAR,
     REPO,
     VULKAN_TAR,

@@ -16,16 +16,8 @@ import pytest
 
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.cli.main import main
-from tests.conftest import (
-    CPU_TAR,
-    REPO,
-    VULKAN_TAR,
-    HomeGuard,
-    assert_runs,
-    publish_stand_in,
-    run_json,
-)
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, VULKAN_TAR, HomeGuard, assert_runs, publish_stand_in, run_json
 
 
 def blob_requests(github: FakeGitHub) -> int:

@@ -14,7 +14,7 @@ from llama_runtime.updater.config import resolve_settings
 from llama_runtime.updater.engine import Engine, Seams
 from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
 from tests.archives import build_release_archive
-from tests.conftest import stand_in_server
+from tests.helpers import stand_in_server
 
 LC_BUILD_VERSION, LC_VERSION_MIN_MACOSX, LC_SEGMENT_64 = 0x32, 0x24, 0x19
 

@@ -31,8 +31,8 @@ import pytest
 
 from llama_runtime.runtime.errors import ProvenanceError
 from llama_runtime.updater.verify.signer import SignerPolicy, TrustRoot, load_trust_root, verify_bundle
-from tests.conftest import REPO, VULKAN_TAR, run_json
 from tests.fakegithub import FakeGitHub
+from tests.helpers import REPO, VULKAN_TAR, run_json
 from tests.sigstore_mint import (
     DEFAULT_SIGNED_AT,
     GitHubIdentity,

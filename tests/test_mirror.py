@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CPU_TAR, REPO, VULKAN_TAR, assert_runs, cli_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import CPU_TAR, REPO, VULKAN_TAR, assert_runs, cli_json, stand_in_tarball
 
 WIN = "llama-{tag}-bin-win-cpu-x64.zip"
 RELEASES = Path("repos") / REPO / "releases"

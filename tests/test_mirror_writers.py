@@ -21,8 +21,8 @@ import pytest
 
 from llama_runtime.updater.cli.main import main
 from tests.archives import build_release_archive
-from tests.conftest import CPU_TAR, REPO, assert_runs, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import CPU_TAR, REPO, assert_runs, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 from tests.test_disk_full import SmallFs, inject_enospc, small_fs  # noqa: F401  (fixture)
 
 RELEASES = Path("repos") / REPO / "releases"

@@ -24,7 +24,7 @@ from llama_runtime.runtime.marker import MARKER_NAME
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
-from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball
+from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball
 
 
 @pytest.fixture

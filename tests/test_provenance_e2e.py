@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from llama_runtime.updater.verify import signer as attestation
-from tests.conftest import REPO, VULKAN_TAR, run_json
 from tests.fakegithub import BUNDLE_URL_SIGNATURE, FakeGitHub, Fault
+from tests.helpers import REPO, VULKAN_TAR, run_json
 from tests.test_update_e2e import failing_update, installed_b7000
 
 # Every test starts from b7000 (the real Vulkan build, unattested) installed and active.

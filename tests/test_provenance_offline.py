@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CPU_TAR, assert_runs, cli_json, snapshot_tree, stand_in_tarball
 from tests.fakegithub import BUNDLE_URL_SIGNATURE, FakeGitHub, Fault
+from tests.helpers import CPU_TAR, assert_runs, cli_json, snapshot_tree, stand_in_tarball
 from tests.test_provenance_e2e import BEACON, BEACON_WORKFLOW, real_bundle, remap_subject, sha256_of
 
 DATA = Path(__file__).parent / "data" / "sigstore"

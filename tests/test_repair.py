@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.runtime.layout import Home
-from llama_runtime.updater.cli.main import main
 
 from llama_runtime import RuntimeUpdater
-from tests.conftest import REPO, VULKAN_TAR, assert_runs, run_json, snapshot_tree
+from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.cli.main import main
 from tests.fakegithub import FakeGitHub
+from tests.helpers import REPO, VULKAN_TAR, assert_runs, run_json, snapshot_tree
 
 #: Nothing listens on port 1: the machine is offline as far as the updater can tell.
 OFFLINE = "http://127.0.0.1:1"

@@ -13,8 +13,8 @@ from llama_runtime.runtime.binary import ProcessResult, run_process
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.api.doctor import run_doctor
 from llama_runtime.updater.cli.main import main
-from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
 from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
 
 
 def publish(github: FakeGitHub, tmp_path: Path, *tags: str) -> None:

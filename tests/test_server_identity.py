@@ -29,8 +29,8 @@ from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.sources.github import GitHubClient
-from tests.conftest import REPO, VULKAN_TAR, HomeGuard, assert_runs, run_json
 from tests.fakegithub import FakeGitHub
+from tests.helpers import REPO, VULKAN_TAR, HomeGuard, assert_runs, run_json
 
 #: A server that answers every GET with 200 "ok" (what a foreign llama-server's /health says).
 SQUATTER = """

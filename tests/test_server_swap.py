@@ -26,7 +26,8 @@ from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.sources.github import GitHubClient
 from tests.archives import build_release_archive
-from tests.conftest import (
+from tests.fakegithub import FakeGitHub
+from tests.helpers import (
     CPU_TAR,
     REPO,
     VULKAN_TAR,
@@ -37,7 +38,6 @@ from tests.conftest import (
     stand_in_server,
     stand_in_tarball,
 )
-from tests.fakegithub import FakeGitHub
 
 
 @pytest.fixture

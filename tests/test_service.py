@@ -25,9 +25,9 @@ from llama_runtime.updater.api.service import RuntimeUpdater
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli.main import main
 from tests.archives import build_release_archive
-from tests.conftest import CPU_TAR, REPO, HomeGuard, assert_runs, stand_in_server
 from tests.fakeclock import FakeClock
 from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, stand_in_server
 
 # Incompressible padding so that a dripped download lasts long enough to overlap.
 PAD_BYTES = 96 * 1024

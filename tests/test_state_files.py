@@ -21,8 +21,8 @@ from llama_runtime import RuntimeUpdater
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.procinfo import process_start_ticks
-from tests.conftest import REPO, HomeGuard, assert_runs, publish_stand_in, run_json
 from tests.fakegithub import FakeGitHub
+from tests.helpers import REPO, HomeGuard, assert_runs, publish_stand_in, run_json
 
 
 @pytest.fixture

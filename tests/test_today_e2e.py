@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HomeGuard, run_json
 from tests.fakegithub import FakeGitHub
+from tests.helpers import HomeGuard, run_json
 from tests.sigstore_mint import private_sigstore
 from tests.upstream_today import STABLE_TAG, STABLE_VERSION, attest_minted, publish_today
 

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
+from llama_runtime.updater.cli.main import main
 from tests.archives import build_release_archive
-from tests.conftest import (
+from tests.fakegithub import FakeGitHub, Fault
+from tests.helpers import (
     CPU_TAR,
     REPO,
     VULKAN_TAR,
@@ -28,7 +29,6 @@ from tests.conftest import (
     stand_in_server,
     stand_in_tarball,
 )
-from tests.fakegithub import FakeGitHub, Fault
 
 
 def publish_real(github: FakeGitHub, tarball: Path, tag: str, name: str = VULKAN_TAR) -> None:

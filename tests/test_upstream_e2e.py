@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_runtime.updater.cli.main import main
 
-from tests.conftest import (
+from llama_runtime.updater.cli.main import main
+from tests.fakegithub import FakeGitHub
+from tests.helpers import (
     CPU_TAR,
     REPO,
     HomeGuard,
@@ -24,7 +25,6 @@ from tests.conftest import (
     stand_in_server,
     stand_in_tarball,
 )
-from tests.fakegithub import FakeGitHub
 
 HOST_NO_GPU = {"os": "linux", "arch": "x64", "cpu_features": ["avx", "avx2"], "vulkan": False}
 
