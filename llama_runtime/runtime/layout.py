@@ -47,8 +47,6 @@ from llama_runtime.runtime.marker import (
 __all__ = ["DamagedRuntime", "HomeSnapshot", "UnsafeHomeError", "check_home"]
 
 
-# -- layout ------------------------------------------------------------------------------------------------------
-
 # -- home_safety: The home is the tool's: refuse a home that someone else could rearrange. -----------------------
 
 _MOVE_HINT = (

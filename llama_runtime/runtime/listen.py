@@ -48,8 +48,6 @@ __all__ = [
 
 # -- listen ------------------------------------------------------------------------------------------------------
 
-# -- listen ------------------------------------------------------------------------------------------------------
-
 #: The address a managed server listens on unless the caller passes --host:
 #: loopback only, because llama-server has no API key by default.
 DEFAULT_HOST: Final = "127.0.0.1"

@@ -148,8 +148,6 @@ def is_gpu_backend(backend: str) -> bool:
 
 # -- marker ------------------------------------------------------------------------------------------------------
 
-# -- marker ------------------------------------------------------------------------------------------------------
-
 MARKER_NAME: Final = "llama-runtime.json"
 SCHEMA_VERSION: Final = 1
 #: Install sequence numbers are counters, never near this; a larger one is not ours.

@@ -193,8 +193,6 @@ def terminal_progress(stream: TextIO | None = None) -> TerminalProgress | None:
     return TerminalProgress(target) if is_tty else None
 
 
-# -- jobs --------------------------------------------------------------------------------------------------------
-
 # -- job_recorder: The job as its own process runs it: progress events in, persisted job states... ---------------
 
 log = get_logger("llama_runtime.jobs")

@@ -392,8 +392,6 @@ def upgrade_verdict(
     return False, f"{latest_tag} is not newer than the active {active.tag}; never downgrading."
 
 
-# -- latest: Which release is "latest" (pure, no IO). ------------------------------------------------------------
-
 # -- latest ------------------------------------------------------------------------------------------------------
 
 #: Chooses the latest of a page of releases, or ``None`` when none qualifies.
