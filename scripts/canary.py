@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final, Literal
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -171,6 +172,16 @@ class Facts:
     hosts: tuple[Mapping[str, str], ...]
 
 
+def _family(entry: Any) -> Family:
+    """One ``families`` entry, its types checked (a malformed file is exit 2, never a traceback)."""
+    name, parse, companion = entry["name"], entry["parse"], entry.get("companion")
+    if not isinstance(name, str) or not (companion is None or isinstance(companion, str)):
+        raise TypeError(f"a family's name and companion must be strings (got {name!r}, {companion!r})")
+    if not (parse is None or isinstance(parse, str | dict)):
+        raise TypeError(f"{name}: parse must be null, a string or an object (got {parse!r})")
+    return Family(name, parse, companion)
+
+
 def load_facts(path: Path) -> Facts:
     """Read and check the facts file.
 
@@ -193,7 +204,7 @@ def load_facts(path: Path) -> Facts:
                 for e in signing["eras"]
             ),
             toolkits={k: tuple(v) for k, v in raw["toolkits"].items() if k != "about"},
-            families=tuple(Family(f["name"], f["parse"], f.get("companion")) for f in raw["families"]),
+            families=tuple(_family(f) for f in raw["families"]),
             assets_per_build=int(raw["assets_per_build"]),
             hosts=tuple(dict(h) for h in raw["chosen_for"]["hosts"]),
         )
@@ -652,7 +663,7 @@ def _target(args: argparse.Namespace, facts: Facts) -> tuple[str, str]:
         UserInputError: Not an http(s) URL, or not OWNER/NAME.
     """
     api_url = (args.api_url or os.environ.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
-    if not api_url.startswith(("https://", "http://")):
+    if not api_url.startswith(("https://", "http://")) or not _addressable(api_url):
         raise UserInputError(f"Malformed API URL '{api_url}'. Use an http(s):// URL such as {DEFAULT_API_URL}.")
     return api_url, validate_repo(args.repo or facts.repository)
 
@@ -712,6 +723,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if not 0 < args.deadline <= 600:
         parser.error(f"--deadline {args.deadline:g} is out of range; give 1 to 600 seconds")
     return args
+
+
+def _addressable(url: str) -> bool:
+    """Whether ``url`` names a host and a port a client can reach (``http://h:abc`` cannot)."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # ValueError for a port that is not a number in range
+    except ValueError:
+        return False
+    return bool(parts.hostname)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -78,3 +78,12 @@ def test_provenance_check_reads_its_yes_no_variables_like_the_settings() -> None
     assert not ProvenanceCheck.from_env({"LLAMA_RUNTIME_REQUIRE_PROVENANCE": "off"}).require
     with pytest.raises(UserInputError, match="LLAMA_RUNTIME_TRUST_ROOT_OFFLINE"):
         ProvenanceCheck.from_env({"LLAMA_RUNTIME_TRUST_ROOT_OFFLINE": "banana"})
+
+
+@pytest.mark.parametrize("url", ["http://h:abc", "http://[::1", "https://h:99999/api"])
+def test_an_api_url_no_client_can_address_is_exit_2_not_an_internal_error(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, payload = run_json(capsys, tmp_path / "home", url, "plan", "--backend", "cpu", "--platform", "linux-x64")
+    assert code == 2, payload
+    assert payload["error"]["message"].startswith(f"Malformed API URL '{url}'")

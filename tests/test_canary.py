@@ -315,9 +315,15 @@ def test_api_that_never_answers_is_exit_3_at_the_deadline(home: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_malformed_facts_file_is_exit_2_naming_it(tmp_path: Path, home: Path) -> None:
+@pytest.mark.parametrize("change", ["drop", "name", "parse"])
+def test_malformed_facts_file_is_exit_2_naming_it(tmp_path: Path, home: Path, change: str) -> None:
     facts = tmp_path / "facts.json"
-    facts.write_text('{"repository": "ggml-org/llama.cpp"}')
+    good = json.loads(FACTS.read_text())
+    if change == "drop":
+        good = {"repository": "ggml-org/llama.cpp"}
+    else:
+        good["families"][0][change] = 5  # a family whose name or parse is not what the canary reads
+    facts.write_text(json.dumps(good))
     done = subprocess.run(
         [sys.executable, str(CANARY), "--facts", str(facts)],
         env=canary_env("http://127.0.0.1:9/api", home),
@@ -334,6 +340,8 @@ def test_malformed_facts_file_is_exit_2_naming_it(tmp_path: Path, home: Path) ->
     ("args", "says"),
     [
         (("--api-url", "ftp://example.org"), "Malformed API URL 'ftp://example.org'"),
+        (("--api-url", "http://h:abc"), "Malformed API URL 'http://h:abc'"),
+        (("--api-url", "http://[::1"), "Malformed API URL 'http://[::1'"),
         (("--repo", "../x"), "Malformed repository '../x'"),
     ],
 )

@@ -408,3 +408,63 @@ def test_malformed_signer_opt_in_is_exit_2_naming_the_form_and_nothing_changes(
     assert code == 2, payload
     assert payload["error"]["code"] == "bad_input"
     assert f"{name}=OWNER/NAME=" in payload["error"]["message"]
+
+
+# -- attack pass of this round: answers that used to end in exit 1 or leak a signature ---------------
+
+
+def bundle_with_a_malformed_timestamp() -> dict[str, Any]:
+    """The real bundle with an empty RFC 3161 timestamp: sigstore refuses it while *parsing*."""
+    bundle = real_bundle()
+    bundle["verificationMaterial"]["timestampVerificationData"]["rfc3161Timestamps"][0]["signedTimestamp"] = ""
+    return bundle
+
+
+@pytest.mark.parametrize("by_url", [False, True], ids=["inline", "bundle_url"])
+def test_a_bundle_sigstore_cannot_even_parse_is_exit_8_not_an_internal_error_and_nothing_changes(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path, by_url: bool
+) -> None:
+    github.add_release(BEACON, "b7001", {VULKAN_TAR.format(tag="b7001"): real_vulkan_tarball})
+    github.add_attestation(BEACON, sha256_of(real_vulkan_tarball), bundle_with_a_malformed_timestamp(), by_url=by_url)
+    code, payload = failing_update(capsys, home, github, *FROM_BEACON)
+    assert code == 8, payload
+    assert "not a valid Sigstore bundle" in payload["error"]["message"]
+
+
+def test_a_bundle_sigstore_cannot_parse_listed_before_a_good_one_does_not_hide_it(
+    home: Path,
+    github: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    real_vulkan_tarball: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    digest = publish(github, BEACON, "b7001", real_vulkan_tarball, bundle_with_a_malformed_timestamp())
+    github.add_attestation(BEACON, digest, real_bundle())
+    remap_subject(monkeypatch, digest)
+    code, payload = run_json(capsys, home, github.api_url, "update", *FROM_BEACON)
+    assert code == 0, payload
+    assert payload["active"]["provenance"]["status"] == "verified"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://h:abc/x.json.sn?sig=SIGNATURE",  # a port httpx cannot use: it used to raise InvalidURL
+        "https://\u2603.example/x.json.sn?sig=SIGNATURE",
+        "/attestations/1.json.sn?sig=SIGNATURE",  # relative: it used to be shown with its query string
+        "https://[::1/x.json.sn?sig=SIGNATURE",
+    ],
+)
+def test_an_unusable_bundle_url_is_unverified_with_its_query_hidden_and_exit_8_when_required(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path, url: str
+) -> None:
+    digest = publish(github, BEACON, "b7001", real_vulkan_tarball, None)
+    github.set_attestations_answer(BEACON, digest, {"attestations": [{"bundle": None, "bundle_url": url}]})
+    code, payload = failing_update(capsys, home, github, *FROM_BEACON, "--require-provenance")
+    assert code == 8, payload
+    assert "SIGNATURE" not in json.dumps(payload)
+    assert files_holding(home, "SIGNATURE") == []
+    code, payload = run_json(capsys, home, github.api_url, "update", *FROM_BEACON)
+    assert code == 0, payload
+    assert payload["active"]["provenance"]["status"] == "unverified"
+    assert "SIGNATURE" not in json.dumps(payload) and files_holding(home, "SIGNATURE") == []

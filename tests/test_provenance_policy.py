@@ -299,3 +299,34 @@ def test_build_commit_falls_back_to_the_binary_when_the_release_names_a_branch()
     assert (summary["build_commit"], summary["build_commit_from"]) == ("4f1a2b3", "binary")
     line = provenance_line(runtime_with({"status": "absent", "reason": "none"}, "version: 7000 (abcdef1)"))
     assert line == "provenance: absent (none); build commit abcdef1 (from the binary's --version)"
+
+
+# -- attack pass of this round ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ref", ["refs/tags/../heads/evil", "refs/tags/ ", "refs/tags/\n", "refs/tags/a..b", "refs/tags/x.lock"]
+)
+def test_a_tag_ref_git_could_not_name_is_refused(ref: str) -> None:
+    """Proves: only a well-formed tag name counts as a tag (``refs/tags/../heads/evil`` is no tag)."""
+    assert violation(PUBLISH_ERA.but(source_ref=ref, workflow_ref=ref)) is not None
+
+
+def test_a_well_formed_tag_ref_is_accepted() -> None:
+    assert violation(PUBLISH_ERA.but(source_ref="refs/tags/b11429", workflow_ref="refs/tags/b11429")) is None
+
+
+def test_builds_installed_through_the_old_upstream_name_are_verified_by_the_new_ones_certificate() -> None:
+    """Proves: ggerganov/llama.cpp (renamed to ggml-org, still redirected) accepts ggml-org's signatures."""
+    check = ProvenanceCheck().knowing_default_branch("ggerganov/llama.cpp", "master")
+    assert policy_violation(signer(PUBLISH_ERA), check.policy_for("ggerganov/llama.cpp")) is None
+    assert policy_violation(signer(PUBLISH_ERA), check.policy_for(FORK)) is not None
+
+
+@pytest.mark.parametrize("branch", ["@", "a@{b", "HEAD", "a//b", ".hidden", "refs/heads/x", "x.lock", "a b"])
+def test_a_default_branch_answer_git_could_not_name_is_unknown(github: FakeGitHub, branch: str) -> None:
+    """Proves: a hostile repository answer cannot name a branch git would refuse; master/main apply instead."""
+    github.add_release(UPSTREAM, "b1", {"x": b"x"})
+    github.set_default_branch(UPSTREAM, branch)
+    with GitHubClient(github.api_url, UPSTREAM) as client:
+        assert client.default_branch() is None

@@ -117,18 +117,31 @@ def checked_token(token: str) -> str:
 def redact_url(url: str) -> str:
     """``url`` without user information and without its query string.
 
-    ``https://user:secret@host/x?sig=abc`` becomes ``https://host/x?…``.
-    Text that is not a URL comes back unchanged.
+    ``https://user:secret@host/x?sig=abc`` becomes ``https://host/x?…``. Text that does not
+    parse as an absolute URL (a relative ``bundle_url``, ``https://[::1/x?sig=…``) still loses
+    everything from its first ``?`` or ``#`` and anything before an ``@``: a signature or a
+    password is never shown because its URL was odd.
     """
     try:
         parts = urlsplit(url)
     except ValueError:
-        return url
+        return _redact_unparsed(url)
     if not parts.scheme or not parts.netloc:
-        return url
+        return _redact_unparsed(url)
     host = parts.netloc.rsplit("@", 1)[-1]
     query = "…" if parts.query else ""
     return urlunsplit((parts.scheme, host, parts.path, query, ""))
+
+
+def _redact_unparsed(text: str) -> str:
+    """``text`` cut at its first ``?`` or ``#`` (marked ``?…``), with user information dropped."""
+    cut = min((i for i in (text.find("?"), text.find("#")) if i >= 0), default=-1)
+    head = text if cut < 0 else text[:cut] + "?…"
+    scheme, sep, rest = head.partition("://")
+    authority, slash, path = rest.partition("/")
+    if sep and "@" in authority:
+        return f"{scheme}{sep}{authority.rsplit('@', 1)[1]}{slash}{path}"
+    return head
 
 
 def redact_text(text: str) -> str:

@@ -25,6 +25,7 @@ __all__ = [
     "check_asset_name",
     "check_release",
     "check_tag",
+    "is_ref_name",
     "is_valid_remote_tag",
     "path_inside",
     "printable",
@@ -284,3 +285,18 @@ def path_inside(directory: Path, name: str) -> Path:
             f"The server sent a name ({quote_remote(name)}) that would leave {directory}; nothing was kept."
         )
     return candidate
+
+
+def is_ref_name(name: str) -> bool:
+    """Whether ``name`` can name a branch or tag (git check-ref-format's rules).
+
+    No control characters, space, ``~^:?*[\\``, ``..``, ``@{`` or ``//``; no component that
+    starts with ``.`` or ends with ``.lock``; not ``@`` or ``HEAD``; at most 255 characters.
+    """
+    if not 0 < len(name) <= 255 or name in {"@", "HEAD"} or not name.isprintable():
+        return False
+    if any(c in name for c in " ~^:?*[\\") or ".." in name or "@{" in name or "//" in name:
+        return False
+    if name.startswith(("/", "-")) or name.endswith(("/", ".")):
+        return False
+    return not any(part.startswith(".") or part.endswith(".lock") for part in name.split("/"))

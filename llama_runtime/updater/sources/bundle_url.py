@@ -202,6 +202,8 @@ def fetch_bundle(
             response.close()
     except httpx.HTTPError as exc:
         raise NetworkError(f"{what} could not be fetched: {type(exc).__name__}") from exc
+    except (httpx.InvalidURL, ValueError) as exc:  # a URL urlsplit took but httpx cannot address
+        raise RemoteError(f"the attestation bundle URL {shown} was not fetched: it is not a valid URL") from exc
     data = decode_bundle_payload(raw, cap=min(budget, MAX_BUNDLE_BYTES), what=what)
     log.debug("attestation bundle fetched", url=shown, received_bytes=len(raw), decoded_bytes=len(data))
     return _bundle_of(data, what), len(data)

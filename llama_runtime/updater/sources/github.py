@@ -43,6 +43,7 @@ from llama_runtime.updater.release.release import (
     Release,
     RemoteDataError,
     check_release,
+    is_ref_name,
     is_valid_remote_tag,
     parse_release,
     printable,
@@ -418,7 +419,7 @@ class GitHubClient:
             log.debug("default branch unknown", repo=self.repo, reason=exc.message)
             return None
         branch = payload.get("default_branch") if isinstance(payload, dict) else None
-        return branch if isinstance(branch, str) and _is_branch_name(branch) else None
+        return branch if isinstance(branch, str) and is_ref_name(branch) and not branch.startswith("refs/") else None
 
     def latest_published(self) -> Release:
         """GitHub's ``/releases/latest``: the newest non-draft, non-prerelease release.
@@ -616,18 +617,6 @@ class GitHubClient:
                 f"GitHub kept failing with HTTP {status} after {self.attempts} attempts; try again later."
             )
         raise RemoteError(f"GitHub answered HTTP {status} for {self.repo} releases.")
-
-
-def _is_branch_name(name: str) -> bool:
-    """Whether ``name`` can be a branch (git check-ref-format's rules, the parts a ref comparison needs)."""
-    return (
-        0 < len(name) <= 255
-        and name.isprintable()
-        and not any(c in name for c in " ~^:?*[\\")
-        and ".." not in name
-        and not name.startswith(("/", "-"))
-        and not name.endswith(("/", ".", ".lock"))
-    )
 
 
 def _absolute_urls(release: Release, json_url: str) -> Release:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, UserInputError
+from llama_runtime.updater.release.release import is_ref_name
 
 if TYPE_CHECKING:
     from cryptography.x509 import Certificate
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GITHUB_ACTIONS_ISSUER",
+    "RENAMED_REPOSITORIES",
     "SLSA_PROVENANCE_V1",
     "UNKNOWN_DEFAULT_BRANCHES",
     "UPSTREAM_RELEASE_WORKFLOW",
@@ -65,6 +67,10 @@ UPSTREAM_RELEASE_WORKFLOW: Final = ".github/workflows/release.yml"
 #: The repositories whose signer policy no bare ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW``
 #: may change (the old name redirects to the new one on GitHub); casefolded.
 UPSTREAM_REPOSITORIES: Final = frozenset({"ggml-org/llama.cpp", "ggerganov/llama.cpp"})
+#: Old names GitHub still redirects, and the repository a certificate names instead: the
+#: organisation was renamed (ggerganov -> ggml-org), so builds installed through the old name are
+#: signed in the new one.
+RENAMED_REPOSITORIES: Final = {"ggerganov/llama.cpp": "ggml-org/llama.cpp"}
 #: The branches accepted when a repository's default branch cannot be learnt
 #: (offline, ``install-file``, a mirror that does not store it, an API error):
 #: GitHub's default for new repositories since October 2020 and the one before.
@@ -195,9 +201,12 @@ class SignerPolicy:
         return (self.default_branch,) if self.default_branch else UNKNOWN_DEFAULT_BRANCHES
 
     def accepts_ref(self, ref: str) -> bool:
-        """Whether a build from the source ref ``ref`` counts: the default branch or any tag."""
-        if ref.startswith(_TAGS) and len(ref) > len(_TAGS):
-            return True
+        """Whether a build from the source ref ``ref`` counts: the default branch or any tag.
+
+        A tag's name must be one git allows (``refs/tags/../heads/x`` is no tag).
+        """
+        if ref.startswith(_TAGS):
+            return is_ref_name(ref[len(_TAGS) :])
         return ref in {f"{_HEADS}{branch}" for branch in self.accepted_branches}
 
     def describe_refs(self) -> str:
@@ -216,6 +225,11 @@ class SignerPolicy:
         return f"{self.repository}'s {self.workflow or 'workflows'}"
 
 
+def _canonical(repository: str) -> str:
+    folded = repository.casefold()
+    return RENAMED_REPOSITORIES.get(folded, folded)
+
+
 def policy_violation(signer: Signer, policy: SignerPolicy) -> str | None:
     """Why ``signer`` does not satisfy ``policy``, or ``None`` when it does.
 
@@ -230,7 +244,7 @@ def policy_violation(signer: Signer, policy: SignerPolicy) -> str | None:
     """
     if signer.issuer != policy.issuer:
         return f"signed by an identity from {signer.issuer or 'no issuer'}, not from {policy.issuer}"
-    if signer.repository.casefold() != policy.repository.casefold():
+    if _canonical(signer.repository) != _canonical(policy.repository):
         return f"built in {signer.repository or 'an unknown repository'}, not in {policy.repository}"
     if not policy.accepts_ref(signer.source_ref):
         note = f" ({policy.note()})" if policy.note() else ""
@@ -243,7 +257,7 @@ def policy_violation(signer: Signer, policy: SignerPolicy) -> str | None:
 
 def _workflow_violation(signer: Signer, policy: SignerPolicy) -> str | None:
     signing = f"{signer.signer_repository}/{signer.workflow}"
-    if signer.signer_repository.casefold() != policy.repository.casefold():
+    if _canonical(signer.signer_repository) != _canonical(policy.repository):
         if policy.signer is not None and signing.casefold() == policy.signer.casefold():
             return None
         shown = signer.build_signer_uri or "an unknown workflow"
@@ -411,7 +425,8 @@ def verify_bundle(bundle: dict[str, Any], sha256: str, policy: SignerPolicy, tru
 
     try:
         parsed = Bundle.from_json(json.dumps(bundle))
-    except (InvalidBundle, ValueError, TypeError, KeyError) as exc:
+    except (InvalidBundle, SigstoreError, ValueError, TypeError, KeyError) as exc:
+        # sigstore also raises its VerificationError while parsing (a malformed RFC 3161 timestamp).
         raise ProvenanceError(f"not a valid Sigstore bundle ({_first_line(exc)})") from None
     try:
         payload_type, payload = Verifier(trusted_root=trust.root).verify_dsse(parsed, _SignerPolicy(policy))
