@@ -390,6 +390,29 @@ def test_stable_fallback_passes_over_a_bare_tag_and_a_release_that_never_got_its
         )
 
 
+def test_stable_fallback_is_not_used_up_by_tags_without_a_release() -> None:
+    """Bare or junk tags above the good release cost a lookup each but never one of the releases tried."""
+    with hand_cut() as github:
+        publish_range(github, 10960, 10964)
+        github.cut_version(REPO, "v0.4.1", "b10964")
+        for tag in ("v0.5.1", "v0.5.2", "v0.5.3", "v0.5.4"):
+            github.push_tag(REPO, tag)
+        github.cut_version(REPO, "v0.6.0", "b10964", pointer=False)
+        found = resolve_latest_remote(client(github), "stable")
+        assert (found.build_tag, found.version) == ("b10964", "v0.4.1")
+
+
+@pytest.mark.parametrize("content", [b"v0.6.0\n", b"v0.5.7\n", b"b10964" + b" " * 5000], ids=["semver", "self", "huge"])
+def test_stable_fallback_passes_over_an_older_pointer_that_names_no_build(content: bytes) -> None:
+    with hand_cut() as github:
+        publish_range(github, 10960, 10964)
+        github.cut_version(REPO, "v0.4.1", "b10964")
+        github.cut_version(REPO, "v0.5.7", "b10964", content=content)
+        github.cut_version(REPO, "v0.6.0", "b10964", pointer=False)
+        found = resolve_latest_remote(client(github), "stable")
+        assert (found.build_tag, found.version) == ("b10964", "v0.4.1")
+
+
 def test_an_explicit_tag_whose_release_has_no_pointer_yet_is_exit_7(github: FakeGitHub) -> None:
     publish(github, "b7000")
     github.cut_version(REPO, "v0.2.0", "b7000", pointer=False)

@@ -46,6 +46,7 @@ from llama_runtime.runtime.errors import (
 )
 from llama_runtime.updater.release.channel import (
     MAX_NIGHTLY_TAG_BYTES,
+    MAX_STABLE_FALLBACKS,
     Channel,
     ResolvedRelease,
     StableFallback,
@@ -532,25 +533,40 @@ def resolve_fetched(client: ReleaseSource, release: Release) -> ResolvedRelease:
     return with_build_manifest(client, resolve_release(release, {release.tag: named}, [build] if build else []))
 
 
+#: Older ``vX.Y.Z`` tags looked up at most while stable falls back: tags without a release do not
+#: count towards :data:`MAX_STABLE_FALLBACKS` releases, but the lookups stay bounded (requests).
+MAX_STABLE_LOOKUPS: Final[int] = 8
+
+
 def _older_stable(client: ReleaseSource, skipped: Release, installed: str | None) -> Iterator[StableFallback]:
     """The semver releases below ``skipped``, highest first, each looked up only when the one before failed.
 
     One request for the tags, then per release one for it and one for its build
     (none for a build that is ``installed``); the pointer is a cached web download.
     """
-    for tag in older_versions(client.version_tags(), skipped.tag):
+    releases_seen = 0
+    for tag in older_versions(client.version_tags(), skipped.tag, limit=MAX_STABLE_LOOKUPS):
+        if releases_seen >= MAX_STABLE_FALLBACKS:
+            return
         try:
             release = client.get_release(tag)
         except ReleaseNotFoundError:
             yield StableFallback(tag)  # a bare tag: make-release.yml pushes it before it creates the release
             continue
+        releases_seen += 1  # bare tags (or junk ones) never use up the releases looked at
         pointer = pointer_asset(release)
         if release.draft or release.prerelease or missing_pointer(release) is not None:
             yield StableFallback(tag, release)
         elif pointer is None:  # a semver-tagged build (a fork's) stands for itself
             yield StableFallback(tag, release, tag, release)
         else:
-            named = read_pointer(client, release, pointer)
+            try:
+                named = read_pointer(client, release, pointer)
+            except (DigestMismatchError, SizeMismatchError):
+                raise  # bytes other than the published ones: exit 8, whatever asked
+            except IntegrityError:  # a pointer naming no build (itself, a semver tag, too long): pass it over
+                yield StableFallback(tag, release)
+                continue
             yield StableFallback(tag, release, named, None if named == installed else _published_build(client, named))
 
 
