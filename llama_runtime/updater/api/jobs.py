@@ -216,7 +216,6 @@ class JobRecorder:
         self.store = store
         self._state = state
         self._clock = clock
-        from llama_runtime.updater.api.jobs import RateMeter  # deferred: only a running job meters
 
         self._meter = RateMeter(clock)
         self._lock = threading.Lock()

@@ -136,7 +136,6 @@ def _parse(argv: list[str], server_args: list[str], out: Output) -> argparse.Nam
     Raises:
         UserInputError: The words are not a valid command line (exit 2).
     """
-    from llama_runtime.updater.cli.main import maybe_complete
     from llama_runtime.updater.logs import configure_logging
 
     parser = build_parser()

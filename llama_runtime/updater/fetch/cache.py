@@ -183,7 +183,6 @@ def check_free_space(directory: Path, needed: int, *, what: str = "llama.cpp") -
 
 def disk_full_error(directory: Path, needed: int, what: str) -> DiskSpaceError:
     """The exit-4 error for ``what`` needing ``needed`` bytes in ``directory``."""
-    from llama_runtime.updater.fetch.cache import human_size
 
     probe = directory
     while not probe.exists() and probe.parent != probe:

@@ -412,7 +412,6 @@ def _read_metadata(client: ReleaseSource, release: Release, asset: Asset, parse:
         RemoteDataError, IntegrityError: ``parse`` refused them.
         NetworkError, RemoteError: The download failed.
     """
-    from llama_runtime.updater.sources.resolve import MAX_MANIFEST_BYTES
 
     key, fingerprint = _pointer_key(asset, _MANIFEST_CACHE_PREFIX)
     cache = client.etag_cache
@@ -435,7 +434,6 @@ def _read_metadata(client: ReleaseSource, release: Release, asset: Asset, parse:
 
 def _approved_digests(client: ReleaseSource, release: Release) -> dict[str, str]:
     """What the release's checksum index approves (asset -> sha256); empty without a complete index."""
-    from llama_runtime.updater.sources.resolve import CHECKSUM_INDEX_ASSET, parse_checksum_index
 
     index = release.asset(CHECKSUM_INDEX_ASSET)
     if index is None or not index.is_complete:
@@ -451,7 +449,6 @@ def _with_approved_digests(release: Release, approved: Mapping[str, str]) -> Rel
         DigestMismatchError: GitHub and the index disagree about an asset: one of them
             was tampered with or broken, so nothing of the release is trusted.
     """
-    from llama_runtime.updater.sources.resolve import CHECKSUM_INDEX_ASSET
 
     assets = []
     for asset in release.assets:
@@ -468,7 +465,6 @@ def _with_approved_digests(release: Release, approved: Mapping[str, str]) -> Rel
 
 
 def _manifest_parser(release: Release, approved: Mapping[str, str]) -> Callable[[bytes], BuildManifest | None]:
-    from llama_runtime.updater.sources.resolve import CHECKSUM_INDEX_ASSET, MANIFEST_ASSET, parse_manifest
 
     where = f"{release.repo}@{release.tag} {MANIFEST_ASSET}"
 
@@ -494,7 +490,6 @@ def release_with_manifest(client: ReleaseSource, release: Release) -> Release:
         RemoteDataError: The manifest or index is malformed, or the index is another release's.
         NetworkError, RemoteError: A download failed.
     """
-    from llama_runtime.updater.sources.resolve import MANIFEST_ASSET
 
     approved = _approved_digests(client, release)
     if approved:

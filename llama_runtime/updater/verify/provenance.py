@@ -390,7 +390,6 @@ class ProvenanceCheck:
         Raises:
             UserInputError: A value is not of those forms (exit 2).
         """
-        from llama_runtime.updater.verify.provenance import parse_signers, parse_workflows
 
         env = os.environ if env is None else env
         root = env.get("LLAMA_RUNTIME_TRUSTED_ROOT", "").strip()
