@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final
 
 __all__ = [
+    "ATOMIC_TMP_SUFFIX",
     "MAX_RECORD_BYTES",
     "MAX_RECORD_DEPTH",
     "DamagedRecordError",
@@ -53,6 +54,10 @@ _DIR_OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(o
 _READ_NOFOLLOW: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
 # Deletion relative to an open directory (POSIX): no path ever gets longer than one name.
 _FD_WALK: Final = os.unlink in os.supports_dir_fd and os.scandir in os.supports_fd
+
+
+#: Suffix of the atomic write's temp files (``.NAME.*.tmp``): clean-ups find what a killed write left.
+ATOMIC_TMP_SUFFIX: Final = ".tmp"
 
 
 def sha256_file(path: Path) -> str:
@@ -114,7 +119,7 @@ def atomic_writer(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     import tempfile  # deferred: start-up only reads
 
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=ATOMIC_TMP_SUFFIX, dir=path.parent)
     tmp = Path(tmp_name)
     try:
         if mode is not None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from llama_runtime.runtime.fsutil import remove_tree
+from llama_runtime.runtime.fsutil import ATOMIC_TMP_SUFFIX, remove_tree
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.marker import marker_path
 from llama_runtime.updater.checkpoints import checkpoint
@@ -55,7 +55,7 @@ from llama_runtime.runtime.layout import DamagedRuntime, Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import install_order
 from llama_runtime.updater.fetch.cache import AssetCache, digests_in_use
-from llama_runtime.updater.fetch.download import download_name
+from llama_runtime.updater.fetch.download import UNPACKING_SUFFIX, download_name
 from llama_runtime.updater.verify.installed import build_key
 
 __all__ = [
@@ -438,20 +438,12 @@ def remove_runtime(home: Home, name: str, *, scan_processes: ProcessScan | None 
     return report.removed[0]
 
 
-#: Suffix of :func:`runtime.fsutil.atomic_write_bytes` temp files.
-_TMP_SUFFIX: Final = ".tmp"
-
-
 #: Prefix of the ETag cache's temp files (updater.github.JsonFileEtagCache).
 _ETAG_TMP_PREFIX: Final = ".etag-"
 
 
 #: Work directories of ``install-file`` in downloads/ (updater.offline), made under the lock.
 _INSTALL_FILE_PREFIX: Final = "install-file-"
-
-
-#: Suffix of the tree a download is extracted into while it arrives (updater.stage.streaming).
-_UNPACKING_SUFFIX: Final = ".unpacking"
 
 
 #: What the tool names entries of staging/: "<pid>-<8 hex>" (an install), its
@@ -504,7 +496,7 @@ def find_leftovers(home: Home, snapshot: HomeSnapshot | None = None) -> list[Lef
     found += [
         Leftover(p, "extraction of an interrupted download")
         for p in _entries(home.downloads_dir)
-        if p.name.endswith(_UNPACKING_SUFFIX) and p.is_dir() and not p.is_symlink()
+        if p.name.endswith(UNPACKING_SUFFIX) and p.is_dir() and not p.is_symlink()
     ]
     found += _installed_downloads(home, snapshot)
     found += _markerless_runtimes(snapshot)
@@ -552,7 +544,7 @@ def is_own_runtime_name(name: str) -> bool:
 
 
 def _is_temp_name(name: str) -> bool:
-    return (name.startswith(".") and name.endswith(_TMP_SUFFIX)) or name.startswith(_ETAG_TMP_PREFIX)
+    return (name.startswith(".") and name.endswith(ATOMIC_TMP_SUFFIX)) or name.startswith(_ETAG_TMP_PREFIX)
 
 
 def _installed_downloads(home: Home, snapshot: HomeSnapshot) -> list[Leftover]:

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PROGRESS_INTERVAL_SECONDS",
+    "UNPACKING_SUFFIX",
     "AssetRequest",
     "BytesDone",
     "Cancel",
@@ -488,7 +489,7 @@ _PARTIAL_SUFFIX: Final = ".part"
 
 
 #: Suffix of the tree a download is extracted into while it arrives (updater.stage.streaming).
-_UNPACKING_SUFFIX: Final = ".unpacking"
+UNPACKING_SUFFIX: Final = ".unpacking"
 
 
 #: Hex digits of the sha256 that name a download (updater.install._download).
@@ -509,7 +510,7 @@ def download_name(sha256: str | None, asset: str, *, repo: str, size: int) -> st
 
 def unpacking_path(download: Path) -> Path:
     """Where ``download`` is extracted while it arrives (never activated from there)."""
-    return download.with_name(download.name + _UNPACKING_SUFFIX)
+    return download.with_name(download.name + UNPACKING_SUFFIX)
 
 
 # -- follow: Read a download while it is being written: the seam between transfer and extraction. ----------------

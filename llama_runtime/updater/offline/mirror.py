@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import BusyError, IntegrityError, RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import (
+    ATOMIC_TMP_SUFFIX,
     SHARED_FILE_MODE,
     fsync_directory,
     is_disk_full,
@@ -83,8 +84,6 @@ __all__ = [
 LOCK_NAME: Final = ".llama-runtime-mirror.lock"
 #: Downloads in flight; never named by a release JSON.
 PARTIAL_DIR: Final = ".partial"
-#: Suffix of runtime.fsutil's atomic-write temporary files.
-_TMP_SUFFIX: Final = ".tmp"
 
 
 @contextlib.contextmanager
@@ -169,7 +168,7 @@ def clean_leftovers(dest: Path) -> list[Path]:
     for dirpath, _dirnames, filenames in os.walk(dest):
         if Path(dirpath) == partial:
             continue
-        found += [Path(dirpath) / f for f in filenames if f.startswith(".") and f.endswith(_TMP_SUFFIX)]
+        found += [Path(dirpath) / f for f in filenames if f.startswith(".") and f.endswith(ATOMIC_TMP_SUFFIX)]
     for path in found:
         with contextlib.suppress(OSError):  # best effort: the next sync tries again
             remove_tree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
