@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final, Literal
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -60,7 +59,7 @@ from llama_runtime.runtime.errors import (
 )
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.host import host_for_platform
-from llama_runtime.updater.config import DEFAULT_API_URL, github_token, validate_repo
+from llama_runtime.updater.config import DEFAULT_API_URL, addressable, github_token, validate_repo
 from llama_runtime.updater.release.assetnames import parse_asset_name
 from llama_runtime.updater.release.channel import (
     MAX_NIGHTLY_TAG_BYTES,
@@ -663,7 +662,7 @@ def _target(args: argparse.Namespace, facts: Facts) -> tuple[str, str]:
         UserInputError: Not an http(s) URL, or not OWNER/NAME.
     """
     api_url = (args.api_url or os.environ.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
-    if not api_url.startswith(("https://", "http://")) or not _addressable(api_url):
+    if not api_url.startswith(("https://", "http://")) or not addressable(api_url):
         raise UserInputError(f"Malformed API URL '{api_url}'. Use an http(s):// URL such as {DEFAULT_API_URL}.")
     return api_url, validate_repo(args.repo or facts.repository)
 
@@ -723,16 +722,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if not 0 < args.deadline <= 600:
         parser.error(f"--deadline {args.deadline:g} is out of range; give 1 to 600 seconds")
     return args
-
-
-def _addressable(url: str) -> bool:
-    """Whether ``url`` names a host and a port a client can reach (``http://h:abc`` cannot)."""
-    try:
-        parts = urlsplit(url)
-        _ = parts.port  # ValueError for a port that is not a number in range
-    except ValueError:
-        return False
-    return bool(parts.hostname)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -97,7 +97,7 @@ def validate_repo(repo: str) -> str:
     return value
 
 
-def _addressable(url: str) -> bool:
+def addressable(url: str) -> bool:
     """Whether ``url`` names a host and port a client can reach (``http://h:abc``, ``http://[::1`` cannot)."""
     from urllib.parse import urlsplit
 
@@ -170,7 +170,7 @@ def resolve_settings(
     env = os.environ if env is None else env
     home_path = _home_setting(home, env)
     url = (api_url or env.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
-    if not url.startswith(("https://", "http://", "file://")) or not _addressable(url):
+    if not url.startswith(("https://", "http://", "file://")) or not addressable(url):
         raise UserInputError(f"Malformed API URL '{url}'. Use an http(s):// or file:// URL.")
     repo_value = validate_repo(
         repo
