@@ -62,11 +62,13 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def publish(github: FakeGitHub, repo: str, tag: str, tarball: Path, bundle: dict[str, Any] | None) -> str:
+def publish(
+    github: FakeGitHub, repo: str, tag: str, tarball: Path, bundle: dict[str, Any] | None, *, by_url: bool = False
+) -> str:
     github.add_release(repo, tag, {VULKAN_TAR.format(tag=tag): tarball})
     digest = sha256_of(tarball)
     if bundle is not None:
-        github.add_attestation(repo, digest, bundle)
+        github.add_attestation(repo, digest, bundle, by_url=by_url)
     return digest
 
 
@@ -424,8 +426,7 @@ def bundle_with_a_malformed_timestamp() -> dict[str, Any]:
 def test_a_bundle_sigstore_cannot_even_parse_is_exit_8_not_an_internal_error_and_nothing_changes(
     home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str], real_vulkan_tarball: Path, by_url: bool
 ) -> None:
-    github.add_release(BEACON, "b7001", {VULKAN_TAR.format(tag="b7001"): real_vulkan_tarball})
-    github.add_attestation(BEACON, sha256_of(real_vulkan_tarball), bundle_with_a_malformed_timestamp(), by_url=by_url)
+    publish(github, BEACON, "b7001", real_vulkan_tarball, bundle_with_a_malformed_timestamp(), by_url=by_url)
     code, payload = failing_update(capsys, home, github, *FROM_BEACON)
     assert code == 8, payload
     assert "not a valid Sigstore bundle" in payload["error"]["message"]
