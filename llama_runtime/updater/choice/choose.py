@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Final
 from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseIncompleteError
 from llama_runtime.runtime.marker import AUTO, CONCRETE_BACKENDS, parse_backend
 from llama_runtime.updater.choice.facts import (
-    UPSTREAM_REPOS,
     Build,
     cuda_coverage,
     fact_note,
@@ -39,7 +38,7 @@ from llama_runtime.updater.choice.facts import (
 )
 from llama_runtime.updater.choice.host import HostFacts, parse_cuda_version
 from llama_runtime.updater.release.assetnames import AssetInfo, parse_asset_name
-from llama_runtime.updater.release.release import Asset, Release
+from llama_runtime.updater.release.release import UPSTREAM_REPOS, Asset, Release
 from llama_runtime.updater.release.tags import parse_tag
 
 if TYPE_CHECKING:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Final
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.host_detect import version_tuple
 from llama_runtime.updater.release.assetnames import AssetInfo
+from llama_runtime.updater.release.release import UPSTREAM_REPOS
 
 if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
@@ -35,7 +36,6 @@ __all__ = ["CoverageKey", "cuda_coverage", "host_sms", "rocm_targets"]
 
 # -- facts -------------------------------------------------------------------------------------------------------
 
-UPSTREAM_REPOS: Final[frozenset[str]] = frozenset({"ggml-org/llama.cpp", "ggerganov/llama.cpp"})
 UNSLOTH_FORK: Final = "unslothai/llama.cpp"
 
 #: ggml-org/llama.cpp .github/workflows/release.yml (read at commit 002efcd4): where each job runs.

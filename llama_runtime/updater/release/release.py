@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_ASSET_NAME_LENGTH",
+    "UPSTREAM_REPOS",
     "RemoteDataError",
     "check_asset_name",
     "check_release",
@@ -39,6 +40,10 @@ _SHA256_DIGEST: Final = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
 # Characters of an unreadable digest quoted in a message: enough to recognise
 # "sha512:…" or junk, short enough that a hostile value cannot flood the output.
 _DIGEST_QUOTE_CHARS: Final[int] = 80
+
+
+#: The upstream repository under its name and its old one (the organisation was renamed; GitHub redirects).
+UPSTREAM_REPOS: Final[frozenset[str]] = frozenset({"ggml-org/llama.cpp", "ggerganov/llama.cpp"})
 
 
 @dataclass(frozen=True)

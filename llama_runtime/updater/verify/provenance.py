@@ -36,7 +36,8 @@ from typing import Any, Final, Literal
 from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, ProvenanceMissingError, UserInputError
 from llama_runtime.updater.config import env_flag
 from llama_runtime.updater.logs import get_logger
-from llama_runtime.updater.verify.signer import UPSTREAM_REPOSITORIES, Signer, SignerPolicy
+from llama_runtime.updater.release.release import UPSTREAM_REPOS
+from llama_runtime.updater.verify.signer import Signer, SignerPolicy
 
 __all__ = [
     "Listing",
@@ -355,7 +356,7 @@ class ProvenanceCheck:
     Attributes:
         require: Refuse (exit 8) anything that is not ``verified``.
         workflow: The deprecated bare ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW`` value: a pin
-            for every repository except upstream's (:data:`UPSTREAM_REPOSITORIES`).
+            for every repository except upstream's (:data:`UPSTREAM_REPOS`).
         trusted_root: A Sigstore ``trusted_root.json`` to use instead of the production one.
         offline: Never refresh the trust root over the network (install-file, file:// mirrors).
         workflows: Opt-in pins, casefolded ``owner/name`` -> the one signing workflow's path.
@@ -419,7 +420,7 @@ class ProvenanceCheck:
             log.warning("provenance configuration", warning=warning)
         key = repo.casefold()
         workflow = self.workflows.get(key)
-        if workflow is None and self.workflow and key not in UPSTREAM_REPOSITORIES:
+        if workflow is None and self.workflow and key not in UPSTREAM_REPOS:
             workflow = self.workflow
         return SignerPolicy(
             repository=repo,
@@ -433,7 +434,7 @@ class ProvenanceCheck:
         if not self.workflow:
             return []
         name = "LLAMA_RUNTIME_PROVENANCE_WORKFLOW"
-        if repo.casefold() in UPSTREAM_REPOSITORIES:
+        if repo.casefold() in UPSTREAM_REPOS:
             return [
                 f"{name}={self.workflow} (no repository named) is ignored for {repo}: upstream's builds are "
                 f"accepted from any of its workflows on its default branch or a tag; pin one with "

@@ -41,7 +41,6 @@ __all__ = [
     "SLSA_PROVENANCE_V1",
     "UNKNOWN_DEFAULT_BRANCHES",
     "UPSTREAM_RELEASE_WORKFLOW",
-    "UPSTREAM_REPOSITORIES",
     "Signer",
     "SignerPolicy",
     "SigstoreMissingError",
@@ -66,7 +65,6 @@ GITHUB_ACTIONS_ISSUER: Final = "https://token.actions.githubusercontent.com"
 UPSTREAM_RELEASE_WORKFLOW: Final = ".github/workflows/release.yml"
 #: The repositories whose signer policy no bare ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW``
 #: may change (the old name redirects to the new one on GitHub); casefolded.
-UPSTREAM_REPOSITORIES: Final = frozenset({"ggml-org/llama.cpp", "ggerganov/llama.cpp"})
 #: Old names GitHub still redirects, and the repository a certificate names instead: the
 #: organisation was renamed (ggerganov -> ggml-org), so builds installed through the old name are
 #: signed in the new one.
