@@ -76,6 +76,24 @@ def b7000_home(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path:
     return home
 
 
+@pytest.fixture(scope="session")
+def minted_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``trusted_root.json`` of tests/sigstore_mint.py's private Sigstore (minted ggml-org bundles verify
+    under it), as an operator would name it in ``LLAMA_RUNTIME_TRUSTED_ROOT``."""
+    from tests.sigstore_mint import private_sigstore  # deferred: cryptography only for the tests that mint
+
+    return private_sigstore().write_trusted_root(tmp_path_factory.mktemp("private-sigstore") / "trusted_root.json")
+
+
+@pytest.fixture
+def private_root_env(minted_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``LLAMA_RUNTIME_TRUSTED_ROOT`` names the private root; nothing else about provenance is configured."""
+    monkeypatch.setenv("LLAMA_RUNTIME_TRUSTED_ROOT", str(minted_root))
+    for name in ("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "LLAMA_RUNTIME_PROVENANCE_WORKFLOW"):
+        monkeypatch.delenv(name, raising=False)
+    return minted_root
+
+
 #: Fixtures that start the GitHub-like server or the real llama-server (directly or through others).
 _E2E_FIXTURES = frozenset({"github", "real_vulkan_tarball", "tiny_model"})
 #: What a test body calls when it starts those itself, or runs the CLI or the real build as a child.

@@ -356,12 +356,6 @@ def test_bad_target_is_exit_2_saying_what_is_valid(home: Path, args: tuple[str, 
     assert done.returncode == 2 and says in done.stderr, done.stdout + done.stderr
 
 
-@pytest.fixture
-def minted_root(tmp_path: Path) -> Path:
-    """The trust root of tests/sigstore_mint.py's private Sigstore (minted ggml-org bundles verify under it)."""
-    return private_sigstore().write_trusted_root(tmp_path / "minted_trusted_root.json")
-
-
 @pytest.mark.e2e
 def test_release_yml_era_signature_verifies_and_matches_its_era(
     github: FakeGitHub, home: Path, minted_root: Path

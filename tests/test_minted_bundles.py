@@ -56,12 +56,6 @@ def sigstore() -> PrivateSigstore:
 
 
 @pytest.fixture(scope="session")
-def minted_root(sigstore: PrivateSigstore, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The private ``trusted_root.json`` as an operator would name it in ``LLAMA_RUNTIME_TRUSTED_ROOT``."""
-    return sigstore.write_trusted_root(tmp_path_factory.mktemp("private-sigstore") / "trusted_root.json")
-
-
-@pytest.fixture(scope="session")
 def trust(minted_root: Path) -> TrustRoot:
     """The private root loaded as production code loads ``LLAMA_RUNTIME_TRUSTED_ROOT`` (offline, no TUF)."""
     return load_trust_root(minted_root, offline=True)
@@ -244,15 +238,6 @@ def test_a_genuine_bundle_of_another_signer_is_refused_by_the_policy(
 # -- end to end: a plain update of an attested ggml-org/llama.cpp build -------------------------
 
 
-@pytest.fixture
-def private_root_env(minted_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """``LLAMA_RUNTIME_TRUSTED_ROOT`` names the private root; nothing else about provenance is configured."""
-    monkeypatch.setenv("LLAMA_RUNTIME_TRUSTED_ROOT", str(minted_root))
-    for name in ("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "LLAMA_RUNTIME_PROVENANCE_WORKFLOW"):
-        monkeypatch.delenv(name, raising=False)
-    return minted_root
-
-
 def publish_attested(
     github: FakeGitHub,
     sigstore: PrivateSigstore,
@@ -298,7 +283,7 @@ def assert_installed_verified(
 
 
 @pytest.mark.e2e
-@pytest.mark.usefixtures(installed_b7000.__name__, private_root_env.__name__)
+@pytest.mark.usefixtures(installed_b7000.__name__, "private_root_env")
 def test_plain_update_of_a_release_yml_attested_build_installs_verified_with_the_signer(
     home: Path,
     github: FakeGitHub,
@@ -320,7 +305,7 @@ def test_plain_update_of_a_release_yml_attested_build_installs_verified_with_the
 
 
 @pytest.mark.e2e
-@pytest.mark.usefixtures(installed_b7000.__name__, private_root_env.__name__)
+@pytest.mark.usefixtures(installed_b7000.__name__, "private_root_env")
 def test_update_of_a_build_attested_under_a_foreign_ca_is_exit_8_and_nothing_changes(
     home: Path,
     github: FakeGitHub,
@@ -337,7 +322,7 @@ def test_update_of_a_build_attested_under_a_foreign_ca_is_exit_8_and_nothing_cha
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("by_url", [False, True], ids=["inline", "bundle_url"])
-@pytest.mark.usefixtures(installed_b7000.__name__, private_root_env.__name__)
+@pytest.mark.usefixtures(installed_b7000.__name__, "private_root_env")
 def test_plain_update_of_a_release_publish_attested_build_installs_verified_with_the_signer(
     home: Path,
     github: FakeGitHub,

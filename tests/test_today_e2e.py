@@ -26,18 +26,9 @@ REPO = "ggml-org/llama.cpp"
 CPU_HOST = ("--backend", "cpu")
 
 
-@pytest.fixture
-def minted_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = private_sigstore().write_trusted_root(tmp_path / "minted_trusted_root.json")
-    monkeypatch.setenv("LLAMA_RUNTIME_TRUSTED_ROOT", str(root))
-    for name in ("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "LLAMA_RUNTIME_PROVENANCE_WORKFLOW"):
-        monkeypatch.delenv(name, raising=False)
-    return root
-
-
 @pytest.mark.e2e
 def test_plain_update_against_todays_upstream_installs_stable_with_provenance_verified(
-    github: FakeGitHub, home: Path, capsys: pytest.CaptureFixture[str], minted_root: Path
+    github: FakeGitHub, home: Path, capsys: pytest.CaptureFixture[str], private_root_env: Path
 ) -> None:
     attest_minted(github, REPO, publish_today(github), private_sigstore())
     code, payload = run_json(capsys, home, github.api_url, "update", *CPU_HOST, "--require-provenance")
@@ -53,7 +44,7 @@ def test_plain_update_against_todays_upstream_installs_stable_with_provenance_ve
 
 @pytest.mark.e2e
 def test_stable_mid_release_installs_the_previous_stable_with_its_warning_and_nothing_changes_after(
-    github: FakeGitHub, home: Path, capsys: pytest.CaptureFixture[str], minted_root: Path
+    github: FakeGitHub, home: Path, capsys: pytest.CaptureFixture[str], private_root_env: Path
 ) -> None:
     """v0.6.0 is created but its nightly-tag.txt not uploaded yet: stable is v0.5.0's build, and says why."""
     attest_minted(github, REPO, publish_today(github, latest_pointer=False), private_sigstore())
