@@ -81,9 +81,12 @@ def test_provenance_check_reads_its_yes_no_variables_like_the_settings() -> None
 
 
 @pytest.mark.parametrize("url", ["http://h:abc", "http://[::1", "https://h:99999/api"])
-def test_an_api_url_no_client_can_address_is_exit_2_not_an_internal_error(
-    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_an_api_url_no_client_can_address_is_exit_2_not_an_internal_error_and_nothing_changes(
+    url: str, b7000_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, payload = run_json(capsys, tmp_path / "home", url, "plan", "--backend", "cpu", "--platform", "linux-x64")
-    assert code == 2, payload
-    assert payload["error"]["message"].startswith(f"Malformed API URL '{url}'")
+    guard = HomeGuard(b7000_home.parent, b7000_home)
+    for verb in (("plan", "--backend", "cpu", "--platform", "linux-x64"), ("update", "--backend", "cpu")):
+        code, payload = run_json(capsys, b7000_home, url, *verb)
+        assert code == 2, payload
+        assert payload["error"]["message"].startswith(f"Malformed API URL '{url}'")
+    guard.assert_intact("b7000", capsys=capsys)
