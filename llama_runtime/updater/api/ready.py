@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from llama_runtime.runtime.errors import CorruptStateError
-from llama_runtime.runtime.layout import Home, InstalledRuntime, UnsafeHomeError
 from llama_runtime.runtime.fingerprint import check_runtime
+from llama_runtime.runtime.layout import Home, InstalledRuntime, UnsafeHomeError
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.marker import InstallMarker
