@@ -25,7 +25,7 @@ from llama_runtime import RuntimeUpdater
 from llama_runtime.runtime.fingerprint import FINGERPRINTS_NAME, Fingerprints
 from llama_runtime.runtime.layout import Home
 from tests.fakegithub import FakeGitHub
-from tests.helpers import REPO, assert_runs, publish_stand_in, run_json, snapshot_tree
+from tests.helpers import CPU_TAR, REPO, assert_runs, publish_stand_in, run_json, snapshot_tree, stand_in_tarball
 
 
 @pytest.fixture
@@ -246,4 +246,25 @@ def test_doctor_repair_of_a_garbage_binary_reinstalls_it_and_records_its_fingerp
     item = listed(capsys, home, github.api_url)[name]
     assert (item["damage"], item["suspect"]) == ([], [])
     assert_runs(active_binary(h))
+    previous.assert_unchanged_and_runs()
+
+
+def test_ensure_install_if_missing_repairs_a_library_rewritten_at_the_same_size(
+    home: Path, github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for tag in ("b7000", "b7001"):
+        archive = stand_in_tarball(tmp_path / f"{tag}.tar.gz", tag=tag, libs=("ggml",))
+        github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): archive})
+        code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")
+        assert code == 0, payload
+    h = Home(home)
+    previous = PreviousIntact(h)
+    active = h.load(h.read_pointer().active or "")
+    library = next(active.path / rel for rel in active.marker.files if "libggml" in rel)
+    garbage_same_size(library)
+    assert not updater(home, github).ensure().ready
+    result = updater(home, github).ensure(install_if_missing=True)
+    assert result.ready and result.installed, result.problem
+    assert result.runtime.marker.tag == "b7001" and result.runtime.name != active.name
+    assert_runs(result.binary)
     previous.assert_unchanged_and_runs()
