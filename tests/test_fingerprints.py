@@ -214,23 +214,33 @@ def test_a_home_without_fingerprints_gets_them_on_first_check(
     assert set(stamps[result.runtime.name]) == set(result.runtime.marker.files)
 
 
-@pytest.mark.parametrize("content", ["fifo", b"[" * 5000, b"{not json", b'{"schema_version": 1, "runtimes": 7}'])
+@pytest.mark.parametrize(
+    "content", ["fifo", "link", b"[" * 5000, b"{not json", b'{"schema_version": 1, "runtimes": 7}']
+)
 def test_a_damaged_fingerprint_file_is_rebuilt_not_trusted(
-    home: Path, github: FakeGitHub, two_installed: Home, content: Any
+    home: Path, github: FakeGitHub, two_installed: Home, content: Any, tmp_path: Path
 ) -> None:
     h = two_installed
+    previous = PreviousIntact(h)
     path = h.root / FINGERPRINTS_NAME
+    elsewhere = tmp_path / "elsewhere.json"
+    planted = path.read_bytes()
+    elsewhere.write_bytes(planted)  # stamps that would be right, behind a link we did not make
     path.unlink()
     if content == "fifo":
         os.mkfifo(path)  # must not hang a start-up
+    elif content == "link":
+        path.symlink_to(elsewhere)
     else:
         path.write_bytes(content)
     result = updater(home, github).ensure()
     assert result.ready, result.problem
     assert json.loads(path.read_bytes())["runtimes"][result.runtime.name]  # rebuilt by hashing
+    assert not path.is_symlink() and elsewhere.read_bytes() == planted  # replaced the link, never wrote through it
     garbage_same_size(active_binary(h))
     result = updater(home, github).ensure()
     assert not result.ready and "does not match its recorded sha256" in result.problem
+    previous.assert_unchanged_and_runs()
 
 
 def test_doctor_repair_of_a_garbage_binary_reinstalls_it_and_records_its_fingerprints(

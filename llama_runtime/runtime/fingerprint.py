@@ -186,8 +186,10 @@ class Fingerprints:
 def _read(path: Path) -> dict[str, dict[str, Stamp]]:
     """The stamps in ``path``; anything but a regular file of our shape reads as none (the marker is the trust)."""
     try:
-        # O_NONBLOCK: a FIFO planted at this name must not hang a start-up.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        # O_NONBLOCK: a FIFO planted at this name must not hang a start-up; O_NOFOLLOW: a link
+        # planted there is not ours to read (writing replaces the link, never its target).
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags)
     except OSError:
         return {}
     with os.fdopen(fd, "rb") as handle:
