@@ -111,8 +111,9 @@ class Fingerprints:
         records = dict(marker.files)
         if marker.binary not in records and not (root / marker.binary).is_file():
             damage.append(f"{marker.binary} is missing")
+        base = os.fspath(root) + "/"  # strings, not Paths: building hundreds of Paths cost more than their stats
         for rel, record in records.items():
-            path = root / rel
+            path = base + rel
             try:
                 before = os.stat(path)
                 if not stat.S_ISREG(before.st_mode):
@@ -126,7 +127,7 @@ class Fingerprints:
                     fresh[rel] = seen
                     continue
                 suspect.append(rel)
-                intact = hasher(path) == record.sha256
+                intact = hasher(Path(path)) == record.sha256
                 after = stamp_of(os.stat(path))
             except (FileNotFoundError, NotADirectoryError):
                 damage.append(f"{rel} is missing")
