@@ -12,6 +12,7 @@ unchanged and running.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -22,8 +23,9 @@ from typing import Any
 import pytest
 
 from llama_runtime import RuntimeUpdater
-from llama_runtime.runtime.fingerprint import FINGERPRINTS_NAME, Fingerprints
+from llama_runtime.runtime.fingerprint import FINGERPRINTS_NAME, Fingerprints, RuntimeCheck
 from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.marker import FileRecord, InstallMarker
 from tests.fakegithub import FakeGitHub
 from tests.helpers import CPU_TAR, REPO, assert_runs, publish_stand_in, run_json, snapshot_tree, stand_in_tarball
 
@@ -278,3 +280,54 @@ def test_ensure_install_if_missing_repairs_a_library_rewritten_at_the_same_size(
     assert result.runtime.marker.tag == "b7001" and result.runtime.name != active.name
     assert_runs(result.binary)
     previous.assert_unchanged_and_runs()
+
+
+def _runtime_dir(tmp_path: Path, files: dict[str, bytes]) -> tuple[Path, InstallMarker]:
+    """A runtime directory under ``tmp_path/runtimes/r`` and the marker that records its files."""
+    root = tmp_path / "runtimes" / "r"
+    root.mkdir(parents=True)
+    records = {}
+    for rel, data in files.items():
+        (root / rel).write_bytes(data)
+        records[rel] = FileRecord(len(data), hashlib.sha256(data).hexdigest())
+    marker = InstallMarker(
+        repo=REPO,
+        tag="b7000",
+        backend="cpu",
+        backend_request="cpu",
+        asset="a.tar.gz",
+        size=1,
+        sha256="0" * 64,
+        digest_verified=True,
+        installed_at="2026-01-01T00:00:00Z",
+        binary="llama-server",
+        files=records,
+    )
+    return root, marker
+
+
+def test_a_file_rewritten_while_it_is_hashed_gets_no_stamp(tmp_path: Path) -> None:
+    root, marker = _runtime_dir(tmp_path, {"llama-server": b"server bytes", "libggml.so": b"library"})
+    stamps = Fingerprints(tmp_path / FINGERPRINTS_NAME)
+
+    def hash_then_rewrite(path: Path) -> str:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if path.name == "libggml.so":
+            path.write_bytes(b"LIBRARY")  # same size, other bytes, after they were hashed
+        return digest
+
+    found = stamps.check("r", root, marker, hash_then_rewrite)
+    assert found.damage == () and sorted(found.suspect) == ["libggml.so", "llama-server"]
+    assert set(stamps.runtimes["r"]) == {"llama-server"}  # never blessed: the next check hashes it
+    again = stamps.check("r", root, marker)
+    assert again.damage == ("libggml.so does not match its recorded sha256",) and again.suspect == ("libggml.so",)
+
+
+def test_a_second_hard_link_to_a_file_is_suspect_then_intact(tmp_path: Path) -> None:
+    root, marker = _runtime_dir(tmp_path, {"llama-server": b"server bytes"})
+    stamps = Fingerprints(tmp_path / FINGERPRINTS_NAME)
+    stamps.record("r", root, marker)
+    os.link(root / "llama-server", tmp_path / "dedupe-twin")  # what a dedupe of another runtime's copy does
+    assert stamps.check("r", root, marker) == RuntimeCheck((), ("llama-server",))
+    assert stamps.check("r", root, marker) == RuntimeCheck((), ())
+    assert stamps.save() and Fingerprints.load(tmp_path).runtimes == stamps.runtimes
