@@ -193,10 +193,13 @@ def _read(path: Path) -> dict[str, dict[str, Stamp]]:
         fd = os.open(path, flags)
     except OSError:
         return {}
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return {}
-        raw = handle.read(_MAX_FILE_BYTES + 1)
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return {}
+            raw = handle.read(_MAX_FILE_BYTES + 1)
+    except OSError:  # EIO and the like: hash instead
+        return {}
     payload = None
     with contextlib.suppress(ValueError):
         payload = parse_record(raw, what=str(path), max_bytes=_MAX_FILE_BYTES, max_depth=_MAX_DEPTH)
