@@ -13,6 +13,7 @@ Exit code 1 when the median difference is over the budget.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -49,7 +50,10 @@ def seed_home(root: Path) -> None:
         "digest_verified": True,
         "installed_at": "2025-01-01T00:00:00Z",
         "binary": "llama-server",
-        "files": {"llama-server": {"size": binary.stat().st_size, "sha256": "0" * 64}},
+        # Its real digest: status and ensure() hash a file whose stat fingerprint is not recorded yet.
+        "files": {
+            "llama-server": {"size": binary.stat().st_size, "sha256": hashlib.sha256(binary.read_bytes()).hexdigest()}
+        },
     }
     (runtime / "llama-runtime.json").write_text(json.dumps(marker))
     (root / "active.json").write_text(json.dumps({"schema_version": 1, "active": name, "previous": None}))

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llama_runtime.runtime.errors import CorruptStateError, SwitchError, UserInputError
+from llama_runtime.runtime.fingerprint import record_runtime
 from llama_runtime.runtime.fsutil import fsync_directory, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
@@ -83,6 +84,7 @@ class Activation:
         os.replace(staging, final)
         fsync_directory(self.home.runtimes_dir)
         installed = InstalledRuntime(name=name, path=final, marker=marker)
+        record_runtime(self.home.root, name, final, marker)  # its bytes were verified in staging
         # Over a damaged active runtime, the intact previous one stays the rollback target.
         previous = active.name if active else snapshot.intact(old_pointer.previous)
         new_pointer = Pointer(active=name, previous=previous)
@@ -119,6 +121,7 @@ class Activation:
         previous = active.name if active else snapshot.intact(old_pointer.previous)
         if previous == target.name:  # nothing was active: the target stops being the rollback target
             previous = None
+        record_runtime(self.home.root, target.name, target.path, target.marker)  # the caller hashed every file
         report = self.switch(target, active, old_pointer, Pointer(active=target.name, previous=previous))
         log.info("switched", tag=target.marker.tag, backend=target.marker.backend, runtime=target.name)
         return UpdateOutcome("switched", target, active, (*warnings, *report.warnings), server=report)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from llama_runtime.runtime.binary import ProcessRunner, run_process, server_override
 from llama_runtime.runtime.errors import BusyError, CorruptStateError, LlamaRuntimeError, VerificationError
+from llama_runtime.runtime.fingerprint import record_runtime
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import ForeignMarkerError, install_order
@@ -178,6 +179,7 @@ def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Po
             going_back = was_active is not None and _is_older(runtime, damaged)
             keep = was_active if was_active and going_back and home.runtime_path(was_active).is_dir() else None
             home.write_pointer(Pointer(active=runtime.name, previous=keep))
+            record_runtime(home.root, runtime.name, runtime.path, runtime.marker)  # every file was just hashed
             report.repaired = f"the pointer now names {runtime.marker.tag} ({runtime.marker.backend}), {runtime.name}"
             report.active = runtime
             report.add("repair", True, report.repaired)
@@ -318,6 +320,8 @@ def _check_active(
         not problems,
         "; ".join(problems) if problems else f"{active.marker.tag} ({active.marker.backend}) verifies and runs",
     )
+    if not problems and repair:  # every file was just hashed: status and ensure() need only stat it
+        record_runtime(home.root, active.name, active.path, active.marker)
     if problems and repair:
         if reinstall is None or not _reinstall(active, reinstall, runner, report):
             _repair(home, report, runner, pointer)

@@ -1,8 +1,10 @@
 """Is the active runtime ready to start? The cheap, offline answer start-up and the check share.
 
 A runtime counts as ready when the pointer names it, its marker is valid and
-every file it records (the binary included) exists with the recorded size:
-stat calls only, no hashing, no network, no lock.
+every file it records (the binary included) exists with the recorded size and
+the stat fingerprint it had when its bytes last matched the marker
+(``runtime.fingerprint``): stat calls only while nothing changed, a hash of
+just the files whose stat did, no network, no lock.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from llama_runtime.runtime.errors import CorruptStateError
+from llama_runtime.runtime.fingerprint import check_runtime
 from llama_runtime.runtime.layout import Home, InstalledRuntime, UnsafeHomeError
-from llama_runtime.runtime.marker import file_problems
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.marker import InstallMarker
 
-__all__ = ["EnsureResult", "NotReady", "Ready", "active_marker", "check_active", "ensure_result"]
+__all__ = ["EnsureResult", "NotReady", "Ready", "active_marker", "check_active", "damage_seen", "ensure_result"]
 
 
 @dataclass(frozen=True)
@@ -90,14 +92,21 @@ def check_active(home: Home) -> tuple[InstalledRuntime | None, str | None]:
     except (CorruptStateError, UnsafeHomeError) as exc:  # start-up reports, it does not raise
         return None, exc.message
 
-    # Sizes of every recorded file, the binary included: stat calls only,
-    # so start-up stays cheap and a truncated llama-server is not "ready".
-    problems = file_problems(runtime.path, runtime.marker, "size")
+    problems = damage_seen(home, runtime)
     if problems:
         shown = "; ".join(problems[:3])
         where = f"The active runtime {runtime.marker.tag} in {runtime.path}"
         return None, f"{where} differs from what was installed: {shown}."
     return runtime, None
+
+
+def damage_seen(home: Home, runtime: InstalledRuntime) -> list[str]:
+    """What differs in ``runtime`` from its marker, seen by stat calls and confirmed by hashing what changed.
+
+    A truncated or same-size rewritten ``llama-server`` is not "ready"; a touched
+    or restored file whose bytes are intact is, and its fingerprint is refreshed.
+    """
+    return list(check_runtime(home.root, runtime.name, runtime.path, runtime.marker).damage)
 
 
 def active_marker(home: Home) -> tuple[InstallMarker | None, str | None]:

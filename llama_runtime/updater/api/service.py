@@ -235,8 +235,9 @@ class RuntimeUpdater:
 
         A runtime counts as ready when the pointer names it, its marker is
         valid and every file it records (the binary included) exists with the
-        recorded size. A damaged runtime is not ready: ``install_if_missing``
-        then reinstalls it through the full verification.
+        recorded size and stat fingerprint, or hashes to its recorded sha256
+        (``runtime.fingerprint``). A damaged runtime is not ready:
+        ``install_if_missing`` then reinstalls it through the full verification.
 
         Args:
             install_if_missing: With no usable runtime and no update running,

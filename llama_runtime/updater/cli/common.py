@@ -231,7 +231,7 @@ def updater_for(settings: Settings) -> RuntimeUpdater:
 def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
     """The pointer and the intact active runtime; damage is an exit-6 error naming the repair."""
     from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError
-    from llama_runtime.updater.verify.installed import damage
+    from llama_runtime.updater.api.ready import damage_seen
 
     try:
         pointer = home.read_pointer()
@@ -240,7 +240,8 @@ def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
         raise
     except CorruptStateError as exc:
         raise CorruptStateError(exc.message, hint=_REPAIR_HINT) from None
-    problems = damage(active) if active else []
+    # Stat fingerprints, with a hash of only what changed: a same-size garbage llama-server is damage.
+    problems = damage_seen(home, active) if active else []
     if active and problems:
         shown = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
         raise CorruptStateError(

@@ -16,7 +16,8 @@ from llama_runtime.runtime.errors import NothingActiveError, UserInputError
 from llama_runtime.updater.cli.common import add_events_flag, settings_from_args, updater_for
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.layout import InstalledRuntime
+    from llama_runtime.runtime.fingerprint import RuntimeCheck
+    from llama_runtime.runtime.layout import HomeSnapshot, InstalledRuntime
     from llama_runtime.updater.choice.decide import Available
     from llama_runtime.updater.cli.main import AddParser, Handler, Output
     from llama_runtime.updater.config import Settings
@@ -128,6 +129,7 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
     if snapshot.pointer_error is not None:
         raise snapshot.pointer_error
     pointer, installed = snapshot.pointer, list(snapshot.runtimes)
+    checks = _file_checks(snapshot)
     items = []
     lines = []
     for runtime in installed:
@@ -135,8 +137,12 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
         entry["size_bytes"] = tree_size(runtime.path)
         entry["active"] = runtime.name == pointer.active
         entry["previous"] = runtime.name == pointer.previous
+        found = checks[runtime.name]
+        entry["damage"], entry["suspect"] = list(found.damage), list(found.suspect)
         items.append(entry)
         lines.append(_installed_line(runtime, entry))
+        if found.damage:
+            lines.append(f"    damaged: {'; '.join(found.damage[:3])} ({_repair_hint(runtime, entry)})")
     if not lines:
         lines = ["No runtimes installed. Run `llama-runtime update`."]
     # Never chosen, listed with why: `gc` removes them, `doctor --repair` points away from them.
@@ -157,6 +163,24 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
             lines.append("  none")
     out.result(payload, lines)
     return 0
+
+
+def _file_checks(snapshot: HomeSnapshot) -> dict[str, RuntimeCheck]:
+    """Every installed runtime's files against its marker: stat fingerprints, a hash of what changed."""
+    from llama_runtime.runtime.fingerprint import Fingerprints
+
+    stamps = Fingerprints.load(snapshot.home.root)
+    checks = {r.name: stamps.check(r.name, r.path, r.marker, snapshot.sha256) for r in snapshot.runtimes}
+    stamps.keep_only(checks)
+    stamps.save()
+    return checks
+
+
+def _repair_hint(runtime: InstalledRuntime, entry: dict[str, Any]) -> str:
+    if entry["active"]:
+        return "`llama-runtime doctor --repair` installs it again"
+    m = runtime.marker
+    return f"`llama-runtime update --tag {m.tag} --backend {m.backend}` installs it again"
 
 
 def _installed_line(runtime: InstalledRuntime, entry: dict[str, Any]) -> str:

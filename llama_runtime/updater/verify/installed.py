@@ -214,11 +214,23 @@ def active_state(runtime: InstalledRuntime, snapshot: HomeSnapshot | None = None
 
     Intact means every recorded size and the binary's sha256 (the file that runs,
     a few MB): a rewritten ``llama-server`` of the same size is not "up to date".
+    Nor is a library rewritten at the same size: every file whose stat fingerprint
+    changed is hashed (``runtime.fingerprint``), as ``ensure()`` sees it.
     """
     from llama_runtime.updater.choice.decide import ActiveState
 
-    intact = not damage(runtime, hash_binary=True, snapshot=snapshot)
+    intact = not damage(runtime, hash_binary=True, snapshot=snapshot) and not _fingerprint_damage(runtime, snapshot)
     return ActiveState(runtime.marker, intact=intact, name=runtime.name)
+
+
+def _fingerprint_damage(runtime: InstalledRuntime, snapshot: HomeSnapshot | None) -> tuple[str, ...]:
+    """:func:`runtime.fingerprint.check_runtime` of ``runtime``, hashing through the snapshot's cache."""
+    from llama_runtime.runtime.fingerprint import Fingerprints
+
+    stamps = Fingerprints.load(snapshot.home.root if snapshot else runtime.path.parent.parent)
+    found = stamps.check(runtime.name, runtime.path, runtime.marker, snapshot.sha256 if snapshot else None)
+    stamps.save()
+    return found.damage
 
 
 # -- staging: The staged tree: extracting a release's archives into staging/ and describing them... --------------
