@@ -161,8 +161,9 @@ def follow_events(job: UpdateJob, out: Output, timeout: float | None, *, attache
 
     The last line has the ``--json`` keys of the command that follows: ``job wait``'s
     ``{"job": …}``, or for an attached ``update`` the update's own keys plus ``attached``.
-    A job still running when ``timeout`` passes ends with a ``result`` line whose
-    ``job.running`` is true (exit 0): the follower stopped, the job did not.
+    A job still running when ``timeout`` passes ends with an ``error`` line
+    (``busy``, exit 3) beside ``job``, whose ``running`` is true: the follower
+    stopped, the job did not.
     """
     assert out.events is not None
     events = out.events
@@ -175,6 +176,11 @@ def follow_events(job: UpdateJob, out: Output, timeout: float | None, *, attache
         events.error_payload(state.error.to_json(), payload)
         code = state.error.exit_code
         return code if code is not None else (130 if state.phase == "cancelled" else 1)
+    if state.running and not attached:
+        from llama_runtime.updater.cli.jobs import BUSY_EXIT, gave_up_error
+
+        events.error_payload(gave_up_error(state.id, timeout), payload)
+        return BUSY_EXIT
     out.result(payload, [])
     return 0
 
