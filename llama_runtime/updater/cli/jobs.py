@@ -140,6 +140,8 @@ def cmd_job(args: argparse.Namespace, out: Output) -> int:
     else:
         state = job.state()
     if args.action == "wait" and state.running:
+        from llama_runtime.updater.cli.events import BUSY_EXIT, gave_up_error
+
         error = gave_up_error(state.id, timeout)
         out.result({"job": state.to_json(), "error": error}, [_job_line(state.id, state.describe(), None)])
         return BUSY_EXIT
@@ -147,21 +149,6 @@ def cmd_job(args: argparse.Namespace, out: Output) -> int:
     if state.phase == "failed" and state.error:
         return state.error.exit_code if state.error.exit_code is not None else 1
     return 0
-
-
-#: ``job wait`` that gave up while the job still runs: the contract's "busy" (the job is not over).
-BUSY_EXIT = BusyError.exit_code
-
-
-def gave_up_error(job_id: str, timeout: float | None) -> dict[str, object]:
-    """The contract's error object of a ``job wait --timeout`` that stopped waiting before the job ended."""
-    waited = f" after {timeout:g}s" if timeout is not None else ""
-    return {
-        "code": BusyError.code,
-        "message": f"Stopped waiting{waited}: job {job_id} is still running.",
-        "exit_code": BUSY_EXIT,
-        "hint": "Run `llama-runtime job wait` again to keep following it, or `llama-runtime job cancel` to stop it.",
-    }
 
 
 def _job_line(job_id: str, what: str, error: JobError | None) -> str:

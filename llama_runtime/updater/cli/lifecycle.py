@@ -233,11 +233,12 @@ def _available(
 def _release_page(source: ReleaseSource, page: int) -> tuple[list[Release], bool]:
     """One page of releases, and whether it was the last one (a static mirror has only its latest)."""
     from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
+    from llama_runtime.updater.sources.source import DirectoryListingError
 
     try:
         batch = source.recent_releases(page=page)
-    except (RateLimitError, NetworkError):
-        raise
+    except (RateLimitError, NetworkError, DirectoryListingError):
+        raise  # a directory listing is never read as an empty list
     except RemoteError:
         return ([source.latest_release()] if page == 1 else []), True  # a static mirror lists nothing
     return batch, len(batch) < RELEASES_PER_PAGE

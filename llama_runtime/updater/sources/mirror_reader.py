@@ -27,8 +27,9 @@ __all__ = ["FileTransport", "file_api_url"]
 
 # -- mirror_reader -----------------------------------------------------------------------------------------------
 
-#: What answers a directory URL (a mirror's ``releases`` listing), like a web server's index file.
-DIRECTORY_INDEX: Final = "index.json"
+#: What answers a directory URL (a mirror's ``releases`` listing), like a web server's index file:
+#: ``index.json``, else the ``index.html`` copy every static server serves (see :data:`STATIC_INDEX_NAME`).
+DIRECTORY_INDEXES: Final[tuple[str, ...]] = ("index.json", "index.html")
 # Read size when serving mirror files: few syscalls, bounded memory.
 _CHUNK_BYTES: Final[int] = 1024 * 1024
 
@@ -47,7 +48,7 @@ class FileTransport(httpx.BaseTransport):
     """Serves files under ``root`` for ``file://`` URLs, like a static web server.
 
     Query strings are ignored (as static servers do); a directory is answered
-    by its ``index.json`` (a mirror's release listing), else 404, as are paths
+    by its ``index.json`` or ``index.html`` (a mirror's release listing), else 404, as are paths
     that leave ``root``; ``Range: bytes=N-`` is honoured for resumes.
     """
 
@@ -57,8 +58,9 @@ class FileTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Answer one request from the file system."""
         path = Path(urllib.request.url2pathname(request.url.path)).resolve()
-        if path.is_dir() and (path / DIRECTORY_INDEX).is_file():
-            path = path / DIRECTORY_INDEX  # a directory is answered by its index, as a web server does
+        index = next((path / name for name in DIRECTORY_INDEXES if path.is_dir() and (path / name).is_file()), None)
+        if index is not None:
+            path = index  # a directory is answered by its index, as a web server does
         if request.method != "GET" or not path.is_relative_to(self.root) or not path.is_file():
             return httpx.Response(404, content=b"Not Found", headers={"content-type": "text/plain"})
         size = path.stat().st_size
@@ -97,6 +99,10 @@ class _FileStream(httpx.SyncByteStream):
 SHA_DIR_CHARS: Final[int] = 16
 #: The listing's file inside ``releases/`` (see :attr:`MirrorPaths.listing_json`).
 LISTING_NAME: Final = "index.json"
+#: The same bytes again under the name every static server answers a directory with
+#: (``python -m http.server``, nginx's and Apache's default index, Caddy's ``file_server``):
+#: a plain server then serves the listing, never its own HTML directory listing.
+STATIC_INDEX_NAME: Final = "index.html"
 # The JSON key holding the sha256 the mirror computed itself (not GitHub's digest).
 OWN_SHA_KEY: Final = "llama_runtime_sha256"
 
@@ -258,10 +264,10 @@ def release_json(release: Release, assets: list[dict[str, Any]]) -> dict[str, An
 def listing_relative(release_doc: dict[str, Any]) -> dict[str, Any]:
     """``release_doc`` re-pointed for the ``releases`` listing, read at ``…/releases`` (no slash).
 
-    Every release a mirror holds was chosen to be installed (its ``latest`` is the highest of
-    them), so the listing offers each as a release, not a prerelease that ``stable`` would skip.
+    The prerelease flag stays upstream's: each channel resolves over the mirror's
+    listing as it does over GitHub's (``stable`` never takes a nightly build).
     """
-    doc = {**release_doc, "prerelease": False}
+    doc = dict(release_doc)
     doc["assets"] = [
         {**a, "browser_download_url": "releases/" + str(a["browser_download_url"]).removeprefix("../")}
         for a in release_doc["assets"]
@@ -276,6 +282,35 @@ def latest_relative(release_doc: dict[str, Any]) -> dict[str, Any]:
         {**a, "browser_download_url": str(a["browser_download_url"]).removeprefix("../")} for a in release_doc["assets"]
     ]
     return doc
+
+
+def mirror_not_found(api_url: str, route: str, fallback: str) -> tuple[str, str]:
+    """What a mirror's 404 means for ``route`` (the URL path asked), and what to do: (message, hint).
+
+    A missing ``releases/latest`` is a mirror without a stable release (synced for
+    nightly, or by exact build tags); a missing ``releases/tags/T``, a release it does
+    not hold. Only an ``http(s)`` mirror can also be a web server that may not read
+    the files; a ``file://`` one is read by this process itself.
+    """
+    where = api_url.rstrip("/")
+    tail = route.rstrip("/").rsplit("/releases/", 1)[-1] if "/releases/" in route else ""
+    message, hint = fallback, f"Check that `llama-runtime mirror sync` filled {where}."
+    if tail == "latest":
+        message = (
+            f"The mirror {where} holds no stable release (no releases/latest): it was synced for the nightly "
+            "channel or for exact build tags only."
+        )
+        hint = "Sync the stable channel into it (`llama-runtime mirror sync --dest DIR`), or use --channel nightly."
+    elif tail.startswith("tags/"):
+        tag = urllib.request.url2pathname(tail.removeprefix("tags/"))
+        message = f"The mirror {where} does not hold the release {tag}."
+        hint = (
+            f"`llama-runtime mirror sync --dest DIR --tag {tag}` adds it; "
+            "`llama-runtime list --available` shows what it holds."
+        )
+    if not where.startswith("file:"):
+        hint += " If it was synced, check that its web server may read the files (mode 644)."
+    return message, hint
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
