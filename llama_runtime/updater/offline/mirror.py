@@ -373,8 +373,8 @@ def publish_latest(paths: MirrorPaths) -> tuple[str | None, str | None]:
         (``None`` when it is a build itself); ``(None, None)`` without one.
     """
     tags_dir = paths.releases / "tags"
-    docs = [doc for entry in sorted(tags_dir.iterdir() if tags_dir.is_dir() else []) if entry.is_file()
-            and (doc := read_json(entry)) is not None]  # fmt: skip
+    files = sorted(entry for entry in (tags_dir.iterdir() if tags_dir.is_dir() else []) if entry.is_file())
+    docs = [doc for entry in files if (doc := read_json(entry)) is not None]
     tag = stable_tag(docs)
     doc = next((d for d in docs if d.get("tag_name") == tag), None)
     if doc is None:

@@ -646,7 +646,7 @@ class GitHubClient:
                 from llama_runtime.updater.sources.mirror_reader import mirror_not_found
 
                 asked = _asked_url(response)
-                not_found, hint = mirror_not_found(self.api_url, asked.path if asked else "", not_found)
+                not_found, hint = mirror_not_found(redact_url(self.api_url), asked.path if asked else "", not_found)
             raise ReleaseNotFoundError(not_found, hint=hint)
         if status == 401:
             raise RemoteError("GitHub rejected the token (HTTP 401); fix or unset GITHUB_TOKEN / GH_TOKEN.")
