@@ -142,3 +142,16 @@ def test_a_plain_static_server_serves_the_mirrors_listing_and_a_directory_listin
         assert code == 7, failed
         assert "directory listing" in failed["error"]["message"] and "mirror sync" in failed["error"]["hint"]
     guard.assert_intact("b7000", capsys=capsys)
+
+
+def test_the_mirrors_latest_follows_githubs_rule_for_upstream_forks_and_nightly_only_mirrors() -> None:
+    from llama_runtime.updater.offline.mirror import stable_tag
+
+    def doc(tag: str, prerelease: bool, draft: bool = False) -> dict[str, Any]:
+        return {"tag_name": tag, "prerelease": prerelease, "draft": draft}
+
+    upstream = [doc("b7002", True), doc("v0.2.0", False), doc("v0.10.0", False), doc("b7001", True)]
+    assert stable_tag(upstream) == "v0.10.0"  # by semver, never the highest nightly build
+    fork = [doc("b7000", False), doc("b7001", False), doc("b7002", False, draft=True)]
+    assert stable_tag(fork) == "b7001"  # a fork's plain builds are its stable releases
+    assert stable_tag([doc("b7001", True), doc("b7002", True)]) is None  # nightly only: GitHub answers 404
