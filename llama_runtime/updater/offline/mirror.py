@@ -492,11 +492,7 @@ def sync_mirror(
             chosen = _chosen(client, release, wanted_platforms, wanted_backends)
             _sync_release(client, dest, paths, release, chosen, report)
             report.releases.append(release.tag)
-        for version in versions:  # after the builds they name: a visible pointer never names a missing release
-            pointer = pointer_asset(version)
-            if pointer is not None and pointer.is_complete:
-                _sync_release(client, dest, paths, version, [pointer], report, attest=False)
-                report.versions.append(version.tag)
+        _sync_versions(client, dest, paths, versions, report)
         if prune:
             report.pruned = prune_releases(paths.releases, [*report.releases, *report.versions])
         report.latest, report.latest_version = publish_latest(paths)
@@ -562,6 +558,18 @@ def _newest(
     named = {tag: build for tag, build in pointers_on_page(client, page).items() if build in {b.tag for b in builds}}
     versions = [r for r in page if r.tag in named]
     return builds, versions, found
+
+
+def _sync_versions(
+    client: ReleaseSource, dest: Path, paths: MirrorPaths, versions: list[Release], report: MirrorReport
+) -> None:
+    """Mirror each semver release with its ``nightly-tag.txt`` (no attestation upstream), after the
+    builds they name are published: a visible pointer never names a missing release."""
+    for version in versions:
+        pointer = pointer_asset(version)
+        if pointer is not None and pointer.is_complete:
+            _sync_release(client, dest, paths, version, [pointer], report, attest=False)
+            report.versions.append(version.tag)
 
 
 def _mirrored_tag(client: ReleaseSource, release: Release) -> str:

@@ -112,7 +112,9 @@ def decode_json(response: httpx.Response, raw: bytes) -> Any:
     """
     ctype = response.headers.get("content-type", "unknown").split(";")[0].strip() or "unknown"
     if ctype == "text/html":
-        _check_html_answer(response, raw)  # a mirror's index.html holds JSON; any other page is refused
+        from llama_runtime.updater.sources.mirror_reader import check_html_answer
+
+        check_html_answer(response, raw)  # a mirror's index.html holds JSON; any other page is refused
     # Static servers and buckets label extension-less mirror files as binary or
     # text; an HTML page is never release data (a portal or an error page).
     elif "json" not in ctype and ctype not in _STATIC_FILE_TYPES:
@@ -125,47 +127,6 @@ def decode_json(response: httpx.Response, raw: bytes) -> Any:
         raise RemoteError(
             f"GitHub answered with something that is not release data ({printable(ctype[:_CTYPE_QUOTE_CHARS])})."
         ) from exc
-
-
-# What a static server's own page for a directory starts its title with (python -m http.server,
-# nginx autoindex and Apache mod_autoindex: "Index of /…"): the mirror's index file is missing.
-_DIRECTORY_LISTING_MARKS: Final[tuple[bytes, ...]] = (b"Directory listing for", b"Index of /")
-
-
-def _asked_url(response: httpx.Response) -> httpx.URL | None:
-    """The URL the answer is for (after redirects), when the response knows its request."""
-    try:
-        return response.request.url
-    except RuntimeError:  # a response built by hand (tests, transports) has no request
-        return None
-
-
-def _check_html_answer(response: httpx.Response, raw: bytes) -> None:
-    """Let a mirror's ``index.html`` through (JSON that a static server labels HTML); refuse any other page.
-
-    A mirror's directory (``releases``) is answered with its ``index.html``, which
-    ``mirror sync`` writes as the same JSON as ``index.json``. A real HTML page
-    there is the server's own directory listing: the index is missing, and
-    reading that page as "no releases" would hide it.
-
-    Raises:
-        DirectoryListingError: The answer is a directory listing.
-        RemoteError: Another HTML page (a portal, an error page).
-    """
-    from llama_runtime.updater.sources.source import DirectoryListingError
-
-    if raw.lstrip()[:1] in (b"[", b"{"):
-        return
-    asked = _asked_url(response)
-    where = redact_url(str(asked)) if asked is not None else "the server"
-    if any(mark in raw[:_ERROR_BODY_BYTES] for mark in _DIRECTORY_LISTING_MARKS):
-        raise DirectoryListingError(
-            f"{where} answered with its web server's directory listing, not release data: the mirror has no "
-            "release index there (it was synced by an older llama-runtime, or copied without its index files).",
-            hint="Run `llama-runtime mirror sync --dest DIR` again: it writes releases/index.json and the "
-            "index.html copy any static web server serves for the directory.",
-        )
-    raise RemoteError("GitHub answered with something that is not release data (text/html).")
 
 
 # -- github_limits: GitHub's rate limits: what the headers say, and the error a refusal becomes. -----------------
@@ -643,9 +604,9 @@ class GitHubClient:
             # a static mirror's web server does not, and one that 404s everything is often
             # one its web server may not read.
             if "x-ratelimit-limit" not in response.headers:
-                from llama_runtime.updater.sources.mirror_reader import mirror_not_found
+                from llama_runtime.updater.sources.mirror_reader import asked_url, mirror_not_found
 
-                asked = _asked_url(response)
+                asked = asked_url(response)
                 not_found, hint = mirror_not_found(redact_url(self.api_url), asked.path if asked else "", not_found)
             raise ReleaseNotFoundError(not_found, hint=hint)
         if status == 401:

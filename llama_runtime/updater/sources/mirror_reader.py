@@ -17,10 +17,12 @@ import httpx
 
 from llama_runtime.runtime.errors import RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import read_record
+from llama_runtime.updater.credentials import redact_url
 from llama_runtime.updater.release.assetnames import parse_asset_name
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.tags import parse_tag, validate_tag
 from llama_runtime.updater.sources.resolve import BUILD_METADATA_ASSETS
+from llama_runtime.updater.sources.source import DirectoryListingError
 
 __all__ = ["FileTransport", "file_api_url"]
 
@@ -311,6 +313,47 @@ def mirror_not_found(api_url: str, route: str, fallback: str) -> tuple[str, str]
     if not where.startswith("file:"):
         hint += " If it was synced, check that its web server may read the files (mode 644)."
     return message, hint
+
+
+# What a static server's own page for a directory starts its title with (python -m http.server,
+# nginx autoindex and Apache mod_autoindex: "Index of /…"): the mirror's index file is missing.
+_DIRECTORY_LISTING_MARKS: Final[tuple[bytes, ...]] = (b"Directory listing for", b"Index of /")
+# Bytes of an HTML answer searched for those marks: they are in its title, near the top.
+_LISTING_PEEK_BYTES: Final[int] = 4096
+
+
+def asked_url(response: httpx.Response) -> httpx.URL | None:
+    """The URL the answer is for (after redirects), when the response knows its request."""
+    try:
+        return response.request.url
+    except RuntimeError:  # a response built by hand (tests, transports) has no request
+        return None
+
+
+def check_html_answer(response: httpx.Response, raw: bytes) -> None:
+    """Let a mirror's ``index.html`` through (JSON that a static server labels HTML); refuse any other page.
+
+    A mirror's directory (``releases``) is answered with its ``index.html``, which
+    ``mirror sync`` writes as the same JSON as ``index.json``. A real HTML page
+    there is the server's own directory listing: the index is missing, and
+    reading that page as "no releases" would hide it.
+
+    Raises:
+        DirectoryListingError: The answer is a directory listing.
+        RemoteError: Another HTML page (a portal, an error page).
+    """
+    if raw.lstrip()[:1] in (b"[", b"{"):
+        return
+    asked = asked_url(response)
+    where = redact_url(str(asked)) if asked is not None else "the server"
+    if any(mark in raw[:_LISTING_PEEK_BYTES] for mark in _DIRECTORY_LISTING_MARKS):
+        raise DirectoryListingError(
+            f"{where} answered with its web server's directory listing, not release data: the mirror has no "
+            "release index there (it was synced by an older llama-runtime, or copied without its index files).",
+            hint="Run `llama-runtime mirror sync --dest DIR` again: it writes releases/index.json and the "
+            "index.html copy any static web server serves for the directory.",
+        )
+    raise RemoteError("GitHub answered with something that is not release data (text/html).")
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
