@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.progress import Progress, ProgressCallback
     from llama_runtime.updater.release.release import RemoteDataError
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import DirectoryListingError, ReleaseSource
     from llama_runtime.updater.verify.gate import GatePolicy, load_gate_settings, save_gate_settings
     from llama_runtime.updater.verify.signer import SigstoreMissingError
 
@@ -119,6 +119,7 @@ _EXPORTS: dict[str, str] = {
     "ProcessRunner": "llama_runtime.runtime.binary",
     "Clock": "llama_runtime.runtime.clock",
     "ReleaseSource": "llama_runtime.updater.sources.source",
+    "DirectoryListingError": "llama_runtime.updater.sources.source",
     "UnsafeHomeError": "llama_runtime.runtime.layout",
     "CandidatesFailedError": "llama_runtime.updater.activate.attempts",
     "SigstoreMissingError": "llama_runtime.updater.verify.signer",
@@ -177,6 +178,7 @@ __all__ = [
     "Clock",
     "CorruptStateError",
     "DigestMismatchError",
+    "DirectoryListingError",
     "DiskSpaceError",
     "DoctorCheck",
     "DoctorResult",

@@ -246,3 +246,20 @@ def test_the_shell_completes_commands_options_and_installed_tags(installed: Path
     assert "--available" in complete("llama-runtime list --av", installed, tmp_path)
     assert complete("llama-runtime use b70", installed, tmp_path) == ["b7000"]
     assert "b7000" in complete("llama-runtime remove ", installed, tmp_path)
+
+
+def test_the_shell_completes_backends_channels_platforms_tags_and_global_options_after_the_command(
+    installed: Path, tmp_path: Path
+) -> None:
+    """Issue 29: `--backend` and `--channel` completed file names; global options after a command were not offered."""
+    assert complete("llama-runtime --backend vu", installed, tmp_path) == ["vulkan"]
+    assert set(complete("llama-runtime update --backend ", installed, tmp_path)) >= {"auto", "cpu", "cuda", "vulkan"}
+    assert complete("llama-runtime --channel ", installed, tmp_path) == ["stable", "nightly"]
+    assert complete("llama-runtime plan --channel ni", installed, tmp_path) == ["nightly"]
+    assert complete("llama-runtime mirror sync --channel s", installed, tmp_path) == ["stable"]
+    assert "auto" not in complete("llama-runtime mirror sync --backend ", installed, tmp_path)
+    assert complete("llama-runtime plan --platform windows-a", installed, tmp_path) == ["windows-arm64"]
+    assert complete("llama-runtime update --tag b7", installed, tmp_path) == ["b7000"]
+    after = complete("llama-runtime update --", installed, tmp_path)
+    assert {"--home", "--api-url", "--json", "--backend", "--channel", "--tag"} <= set(after)
+    assert {"--home", "--json", "--repo"} <= set(complete("llama-runtime use b7000 --", installed, tmp_path))

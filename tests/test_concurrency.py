@@ -170,6 +170,28 @@ def test_job_status_from_the_cli_follows_a_job_of_another_process(home: Path, gi
     assert_active(home, "b7001")
 
 
+def test_job_wait_that_times_out_while_the_job_runs_exits_3_saying_it_gave_up(home: Path, github: FakeGitHub) -> None:
+    """Issue 29: `job wait --timeout N` exited 0 while the job still ran."""
+    button = spawn(home, github, "start")
+    wait_for_download(home)
+    guard = HomeGuard(None, home)
+    gave_up = cli(home, github, "job", "wait", "--timeout", "0.2", "--json")
+    assert gave_up.returncode == 3, gave_up.stderr
+    payload = json.loads(gave_up.stdout)
+    assert payload["job"]["running"] and payload["error"]["code"] == "busy" and payload["error"]["exit_code"] == 3
+    assert "still running" in payload["error"]["message"]
+    events = cli(home, github, "job", "wait", "--timeout", "0.2", "--events")
+    assert events.returncode == 3, events.stderr
+    last = json.loads(events.stdout.splitlines()[-1])
+    assert last["type"] == "error" and last["error"]["code"] == "busy" and last["job"]["running"]
+    guard.assert_intact(None)
+    assert_active(home, "b7000")  # the waiter gave up; the runtime it left is the one that ran
+    assert lines_of(button)[-1]["phase"] == "done"
+    finished = cli(home, github, "job", "wait", "--timeout", "30", "--json")
+    assert finished.returncode == 0 and json.loads(finished.stdout)["job"]["phase"] == "done"
+    assert_active(home, "b7001")
+
+
 def test_job_status_and_wait_from_another_terminal_follow_a_cli_update(home: Path, github: FakeGitHub) -> None:
     argv = [sys.executable, "-m", "llama_runtime", "update", "--tag", "b7001", "--backend", "cpu", "--json"]
     update = subprocess.Popen(

@@ -220,6 +220,33 @@ def test_which_prints_one_line_and_exits_5_when_nothing_is_active(
     assert captured.out == "" and "No runtime is active" in captured.err
 
 
+def test_which_prints_the_llama_server_path_override_when_it_is_in_force(
+    cpu_builds: Path,
+    capsys: pytest.CaptureFixture[str],
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: `$(llama-runtime which)` ran the managed binary while `status` reported the override."""
+    code, before = run_json(capsys, cpu_builds, github.api_url, "which")
+    override = tmp_path / "custom-llama-server"
+    override.write_text("#!/bin/sh\necho 'version: 1 (custom)' >&2\n")
+    override.chmod(0o755)
+    monkeypatch.setenv("LLAMA_SERVER_PATH", str(override))
+    assert main(["--home", str(cpu_builds), "which"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == f"{override}\n" and "LLAMA_SERVER_PATH" in captured.err
+    code, payload = run_json(capsys, cpu_builds, github.api_url, "which")
+    assert code == 0 and payload["binary"] == payload["override"] == str(override)
+    assert payload["managed"] == before["binary"]
+    code, status = run_json(capsys, cpu_builds, github.api_url, "status")
+    assert status["override"] == payload["binary"]
+    # Nothing managed is active: the override still answers, exit 0.
+    code, empty = run_json(capsys, tmp_path / "empty", github.api_url, "which")
+    assert code == 0 and empty["binary"] == str(override) and empty["managed"] is None
+    assert_runs(Path(before["binary"]))  # the managed runtime is untouched
+
+
 def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--version"])

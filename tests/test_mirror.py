@@ -101,9 +101,15 @@ def test_sync_writes_github_shaped_json_with_only_the_chosen_assets(
     assert asset["size"] == len(data)
     assert asset["digest"] == "sha256:" + sha
     assert asset["browser_download_url"] == f"../download/b7001/{sha[:16]}/{asset['name']}"
+    assert doc["prerelease"] is True  # upstream's flag: a bNNNN build is a prerelease
+    # releases/latest answers as GitHub's: the newest semver release, with its nightly-tag.txt and digest.
+    assert report["latest_version"] == "v0.2.0" and sorted(report["versions"]) == ["v0.1.0", "v0.2.0"]
     latest = json.loads((dest / RELEASES / "latest").read_text())
-    assert latest["tag_name"] == "b7001"
-    assert latest["assets"][0]["browser_download_url"] == f"download/b7001/{sha[:16]}/{asset['name']}"
+    assert (latest["tag_name"], latest["prerelease"]) == ("v0.2.0", False)
+    (pointer,) = latest["assets"]
+    data = (dest / RELEASES / pointer["browser_download_url"]).read_bytes()
+    assert pointer["name"] == "nightly-tag.txt" and data == b"b7001\n"
+    assert pointer["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
     assert not list((dest / RELEASES / "download").rglob(VULKAN_TAR.format(tag="b7001")))
 
 
@@ -167,7 +173,12 @@ def test_second_sync_fetches_nothing_and_a_damaged_file_is_fetched_again(
     blobs = asset_downloads()
     code, report = sync(capsys, github, dest, "--newest", "2")
     assert code == 0, report
-    assert report["fetched"] == [] and len(report["reused"]) == 2
+    assert report["fetched"] == [] and sorted(report["reused"]) == [
+        f"b7000/{CPU_TAR.format(tag='b7000')}",
+        f"b7001/{CPU_TAR.format(tag='b7001')}",
+        "v0.1.0/nightly-tag.txt",
+        "v0.2.0/nightly-tag.txt",
+    ]
     assert asset_downloads() == blobs
     damaged = mirrored_file(dest, "b7000", CPU_TAR.format(tag="b7000"))
     good = damaged.read_bytes()
@@ -182,18 +193,19 @@ def test_failed_sync_of_a_new_release_leaves_it_invisible_and_a_rerun_completes_
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     dest = tmp_path / "mirror"
-    assert sync(capsys, github, dest, "--tag", "b7000")[0] == 0
-    publish(github, tmp_path, "b7002")
+    assert sync(capsys, github, dest, "--tag", "v0.1.0")[0] == 0  # v0.1.0 names b7000
+    publish(github, tmp_path, "b7002")  # cut as v0.3.0
     github.inject(CPU_TAR.format(tag="b7002"), Fault(status=404, times=None))
-    code, report = sync(capsys, github, dest, "--tag", "b7002")
+    code, report = sync(capsys, github, dest, "--tag", "v0.3.0")
     assert code == 7, report
-    assert not (dest / RELEASES / "tags" / "b7002").exists()
+    assert not (dest / RELEASES / "tags" / "b7002").exists() and not (dest / RELEASES / "tags" / "v0.3.0").exists()
     assert not list((dest / RELEASES / "download").rglob(CPU_TAR.format(tag="b7002")))
-    assert json.loads((dest / RELEASES / "latest").read_text())["tag_name"] == "b7000"
+    assert json.loads((dest / RELEASES / "latest").read_text())["tag_name"] == "v0.1.0"
     github._faults.clear()
-    code, report = sync(capsys, github, dest, "--tag", "b7002")
+    code, report = sync(capsys, github, dest, "--tag", "v0.3.0")
     assert code == 0, report
-    assert json.loads((dest / RELEASES / "latest").read_text())["tag_name"] == "b7002"
+    assert (report["releases"], report["versions"], report["latest"]) == (["b7002"], ["v0.3.0"], "b7002")
+    assert json.loads((dest / RELEASES / "latest").read_text())["tag_name"] == "v0.3.0"
     assert json.loads((dest / RELEASES / "tags" / "b7000").read_text())["tag_name"] == "b7000"
 
 

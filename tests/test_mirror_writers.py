@@ -122,13 +122,15 @@ def test_latest_1_with_prune_keeps_only_the_newest_release(
     publish_stand_in(github, tmp_path, "b7002")
     code, payload = sync(capsys, github, dest, "--latest", "1")
     assert code == 0, payload
-    assert sorted(p.name for p in (dest / RELEASES / "tags").iterdir()) == ["b7000", "b7001", "b7002"]
+    # Each build with the semver release that names it (upstream cuts v0.N.0 at each build here).
+    tags = ["b7000", "b7001", "b7002", "v0.1.0", "v0.2.0", "v0.3.0"]
+    assert sorted(p.name for p in (dest / RELEASES / "tags").iterdir()) == tags
     code, payload = sync(capsys, github, dest, "--latest", "1", "--prune")
     assert code == 0, payload
-    assert payload["pruned"] == ["b7000", "b7001"]
-    assert sorted(p.name for p in (dest / RELEASES / "tags").iterdir()) == ["b7002"]
-    assert sorted(p.name for p in (dest / RELEASES / "download").iterdir()) == ["b7002"]
-    assert json.loads((dest / RELEASES / "latest").read_text())["tag_name"] == "b7002"
+    assert payload["pruned"] == ["b7000", "b7001", "v0.1.0", "v0.2.0"]
+    assert sorted(p.name for p in (dest / RELEASES / "tags").iterdir()) == ["b7002", "v0.3.0"]
+    assert sorted(p.name for p in (dest / RELEASES / "download").iterdir()) == ["b7002", "v0.3.0"]
+    assert json.loads((dest / RELEASES / "latest").read_text())["tag_name"] == "v0.3.0"
     assert_published_bytes_are_right(dest)
     assert_client_installs(capsys, dest, tmp_path / "client", "b7002")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -95,3 +96,36 @@ def test_unknown_public_name_is_an_attribute_error() -> None:
         assert "NoSuchThing" in str(exc)
     else:
         raise AssertionError("llama_runtime.NoSuchThing resolved")
+
+
+def test_metadata_builds_without_deprecation_warnings_and_carries_the_spdx_license(tmp_path: Path) -> None:
+    """Issue 29: `license = { text = "MIT" }` drew setuptools' "stops building after 2027-02-18" warning."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "MIT" and project["project"]["license-files"] == ["LICENSE"]
+    assert not any(c.startswith("License ::") for c in project["project"].get("classifiers", []))
+    (requirement,) = project["build-system"]["requires"]
+    assert requirement.startswith("setuptools>=77") and ",<" in requirement  # PEP 639 support, and bounded
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        (source / name).write_bytes((ROOT / name).read_bytes())
+    shutil.copytree(ROOT / "llama_runtime", source / "llama_runtime", ignore=shutil.ignore_patterns("__pycache__"))
+    probe = (
+        "import sys, warnings; warnings.simplefilter('always');"
+        "from setuptools import build_meta;"
+        "print(build_meta.prepare_metadata_for_build_wheel(sys.argv[1]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path)], cwd=source, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Deprecat" not in done.stderr + done.stdout, done.stderr
+    metadata = (tmp_path / done.stdout.split()[-1] / "METADATA").read_text()
+    assert "License-Expression: MIT" in metadata and "License-File: LICENSE" in metadata
+    assert "Name: llama-runtime-updater" in metadata
+
+
+def test_readme_names_the_distribution_the_command_and_how_to_uninstall() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "`llama-runtime-updater`" in readme and "`llama-runtime`" in readme
+    assert "uninstall llama-runtime-updater" in readme

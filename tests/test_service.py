@@ -203,6 +203,39 @@ def test_button_with_join_false_while_a_job_runs_says_busy_with_its_progress(
     assert job.wait(EVENTUALLY_SECONDS).phase == "done"
 
 
+def test_start_update_of_another_tag_while_a_job_runs_is_busy_naming_that_job(
+    installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    """Issue 29: the API joined a b7001 job for ``tag="b7002"`` and ended "done" with b7001 active."""
+    asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
+    publish(github, tmp_path, "b7002")
+    slow_down(github, asset)
+    frozen = HomeGuard(None, installed.home.root)
+    job = installed.start_update(tag="b7001")
+    eventually(lambda: downloading(installed.jobs.current()), "the download to start")
+    with pytest.raises(BusyError) as caught:
+        installed.start_update(tag="b7002")
+    assert caught.value.exit_code == 3  # the CLI's answer to the same case
+    assert job.id in caught.value.message and "b7001" in caught.value.message and "b7002" in caught.value.message
+    assert installed.start_update(tag="b7001").id == job.id  # the same tag still joins
+    frozen.assert_intact("b7000")  # nothing of the refused request happened; b7000 still runs
+    assert job.wait(EVENTUALLY_SECONDS).phase == "done"
+    assert not github.requests_to("api", "b7002")
+
+
+@pytest.mark.parametrize("method", ["start_update", "update", "plan"])
+def test_api_bare_build_number_is_refused_before_any_request_with_the_clis_hint(
+    installed: RuntimeUpdater, github: FakeGitHub, method: str
+) -> None:
+    frozen = HomeGuard(None, installed.home.root)
+    before = len(github.requests)
+    with pytest.raises(UserInputError) as caught:
+        getattr(installed, method)(tag="7000")
+    assert "did you mean b7000?" in caught.value.message
+    assert len(github.requests) == before
+    frozen.assert_intact("b7000", staging_empty=True)
+
+
 def leftover_running_job(home: Path, pid: int, proc_start: int | None) -> None:
     """What a process killed mid-download leaves in jobs/current.json."""
     then = time.time() - 3600

@@ -547,8 +547,9 @@ class JobRunner:
         ``job status`` sees each one and two never run at once.
 
         Raises:
-            BusyError: Another job runs and ``join`` is false, or (``refuse_locked``)
-                another process holds the update lock without a job record.
+            BusyError: Another job runs and ``join`` is false or it is for another
+                ``tag`` than this one, or (``refuse_locked``) another process holds
+                the update lock without a job record.
         """
         self.home.ensure()
         refuse: Callable[[], None] | None = (lambda: refuse_if_locked(self.home, self.jobs)) if refuse_locked else None
@@ -556,6 +557,13 @@ class JobRunner:
         if not claimed:
             if not join:
                 raise BusyError(f"An update is already running ({state.describe()}, job {state.id}).")
+            if tag is not None and state.tag != tag:
+                # Joining would report another build as this request's outcome.
+                raise BusyError(
+                    f"An update to {state.tag or 'the newest release'} is already running "
+                    f"({state.describe()}, job {state.id}); {tag} was not started.",
+                    hint=f"Wait for it with `llama-runtime job wait`, then ask for {tag} again.",
+                )
             return UpdateJob(self.jobs, state.id)
         recorder = JobRecorder(self.jobs, state, clock=self.engine.seams.clock)
         job = UpdateJob(self.jobs, state.id, recorder)

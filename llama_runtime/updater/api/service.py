@@ -287,7 +287,8 @@ class RuntimeUpdater:
         Args:
             tag: Exact tag, or ``None`` for the newest release.
             backend: Backend request; ``None`` keeps the updater's (or the active runtime's).
-            join: Return the running job (default); ``False`` raises ``BusyError`` instead.
+            join: Return the running job (default) when it is for the same ``tag`` (any
+                job when ``tag`` is ``None``); ``False`` raises ``BusyError`` instead.
             lock_timeout: Seconds to wait for the update lock (the button: 0).
             operation: Who asks (recorded in the job and the lock owner).
             background: Run in a thread (default); ``False`` runs here and returns when over.
@@ -296,9 +297,10 @@ class RuntimeUpdater:
             require_digest: Refuse assets without a published sha256.
 
         Raises:
-            BusyError: Another process updates without a job record, or ``join`` is
-                false and a job runs; the message carries its progress.
-            UserInputError: A malformed tag, backend or CUDA version, or a
+            BusyError: Another process updates without a job record, a job for
+                another tag runs, or ``join`` is false and a job runs; the message
+                names that job and carries its progress (the CLI's exit 3).
+            UserInputError: A malformed tag (``7000``: did you mean ``b7000``?), backend or CUDA version, or a
                 ``lock_timeout`` that is negative or not finite.
         """
         from llama_runtime.updater.api.check import validate_seconds
@@ -364,13 +366,14 @@ class RuntimeUpdater:
         active runtime's stored request decides).
         """
         from llama_runtime.runtime.marker import parse_backend
+        from llama_runtime.updater.api.manage import user_tag
         from llama_runtime.updater.choice.decide import UpdateRequest
         from llama_runtime.updater.choice.host import parse_cuda_version
-        from llama_runtime.updater.release.tags import validate_tag
 
         return UpdateRequest(
             repo=self.repo,
-            tag=validate_tag(tag) if tag is not None else None,
+            # The CLI's check, before any request: "7000" is "did you mean b7000?" here too.
+            tag=user_tag(tag) if tag is not None else None,
             backend=parse_backend(backend) if backend is not None else default_backend,
             cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
             require_digest=require_digest,
@@ -593,12 +596,11 @@ class RuntimeUpdater:
             BackendUnavailableError: No asset of the release fits the machine and backend.
             RemoteError: Network or GitHub failures.
         """
-        from llama_runtime.updater.api.manage import plan
-        from llama_runtime.updater.release.tags import validate_tag
+        from llama_runtime.updater.api.manage import plan, user_tag
 
         return plan(
             self,
-            validate_tag(tag) if tag is not None else None,
+            user_tag(tag) if tag is not None else None,
             platform=platform,
             cuda_version=cuda_version,
             host_file=Path(host_file) if host_file is not None else None,

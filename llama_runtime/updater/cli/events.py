@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, Final
 
+from llama_runtime.runtime.errors import BusyError
+
 if TYPE_CHECKING:
     from llama_runtime.runtime.errors import LlamaRuntimeError
     from llama_runtime.updater.api.job_store import JobState
@@ -156,13 +158,29 @@ def cancel_on_signals(request_cancel: Callable[[], bool]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+#: ``job wait`` that gave up while the job still runs: the contract's "busy" (the job is not over).
+BUSY_EXIT: Final = BusyError.exit_code
+
+
+def gave_up_error(job_id: str, timeout: float | None) -> dict[str, object]:
+    """The contract's error object of a ``job wait --timeout`` that stopped waiting before the job ended."""
+    waited = f" after {timeout:g}s" if timeout is not None else ""
+    return {
+        "code": BusyError.code,
+        "message": f"Stopped waiting{waited}: job {job_id} is still running.",
+        "exit_code": BUSY_EXIT,
+        "hint": "Run `llama-runtime job wait` again to keep following it, or `llama-runtime job cancel` to stop it.",
+    }
+
+
 def follow_events(job: UpdateJob, out: Output, timeout: float | None, *, attached: bool = False) -> int:
     """Stream another process's job as ``--events`` lines until it ends; its end is the last line.
 
     The last line has the ``--json`` keys of the command that follows: ``job wait``'s
     ``{"job": …}``, or for an attached ``update`` the update's own keys plus ``attached``.
-    A job still running when ``timeout`` passes ends with a ``result`` line whose
-    ``job.running`` is true (exit 0): the follower stopped, the job did not.
+    A job still running when ``timeout`` passes ends with an ``error`` line
+    (``busy``, exit 3) beside ``job``, whose ``running`` is true: the follower
+    stopped, the job did not.
     """
     assert out.events is not None
     events = out.events
@@ -175,6 +193,9 @@ def follow_events(job: UpdateJob, out: Output, timeout: float | None, *, attache
         events.error_payload(state.error.to_json(), payload)
         code = state.error.exit_code
         return code if code is not None else (130 if state.phase == "cancelled" else 1)
+    if state.running and not attached:
+        events.error_payload(gave_up_error(state.id, timeout), payload)
+        return BUSY_EXIT
     out.result(payload, [])
     return 0
 

@@ -139,6 +139,12 @@ def cmd_job(args: argparse.Namespace, out: Output) -> int:
             bar.close()
     else:
         state = job.state()
+    if args.action == "wait" and state.running:
+        from llama_runtime.updater.cli.events import BUSY_EXIT, gave_up_error
+
+        error = gave_up_error(state.id, timeout)
+        out.result({"job": state.to_json(), "error": error}, [_job_line(state.id, state.describe(), None)])
+        return BUSY_EXIT
     out.result({"job": state.to_json()}, [_job_line(state.id, state.describe(), state.error)])
     if state.phase == "failed" and state.error:
         return state.error.exit_code if state.error.exit_code is not None else 1

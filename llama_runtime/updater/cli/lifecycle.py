@@ -54,7 +54,7 @@ def _register_lifecycle(add: AddParser) -> dict[str, Handler]:
     p = add("remove", "delete an installed runtime that is neither active nor previous")
     tag = p.add_argument("tag", metavar="TAG", help="an installed build, e.g. b7000, or a runtime name from `list`")
     tag.completer = installed_tags  # type: ignore[attr-defined]
-    add("which", "print the active llama-server's path (exit 5 when none is active)")
+    add("which", "print the llama-server apps run: LLAMA_SERVER_PATH when set, else the active one (exit 5: none)")
     return {"list": cmd_list, "use": cmd_use, "remove": cmd_remove, "which": cmd_which}
 
 
@@ -96,23 +96,31 @@ def cmd_remove(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_which(args: argparse.Namespace, out: Output) -> int:
-    """``which``: the active ``llama-server``, one line (exit 5 when none is active)."""
+    """``which``: the ``llama-server`` apps run, one line (exit 5 when there is none).
+
+    ``LLAMA_SERVER_PATH`` in force is what apps run, so it is the answer (exit 0,
+    also with nothing managed active): ``$(llama-runtime which)`` and ``status``
+    name the same binary. ``managed`` keeps the active runtime's binary.
+    """
     import sys
 
     from llama_runtime.runtime.binary import server_override
     from llama_runtime.updater.cli.common import home_for, read_active, settings_from_args
 
     _pointer, active = read_active(home_for(settings_from_args(args)))
-    if active is None:
+    managed = str(active.binary) if active is not None else None
+    override = server_override()
+    if override is None and managed is None:
         raise NothingActiveError(
             "No runtime is active, so there is no llama-server to run.",
             hint="Run `llama-runtime update` to install the latest llama.cpp.",
         )
-    override = server_override()
     if override is not None and not out.as_json:
-        sys.stderr.write(f"warning: LLAMA_SERVER_PATH={override} is set; apps using it run that binary instead.\n")
-    payload = {"binary": str(active.binary), "override": str(override) if override else None}
-    out.result(payload, [str(active.binary)])
+        behind = f"the managed runtime {managed} is not used" if managed else "no managed runtime is active"
+        sys.stderr.write(f"warning: LLAMA_SERVER_PATH={override} is in force; {behind}.\n")
+    binary = str(override) if override is not None else managed
+    payload = {"binary": binary, "override": str(override) if override else None, "managed": managed}
+    out.result(payload, [str(binary)])
     return 0
 
 
@@ -249,11 +257,12 @@ def _available(
 def _release_page(source: ReleaseSource, page: int) -> tuple[list[Release], bool]:
     """One page of releases, and whether it was the last one (a static mirror has only its latest)."""
     from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
+    from llama_runtime.updater.sources.source import DirectoryListingError
 
     try:
         batch = source.recent_releases(page=page)
-    except (RateLimitError, NetworkError):
-        raise
+    except (RateLimitError, NetworkError, DirectoryListingError):
+        raise  # a directory listing is never read as an empty list
     except RemoteError:
         return ([source.latest_release()] if page == 1 else []), True  # a static mirror lists nothing
     return batch, len(batch) < RELEASES_PER_PAGE

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError, printable
@@ -287,9 +287,10 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         "--api-url", default=default, help=shown("GitHub API base or mirror (LLAMA_RUNTIME_GITHUB_API)")
     )
     parser.add_argument("--repo", default=default, help=shown("OWNER/NAME to take releases from (LLAMA_RUNTIME_REPO)"))
-    parser.add_argument(
+    backend = parser.add_argument(
         "--backend", default=default, help=shown("auto, cpu, cuda, vulkan, rocm, metal, … (LLAMA_RUNTIME_BACKEND)")
     )
+    completes(backend, backend_names)
     flag = False if top else argparse.SUPPRESS
     parser.add_argument("--json", action="store_true", default=flag, help=shown("one JSON object on stdout"))
     parser.add_argument(
@@ -302,7 +303,7 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         default=0 if top else argparse.SUPPRESS,
         help=shown("-v: each step (release, asset, download, checks); -vv: also every request and candidate"),
     )
-    parser.add_argument(
+    channel = parser.add_argument(
         "--channel",
         default=default,
         help=shown(
@@ -310,6 +311,7 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
             "(LLAMA_RUNTIME_CHANNEL; default: the active runtime's, else stable)"
         ),
     )
+    completes(channel, channel_names)
     parser.add_argument(
         "-q",
         "--quiet",
@@ -353,10 +355,56 @@ def installed_tags(prefix: str, parsed_args: argparse.Namespace, **_kwargs: Any)
     return sorted({r.marker.tag for r in runtimes if r.marker.tag.startswith(prefix)})
 
 
+Completer = Callable[..., list[str]]
+
+
+def completes(action: argparse.Action, completer: Completer) -> argparse.Action:
+    """``action`` with ``completer`` as argcomplete's hook (an attribute it reads on the Action)."""
+    action.completer = completer  # type: ignore[attr-defined]
+    return action
+
+
+def _starting(prefix: str, names: Iterable[str]) -> list[str]:
+    return [name for name in names if name.startswith(prefix)]
+
+
+def backend_names(prefix: str, **_kwargs: Any) -> list[str]:
+    """Completer of ``--backend``: every backend request (``auto`` first)."""
+    from llama_runtime.runtime.marker import BACKEND_CHOICES
+
+    return _starting(prefix, BACKEND_CHOICES)
+
+
+def concrete_backend_names(prefix: str, **_kwargs: Any) -> list[str]:
+    """Completer of ``mirror sync --backend``: the backends an asset can have (no ``auto``)."""
+    from llama_runtime.runtime.marker import CONCRETE_BACKENDS
+
+    return _starting(prefix, CONCRETE_BACKENDS)
+
+
+def channel_names(prefix: str, **_kwargs: Any) -> list[str]:
+    """Completer of ``--channel``: ``stable`` and ``nightly``."""
+    from llama_runtime.updater.release.channel import CHANNELS
+
+    return _starting(prefix, CHANNELS)
+
+
+def platform_names(prefix: str, **_kwargs: Any) -> list[str]:
+    """Completer of ``--platform``: the ``OS-ARCH`` names a plan or a mirror takes."""
+    from llama_runtime.updater.choice.host import PLATFORMS
+
+    return _starting(prefix, PLATFORMS)
+
+
 def maybe_complete(parser: argparse.ArgumentParser) -> None:
-    """Answer the shell's completion request and exit, when this run is one (``_ARGCOMPLETE`` set)."""
+    """Answer the shell's completion request and exit, when this run is one (``_ARGCOMPLETE`` set).
+
+    The global options a command accepts after it are hidden from its ``--help``
+    (``llama-runtime --help`` lists them once), not from the shell: suppressed
+    options are offered too.
+    """
     if "_ARGCOMPLETE" not in os.environ:
         return  # the common case costs one dictionary look-up: argcomplete is not imported
     import argcomplete
 
-    argcomplete.autocomplete(parser, exit_method=sys.exit)
+    argcomplete.autocomplete(parser, exit_method=sys.exit, print_suppressed=True)

@@ -53,6 +53,8 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 def _sync_flags(p: argparse.ArgumentParser) -> None:
     """Flags of ``mirror sync``; the common ones again, since they may follow ``sync``."""
+    from llama_runtime.updater.cli.main import channel_names, completes, concrete_backend_names, platform_names
+
     quiet = argparse.SUPPRESS  # never override a value given before ``sync``
     p.add_argument("--dest", required=True, metavar="DIR", help="the mirror directory")
     which = p.add_mutually_exclusive_group()
@@ -69,8 +71,14 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
         help="the newest build (same as --newest 1)",
     )
     p.add_argument("--prune", action="store_true", help="remove mirrored releases that --newest N does not name")
-    p.add_argument("--platform", action="append", default=[], metavar="OS-ARCH", help="only these platforms (repeat)")
-    p.add_argument("--backend", action="append", default=quiet, metavar="B", help="only these backends (repeat)")
+    platform = p.add_argument(
+        "--platform", action="append", default=[], metavar="OS-ARCH", help="only these platforms (repeat)"
+    )
+    completes(platform, platform_names)
+    backend = p.add_argument(
+        "--backend", action="append", default=quiet, metavar="B", help="only these backends (repeat)"
+    )
+    completes(backend, concrete_backend_names)
     p.add_argument("--repo", default=quiet, help="OWNER/NAME to mirror (LLAMA_RUNTIME_REPO)")
     # The other global options again, unlisted (`llama-runtime --help` lists them once).
     hidden = argparse.SUPPRESS
@@ -79,7 +87,10 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
     for flag in ("--json", "--log-json", "-q", "--no-progress"):
         p.add_argument(flag, action="store_true", default=quiet, help=hidden)
     p.add_argument("-v", "--verbose", action="count", default=quiet, help=hidden)
-    p.add_argument("--channel", default=quiet, help="what --newest means: stable or nightly (LLAMA_RUNTIME_CHANNEL)")
+    channel = p.add_argument(
+        "--channel", default=quiet, help="what --newest means: stable or nightly (LLAMA_RUNTIME_CHANNEL)"
+    )
+    completes(channel, channel_names)
 
 
 def cmd_install_file(args: argparse.Namespace, out: Output) -> int:

@@ -37,10 +37,12 @@ if TYPE_CHECKING:
 def _register_update(add: AddParser) -> dict[str, Handler]:
     """Add ``update``."""
     from llama_runtime.updater.cli.gateopts import add_gate_arguments
+    from llama_runtime.updater.cli.main import completes, installed_tags
 
     p = add("update", "resolve, download, verify and activate a release; roll back on failure")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--tag", help="exact release tag: a build such as b7000 or a release such as v0.3.0")
+    tag = which.add_argument("--tag", help="exact release tag: a build such as b7000 or a release such as v0.3.0")
+    completes(tag, installed_tags)  # switching back to one is the common case a shell can know offline
     which.add_argument("--latest", action="store_true", help="the newest release (default)")
     p.add_argument("--cuda-version", help="CUDA line to prefer, e.g. 12 or 12.4")
     p.add_argument("--require-digest", action="store_true", help="refuse assets without a published sha256")
@@ -119,11 +121,13 @@ def _report(outcome: UpdateOutcome, args: argparse.Namespace, out: Output) -> No
 
 def _register_plan(add: AddParser) -> dict[str, Handler]:
     """Add ``plan``."""
+    from llama_runtime.updater.cli.main import completes, installed_tags, platform_names
+
     p = add("plan", "what update would install and why; downloads nothing")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--tag", help="plan for this release tag, e.g. b7000")
+    completes(which.add_argument("--tag", help="plan for this release tag, e.g. b7000"), installed_tags)
     which.add_argument("--latest", action="store_true", help="plan for the newest release (default)")
-    p.add_argument("--platform", help="plan for another machine: OS-ARCH, e.g. windows-x64")
+    completes(p.add_argument("--platform", help="plan for another machine: OS-ARCH, e.g. windows-x64"), platform_names)
     p.add_argument("--cuda-version", help="CUDA version the (other) machine's driver supports; with --host, the line")
     p.add_argument(
         "--host",

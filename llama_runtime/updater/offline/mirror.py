@@ -14,8 +14,13 @@ Invariants:
     * A file a published JSON names is never given other bytes; the
       generation a sync replaces stays for one more sync.
     * One sync writes a mirror at a time (a lock in it).
-    * There is no list page: ``releases`` is a directory in the tree, and the
-      client falls back to ``releases/latest`` when the list cannot be read.
+    * The mirror answers like GitHub, so its clients need no special case:
+      ``releases/latest`` is the newest non-prerelease release it holds (none
+      after only nightly syncs), the listing keeps upstream's prerelease flags,
+      and a semver release keeps its ``nightly-tag.txt`` (and its digest), written
+      after the build it names. ``releases`` is a directory: its listing is its
+      ``index.json`` and the same bytes as ``index.html``, which any static
+      server answers the directory with (never its own HTML directory listing).
 
 A ``file://`` mirror is read without a server through
 :mod:`llama_runtime.updater.sources.mirror_reader`.
@@ -43,12 +48,20 @@ from llama_runtime.runtime.fsutil import (
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.updater.choice.decide import any_build_number, highest_build_tag, newest_releases
 from llama_runtime.updater.fetch.cache import disk_space_errors
-from llama_runtime.updater.release.channel import Channel
+from llama_runtime.updater.release.channel import (
+    MAX_NIGHTLY_TAG_BYTES,
+    NIGHTLY_TAG_ASSET,
+    Channel,
+    ResolvedRelease,
+    parse_nightly_tag,
+    pointer_asset,
+)
 from llama_runtime.updater.release.release import Asset, Release
-from llama_runtime.updater.release.tags import is_release_version
+from llama_runtime.updater.release.tags import highest_version, is_release_version, validate_tag
 from llama_runtime.updater.sources.mirror_reader import (
     OWN_SHA_KEY,
     SHA_DIR_CHARS,
+    STATIC_INDEX_NAME,
     MirrorPaths,
     asset_json,
     entries,
@@ -60,7 +73,8 @@ from llama_runtime.updater.sources.mirror_reader import (
     release_json,
     select_assets,
 )
-from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
+from llama_runtime.updater.sources.resolve import pointers_on_page, resolve_fetched, resolve_latest_remote
+from llama_runtime.updater.sources.source import DirectoryListingError
 
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -261,7 +275,7 @@ def mirror_repository(client: ReleaseSource, paths: MirrorPaths) -> str | None:
     if branch is not None:
         doc = {"full_name": client.repo, "default_branch": branch}
         paths.repository_json.parent.mkdir(parents=True, exist_ok=True)
-        write_record(paths.repository_json, doc, mode=SHARED_FILE_MODE)  # served like the release JSON
+        write_index(paths.repository_json, doc)
     return branch
 
 
@@ -317,28 +331,70 @@ def ensure_asset(
     return AssetOutcome(sha, fetched_bytes=result.size)
 
 
-def publish_latest(paths: MirrorPaths) -> str | None:
-    """Point ``releases/latest`` at the highest build the mirror holds; returns its tag."""
+def write_index(path: Path, payload: object) -> None:
+    """Write a directory's JSON as ``index.json`` and, the same bytes, as the ``index.html`` static servers serve.
+
+    Served by a web server that runs as another user: readable by all, like the assets.
+    """
+    write_record(path, payload, mode=SHARED_FILE_MODE)
+    write_record(path.with_name(STATIC_INDEX_NAME), payload, mode=SHARED_FILE_MODE)
+
+
+def stable_tag(docs: Iterable[dict[str, Any]]) -> str | None:
+    """The tag GitHub's ``releases/latest`` would answer among ``docs`` (release JSONs); ``None``: none.
+
+    The newest non-draft, non-prerelease release: upstream's newest semver release
+    by semver (``updater.release.channel``), a fork's highest plain build. A
+    mirror holding only prereleases (nightly syncs) has none, as GitHub would.
+    """
+    tags = [str(doc.get("tag_name")) for doc in docs if not doc.get("draft") and not doc.get("prerelease")]
+    return highest_version(tags) or highest_build_tag(tags)
+
+
+def _named_build(paths: MirrorPaths, doc: dict[str, Any]) -> str | None:
+    """The build a mirrored semver release's ``nightly-tag.txt`` names (read from the mirror), if it has one."""
+    pointer = next((entry for entry in entries(doc) if entry.get("name") == NIGHTLY_TAG_ASSET), None)
+    path = paths.published_file(pointer) if pointer is not None else None
+    try:
+        data = path.read_bytes()[: MAX_NIGHTLY_TAG_BYTES + 1] if path is not None else None
+        return parse_nightly_tag(data, str(doc.get("tag_name"))) if data is not None else None
+    except (OSError, IntegrityError):
+        return None
+
+
+def publish_latest(paths: MirrorPaths) -> tuple[str | None, str | None]:
+    """Point ``releases/latest`` at :func:`stable_tag` and rewrite the listing.
+
+    Without a stable release the file is removed: a 404, as GitHub answers,
+    which clients report as a mirror that holds no stable release.
+
+    Returns:
+        The build ``releases/latest`` stands for, and the semver release it is
+        (``None`` when it is a build itself); ``(None, None)`` without one.
+    """
     tags_dir = paths.releases / "tags"
-    tag = highest_build_tag(
-        entry.name for entry in (tags_dir.iterdir() if tags_dir.is_dir() else []) if entry.is_file()
-    )
-    if tag is None:
-        return None
-    doc = read_json(paths.tag_json(tag))
+    files = sorted(entry for entry in (tags_dir.iterdir() if tags_dir.is_dir() else []) if entry.is_file())
+    docs = [doc for entry in files if (doc := read_json(entry)) is not None]
+    tag = stable_tag(docs)
+    doc = next((d for d in docs if d.get("tag_name") == tag), None)
     if doc is None:
-        return None
-    write_record(paths.latest_json, latest_relative(doc), mode=SHARED_FILE_MODE)
-    _publish_listing(paths, tags_dir)
-    return tag
+        paths.latest_json.unlink(missing_ok=True)
+    else:
+        write_record(paths.latest_json, latest_relative(doc), mode=SHARED_FILE_MODE)
+    _publish_listing(paths, docs)
+    if doc is None or tag is None:
+        return None, None
+    return (_named_build(paths, doc), tag) if is_release_version(tag) else (tag, None)
 
 
-def _publish_listing(paths: MirrorPaths, tags_dir: Path) -> None:
-    """Write the ``releases`` listing: every mirrored release, highest build first (``list --available``, nightly)."""
-    docs = [doc for entry in sorted(tags_dir.iterdir()) if entry.is_file() and (doc := read_json(entry)) is not None]
-    docs.sort(key=lambda doc: any_build_number(str(doc.get("tag_name"))) or 0, reverse=True)
-    listing = [listing_relative(doc) for doc in docs]
-    write_record(paths.listing_json, listing, mode=SHARED_FILE_MODE)
+def _publish_listing(paths: MirrorPaths, docs: list[dict[str, Any]]) -> None:
+    """Write the ``releases`` listing: every mirrored release, newest first as GitHub lists them."""
+    docs = sorted(
+        docs,
+        key=lambda doc: (str(doc.get("published_at") or ""), any_build_number(str(doc.get("tag_name"))) or 0),
+        reverse=True,
+    )
+    write_index(paths.listing_json, [listing_relative(doc) for doc in docs])
 
 
 # -- mirror ------------------------------------------------------------------------------------------------------
@@ -354,6 +410,8 @@ class MirrorReport:
     reused: list[str] = field(default_factory=list)
     fetched_bytes: int = 0
     latest: str | None = None
+    latest_version: str | None = None  # the semver release ``releases/latest`` is, when it is one
+    versions: list[str] = field(default_factory=list)  # semver releases mirrored, after the builds they name
     attestations: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # releases passed over resolving latest, and why
@@ -375,6 +433,8 @@ class MirrorReport:
             "reused": self.reused,
             "fetched_bytes": self.fetched_bytes,
             "latest": self.latest,
+            "latest_version": self.latest_version,
+            "versions": self.versions,
             "attestations": self.attestations,
             "pruned": self.pruned,
             "warnings": self.warnings,
@@ -417,11 +477,8 @@ def sync_mirror(
     """
     tag = _checked_request(dest, tag, latest, prune)
     report = MirrorReport(dest=dest)
-    if tag is not None:
-        releases = [resolve_tag_remote(client, tag).release]
-    else:
-        releases, notes = _newest(client, latest, channel)
-        report.warnings = list(notes)
+    releases, versions, notes = _wanted(client, tag, latest, channel)
+    report.warnings = list(notes)
     if not releases:
         from llama_runtime.runtime.errors import ReleaseNotFoundError
 
@@ -432,11 +489,13 @@ def sync_mirror(
     with one_writer(dest), disk_space_errors(dest, needed, f"the mirror of {client.repo}"):
         mirror_repository(client, paths)
         for release in releases:
-            _sync_release(client, dest, paths, release, wanted_platforms, wanted_backends, report)
+            chosen = _chosen(client, release, wanted_platforms, wanted_backends)
+            _sync_release(client, dest, paths, release, chosen, report)
             report.releases.append(release.tag)
+        _sync_versions(client, dest, paths, versions, report)
         if prune:
-            report.pruned = prune_releases(paths.releases, report.releases)
-        report.latest = publish_latest(paths)
+            report.pruned = prune_releases(paths.releases, [*report.releases, *report.versions])
+        report.latest, report.latest_version = publish_latest(paths)
         clean_leftovers(dest)
     return report
 
@@ -458,23 +517,90 @@ def _checked_request(dest: Path, tag: str | None, latest: int, prune: bool) -> s
     return tag
 
 
-def _newest(client: ReleaseSource, count: int, channel: Channel) -> tuple[list[Release], tuple[str, ...]]:
-    """The build ``channel`` calls latest (the resolver every verb uses), then older builds; and the
-    releases passed over to find it (a stable release still being cut)."""
+def _wanted(
+    client: ReleaseSource, tag: str | None, count: int, channel: Channel
+) -> tuple[list[Release], list[Release], tuple[str, ...]]:
+    """What to mirror: the builds, the semver releases that name them, and the releases passed over.
+
+    A semver release is kept as upstream publishes it (its ``nightly-tag.txt``),
+    so ``--tag vX.Y.Z`` and ``stable`` resolve through the mirror as through GitHub.
+    """
+    if tag is not None:
+        asked = client.get_release(tag)
+        found = resolve_fetched(client, asked)  # a vX.Y.Z is followed to the build its nightly-tag.txt names
+        return [found.release], [asked] if found.version == asked.tag else [], found.notes
+    releases, versions, found = _newest(client, count, channel)
+    if found.version is not None and all(v.tag != found.version for v in versions):
+        versions.insert(0, client.get_release(found.version))
+    return releases, versions, found.notes
+
+
+def _newest(
+    client: ReleaseSource, count: int, channel: Channel
+) -> tuple[list[Release], list[Release], ResolvedRelease]:
+    """The build ``channel`` calls latest (the resolver every verb uses), then older builds; the
+    semver releases on the page that name the older builds; and how the first was found."""
     from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
 
     found = resolve_latest_remote(client, channel)
     top = found.release
     if count == 1:
-        return [top], found.notes
+        return [top], [], found
     try:
         page = client.recent_releases()
-    except (RateLimitError, NetworkError):
+    except (RateLimitError, NetworkError, DirectoryListingError):
         raise
     except RemoteError:
-        return [top], found.notes  # the upstream is itself a static mirror: it only knows its latest build
+        return [top], [], found  # the upstream is itself a static mirror that cannot list: only its latest
     older = newest_releases(page, count - 1, below=any_build_number(top.tag), prereleases=True, decorated=True)
-    return [top, *older], found.notes
+    builds = [top, *older]
+    # Each build keeps the semver release that names it, so `stable` offers it through the mirror too.
+    named = {tag: build for tag, build in pointers_on_page(client, page).items() if build in {b.tag for b in builds}}
+    versions = [r for r in page if r.tag in named]
+    return builds, versions, found
+
+
+def _sync_versions(
+    client: ReleaseSource, dest: Path, paths: MirrorPaths, versions: list[Release], report: MirrorReport
+) -> None:
+    """Mirror each semver release with its ``nightly-tag.txt`` (no attestation upstream), after the
+    builds they name are published: a visible pointer never names a missing release."""
+    for version in versions:
+        pointer = pointer_asset(version)
+        if pointer is not None and pointer.is_complete:
+            _sync_release(client, dest, paths, version, [pointer], report, attest=False)
+            report.versions.append(version.tag)
+
+
+def _mirrored_tag(client: ReleaseSource, release: Release) -> str:
+    """The tag ``release`` is mirrored under: a build tag, or a semver release (``v0.2.0``).
+
+    Raises:
+        RemoteError: The upstream's tag cannot name a file in the mirror.
+    """
+    try:
+        return validate_tag(release.tag) if is_release_version(release.tag) else mirror_tag(release.tag)
+    except UserInputError as exc:
+        raise RemoteError(
+            f"The upstream {client.repo} offers a release whose tag cannot be mirrored: {exc.message}"
+        ) from None
+
+
+def _chosen(client: ReleaseSource, release: Release, platforms: list[str], backends: list[str]) -> list[Asset]:
+    """The assets of the build ``release`` to mirror.
+
+    Raises:
+        BackendUnavailableError: None matches the filters.
+    """
+    from llama_runtime.runtime.errors import BackendUnavailableError
+
+    chosen = select_assets(release, platforms, backends)
+    if not chosen:
+        wanted = ", ".join([*platforms, *backends]) or "any platform"
+        raise BackendUnavailableError(
+            f"{client.repo} {_mirrored_tag(client, release)} has no complete asset for {wanted}."
+        )
+    return chosen
 
 
 def _sync_release(
@@ -482,29 +608,20 @@ def _sync_release(
     dest: Path,
     paths: MirrorPaths,
     release: Release,
-    platforms: list[str],
-    backends: list[str],
+    chosen: list[Asset],
     report: MirrorReport,
+    *,
+    attest: bool = True,
 ) -> None:
-    from llama_runtime.runtime.errors import BackendUnavailableError
-
-    try:
-        tag = mirror_tag(release.tag)
-    except UserInputError as exc:
-        raise RemoteError(
-            f"The upstream {client.repo} offers a release whose tag cannot be mirrored: {exc.message}"
-        ) from None
-    chosen = select_assets(release, platforms, backends)
-    if not chosen:
-        wanted = ", ".join([*platforms, *backends]) or "any platform"
-        raise BackendUnavailableError(f"{client.repo} {tag} has no complete asset for {wanted}.")
+    """Mirror ``chosen`` of ``release``, then publish its JSON (``attest``: with their attestations)."""
+    tag = _mirrored_tag(client, release)
     previous = read_json(paths.tag_json(tag))
     kept = {str(a["name"]): a for a in (previous or {}).get("assets", []) if isinstance(a, dict)}
     for asset in chosen:
         outcome = ensure_asset(client, dest, paths, tag, asset, kept.get(asset.name))
         report.note_asset(f"{tag}/{asset.name}", outcome)
         kept[asset.name] = asset_json(asset, tag, outcome.sha256)
-        if mirror_attestations(client, paths, outcome.sha256):
+        if attest and mirror_attestations(client, paths, outcome.sha256):
             report.attestations.append(f"{tag}/{asset.name}")
     # Assets mirrored by an earlier sync stay listed only while their file is intact in size.
     listed = [a for a in kept.values() if _size_matches(paths.published_file(a), a.get("size"))]

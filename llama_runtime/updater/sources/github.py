@@ -111,9 +111,13 @@ def decode_json(response: httpx.Response, raw: bytes) -> Any:
         RemoteError: The answer is not release data (an HTML page, malformed JSON).
     """
     ctype = response.headers.get("content-type", "unknown").split(";")[0].strip() or "unknown"
+    if ctype == "text/html":
+        from llama_runtime.updater.sources.mirror_reader import check_html_answer
+
+        check_html_answer(response, raw)  # a mirror's index.html holds JSON; any other page is refused
     # Static servers and buckets label extension-less mirror files as binary or
     # text; an HTML page is never release data (a portal or an error page).
-    if "json" not in ctype and ctype not in _STATIC_FILE_TYPES:
+    elif "json" not in ctype and ctype not in _STATIC_FILE_TYPES:
         raise RemoteError(
             f"GitHub answered with something that is not release data ({printable(ctype[:_CTYPE_QUOTE_CHARS])})."
         )
@@ -600,10 +604,10 @@ class GitHubClient:
             # a static mirror's web server does not, and one that 404s everything is often
             # one its web server may not read.
             if "x-ratelimit-limit" not in response.headers:
-                hint = (
-                    f"{self.api_url} is a mirror: check that `llama-runtime mirror sync` filled it and that "
-                    "its web server may read the files (mode 644)."
-                )
+                from llama_runtime.updater.sources.mirror_reader import asked_url, mirror_not_found
+
+                asked = asked_url(response)
+                not_found, hint = mirror_not_found(redact_url(self.api_url), asked.path if asked else "", not_found)
             raise ReleaseNotFoundError(not_found, hint=hint)
         if status == 401:
             raise RemoteError("GitHub rejected the token (HTTP 401); fix or unset GITHUB_TOKEN / GH_TOKEN.")

@@ -17,18 +17,21 @@ import httpx
 
 from llama_runtime.runtime.errors import RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import read_record
+from llama_runtime.updater.credentials import redact_url
 from llama_runtime.updater.release.assetnames import parse_asset_name
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.tags import parse_tag, validate_tag
 from llama_runtime.updater.sources.resolve import BUILD_METADATA_ASSETS
+from llama_runtime.updater.sources.source import DirectoryListingError
 
 __all__ = ["FileTransport", "file_api_url"]
 
 
 # -- mirror_reader -----------------------------------------------------------------------------------------------
 
-#: What answers a directory URL (a mirror's ``releases`` listing), like a web server's index file.
-DIRECTORY_INDEX: Final = "index.json"
+#: What answers a directory URL (a mirror's ``releases`` listing), like a web server's index file:
+#: ``index.json``, else the ``index.html`` copy every static server serves (see :data:`STATIC_INDEX_NAME`).
+DIRECTORY_INDEXES: Final[tuple[str, ...]] = ("index.json", "index.html")
 # Read size when serving mirror files: few syscalls, bounded memory.
 _CHUNK_BYTES: Final[int] = 1024 * 1024
 
@@ -47,7 +50,7 @@ class FileTransport(httpx.BaseTransport):
     """Serves files under ``root`` for ``file://`` URLs, like a static web server.
 
     Query strings are ignored (as static servers do); a directory is answered
-    by its ``index.json`` (a mirror's release listing), else 404, as are paths
+    by its ``index.json`` or ``index.html`` (a mirror's release listing), else 404, as are paths
     that leave ``root``; ``Range: bytes=N-`` is honoured for resumes.
     """
 
@@ -57,8 +60,9 @@ class FileTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Answer one request from the file system."""
         path = Path(urllib.request.url2pathname(request.url.path)).resolve()
-        if path.is_dir() and (path / DIRECTORY_INDEX).is_file():
-            path = path / DIRECTORY_INDEX  # a directory is answered by its index, as a web server does
+        index = next((path / name for name in DIRECTORY_INDEXES if path.is_dir() and (path / name).is_file()), None)
+        if index is not None:
+            path = index  # a directory is answered by its index, as a web server does
         if request.method != "GET" or not path.is_relative_to(self.root) or not path.is_file():
             return httpx.Response(404, content=b"Not Found", headers={"content-type": "text/plain"})
         size = path.stat().st_size
@@ -97,6 +101,10 @@ class _FileStream(httpx.SyncByteStream):
 SHA_DIR_CHARS: Final[int] = 16
 #: The listing's file inside ``releases/`` (see :attr:`MirrorPaths.listing_json`).
 LISTING_NAME: Final = "index.json"
+#: The same bytes again under the name every static server answers a directory with
+#: (``python -m http.server``, nginx's and Apache's default index, Caddy's ``file_server``):
+#: a plain server then serves the listing, never its own HTML directory listing.
+STATIC_INDEX_NAME: Final = "index.html"
 # The JSON key holding the sha256 the mirror computed itself (not GitHub's digest).
 OWN_SHA_KEY: Final = "llama_runtime_sha256"
 
@@ -258,10 +266,10 @@ def release_json(release: Release, assets: list[dict[str, Any]]) -> dict[str, An
 def listing_relative(release_doc: dict[str, Any]) -> dict[str, Any]:
     """``release_doc`` re-pointed for the ``releases`` listing, read at ``…/releases`` (no slash).
 
-    Every release a mirror holds was chosen to be installed (its ``latest`` is the highest of
-    them), so the listing offers each as a release, not a prerelease that ``stable`` would skip.
+    The prerelease flag stays upstream's: each channel resolves over the mirror's
+    listing as it does over GitHub's (``stable`` never takes a nightly build).
     """
-    doc = {**release_doc, "prerelease": False}
+    doc = dict(release_doc)
     doc["assets"] = [
         {**a, "browser_download_url": "releases/" + str(a["browser_download_url"]).removeprefix("../")}
         for a in release_doc["assets"]
@@ -276,6 +284,76 @@ def latest_relative(release_doc: dict[str, Any]) -> dict[str, Any]:
         {**a, "browser_download_url": str(a["browser_download_url"]).removeprefix("../")} for a in release_doc["assets"]
     ]
     return doc
+
+
+def mirror_not_found(api_url: str, route: str, fallback: str) -> tuple[str, str]:
+    """What a mirror's 404 means for ``route`` (the URL path asked), and what to do: (message, hint).
+
+    A missing ``releases/latest`` is a mirror without a stable release (synced for
+    nightly, or by exact build tags); a missing ``releases/tags/T``, a release it does
+    not hold. Only an ``http(s)`` mirror can also be a web server that may not read
+    the files; a ``file://`` one is read by this process itself.
+    """
+    where = api_url.rstrip("/")
+    tail = route.rstrip("/").rsplit("/releases/", 1)[-1] if "/releases/" in route else ""
+    message, hint = fallback, f"Check that `llama-runtime mirror sync` filled {where}."
+    if tail == "latest":
+        message = (
+            f"The mirror {where} holds no stable release (no releases/latest): it was synced for the nightly "
+            "channel or for exact build tags only."
+        )
+        hint = "Sync the stable channel into it (`llama-runtime mirror sync --dest DIR`), or use --channel nightly."
+    elif tail.startswith("tags/"):
+        tag = urllib.request.url2pathname(tail.removeprefix("tags/"))
+        message = f"The mirror {where} does not hold the release {tag}."
+        hint = (
+            f"`llama-runtime mirror sync --dest DIR --tag {tag}` adds it; "
+            "`llama-runtime list --available` shows what it holds."
+        )
+    if not where.startswith("file:"):
+        hint += " If it was synced, check that its web server may read the files (mode 644)."
+    return message, hint
+
+
+# What a static server's own page for a directory starts its title with (python -m http.server,
+# nginx autoindex and Apache mod_autoindex: "Index of /…"): the mirror's index file is missing.
+_DIRECTORY_LISTING_MARKS: Final[tuple[bytes, ...]] = (b"Directory listing for", b"Index of /")
+# Bytes of an HTML answer searched for those marks: they are in its title, near the top.
+_LISTING_PEEK_BYTES: Final[int] = 4096
+
+
+def asked_url(response: httpx.Response) -> httpx.URL | None:
+    """The URL the answer is for (after redirects), when the response knows its request."""
+    try:
+        return response.request.url
+    except RuntimeError:  # a response built by hand (tests, transports) has no request
+        return None
+
+
+def check_html_answer(response: httpx.Response, raw: bytes) -> None:
+    """Let a mirror's ``index.html`` through (JSON that a static server labels HTML); refuse any other page.
+
+    A mirror's directory (``releases``) is answered with its ``index.html``, which
+    ``mirror sync`` writes as the same JSON as ``index.json``. A real HTML page
+    there is the server's own directory listing: the index is missing, and
+    reading that page as "no releases" would hide it.
+
+    Raises:
+        DirectoryListingError: The answer is a directory listing.
+        RemoteError: Another HTML page (a portal, an error page).
+    """
+    if raw.lstrip()[:1] in (b"[", b"{"):
+        return
+    asked = asked_url(response)
+    where = redact_url(str(asked)) if asked is not None else "the server"
+    if any(mark in raw[:_LISTING_PEEK_BYTES] for mark in _DIRECTORY_LISTING_MARKS):
+        raise DirectoryListingError(
+            f"{where} answered with its web server's directory listing, not release data: the mirror has no "
+            "release index there (it was synced by an older llama-runtime, or copied without its index files).",
+            hint="Run `llama-runtime mirror sync --dest DIR` again: it writes releases/index.json and the "
+            "index.html copy any static web server serves for the directory.",
+        )
+    raise RemoteError("GitHub answered with something that is not release data (text/html).")
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -61,7 +61,7 @@ from llama_runtime.updater.release.channel import (
     with_notes,
 )
 from llama_runtime.updater.release.release import Asset, Release, RemoteDataError
-from llama_runtime.updater.sources.source import loads_bounded
+from llama_runtime.updater.sources.source import DirectoryListingError, loads_bounded
 
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -638,11 +638,11 @@ def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRe
             page = client.recent_releases(per_page=NIGHTLY_PER_PAGE)
         except (RateLimitError, NetworkError):
             raise
-        except ReleaseNotFoundError:
-            raise
+        except (ReleaseNotFoundError, DirectoryListingError):
+            raise  # a directory listing is never read as "no releases"
         except RemoteError:
-            # A static mirror cannot list (``releases`` is a directory there);
-            # its ``releases/latest`` is the highest build it holds.
+            # A static mirror synced before it wrote its listing cannot list;
+            # its ``releases/latest`` was then the highest build it held.
             page = [client.latest_published()]
         return with_build_manifest(client, resolve_latest(page, "nightly"))
     return _stable_remote(client)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, Self
 import httpx
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.errors import NetworkError
+from llama_runtime.runtime.errors import NetworkError, RemoteError
 from llama_runtime.runtime.fsutil import nests_deeper
 from llama_runtime.updater.release.release import RemoteDataError
 
@@ -37,6 +37,7 @@ __all__ = [
     "MAX_API_BODY_BYTES",
     "MAX_JSON_DEPTH",
     "AssetHost",
+    "DirectoryListingError",
     "PlainHttp",
     "RateLimit",
     "ReleaseSource",
@@ -47,6 +48,14 @@ __all__ = [
 
 
 # -- source ------------------------------------------------------------------------------------------------------
+
+
+class DirectoryListingError(RemoteError):
+    """A static server answered a release route with its directory listing, not release data (exit 7).
+
+    Never read as "no releases": the places that fall back to ``releases/latest``
+    when a source cannot list re-raise it, so the person learns what is wrong.
+    """
 
 
 @dataclass(frozen=True)
