@@ -1,0 +1,114 @@
+"""The smaller findings of issue 29 ("the first week"), each with the state a failure must not change.
+
+CUDA asked for on a host without an NVIDIA driver, malformed semver tags, a repository that does
+not exist, a rate limit the next update must respect, repair from the download cache, ``server
+restart``, a damaged copy after repair, the ``check --apply`` phases and wording, and the smaller
+wording of ``--version --json``, ``install-file -``, the rate-limit hint, doctor and ``list``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.choice.host_detect import detect_host
+from tests.fakegithub import FakeGitHub
+from tests.helpers import REPO, HomeGuard, run_json, stand_in_server, stand_in_tarball
+from tests.test_host import FakeFiles, FakeRunner
+
+CUDA_TAR = "llama-{tag}-bin-ubuntu-cuda-12.8-x64.tar.gz"
+
+
+def _linux(files: FakeFiles) -> HostFacts:
+    return detect_host(FakeRunner(), {}, system="Linux", machine="x86_64", files=files)
+
+
+def _as_host(monkeypatch: pytest.MonkeyPatch, **facts: Any) -> None:
+    """This machine as detected, with ``facts`` replaced (no GPU unless they name one)."""
+    from llama_runtime.updater.choice import host_detect as host_module
+
+    real = host_module.detect_host
+    plain = {"vulkan": False, "nvidia_driver": None, "cuda_driver_version": None, "rocm": False}
+    plain |= {"no_nvidia_driver": None, "nvidia_unsure": None}
+
+    def replaced() -> HostFacts:
+        return dataclasses.replace(real(), **{**plain, **facts})
+
+    monkeypatch.setattr(host_module, "detect_host", replaced)
+
+
+def _publish_cuda(github: FakeGitHub, tmp_path: Path, tag: str) -> str:
+    name = CUDA_TAR.format(tag=tag)
+    archive = stand_in_tarball(tmp_path / f"{tag}-cuda.tar.gz", tag=tag, script=stand_in_server(f"version: {tag[1:]}"))
+    github.add_release(REPO, tag, {name: archive})
+    return name
+
+
+# -- i: --backend cuda without an NVIDIA driver ----------------------------------------------------------------
+
+
+def test_no_nvidia_smi_and_no_device_node_is_a_sure_no_driver() -> None:
+    host = _linux(FakeFiles())
+    assert host.no_nvidia_driver is not None and "no nvidia-smi" in host.no_nvidia_driver
+    assert host.nvidia_unsure is None
+
+
+@pytest.mark.parametrize("trace", ["/dev/nvidia0", "/dev/nvidiactl", "/proc/driver/nvidia/version"])
+def test_a_device_node_without_nvidia_smi_is_unsure_not_absent(trace: str) -> None:
+    host = _linux(FakeFiles(texts={trace: ""}))
+    assert host.no_nvidia_driver is None
+    assert host.nvidia_unsure is not None and trace in host.nvidia_unsure
+    assert dict(host.sources)["cuda"].startswith("unsure:")
+
+
+def test_update_backend_cuda_without_an_nvidia_driver_is_exit_5_before_any_download(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    github: FakeGitHub,
+    b7000_home: Path,
+    tmp_path: Path,
+) -> None:
+    name = _publish_cuda(github, tmp_path, "b7001")
+    _as_host(monkeypatch, no_nvidia_driver="no nvidia-smi, no /dev/nvidia* device, no /proc/driver/nvidia")
+    guard = HomeGuard(tmp_path, b7000_home)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7001", "--backend", "cuda")
+    assert code == 5, payload
+    message = payload["error"]["message"]
+    assert "no NVIDIA driver detected" in message and "glibc" not in message
+    assert not [r for r in github.requests if name in r.path]  # nothing was downloaded
+    guard.assert_intact("b7000", capsys=capsys)
+
+
+def test_update_backend_cuda_with_unsure_detection_warns_and_leaves_it_to_the_device_check(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    github: FakeGitHub,
+    home: Path,
+    tmp_path: Path,
+) -> None:
+    name = _publish_cuda(github, tmp_path, "b7001")
+    _as_host(monkeypatch, nvidia_unsure="/dev/nvidia0 is present but nvidia-smi did not answer")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cuda")
+    assert code == 0, payload  # the stand-in's --version and --list-devices runs pass: the check decided
+    assert payload["active"]["asset"] == name
+    assert any("Cannot tell whether an NVIDIA driver is usable here (/dev/nvidia0" in w for w in payload["warnings"])
+
+
+# -- p: a partial semver tag is bad input ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tag", ["v1", "v0.2", "V0.1.0"])
+def test_update_of_a_partial_semver_tag_is_exit_2_naming_the_valid_forms_before_any_request(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path, tmp_path: Path, tag: str
+) -> None:
+    guard = HomeGuard(tmp_path, b7000_home)
+    before = len(github.requests)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", tag)
+    assert code == 2, payload
+    assert "vMAJOR.MINOR.PATCH" in payload["error"]["message"] and "bNNNN" in payload["error"]["message"]
+    assert len(github.requests) == before
+    guard.assert_intact("b7000", capsys=capsys)
