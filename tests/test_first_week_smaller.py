@@ -112,3 +112,28 @@ def test_update_of_a_partial_semver_tag_is_exit_2_naming_the_valid_forms_before_
     assert "vMAJOR.MINOR.PATCH" in payload["error"]["message"] and "bNNNN" in payload["error"]["message"]
     assert len(github.requests) == before
     guard.assert_intact("b7000", capsys=capsys)
+
+
+# -- j: a repository that does not exist -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [(), ("--tag", "b7001"), ("--channel", "nightly")])
+def test_update_from_a_repository_github_does_not_know_says_repository_not_found(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    guard = HomeGuard(tmp_path, b7000_home)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--repo", "someone/llama.cpp", *args)
+    assert code == 7, payload
+    assert "The repository someone/llama.cpp was not found" in payload["error"]["message"], payload
+    assert "--repo" in payload["error"]["hint"]
+    guard.assert_intact("b7000", capsys=capsys)
+
+
+def test_a_repository_without_releases_still_says_no_releases(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path
+) -> None:
+    github.push_tag("someone/llama.cpp", "b1")  # the repository exists, with no release
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--repo", "someone/llama.cpp")
+    assert code == 7, payload
+    assert "repository someone/llama.cpp was not found" not in payload["error"]["message"], payload
+    assert "someone/llama.cpp" in payload["error"]["message"]

@@ -50,7 +50,7 @@ def test_missing_tag_raises_release_not_found_without_retry(github: FakeGitHub) 
         client(github).get_release("b7000")
     assert err.value.message == "Release b7000 not found in ggml-org/llama.cpp."
     assert err.value.exit_code == 7
-    assert len(github.requests_to("api")) == 1
+    assert len(github.requests_to("api", "/releases/")) == 1  # and one GET /repos/… telling it exists
     # A GitHub-shaped answer (rate-limit headers) is not a mirror: the hint points at what exists.
     assert err.value.hint is not None and "mirror" not in err.value.hint
     assert "list --available" in err.value.hint
@@ -82,6 +82,7 @@ def test_stable_of_a_fork_is_releases_latest_in_one_request(github: FakeGitHub) 
 
 def test_latest_of_empty_repository_is_release_not_found(github: FakeGitHub) -> None:
     github.add_release("someone/else", "b1", {})
+    github.set_default_branch(REPO, "master")  # the repository exists, without a release
     with pytest.raises(ReleaseNotFoundError, match=r"No releases found in ggml-org/llama\.cpp"):
         client(github).latest_release()
 

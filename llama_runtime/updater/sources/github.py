@@ -379,7 +379,7 @@ class GitHubClient:
             RemoteError: Any other refusal or a body that is not release data.
         """
         url = f"{self.api_url}/repos/{self.repo}/releases/tags/{tag}"
-        payload = self._get_json(url, f"Release {tag} not found in {self.repo}.")
+        payload = self._get_releases(url, f"Release {tag} not found in {self.repo}.")
         return _absolute_urls(check_release(parse_release(self.repo, payload), asked=tag), url)
 
     def recent_releases(self, per_page: int = _PER_PAGE, page: int = 1) -> list[Release]:
@@ -397,7 +397,7 @@ class GitHubClient:
         """
         per_page = max(1, min(per_page, _PER_PAGE))
         url = f"{self.api_url}/repos/{self.repo}/releases?per_page={per_page}&page={max(1, page)}"
-        payload = self._get_json(url, f"No releases found in {self.repo}.")
+        payload = self._get_releases(url, f"No releases found in {self.repo}.")
         if not isinstance(payload, list):
             raise RemoteError("GitHub answered with something that is not release data (not a list).")
         return [_absolute_urls(r, url) for r in _usable([parse_release(self.repo, item) for item in payload])]
@@ -432,7 +432,7 @@ class GitHubClient:
             RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
         """
         url = f"{self.api_url}/repos/{self.repo}/releases/latest"
-        payload = self._get_json(url, f"No releases found in {self.repo}.")
+        payload = self._get_releases(url, f"No releases found in {self.repo}.")
         return _absolute_urls(check_release(parse_release(self.repo, payload)), url)
 
     def version_tags(self) -> list[str]:
@@ -560,6 +560,37 @@ class GitHubClient:
         return body
 
     # -- transport -------------------------------------------------------------------------
+    def _get_releases(self, url: str, not_found: str) -> Any:
+        """:meth:`_get_json` of a release route; a 404 of a repository GitHub does not know says so.
+
+        Raises:
+            ReleaseNotFoundError: No such release, or (GitHub said so) no such repository.
+        """
+        try:
+            return self._get_json(url, not_found)
+        except ReleaseNotFoundError:
+            if self._repository_missing():
+                raise ReleaseNotFoundError(
+                    f"The repository {self.repo} was not found at {redact_url(self.api_url)}.",
+                    hint="Check --repo (LLAMA_RUNTIME_REPO) for spelling; a private repository needs a token "
+                    "(LLAMA_RUNTIME_GITHUB_TOKEN).",
+                ) from None
+            raise
+
+    def _repository_missing(self) -> bool:
+        """Whether GitHub itself answers ``GET /repos/{owner}/{repo}`` with 404 (one request, on a 404 only).
+
+        Only an answer with GitHub's rate-limit headers counts: a static mirror's web server may keep no
+        repository object, and its 404 says nothing about the repository.
+        """
+        url = f"{self.api_url}/repos/{self.repo}"
+        headers = {"Accept": "application/vnd.github+json", **self.auth_headers_for(url)}
+        try:
+            response, _ = send_with_retries(self._http, url, headers, attempts=1, sleep=self.sleep)
+        except RemoteError:  # NetworkError too: unknown, so the release's own 404 stands
+            return False
+        return response.status_code == 404 and "x-ratelimit-limit" in response.headers
+
     def _get_json(self, url: str, not_found: str, *, use_cache: bool = True) -> Any:
         cached = self.etag_cache.get(url) if self.etag_cache and use_cache else None
         headers = {
