@@ -9,6 +9,9 @@ wording of ``--version --json``, ``install-file -``, the rate-limit hint, doctor
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ import pytest
 
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.host_detect import detect_host
-from tests.fakegithub import FakeGitHub
+from tests.fakegithub import FakeGitHub, Fault
 from tests.helpers import REPO, HomeGuard, run_json, stand_in_server, stand_in_tarball
 from tests.test_host import FakeFiles, FakeRunner
 
@@ -137,3 +140,38 @@ def test_a_repository_without_releases_still_says_no_releases(
     assert code == 7, payload
     assert "repository someone/llama.cpp was not found" not in payload["error"]["message"], payload
     assert "someone/llama.cpp" in payload["error"]["message"]
+
+
+# -- o, c: a rate-limited update stores the back-off, and the check says when it resumes --------------------------
+
+LATEST_PATH = f"/api/repos/{REPO}/releases/latest"
+
+
+def test_a_rate_limited_update_stores_the_backoff_and_the_next_update_asks_nothing(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path, tmp_path: Path
+) -> None:
+    github.inject(LATEST_PATH, Fault(status=403, rate_limited=True))
+    guard = HomeGuard(tmp_path, b7000_home)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update")
+    assert code == 7 and payload["error"]["code"] == "rate_limited", payload
+    stored = json.loads((b7000_home / "cache" / "ratelimit.json").read_text())
+    assert stored["not_before"] > time.time() + 1000  # the server's reset is 30 minutes ahead
+    before = len(github.requests)
+    code, again = run_json(capsys, b7000_home, github.api_url, "update")
+    assert code == 7 and again["error"]["code"] == "rate_limited", again
+    assert "not asking again before" in again["error"]["message"]
+    assert len(github.requests) == before  # the stored back-off held: nothing was asked
+    code, check = run_json(capsys, b7000_home, github.api_url, "check")  # the check honours the same file
+    assert code == 0 and check["skipped"] == "rate_limited"
+    assert re.search(r"resumes after \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ, in \d+ min", check["reason"]), check
+    assert len(github.requests) == before
+    guard.assert_intact("b7000", capsys=capsys)
+
+
+def test_an_update_settled_by_the_active_runtime_needs_no_request_during_the_backoff(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path
+) -> None:
+    github.inject(LATEST_PATH, Fault(status=403, rate_limited=True))
+    assert run_json(capsys, b7000_home, github.api_url, "update")[0] == 7
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7000")
+    assert code == 0 and payload["result"] == "up_to_date", payload

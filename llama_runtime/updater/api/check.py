@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from llama_runtime.runtime.clock import when_text
 from llama_runtime.runtime.errors import RateLimitError, RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import number, read_record, write_record
 from llama_runtime.updater.api.jobs import refuse_if_locked
@@ -214,7 +215,7 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
     now = clock.time()
     not_before = backoff.not_before(now)
     if not_before is not None and now < not_before:
-        return _skipped(installed, not_before, problem)
+        return _skipped(installed, not_before, problem, now)
     if apply and not wait:
         refuse_if_locked(home, updater._job_store)
     request = UpdateRequest(
@@ -250,9 +251,9 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
     )
 
 
-def _skipped(installed: str | None, not_before: float, problem: str | None) -> CheckResult:
+def _skipped(installed: str | None, not_before: float, problem: str | None, now: float) -> CheckResult:
     """The answer while a stored rate-limit backoff runs: no request is made."""
-    reason = "GitHub's rate limit was reached; the check resumes after the stored time."
+    reason = f"GitHub's rate limit was reached; the check resumes after {when_text(not_before, now)}."
     return CheckResult(
         installed, None, False, skipped="rate_limited", not_before=not_before, reason=reason, problem=problem
     )
