@@ -175,3 +175,77 @@ def test_an_update_settled_by_the_active_runtime_needs_no_request_during_the_bac
     assert run_json(capsys, b7000_home, github.api_url, "update")[0] == 7
     code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7000")
     assert code == 0 and payload["result"] == "up_to_date", payload
+
+
+# -- k, m, n, b: what the text and JSON say ----------------------------------------------------------------------
+
+
+def _text(capsys: pytest.CaptureFixture[str], home: Path, api_url: str | None, *args: str) -> tuple[int, str]:
+    """``llama-runtime ARGS`` in this process without ``--json``: the exit code and stdout."""
+    from llama_runtime.updater.cli.main import main
+
+    capsys.readouterr()
+    code = main([*args, "--home", str(home), *(["--api-url", api_url] if api_url else [])])
+    return code, capsys.readouterr().out
+
+
+def test_check_apply_of_an_installed_build_says_switched_not_installed(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path, tmp_path: Path
+) -> None:
+    from tests.helpers import publish_stand_in
+
+    publish_stand_in(github, tmp_path, "b7001")
+    assert run_json(capsys, b7000_home, github.api_url, "update", "--tag", "b7001")[0] == 0
+    assert run_json(capsys, b7000_home, github.api_url, "use", "b7000")[0] == 0
+    code, out = _text(capsys, b7000_home, github.api_url, "check", "--apply")
+    assert code == 0, out
+    assert "Switched to v0.2.0 (build b7001) (was b7000): nothing was downloaded." in out, out
+    assert "Installed" not in out
+
+
+@pytest.mark.parametrize("order", [("--version", "--json"), ("--json", "--version")])
+def test_version_with_json_is_one_json_object(capsys: pytest.CaptureFixture[str], order: tuple[str, str]) -> None:
+    from llama_runtime.updater.cli.main import main, tool_version
+
+    assert main(list(order)) == 0
+    assert json.loads(capsys.readouterr().out) == {"name": "llama-runtime", "version": tool_version()}
+
+
+def test_install_file_from_standard_input_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, home: Path, tmp_path: Path
+) -> None:
+    import io
+    import sys
+
+    archive = stand_in_tarball(tmp_path / "b7001.tar.gz", tag="b7001")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(archive.read_bytes())))
+    code, out = _text(capsys, home, None, "install-file", "-", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, out
+    assert "from standard input and made it active" in out and "from -" not in out
+
+
+@pytest.mark.parametrize(
+    ("api_url", "named", "not_named"),
+    [
+        ("https://api.github.com", "GITHUB_TOKEN (or GH_TOKEN, or LLAMA_RUNTIME_GITHUB_TOKEN)", None),
+        ("https://ghe.example.com/api/v3", "LLAMA_RUNTIME_GITHUB_TOKEN to send", "Set GITHUB_TOKEN"),
+        ("http://mirror.example.com", "No token is ever sent", "Set "),
+    ],
+)
+def test_the_rate_limit_hint_names_only_the_token_that_origin_is_sent(
+    api_url: str, named: str, not_named: str | None
+) -> None:
+    from llama_runtime.updater.sources.github import token_hint
+
+    hint = token_hint(api_url)
+    assert named in hint
+    assert not_named is None or not_named not in hint
+
+
+def test_a_rate_limited_update_from_a_local_server_hints_llama_runtime_github_token(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path
+) -> None:
+    github.inject(LATEST_PATH, Fault(status=403, rate_limited=True))
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update")
+    assert code == 7, payload
+    assert payload["error"]["hint"].startswith("Set LLAMA_RUNTIME_GITHUB_TOKEN"), payload

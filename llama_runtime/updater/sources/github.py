@@ -36,7 +36,14 @@ from llama_runtime.runtime.errors import (
     RemoteError,
 )
 from llama_runtime.runtime.fsutil import read_record, write_record
-from llama_runtime.updater.credentials import checked_token, may_send_token, redact_library_logs, redact_url
+from llama_runtime.updater.credentials import (
+    GITHUB_API_ORIGIN,
+    checked_token,
+    may_send_token,
+    redact_library_logs,
+    redact_url,
+    token_names_for,
+)
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.release import (
     Asset,
@@ -131,7 +138,19 @@ def decode_json(response: httpx.Response, raw: bytes) -> Any:
 _ERROR_BODY_BYTES: Final[int] = 4096
 # GitHub: for a secondary rate limit without retry-after, "wait for at least one minute".
 SECONDARY_BACKOFF_SECONDS: Final[int] = 60
-_TOKEN_HINT: Final[str] = "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit from 60 to 5,000 requests an hour."
+
+
+def token_hint(api_url: str) -> str:
+    """How to send a token to ``api_url``: only the variables the token policy sends there (issue 29)."""
+    names = token_names_for(api_url)
+    if names is None:
+        return f"No token is ever sent to {redact_url(api_url)} over plain http; use https to send one."
+    if names.startswith("GITHUB_TOKEN"):
+        return f"Set {names} to raise the limit from 60 to 5,000 requests an hour."
+    return (
+        f"Set {names} to send a token to {redact_url(api_url)} "
+        "(GITHUB_TOKEN and GH_TOKEN go only to https://api.github.com)."
+    )
 
 
 def int_header(response: httpx.Response, name: str) -> int | None:
@@ -151,7 +170,9 @@ def rate_limit_of(response: httpx.Response) -> RateLimit | None:
     )
 
 
-def rate_limit_error(response: httpx.Response, body: bytes, *, has_token: bool) -> RateLimitError | None:
+def rate_limit_error(
+    response: httpx.Response, body: bytes, *, has_token: bool, api_url: str = GITHUB_API_ORIGIN
+) -> RateLimitError | None:
     """The error a 403/429 answer means when it is a rate limit (primary or secondary), else None."""
     retry_after = int_header(response, "retry-after")
     remaining = int_header(response, "x-ratelimit-remaining")
@@ -168,7 +189,7 @@ def rate_limit_error(response: httpx.Response, body: bytes, *, has_token: bool) 
         f"GitHub's API rate limit is used up (HTTP {response.status_code}); {when}.",
         reset_at=float(reset) if reset is not None else None,
         retry_after=float(retry_after) if retry_after is not None else None,
-        hint=None if has_token else _TOKEN_HINT,
+        hint=None if has_token else token_hint(api_url),
     )
 
 
@@ -648,9 +669,10 @@ class GitHubClient:
                 )
             raise ReleaseNotFoundError(not_found, hint=hint)
         if status == 401:
-            raise RemoteError("GitHub rejected the token (HTTP 401); fix or unset GITHUB_TOKEN / GH_TOKEN.")
+            sent = token_names_for(self.api_url) or "the token"
+            raise RemoteError(f"GitHub rejected the token (HTTP 401); fix or unset {sent}.")
         if status in (403, 429):
-            rate_error = rate_limit_error(response, body, has_token=bool(self._token))
+            rate_error = rate_limit_error(response, body, has_token=bool(self._token), api_url=self.api_url)
             if rate_error is not None:
                 raise rate_error
             raise RemoteError(f"GitHub refused the request (HTTP {status}) for {self.repo}.")
