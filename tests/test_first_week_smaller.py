@@ -249,3 +249,63 @@ def test_a_rate_limited_update_from_a_local_server_hints_llama_runtime_github_to
     code, payload = run_json(capsys, b7000_home, github.api_url, "update")
     assert code == 7, payload
     assert payload["error"]["hint"].startswith("Set LLAMA_RUNTIME_GITHUB_TOKEN"), payload
+
+
+# -- q: doctor --repair takes the archive from the download cache ------------------------------------------------
+
+
+def test_doctor_repair_reinstalls_from_the_download_cache_without_a_download(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path
+) -> None:
+    from llama_runtime.runtime.layout import Home
+
+    cached = list((b7000_home / "cache" / "assets").iterdir())
+    assert len(cached) == 1  # the install kept its archive, named by its sha256
+    active = Home(b7000_home).load(Home(b7000_home).read_pointer().active or "")
+    active.binary.write_bytes(b"#!/bin/sh\nexit 1\n")  # damaged in place
+    downloads = len(github.requests_to("blob"))
+    code, payload = run_json(capsys, b7000_home, github.api_url, "doctor", "--repair")
+    assert code == 0, payload
+    assert "reinstalled b7000" in payload["repaired"], payload
+    assert len(github.requests_to("blob")) == downloads  # the cached archive, checked by its digest
+    code, status = run_json(capsys, b7000_home, None, "status")
+    assert status["active"]["tag"] == "b7000"
+
+
+# -- a, e: after doctor --repair the damaged copy is named, and list shows both names of a build -----------------
+
+
+def test_after_doctor_repair_the_damaged_copy_is_marked_in_list_and_removable_by_the_name_given(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path
+) -> None:
+    from llama_runtime.runtime.layout import Home
+
+    layout = Home(b7000_home)
+    damaged = layout.load(layout.read_pointer().active or "")
+    damaged.binary.write_bytes(b"#!/bin/sh\nexit 1\n")
+    code, report = run_json(capsys, b7000_home, github.api_url, "doctor", "--repair")
+    assert code == 0, report
+    advice = " ".join(report["advice"])
+    assert f"`llama-runtime remove {damaged.name}`" in advice, report
+    code, listed = run_json(capsys, b7000_home, None, "list")
+    flagged = {r["name"]: r["damage"] for r in listed["installed"]}
+    assert flagged[damaged.name] and not flagged[layout.read_pointer().active or ""], listed
+    code, out = _text(capsys, b7000_home, None, "list")
+    assert f"{damaged.name} DAMAGED" in out, out
+    code, refused = run_json(capsys, b7000_home, None, "remove", "b7000")  # the tag means the active copy
+    assert code == 2 and f"`llama-runtime remove {damaged.name}`" in refused["error"]["message"], refused
+    code, removed = run_json(capsys, b7000_home, None, "remove", damaged.name)
+    assert code == 0 and removed["removed"]["runtime_dir"] == str(damaged.path), removed
+    code, status = run_json(capsys, b7000_home, None, "status")
+    assert status["active"]["tag"] == "b7000" and len(status["installed"]) == 1
+
+
+def test_text_list_shows_the_build_and_the_semver_release_it_was_installed_as(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, home: Path, tmp_path: Path
+) -> None:
+    from tests.helpers import publish_stand_in
+
+    publish_stand_in(github, tmp_path, "b7000")  # cut as v0.1.0
+    assert run_json(capsys, home, github.api_url, "update", "--backend", "cpu")[0] == 0
+    code, out = _text(capsys, home, None, "list")
+    assert code == 0 and "b7000 (v0.1.0)" in out, out

@@ -120,6 +120,7 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.runtime.fsutil import tree_size
     from llama_runtime.runtime.layout import HomeSnapshot
     from llama_runtime.updater.cli.common import home_for, settings_from_args
+    from llama_runtime.updater.verify.installed import damage
 
     if args.limit < 1:
         raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
@@ -135,6 +136,8 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
         entry["size_bytes"] = tree_size(runtime.path)
         entry["active"] = runtime.name == pointer.active
         entry["previous"] = runtime.name == pointer.previous
+        # A copy whose files changed (the one `doctor --repair` reinstalled beside) is listed as such.
+        entry["damage"] = damage(runtime, hash_binary=True, snapshot=snapshot)
         items.append(entry)
         lines.append(_installed_line(runtime, entry))
     if not lines:
@@ -160,12 +163,15 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
 
 
 def _installed_line(runtime: InstalledRuntime, entry: dict[str, Any]) -> str:
-    flag = "active" if entry["active"] else "previous" if entry["previous"] else ""
+    flags = ["active"] if entry["active"] else ["previous"] if entry["previous"] else []
+    if entry["damage"]:
+        flags.append(f"DAMAGED ({entry['damage'][0]}; `llama-runtime remove {runtime.name}` deletes it)")
     size_mb = int(entry["size_bytes"]) / 1e6
     m = runtime.marker
+    named = f"{m.tag} ({m.release_version})" if m.release_version else m.tag  # the build and the semver release
     return (
-        f"{'*' if entry['active'] else ' '} {m.tag:<10} {m.backend:<8} "
-        f"{size_mb:8.1f} MB  {m.installed_at}  {runtime.name} {flag}".rstrip()
+        f"{'*' if entry['active'] else ' '} {named:<19} {m.backend:<8} "
+        f"{size_mb:8.1f} MB  {m.installed_at}  {runtime.name} {' '.join(flags)}".rstrip()
     )
 
 
