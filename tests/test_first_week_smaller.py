@@ -309,3 +309,32 @@ def test_text_list_shows_the_build_and_the_semver_release_it_was_installed_as(
     assert run_json(capsys, home, github.api_url, "update", "--backend", "cpu")[0] == 0
     code, out = _text(capsys, home, None, "list")
     assert code == 0 and "b7000 (v0.1.0)" in out, out
+
+
+# -- h: server restart --------------------------------------------------------------------------------------------
+
+
+def test_server_restart_stops_and_starts_again_with_the_recorded_arguments(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    """A stand-in that stays up without answering /health: pids and recorded arguments are what counts."""
+    script = stand_in_server().replace(b"exit 0\n", b"exec sleep 30\n", 1)
+    archive = stand_in_tarball(tmp_path / "llama-b7000-bin-ubuntu-x64.tar.gz", tag="b7000", script=script)
+    assert run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7000")[0] == 0
+    try:
+        _code, started = run_json(capsys, home, None, "server", "start", "--timeout", "0.2", "--", "--ctx-size", "64")
+        assert started["running"], started
+        _code, restarted = run_json(capsys, home, None, "server", "restart", "--timeout", "0.2")
+        assert restarted["running"] and restarted["pid"] != started["pid"], restarted
+        assert restarted["args"] == started["args"] and "--ctx-size" in restarted["args"]
+        code, status = run_json(capsys, home, None, "server", "status")
+        assert code == 0 and status["pid"] == restarted["pid"]
+    finally:
+        run_json(capsys, home, None, "server", "stop")
+
+
+def test_server_restart_with_nothing_running_and_no_arguments_is_exit_2(
+    capsys: pytest.CaptureFixture[str], b7000_home: Path
+) -> None:
+    code, payload = run_json(capsys, b7000_home, None, "server", "restart")
+    assert code == 2 and "server start -- ARGS" in payload["error"]["message"], payload
