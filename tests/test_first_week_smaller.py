@@ -338,3 +338,52 @@ def test_server_restart_with_nothing_running_and_no_arguments_is_exit_2(
 ) -> None:
     code, payload = run_json(capsys, b7000_home, None, "server", "restart")
     assert code == 2 and "server start -- ARGS" in payload["error"]["message"], payload
+
+
+# -- l: the server switch's phases, and resolve first for a build already installed ------------------------------
+
+
+def _phases_of(updater: Any, tag: str) -> list[str]:
+    seen: list[str] = []
+
+    def listen(state: Any) -> None:
+        if not seen or seen[-1] != state.phase:
+            seen.append(state.phase)
+
+    final = updater.start_update(tag=tag, listener=listen, background=False).wait(60)
+    assert final.phase == "done", final.error
+    return seen
+
+
+def test_an_update_with_a_running_server_reports_stop_server_and_health_phases(
+    github: FakeGitHub, tmp_path: Path
+) -> None:
+    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.choice.host import host_for_platform
+    from tests.helpers import publish_stand_in
+    from tests.test_service import RecordingAppServer
+
+    home = tmp_path / "home"
+    for tag in ("b7000", "b7001", "b7002"):
+        publish_stand_in(github, tmp_path, tag)
+    plain = RuntimeUpdater(home, repo=REPO, backend="cpu", api_url=github.api_url)
+    assert plain.start_update(tag="b7000").wait(60).phase == "done"
+    assert plain.start_update(tag="b7001").wait(60).phase == "done"
+    app = RecordingAppServer(tmp_path / "running-llama-server")
+    updater = RuntimeUpdater(
+        home, repo=REPO, backend="cpu", api_url=github.api_url, host=lambda: host_for_platform("linux-x64"), server=app
+    )
+    installed = _phases_of(updater, "b7002")
+    assert installed == ["resolve", "download", "verify", "activate", "stop_server", "health", "done"], installed
+    switched = _phases_of(updater, "b7000")  # installed already: no download, still resolve first
+    assert switched == ["resolve", "verify", "activate", "stop_server", "health", "done"], switched
+    assert app.calls.count("stop") == 2 and app.calls.count("health") == 2
+
+
+def test_an_update_without_a_running_server_has_no_server_phases(github: FakeGitHub, tmp_path: Path) -> None:
+    from llama_runtime.updater.api.service import RuntimeUpdater
+    from tests.helpers import publish_stand_in
+
+    publish_stand_in(github, tmp_path, "b7000")
+    updater = RuntimeUpdater(tmp_path / "home", repo=REPO, backend="cpu", api_url=github.api_url)
+    assert _phases_of(updater, "b7000") == ["resolve", "download", "verify", "activate", "done"]

@@ -457,7 +457,7 @@ class InstallPipeline:
             with at_stage("marker check"):
                 read_back_marker(staging, Expected(marker.repo, marker.tag, marker.backend_request, marker.backend))
             emit(Progress("activate", message="activating"))
-            return self.activation.activate_staged(staging, marker, active, warnings, snapshot=snapshot)
+            return self.activation.activate_staged(staging, marker, active, warnings, snapshot=snapshot, emit=emit)
         except BaseException as exc:
             remove_tree_quietly(staging)  # best effort: never hides the error on its way out
             if is_disk_full(exc):
