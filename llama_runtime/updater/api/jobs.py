@@ -638,6 +638,8 @@ class JobRunner:
             recorder.outcome = outcome
             recorder.finish("done", result=result)
         except CancelledError as exc:
+            # Whoever cancelled wants to know what runs now (read from the pointer, never assumed).
+            exc.message = f"{exc.message.rstrip('.')}; {self.home.describe_active()}."
             recorder.finish("cancelled", exc=exc)
         except LlamaRuntimeError as exc:
             recorder.finish("failed", exc=exc)
