@@ -387,3 +387,38 @@ def test_an_update_without_a_running_server_has_no_server_phases(github: FakeGit
     publish_stand_in(github, tmp_path, "b7000")
     updater = RuntimeUpdater(tmp_path / "home", repo=REPO, backend="cpu", api_url=github.api_url)
     assert _phases_of(updater, "b7000") == ["resolve", "download", "verify", "activate", "done"]
+
+
+# -- f, g: doctor and a stray file; doctor -q ---------------------------------------------------------------------
+
+
+def test_doctor_names_a_stray_file_in_the_active_runtime_that_export_refuses(
+    capsys: pytest.CaptureFixture[str], b7000_home: Path, tmp_path: Path
+) -> None:
+    from llama_runtime.runtime.layout import Home
+
+    layout = Home(b7000_home)
+    active = layout.load(layout.read_pointer().active or "")
+    (active.binary.parent / "notes.txt").write_text("written after the install\n")
+    code, out = _text(capsys, b7000_home, None, "doctor")
+    assert "notes.txt" in out and "Everything checks out" not in out, out
+    code, exported = run_json(capsys, b7000_home, None, "export", "--output", str(tmp_path / "bundle.tar.gz"))
+    assert code != 0 and "notes.txt" in exported["error"]["message"]  # what doctor warned of
+
+
+def test_doctor_quiet_prints_no_host_block_and_no_passed_checks(
+    capsys: pytest.CaptureFixture[str], b7000_home: Path
+) -> None:
+    code, loud = _text(capsys, b7000_home, None, "doctor")
+    assert code == 0 and "host:" in loud and "[ok]" in loud
+    code, quiet = _text(capsys, b7000_home, None, "doctor", "-q")
+    assert code == 0 and quiet.strip() == "Everything checks out.", quiet
+
+
+def test_doctor_quiet_still_prints_what_failed(capsys: pytest.CaptureFixture[str], b7000_home: Path) -> None:
+    from llama_runtime.runtime.layout import Home
+
+    layout = Home(b7000_home)
+    layout.load(layout.read_pointer().active or "").binary.write_bytes(b"#!/bin/sh\nexit 1\n")
+    code, quiet = _text(capsys, b7000_home, None, "doctor", "-q")
+    assert code == 6 and "[FAIL] active runtime" in quiet and "host:" not in quiet and "[ok]" not in quiet, quiet

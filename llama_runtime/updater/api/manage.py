@@ -205,9 +205,9 @@ class DoctorResult:
         """The ``doctor`` object of the CLI contract (with ``error`` when unhealthy)."""
         return self._report().to_json()
 
-    def lines(self) -> list[str]:
-        """The report for people, one check a line."""
-        return self._report().lines()
+    def lines(self, *, quiet: bool = False) -> list[str]:
+        """The report for people, one check a line (``quiet``: without the passed checks and the host)."""
+        return self._report().lines(quiet=quiet)
 
 
 @dataclass(frozen=True)

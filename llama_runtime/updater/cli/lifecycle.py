@@ -293,7 +293,7 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
         if report.advice:
             error["hint"] = report.advice[0]
         payload.setdefault("error", error)
-    out.result(payload, report.lines())
+    out.result(payload, report.lines(quiet=bool(getattr(args, "quiet", False))))
     return 0 if report.healthy else _UNHEALTHY_EXIT
 
 
