@@ -258,16 +258,21 @@ def test_doctor_repair_reinstalls_from_the_download_cache_without_a_download(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path
 ) -> None:
     from llama_runtime.runtime.layout import Home
+    from llama_runtime.updater.cli.main import main
 
     cached = list((b7000_home / "cache" / "assets").iterdir())
     assert len(cached) == 1  # the install kept its archive, named by its sha256
     active = Home(b7000_home).load(Home(b7000_home).read_pointer().active or "")
     active.binary.write_bytes(b"#!/bin/sh\nexit 1\n")  # damaged in place
     downloads = len(github.requests_to("blob"))
-    code, payload = run_json(capsys, b7000_home, github.api_url, "doctor", "--repair")
+    capsys.readouterr()
+    code = main(["doctor", "--repair", "-v", "--json", "--home", str(b7000_home), "--api-url", github.api_url])
+    said = capsys.readouterr()
+    payload = json.loads(said.out)
     assert code == 0, payload
     assert "reinstalled b7000" in payload["repaired"], payload
     assert len(github.requests_to("blob")) == downloads  # the cached archive, checked by its digest
+    assert "taken from the download cache" in said.err  # and -v says so
     code, status = run_json(capsys, b7000_home, None, "status")
     assert status["active"]["tag"] == "b7000"
 

@@ -262,7 +262,7 @@ def _log_fetched(asset: Asset, fetched: Fetched, seconds: float) -> None:
     done = fetched.download
     seconds = max(seconds, 1e-6)
     log.info(
-        "downloaded",
+        "taken from the download cache (its sha256 checked)" if fetched.cached else "downloaded",
         asset=asset.name,
         bytes=done.size,
         resumed_from=done.resumed_from,
