@@ -235,7 +235,7 @@ def test_install_file_from_standard_input_says_so(
 def test_the_rate_limit_hint_names_only_the_token_that_origin_is_sent(
     api_url: str, named: str, not_named: str | None
 ) -> None:
-    from llama_runtime.updater.sources.github import token_hint
+    from llama_runtime.updater.sources.github_limits import token_hint
 
     hint = token_hint(api_url)
     assert named in hint

@@ -541,7 +541,7 @@ class JobRunner:
 
     def _hold_while_rate_limited(self, source: ReleaseSource) -> None:
         """Ask GitHub nothing while the home's stored rate-limit back-off runs (``check`` honours it too)."""
-        from llama_runtime.updater.api.check import Backoff
+        from llama_runtime.updater.api.backoff import Backoff
         from llama_runtime.updater.sources.github import GitHubClient
 
         if not isinstance(source, GitHubClient) or self.engine.settings.api_url.startswith("file://"):
@@ -557,7 +557,7 @@ class JobRunner:
 
     def _store_backoff(self, exc: RateLimitError) -> None:
         """Remember when GitHub may be asked again, as ``check`` does, so the next update waits too."""
-        from llama_runtime.updater.api.check import Backoff, not_before_after_error
+        from llama_runtime.updater.api.backoff import Backoff, not_before_after_error
 
         if self.engine.settings.api_url.startswith("file://"):
             return
