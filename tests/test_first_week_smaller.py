@@ -427,3 +427,13 @@ def test_doctor_quiet_still_prints_what_failed(capsys: pytest.CaptureFixture[str
     layout.load(layout.read_pointer().active or "").binary.write_bytes(b"#!/bin/sh\nexit 1\n")
     code, quiet = _text(capsys, b7000_home, None, "doctor", "-q")
     assert code == 6 and "[FAIL] active runtime" in quiet and "host:" not in quiet and "[ok]" not in quiet, quiet
+
+
+def test_auto_with_unsure_nvidia_detection_says_how_to_let_the_device_check_decide() -> None:
+    from llama_runtime.updater.choice.choose import choose_asset
+    from tests.test_choose import load
+
+    unsure = HostFacts(os="windows", arch="x64", nvidia_unsure="/dev/nvidia0 is present but nvidia-smi did not answer")
+    choice = choose_asset(load("b7000"), unsure, "auto")
+    assert choice.backend == "cpu"
+    assert "--backend cuda lets its device check decide" in choice.reason, choice.reason

@@ -273,10 +273,17 @@ def _available(infos: list[AssetInfo]) -> str:
     return ", ".join(listed) if listed else "nothing"
 
 
+def _no_cuda_reason(host: HostFacts) -> str:
+    """Why ``auto`` does not try CUDA; an unsure detection says how to let the device check decide."""
+    if host.nvidia_unsure is None:
+        return "no usable NVIDIA driver"
+    return f"no NVIDIA driver confirmed ({host.nvidia_unsure}; --backend cuda lets its device check decide)"
+
+
 def _host_can_run(backend: str, host: HostFacts) -> str | None:
     """Why ``auto`` skips ``backend`` on this host, or ``None`` if it may try it."""
     checks = {
-        "cuda": (host.cuda_driver_version is not None, "no usable NVIDIA driver"),
+        "cuda": (host.cuda_driver_version is not None, _no_cuda_reason(host)),
         "rocm": (host.rocm, "no ROCm GPU"),
         "vulkan": (host.vulkan, "no Vulkan driver"),
         "sycl": (host.sycl, "no Level Zero GPU (sycl-ls)"),
