@@ -97,6 +97,7 @@ def test_v_shows_each_step_and_vv_every_request_and_candidate(
 
 
 def test_log_json_makes_every_stderr_line_json_errors_included(github: FakeGitHub, tmp_path: Path) -> None:
+    github.set_default_branch("ggml-org/llama.cpp", "master")  # the repository exists, without b6999
     done = run_module(tmp_path / "home", github, "update", "--tag", "b6999", "--log-json", "-v")
     assert done.returncode == 7, done.stderr
     lines = [json.loads(line) for line in done.stderr.splitlines()]

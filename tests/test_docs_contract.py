@@ -89,6 +89,21 @@ def test_every_configuration_flag_exists_unless_it_is_marked_planned() -> None:
         assert (flag in flags) != planned, f"{flag}: {'remove the *planned* mark' if planned else 'missing'}"
 
 
+def test_every_option_of_every_command_is_in_the_contract() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    shared = {flag for action in parser._actions for flag in action.option_strings}  # global options
+    text = CONTRACT.read_text()
+    missing = [
+        f"{name} {flag}"
+        for name, command in sub.choices.items()
+        for action in command._actions
+        for flag in action.option_strings
+        if flag.startswith("--") and flag not in shared and not re.search(rf"[`\[ |/]{re.escape(flag)}\b", text)
+    ]
+    assert not missing, missing
+
+
 def test_every_key_in_the_json_table_is_required_by_the_commands_schema() -> None:
     rows = table("Minimum JSON keys")
     assert rows
@@ -156,9 +171,24 @@ def test_real_json_output_of_every_command_matches_its_schema(
         validate(name, payload)
         seen[name] = payload
     assert seen["list"]["available"], "the available list was exercised"
+    assert_every_key_is_documented(seen)
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "7000")
     assert code == 2
     validate("error", payload)
     code, payload = run_json(capsys, tmp_path / "empty", github.api_url, "which")
     assert code == 5
     validate("error", payload)
+
+
+def assert_every_key_is_documented(seen: dict[str, Any]) -> None:
+    """Every top-level key of a command's real ``--json`` output is named in its row of the JSON table
+    (keys or details) and in its schema's ``properties``: nothing an app reads goes undocumented."""
+    rows = {ticks(row[0])[0]: row for row in table("Minimum JSON keys") if row[0] != "any non-zero exit"}
+    missing: dict[str, dict[str, tuple[bool, bool]]] = {}
+    for name, payload in seen.items():
+        named = {word for cell in rows[name][1:] for word in ticks(cell)}
+        properties = set(schema(name).get("properties", {}))
+        gaps = {key: (key in named, key in properties) for key in payload if key not in named & properties}
+        if gaps:
+            missing[name] = gaps
+    assert not missing, json.dumps(missing)

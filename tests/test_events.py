@@ -131,6 +131,7 @@ def test_signal_mid_download_cancels_keeps_partial_and_ends_with_cancelled(
     rest, code = finish(proc)
     assert code == 130
     assert rest[-1]["type"] == "error" and rest[-1]["error"]["code"] == "cancelled"
+    assert "b7000 (cpu) is active" in rest[-1]["error"]["message"], rest[-1]  # names what runs now
     assert_stream_shape(rest)
     frozen.assert_intact("b7000", staging_empty=True)
     assert any(p.stat().st_size > 0 for p in (home / "downloads").rglob("*b7001*")), "partial download not kept"

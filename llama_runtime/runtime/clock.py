@@ -73,6 +73,20 @@ def utc_iso(epoch: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+def when_text(epoch: float, now: float) -> str:
+    """``epoch`` for people: UTC ISO 8601 to the second and how far from ``now``.
+
+    ``2026-12-01T12:40:00Z, in 12 min`` (or ``… 30 s ago``): the stamp for logs and
+    other machines, the distance for whoever reads it now.
+    """
+    from datetime import UTC, datetime
+
+    stamp = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    seconds = round(abs(epoch - now))
+    distance = f"{seconds} s" if seconds < 120 else f"{round(seconds / 60)} min"
+    return f"{stamp}, {'in ' + distance if epoch >= now else distance + ' ago'}"
+
+
 def epoch_of(iso: str) -> float:
     """The epoch seconds of a :func:`utc_iso` stamp (its inverse, to the millisecond).
 

@@ -72,6 +72,15 @@ def may_send_token(api_url: str) -> bool:
     return scheme == "https" or (scheme == "http" and is_loopback_host(host))
 
 
+def token_names_for(api_url: str) -> str | None:
+    """The variables whose token :func:`token_for` would send to ``api_url``, for hints; ``None``: none."""
+    if not may_send_token(api_url):
+        return None
+    if _origin(api_url) == _origin(GITHUB_API_ORIGIN):
+        return f"{_GITHUB_TOKEN_VARS[0]} (or {_GITHUB_TOKEN_VARS[1]}, or {_OWN_TOKEN_VAR})"
+    return _OWN_TOKEN_VAR
+
+
 def token_for(api_url: str, env: Mapping[str, str]) -> str | None:
     """The token the contract allows for ``api_url`` from ``env``, or ``None``.
 

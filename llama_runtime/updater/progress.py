@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 __all__ = ["CancelCheck", "Phase", "Progress", "ProgressCallback", "silent"]
 
-Phase = Literal["resolve", "download", "verify", "activate", "done"]
+#: ``stop_server`` and ``health``: the managed server's switch inside an activation, when one runs.
+Phase = Literal["resolve", "download", "verify", "activate", "stop_server", "health", "done"]
 
 
 @dataclass(frozen=True)

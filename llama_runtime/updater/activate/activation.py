@@ -28,6 +28,7 @@ from llama_runtime.updater.activate.attempts import UpdateOutcome
 from llama_runtime.updater.activate.swap import ServerSwitch, SwitchReport, switch_with_server
 from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.progress import ProgressCallback, silent
 from llama_runtime.updater.verify.gate import GatePolicy, InferenceGate
 
 log = get_logger("llama_runtime.install")
@@ -69,6 +70,7 @@ class Activation:
         warnings: list[str],
         *,
         snapshot: HomeSnapshot | None = None,
+        emit: ProgressCallback = silent,
     ) -> UpdateOutcome:
         """Move the verified ``staging`` tree into runtimes/ and make it active.
 
@@ -89,7 +91,7 @@ class Activation:
         previous = active.name if active else snapshot.intact(old_pointer.previous)
         new_pointer = Pointer(active=name, previous=previous)
         try:
-            report = self.switch(installed, active, old_pointer, new_pointer)
+            report = self.switch(installed, active, old_pointer, new_pointer, emit=emit)
         except BaseException as exc:
             # Never delete what the pointer names (an un-flip that itself failed),
             # nor what a server that would not stop still runs from.
@@ -108,6 +110,7 @@ class Activation:
         warnings: list[str],
         *,
         snapshot: HomeSnapshot | None = None,
+        emit: ProgressCallback = silent,
     ) -> UpdateOutcome:
         """Make the installed (and verified) ``target`` active; ``active`` becomes the rollback target.
 
@@ -122,7 +125,7 @@ class Activation:
         if previous == target.name:  # nothing was active: the target stops being the rollback target
             previous = None
         record_runtime(self.home.root, target.name, target.path, target.marker)  # the caller hashed every file
-        report = self.switch(target, active, old_pointer, Pointer(active=target.name, previous=previous))
+        report = self.switch(target, active, old_pointer, Pointer(active=target.name, previous=previous), emit=emit)
         log.info("switched", tag=target.marker.tag, backend=target.marker.backend, runtime=target.name)
         return UpdateOutcome("switched", target, active, (*warnings, *report.warnings), server=report)
 
@@ -155,9 +158,18 @@ class Activation:
         return target, current, report
 
     def switch(
-        self, new: InstalledRuntime, current: InstalledRuntime | None, old_pointer: Pointer, new_pointer: Pointer
+        self,
+        new: InstalledRuntime,
+        current: InstalledRuntime | None,
+        old_pointer: Pointer,
+        new_pointer: Pointer,
+        *,
+        emit: ProgressCallback = silent,
     ) -> SwitchReport:
-        """Flip the pointer from ``old_pointer`` to ``new_pointer``, switching a running server with it."""
+        """Flip the pointer from ``old_pointer`` to ``new_pointer``, switching a running server with it.
+
+        ``emit`` gets the switch's ``stop_server`` and ``health`` phases when a server runs.
+        """
 
         def flip() -> None:
             checkpoint("before_pointer_flip")
@@ -171,6 +183,7 @@ class Activation:
             return SwitchReport(restarted=False, reload_required=False, pid_changed=False)
         gate = InferenceGate(self.gate, clock=self.clock) if self.gate and self.gate.enabled else None
         switch = ServerSwitch(self.server, health_timeout=self.health_timeout, gate=gate)
+        switch.emit = emit
         # The switch lock (not only update.lock): `server start/stop` take just this one,
         # so a download never blocks them, and a start never races the flip.
         with UpdateLock(self.home.switch_lock_path).hold("switch", timeout=SERVER_LOCK_TIMEOUT_SECONDS):

@@ -419,14 +419,24 @@ def remove_runtime(home: Home, name: str, *, scan_processes: ProcessScan | None 
         runtimes = list(snapshot.runtimes)
         pointer = _checked_pointer(snapshot, runtimes)
         tag = f"{target.marker.tag} ({target.marker.backend})"
+        # Another copy of the same build (the damaged one `doctor --repair` reinstalled beside) is what was meant.
+        spare = next(
+            (
+                r.name
+                for r in runtimes
+                if r.name not in {pointer.active, pointer.previous} and build_key(r.marker) == build_key(target.marker)
+            ),
+            None,
+        )
+        also = f"; its other copy {spare} is not in use: `llama-runtime remove {spare}` deletes that" if spare else ""
         if name == pointer.active:
             raise UserInputError(
-                f"{tag} is the active runtime and cannot be removed.",
+                f"{tag} is the active runtime and cannot be removed{also}.",
                 hint="Activate another one first (`llama-runtime use TAG`), then remove this one.",
             )
         if name == pointer.previous:
             raise UserInputError(
-                f"{tag} is the previous runtime (the rollback target) and cannot be removed.",
+                f"{tag} is the previous runtime (the rollback target) and cannot be removed{also}.",
                 hint="Once another runtime becomes the previous one (the next update or `use`), it can be removed.",
             )
         if name in (_in_use(home, runtimes, scan_processes) or set()):

@@ -262,7 +262,7 @@ def _log_fetched(asset: Asset, fetched: Fetched, seconds: float) -> None:
     done = fetched.download
     seconds = max(seconds, 1e-6)
     log.info(
-        "downloaded",
+        "taken from the download cache (its sha256 checked)" if fetched.cached else "downloaded",
         asset=asset.name,
         bytes=done.size,
         resumed_from=done.resumed_from,
@@ -457,7 +457,7 @@ class InstallPipeline:
             with at_stage("marker check"):
                 read_back_marker(staging, Expected(marker.repo, marker.tag, marker.backend_request, marker.backend))
             emit(Progress("activate", message="activating"))
-            return self.activation.activate_staged(staging, marker, active, warnings, snapshot=snapshot)
+            return self.activation.activate_staged(staging, marker, active, warnings, snapshot=snapshot, emit=emit)
         except BaseException as exc:
             remove_tree_quietly(staging)  # best effort: never hides the error on its way out
             if is_disk_full(exc):

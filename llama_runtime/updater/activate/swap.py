@@ -28,6 +28,7 @@ from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.server import ServerControl
 from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.progress import Progress, ProgressCallback, silent
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.inference import Speed
@@ -114,6 +115,8 @@ class ServerSwitch:
         self.health_timeout = health_timeout
         self.stop_timeout = stop_timeout
         self.gate = gate
+        #: Where the switch's own phases go (``stop_server``, ``health``: docs/events.md).
+        self.emit: ProgressCallback = silent
 
     def measure_current(self, current: InstalledRuntime | None) -> None:
         """Before the old server stops: time it on the gate's request when no figure is on record."""
@@ -138,6 +141,7 @@ class ServerSwitch:
         binary = self.server.current_binary()
         args = self.server.current_args()
         log.info("stopping llama-server for the switch", binary=str(binary), to=describe(new))
+        self.emit(Progress("stop_server", message=f"stopping the running llama-server ({describe(current)})"))
         try:
             self.server.stop(self.stop_timeout)
         except BaseException as exc:
@@ -176,6 +180,7 @@ class ServerSwitch:
             log.warning("new llama-server did not start", error=str(exc))
             return NewServer("unhealthy")
         failure, reason = "unhealthy", ""
+        self.emit(Progress("health", message=f"waiting for llama-server {describe(new)} to answer /health"))
         if self.server.wait_healthy(self.health_timeout):
             verdict = self._gate(new, running, current)
             if verdict is None or verdict.ok:

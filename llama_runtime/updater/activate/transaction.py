@@ -210,6 +210,8 @@ class Installer:
         if plan is None and request.tag:
             # A pinned build already on disk: switch to it, no network needed.
             there = self._installed_settling(request, active, snapshot)
+            if there is not None:  # every job starts with resolve, also one that needs no network (issue 29)
+                emit(Progress("resolve", message=f"{request.tag} is installed as {there.name}"))
             if there is not None and self.reverify(there, emit, snapshot):
                 switched = self.activate_installed(there, replaced, emit, [], verified=True, snapshot=snapshot)
                 tried = Attempt(there.marker.asset, there.marker.backend, "switched", None, there.marker.reason)
@@ -463,7 +465,7 @@ class Installer:
         name = f"{target.marker.tag} ({target.marker.backend})"
         record_speeds(target, self.verifier.smoke(target.binary, name, active, emit, warnings))
         emit(Progress("activate", message="activating"))
-        return self.activation.activate_installed(target, active, warnings, snapshot=snapshot)
+        return self.activation.activate_installed(target, active, warnings, snapshot=snapshot, emit=emit)
 
     # -- rollback ----------------------------------------------------------
 

@@ -4,8 +4,8 @@ The IO around the scheduled check's decision: read the active marker and the
 stored rate-limit backoff, ask the release source (one conditional request
 when nothing changed), store the next backoff, let the one update decision
 (:func:`~updater.choice.decide.decide`, ``mode="upgrade_only"``) answer, and
-run the update as a job others can follow. The pure parts and the backoff
-state live in :mod:`~updater.api.check`.
+run the update as a job others can follow. The back-off state lives in
+:mod:`~updater.api.backoff`, shared with ``update``.
 
 Invariants:
     * The active runtime's recorded tag is the baseline even when its binary
@@ -19,11 +19,18 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from llama_runtime.runtime.clock import when_text
 from llama_runtime.runtime.errors import RateLimitError, RemoteError, UserInputError
-from llama_runtime.runtime.fsutil import number, read_record, write_record
+from llama_runtime.updater.api.backoff import (
+    DEFAULT_BACKOFF_SECONDS,
+    MAX_BACKOFF_SECONDS,
+    Backoff,
+    clamp_not_before,
+    not_before_after_error,
+    not_before_after_success,
+)
 from llama_runtime.updater.api.jobs import refuse_if_locked
 from llama_runtime.updater.api.ready import active_marker
 from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest, backend_request, channel_request, decide
@@ -37,20 +44,21 @@ if TYPE_CHECKING:
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.release.channel import Channel
     from llama_runtime.updater.release.release import Release
-    from llama_runtime.updater.sources.source import RateLimit, ReleaseSource
+    from llama_runtime.updater.sources.source import ReleaseSource
 
-__all__ = ["run_check"]
+__all__ = [
+    "DEFAULT_BACKOFF_SECONDS",
+    "MAX_BACKOFF_SECONDS",
+    "Backoff",
+    "clamp_not_before",
+    "not_before_after_error",
+    "not_before_after_success",
+    "run_check",
+]
 
 
-# -- schedule: The scheduled check: its decisions (pure) and its rate-limit backoff state. -----------------------
+# -- schedule: The scheduled check's pure decisions; its rate-limit back-off lives in api.backoff. ---------------
 
-BACKOFF_NAME: Final = "ratelimit.json"
-# GitHub: without retry-after or a reset time, "wait for at least one minute".
-DEFAULT_BACKOFF_SECONDS: Final[float] = 60.0
-# GitHub's primary rate limit is counted per hour, so no honest answer asks us
-# to wait longer; a longer wait comes from a skewed clock or a bogus header
-# and would silently disable every check for days.
-MAX_BACKOFF_SECONDS: Final[float] = 3600.0
 # A jitter beyond a day is a typo, not a fleet-spreading strategy.
 MAX_JITTER_SECONDS: Final[float] = 24 * 3600.0
 _DURATION: Final = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[smh]?)$")
@@ -120,67 +128,6 @@ def validate_seconds(value: float, what: str) -> float:
     return float(value)
 
 
-def clamp_not_before(not_before: float, now: float) -> float:
-    """``not_before``, but never more than :data:`MAX_BACKOFF_SECONDS` after ``now``."""
-    return min(not_before, now + MAX_BACKOFF_SECONDS)
-
-
-def not_before_after_error(exc: RateLimitError, now: float) -> float:
-    """When to ask again after GitHub refused with a rate limit (at most an hour ahead)."""
-    if exc.retry_after is not None:
-        return clamp_not_before(now + exc.retry_after, now)
-    if exc.reset_at is not None and exc.reset_at > now:
-        return clamp_not_before(exc.reset_at, now)
-    return now + DEFAULT_BACKOFF_SECONDS
-
-
-def not_before_after_success(rate: RateLimit | None, now: float) -> float | None:
-    """When to ask again after an answer that spent the last request, else ``None``."""
-    if rate is None or rate.remaining is None or rate.remaining > 0:
-        return None
-    if rate.reset is not None and rate.reset > now:
-        return clamp_not_before(float(rate.reset), now)
-    return now + DEFAULT_BACKOFF_SECONDS
-
-
-class Backoff:
-    """The persisted "do not ask GitHub before" time of one home.
-
-    Invariant: the wait it reports is at most :data:`MAX_BACKOFF_SECONDS`
-    from the caller's ``now``, whatever the file says (a file written by a
-    clock that has since been set back, or by hand).
-
-    Args:
-        cache_dir: ``<home>/cache``.
-    """
-
-    def __init__(self, cache_dir: Path) -> None:
-        self.path = cache_dir / BACKOFF_NAME
-
-    def not_before(self, now: float) -> float | None:
-        """The stored time, at most an hour after ``now``; ``None`` if none (or damaged)."""
-        try:
-            payload = read_record(self.path)
-        except (OSError, ValueError):
-            return None
-        if not isinstance(payload, dict):
-            return None
-        value, stored_at = number(payload, "not_before"), number(payload, "stored_at")
-        if value is None or not math.isfinite(value):
-            return None
-        if stored_at is not None and now < stored_at:
-            return None  # the clock went back since: the stored wait no longer means anything
-        return clamp_not_before(value, now)
-
-    def set(self, not_before: float, reason: str, *, now: float) -> None:
-        """Persist ``not_before`` (epoch seconds), at most an hour after ``now``."""
-        write_record(self.path, {"not_before": clamp_not_before(not_before, now), "stored_at": now, "reason": reason})
-
-    def clear(self) -> None:
-        """Forget the backoff (GitHub answered normally)."""
-        self.path.unlink(missing_ok=True)
-
-
 # -- check -------------------------------------------------------------------------------------------------------
 
 
@@ -214,7 +161,7 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
     now = clock.time()
     not_before = backoff.not_before(now)
     if not_before is not None and now < not_before:
-        return _skipped(installed, not_before, problem)
+        return _skipped(installed, not_before, problem, now)
     if apply and not wait:
         refuse_if_locked(home, updater._job_store)
     request = UpdateRequest(
@@ -250,9 +197,9 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
     )
 
 
-def _skipped(installed: str | None, not_before: float, problem: str | None) -> CheckResult:
+def _skipped(installed: str | None, not_before: float, problem: str | None, now: float) -> CheckResult:
     """The answer while a stored rate-limit backoff runs: no request is made."""
-    reason = "GitHub's rate limit was reached; the check resumes after the stored time."
+    reason = f"GitHub's rate limit was reached; the check resumes after {when_text(not_before, now)}."
     return CheckResult(
         installed, None, False, skipped="rate_limited", not_before=not_before, reason=reason, problem=problem
     )

@@ -26,6 +26,7 @@ from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, P
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import ForeignMarkerError, install_order
 from llama_runtime.updater.activate.gc import clean_leftovers, find_leftovers
+from llama_runtime.updater.offline.export import unrecorded_files
 from llama_runtime.updater.release.tags import compare_tags, parse_tag
 from llama_runtime.updater.verify.installed import verify_files
 from llama_runtime.updater.verify.verify import probe_binary
@@ -81,11 +82,12 @@ class DoctorReport:
             payload["error"] = {"code": "verification_failed", "message": message, "exit_code": 6}
         return payload
 
-    def lines(self) -> list[str]:
-        out = [f"[{'ok' if f.ok else 'FAIL'}] {f.check}: {f.detail}" for f in self.findings]
+    def lines(self, *, quiet: bool = False) -> list[str]:
+        """The report for people; ``quiet``: the failed checks, the repair, the advice and the verdict only."""
+        out = [f"[{'ok' if f.ok else 'FAIL'}] {f.check}: {f.detail}" for f in self.findings if not (quiet and f.ok)]
         if self.repaired:
             out.append(f"repaired: {self.repaired}")
-        if self.host is not None:
+        if self.host is not None and not quiet:
             sources = self.host.get("sources")
             facts = {k: v for k, v in self.host.items() if k != "sources" and v not in (None, [], False, "")}
             out.append("host: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
@@ -140,6 +142,11 @@ def _reinstall(active: InstalledRuntime, reinstall: Reinstall, runner: ProcessRu
     report.repaired = f"reinstalled {what} through the full verification: {fresh.name}"
     report.active = fresh
     report.add("repair", True, report.repaired)
+    if fresh.name != active.name:  # the damaged copy stays: named, since its tag now means two runtimes
+        report.advice.append(
+            f"The damaged copy {active.name} is kept; `llama-runtime remove {active.name}` (or `llama-runtime gc`) "
+            "deletes it."
+        )
     return True
 
 
@@ -327,6 +334,22 @@ def _check_active(
             _repair(home, report, runner, pointer)
     elif problems:
         report.advice.append("Run `llama-runtime doctor --repair` (or `llama-runtime update`) to recover.")
+    else:
+        _advise_unrecorded(active, report)
+
+
+def _advise_unrecorded(active: InstalledRuntime, report: DoctorReport) -> None:
+    """Files in the active runtime its marker does not record: never deleted, but said (``export`` refuses them).
+
+    ggml loads backend libraries from the binary's directory, so a stray file there may run.
+    """
+    strays = unrecorded_files(active)
+    if strays:
+        shown = ", ".join(strays[:3]) + (f" (and {len(strays) - 3} more)" if len(strays) > 3 else "")
+        report.advice.append(
+            f"The active runtime holds {shown}, which its install marker does not record (written there after the "
+            f"install?); `llama-runtime export` refuses it until they are moved out of {active.path}."
+        )
 
 
 def _check_leftovers(home: Home, report: DoctorReport, repair: bool) -> None:

@@ -43,9 +43,11 @@ if TYPE_CHECKING:
 
 # -- job_state: One snapshot of an update job: the typed progress event, and the record other pr... --------------
 
-JobPhase = Literal["resolve", "download", "verify", "activate", "done", "failed", "cancelled"]
+JobPhase = Literal["resolve", "download", "verify", "activate", "stop_server", "health", "done", "failed", "cancelled"]
 TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"done", "failed", "cancelled"})
-_PHASES: Final[frozenset[str]] = frozenset({"resolve", "download", "verify", "activate"}) | TERMINAL_PHASES
+_PHASES: Final[frozenset[str]] = (
+    frozenset({"resolve", "download", "verify", "activate", "stop_server", "health"}) | TERMINAL_PHASES
+)
 #: Job ids are ``secrets.token_hex(8)``; any plain name of letters, digits, ``-`` and ``_`` is
 #: accepted (a job id becomes a file name in ``jobs/``: no separators, no dots, so no ``../``).
 _JOB_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")

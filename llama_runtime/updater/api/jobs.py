@@ -17,8 +17,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
-from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.errors import BusyError, CancelledError, FileSystemError, LlamaRuntimeError
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock, when_text
+from llama_runtime.runtime.errors import (
+    BusyError,
+    CancelledError,
+    FileSystemError,
+    LlamaRuntimeError,
+    RateLimitError,
+)
 from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 from llama_runtime.updater.api.job_store import JobError, JobListener, JobPhase, JobResult, JobState
 from llama_runtime.updater.logs import get_logger
@@ -509,12 +515,16 @@ class JobRunner:
             source: ReleaseSource | None = None
             try:
                 source = self.engine.open_source()
+                self._hold_while_rate_limited(source)
                 # The claim found the lock free; the grace only rides over another
                 # process's non-blocking probe of it (``update_running``).
                 outcome = self.engine.installer(source).update(
                     request, progress=progress, cancel=cancel, lock_timeout=max(lock_timeout, BUTTON_WAIT_SECONDS)
                 )
                 return outcome.to_json(), outcome
+            except RateLimitError as exc:
+                self._store_backoff(exc)
+                raise
             finally:
                 if source is not None:
                     source.close()
@@ -528,6 +538,31 @@ class JobRunner:
             background=background,
             listener=listener,
         )
+
+    def _hold_while_rate_limited(self, source: ReleaseSource) -> None:
+        """Ask GitHub nothing while the home's stored rate-limit back-off runs (``check`` honours it too)."""
+        from llama_runtime.updater.api.backoff import Backoff
+        from llama_runtime.updater.sources.github import GitHubClient
+
+        if not isinstance(source, GitHubClient) or self.engine.settings.api_url.startswith("file://"):
+            return  # a mirror directory keeps no quota
+        now = self.engine.seams.clock.time()
+        not_before = Backoff(self.home.cache_dir).not_before(now)
+        if not_before is not None and now < not_before:
+            source.hold_requests(
+                not_before - now,
+                "An earlier request used up GitHub's rate limit; not asking again before "
+                f"{when_text(not_before, now)}.",
+            )
+
+    def _store_backoff(self, exc: RateLimitError) -> None:
+        """Remember when GitHub may be asked again, as ``check`` does, so the next update waits too."""
+        from llama_runtime.updater.api.backoff import Backoff, not_before_after_error
+
+        if self.engine.settings.api_url.startswith("file://"):
+            return
+        now = self.engine.seams.clock.time()
+        Backoff(self.home.cache_dir).set(not_before_after_error(exc, now), exc.message, now=now)
 
     def start_work(
         self,
@@ -611,6 +646,8 @@ class JobRunner:
             recorder.outcome = outcome
             recorder.finish("done", result=result)
         except CancelledError as exc:
+            # Whoever cancelled wants to know what runs now (read from the pointer, never assumed).
+            exc.message = f"{exc.message.rstrip('.')}; {self.home.describe_active()}."
             recorder.finish("cancelled", exc=exc)
         except LlamaRuntimeError as exc:
             recorder.finish("failed", exc=exc)

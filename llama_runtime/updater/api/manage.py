@@ -9,11 +9,12 @@ app and ``llama-runtime`` run the same code. Each returns a public result
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from llama_runtime.runtime.errors import UserInputError
 
@@ -204,9 +205,9 @@ class DoctorResult:
         """The ``doctor`` object of the CLI contract (with ``error`` when unhealthy)."""
         return self._report().to_json()
 
-    def lines(self) -> list[str]:
-        """The report for people, one check a line."""
-        return self._report().lines()
+    def lines(self, *, quiet: bool = False) -> list[str]:
+        """The report for people, one check a line (``quiet``: without the passed checks and the host)."""
+        return self._report().lines(quiet=quiet)
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,11 @@ class JobRecords(Protocol):
 # -- manage ------------------------------------------------------------------------------------------------------
 
 
+#: A semver release tag missing parts or written ``V…``: upstream's make-release-desc.sh takes
+#: "plain semver tags (v<maj>.<min>.<pat>)" only (PR #27485), so these name no release.
+_PARTIAL_SEMVER: Final = re.compile(r"^(?:[vV][0-9]+(?:\.[0-9]+)?|V[0-9]+\.[0-9]+\.[0-9]+)$")
+
+
 def user_tag(tag: str) -> str:
     """A tag as a person typed it, checked; a bare build number is refused with the tag it means.
 
@@ -311,6 +317,12 @@ def user_tag(tag: str) -> str:
         raise UserInputError(
             f"'{cleaned}' is not a release tag; did you mean {meant}?",
             hint="llama.cpp builds are tagged bNNNN (e.g. b7000).",
+        )
+    if _PARTIAL_SEMVER.match(cleaned):  # v1, v0.2, V1.2.3: never a tag upstream publishes (issue 29)
+        raise UserInputError(
+            f"'{cleaned}' is not a release tag: releases are tagged vMAJOR.MINOR.PATCH, all three parts and "
+            "a lower-case v (e.g. v0.3.0); builds are tagged bNNNN (e.g. b7000).",
+            hint="`llama-runtime list --available` shows the published builds and their releases.",
         )
     return cleaned
 

@@ -181,6 +181,9 @@ class Ranker:
             minor_compat = build_line > driver_line
         elif driver is None and self.auto:
             return None, "no NVIDIA driver detected"
+        elif driver is None and self.host.no_nvidia_driver is not None:
+            # Detection is sure (issue 29): refuse before a download whose device check could only fail.
+            return None, f"no NVIDIA driver detected ({self.host.no_nvidia_driver})"
         sms = host_sms(self.host)  # every GPU, whichever of the two host facts gave them
         capability = divmod(sms[0], 10) if sms else ()
         if capability and capability < _CUDA13_MIN_CAPABILITY and _line(info.backend_version)[0] >= 13:
@@ -270,10 +273,17 @@ def _available(infos: list[AssetInfo]) -> str:
     return ", ".join(listed) if listed else "nothing"
 
 
+def _no_cuda_reason(host: HostFacts) -> str:
+    """Why ``auto`` does not try CUDA; an unsure detection says how to let the device check decide."""
+    if host.nvidia_unsure is None:
+        return "no usable NVIDIA driver"
+    return f"no NVIDIA driver confirmed ({host.nvidia_unsure}; --backend cuda lets its device check decide)"
+
+
 def _host_can_run(backend: str, host: HostFacts) -> str | None:
     """Why ``auto`` skips ``backend`` on this host, or ``None`` if it may try it."""
     checks = {
-        "cuda": (host.cuda_driver_version is not None, "no usable NVIDIA driver"),
+        "cuda": (host.cuda_driver_version is not None, _no_cuda_reason(host)),
         "rocm": (host.rocm, "no ROCm GPU"),
         "vulkan": (host.vulkan, "no Vulkan driver"),
         "sycl": (host.sycl, "no Level Zero GPU (sycl-ls)"),

@@ -241,6 +241,11 @@ def decide(
         if early is not None:
             return replace(early, release=release)
         return Plan("refuse", wanted, release, warnings=tuple(warnings), reason=exc.message, error=exc)
+    if choice.backend == "cuda" and host.cuda_driver_version is None and host.nvidia_unsure is not None:
+        warnings.append(
+            f"Cannot tell whether an NVIDIA driver is usable here ({host.nvidia_unsure}); "
+            "the CUDA build's device check after install decides."
+        )
     if early is not None:
         return replace(early, release=release, choice=choice, warnings=tuple(warnings))
     refusal = _gpu_to_cpu_refusal(marker, release, choice, explicit)

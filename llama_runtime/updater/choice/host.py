@@ -51,6 +51,10 @@ class HostFacts:
         sycl: An Intel Level Zero GPU (with fp16) for the SYCL build.
         macos_version: macOS product version ("15.4").
         glibc_version: The C library's version on Linux ("2.35").
+        no_nvidia_driver: Why detection is sure no NVIDIA driver is usable here
+            ("nvidia-smi missing, no /dev/nvidia*"); ``None`` when it was not probed or may be.
+        nvidia_unsure: Why detection cannot tell (a container with ``/dev/nvidia0`` but no
+            ``nvidia-smi``); the device check after install decides.
 
     ``None`` (or empty) means unknown, and unknown never means "can run it".
     """
@@ -73,6 +77,8 @@ class HostFacts:
     sycl: bool = False
     macos_version: str | None = None
     glibc_version: str | None = None
+    no_nvidia_driver: str | None = None
+    nvidia_unsure: str | None = None
 
     @property
     def platform(self) -> str:

@@ -126,6 +126,8 @@ _VULKAN_LOADERS: Final[tuple[str, ...]] = (
 )  # fmt: skip
 # Device nodes of GPUs that are not under /dev/dri (NVIDIA proprietary, WSL).
 _GPU_NODES: Final[tuple[str, ...]] = ("/dev/nvidia0", "/dev/dxg")
+# What an NVIDIA driver leaves without nvidia-smi: the kernel module's proc entry, its device nodes.
+_NVIDIA_TRACES: Final[tuple[str, ...]] = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/nvidia0")
 # Software rasterisers expose Vulkan on the CPU; they would be slower than the CPU build.
 _SOFTWARE_ICD: Final = re.compile(r"lvp|lavapipe|swiftshader", re.IGNORECASE)
 _CUDA_BANNER: Final = re.compile(r"CUDA(?: UMD)? Version:\s*(\d+)\.(\d+)")
@@ -144,6 +146,8 @@ class NvidiaFacts:
     compute_capability: str | None = None  # the lowest of the visible GPUs
     names: tuple[str, ...] = ()
     compute_capabilities: tuple[str, ...] = ()
+    absent: str | None = None  # why no NVIDIA driver is usable, when detection is sure of it
+    unsure: str | None = None  # why detection cannot tell (the device check decides)
 
 
 @dataclass(frozen=True)
@@ -169,19 +173,19 @@ def probe_nvidia(probe: ProbePass) -> NvidiaFacts:
     visible = probe.env.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in {"", "-1"}:
         probe.sources.append(("cuda", "hidden by CUDA_VISIBLE_DEVICES"))
-        return NvidiaFacts()
+        return NvidiaFacts(absent="CUDA_VISIBLE_DEVICES hides every GPU")
     fmt = "--format=csv,noheader"
     rows_out = probe.call("nvidia-smi", "--query-gpu=index,uuid,driver_version,compute_cap,name", fmt)
     with_cc = rows_out is not None
     if rows_out is None:  # drivers before ~510 reject the compute_cap field
         rows_out = probe.call("nvidia-smi", "--query-gpu=index,uuid,driver_version,name", fmt)
     if not rows_out:
-        return NvidiaFacts()
+        return _nvidia_without_smi(probe)
     wanted = {v.strip() for v in visible.split(",")} if visible else None
     rows = parse_nvidia_rows(rows_out, with_cc=with_cc, wanted=wanted)
     if not rows.drivers:
         probe.sources.append(("cuda", "no visible NVIDIA GPU (nvidia-smi, CUDA_VISIBLE_DEVICES)"))
-        return NvidiaFacts()
+        return NvidiaFacts(absent="nvidia-smi lists no visible NVIDIA GPU")
     match = _CUDA_BANNER.search(probe.call("nvidia-smi") or "")
     cuda: str | None
     if match:
@@ -194,6 +198,22 @@ def probe_nvidia(probe: ProbePass) -> NvidiaFacts:
     valid_caps = [c for c in rows.caps if re.match(r"^\d+\.\d+$", c)]
     low_cap = min(valid_caps, key=lambda c: tuple(map(int, c.split(".")))) if valid_caps else None
     return NvidiaFacts(cuda, rows.drivers[0], low_cap, tuple(rows.names), tuple(dict.fromkeys(valid_caps)))
+
+
+def _nvidia_without_smi(probe: ProbePass) -> NvidiaFacts:
+    """No answer from ``nvidia-smi``: sure there is no driver only when no trace of one is present either.
+
+    A container given the GPU (``--gpus``, ``--device /dev/nvidia0``) may lack ``nvidia-smi``, and a
+    driver/library mismatch makes it fail; the kernel module's ``/proc/driver/nvidia`` or a device
+    node then says a GPU may be usable, which only the CUDA build's own device check can settle.
+    """
+    trace = next((p for p in _NVIDIA_TRACES if probe.files.exists(p)), None)
+    if trace is None:
+        probe.sources.append(("cuda", "no NVIDIA driver (no nvidia-smi, no /dev/nvidia*, no /proc/driver/nvidia)"))
+        return NvidiaFacts(absent="no nvidia-smi, no /dev/nvidia* device, no /proc/driver/nvidia")
+    why = f"{trace} is present but nvidia-smi did not answer"
+    probe.sources.append(("cuda", f"unsure: {why}"))
+    return NvidiaFacts(unsure=why)
 
 
 def parse_nvidia_rows(rows_out: str, *, with_cc: bool, wanted: set[str] | None) -> NvidiaRows:
@@ -460,6 +480,8 @@ def detect_host(
         sycl=extra.sycl,
         macos_version=extra.macos_version,
         glibc_version=extra.glibc_version,
+        no_nvidia_driver=nvidia.absent if os_name == "linux" else None,
+        nvidia_unsure=nvidia.unsure,
     )
 
 

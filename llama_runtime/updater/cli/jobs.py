@@ -80,7 +80,8 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
         if bar is not None:
             bar.close()
     latest = f"{result.latest_version} (build {result.latest})" if result.latest_version else result.latest
-    lines = [_check_line(result.installed, latest, result.update_available, result.applied)]
+    switched = result.outcome is not None and result.outcome.get("result") == "switched"
+    lines = [_check_line(result.installed, latest, result.update_available, result.applied, switched=switched)]
     if result.skipped:
         lines = [f"Skipped: {result.reason}"]
     elif result.reason:
@@ -99,9 +100,12 @@ def _active_json(updater: RuntimeUpdater) -> dict[str, Any] | None:
     return ready.runtime.to_json() if ready.runtime is not None else None
 
 
-def _check_line(installed: str | None, latest: str | None, available: bool, applied: bool) -> str:
-    if applied:
-        return f"Installed {latest} (was {installed or 'nothing'})."
+def _check_line(
+    installed: str | None, latest: str | None, available: bool, applied: bool, *, switched: bool = False
+) -> str:
+    if applied:  # an installed copy of the build is switched to, not installed again
+        done = "Switched to" if switched else "Installed"
+        return f"{done} {latest} (was {installed or 'nothing'})" + (": nothing was downloaded." if switched else ".")
     if available:
         return f"Update available: {installed or 'nothing installed'} -> {latest}. Run `llama-runtime check --apply`."
     return f"Up to date: {installed or 'nothing installed'} (latest {latest})."

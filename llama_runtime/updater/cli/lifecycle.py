@@ -129,7 +129,6 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.runtime.fsutil import tree_size
     from llama_runtime.runtime.layout import HomeSnapshot
     from llama_runtime.updater.cli.common import home_for, settings_from_args
-
     if args.limit < 1:
         raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
     settings = settings_from_args(args)
@@ -188,16 +187,22 @@ def _repair_hint(runtime: InstalledRuntime, entry: dict[str, Any]) -> str:
     if entry["active"]:
         return "`llama-runtime doctor --repair` installs it again"
     m = runtime.marker
-    return f"`llama-runtime update --tag {m.tag} --backend {m.backend}` installs it again"
+    again = f"`llama-runtime update --tag {m.tag} --backend {m.backend}` installs it again"
+    if entry["previous"]:
+        return again
+    return f"`llama-runtime remove {runtime.name}` deletes it; {again}"  # a copy `doctor --repair` set aside
 
 
 def _installed_line(runtime: InstalledRuntime, entry: dict[str, Any]) -> str:
-    flag = "active" if entry["active"] else "previous" if entry["previous"] else ""
+    flags = ["active"] if entry["active"] else ["previous"] if entry["previous"] else []
+    if entry["damage"]:
+        flags.append("DAMAGED")
     size_mb = int(entry["size_bytes"]) / 1e6
     m = runtime.marker
+    named = f"{m.tag} ({m.release_version})" if m.release_version else m.tag  # the build and the semver release
     return (
-        f"{'*' if entry['active'] else ' '} {m.tag:<10} {m.backend:<8} "
-        f"{size_mb:8.1f} MB  {m.installed_at}  {runtime.name} {flag}".rstrip()
+        f"{'*' if entry['active'] else ' '} {named:<19} {m.backend:<8} "
+        f"{size_mb:8.1f} MB  {m.installed_at}  {runtime.name} {' '.join(flags)}".rstrip()
     )
 
 
@@ -320,7 +325,7 @@ def cmd_doctor(args: argparse.Namespace, out: Output) -> int:
         if report.advice:
             error["hint"] = report.advice[0]
         payload.setdefault("error", error)
-    out.result(payload, report.lines())
+    out.result(payload, report.lines(quiet=bool(getattr(args, "quiet", False))))
     return 0 if report.healthy else _UNHEALTHY_EXIT
 
 

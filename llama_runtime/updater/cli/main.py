@@ -94,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: list[str], server_args: list[str], out: Output, parsed: list[argparse.Namespace]) -> int:
+    if out.as_json and "--version" in argv:  # argparse acts on --version before it has seen a later --json
+        out.result({"name": "llama-runtime", "version": tool_version()}, [f"llama-runtime {tool_version()}"])
+        return 0
     args = _parse(argv, server_args, out)
     parsed.append(args)
     if not args.command:

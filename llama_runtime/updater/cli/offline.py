@@ -113,7 +113,8 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
     elif outcome.result == "switched":
         lines = [f"Switched to {m.repo} {m.tag} ({m.backend}): the same build was installed already."]
     else:
-        lines = [f"Installed {m.repo} {m.tag} ({m.backend}) from {archive} and made it active."]
+        where = "standard input" if args.archive in ("-", "/dev/stdin") else archive
+        lines = [f"Installed {m.repo} {m.tag} ({m.backend}) from {where} and made it active."]
         if outcome.previous:
             lines.append(f"`llama-runtime rollback` returns to {outcome.previous.marker.tag}.")
         lines.append(f"binary: {outcome.active.binary}")

@@ -102,7 +102,7 @@ def override_info() -> dict[str, Any] | None:
     return {"path": str(path), "exists": path.is_file(), "version": version}
 
 
-# -- server: ``llama-runtime server start [-- ARGS…] | stop | status``: the managed llama-server. ----------------
+# -- server: ``llama-runtime server start [-- ARGS…] | stop | restart | status``: the managed llama-server. ---
 
 #: llama-server's own default port (``--port``, tools/server/README.md), so that a
 #: managed server is where every llama.cpp client looks first.
@@ -111,10 +111,13 @@ LLAMA_SERVER_DEFAULT_PORT: Final[int] = 8080
 
 def _register_server(add: AddParser) -> dict[str, Handler]:
     """Add the ``server`` command."""
-    p = add("server", "the managed llama-server: start [-- ARGS…], stop, status")
-    p.add_argument("action", choices=("start", "stop", "status"))
+    p = add("server", "the managed llama-server: start [-- ARGS…], stop, restart [-- ARGS…], status")
+    p.add_argument("action", choices=("start", "stop", "restart", "status"))
     p.add_argument(
-        "--timeout", type=float, default=10.0, help="stop: seconds before SIGKILL; start: seconds to wait for /health"
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="stop: seconds before SIGKILL; start: seconds to wait for /health (restart: both)",
     )
     return {"server": cmd_server}
 
@@ -126,8 +129,8 @@ def cmd_server(args: argparse.Namespace, out: Output) -> int:
 
     home = home_for(settings_from_args(args))
     server = ManagedServer(home.server_dir, port=default_port())
-    if args.action == "start":
-        return _start(args, out, home, server)
+    if args.action in ("start", "restart"):
+        return _start(args, out, home, server, restart=args.action == "restart")
     if args.action == "stop":
         was = server.status()
         # The switch lock, not the update lock: a download must not block this.
@@ -139,26 +142,31 @@ def cmd_server(args: argparse.Namespace, out: Output) -> int:
     return _status(out, home, server)
 
 
-def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedServer) -> int:
+def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedServer, *, restart: bool) -> int:
     from llama_runtime.runtime.binary import server_override
     from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 
     server_args = list(getattr(args, "server_args", []))
+    # The caller's directory: relative paths in the arguments mean what they meant there.
+    cwd: Path | None = Path.cwd()
     # Under the switch lock, which an update holds only while it switches runtimes (never
     # while it downloads): the switch must not miss this server, nor this start its pointer.
-    with UpdateLock(home.switch_lock_path).hold("server start", timeout=BUTTON_WAIT_SECONDS):
+    with UpdateLock(home.switch_lock_path).hold(f"server {args.action}", timeout=BUTTON_WAIT_SECONDS):
         pointer = home.read_pointer()
         if not pointer.active:
             raise UserInputError("No runtime is active yet; run `llama-runtime update` first.")
         runtime = home.load(pointer.active)
-        # The caller's directory: relative paths in the arguments mean what they meant there.
-        server.start(runtime.binary, server_args, runtime_name=runtime.name, cwd=Path.cwd())
+        if restart:
+            server_args, cwd = _restart_args(server, server_args, cwd)
+            server.stop(args.timeout)
+        server.start(runtime.binary, server_args, runtime_name=runtime.name, cwd=cwd)
     healthy = server.wait_healthy(args.timeout)
     status = server.status()
     if not healthy and not status.running:
         _raise_exited(server, runtime.marker.tag, server_args)
     lines = [
-        f"Started llama-server {runtime.marker.tag} ({runtime.marker.backend}), pid {status.pid}, "
+        f"{'Restarted' if restart else 'Started'} llama-server {runtime.marker.tag} ({runtime.marker.backend}), "
+        f"pid {status.pid}, "
         f"on {_where(status.host, status.port)}" + ("" if healthy else " (not healthy yet; see its log)"),
         f"log: {server.log_path}",
     ]
@@ -170,6 +178,23 @@ def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedSer
     payload["runtime"] = runtime.to_json()
     out.result(payload, lines)
     return 0 if healthy else 6
+
+
+def _restart_args(server: ManagedServer, given: list[str], cwd: Path | None) -> tuple[list[str], Path | None]:
+    """``server restart``: the arguments (and directory) the running server was started with, unless ARGS are given.
+
+    Raises:
+        UserInputError: No managed server runs and no ARGS say how to start one.
+    """
+    if given:
+        return given, cwd
+    state = server.record.running()
+    if state is None:
+        raise UserInputError(
+            "No managed llama-server is running, so there are no arguments to restart it with; "
+            "start one with `llama-runtime server start -- ARGS`."
+        )
+    return list(state.args), None  # None: the directory of the server stopped (ManagedServer.start)
 
 
 def default_port(env: Mapping[str, str] | None = None) -> int | None:

@@ -36,7 +36,13 @@ from llama_runtime.runtime.errors import (
     RemoteError,
 )
 from llama_runtime.runtime.fsutil import read_record, write_record
-from llama_runtime.updater.credentials import checked_token, may_send_token, redact_library_logs, redact_url
+from llama_runtime.updater.credentials import (
+    checked_token,
+    may_send_token,
+    redact_library_logs,
+    redact_url,
+    token_names_for,
+)
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.release import (
     Asset,
@@ -50,6 +56,7 @@ from llama_runtime.updater.release.release import (
     quote_remote,
 )
 from llama_runtime.updater.release.tags import is_release_version
+from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
 from llama_runtime.updater.sources.source import ACCEPT_ENCODING, RateLimit, loads_bounded, read_capped, too_slow
 
 __all__ = ["GitHubClient", "same_origin"]
@@ -127,82 +134,6 @@ def decode_json(response: httpx.Response, raw: bytes) -> Any:
         raise RemoteError(
             f"GitHub answered with something that is not release data ({printable(ctype[:_CTYPE_QUOTE_CHARS])})."
         ) from exc
-
-
-# -- github_limits: GitHub's rate limits: what the headers say, and the error a refusal becomes. -----------------
-
-# An error answer's JSON is a sentence and a link; more is not GitHub's error body.
-_ERROR_BODY_BYTES: Final[int] = 4096
-# GitHub: for a secondary rate limit without retry-after, "wait for at least one minute".
-SECONDARY_BACKOFF_SECONDS: Final[int] = 60
-_TOKEN_HINT: Final[str] = "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit from 60 to 5,000 requests an hour."
-
-
-def int_header(response: httpx.Response, name: str) -> int | None:
-    """The header ``name`` as a non-negative integer, or None when absent or not one."""
-    value = response.headers.get(name, "")
-    return int(value) if value.strip().isdigit() else None
-
-
-def rate_limit_of(response: httpx.Response) -> RateLimit | None:
-    """The quota an API answer reports (``x-ratelimit-*``), or None when it reports none."""
-    if "x-ratelimit-remaining" not in response.headers:
-        return None
-    return RateLimit(
-        limit=int_header(response, "x-ratelimit-limit"),
-        remaining=int_header(response, "x-ratelimit-remaining"),
-        reset=int_header(response, "x-ratelimit-reset"),
-    )
-
-
-def rate_limit_error(response: httpx.Response, body: bytes, *, has_token: bool) -> RateLimitError | None:
-    """The error a 403/429 answer means when it is a rate limit (primary or secondary), else None."""
-    retry_after = int_header(response, "retry-after")
-    remaining = int_header(response, "x-ratelimit-remaining")
-    if retry_after is None and remaining != 0:
-        return _secondary_limit_error(response, remaining, body)
-    reset = int_header(response, "x-ratelimit-reset")
-    if retry_after is not None:
-        when = f"retry after {retry_after} seconds"
-    elif reset is not None:
-        when = f"it resets at {_local_time(reset)}"
-    else:
-        when = "wait a while before retrying"
-    return RateLimitError(
-        f"GitHub's API rate limit is used up (HTTP {response.status_code}); {when}.",
-        reset_at=float(reset) if reset is not None else None,
-        retry_after=float(retry_after) if retry_after is not None else None,
-        hint=None if has_token else _TOKEN_HINT,
-    )
-
-
-def _secondary_limit_error(response: httpx.Response, remaining: int | None, body: bytes) -> RateLimitError | None:
-    """A secondary rate limit: 403/429 with quota left (or no headers) and no ``retry-after``.
-
-    GitHub's docs ("Rate limits for the REST API"): "If the retry-after response
-    header is present, you should not retry your request until after that many
-    seconds has elapsed ... Otherwise, wait for at least one minute before
-    retrying." A 403 with quota left is only a rate limit when the body says so
-    (otherwise it is a permission problem); a 429 always is.
-    """
-    try:
-        payload = json.loads(body[:_ERROR_BODY_BYTES])
-    except ValueError:  # an HTML page, a cut body: not GitHub's JSON error
-        payload = None
-    message = str(payload.get("message", "")) if isinstance(payload, dict) else ""
-    if response.status_code != 429 and "rate limit" not in message.lower():
-        return None
-    left = f" ({remaining} requests of the hourly quota are left)" if remaining else ""
-    return RateLimitError(
-        f"GitHub's secondary rate limit refused the request (HTTP {response.status_code}){left}; "
-        f"wait at least {SECONDARY_BACKOFF_SECONDS} seconds before retrying.",
-        retry_after=float(SECONDARY_BACKOFF_SECONDS),
-        hint="Secondary limits guard against bursts; the next scheduled check waits for it.",
-    )
-
-
-def _local_time(epoch: float) -> str:
-    return time.strftime("%H:%M:%S on %Y-%m-%d", time.localtime(epoch))
 
 
 # -- etag_cache: Where ETags and JSON bodies persist, so a repeated API request is a free ``304... ---------------
@@ -336,6 +267,7 @@ class GitHubClient:
         self.attempts = attempts
         self.clock = clock
         self.last_rate_limit: RateLimit | None = None
+        self._held: tuple[float, str] | None = None  # (monotonic deadline, why): see hold_requests
         # Last guard of the token policy: whatever the caller passes, a token
         # never travels in clear text to a host that is not this machine.
         self._token = checked_token(token) if token and may_send_token(self.api_url) else None
@@ -372,6 +304,14 @@ class GitHubClient:
             return {"Authorization": f"Bearer {self._token}"}
         return {}
 
+    def hold_requests(self, seconds: float, why: str) -> None:
+        """Refuse every API request for ``seconds`` with :class:`RateLimitError` saying ``why``.
+
+        A rate-limit back-off stored by an earlier refusal: asking again before it ends
+        spends quota GitHub said was gone (and a secondary limit grows with each ask).
+        """
+        self._held = (self.clock.monotonic() + seconds, why)
+
     # -- public verbs ----------------------------------------------------------------------
     def get_release(self, tag: str) -> Release:
         """The published release whose tag is exactly ``tag``.
@@ -383,7 +323,7 @@ class GitHubClient:
             RemoteError: Any other refusal or a body that is not release data.
         """
         url = f"{self.api_url}/repos/{self.repo}/releases/tags/{tag}"
-        payload = self._get_json(url, f"Release {tag} not found in {self.repo}.")
+        payload = self._get_releases(url, f"Release {tag} not found in {self.repo}.")
         return _absolute_urls(check_release(parse_release(self.repo, payload), asked=tag), url)
 
     def recent_releases(self, per_page: int = _PER_PAGE, page: int = 1) -> list[Release]:
@@ -401,7 +341,7 @@ class GitHubClient:
         """
         per_page = max(1, min(per_page, _PER_PAGE))
         url = f"{self.api_url}/repos/{self.repo}/releases?per_page={per_page}&page={max(1, page)}"
-        payload = self._get_json(url, f"No releases found in {self.repo}.")
+        payload = self._get_releases(url, f"No releases found in {self.repo}.")
         if not isinstance(payload, list):
             raise RemoteError("GitHub answered with something that is not release data (not a list).")
         return [_absolute_urls(r, url) for r in _usable([parse_release(self.repo, item) for item in payload])]
@@ -436,7 +376,7 @@ class GitHubClient:
             RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
         """
         url = f"{self.api_url}/repos/{self.repo}/releases/latest"
-        payload = self._get_json(url, f"No releases found in {self.repo}.")
+        payload = self._get_releases(url, f"No releases found in {self.repo}.")
         return _absolute_urls(check_release(parse_release(self.repo, payload)), url)
 
     def version_tags(self) -> list[str]:
@@ -564,7 +504,40 @@ class GitHubClient:
         return body
 
     # -- transport -------------------------------------------------------------------------
+    def _get_releases(self, url: str, not_found: str) -> Any:
+        """:meth:`_get_json` of a release route; a 404 of a repository GitHub does not know says so.
+
+        Raises:
+            ReleaseNotFoundError: No such release, or (GitHub said so) no such repository.
+        """
+        try:
+            return self._get_json(url, not_found)
+        except ReleaseNotFoundError:
+            if self._repository_missing():
+                raise ReleaseNotFoundError(
+                    f"The repository {self.repo} was not found at {redact_url(self.api_url)}.",
+                    hint="Check --repo (LLAMA_RUNTIME_REPO) for spelling; a private repository needs a token "
+                    "(LLAMA_RUNTIME_GITHUB_TOKEN).",
+                ) from None
+            raise
+
+    def _repository_missing(self) -> bool:
+        """Whether GitHub itself answers ``GET /repos/{owner}/{repo}`` with 404 (one request, on a 404 only).
+
+        Only an answer with GitHub's rate-limit headers counts: a static mirror's web server may keep no
+        repository object, and its 404 says nothing about the repository.
+        """
+        url = f"{self.api_url}/repos/{self.repo}"
+        headers = {"Accept": "application/vnd.github+json", **self.auth_headers_for(url)}
+        try:
+            response, _ = send_with_retries(self._http, url, headers, attempts=1, sleep=self.sleep)
+        except RemoteError:  # NetworkError too: unknown, so the release's own 404 stands
+            return False
+        return response.status_code == 404 and "x-ratelimit-limit" in response.headers
+
     def _get_json(self, url: str, not_found: str, *, use_cache: bool = True) -> Any:
+        if self._held is not None and (left := self._held[0] - self.clock.monotonic()) > 0:
+            raise RateLimitError(self._held[1], retry_after=left, hint="Nothing was asked; nothing changed.")
         cached = self.etag_cache.get(url) if self.etag_cache and use_cache else None
         headers = {
             "Accept": "application/vnd.github+json",
@@ -610,9 +583,10 @@ class GitHubClient:
                 not_found, hint = mirror_not_found(redact_url(self.api_url), asked.path if asked else "", not_found)
             raise ReleaseNotFoundError(not_found, hint=hint)
         if status == 401:
-            raise RemoteError("GitHub rejected the token (HTTP 401); fix or unset GITHUB_TOKEN / GH_TOKEN.")
+            sent = token_names_for(self.api_url) or "the token"
+            raise RemoteError(f"GitHub rejected the token (HTTP 401); fix or unset {sent}.")
         if status in (403, 429):
-            rate_error = rate_limit_error(response, body, has_token=bool(self._token))
+            rate_error = rate_limit_error(response, body, has_token=bool(self._token), api_url=self.api_url)
             if rate_error is not None:
                 raise rate_error
             raise RemoteError(f"GitHub refused the request (HTTP {status}) for {self.repo}.")
