@@ -57,7 +57,7 @@ from llama_runtime.updater.verify.verify import Expected, read_back_marker
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
 
-__all__ = ["Acquirer", "InstallPipeline", "PlannedInstall", "download_meta"]
+__all__ = ["Acquirer", "InstallPipeline", "PlannedInstall", "StoragePolicy", "download_meta"]
 
 
 # -- acquire: Acquiring a release's assets for one install: free space, download or cache, diges... --------------
@@ -299,6 +299,19 @@ class PlannedInstall:
     identity: Mapping[str, object]
 
 
+@dataclass(frozen=True)
+class StoragePolicy:
+    """How an install spends disk and downloads (issue 26).
+
+    Attributes:
+        keep: Runtimes kept after each successful install (``gc.retain_after_update``); 0 keeps all.
+        share: Hard-link staged files identical to installed runtimes' (``activate.sharing``).
+    """
+
+    keep: int = 0
+    share: bool = True
+
+
 class InstallPipeline:
     """Carries one install from bytes to an active runtime.
 
@@ -308,6 +321,7 @@ class InstallPipeline:
         verifier: Checks the staged tree.
         activation: Moves it into place and flips the pointer.
         clock: Returns the install time.
+        storage: Sharing identical files and retention after the install.
     """
 
     def __init__(
@@ -318,12 +332,14 @@ class InstallPipeline:
         verifier: Verifier,
         activation: Activation,
         clock: Callable[[], str],
+        storage: StoragePolicy | None = None,
     ) -> None:
         self.home = home
         self.acquirer = acquirer
         self.verifier = verifier
         self.activation = activation
         self.clock = clock
+        self.storage = storage or StoragePolicy()
 
     def install_release(
         self,
@@ -369,7 +385,20 @@ class InstallPipeline:
                 raise
             for f in fetched:
                 self.acquirer.keep(f)
+            self._retain(warnings)
             return outcome
+
+    def _retain(self, warnings: list[str]) -> None:
+        """Trim the home to the kept runtimes after a successful install; trouble only warns (it is done)."""
+        from llama_runtime.runtime.errors import LlamaRuntimeError
+        from llama_runtime.updater.activate.gc import retain_after_update
+
+        try:
+            report = retain_after_update(self.home, self.storage.keep)
+        except (LlamaRuntimeError, OSError) as exc:
+            warnings.append(f"Old runtimes were not trimmed after the update: {exc}")
+            return
+        warnings.extend(f"Could not remove {failed} after the update." for failed in report.failed)
 
     @contextmanager
     def _remembering_failure(self, planned: PlannedInstall) -> Iterator[None]:
@@ -449,6 +478,7 @@ class InstallPipeline:
             checkpoint("after_extract")
             log.info("extracted", files=len(tree.files), bytes=sum(r.size for r in tree.files.values()))
             _stop_if_cancelled(cancel, meta)
+            self._share(tree, snapshot, warnings)
             marker = self._verified_marker(tree, meta, active, emit, warnings, snapshot.next_sequence())
             _stop_if_cancelled(cancel, meta)  # verification can take long; the flip has not begun
             fsync_tree(staging)
@@ -464,6 +494,16 @@ class InstallPipeline:
                 needed = sum(a.stat().st_size for a in archives) * EXTRACTED_SIZE_FACTOR
                 raise disk_full_error(self.home.root, needed, f"llama.cpp {meta['tag']}") from exc
             raise
+
+    def _share(self, tree: Staged, snapshot: HomeSnapshot, warnings: list[str]) -> None:
+        """Store the staged files identical to installed runtimes' once, before they are verified."""
+        if not self.storage.share:
+            return
+        from llama_runtime.updater.activate.sharing import share_identical
+
+        shared = share_identical(tree, snapshot.runtimes, snapshot.sha256)
+        if (warning := shared.warning()) is not None:
+            warnings.append(warning)
 
     def _verified_marker(
         self,
