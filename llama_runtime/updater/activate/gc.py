@@ -83,7 +83,7 @@ __all__ = [
 #: back two releases by hand without keeping every nightly build on disk.
 DEFAULT_KEEP: Final[int] = 2
 #: Cached archives an update keeps besides those its kept runtimes record: the two newest
-#: (a ``use`` or reinstall of a just-removed build costs no download).
+#: (usually the kept runtimes' own; else what the last updates fetched, so a retry costs no download).
 CACHE_NEWEST_ARCHIVES: Final[int] = 2
 #: Paths under a directory that running processes use; ``None`` where they cannot be seen.
 ProcessScan = Callable[[Path], "set[str] | None"]
@@ -421,8 +421,8 @@ def retain_after_update(home: Home, keep: int, *, scan_processes: ProcessScan | 
     Kept: the active and the previous runtime, then the newest other builds up to
     ``keep`` in all, and every runtime a running process uses (where processes
     cannot be seen, those the managed server and ``LLAMA_SERVER_PATH`` name). The
-    cache keeps the archives kept runtimes record plus the :data:`CACHE_NEWEST_ARCHIVES`
-    newest. ``keep`` 0 removes nothing. The caller holds the update lock.
+    cache keeps the archives kept runtimes record and the :data:`CACHE_NEWEST_ARCHIVES`
+    newest entries. ``keep`` 0 removes nothing. The caller holds the update lock.
     """
     report = GcReport(dry_run=False)
     if keep <= 0:
@@ -439,8 +439,8 @@ def retain_after_update(home: Home, keep: int, *, scan_processes: ProcessScan | 
         _remove(home, GcItem("runtime", runtime.path, tree_size(runtime.path), runtime.marker.tag), report)
     gone = {item.path for item in report.removed}
     needed = digests_in_use(r for r in runtimes if r.path not in gone)
-    spare = sorted(AssetCache.of(home).unused(needed), key=_mtime, reverse=True)
-    for cached in spare[CACHE_NEWEST_ARCHIVES:]:
+    newest = sorted(AssetCache.of(home).entries(), key=_mtime, reverse=True)[:CACHE_NEWEST_ARCHIVES]
+    for cached in AssetCache.of(home).unused(needed | {e.sha256 for e in newest}):
         _remove(home, GcItem("cache", cached.path, cached.size), report)
     for item in report.removed:
         log.info("retention removed", kind=item.kind, path=str(item.path), tag=item.tag, bytes=item.size_bytes)

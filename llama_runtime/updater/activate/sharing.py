@@ -125,16 +125,14 @@ def _share_one(target: Path, source: Path, sha256: str, digest: Callable[[Path],
         src, dst = source.lstat(), target.lstat()
         if not stat.S_ISREG(src.st_mode) or src.st_size != dst.st_size:
             return "skipped"  # missing or resized: doctor reports it, a reinstall replaces it
-        if (src.st_mode & 0o111) != (dst.st_mode & 0o111):
-            return "skipped"  # one inode has one mode: an executable is never shared with a plain file
         if (src.st_dev, src.st_ino) == (dst.st_dev, dst.st_ino):
             return "linked"
         if digest(source) != sha256:
             # Damage in an installed runtime: replaced by rename with the checked bytes, never written through.
             _link_over(target, source)
             return "repaired"
-        if linked:
-            return "skipped"
+        if linked or (src.st_mode & 0o111) != (dst.st_mode & 0o111):
+            return "skipped"  # one inode has one mode: an executable is never shared with a plain file
         _link_over(source, target)
     except OSError as exc:
         if exc.errno in _NO_LINKS:
