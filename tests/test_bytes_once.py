@@ -159,3 +159,33 @@ def test_an_update_repairs_a_damaged_shared_file_by_rename_in_every_runtime_that
         assert path.stat().st_ino != damaged_inode
     code, doctor = run_json(capsys, home, None, "doctor")
     assert code == 0, doctor
+
+
+def test_list_and_status_show_own_and_shared_bytes_and_the_home_total(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    for tag in TAGS[:3]:
+        publish(github, tmp_path, tag)
+        update(capsys, home, github, tag)
+    code, listed = run_json(capsys, home, None, "list")
+    assert code == 0, listed
+    lib = len(b"\x7fELF stand-in library")
+    for entry in listed["installed"]:
+        assert entry["shared_bytes"] >= lib
+        assert entry["own_bytes"] + entry["shared_bytes"] <= entry["size_bytes"]  # one file may have two names
+    assert (
+        listed["home_bytes"]
+        < sum(e["size_bytes"] for e in listed["installed"])
+        + sum(p.stat().st_size for p in (home / "cache" / "assets").iterdir())
+        + (home / "active.json").stat().st_size
+    )
+    code, status = run_json(capsys, home, None, "status")
+    assert code == 0, status
+    assert status["home_bytes"] == listed["home_bytes"]
+    assert {e["shared_bytes"] for e in status["installed"]} == {e["shared_bytes"] for e in listed["installed"]}
+    from llama_runtime.updater.cli.main import main
+
+    assert main(["list", "--home", str(home)]) == 0
+    text = capsys.readouterr().out
+    assert "MB own +" in text and "MB on disk in all" in text

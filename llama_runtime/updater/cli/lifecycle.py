@@ -117,6 +117,7 @@ def cmd_which(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     """``list [--available]``: installed runtimes, and what the remote offers this host."""
+    from llama_runtime.runtime.diskuse import home_disk_use
     from llama_runtime.runtime.fsutil import tree_size
     from llama_runtime.runtime.layout import HomeSnapshot
     from llama_runtime.updater.cli.common import home_for, settings_from_args
@@ -128,24 +129,27 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
     if snapshot.pointer_error is not None:
         raise snapshot.pointer_error
     pointer, installed = snapshot.pointer, list(snapshot.runtimes)
+    disk = home_disk_use(snapshot.home.root, [r.path for r in installed])
     items = []
     lines = []
     for runtime in installed:
         entry = runtime.to_json()
         entry["size_bytes"] = tree_size(runtime.path)
+        entry.update(disk.runtimes[runtime.name].to_json())
         entry["active"] = runtime.name == pointer.active
         entry["previous"] = runtime.name == pointer.previous
         items.append(entry)
         lines.append(_installed_line(runtime, entry))
     if not lines:
         lines = ["No runtimes installed. Run `llama-runtime update`."]
+    lines.append(f"home: {disk.home_bytes / 1e6:.1f} MB on disk in all (files shared by runtimes counted once)")
     # Never chosen, listed with why: `gc` removes them, `doctor --repair` points away from them.
     damaged = [
         {"name": d.name, "path": str(d.path), "code": d.error.code, "reason": d.reason}
         for d in snapshot.damaged.values()
     ]
     lines += [f"damaged: {d['name']}: {d['reason']}" for d in damaged]
-    payload: dict[str, Any] = {"installed": items, "damaged": damaged}
+    payload: dict[str, Any] = {"installed": items, "damaged": damaged, "home_bytes": disk.home_bytes}
     if args.available:
         available = _available(args, settings, installed, pointer.active)
         payload["available"] = [a.to_json() for a in available]
@@ -161,11 +165,11 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
 
 def _installed_line(runtime: InstalledRuntime, entry: dict[str, Any]) -> str:
     flag = "active" if entry["active"] else "previous" if entry["previous"] else ""
-    size_mb = int(entry["size_bytes"]) / 1e6
+    own_mb, shared_mb = int(entry["own_bytes"]) / 1e6, int(entry["shared_bytes"]) / 1e6
     m = runtime.marker
     return (
         f"{'*' if entry['active'] else ' '} {m.tag:<10} {m.backend:<8} "
-        f"{size_mb:8.1f} MB  {m.installed_at}  {runtime.name} {flag}".rstrip()
+        f"{own_mb:8.1f} MB own + {shared_mb:.1f} MB shared  {m.installed_at}  {runtime.name} {flag}".rstrip()
     )
 
 
