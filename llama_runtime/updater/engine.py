@@ -153,7 +153,7 @@ class Engine:
             gate=self.gate_policy(),
             provenance=ProvenanceCheck.from_env(require=self.settings.require_provenance, offline=offline),
             fetch_options=FetchOptions(parallel=self.settings.parallel_downloads),
-            storage=StoragePolicy(keep=self.settings.keep),
+            storage=StoragePolicy(keep=self.settings.keep, fresh_companion=self.settings.fresh_companion),
         )
 
     def gate_policy(self) -> GatePolicy:
