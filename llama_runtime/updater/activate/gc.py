@@ -22,6 +22,13 @@ runtimes: an entry stays while a runtime that remains installed records its
 digest (repair and a reinstall can use it), and goes with the last such
 runtime. ``cache_only`` trims just the cache.
 
+After each successful install, :func:`retain_after_update` applies the same rules
+with a total count (``--keep``/``LLAMA_RUNTIME_KEEP``, default 3: the active, the
+previous and the newest other build) and trims the cache to what the kept
+runtimes record plus the two newest entries (issue 26, docs/disk.md). Runtimes
+may share files (hard links, ``activate.sharing``): removing one deletes only its
+names, and a shared file lives while another runtime names it.
+
 Invariant: a runtime disappears from ``runtimes/`` in one rename (into
 ``staging/``) before its files are deleted, so no reader ever sees a
 half-deleted runtime with its marker still present; a crash mid-delete leaves

@@ -2,9 +2,11 @@
 
 The steps, in order (each finishes before the next; nothing is published early)::
 
-    free space -> download + sha256 (main archive extracted as it arrives)
-      -> provenance -> extract into staging/ -> probe binary, build identity, smoke model
-      -> write marker (last) -> read it back and check it -> activate
+    free space -> download + sha256 (main archive extracted as it arrives; a CUDA companion an
+      installed runtime holds verified is reused instead: activate.companions)
+      -> provenance -> extract into staging/ -> share identical files (activate.sharing)
+      -> probe binary, build identity, smoke model
+      -> write marker (last) -> read it back and check it -> activate -> keep N runtimes (gc)
 
 Every install takes this path, downloads and ``install-file`` alike. The caller
 holds the update lock. Invariant: any failure before activation removes what was
