@@ -10,7 +10,7 @@ import pytest
 
 from llama_runtime.runtime.layout import Home
 from tests.fakegithub import FakeGitHub
-from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
+from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball
 
 TAGS = ("b7000", "b7001", "b7002", "b7003", "b7004")
 LIBS = ("ggml-base", "ggml-cpu")
@@ -174,12 +174,10 @@ def test_list_and_status_show_own_and_shared_bytes_and_the_home_total(
     for entry in listed["installed"]:
         assert entry["shared_bytes"] >= lib
         assert entry["own_bytes"] + entry["shared_bytes"] <= entry["size_bytes"]  # one file may have two names
-    assert (
-        listed["home_bytes"]
-        < sum(e["size_bytes"] for e in listed["installed"])
-        + sum(p.stat().st_size for p in (home / "cache" / "assets").iterdir())
-        + (home / "active.json").stat().st_size
-    )
+    files = [p for p in home.rglob("*") if p.is_file() and not p.is_symlink()]
+    by_inode = {(p.stat().st_dev, p.stat().st_ino): p.stat().st_size for p in files}
+    assert listed["home_bytes"] == sum(by_inode.values())
+    assert listed["home_bytes"] < sum(p.stat().st_size for p in files)  # shared files counted once
     code, status = run_json(capsys, home, None, "status")
     assert code == 0, status
     assert status["home_bytes"] == listed["home_bytes"]
@@ -189,3 +187,43 @@ def test_list_and_status_show_own_and_shared_bytes_and_the_home_total(
     assert main(["list", "--home", str(home)]) == 0
     text = capsys.readouterr().out
     assert "MB own +" in text and "MB on disk in all" in text
+
+
+def test_where_hard_links_fail_files_stay_copies_and_the_update_says_so(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    home = tmp_path / "home"
+    publish(github, tmp_path, "b7000")
+    update(capsys, home, github, "b7000")
+    first = Home(home).installed()[0]
+    before = snapshot_tree(first.path)
+
+    def cross_device(src: object, dst: object) -> None:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    monkeypatch.setattr("llama_runtime.updater.activate.sharing.os.link", cross_device)
+    publish(github, tmp_path, "b7001")
+    payload = update(capsys, home, github, "b7001")
+    assert isinstance(payload, dict)
+    assert any("stored as copies" in w for w in payload["warnings"]), payload["warnings"]
+    links = {p.stat().st_nlink for r in Home(home).installed() for p in r.binary.parent.iterdir() if p.is_file()}
+    assert links == {1}
+    assert snapshot_tree(first.path) == before  # b7000, now previous, is untouched and still runs
+    assert Home(home).read_pointer().previous == first.name
+    assert_runs(first.binary)
+
+
+def test_check_apply_keeps_only_the_retention_count(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    publish(github, tmp_path, "b7000")
+    update(capsys, home, github, "b7000")
+    monkeypatch.setenv("LLAMA_RUNTIME_KEEP", "2")
+    for tag in TAGS[1:]:
+        publish(github, tmp_path, tag)
+        code, payload = run_json(capsys, home, github.api_url, "check", "--apply")
+        assert code == 0, payload
+    assert tags_installed(home) == {"b7004", "b7003"}

@@ -10,6 +10,8 @@ Invariants:
 
 * A file is linked only to a source that hashes now to what both markers
   record; a shared file is read-only (write bits cleared on its one inode).
+  ``llama-server`` itself is never shared: successive builds' binaries differ
+  anyway, and damage to the file that runs stays in one runtime.
 * Nothing is ever written through a shared file: a link replaces a file by
   one rename (``os.replace``), and so does a repair. A source that no longer
   matches its record (damage) is replaced by a link to the staged file's
@@ -87,10 +89,12 @@ def share_identical(
     for rel, record in staged.files.items():
         if report.copies_because is not None:
             break
+        if rel == staged.binary_rel:
+            continue  # each runtime's own: successive builds' binaries always differ, and it is what runs
         target, shared = staged.directory / rel, False
         # Every source is looked at: a damaged one is repaired even after the file is shared.
         for source in sources.get((record.sha256, record.size), ()):
-            outcome = _share_one(target, source, record.sha256, digest, linked=shared)
+            outcome = _share_one(target, source, record.sha256, digest, linked=shared, scratch=staged.directory.parent)
             if outcome == "linked" and not shared:
                 shared = True
                 report.linked += 1
@@ -115,7 +119,9 @@ def _sources(runtimes: Iterable[InstalledRuntime]) -> dict[tuple[str, int], list
     return found
 
 
-def _share_one(target: Path, source: Path, sha256: str, digest: Callable[[Path], str], *, linked: bool) -> str:
+def _share_one(
+    target: Path, source: Path, sha256: str, digest: Callable[[Path], str], *, linked: bool, scratch: Path
+) -> str:
     """Link ``target`` to ``source`` (unless ``linked`` already); a damaged ``source`` gets ``target``'s bytes.
 
     Returns:
@@ -123,17 +129,17 @@ def _share_one(target: Path, source: Path, sha256: str, digest: Callable[[Path],
     """
     try:
         src, dst = source.lstat(), target.lstat()
-        if not stat.S_ISREG(src.st_mode) or src.st_size != dst.st_size:
-            return "skipped"  # missing or resized: doctor reports it, a reinstall replaces it
+        if not stat.S_ISREG(src.st_mode):
+            return "skipped"  # missing or not a file: doctor reports it, a reinstall replaces it
         if (src.st_dev, src.st_ino) == (dst.st_dev, dst.st_ino):
             return "linked"
-        if digest(source) != sha256:
+        if src.st_size != dst.st_size or digest(source) != sha256:
             # Damage in an installed runtime: replaced by rename with the checked bytes, never written through.
-            _link_over(target, source)
+            _link_over(target, source, scratch)
             return "repaired"
         if linked or (src.st_mode & 0o111) != (dst.st_mode & 0o111):
             return "skipped"  # one inode has one mode: an executable is never shared with a plain file
-        _link_over(source, target)
+        _link_over(source, target, scratch)
     except OSError as exc:
         if exc.errno in _NO_LINKS:
             return f"no links: {os.strerror(exc.errno or 0)} at {target.name}"
@@ -142,10 +148,14 @@ def _share_one(target: Path, source: Path, sha256: str, digest: Callable[[Path],
     return "linked"
 
 
-def _link_over(existing: Path, replaced: Path) -> None:
-    """Replace ``replaced`` by a hard link to ``existing`` in one rename (a crash leaves one or the other)."""
+def _link_over(existing: Path, replaced: Path, scratch: Path) -> None:
+    """Replace ``replaced`` by a hard link to ``existing`` in one rename (a crash leaves one or the other).
+
+    The new link is made in ``scratch`` (``staging/``) under a name the clean-up of interrupted
+    updates knows by its owner's pid, so a crash between link and rename leaves nothing in a runtime.
+    """
     os.chmod(existing, stat.S_IMODE(existing.lstat().st_mode) & ~_WRITE_BITS)
-    temporary = replaced.with_name(f".{replaced.name}.link-{secrets.token_hex(4)}")
+    temporary = scratch / f"{os.getpid()}-{secrets.token_hex(4)}"
     os.link(existing, temporary)
     try:
         os.replace(temporary, replaced)
