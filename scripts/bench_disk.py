@@ -113,7 +113,7 @@ class Builds:
         """Bytes of ``tag``'s assets the blob host served (every GET, ranges included)."""
         total = 0
         for request in self.github.requests_to("blob", f"-{tag}-bin-"):
-            size = next(a["size"] for a in self._assets(tag) if request.path.endswith("/" + a["name"]))
+            size = next(a["size"] for a in self.assets(tag) if request.path.endswith("/" + a["name"]))
             wanted = request.headers.get("range", "")
             if wanted.startswith("bytes=") and "-" in wanted:
                 first, _, last = wanted[len("bytes=") :].partition("-")
@@ -122,8 +122,8 @@ class Builds:
                 total += size
         return total
 
-    def _assets(self, tag: str) -> list[dict[str, Any]]:
-        release = next(r for r in self.github._repos[REPO].releases if r["tag_name"] == tag)  # noqa: SLF001
+    def assets(self, tag: str) -> list[dict[str, Any]]:
+        release = next(r for r in self.github._repos[REPO].releases if r["tag_name"] == tag)
         return list(release["assets"])
 
 
@@ -184,8 +184,8 @@ def goal_second_cuda_build(opts: argparse.Namespace, work: Path) -> dict[str, An
         first, second = builds.publish(11130), builds.publish(11425)
         installer(github, home, keep=0).update(UpdateRequest(repo=REPO, tag=first, backend="cuda"))
         outcome = installer(github, home, keep=0).update(UpdateRequest(repo=REPO, tag=second, backend="cuda"))
-        main_size = next(a["size"] for a in builds._assets(second) if a["name"] == MAIN.format(tag=second))  # noqa: SLF001
-        cudart_size = next(a["size"] for a in builds._assets(second) if a["name"] == CUDART.format(tag=second))  # noqa: SLF001
+        main_size = next(a["size"] for a in builds.assets(second) if a["name"] == MAIN.format(tag=second))
+        cudart_size = next(a["size"] for a in builds.assets(second) if a["name"] == CUDART.format(tag=second))
         fetched = builds.asset_bytes_downloaded(second)
     return {
         "goal": "a second Linux CUDA build of the same CUDA version fetches at most its main archive, +5%",
@@ -224,7 +224,7 @@ def goal_hourly_checks(opts: argparse.Namespace, work: Path) -> dict[str, Any]:
             worst["runtimes"] = max(worst["runtimes"], len(runtimes))
             worst["cache_entries"] = max(worst["cache_entries"], len(list(cache.iterdir())))
             worst["home_mb"] = max(worst["home_mb"], home_disk_use(home, []).home_bytes / MB)
-        assets = builds._assets("b11000")  # noqa: SLF001
+        assets = builds.assets("b11000")
         main_archive = next(a["size"] for a in assets if a["name"] == MAIN.format(tag="b11000"))
         largest = max(a["size"] for a in assets)
     # 3 runtimes share the CUDA runtime: one build plus two builds' own bytes. The cache keeps the kept
