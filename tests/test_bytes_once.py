@@ -227,3 +227,35 @@ def test_check_apply_keeps_only_the_retention_count(
         code, payload = run_json(capsys, home, github.api_url, "check", "--apply")
         assert code == 0, payload
     assert tags_installed(home) == {"b7004", "b7003"}
+
+
+def test_sigkill_while_sharing_files_leaves_the_active_runtime_intact_and_the_rerun_completes(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from llama_runtime.updater.checkpoints import KILL_AT_ENV
+
+    home = tmp_path / "home"
+    publish(github, tmp_path, "b7000")
+    update(capsys, home, github, "b7000")
+    guard = HomeGuard(None, home)
+    publish(github, tmp_path, "b7001")
+    args = ["update", "--tag", "b7001", "--backend", "cpu", "--home", str(home), "--api-url", github.api_url]
+    killed = subprocess.run(
+        [sys.executable, "-m", "llama_runtime", *args, "--json"],
+        env={**os.environ, KILL_AT_ENV: "during_share"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    guard.assert_intact("b7000", capsys=capsys)  # the runtime's files are whole: a link replaces a file in one rename
+    payload = update(capsys, home, github, "b7001")
+    assert isinstance(payload, dict) and payload["result"] == "installed"
+    assert list((home / "staging").iterdir()) == []
+    for runtime in Home(home).installed():
+        assert_runs(runtime.binary)

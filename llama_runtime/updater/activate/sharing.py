@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Final
 
 from llama_runtime.runtime.layout import InstalledRuntime
+from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.verify.installed import Staged
 
@@ -99,6 +100,7 @@ def share_identical(
                 shared = True
                 report.linked += 1
                 report.linked_bytes += record.size
+                checkpoint("during_share")
             elif outcome == "repaired":
                 report.repaired.append(str(source))
             elif outcome.startswith("no links"):
