@@ -259,3 +259,22 @@ def test_sigkill_while_sharing_files_leaves_the_active_runtime_intact_and_the_re
     assert list((home / "staging").iterdir()) == []
     for runtime in Home(home).installed():
         assert_runs(runtime.binary)
+
+
+def test_an_export_of_a_runtime_with_shared_files_installs_elsewhere(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    for tag in TAGS[:2]:
+        publish(github, tmp_path, tag)
+        update(capsys, home, github, tag)
+    active = Home(home).load(Home(home).read_pointer().active or "")
+    libs = [active.binary.parent / f"lib{lib}.so.0.0.1" for lib in LIBS]
+    assert libs[0].stat().st_ino == libs[1].stat().st_ino  # identical bytes: one file, two names
+    bundle = tmp_path / "bundle.tar.gz"
+    code, payload = run_json(capsys, home, None, "export", "--output", str(bundle))
+    assert code == 0, payload
+    elsewhere = tmp_path / "elsewhere"
+    code, payload = run_json(capsys, elsewhere, None, "install-file", str(bundle))
+    assert code == 0, payload
+    assert_runs(Path(payload["active"]["binary"]))
