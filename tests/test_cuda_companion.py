@@ -210,3 +210,57 @@ def test_a_build_that_fails_with_reused_and_fresh_companion_fails_and_the_previo
         raise AssertionError("the update should have failed")
     assert _cudart_downloads(github, "b11130") == 1  # the fresh companion was tried before failing
     guard.assert_intact("b11026")
+
+
+def test_under_require_provenance_only_a_donor_whose_install_verified_it_serves_and_reads_verified(
+    github: FakeGitHub, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    from llama_runtime.runtime.layout import HomeSnapshot
+    from llama_runtime.runtime.marker import write_marker
+    from llama_runtime.updater.activate.companions import find_reusable
+    from llama_runtime.updater.verify.provenance import Provenance, combine
+
+    home = tmp_path / "home"
+    _publish_cuda(github, tmp_path, "b11026")
+    donor = _installer(github, home).update(UpdateRequest(repo=REPO, tag="b11026")).active
+    _publish_cuda(github, tmp_path, "b11130")
+    release = GitHubClient(github.api_url, REPO).get_release("b11130")
+    (companion,) = [a for a in release.assets if a.name.startswith("cudart-")]
+    snapshot = HomeSnapshot.read(Home(home))
+    assert donor.marker.provenance["status"] != "verified"
+    assert find_reusable((companion,), snapshot.runtimes, snapshot.sha256, require_verified=True) == []
+    (unrequired,) = find_reusable((companion,), snapshot.runtimes, snapshot.sha256, require_verified=False)
+    assert unrequired.provenance().status != "verified"  # never better than the donor's own install
+
+    verified = {"status": "verified", "reason": "signed by the release workflow"}
+    write_marker(donor.path, dataclasses.replace(donor.marker, provenance=verified))
+    snapshot = HomeSnapshot.read(Home(home))
+    (reuse,) = find_reusable((companion,), snapshot.runtimes, snapshot.sha256, require_verified=True)
+    assert reuse.donor.marker.tag == "b11026"
+    assert reuse.provenance().status == "verified"
+    main = Provenance("verified", "signed")
+    assert combine([("main", main), (reuse.name, reuse.provenance())]).status == "verified"
+
+
+def test_a_tampered_companion_record_naming_paths_outside_the_runtime_is_never_reused(
+    github: FakeGitHub, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    from llama_runtime.runtime.marker import write_marker
+
+    home = tmp_path / "home"
+    _publish_cuda(github, tmp_path, "b11026")
+    donor = _installer(github, home).update(UpdateRequest(repo=REPO, tag="b11026")).active
+    (entry,) = donor.marker.extra_assets
+    outside = tmp_path / "secret"
+    outside.write_bytes(b"\x7fELF cudart")
+    tampered = {**entry, "files": {"../../../secret": {"size": 11, "sha256": "0" * 64}}}
+    write_marker(donor.path, dataclasses.replace(donor.marker, extra_assets=(tampered,)))
+    _publish_cuda(github, tmp_path, "b11130")
+    outcome = _installer(github, home).update(UpdateRequest(repo=REPO, tag="b11130"))
+    assert _cudart_downloads(github, "b11130") == 1
+    assert outcome.active.marker.companion_from == ""
+    assert not any("secret" in rel for rel in outcome.active.marker.files)
