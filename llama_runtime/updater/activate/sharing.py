@@ -46,8 +46,9 @@ log = get_logger("llama_runtime.sharing")
 _NO_LINKS: Final = frozenset(
     {errno.EXDEV, errno.EPERM, errno.EACCES, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
 )
-#: The write bits a shared file loses: one inode serves several runtimes.
-_WRITE_BITS: Final = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+#: The write bits a shared file loses: one inode serves several runtimes. Not on Windows, where
+#: a read-only file can be neither deleted (gc, remove) nor replaced by rename (a repair).
+_WRITE_BITS: Final = 0 if os.name == "nt" else stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 
 
 @dataclass
