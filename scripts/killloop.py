@@ -80,11 +80,13 @@ def stand_in_server(tag: str) -> bytes:
 
 
 def publish(github: FakeGitHub, work: Path) -> None:
+    runtime_lib = os.urandom(LIB_BYTES // 4)  # identical in every build: stored once (hard links), killed mid-share
     for tag in TAGS:
         files: dict[str, bytes | Path] = {
             "llama-server": stand_in_server(tag),
             # Incompressible bytes: a kill can land mid-download, mid-hash and mid-extraction.
             "libllama.so.0.0.1": os.urandom(LIB_BYTES),
+            "libruntime.so.1": runtime_lib,
         }
         archive = build_release_archive(
             work / f"{tag}.tar.gz",

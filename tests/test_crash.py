@@ -36,7 +36,7 @@ from tests.helpers import (
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Checkpoints an update passes; ``during_gc`` is reached while cleaning leftovers.
-INSTALL_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c != "during_gc")
+INSTALL_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c not in {"during_gc", "during_share"})  # share: test_bytes_once
 FLIPPED = {"after_pointer_flip"}
 #: What a kill at each checkpoint leaves in staging/ and downloads/ (the next update cleans it).
 LEFT_BEHIND = {

@@ -132,7 +132,7 @@ def test_use_of_a_damaged_installed_build_is_refused_and_the_active_one_still_ru
     guard.assert_intact("b7002", capsys=capsys)
 
 
-def test_update_reinstalls_an_installed_copy_that_no_longer_verifies_and_gc_drops_the_bad_copy(
+def test_update_reinstalls_an_installed_copy_that_no_longer_verifies_and_retention_drops_the_bad_copy(
     cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub
 ) -> None:
     home = cpu_builds
@@ -143,9 +143,11 @@ def test_update_reinstalls_an_installed_copy_that_no_longer_verifies_and_gc_drop
 
     assert code == 0 and payload["result"] == "installed", payload
     assert_runs(Path(payload["active"]["binary"]))
+    # The update's retention (issue 26: keep 3) already dropped the bad copy of a build it keeps.
+    assert not b7000.path.exists()
     code, report = run_json(capsys, home, github.api_url, "gc", "--keep", "5")
     assert code == 0, report
-    assert [item["path"] for item in report["removed"] if item["kind"] == "runtime"] == [str(b7000.path)]
+    assert [item["path"] for item in report["removed"] if item["kind"] == "runtime"] == []
 
 
 def test_use_names_what_is_installed_when_the_tag_is_not(
@@ -163,7 +165,9 @@ def test_use_asks_which_one_when_a_tag_is_installed_from_two_repositories(
 ) -> None:
     home = cpu_builds
     github.add_release("unslothai/llama.cpp", "b7000", {CPU_TAR.format(tag="b7000"): tmp_path / "b7000.tar.gz"})
-    code, payload = run_json(capsys, home, github.api_url, "update", "--repo", "unslothai/llama.cpp", "--tag", "b7000")
+    code, payload = run_json(
+        capsys, home, github.api_url, "update", "--repo", "unslothai/llama.cpp", "--tag", "b7000", "--keep", "0"
+    )
     assert code == 0 and payload["result"] == "installed", payload
 
     code, payload = run_json(capsys, home, github.api_url, "use", "b7000")
@@ -264,7 +268,7 @@ def test_list_is_one_array_and_available_shows_what_fits_this_host(
 
     code, listed = run_json(capsys, home, github.api_url, "list")
     # One array of runtimes under one key, beside the damaged directories (issue 24 item 4: listed, never chosen).
-    assert code == 0 and set(listed) == {"installed", "damaged"} and listed["damaged"] == []
+    assert code == 0 and set(listed) == {"installed", "damaged", "home_bytes"} and listed["damaged"] == []
     assert [r["tag"] for r in listed["installed"]] == ["b7000", "b7001", "b7002"]
     assert [r["active"] for r in listed["installed"]] == [False, False, True]
 

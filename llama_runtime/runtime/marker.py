@@ -215,6 +215,9 @@ class InstallMarker:
     #: last: {"asset", "backend", "outcome", "stage", "reason"} each (``updater.activate.attempts``).
     #: Empty for runtimes installed before updates recorded them.
     attempts: tuple[dict[str, Any], ...] = ()
+    #: The build whose install supplied this runtime's CUDA companion files (reused, not
+    #: downloaded: ``updater.activate.companions``); empty when they came from their own archive.
+    companion_from: str = ""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -391,6 +394,7 @@ def parse_marker(payload: object, path: Path) -> InstallMarker:
         reported_build=_optional_int(payload.get("reported_build")),
         build_check=str(payload.get("build_check") or ""),
         attempts=_attempts(payload.get("attempts")),
+        companion_from=str(payload.get("companion_from") or ""),
         schema_version=schema if isinstance(schema, int) else SCHEMA_VERSION,
     )
 

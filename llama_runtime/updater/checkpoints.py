@@ -17,6 +17,7 @@ KILL_AT_ENV: Final = "LLAMA_RUNTIME_TEST_KILL_AT"
 CHECKPOINTS: Final = (
     "after_download",
     "after_extract",
+    "during_share",
     "after_marker",
     "before_pointer_flip",
     "after_pointer_flip",

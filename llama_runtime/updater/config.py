@@ -48,6 +48,10 @@ DEFAULT_PARALLEL_DOWNLOADS: Final = 4
 #: More connections only add load on the host; 16 is far past where a capped CDN stops scaling.
 MAX_PARALLEL_DOWNLOADS: Final = 16
 PARALLEL_DOWNLOADS_ENV: Final = "LLAMA_RUNTIME_PARALLEL_DOWNLOADS"
+#: Runtimes each successful update keeps (``--keep``/``LLAMA_RUNTIME_KEEP``, issue 26): the
+#: active, the previous (the rollback target) and the newest other build; 0 keeps every runtime.
+DEFAULT_RETAIN: Final = 3
+RETAIN_ENV: Final = "LLAMA_RUNTIME_KEEP"
 
 _REPO = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 
@@ -71,6 +75,9 @@ class Settings:
         require_provenance: Refuse assets without a verified build attestation
             (``--require-provenance`` / ``LLAMA_RUNTIME_REQUIRE_PROVENANCE=1``).
         parallel_downloads: Concurrent ranges of one large download (``LLAMA_RUNTIME_PARALLEL_DOWNLOADS``).
+        keep: Runtimes each successful update keeps (``--keep`` / ``LLAMA_RUNTIME_KEEP``; 0 keeps all).
+        fresh_companion: Download a CUDA companion even when an installed runtime's
+            verified copy of it could be reused (``--fresh-companion``).
     """
 
     home: Path
@@ -85,6 +92,8 @@ class Settings:
     require_provenance: bool = False
     channel: Channel | None = None  # None: keep the active runtime's stored channel (else stable)
     parallel_downloads: int = DEFAULT_PARALLEL_DOWNLOADS
+    keep: int = DEFAULT_RETAIN
+    fresh_companion: bool = False
 
 
 def validate_repo(repo: str) -> str:
@@ -157,6 +166,8 @@ def resolve_settings(
     env: Mapping[str, str] | None = None,
     channel: str | None = None,
     follow_active_repo: bool = True,
+    keep: str | None = None,
+    fresh_companion: bool = False,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
 
@@ -192,6 +203,8 @@ def resolve_settings(
         require_provenance=require_provenance or env_flag(env, "LLAMA_RUNTIME_REQUIRE_PROVENANCE"),
         channel=channel_value,
         parallel_downloads=download_parallelism(env),
+        keep=retain_setting(keep, env),
+        fresh_companion=fresh_companion,
     )
 
 
@@ -265,6 +278,25 @@ def env_flag(env: Mapping[str, str], name: str) -> bool:
     if value in _FALSE:
         return False
     raise UserInputError(f"{name}={env[name]!r} is not a yes/no value. Use 1, true, yes or on (0, false, no or off).")
+
+
+def retain_setting(flag: str | None, env: Mapping[str, str]) -> int:
+    """How many runtimes an update keeps: ``--keep``, else ``LLAMA_RUNTIME_KEEP``, else 3.
+
+    Raises:
+        UserInputError: Not 0 or a whole number of 2 or more (exit 2, saying what is valid).
+    """
+    source, raw = ("--keep", flag) if flag is not None else (RETAIN_ENV, env.get(RETAIN_ENV, ""))
+    value = raw.strip()
+    if flag is None and not value:
+        return DEFAULT_RETAIN
+    # 1 would promise what never happens: the rollback target is always kept.
+    if not value.isdigit() or int(value) == 1:
+        raise UserInputError(
+            f"{source}={raw!r} is not valid: use 0 (keep every runtime) or a whole number of 2 or more "
+            "(runtimes each update keeps; the active and the previous one are always among them)."
+        )
+    return int(value)
 
 
 def download_parallelism(env: Mapping[str, str]) -> int:

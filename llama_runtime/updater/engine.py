@@ -135,6 +135,7 @@ class Engine:
         """The install transaction over this home (``source`` for updates, none for local work)."""
         from llama_runtime.runtime.binary import run_process
         from llama_runtime.runtime.clock import utc_iso
+        from llama_runtime.updater.activate.pipeline import StoragePolicy
         from llama_runtime.updater.activate.transaction import Installer
         from llama_runtime.updater.stage.streaming import FetchOptions
         from llama_runtime.updater.verify.provenance import ProvenanceCheck
@@ -152,6 +153,7 @@ class Engine:
             gate=self.gate_policy(),
             provenance=ProvenanceCheck.from_env(require=self.settings.require_provenance, offline=offline),
             fetch_options=FetchOptions(parallel=self.settings.parallel_downloads),
+            storage=StoragePolicy(keep=self.settings.keep, fresh_companion=self.settings.fresh_companion),
         )
 
     def gate_policy(self) -> GatePolicy:

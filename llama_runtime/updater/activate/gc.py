@@ -22,6 +22,13 @@ runtimes: an entry stays while a runtime that remains installed records its
 digest (repair and a reinstall can use it), and goes with the last such
 runtime. ``cache_only`` trims just the cache.
 
+After each successful install, :func:`retain_after_update` applies the same rules
+with a total count (``--keep``/``LLAMA_RUNTIME_KEEP``, default 3: the active, the
+previous and the newest other build) and trims the cache to what the kept
+runtimes record plus the two newest entries (issue 26, docs/disk.md). Runtimes
+may share files (hard links, ``activate.sharing``): removing one deletes only its
+names, and a shared file lives while another runtime names it.
+
 Invariant: a runtime disappears from ``runtimes/`` in one rename (into
 ``staging/``) before its files are deleted, so no reader ever sees a
 half-deleted runtime with its marker still present; a crash mid-delete leaves
@@ -40,6 +47,7 @@ from llama_runtime.runtime.fsutil import ATOMIC_TMP_SUFFIX, remove_tree
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.marker import marker_path
 from llama_runtime.updater.checkpoints import checkpoint
+from llama_runtime.updater.logs import get_logger
 
 if TYPE_CHECKING:
     pass
@@ -54,11 +62,12 @@ from llama_runtime.runtime.fsutil import tree_size
 from llama_runtime.runtime.layout import DamagedRuntime, Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import install_order
-from llama_runtime.updater.fetch.cache import AssetCache, digests_in_use
+from llama_runtime.updater.fetch.cache import AssetCache, CacheEntry, digests_in_use
 from llama_runtime.updater.fetch.download import UNPACKING_SUFFIX, download_name
 from llama_runtime.updater.verify.installed import build_key
 
 __all__ = [
+    "CACHE_NEWEST_ARCHIVES",
     "DEFAULT_KEEP",
     "PARTIAL_MAX_AGE_SECONDS",
     "GcItem",
@@ -70,6 +79,7 @@ __all__ = [
     "is_own_runtime_name",
     "is_own_staging_name",
     "remove_runtime",
+    "retain_after_update",
     "runtime_names_in_paths",
     "runtimes_to_remove",
     "runtimes_used_by_processes",
@@ -79,6 +89,9 @@ __all__ = [
 #: Inactive runtimes kept besides the active and previous one: enough to go
 #: back two releases by hand without keeping every nightly build on disk.
 DEFAULT_KEEP: Final[int] = 2
+#: Cached archives an update keeps besides those its kept runtimes record: the two newest
+#: (usually the kept runtimes' own; else what the last updates fetched, so a retry costs no download).
+CACHE_NEWEST_ARCHIVES: Final[int] = 2
 #: Paths under a directory that running processes use; ``None`` where they cannot be seen.
 ProcessScan = Callable[[Path], "set[str] | None"]
 #: A partial download untouched this long (seconds) belongs to an abandoned
@@ -90,6 +103,8 @@ _STAGING_OWNER: Final = re.compile(r"^(?P<pid>\d+)-")
 #: What an update leaves in downloads/: partials, their sidecars, ranged reassembly and its
 #: record, a tree extracted while downloading, temp files.
 _OWN_DOWNLOAD_SUFFIXES: Final = (".part", ".part.meta", ".part.ranged", ".part.ranges", ".part.unpacking", ".tmp")
+
+log = get_logger("llama_runtime.gc")
 
 Kind = Literal["runtime", "staging", "download", "cache"]
 
@@ -236,14 +251,19 @@ def runtimes_used_by_processes(runtimes_dir: Path, scan: ProcessScan | None = No
     return None if paths is None else runtime_names_in_paths(paths, root)
 
 
-def _in_use(home: Home, runtimes: list[InstalledRuntime], scan: ProcessScan | None) -> set[str] | None:
-    """Runtimes a running process uses; ``None`` when other processes cannot be seen."""
+def _named_in_use(home: Home, runtimes: list[InstalledRuntime]) -> set[str]:
+    """Runtimes the managed server and ``LLAMA_SERVER_PATH`` name (known without seeing processes)."""
     from llama_runtime.runtime.binary import server_override
     from llama_runtime.runtime.server import ManagedServer
 
     used = {runtime_containing(ManagedServer(home.server_dir).current_binary(), runtimes)}
     used.add(runtime_containing(server_override(), runtimes))
-    named = {name for name in used if name is not None}
+    return {name for name in used if name is not None}
+
+
+def _in_use(home: Home, runtimes: list[InstalledRuntime], scan: ProcessScan | None) -> set[str] | None:
+    """Runtimes a running process uses; ``None`` when other processes cannot be seen."""
+    named = _named_in_use(home, runtimes)
     scanned = runtimes_used_by_processes(home.runtimes_dir, scan)
     return None if scanned is None else named | scanned
 
@@ -400,6 +420,45 @@ def _remove(home: Home, item: GcItem, report: GcReport) -> None:
         return
     report.removed.append(item)
     checkpoint("during_gc")
+
+
+def retain_after_update(home: Home, keep: int, *, scan_processes: ProcessScan | None = None) -> GcReport:
+    """Trim the home after a successful update to ``keep`` runtimes, and the cache to what they need.
+
+    Kept: the active and the previous runtime, then the newest other builds up to
+    ``keep`` in all, and every runtime a running process uses (where processes
+    cannot be seen, those the managed server and ``LLAMA_SERVER_PATH`` name). The
+    cache keeps the archives kept runtimes record and the :data:`CACHE_NEWEST_ARCHIVES`
+    newest entries. ``keep`` 0 removes nothing. The caller holds the update lock.
+    """
+    report = GcReport(dry_run=False)
+    if keep <= 0:
+        return report
+    snapshot = HomeSnapshot.read(home)
+    runtimes = list(snapshot.runtimes)
+    if snapshot.pointer_error is not None or snapshot.pointer.active not in {r.name for r in runtimes}:
+        return report  # cannot tell the active runtime apart: remove nothing (doctor says why)
+    pointer = snapshot.pointer
+    in_use = _named_in_use(home, runtimes) | (runtimes_used_by_processes(home.runtimes_dir, scan_processes) or set())
+    pinned = {n for n in (pointer.active, pointer.previous) if n in {r.name for r in runtimes}}
+    doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, max(keep - len(pinned), 0))
+    for runtime in doomed:
+        _remove(home, GcItem("runtime", runtime.path, tree_size(runtime.path), runtime.marker.tag), report)
+    gone = {item.path for item in report.removed}
+    needed = digests_in_use(r for r in runtimes if r.path not in gone)
+    newest = sorted(AssetCache.of(home).entries(), key=_mtime, reverse=True)[:CACHE_NEWEST_ARCHIVES]
+    for cached in AssetCache.of(home).unused(needed | {e.sha256 for e in newest}):
+        _remove(home, GcItem("cache", cached.path, cached.size), report)
+    for item in report.removed:
+        log.info("retention removed", kind=item.kind, path=str(item.path), tag=item.tag, bytes=item.size_bytes)
+    return report
+
+
+def _mtime(entry: CacheEntry) -> float:
+    try:
+        return entry.path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def remove_runtime(home: Home, name: str, *, scan_processes: ProcessScan | None = None) -> GcItem:

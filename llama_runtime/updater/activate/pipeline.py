@@ -2,9 +2,11 @@
 
 The steps, in order (each finishes before the next; nothing is published early)::
 
-    free space -> download + sha256 (main archive extracted as it arrives)
-      -> provenance -> extract into staging/ -> probe binary, build identity, smoke model
-      -> write marker (last) -> read it back and check it -> activate
+    free space -> download + sha256 (main archive extracted as it arrives; a CUDA companion an
+      installed runtime holds verified is reused instead: activate.companions)
+      -> provenance -> extract into staging/ -> share identical files (activate.sharing)
+      -> probe binary, build identity, smoke model
+      -> write marker (last) -> read it back and check it -> activate -> keep N runtimes (gc)
 
 Every install takes this path, downloads and ``install-file`` alike. The caller
 holds the update lock. Invariant: any failure before activation removes what was
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker, write_marker
 from llama_runtime.updater.activate.activation import Activation
 from llama_runtime.updater.activate.attempts import UpdateOutcome
+from llama_runtime.updater.activate.companions import ReusedCompanion, companion_entry, find_reusable, place_reused
 from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.choice.choose import Choice
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
@@ -57,7 +60,7 @@ from llama_runtime.updater.verify.verify import Expected, read_back_marker
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
 
-__all__ = ["Acquirer", "InstallPipeline", "PlannedInstall", "download_meta"]
+__all__ = ["Acquirer", "InstallPipeline", "PlannedInstall", "StoragePolicy", "download_meta"]
 
 
 # -- acquire: Acquiring a release's assets for one install: free space, download or cache, diges... --------------
@@ -71,8 +74,14 @@ def download_meta(
     backend_request: str,
     downloads: list[DownloadResult],
     identity: Mapping[str, object] | None,
+    reused: Sequence[ReusedCompanion] = (),
 ) -> dict[str, object]:
-    """The marker fields of a downloaded install (``downloads``: the main asset first, then its companions)."""
+    """The marker fields of a downloaded install (``downloads``: the main asset first, then its companions).
+
+    ``reused`` are the companions not downloaded (their files come from an installed runtime):
+    ``downloads`` holds only the others.
+    """
+    fetched = [a for a in choice.extra_assets if a.name not in {r.asset.name for r in reused}]
     return {
         "repo": release.repo,
         "tag": release.tag,
@@ -85,10 +94,14 @@ def download_meta(
         "source": "download",
         "reason": choice.reason,
         **(identity or {}),
-        "extra_assets": tuple(
-            {"name": a.name, "size": d.size, "sha256": d.sha256}
-            for a, d in zip(choice.extra_assets, downloads[1:], strict=True)
+        "extra_assets": (
+            *(
+                {"name": a.name, "size": d.size, "sha256": d.sha256}
+                for a, d in zip(fetched, downloads[1:], strict=True)
+            ),
+            *(r.meta_entry() for r in reused),
         ),
+        **({"companion_from": reused[0].donor.marker.tag} if reused else {}),
     }
 
 
@@ -131,22 +144,26 @@ class Acquirer:
         emit: ProgressCallback,
         cancel: CancelCheck,
         warnings: list[str],
+        skip: frozenset[str] = frozenset(),
     ) -> list[Fetched]:
         """The checked bytes of ``choice``: the main asset first (extracted on the way), then its companions.
+
+        Companions named in ``skip`` are not fetched (an installed runtime's files serve).
 
         Raises:
             DiskSpaceError: The disk has no room for the assets and their extraction.
             IntegrityError: An asset has no digest and one is required, or its bytes do not match.
             NetworkError, CancelledError: The download did not finish (partial bytes kept to resume).
         """
-        needed = sum(a.size for a in (choice.asset, *choice.extra_assets)) * (1 + EXTRACTED_SIZE_FACTOR)
+        companions = [a for a in choice.extra_assets if a.name not in skip]
+        needed = sum(a.size for a in (choice.asset, *companions)) * (1 + EXTRACTED_SIZE_FACTOR)
         what = f"llama.cpp {release.tag}"
         check_free_space(self.home.root, needed, what=what)
         # The main archive is extracted as it arrives, beside its download: staging/
         # only ever holds trees whose archive matched its digest.
         with disk_space_errors(self.home.root, needed, what):
             # Companions first (zips, not streamed), then the main archive.
-            extras = [self.fetch(a, require_digest, emit, cancel, warnings, None) for a in choice.extra_assets]
+            extras = [self.fetch(a, require_digest, emit, cancel, warnings, None) for a in companions]
             unpack_into = self.unpacking_path(choice.asset)
             main = self.fetch(choice.asset, require_digest, emit, cancel, warnings, unpack_into)
         return [main, *extras]
@@ -204,8 +221,14 @@ class Acquirer:
         _log_fetched(asset, fetched, time.monotonic() - started)
         return fetched
 
-    def provenance(self, repo: str, assets: tuple[Asset, ...], downloads: list[DownloadResult]) -> Provenance:
-        """Each downloaded file's build provenance, combined (before anything is extracted).
+    def provenance(
+        self,
+        repo: str,
+        assets: tuple[Asset, ...],
+        downloads: list[DownloadResult],
+        reused: Sequence[tuple[str, Provenance]] = (),
+    ) -> Provenance:
+        """Each downloaded file's build provenance, combined with ``reused`` files' (before anything is extracted).
 
         Raises:
             ProvenanceError: A published attestation does not verify.
@@ -228,7 +251,7 @@ class Acquirer:
                 checking, asked = checking.knowing_default_branch(repo, self.source.default_branch()), True
             check = checking.evaluate_answer(asset.name, download.sha256, repo, answer)
             results.append((asset.name, check))
-        return combine(results)
+        return combine([*results, *reused])
 
     def partial_path(self, asset: Asset) -> Path:
         """The download of ``asset`` in ``downloads/``."""
@@ -299,6 +322,22 @@ class PlannedInstall:
     identity: Mapping[str, object]
 
 
+@dataclass(frozen=True)
+class StoragePolicy:
+    """How an install spends disk and downloads (issue 26).
+
+    Attributes:
+        keep: Runtimes kept after each successful install (``gc.retain_after_update``); 0 keeps all.
+        share: Hard-link staged files identical to installed runtimes' (``activate.sharing``).
+        fresh_companion: Download CUDA companions even when an installed runtime's serve
+            (``activate.companions``).
+    """
+
+    keep: int = 0
+    share: bool = True
+    fresh_companion: bool = False
+
+
 class InstallPipeline:
     """Carries one install from bytes to an active runtime.
 
@@ -308,6 +347,7 @@ class InstallPipeline:
         verifier: Checks the staged tree.
         activation: Moves it into place and flips the pointer.
         clock: Returns the install time.
+        storage: Sharing identical files and retention after the install.
     """
 
     def __init__(
@@ -318,12 +358,14 @@ class InstallPipeline:
         verifier: Verifier,
         activation: Activation,
         clock: Callable[[], str],
+        storage: StoragePolicy | None = None,
     ) -> None:
         self.home = home
         self.acquirer = acquirer
         self.verifier = verifier
         self.activation = activation
         self.clock = clock
+        self.storage = storage or StoragePolicy()
 
     def install_release(
         self,
@@ -339,37 +381,100 @@ class InstallPipeline:
 
         ``snapshot`` is the caller's one look at the home under the lock (default: read when needed).
         """
-        release, choice = planned.release, planned.choice
         with self._remembering_failure(planned):
-            fetched = self.acquirer.fetch_choice(
-                release, choice, require_digest=planned.require_digest, emit=emit, cancel=cancel, warnings=warnings
+            snapshot = snapshot or HomeSnapshot.read(self.home)
+            reused = self._reusable(planned.choice, snapshot)
+            if reused:
+                try:
+                    return self._install_downloaded(planned, active, emit, cancel, warnings, snapshot, reused)
+                except VerificationError as exc:
+                    # The reused files may be what this build cannot use: its own companion decides.
+                    donor = reused[0].donor.marker.tag
+                    warnings.append(
+                        f"{planned.release.tag} did not pass its checks with the CUDA runtime files reused from "
+                        f"{donor} ({exc.message}); downloaded its own companion and tried again."
+                    )
+                    log.warning("reused companion rejected", donor=donor, reason=exc.message)
+                    snapshot = HomeSnapshot.read(self.home)
+            return self._install_downloaded(planned, active, emit, cancel, warnings, snapshot, ())
+
+    def _reusable(self, choice: Choice, snapshot: HomeSnapshot) -> list[ReusedCompanion]:
+        """The choice's companions an installed runtime holds verified (none with ``--fresh-companion``)."""
+        if self.storage.fresh_companion or not choice.extra_assets:
+            return []
+        from llama_runtime.updater.verify.installed import damage
+
+        donors = [r for r in snapshot.runtimes if not damage(r, snapshot=snapshot)]
+        return find_reusable(
+            choice.extra_assets, donors, snapshot.sha256, require_verified=self.acquirer.provenance_check.require
+        )
+
+    def _install_downloaded(
+        self,
+        planned: PlannedInstall,
+        active: InstalledRuntime | None,
+        emit: ProgressCallback,
+        cancel: CancelCheck,
+        warnings: list[str],
+        snapshot: HomeSnapshot,
+        reused: Sequence[ReusedCompanion],
+    ) -> UpdateOutcome:
+        """Fetch what ``reused`` does not cover, check it and install; keep the good bytes, drop the rejected."""
+        release, choice = planned.release, planned.choice
+        fetched = self.acquirer.fetch_choice(
+            release,
+            choice,
+            require_digest=planned.require_digest,
+            emit=emit,
+            cancel=cancel,
+            warnings=warnings,
+            skip=frozenset(r.asset.name for r in reused),
+        )
+        downloads = [f.download for f in fetched]
+        warnings.extend(self.acquirer.provenance_check.warnings_for(release.repo))
+        checkpoint("after_download")
+        meta = download_meta(release, choice, planned.backend_request, downloads, planned.identity, reused)
+        try:
+            staged = self._check_provenance(release, choice, fetched[0], downloads, meta, emit, reused)
+            outcome = self.install_archives(
+                [d.path for d in downloads],
+                meta,
+                active=active,
+                emit=emit,
+                cancel=cancel,
+                warnings=warnings,
+                staged=staged,
+                snapshot=snapshot,
+                reused=reused,
             )
-            downloads = [f.download for f in fetched]
-            warnings.extend(self.acquirer.provenance_check.warnings_for(release.repo))
-            checkpoint("after_download")
-            meta = download_meta(release, choice, planned.backend_request, downloads, planned.identity)
-            try:
-                staged = self._check_provenance(release, choice, fetched[0], downloads, meta, emit)
-                outcome = self.install_archives(
-                    [d.path for d in downloads],
-                    meta,
-                    active=active,
-                    emit=emit,
-                    cancel=cancel,
-                    warnings=warnings,
-                    staged=staged,
-                    snapshot=snapshot,
-                )
-            except (IntegrityError, VerificationError, MacOSTooOldError, DiskSpaceError):
-                # Rejected bytes would only fail again (and may be hostile), and are never
-                # cached as good for the next candidate or update; a full disk needs the
-                # space back. A cancel or a crash keeps them to resume.
-                for f in fetched:
-                    self.acquirer.forget(f)
-                raise
+        except (IntegrityError, VerificationError, MacOSTooOldError, DiskSpaceError) as exc:
+            # Rejected bytes would only fail again (and may be hostile), and are never
+            # cached as good for the next candidate or update; a full disk needs the
+            # space back. A cancel or a crash keeps them to resume. Bytes that failed only
+            # beside reused companion files go to the cache for the fresh try (which drops them if it fails too).
+            retried = bool(reused) and isinstance(exc, VerificationError)
             for f in fetched:
-                self.acquirer.keep(f)
-            return outcome
+                if retried:
+                    self.acquirer.keep(f)
+                else:
+                    self.acquirer.forget(f)
+            raise
+        for f in fetched:
+            self.acquirer.keep(f)
+        self._retain(warnings)
+        return outcome
+
+    def _retain(self, warnings: list[str]) -> None:
+        """Trim the home to the kept runtimes after a successful install; trouble only warns (it is done)."""
+        from llama_runtime.runtime.errors import LlamaRuntimeError
+        from llama_runtime.updater.activate.gc import retain_after_update
+
+        try:
+            report = retain_after_update(self.home, self.storage.keep)
+        except (LlamaRuntimeError, OSError) as exc:
+            warnings.append(f"Old runtimes were not trimmed after the update: {exc}")
+            return
+        warnings.extend(f"Could not remove {failed} after the update." for failed in report.failed)
 
     @contextmanager
     def _remembering_failure(self, planned: PlannedInstall) -> Iterator[None]:
@@ -396,6 +501,7 @@ class InstallPipeline:
         downloads: list[DownloadResult],
         meta: dict[str, object],
         emit: ProgressCallback,
+        reused: Sequence[ReusedCompanion] = (),
     ) -> tuple[Path, ExtractResult] | None:
         """Record the downloads' provenance in ``meta``; then a streamed extraction becomes a staged candidate.
 
@@ -406,8 +512,11 @@ class InstallPipeline:
         unpacking = self.acquirer.unpacking_path(choice.asset)
         try:
             emit(Progress("verify", message="checking build provenance"))
-            assets = (choice.asset, *choice.extra_assets)
-            result = self.acquirer.provenance(release.repo, assets, downloads)
+            skipped = {r.asset.name for r in reused}
+            assets = (choice.asset, *(a for a in choice.extra_assets if a.name not in skipped))
+            result = self.acquirer.provenance(
+                release.repo, assets, downloads, [(r.name, r.provenance()) for r in reused]
+            )
             meta["provenance"] = with_build_commit(result, release.target_commitish).to_marker()
             if main.extracted is None:
                 return None
@@ -429,8 +538,9 @@ class InstallPipeline:
         warnings: list[str],
         staged: tuple[Path, ExtractResult] | None = None,
         snapshot: HomeSnapshot | None = None,
+        reused: Sequence[ReusedCompanion] = (),
     ) -> UpdateOutcome:
-        """Extract ``archives`` (main first), verify, write the marker and activate.
+        """Extract ``archives`` (main first), place ``reused`` companion files, verify, write the marker and activate.
 
         The caller holds the update lock. ``meta`` carries the marker fields
         that describe where the archives came from. ``staged`` is a staging
@@ -446,9 +556,11 @@ class InstallPipeline:
             main = staged[1] if staged is not None else None
             with at_stage("extraction"):
                 tree = extract_staged(archives, staging, str(meta["asset"]), cancel, main)
+                _record_companions(tree, meta, reused)
             checkpoint("after_extract")
             log.info("extracted", files=len(tree.files), bytes=sum(r.size for r in tree.files.values()))
             _stop_if_cancelled(cancel, meta)
+            self._share(tree, snapshot, warnings)
             marker = self._verified_marker(tree, meta, active, emit, warnings, snapshot.next_sequence())
             _stop_if_cancelled(cancel, meta)  # verification can take long; the flip has not begun
             fsync_tree(staging)
@@ -464,6 +576,16 @@ class InstallPipeline:
                 needed = sum(a.stat().st_size for a in archives) * EXTRACTED_SIZE_FACTOR
                 raise disk_full_error(self.home.root, needed, f"llama.cpp {meta['tag']}") from exc
             raise
+
+    def _share(self, tree: Staged, snapshot: HomeSnapshot, warnings: list[str]) -> None:
+        """Store the staged files identical to installed runtimes' once, before they are verified."""
+        if not self.storage.share:
+            return
+        from llama_runtime.updater.activate.sharing import share_identical
+
+        shared = share_identical(tree, snapshot.runtimes, snapshot.sha256)
+        if (warning := shared.warning()) is not None:
+            warnings.append(warning)
 
     def _verified_marker(
         self,
@@ -489,6 +611,27 @@ class InstallPipeline:
             sequence=sequence,
             host=self.verifier.host.to_json(),
         )
+
+
+def _record_companions(tree: Staged, meta: dict[str, object], reused: Sequence[ReusedCompanion]) -> None:
+    """Place the reused companion files, and record each companion's files in its ``extra_assets`` entry.
+
+    The entries of downloaded companions come first, in the archives' order (``download_meta``).
+    """
+    for reuse in reused:
+        placed, _links = place_reused(reuse, tree)
+        tree.files.update(placed)
+    entries = [dict(e) for e in meta.get("extra_assets", ())]  # type: ignore[attr-defined]
+    bin_dir = tree.binary.parent
+    for entry, (files, links) in zip(entries, tree.companions, strict=False):
+
+        def beside(rel: str) -> str:
+            return (tree.directory / rel).relative_to(bin_dir).as_posix()
+
+        entry.update(
+            companion_entry({beside(r): f for r, f in files.items()}, {beside(r): t for r, t in links.items()})
+        )
+    meta["extra_assets"] = tuple(entries)
 
 
 def _stop_if_cancelled(cancel: CancelCheck, meta: dict[str, object]) -> None:

@@ -56,7 +56,7 @@ from llama_runtime.updater.activate.attempts import (
     next_plan,
 )
 from llama_runtime.updater.activate.gc import clean_leftovers
-from llama_runtime.updater.activate.pipeline import Acquirer, InstallPipeline, PlannedInstall
+from llama_runtime.updater.activate.pipeline import Acquirer, InstallPipeline, PlannedInstall, StoragePolicy
 from llama_runtime.updater.activate.swap import SwitchReport
 from llama_runtime.updater.choice.decide import (
     ActiveState,
@@ -109,6 +109,7 @@ class Installer:
             None switches servers on /health alone.
         provenance: How build attestations are checked (default: from the environment).
         fetch_options: Ranges and streaming extraction (default: 4 ranges, streamed tar.gz).
+        storage: Sharing identical files, companion reuse and retention (default: share, keep all).
     """
 
     def __init__(
@@ -125,6 +126,7 @@ class Installer:
         gate: GatePolicy | None = GatePolicy(),  # noqa: B008 - frozen, so one shared default is safe
         provenance: ProvenanceCheck | None = None,
         fetch_options: FetchOptions | None = None,
+        storage: StoragePolicy | None = None,
     ) -> None:
         self.home = home
         self.provenance = provenance or ProvenanceCheck.from_env()
@@ -140,7 +142,12 @@ class Installer:
             home, source=source, cache=self.cache, options=fetch_options or FetchOptions(), provenance=self.provenance
         )
         self.pipeline = InstallPipeline(
-            home, acquirer=self.acquirer, verifier=self.verifier, activation=self.activation, clock=clock
+            home,
+            acquirer=self.acquirer,
+            verifier=self.verifier,
+            activation=self.activation,
+            clock=clock,
+            storage=storage,
         )
 
     # -- state -------------------------------------------------------------

@@ -62,6 +62,22 @@ def add_require_provenance(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_storage_flags(parser: argparse.ArgumentParser) -> None:
+    """``--keep N`` (runtimes each update keeps, LLAMA_RUNTIME_KEEP) and ``--fresh-companion``."""
+    parser.add_argument(
+        "--keep",
+        dest="retain",
+        metavar="N",
+        help="runtimes to keep after the update: active, previous and the newest others (default 3; 0 keeps all; "
+        "LLAMA_RUNTIME_KEEP)",
+    )
+    parser.add_argument(
+        "--fresh-companion",
+        action="store_true",
+        help="download the CUDA runtime companion even when an installed runtime's verified copy fits",
+    )
+
+
 def add_events_flag(parser: argparse.ArgumentParser) -> None:
     """``--events``: JSON Lines on stdout (phases, progress, warnings, then the result or error)."""
     parser.add_argument(
@@ -204,6 +220,8 @@ def settings_from_args(args: argparse.Namespace, *, follow_active_repo: bool = T
         require_provenance=bool(getattr(args, "require_provenance", False)),
         channel=args.channel,
         follow_active_repo=follow_active_repo,
+        keep=getattr(args, "retain", None),
+        fresh_companion=bool(getattr(args, "fresh_companion", False)),
     )
 
 

@@ -33,9 +33,10 @@ def register(add: AddParser) -> dict[str, Handler]:
         "--wait", default="0", metavar="DURATION", help="with --apply, wait this long for a running update (e.g. 10m)"
     )
     add_events_flag(p)
-    from llama_runtime.updater.cli.common import add_require_provenance
+    from llama_runtime.updater.cli.common import add_require_provenance, add_storage_flags
 
     add_require_provenance(p)
+    add_storage_flags(p)
     p = add("job", "show, follow or cancel the update job")
     p.add_argument("action", nargs="?", default="status", choices=("status", "wait", "cancel"))
     p.add_argument("--timeout", default=None, metavar="DURATION", help="how long `job wait` waits (e.g. 90, 10m)")

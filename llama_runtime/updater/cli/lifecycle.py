@@ -126,9 +126,11 @@ def cmd_which(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     """``list [--available]``: installed runtimes, and what the remote offers this host."""
+    from llama_runtime.runtime.diskuse import home_disk_use
     from llama_runtime.runtime.fsutil import tree_size
     from llama_runtime.runtime.layout import HomeSnapshot
     from llama_runtime.updater.cli.common import home_for, settings_from_args
+
     if args.limit < 1:
         raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
     settings = settings_from_args(args)
@@ -137,11 +139,13 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
         raise snapshot.pointer_error
     pointer, installed = snapshot.pointer, list(snapshot.runtimes)
     checks = _file_checks(snapshot)
+    disk = home_disk_use(snapshot.home.root, [r.path for r in installed])
     items = []
     lines = []
     for runtime in installed:
         entry = runtime.to_json()
         entry["size_bytes"] = tree_size(runtime.path)
+        entry.update(disk.runtimes[runtime.name].to_json())
         entry["active"] = runtime.name == pointer.active
         entry["previous"] = runtime.name == pointer.previous
         found = checks[runtime.name]
@@ -152,13 +156,14 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
             lines.append(f"    damaged: {'; '.join(found.damage[:3])} ({_repair_hint(runtime, entry)})")
     if not lines:
         lines = ["No runtimes installed. Run `llama-runtime update`."]
+    lines.append(f"home: {disk.home_bytes / 1e6:.1f} MB on disk in all (files shared by runtimes counted once)")
     # Never chosen, listed with why: `gc` removes them, `doctor --repair` points away from them.
     damaged = [
         {"name": d.name, "path": str(d.path), "code": d.error.code, "reason": d.reason}
         for d in snapshot.damaged.values()
     ]
     lines += [f"damaged: {d['name']}: {d['reason']}" for d in damaged]
-    payload: dict[str, Any] = {"installed": items, "damaged": damaged}
+    payload: dict[str, Any] = {"installed": items, "damaged": damaged, "home_bytes": disk.home_bytes}
     if args.available:
         available = _available(args, settings, installed, pointer.active)
         payload["available"] = [a.to_json() for a in available]
@@ -197,12 +202,12 @@ def _installed_line(runtime: InstalledRuntime, entry: dict[str, Any]) -> str:
     flags = ["active"] if entry["active"] else ["previous"] if entry["previous"] else []
     if entry["damage"]:
         flags.append("DAMAGED")
-    size_mb = int(entry["size_bytes"]) / 1e6
+    own_mb, shared_mb = int(entry["own_bytes"]) / 1e6, int(entry["shared_bytes"]) / 1e6
     m = runtime.marker
     named = f"{m.tag} ({m.release_version})" if m.release_version else m.tag  # the build and the semver release
     return (
         f"{'*' if entry['active'] else ' '} {named:<19} {m.backend:<8} "
-        f"{size_mb:8.1f} MB  {m.installed_at}  {runtime.name} {' '.join(flags)}".rstrip()
+        f"{own_mb:8.1f} MB own + {shared_mb:.1f} MB shared  {m.installed_at}  {runtime.name} {' '.join(flags)}".rstrip()
     )
 
 

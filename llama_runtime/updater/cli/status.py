@@ -33,6 +33,7 @@ def _register_status(add: AddParser) -> dict[str, Handler]:
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     """``status``: the active and previous runtimes, the installed ones, speeds, skipped builds."""
+    from llama_runtime.runtime.diskuse import home_disk_use
     from llama_runtime.runtime.failed_builds import load_failed
     from llama_runtime.runtime.lock import UpdateLock
     from llama_runtime.updater.cli.gateopts import speed_table
@@ -46,10 +47,12 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     busy = home.lock_path.exists() and UpdateLock(home.lock_path).is_held()
     speeds, speed_lines = speed_table(active, previous)
     skipped = load_failed(home.root)
+    disk = home_disk_use(home.root, [r.path for r in installed])
     payload = {
         "active": active.to_json() if active else None,
         "previous": previous.to_json() if previous else None,
-        "installed": [r.to_json() for r in installed],
+        "installed": [{**r.to_json(), **disk.runtimes[r.name].to_json()} for r in installed],
+        "home_bytes": disk.home_bytes,
         "override": override["path"] if override else None,
         "override_info": override,
         "update_running": busy,
@@ -65,7 +68,11 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         lines.append(provenance_line(active))
     if previous:
         lines.append(_runtime_line("previous", previous) + "  (`llama-runtime rollback` goes back to it)")
-    lines.append(f"installed runtimes: {len(installed)} in {home.runtimes_dir}")
+    shared = sum(u.shared_bytes for u in disk.runtimes.values())
+    lines.append(
+        f"installed runtimes: {len(installed)} in {home.runtimes_dir}; the home uses {disk.home_bytes / 1e6:.1f} MB"
+        + (" (files identical across runtimes are stored once)" if shared else "")
+    )
     lines += speed_lines
     if override:
         lines.append(

@@ -14,6 +14,7 @@ from llama_runtime.runtime.errors import BusyError, LlamaRuntimeError
 from llama_runtime.updater.cli.common import (
     add_events_flag,
     add_require_provenance,
+    add_storage_flags,
     cancel_on_signals,
     duration_arg,
     explain_failure,
@@ -47,6 +48,7 @@ def _register_update(add: AddParser) -> dict[str, Handler]:
     p.add_argument("--cuda-version", help="CUDA line to prefer, e.g. 12 or 12.4")
     p.add_argument("--require-digest", action="store_true", help="refuse assets without a published sha256")
     add_require_provenance(p)
+    add_storage_flags(p)
     p.add_argument(
         "--wait", default="0", metavar="DURATION", help="wait this long for another update to finish (90, 30s, 10m)"
     )

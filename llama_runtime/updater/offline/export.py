@@ -101,8 +101,23 @@ def _write_bundle(raw: IO[bytes], runtime: InstalledRuntime) -> None:
     ):
         tf.add(runtime.path / MARKER_NAME, arcname=MARKER_NAME, filter=_plain_owner)
         for path in _bundle_members(runtime.path):
-            rel = path.relative_to(runtime.path).as_posix()
-            tf.add(path, arcname=rel, recursive=False, filter=_plain_owner)
+            _add_member(tf, path, path.relative_to(runtime.path).as_posix())
+
+
+def _add_member(tf: tarfile.TarFile, path: Path, rel: str) -> None:
+    """One file, link or directory; a file stored once under two names (``activate.sharing``) goes as bytes twice.
+
+    tarfile writes a second name of one inode as a hard-link member, which ``install-file``
+    (rightly) refuses: each name becomes a regular file of its own.
+    """
+    info = _plain_owner(tf.gettarinfo(path, arcname=rel))
+    if info.islnk():
+        info.type, info.linkname, info.size = tarfile.REGTYPE, "", path.stat().st_size
+    if info.isreg():
+        with path.open("rb") as data:
+            tf.addfile(info, data)
+    else:
+        tf.addfile(info)
 
 
 def export_bundle(home: Home, output: Path) -> ExportResult:

@@ -244,6 +244,8 @@ class Staged:
     directory: Path
     binary_rel: str
     files: dict[str, FileRecord] = field(default_factory=dict)
+    #: Each companion archive's files and links (paths in ``directory``), in the archives' order.
+    companions: list[tuple[dict[str, FileRecord], dict[str, str]]] = field(default_factory=list)
 
     @property
     def binary(self) -> Path:
@@ -271,8 +273,9 @@ def extract_staged(
     binary = find_server_binary(staging)
     if binary is None:
         raise VerificationError(f"{asset_name} contains no llama-server binary.")
-    for extra in archives[1:]:
-        records.update(merge_companion(extra, staging, binary.parent, asset_name, cancel))
+    companions = [merge_companion(extra, staging, binary.parent, asset_name, cancel) for extra in archives[1:]]
+    for placed, _links in companions:
+        records.update(placed)
     if os.path.lexists(marker_path(staging)):
         # The marker is written last, at this very path: an archive's file of that
         # name would be replaced by it and the fresh runtime would look damaged.
@@ -280,12 +283,12 @@ def extract_staged(
             f"Refusing {asset_name}: it ships a file named {MARKER_NAME}, the name of the install marker."
         )
     rel = binary.relative_to(staging).as_posix()
-    return Staged(directory=staging, binary_rel=rel, files=records)
+    return Staged(directory=staging, binary_rel=rel, files=records, companions=companions)
 
 
 def merge_companion(
     extra: Path, staging: Path, bin_dir: Path, asset_name: str, cancel: CancelCheck
-) -> dict[str, FileRecord]:
+) -> tuple[dict[str, FileRecord], dict[str, str]]:
     """Put a companion archive's files (the CUDA runtime) beside ``llama-server``.
 
     The binaries find their libraries next to themselves ($ORIGIN,
@@ -293,16 +296,16 @@ def merge_companion(
     top-level directory of the companion is dropped. Links move as links.
 
     Returns:
-        The records of the files moved, by their path in ``staging``.
+        The records of the files moved and the links' targets, by their path in ``staging``.
     """
     side = staging.with_name(staging.name + ".extra")
     records: dict[str, FileRecord] = {}
+    moved_links: dict[str, str] = {}
     try:
         found = extract_archive(extra, side, cancel=cancel)
         entries = [*found.files, *found.symlinks]
         tops = {e.split("/", 1)[0] for e in entries}
         strip = len(tops) == 1 and all("/" in e for e in entries)
-        moved_links: dict[str, str] = {}
         for rel in entries:
             placed = rel.split("/", 1)[1] if strip else rel
             target = bin_dir / placed
@@ -319,7 +322,7 @@ def merge_companion(
         check_links_inside(staging, moved_links, extra.name)
     finally:
         remove_tree_quietly(side)
-    return records
+    return records, moved_links
 
 
 def _text_or_none(value: object) -> str | None:
@@ -372,4 +375,5 @@ def marker_from_meta(
         reported_build=verified.identity.build,
         build_check=verified.build_check,
         attempts=tuple(meta.get("attempts", ())),  # type: ignore[arg-type]
+        companion_from=str(meta.get("companion_from") or ""),
     )
