@@ -114,10 +114,10 @@ def test_ensure_install_if_missing_repairs_a_same_size_garbage_llama_server(
     assert result.runtime.marker.tag == "b7001"
     assert_runs(result.binary)
     # The repaired runtime was fingerprinted at install: the next check hashes nothing. The damaged
-    # copy stays listed as damage (neither active nor previous: `gc` removes it).
+    # copy (neither active nor previous) went with the retention that follows every install.
     items = listed(capsys, home, github.api_url)
     assert (items[result.runtime.name]["damage"], items[result.runtime.name]["suspect"]) == ([], [])
-    assert [i["tag"] for i in items.values() if i["damage"]] == ["b7001"]
+    assert [i["tag"] for i in items.values() if i["damage"]] == []
     previous.assert_unchanged_and_runs()
 
 

@@ -20,7 +20,7 @@ import pytest
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.host_detect import detect_host
 from tests.fakegithub import FakeGitHub, Fault
-from tests.helpers import REPO, HomeGuard, run_json, stand_in_server, stand_in_tarball
+from tests.helpers import REPO, HomeGuard, assert_runs, run_json, stand_in_server, stand_in_tarball
 from tests.test_host import FakeFiles, FakeRunner
 
 CUDA_TAR = "llama-{tag}-bin-ubuntu-cuda-12.8-x64.tar.gz"
@@ -281,9 +281,11 @@ def test_doctor_repair_reinstalls_from_the_download_cache_without_a_download(
 
 
 def test_after_doctor_repair_the_damaged_copy_is_marked_in_list_and_removable_by_the_name_given(
-    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from llama_runtime.runtime.layout import Home
+
+    monkeypatch.setenv("LLAMA_RUNTIME_KEEP", "0")  # retention would remove the damaged copy (next test)
 
     layout = Home(b7000_home)
     damaged = layout.load(layout.read_pointer().active or "")
@@ -437,3 +439,20 @@ def test_auto_with_unsure_nvidia_detection_says_how_to_let_the_device_check_deci
     choice = choose_asset(load("b7000"), unsure, "auto")
     assert choice.backend == "cpu"
     assert "--backend cuda lets its device check decide" in choice.reason, choice.reason
+
+
+def test_after_doctor_repair_retention_removes_the_damaged_copy_and_the_advice_does_not_name_it(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path
+) -> None:
+    from llama_runtime.runtime.layout import Home
+
+    layout = Home(b7000_home)
+    damaged = layout.load(layout.read_pointer().active or "")
+    damaged.binary.write_bytes(b"#!/bin/sh\nexit 1\n")
+    code, report = run_json(capsys, b7000_home, github.api_url, "doctor", "--repair")
+    assert code == 0, report
+    assert damaged.name not in " ".join(report["advice"]), report
+    assert not damaged.path.exists()
+    code, listed = run_json(capsys, b7000_home, None, "list")
+    assert [r["tag"] for r in listed["installed"]] == ["b7000"] and not listed["installed"][0]["damage"], listed
+    assert_runs(Path(listed["installed"][0]["binary"]))

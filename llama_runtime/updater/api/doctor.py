@@ -142,7 +142,8 @@ def _reinstall(active: InstalledRuntime, reinstall: Reinstall, runner: ProcessRu
     report.repaired = f"reinstalled {what} through the full verification: {fresh.name}"
     report.active = fresh
     report.add("repair", True, report.repaired)
-    if fresh.name != active.name:  # the damaged copy stays: named, since its tag now means two runtimes
+    # Retention may have removed the damaged copy already; one that stays is named, its tag now means two runtimes.
+    if fresh.name != active.name and active.path.is_dir():
         report.advice.append(
             f"The damaged copy {active.name} is kept; `llama-runtime remove {active.name}` (or `llama-runtime gc`) "
             "deletes it."
