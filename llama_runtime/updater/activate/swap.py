@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from llama_runtime.runtime.errors import SwitchError, VerificationError
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.server import ServerControl
+from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.logs import get_logger
 
@@ -138,6 +139,7 @@ class ServerSwitch:
         binary = self.server.current_binary()
         args = self.server.current_args()
         log.info("stopping llama-server for the switch", binary=str(binary), to=describe(new))
+        checkpoint("before_server_stop")
         try:
             self.server.stop(self.stop_timeout)
         except BaseException as exc:
@@ -175,6 +177,7 @@ class ServerSwitch:
         except Exception as exc:  # a start failure is a failed health check
             log.warning("new llama-server did not start", error=str(exc))
             return NewServer("unhealthy")
+        checkpoint("during_health_wait")
         failure, reason = "unhealthy", ""
         if self.server.wait_healthy(self.health_timeout):
             verdict = self._gate(new, running, current)
@@ -214,6 +217,7 @@ class ServerSwitch:
         if url is None:
             log.warning("the server control does not say where the server listens; inference gate skipped")
             return None
+        checkpoint("during_completion_check")
         return self.gate.check(url, running.args, new, current)
 
     def restore_old(self, running: RunningServer, old: InstalledRuntime | None) -> bool:
@@ -256,6 +260,7 @@ def switch_with_server(
     """
     switch.measure_current(current)
     running = switch.stop_current(new, current)
+    checkpoint("after_server_stop")
     try:
         flip()
     except BaseException:

@@ -231,10 +231,12 @@ def updater_for(settings: Settings) -> RuntimeUpdater:
 def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
     """The pointer and the intact active runtime; damage is an exit-6 error naming the repair."""
     from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError
+    from llama_runtime.runtime.trial import checked_pointer
     from llama_runtime.updater.verify.installed import damage
 
     try:
-        pointer = home.read_pointer()
+        # While a switch is on trial, readers are handed the last checked runtime (runtime.trial).
+        pointer, _trial = checked_pointer(home, home.read_pointer())
         active = home.load(pointer.active) if pointer.active else None
     except ForeignMarkerError:
         raise

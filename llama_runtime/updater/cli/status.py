@@ -35,11 +35,13 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     """``status``: the active and previous runtimes, the installed ones, speeds, skipped builds."""
     from llama_runtime.runtime.failed_builds import load_failed
     from llama_runtime.runtime.lock import UpdateLock
+    from llama_runtime.runtime.trial import owner_alive, read_trial
     from llama_runtime.updater.cli.gateopts import speed_table
 
     settings = settings_from_args(args)
     home = home_for(settings)
     pointer, active = read_active(home)
+    trial = read_trial(home)
     installed = home.installed()
     previous = next((r for r in installed if r.name == pointer.previous), None)
     override = override_info()
@@ -56,6 +58,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         "home": str(home.root),
         "speeds": speeds,
         "skipped_builds": [dataclasses.asdict(b) for b in skipped],
+        "trial": {**trial.to_json(), "owner_running": owner_alive(trial)} if trial else None,
     }
     lines = [_runtime_line("active", active)]
     if active is None:
@@ -74,6 +77,9 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         )
     if busy:
         lines.append("An update is running right now.")
+    if trial is not None:
+        after = "its check is running" if owner_alive(trial) else "the next update, use or rollback reverts it"
+        lines.append(f"trial: {trial.describe()} ({after}).")
     for build in skipped:
         lines.append(f"skipped (failed here; `update --tag {build.tag}` retries): {build.describe()}")
     out.result(payload, lines)
