@@ -120,15 +120,20 @@ def test_switch_with_a_loaded_model_completes_after_a_real_completion_on_the_new
     assert gate["speed"]["predicted_per_second"] > 0 and gate["speed"]["prompt_per_second"] > 0
     # b7000 had no figure on record: it was measured on the same request before it stopped.
     assert gate["previous_speed"]["predicted_per_second"] > 0
-    new_speeds, old_speeds = speeds_of(payload["active"]), speeds_of(payload["previous"])
-    assert set(new_speeds) == set(old_speeds) == {"tiny.gguf"}
-    assert new_speeds["tiny.gguf"]["args"] == old_speeds["tiny.gguf"]["args"]
+    # The figures live in the home's state; the runtimes' markers are never written after activation.
+    assert speeds_of(payload["active"]) == speeds_of(payload["previous"]) == {}
+    # The same bytes: the same greedy answer, and no warning about it; a real answer, not one token repeated.
+    assert gate["answer"] == gate["previous_answer"] and gate["answer"].strip()
+    assert len(set(gate["answer"])) > 1 and payload["warnings"] == [], payload["warnings"]
     server = ManagedServer(Home(home).server_dir)
     status = server.status()
     assert status.healthy and status.pid != started["pid"] and status.runtime_name == payload["active"]["name"]
     code, shown = run_json(capsys, home, github.api_url, "status")
-    assert shown["speeds"]["active"]["tiny.gguf"]["predicted_per_second"] > 0
-    assert shown["speeds"]["previous"]["tiny.gguf"]["predicted_per_second"] > 0
+    new_speeds, old_speeds = shown["speeds"]["active"], shown["speeds"]["previous"]
+    assert set(new_speeds) == set(old_speeds) == {"tiny.gguf"}
+    assert new_speeds["tiny.gguf"]["args"] == old_speeds["tiny.gguf"]["args"]
+    assert new_speeds["tiny.gguf"]["predicted_per_second"] > 0 and new_speeds["tiny.gguf"]["samples"] == 5
+    assert old_speeds["tiny.gguf"]["predicted_per_second"] > 0 and old_speeds["tiny.gguf"]["samples"] == 5
 
 
 def test_build_that_answers_health_but_fails_generation_is_rolled_back_and_old_server_serves(

@@ -169,7 +169,11 @@ class Activation:
         if self.server is None:
             flip()
             return SwitchReport(restarted=False, reload_required=False, pid_changed=False)
-        gate = InferenceGate(self.gate, clock=self.clock) if self.gate and self.gate.enabled else None
+        gate = (
+            InferenceGate(self.gate, clock=self.clock, state_dir=self.home.root)
+            if self.gate and self.gate.enabled
+            else None
+        )
         switch = ServerSwitch(self.server, health_timeout=self.health_timeout, gate=gate)
         # The switch lock (not only update.lock): `server start/stop` take just this one,
         # so a download never blocks them, and a start never races the flip.

@@ -65,6 +65,10 @@ class SwitchReport:
     warnings: tuple[str, ...] = ()
     speed: Speed | None = None
     previous_speed: Speed | None = None
+    #: A slowdown beyond the limit that stayed within the measured noise, with the figures (else empty).
+    noise: str = ""
+    answer: str | None = None
+    previous_answer: str | None = None
 
     def gate_json(self) -> dict[str, object]:
         """The ``gate`` object of an update/rollback result."""
@@ -72,6 +76,9 @@ class SwitchReport:
             "checked": self.gated,
             "speed": self.speed.to_json() if self.speed else None,
             "previous_speed": self.previous_speed.to_json() if self.previous_speed else None,
+            "within_noise": self.noise or None,
+            "answer": self.answer,
+            "previous_answer": self.previous_answer,
         }
 
 
@@ -305,7 +312,14 @@ def _healthy_report(running: RunningServer, verdict: Verdict | None) -> SwitchRe
     if verdict is None:
         return report
     return dataclasses.replace(
-        report, gated=True, warnings=verdict.warnings, speed=verdict.speed, previous_speed=verdict.previous_speed
+        report,
+        gated=True,
+        warnings=verdict.warnings,
+        speed=verdict.speed,
+        previous_speed=verdict.previous_speed,
+        noise=verdict.noise,
+        answer=verdict.answer,
+        previous_answer=verdict.previous_answer,
     )
 
 

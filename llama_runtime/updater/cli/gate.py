@@ -28,7 +28,11 @@ def register(add: AddParser) -> dict[str, Handler]:
     onoff = p.add_mutually_exclusive_group()
     onoff.add_argument("--enable", action="store_true", help="run the gate after switches (the default)")
     onoff.add_argument("--disable", action="store_true", help="switch servers on /health alone")
-    p.add_argument("--timeout", type=float, metavar="SECONDS", help="time limit of the completion request")
+    p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        help="overall time limit of one completion check (above 0, up to 3600), or auto (scaled; the default)",
+    )
     return {"gate": cmd_gate}
 
 
@@ -61,8 +65,9 @@ def cmd_gate(args: argparse.Namespace, out: Output) -> int:
         save_gate_settings(home.root, policy)
     payload = gate_settings_json(policy)
     slow = "off" if policy.max_slowdown is None else f"{policy.max_slowdown:.0%} ({policy.on_slowdown})"
+    limit = "auto (scaled to the model and device)" if policy.timeout is None else f"{policy.timeout:g} s"
     lines = [
-        f"inference gate: {'on' if policy.enabled else 'off'}, time limit {policy.timeout:g} s, max slowdown {slow}",
+        f"inference gate: {'on' if policy.enabled else 'off'}, time limit {limit}, max slowdown {slow}",
         f"smoke model: {policy.smoke_model or 'none'}",
     ]
     if changes:

@@ -46,7 +46,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     previous = next((r for r in installed if r.name == pointer.previous), None)
     override = override_info()
     busy = home.lock_path.exists() and UpdateLock(home.lock_path).is_held()
-    speeds, speed_lines = speed_table(active, previous)
+    speeds, speed_lines = speed_table(active, previous, home.root)
     skipped = load_failed(home.root)
     payload = {
         "active": active.to_json() if active else None,
