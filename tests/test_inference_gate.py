@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -415,3 +417,91 @@ def test_stored_smoke_model_also_guards_use_of_an_installed_build(
     assert (home / "active.json").read_bytes() == pointer and runtimes_snapshot(home) == before
     code, payload = run_json(capsys, home, github.api_url, "use", "b7000")  # already active: nothing to prove
     assert code == 0 and payload["result"] == "up_to_date", payload
+
+
+# -- real failure modes: stand-in servers that stall, crash mid-answer, answer garbage ------------------
+
+#: A llama-server stand-in: answers /health, and /completion as MODE says (args as the real one's).
+_BROKEN_SERVER = """
+import json, os, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+MODE = sys.argv[1]
+args = sys.argv[2:]
+port = int(args[args.index("--port") + 1])
+def event(content, **more):
+    return b"data: " + json.dumps({"content": content, "stop": False, **more}).encode() + b"\\n\\n"
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "15"); self.end_headers()
+        self.wfile.write(b'{"status":"ok"}')
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if MODE == "stall":
+            time.sleep(3600)
+        self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
+        if MODE == "crash":
+            self.wfile.write(event("J") + event("K")); self.wfile.flush(); os._exit(1)
+        if MODE == "drip":
+            for _ in range(10000):
+                self.wfile.write(b" "); self.wfile.flush(); time.sleep(0.2)
+        if MODE == "blank":
+            final = {"content": "", "stop": True, "tokens_predicted": 3,
+                     "timings": {"prompt_per_second": 100.0, "predicted_per_second": 50.0}}
+            self.wfile.write(event(" ") + event(" ") + event(" ") + b"data: " + json.dumps(final).encode() + b"\\n\\n")
+        if MODE == "deep":
+            self.wfile.write(b"data: " + b"[" * 200000 + b"]" * 200000 + b"\\n\\n")
+    def log_message(self, *a):
+        pass
+HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def broken_tarball(tmp_path: Path, tag: str, mode: str) -> Path:
+    """A build whose --version is the real binary's and whose server is the stand-in in ``mode``."""
+    real = real_bin_dir()
+    assert real is not None
+    script = (
+        "#!/bin/sh\n"
+        f'case "$1" in --version|--list-devices) exec "{real}/llama-server" "$@" ;; esac\n'
+        f'exec {sys.executable} "$(dirname "$0")/standin.py" {mode} "$@"\n'
+    ).encode()
+    files: dict[str, bytes | Path] = {"llama-server": script, "standin.py": _BROKEN_SERVER.encode()}
+    return build_release_archive(tmp_path / f"{tag}-{mode}.tar.gz", "tar-tagdir", files, tag=tag)
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("stall", "within 4 s (timed out; 0 bytes had arrived)"),
+        ("drip", "no complete answer from"),
+        ("crash", "ended after 2 tokens without its final event"),
+        ("blank", "whitespace only"),
+        ("deep", "nested too deep"),
+    ],
+)
+def test_build_that_stalls_crashes_or_answers_garbage_fails_its_check_at_the_limit_and_old_server_serves(
+    mode: str,
+    said: str,
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    tmp_path: Path,
+    vk_env: dict[str, str],
+) -> None:
+    started = serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): broken_tarball(tmp_path, "b7001", mode)})
+    pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
+    began = time.monotonic()
+    code, payload = run_json(
+        capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan", "--gate-timeout", "4"
+    )
+    took = time.monotonic() - began
+    assert code == 6, payload
+    message = payload["error"]["message"]
+    assert message.startswith("rolled back: the new runtime failed its inference check (b7001 (vulkan): "), message
+    assert said in message
+    assert took < 30, f"the check's limit is 4 s; the update took {took:.0f} s"
+    assert_old_server_serves(home, started["pid"], pointer, before)
+    assert not (home / "trial.json").exists()

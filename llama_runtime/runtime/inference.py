@@ -159,8 +159,10 @@ def _parse_stream(status: int, body: bytes) -> InferenceResult:
             continue  # SSE comments, blank separators
         try:
             event = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        except (UnicodeDecodeError, json.JSONDecodeError):
             return InferenceResult(False, f"HTTP {status} with a streamed event that is not JSON ({len(data)} bytes)")
+        except RecursionError:  # a deep event is a broken answer, never our crash
+            return InferenceResult(False, f"HTTP {status} with a streamed event nested too deep ({len(data)} bytes)")
         if not isinstance(event, dict):
             return InferenceResult(False, f"HTTP {status} with a streamed event that is not an object")
         if kind == b"error" or "error" in event:
