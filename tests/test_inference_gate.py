@@ -23,6 +23,7 @@ from llama_runtime import GatePolicy, RuntimeUpdater, save_gate_settings
 from llama_runtime.runtime.inference import probe_inference
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.server import ManagedServer
+from llama_runtime.updater.cli.main import main
 from tests.archives import build_release_archive
 from tests.fakegithub import FakeGitHub
 from tests.helpers import REPO, VULKAN_TAR, assert_runs, run_json
@@ -245,6 +246,48 @@ def test_first_install_with_a_stored_smoke_model_generates_before_activation(
     assert figures["predicted_per_second"] > 0 and figures["prompt_per_second"] > 0
     assert not ManagedServer(Home(home).server_dir).status().running  # the smoke server is gone
     assert list((home / "staging").iterdir()) == []
+
+
+def test_smoke_model_takes_the_users_server_arguments_says_it_ran_beside_the_live_server_and_reports_its_result(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    vk_env: dict[str, str],
+) -> None:
+    started = serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): real_vulkan_tarball})
+    smoke_flags = ("--smoke-model", str(tiny_model), "--smoke-args", "--device none -t 2 -c 256")
+    code, payload = run_json(
+        capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan", *smoke_flags
+    )
+    assert code == 0, payload
+    smoke = payload["smoke"]
+    assert smoke["ok"] is True and smoke["model"] == "tiny.gguf" and smoke["answer"].strip()
+    assert smoke["args"] == ["--device", "none", "-t", "2", "-c", "256"]
+    assert smoke["speed"]["predicted_per_second"] > 0
+    assert smoke["beside_live_server"] == started["pid"]  # both on the CPU: said, not hidden
+    assert any("ran beside the running llama-server" in w for w in payload["warnings"]), payload["warnings"]
+    # The text output says it too.
+    github.add_release(REPO, "b7002", {VULKAN_TAR.format(tag="b7002"): real_vulkan_tarball})
+    code = main(
+        [
+            "update",
+            "--tag",
+            "b7002",
+            "--backend",
+            "vulkan",
+            "--home",
+            str(home),
+            "--api-url",
+            github.api_url,
+            *smoke_flags,
+        ]
+    )
+    text = capsys.readouterr().out
+    assert code == 0 and "smoke model tiny.gguf: generated " in text, text
+    assert "beside the live llama-server" in text
 
 
 def test_smoke_model_the_staged_build_cannot_generate_with_is_rejected_before_activation(

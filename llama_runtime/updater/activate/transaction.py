@@ -185,11 +185,12 @@ class Installer:
         self.home.ensure()
         with self.lock.hold("update", timeout=lock_timeout):
             recovered = self.finish_trial(progress or silent)
+            self.verifier.smoke_report = None
             # Read the state under the lock, once: another process may have
             # installed this very release while we waited.
             snapshot = self.read_state()
             outcome = self._update_locked(request, snapshot, progress or silent, cancel or (lambda: False))
-            return with_recovery(outcome, recovered)
+            return with_recovery(replace(outcome, smoke=self.verifier.smoke_report), recovered)
 
     def finish_trial(self, emit: ProgressCallback) -> str | None:
         """Revert a switch whose owner died before its check's verdict (caller holds the lock; runtime.trial).
@@ -426,12 +427,14 @@ class Installer:
         self.home.ensure()
         with self.lock.hold("use", timeout=lock_timeout):
             recovered = self.finish_trial(emit)
+            self.verifier.smoke_report = None
             snapshot = HomeSnapshot.read(self.home)
             target = snapshot.load(name)
             active = self._active_for_replacement(snapshot)
             if active is not None and active.name == target.name and not snapshot.problems(active, hash_binary=True):
                 return with_recovery(UpdateOutcome("up_to_date", active, snapshot.previous()), recovered)
-            return with_recovery(self.activate_installed(target, active, emit, [], snapshot=snapshot), recovered)
+            outcome = self.activate_installed(target, active, emit, [], snapshot=snapshot)
+            return with_recovery(replace(outcome, smoke=self.verifier.smoke_report), recovered)
 
     def reverify(self, target: InstalledRuntime, emit: ProgressCallback, snapshot: HomeSnapshot | None = None) -> bool:
         """Whether the installed ``target`` still passes verification (a failure is logged).

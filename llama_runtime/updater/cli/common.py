@@ -132,7 +132,7 @@ def outcome_lines(outcome: UpdateOutcome) -> list[str]:
         lines.append(f"The running llama-server was restarted on {m.tag}.")
         if outcome.server.reload_required:
             lines.append("Reload your model to use it.")
-    return lines + gate_lines(outcome.server)
+    return lines + gate_lines(outcome.server) + ([outcome.smoke.line()] if outcome.smoke else [])
 
 
 def attempt_lines(outcome: UpdateOutcome) -> list[str]:

@@ -44,6 +44,11 @@ def add_gate_arguments(parser: argparse.ArgumentParser, *, smoke: bool) -> None:
             metavar="PATH.gguf",
             help="run the staged llama-server on this model first",
         )
+        parser.add_argument(
+            "--smoke-args",
+            metavar="ARGS",
+            help="llama-server arguments for the smoke run, one string (e.g. '--device Vulkan0 -ngl 99 -t 8 -c 1024')",
+        )
 
 
 def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
@@ -66,6 +71,9 @@ def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
     smoke = getattr(args, "smoke_model", None)
     if smoke:
         policy = dataclasses.replace(policy, smoke_model=Path(smoke))
+    extra = getattr(args, "smoke_args", None)
+    if extra is not None:
+        policy = dataclasses.replace(policy, smoke_args=split_args(extra, "--smoke-args"))
     if policy.smoke_model is not None:
         policy = dataclasses.replace(policy, smoke_model=validate_gguf(policy.smoke_model))
     return policy
@@ -99,6 +107,25 @@ def positive_seconds(value: str, flag: str) -> float | None:
             "or auto to scale the limit to the model and device."
         )
     return seconds
+
+
+def split_args(text: str, flag: str) -> tuple[str, ...]:
+    """``text`` split as a shell would (quotes kept together).
+
+    Raises:
+        UserInputError: Unbalanced quotes, or more than 64 arguments.
+    """
+    import shlex
+
+    from llama_runtime.runtime.errors import UserInputError
+
+    try:
+        parts = shlex.split(text)
+    except ValueError as exc:
+        raise UserInputError(f"Invalid {flag} '{text}': {exc}. Give the arguments as one quoted string.") from None
+    if len(parts) > 64:
+        raise UserInputError(f"Invalid {flag}: {len(parts)} arguments; give at most 64.")
+    return tuple(parts)
 
 
 def speed_text(speed: Speed | None) -> str:
