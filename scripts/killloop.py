@@ -33,6 +33,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -310,7 +311,10 @@ def main() -> int:
         if args.serve:
             model = root / "stand-in.gguf"
             model.write_bytes(b"GGUF")  # the stand-in loads nothing; -m makes the gate run its check
-            start = [*cli(home, github.api_url, "server", "start"), "--", "-m", str(model)]  # home before --
+            with socket.socket() as probe:  # a free port: 8080 (the default) may be another program's
+                probe.bind(("127.0.0.1", 0))
+                port = str(probe.getsockname()[1])
+            start = [*cli(home, github.api_url, "server", "start"), "--", "-m", str(model), "--port", port]
             done = subprocess.run(start, capture_output=True, timeout=EXIT_WAIT_SECONDS, check=False)
             if done.returncode != 0:
                 raise SystemExit(f"the server did not start: {done.stdout[-300:]!r} {done.stderr[-300:]!r}")

@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import json
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -378,10 +379,23 @@ class InferenceGate:
         self.state_dir = state_dir
 
     def measure(
-        self, url: str, args: Sequence[str], *, backend: str | None = None, samples: int = 1
+        self,
+        url: str,
+        args: Sequence[str],
+        *,
+        backend: str | None = None,
+        samples: int = 1,
+        deadline: float | None = None,
     ) -> InferenceResult:
-        """``samples`` completion requests against the server at ``url`` started with ``args``, under one limit."""
+        """``samples`` completion requests against the server at ``url`` started with ``args``.
+
+        Under their own limits (:func:`check_limits`), or what is left until ``deadline``
+        (monotonic seconds), the one limit of a whole check.
+        """
         limits = check_limits(self.policy, args, backend, samples)
+        if deadline is not None:
+            left = max(deadline - time.monotonic(), 0.001)
+            limits = Limits(overall=left, first_token=min(limits.first_token, left))
         return self.probe(
             url,
             timeout=limits.overall,
@@ -416,7 +430,11 @@ class InferenceGate:
         not timed; :attr:`GatePolicy.samples` more requests are, under the same
         overall limit. A drop beyond the limit is measured once more before it acts.
         """
-        first = self.measure(url, args, backend=new.marker.backend, samples=1)
+        # One limit for the whole check: its own request and every timed one (a second round included).
+        deadline = (
+            time.monotonic() + check_limits(self.policy, args, new.marker.backend, 1 + 2 * self.policy.samples).overall
+        )
+        first = self.measure(url, args, backend=new.marker.backend, samples=1, deadline=deadline)
         if not first.ok:
             return Verdict(False, f"its completion request failed: {first.reason}")
         key = model_key(args)
@@ -426,7 +444,7 @@ class InferenceGate:
         warnings = answer_warnings(
             first.content, first.repeats, old.answer if old else None, old_name=_name(current), new_name=_name(new)
         )
-        verdict = self._speed_verdict(url, args, new, current, old, first)
+        verdict = self._speed_verdict(url, args, new, current, old, first, deadline)
         self._store(new, key, args, first, verdict.speed_samples)
         return dataclasses.replace(
             verdict.verdict,
@@ -443,17 +461,19 @@ class InferenceGate:
         current: InstalledRuntime | None,
         old: Measure | None,
         first: InferenceResult,
+        deadline: float,
     ) -> _Timed:
         """Time the new server and judge it against ``old``'s samples (a drop is confirmed once)."""
         samples = self.policy.samples
-        timed = self.measure(url, args, backend=new.marker.backend, samples=samples) if samples > 0 else first
+        backend = new.marker.backend
+        timed = self.measure(url, args, backend=backend, samples=samples, deadline=deadline) if samples > 0 else first
         if not timed.ok:
             return _Timed(Verdict(False, f"its completion request failed: {timed.reason}"), ())
         taken = timed.samples or first.samples
         old_samples = old.samples if old else ()
         verdict = self._judge(old_samples, taken, current, new)
         if not verdict.ok or verdict.warnings:
-            again = self.measure(url, args, backend=new.marker.backend, samples=samples)
+            again = self.measure(url, args, backend=backend, samples=samples, deadline=deadline)
             if again.ok and again.samples:
                 # The better of two rounds: a slowdown must show twice before it acts.
                 better = max(
