@@ -242,13 +242,22 @@ def median_speed(samples: Sequence[Speed]) -> Speed | None:
 
 
 def spread(samples: Sequence[Speed]) -> float:
-    """The relative range of the counted figures over ``samples`` (0 for fewer than two): the noise seen."""
+    """The noise the samples show: the median absolute deviation over the median, of each counted figure.
+
+    The median deviation, not the range: one request a scheduler delayed moves
+    the range, not this. 0 for fewer than two samples.
+    """
     if len(samples) < 2:
         return 0.0
     figures = [[s.predicted_per_second for s in samples]]
     if all(_prompt_counts(s) for s in samples):
         figures.append([s.prompt_per_second for s in samples])
-    return max((max(f) - min(f)) / statistics.median(f) for f in figures)
+    return max(_relative_mad(f) for f in figures)
+
+
+def _relative_mad(values: Sequence[float]) -> float:
+    middle = statistics.median(values)
+    return statistics.median(abs(v - middle) for v in values) / middle
 
 
 def _prompt_counts(speed: Speed) -> bool:
@@ -278,9 +287,10 @@ def judge(
 ) -> Verdict:
     """Whether ``new`` is acceptably fast next to ``old`` under ``policy``.
 
-    A drop acts (warns, or rolls back) only when it exceeds both ``max_slowdown``
-    and ``noise``, the relative spread the samples of the two runtimes showed;
-    a larger drop within the noise is reported as such, with the figures.
+    A drop acts (warns, or rolls back) only when it exceeds ``max_slowdown`` by
+    more than ``noise``, the spread the samples of the two runtimes showed
+    (:func:`spread`, summed): it must exceed both. A drop beyond the limit but
+    within the noise is reported as such, with the figures.
     """
     if old is None or new is None or policy.max_slowdown is None:
         return Verdict(True, speed=new, previous_speed=old)
@@ -291,10 +301,10 @@ def judge(
         f"(prompt {new.prompt_per_second:.1f} vs {old.prompt_per_second:.1f} tokens/s, "
         f"generation {new.predicted_per_second:.1f} vs {old.predicted_per_second:.1f} tokens/s"
     )
-    if drop <= noise:
+    if drop <= policy.max_slowdown + noise:
         within = (
             f"{new_name} measured {drop:.0%} slower than {old_name}, within noise: the samples varied by "
-            f"{noise:.0%} {figures}; the limit is {policy.max_slowdown:.0%})"
+            f"{noise:.0%} {figures}; the limit is {policy.max_slowdown:.0%} plus that)"
         )
         return Verdict(True, speed=new, previous_speed=old, noise=within)
     sentence = (
@@ -414,11 +424,12 @@ class InferenceGate:
         if key is None or current is None or self.state_dir is None:
             return
         backend = current.marker.backend
-        result = self.measure(url, args, backend=backend, samples=self.policy.samples)
-        if not result.ok or not result.samples:
+        # One request more than timed: a server restarted without a request since pays one-time costs first.
+        result = self.measure(url, args, backend=backend, samples=self.policy.samples + 1)
+        if not result.ok or len(result.samples) < 2:
             log.warning("could not measure the running server before the switch", reason=result.reason)
             return
-        self._store(current, key, args, result, result.samples)
+        self._store(current, key, args, result, result.samples[1:])
         log.info(
             "measured the running server", model=key, **(median_speed(result.samples) or result.samples[0]).to_json()
         )
@@ -489,7 +500,7 @@ class InferenceGate:
         current: InstalledRuntime | None,
         new: InstalledRuntime,
     ) -> Verdict:
-        noise = max(spread(old_samples), spread(new_samples))
+        noise = spread(old_samples) + spread(new_samples)
         return judge(
             median_speed(old_samples),
             median_speed(new_samples),
