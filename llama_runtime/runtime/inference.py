@@ -308,7 +308,7 @@ def post_json(
 
 def _raise_if_expired(expired: str, timeout: float, first_token_timeout: float, received: int) -> None:
     if expired == "first_token" and first_token_timeout < timeout:
-        raise DeadlineError(f"within {first_token_timeout:g} s", first_token=True)
+        raise DeadlineError(f"within {_seconds(first_token_timeout)} s", first_token=True)
     if expired:
         raise DeadlineError(f"timed out; {received} bytes had arrived", first_token=False)
 
@@ -368,13 +368,18 @@ def probe_inference(
     return dataclasses.replace(best, seconds=clock() - started, samples=tuple(speeds))
 
 
+def _seconds(value: float) -> str:
+    """``4`` for 3.99994 (a limit counted down from 4 s), ``0.3``, ``3600``: what a person set."""
+    return f"{round(value, 1):g}"
+
+
 def _no_answer(url: str, exc: OSError, timeout: float) -> str:
     if isinstance(exc, DeadlineError):
         if exc.first_token:
-            return f"no first token from {url} {exc} (the whole answer had {timeout:g} s)"
-        return f"no complete answer from {url} within {timeout:g} s ({exc})"
+            return f"no first token from {url} {exc} (the whole answer had {_seconds(timeout)} s)"
+        return f"no complete answer from {url} within {_seconds(timeout)} s ({exc})"
     reason = "timed out" if "timed out" in str(exc) else str(exc)
-    return f"no answer from {url} within {timeout:g} s ({reason})"
+    return f"no answer from {url} within {_seconds(timeout)} s ({reason})"
 
 
 def _faster(a: InferenceResult, b: InferenceResult) -> InferenceResult:
