@@ -76,7 +76,7 @@ from llama_runtime.updater.progress import CancelCheck, Progress, ProgressCallba
 from llama_runtime.updater.release.channel import Channel, ResolvedRelease
 from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 from llama_runtime.updater.stage.streaming import FetchOptions
-from llama_runtime.updater.verify.gate import GatePolicy, record_speeds
+from llama_runtime.updater.verify.gate import GatePolicy
 from llama_runtime.updater.verify.installed import active_state, describe
 from llama_runtime.updater.verify.provenance import ProvenanceCheck
 from llama_runtime.updater.verify.verifier import Verifier
@@ -480,7 +480,8 @@ class Installer:
             emit(Progress("verify", message=f"verifying the installed {describe(target)}"))
             self.verifier.verify_installed(target, snapshot)
         name = f"{target.marker.tag} ({target.marker.backend})"
-        record_speeds(target, self.verifier.smoke(target.binary, name, active, emit, warnings))
+        self.verifier.smoke(target.binary, name, active, emit, warnings)
+        self.verifier.keep_smoke_figure(target)  # in the home's state: an installed runtime is never written
         emit(Progress("activate", message="activating"))
         return self.activation.activate_installed(target, active, warnings, snapshot=snapshot)
 

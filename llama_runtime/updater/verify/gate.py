@@ -1,18 +1,21 @@
-"""The inference gate: a switch is complete only once the new server generates.
+"""The inference gate: a switch is complete only once the new server generates a real answer.
 
 After a switch restarts llama-server on a new runtime and ``/health`` answers,
-the gate sends the fixed completion request of :mod:`runtime.inference`. A
-failure (error, timeout, empty output) fails the switch like an unhealthy
-server: flip back, restart the old server, exit 6 with the reason.
+the gate sends the fixed completion request of :mod:`runtime.inference`, under
+one wall-clock limit for the whole check and a first-token limit, both scaled to
+the model and device (:func:`check_limits`). A failure (error, timeout, a crash
+mid-answer, empty or whitespace output, a broken body) fails the switch like an
+unhealthy server: flip back, restart the old server, exit 6 with the reason. A
+changed greedy answer or one token repeated throughout warns.
 
-The same request times prompt and generation speed. Each runtime's marker keeps
-its figures per model (``speeds``), so the new runtime is compared with the one
-it replaces on the very same request and server arguments; when the old
-runtime has no figure on record, it is measured before its server is stopped.
-A drop beyond ``max_slowdown`` warns, or rolls back when the caller asked for
-that (see the README, "Inference gate", for why warning is the default).
+The same request, timed several times on the old server just before it stops
+and on the new one right after its check, is the speed guard: medians are
+compared, and a drop acts (warns, or rolls back when the caller asked for that)
+only beyond the limit plus the noise the samples showed. Answers and figures
+live in the home's state (:mod:`.measures`), per runtime, model and arguments.
+docs/inference-gate.md says why and how.
 
-Pure decisions (:func:`model_key`, :func:`slowdown`, :func:`judge`) do no IO.
+Pure decisions (:func:`model_key`, :func:`slowdown`, :func:`judge`, :func:`spread`) do no IO.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import hashlib
 import json
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -32,7 +35,6 @@ from llama_runtime.runtime.fsutil import read_record, write_record
 from llama_runtime.runtime.inference import GATE_TOKENS, InferenceResult, Speed, probe_inference
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.listen import arg_value
-from llama_runtime.runtime.marker import read_marker, write_marker
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.verify.measures import Measure, load_measure, store_measure
 
@@ -342,20 +344,6 @@ def recorded_speed(runtime: InstalledRuntime | None, key: str, fingerprint: str)
     if record is None or record.get("args") != fingerprint:
         return None
     return Speed.from_json(record)
-
-
-def record_speed(runtime: InstalledRuntime, key: str, fingerprint: str, speed: Speed, measured_at: str) -> None:
-    """Keep ``speed`` in ``runtime``'s marker."""
-    record_speeds(runtime, {key: {**speed.to_json(), "args": fingerprint, "measured_at": measured_at}})
-
-
-def record_speeds(runtime: InstalledRuntime, records: Mapping[str, Mapping[str, object]]) -> None:
-    """Merge ``records`` (model key -> figures) into ``runtime``'s marker, read again so no field is lost."""
-    if not records:
-        return
-    marker = read_marker(runtime.path)
-    speeds = {**marker.speeds, **{key: dict(value) for key, value in records.items()}}
-    write_marker(runtime.path, dataclasses.replace(marker, speeds=speeds))
 
 
 # -- the gate ------------------------------------------------------------------------------

@@ -28,9 +28,9 @@ from llama_runtime.updater.verify.gate import (
     Verdict,
     args_fingerprint,
     judge,
-    record_speed,
     recorded_speed,
 )
+from llama_runtime.updater.verify.measures import Measure, load_measure, store_measure
 
 log = get_logger("llama_runtime.smoke")
 
@@ -161,7 +161,7 @@ def smoke_check(
     model = policy.smoke_model
     assert model is not None
     key, fingerprint = model.name, args_fingerprint(smoke_args(model, policy.smoke_args))
-    old_speed = recorded_speed(active, key, fingerprint)
+    old_speed = _on_record(smoke.scratch.parent, active, key, fingerprint)
     if active is not None and old_speed is None and policy.max_slowdown is not None:
         old_speed = _baseline(smoke, active, model, key, fingerprint, clock)
     result = smoke.run(staged_binary, model)
@@ -187,13 +187,34 @@ def live_server_beside(home_root: Path, policy: GatePolicy) -> int | None:
 def _baseline(
     smoke: SmokeRun, active: InstalledRuntime, model: Path, key: str, fingerprint: str, clock: Callable[[], str]
 ) -> Speed | None:
-    """The active runtime's figure on the smoke model, measured now and kept in its marker."""
+    """The active runtime's figure on the smoke model, measured now and kept in the home's state (.measures)."""
     result = smoke.run(active.binary, model)
     if not result.ok or result.speed is None:
         log.warning("the active runtime could not run the smoke model", reason=result.reason)
         return None
-    record_speed(active, key, fingerprint, result.speed, clock())
+    store_smoke_figure(smoke.scratch.parent, active, key, fingerprint, result, clock())
     return result.speed
+
+
+def _on_record(home_root: Path, runtime: InstalledRuntime | None, key: str, fingerprint: str) -> Speed | None:
+    """``runtime``'s smoke figure: the home's state first, then what its marker got at install."""
+    if runtime is None:
+        return None
+    measure = load_measure(home_root, runtime.name, key, fingerprint)
+    if measure is not None and measure.speed is not None:
+        return measure.speed
+    return recorded_speed(runtime, key, fingerprint)
+
+
+def store_smoke_figure(
+    home_root: Path, runtime: InstalledRuntime, key: str, fingerprint: str, result: InferenceResult, when: str
+) -> None:
+    """Keep an installed runtime's smoke result in the home's state: its directory is never written again."""
+    samples = result.samples or ((result.speed,) if result.speed else ())
+    store_measure(
+        home_root,
+        Measure(runtime.name, key, fingerprint, result.content, result.speed, tuple(samples), when),
+    )
 
 
 def _log_tail(server: ManagedServer) -> str:
