@@ -24,7 +24,7 @@ With ``--guard N`` it measures the speed guard instead (issue 27), per variant:
 
 Usage:
     GGML_VK_VISIBLE_DEVICES=0 .venv/bin/python scripts/bench_gate.py [--repeat 5] [--variants cpu,vulkan] [--json]
-    GGML_VK_VISIBLE_DEVICES=0 .venv/bin/python scripts/bench_gate.py --guard 50 --variants cpu
+    GGML_VK_VISIBLE_DEVICES=0 .venv/bin/python scripts/bench_gate.py --guard 50 --slow 20 --variants cpu
 
 Not part of the test suite; needs the test extra (the real build and gguf).
 """
@@ -153,7 +153,9 @@ def slow_tarball(workdir: Path, build: Any) -> Path:
     )
 
 
-def guard_variant(variant: str, tarball: Path, slow: Path, model: Path, workdir: Path, n: int) -> dict[str, Any]:
+def guard_variant(
+    variant: str, tarball: Path, slow: Path, model: Path, workdir: Path, n: int, n_slow: int
+) -> dict[str, Any]:
     """False rollbacks between identical builds, and catches of a 30% slower one, at --max-slowdown 20%."""
     home = workdir / f"guard-{variant}"
     with FakeGitHub() as github:
@@ -184,7 +186,7 @@ def guard_variant(variant: str, tarball: Path, slow: Path, model: Path, workdir:
                 gate = payload.get("gate") or {}
                 same["within_noise"] += bool(gate.get("within_noise"))
                 same["drops"].append(_drop(gate))
-            for _ in range(n):
+            for _ in range(n_slow):
                 code, payload, _ = cli(home, api, "use", "b7002", "--max-slowdown", "20%")
                 slower["switches"] += 1
                 if code == 6:
@@ -217,6 +219,9 @@ def main_() -> int:
     parser.add_argument("--variants", default="cpu,vulkan")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--guard", type=int, default=0, metavar="N", help="measure the speed guard over N switches")
+    parser.add_argument(
+        "--slow", type=int, default=None, metavar="N", help="switches to the slower build (default: --guard)"
+    )
     opts = parser.parse_args()
     os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
     build = load_real_build()
@@ -232,7 +237,7 @@ def main_() -> int:
         if opts.guard:
             slow = slow_tarball(workdir, build)
             guarded = [
-                guard_variant(v, tarball, slow, model, workdir, opts.guard)
+                guard_variant(v, tarball, slow, model, workdir, opts.guard, opts.slow or opts.guard)
                 for v in opts.variants.split(",")
                 if v.strip()
             ]

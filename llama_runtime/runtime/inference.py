@@ -242,6 +242,32 @@ class DeadlineError(TimeoutError):
 Poster = Callable[[str, bytes, Mapping[str, str], float, float], tuple[int, bytes]]
 
 
+class _Watchdog:
+    """Shuts a connection's socket when the first byte or the whole answer is late (a wall-clock limit)."""
+
+    def __init__(self, timeout: float, first_token_timeout: float) -> None:
+        import threading
+
+        self.timeout, self.first_token_timeout = timeout, first_token_timeout
+        self.started = time.monotonic()
+        self.first_byte = False
+        self.expired = ""
+        self.sockets: list[Any] = []  # the connection drops its reference once a response will close
+        self.done = threading.Event()
+        threading.Thread(target=self._watch, name="completion-deadline", daemon=True).start()
+
+    def _watch(self) -> None:
+        import socket
+
+        if not self.done.wait(max(self.first_token_timeout, 0.0)) and not self.first_byte:
+            self.expired = "first_token"
+        elif not self.done.wait(max(self.timeout - (time.monotonic() - self.started), 0.0)):
+            self.expired = "overall"
+        for sock in self.sockets if self.expired else ():
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
 def post_json(
     url: str, body: bytes, headers: Mapping[str, str], timeout: float, first_token_timeout: float
 ) -> tuple[int, bytes]:
@@ -257,33 +283,15 @@ def post_json(
         OSError: No answer (refused, reset).
     """
     import http.client
-    import socket
-    import threading
     import urllib.parse
 
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=max(timeout, 0.01))
-    started = time.monotonic()
-    state = {"first_byte": False, "expired": ""}
-    done = threading.Event()
-    sockets: list[socket.socket] = []  # the connection drops its reference once a response will close
-
-    def watchdog() -> None:
-        if not done.wait(max(first_token_timeout, 0.0)) and not state["first_byte"]:
-            state["expired"] = "first_token"
-        elif not done.wait(max(timeout - (time.monotonic() - started), 0.0)):
-            state["expired"] = "overall"
-        for sock in sockets if state["expired"] else ():
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    guard = threading.Thread(target=watchdog, name="completion-deadline", daemon=True)
-    guard.start()
+    guard = _Watchdog(timeout, first_token_timeout)
     chunks: list[bytes] = []
     try:
         conn.connect()
-        if conn.sock is not None:
-            sockets.append(conn.sock)
+        guard.sockets.append(conn.sock)
         conn.request("POST", parts.path or "/", body=body, headers=dict(headers))
         response = conn.getresponse()
         size = 0
@@ -291,18 +299,18 @@ def post_json(
             chunk = response.read1(64 * 1024)
             if not chunk:
                 break
-            state["first_byte"] = True
+            guard.first_byte = True
             chunks.append(chunk)
             size += len(chunk)
         status = int(response.status)
     except (OSError, http.client.HTTPException) as exc:
-        if not state["expired"]:
+        if not guard.expired:
             raise OSError(str(exc) or type(exc).__name__) from exc
         status = 0
     finally:
-        done.set()
+        guard.done.set()
         conn.close()
-    _raise_if_expired(str(state["expired"]), timeout, first_token_timeout, sum(map(len, chunks)))
+    _raise_if_expired(guard.expired, timeout, first_token_timeout, sum(map(len, chunks)))
     return status, b"".join(chunks)[:MAX_BODY_BYTES]
 
 
