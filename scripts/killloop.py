@@ -14,6 +14,14 @@ Usage::
 
 Prints the figures (kills by signal, which moment they hit, exit codes,
 leftovers, failures) and exits 1 when any iteration left no working runtime.
+
+With ``--serve`` a managed server runs throughout (a stand-in that answers
+``/health`` and a streamed ``/completion``, slowly enough that random kills
+land inside the switch), and named kills include the switch's own points
+(the old server's stop, the health wait, the completion check). A kill that
+leaves a trial (``<home>/trial.json``) must be finished by the next locking
+command (``gc``): afterwards the runtime active before the update is active,
+its server runs with the same arguments and generates.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -36,7 +45,10 @@ from typing import Any, Final
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llama_runtime.updater.checkpoints import CHECKPOINTS, KILL_AT_ENV  # noqa: E402
+from llama_runtime.runtime.inference import probe_inference  # noqa: E402
+from llama_runtime.runtime.layout import Home  # noqa: E402
+from llama_runtime.runtime.server import ManagedServer  # noqa: E402
+from llama_runtime.updater.checkpoints import CHECKPOINTS, KILL_AT_ENV, SWITCH_CHECKPOINTS  # noqa: E402
 from tests.archives import build_release_archive  # noqa: E402
 from tests.fakegithub import FakeGitHub  # noqa: E402
 
@@ -65,25 +77,52 @@ class Figures:
     finished_before_signal: int = 0
     active_changed: int = 0
     leftovers_seen: int = 0
+    trials_left: int = 0
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
 
-def stand_in_server(tag: str) -> bytes:
+def stand_in_server(tag: str, *, serve: bool = False) -> bytes:
     return (
         "#!/bin/sh\n"
         'case "$1" in\n'
         f"  --version) echo 'version: {tag[1:]} (kill-loop stand-in)' >&2; exit 0 ;;\n"
         "  --list-devices) echo 'Available devices:'; exit 0 ;;\n"
-        "esac\nexit 0\n"
+        "esac\n" + (f'exec {sys.executable} "$(dirname "$0")/serve.py" "$@"\n' if serve else "exit 0\n")
     ).encode()
 
 
-def publish(github: FakeGitHub, work: Path) -> None:
+#: The served stand-in: /health, and a streamed completion of 8 tokens over ~0.2 s.
+SERVE_PY: Final = b"""
+import json, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "15"); self.end_headers()
+        self.wfile.write(b'{"status":"ok"}')
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
+        for i, piece in enumerate("abcdefgh"):
+            time.sleep(0.025)
+            self.wfile.write(b"data: " + json.dumps({"content": piece, "stop": False}).encode() + b"\\n\\n")
+        final = {"content": "", "stop": True, "tokens_predicted": 8, "timings": {"prompt_n": 30,
+                 "prompt_per_second": 1000.0, "predicted_n": 8, "predicted_per_second": 40.0}}
+        self.wfile.write(b"data: " + json.dumps(final).encode() + b"\\n\\n")
+    def log_message(self, *a):
+        pass
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def publish(github: FakeGitHub, work: Path, *, serve: bool = False) -> None:
     runtime_lib = os.urandom(LIB_BYTES // 4)  # identical in every build: stored once (hard links), killed mid-share
     for tag in TAGS:
         files: dict[str, bytes | Path] = {
-            "llama-server": stand_in_server(tag),
+            "llama-server": stand_in_server(tag, serve=serve),
+            **({"serve.py": SERVE_PY} if serve else {}),
             # Incompressible bytes: a kill can land mid-download, mid-hash and mid-extraction.
             "libllama.so.0.0.1": os.urandom(LIB_BYTES),
             "libruntime.so.1": runtime_lib,
@@ -134,12 +173,41 @@ def working_runtime(home: Path, api_url: str) -> tuple[bool, str, str | None]:
     return True, "", str(status["active"]["tag"])
 
 
-def one_iteration(rng: random.Random, home: Path, api_url: str, window: float, figures: Figures, before: str) -> str:
+def serving_after_trial(home: Path, api_url: str, figures: Figures) -> str | None:
+    """With a server: finish a trial a kill left (``gc`` locks), then check the server serves; why not, or None."""
+    trial_path = home / "trial.json"
+    reverts_to = json.loads(trial_path.read_text())["before"]["active"] if trial_path.is_file() else None
+    if trial_path.is_file():
+        figures.trials_left += 1
+        code, payload = run(home, api_url, "gc")
+        if code != 0:
+            return f"gc after a killed switch exited {code}: {json.dumps(payload)[:300]}"
+        if trial_path.exists():
+            return "the trial is still on record after gc"
+    active = json.loads((home / "active.json").read_text()).get("active")
+    if reverts_to is not None and active != reverts_to:
+        return f"a killed switch left {active} active, not {reverts_to}, after gc"
+    server = ManagedServer(Home(home).server_dir)
+    status = server.status()
+    if not (status.running and status.healthy):
+        return f"the server is not serving: {status.to_json()}"
+    if status.runtime_name != active:
+        return f"the server runs {status.runtime_name}, the pointer names {active}"
+    url = server.endpoint()
+    if url is None or not probe_inference(url, timeout=30, samples=1).ok:
+        return "the server does not generate"
+    return None
+
+
+def one_iteration(
+    rng: random.Random, home: Path, api_url: str, window: float, figures: Figures, before: str, serve: bool = False
+) -> str:
     target = rng.choice([t for t in TAGS if t != before] or list(TAGS))
     env = dict(os.environ)
     at_checkpoint = rng.random() < CHECKPOINT_SHARE
     if at_checkpoint:
-        env[KILL_AT_ENV] = rng.choice([c for c in CHECKPOINTS if c != "during_gc"])
+        points = [c for c in CHECKPOINTS if c != "during_gc"] + (list(SWITCH_CHECKPOINTS) if serve else [])
+        env[KILL_AT_ENV] = rng.choice(points)
         figures.signals[f"SIGKILL at {env[KILL_AT_ENV]}"] += 1
     update = subprocess.Popen(
         cli(home, api_url, "update", "--tag", target, "--backend", "cpu"),
@@ -184,6 +252,10 @@ def one_iteration(rng: random.Random, home: Path, api_url: str, window: float, f
     for where in ("staging", "downloads"):  # what a killed update left for the next one to clean or resume
         directory = home / where
         figures.leftovers_seen += len(os.listdir(directory)) if directory.is_dir() else 0
+    if serve:
+        why_not = serving_after_trial(home, api_url, figures)
+        if why_not is not None:
+            figures.failures.append(f"iteration {figures.iterations}: {why_not}")
     ok, why, tag = working_runtime(home, api_url)
     if not ok:
         figures.failures.append(f"iteration {figures.iterations}: no working runtime after {signame}: {why}")
@@ -213,6 +285,7 @@ def report(figures: Figures, window: float) -> None:
     print(f"update exit codes:       {dict(sorted(figures.update_exits.items()))}")
     print(f"racer exit codes:        {dict(sorted(figures.racer_exits.items()))}")
     print(f"active runtime changed:  {figures.active_changed} times")
+    print(f"trials left by kills:    {figures.trials_left} (each reverted by the next gc)")
     print(f"leftovers seen:          {figures.leftovers_seen} staging/partial entries (cleaned or resumed later)")
     print(f"wall time:               {figures.seconds:.0f} s")
     print(f"working runtime after every iteration: {'yes' if not figures.failures else 'NO'}")
@@ -224,6 +297,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--serve", action="store_true", help="keep a managed (stand-in) server running throughout")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
     rng = random.Random(seed)
@@ -232,23 +306,35 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="killloop-") as tmp, FakeGitHub() as github:
         root = Path(tmp)
         home = root / "home"
-        publish(github, root)
+        publish(github, root, serve=args.serve)
         code, payload = run(home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
         if code != 0:
             raise SystemExit(f"the first install failed: {payload}")
+        if args.serve:
+            model = root / "stand-in.gguf"
+            model.write_bytes(b"GGUF")  # the stand-in loads nothing; -m makes the gate run its check
+            with socket.socket() as probe:  # a free port: 8080 (the default) may be another program's
+                probe.bind(("127.0.0.1", 0))
+                port = str(probe.getsockname()[1])
+            start = [*cli(home, github.api_url, "server", "start"), "--", "-m", str(model), "--port", port]
+            done = subprocess.run(start, capture_output=True, timeout=EXIT_WAIT_SECONDS, check=False)
+            if done.returncode != 0:
+                raise SystemExit(f"the server did not start: {done.stdout[-300:]!r} {done.stderr[-300:]!r}")
         window = measure_window(home, github.api_url)
         outside = snapshot_outside(root, home)
         active = "b7001"
         started = time.monotonic()
         for i in range(args.iterations):
             figures.iterations = i + 1
-            active = one_iteration(rng, home, github.api_url, window, figures, active)
+            active = one_iteration(rng, home, github.api_url, window, figures, active, args.serve)
         figures.seconds = time.monotonic() - started
         if snapshot_outside(root, home) != outside:
             figures.failures.append("files outside the home changed")
         code, payload = run(home, github.api_url, "update", "--tag", "b7003", "--backend", "cpu")
         if code != 0 or not working_runtime(home, github.api_url)[0]:
             figures.failures.append(f"a final clean update failed: {payload}")
+        if args.serve:
+            run(home, github.api_url, "server", "stop")
     report(figures, window)
     return 1 if figures.failures else 0
 

@@ -18,16 +18,23 @@ import pytest
 
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.inference import Speed, completion_request, parse_completion, probe_inference
+from llama_runtime.updater.cli.gateopts import positive_seconds
 from llama_runtime.updater.verify.gate import (
+    CPU_FACTOR,
+    FIRST_TOKEN_BASE_SECONDS,
     GatePolicy,
+    answer_warnings,
     api_key,
     args_fingerprint,
+    check_limits,
     judge,
     load_gate_settings,
+    median_speed,
     model_key,
     parse_slowdown,
     save_gate_settings,
     slowdown,
+    spread,
     validate_gguf,
 )
 from tests.tinymodel import write_tiny_llama
@@ -68,8 +75,13 @@ class _Completion(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            if server.drip:  # one byte at a time: every read gets something, the whole never comes in time
+                for byte in data:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(server.drip)
             self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, OSError):
             pass  # the probe gave up waiting, as the timeout test wants
 
     def log_message(self, format: str, *args: object) -> None:
@@ -79,7 +91,7 @@ class _Completion(BaseHTTPRequestHandler):
 @pytest.fixture
 def llama() -> Iterator[Any]:
     server: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Completion)
-    server.requests, server.answers, server.delay = [], [(200, REAL_ANSWER)], 0.0
+    server.requests, server.answers, server.delay, server.drip = [], [(200, REAL_ANSWER)], 0.0, 0.0
     server.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -124,7 +136,7 @@ def test_probe_that_gets_no_answer_within_the_time_limit_fails_with_timed_out(ll
     llama.delay = 2.0
     started = time.monotonic()
     result = probe_inference(llama.url, timeout=0.3)
-    assert not result.ok and "within 0.3 s (timed out)" in result.reason
+    assert not result.ok and "within 0.3 s (timed out" in result.reason
     assert time.monotonic() - started < 1.5
 
 
@@ -243,3 +255,140 @@ def test_stored_settings_round_trip_and_damaged_values_fall_back_to_defaults(tmp
     assert load_gate_settings(tmp_path) == GatePolicy()
     (tmp_path / "gate.json").write_text("not json")
     assert load_gate_settings(tmp_path) == GatePolicy()
+
+
+# -- deadlines, streamed answers and broken ones ---------------------------------------------
+
+
+def _stream(pieces: list[str], *, final: bool = True) -> bytes:
+    """A streamed answer shaped like the real build's: one event per token, then the final event."""
+    events = [{"index": 0, "content": p, "stop": False, "tokens_predicted": i + 1} for i, p in enumerate(pieces)]
+    if final:
+        events.append({**REAL_ANSWER, "content": "", "tokens_predicted": len(pieces)})
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+
+
+def test_a_server_that_drips_its_answer_fails_at_the_overall_limit(llama: Any) -> None:
+    llama.drip = 0.05  # one byte every 50 ms: each read is quick, the ~500-byte answer takes ~25 s
+    started = time.monotonic()
+    result = probe_inference(llama.url, timeout=1.0, samples=1)
+    took = time.monotonic() - started
+    assert not result.ok and "within 1 s (timed out;" in result.reason, result.reason
+    assert took < 2.0, f"the limit is a limit: {took:.1f} s"
+
+
+def test_a_server_that_stalls_before_its_first_token_fails_at_the_first_token_limit(llama: Any) -> None:
+    llama.delay = 3.0
+    started = time.monotonic()
+    result = probe_inference(llama.url, timeout=10, first_token_timeout=0.5, samples=1)
+    assert not result.ok and "no first token from" in result.reason and "within 0.5 s" in result.reason
+    assert time.monotonic() - started < 2.0
+
+
+def test_streamed_answer_is_joined_timed_and_checked() -> None:
+    result = parse_completion(200, _stream(["J", "K", " b", " X"]))
+    assert result.ok and result.content == "JK b X" and not result.repeats
+    assert result.speed is not None and result.speed.predicted_per_second == pytest.approx(1079.08, abs=0.01)
+
+
+def test_server_that_crashes_mid_answer_fails_the_check() -> None:
+    result = parse_completion(200, _stream(["J", "K"], final=False))
+    assert not result.ok and "ended after 2 tokens without its final event" in result.reason
+
+
+@pytest.mark.parametrize(
+    ("pieces", "reason"),
+    [([" ", " ", " "], "whitespace only"), (["\n"], "whitespace only"), ([], "empty output: 0 tokens")],
+)
+def test_empty_or_whitespace_answer_fails_the_check(pieces: list[str], reason: str) -> None:
+    result = parse_completion(200, _stream(pieces))
+    assert not result.ok and reason in result.reason
+
+
+@pytest.mark.parametrize("pieces", [["G"] * 8, ["!"] * 8])
+def test_one_token_repeated_through_the_answer_passes_with_a_warning(pieces: list[str]) -> None:
+    result = parse_completion(200, _stream(pieces))
+    assert result.ok and result.repeats
+    said = answer_warnings(result.content, result.repeats, None, old_name="b7000 (cpu)", new_name="b7001 (cpu)")
+    assert said == (f"b7001 (cpu) answered the gate's prompt with one token repeated throughout: {result.content!r}.",)
+
+
+def test_repeat_in_a_whole_json_answer_is_seen_in_the_text() -> None:
+    answer = {**REAL_ANSWER, "content": "GGGGGGGG"}
+    assert parse_completion(200, json.dumps(answer).encode()).repeats
+    assert not parse_completion(200, json.dumps(REAL_ANSWER).encode()).repeats
+
+
+def test_changed_answer_warns_with_both_texts() -> None:
+    said = answer_warnings("JK b", False, "JK c", old_name="b7000 (cpu)", new_name="b7001 (cpu)")
+    assert len(said) == 1 and "'JK b' vs 'JK c'" in said[0] and "differently from b7000 (cpu)" in said[0]
+    assert answer_warnings("JK b", False, "JK b", old_name="a", new_name="b") == ()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 100_000 + b"]" * 100_000, b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n", b"data: {\n\n"],
+)
+def test_a_deep_or_malformed_body_is_a_failed_check_not_a_crash(body: bytes) -> None:
+    result = parse_completion(200, body)
+    assert not result.ok and result.reason.startswith("HTTP 200 with a")
+
+
+def test_the_probe_keeps_every_samples_speed(llama: Any) -> None:
+    llama.answers = [(200, _with_speed(100.0, 50.0)), (200, _with_speed(300.0, 40.0)), (200, _with_speed(200.0, 45.0))]
+    result = probe_inference(llama.url, timeout=10, samples=3)
+    assert [s.predicted_per_second for s in result.samples] == [50.0, 40.0, 45.0]
+    assert median_speed(result.samples) == Speed(200.0, 45.0, prompt_n=18, predicted_n=8)
+
+
+# -- the limits and the noise --------------------------------------------------------------
+
+
+def test_limits_scale_with_the_model_and_the_device(tmp_path: Path) -> None:
+    small, big = tmp_path / "small.gguf", tmp_path / "big.gguf"
+    small.write_bytes(b"GGUF")
+    with big.open("wb") as handle:  # sparse: 8 GiB that takes no space
+        handle.truncate(8 * 2**30)
+    tiny = check_limits(GatePolicy(), ["-m", str(small)], "vulkan", 6)
+    assert tiny.first_token == pytest.approx(FIRST_TOKEN_BASE_SECONDS) and tiny.overall > tiny.first_token
+    gpu = check_limits(GatePolicy(), ["-m", str(big)], "cuda", 6)
+    cpu = check_limits(GatePolicy(), ["-m", str(big), "--device", "none"], "vulkan", 6)
+    assert gpu.first_token > tiny.first_token and gpu.overall > tiny.overall
+    extra = cpu.first_token - FIRST_TOKEN_BASE_SECONDS
+    assert extra == pytest.approx((gpu.first_token - FIRST_TOKEN_BASE_SECONDS) * CPU_FACTOR)
+    assert check_limits(GatePolicy(), ["-m", str(big)], "cpu", 6) == cpu
+    fixed = check_limits(GatePolicy(timeout=30.0), ["-m", str(big)], "cuda", 6)
+    assert fixed.overall == 30.0 and fixed.first_token == 30.0  # the first-token limit never exceeds it
+
+
+@pytest.mark.parametrize(("text", "value"), [("120", 120.0), ("0.5", 0.5), ("3600", 3600.0), ("auto", None)])
+def test_gate_timeout_accepts_seconds_up_to_an_hour_or_auto(text: str, value: float | None) -> None:
+    assert positive_seconds(text, "--gate-timeout") == value
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "3601", "nan", "soon", ""])
+def test_gate_timeout_outside_its_range_says_what_it_accepts(text: str) -> None:
+    with pytest.raises(UserInputError) as caught:
+        positive_seconds(text, "--gate-timeout")
+    assert "greater than 0 and at most 3600" in caught.value.message and "or auto" in caught.value.message
+
+
+def test_a_slowdown_within_the_measured_spread_is_reported_as_noise_not_acted_on() -> None:
+    old = [Speed(1000.0, 100.0), Speed(1000.0, 90.0), Speed(1000.0, 110.0), Speed(1000.0, 100.0), Speed(1000.0, 60.0)]
+    new = [Speed(1000.0, 75.0), Speed(1000.0, 70.0), Speed(1000.0, 80.0), Speed(1000.0, 75.0), Speed(1000.0, 74.0)]
+    # The median deviation: one slow request (60) does not widen it.
+    assert spread(old) == pytest.approx(0.10) and spread(new) == pytest.approx(1 / 75)
+    noise = spread(old) + spread(new)
+    policy = GatePolicy().with_slowdown(0.2, "rollback")
+    verdict = judge(median_speed(old), median_speed(new), policy, old_name="a", new_name="b", noise=noise)
+    assert verdict.ok and not verdict.warnings  # 25% slower, but the limit plus the noise is 31%
+    assert verdict.noise.startswith("b measured 25% slower than a, within noise: the samples varied by 11%")
+    quiet = judge(median_speed(old), median_speed(new), policy, old_name="a", new_name="b", noise=0.02)
+    assert not quiet.ok and quiet.reason.startswith("b is 25% slower than a")
+
+
+def test_a_prompt_figure_of_a_few_milliseconds_is_not_compared() -> None:
+    # 18 prompt tokens at 8000 tokens/s is 2 ms of work: timer noise, however much it moves.
+    old, new = Speed(8000.0, 100.0, prompt_n=18), Speed(2000.0, 99.0, prompt_n=18)
+    assert slowdown(old, new) == pytest.approx(0.01)
+    assert slowdown(Speed(100.0, 100.0, prompt_n=18), Speed(50.0, 99.0, prompt_n=18)) == pytest.approx(0.5)

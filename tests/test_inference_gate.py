@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from llama_runtime import GatePolicy, RuntimeUpdater, save_gate_settings
 from llama_runtime.runtime.inference import probe_inference
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.server import ManagedServer
+from llama_runtime.updater.cli.main import main
 from tests.archives import build_release_archive
 from tests.fakegithub import FakeGitHub
 from tests.helpers import REPO, VULKAN_TAR, assert_runs, run_json
@@ -120,15 +123,20 @@ def test_switch_with_a_loaded_model_completes_after_a_real_completion_on_the_new
     assert gate["speed"]["predicted_per_second"] > 0 and gate["speed"]["prompt_per_second"] > 0
     # b7000 had no figure on record: it was measured on the same request before it stopped.
     assert gate["previous_speed"]["predicted_per_second"] > 0
-    new_speeds, old_speeds = speeds_of(payload["active"]), speeds_of(payload["previous"])
-    assert set(new_speeds) == set(old_speeds) == {"tiny.gguf"}
-    assert new_speeds["tiny.gguf"]["args"] == old_speeds["tiny.gguf"]["args"]
+    # The figures live in the home's state; the runtimes' markers are never written after activation.
+    assert speeds_of(payload["active"]) == speeds_of(payload["previous"]) == {}
+    # The same bytes: the same greedy answer, and no warning about it; a real answer, not one token repeated.
+    assert gate["answer"] == gate["previous_answer"] and gate["answer"].strip()
+    assert len(set(gate["answer"])) > 1 and payload["warnings"] == [], payload["warnings"]
     server = ManagedServer(Home(home).server_dir)
     status = server.status()
     assert status.healthy and status.pid != started["pid"] and status.runtime_name == payload["active"]["name"]
     code, shown = run_json(capsys, home, github.api_url, "status")
-    assert shown["speeds"]["active"]["tiny.gguf"]["predicted_per_second"] > 0
-    assert shown["speeds"]["previous"]["tiny.gguf"]["predicted_per_second"] > 0
+    new_speeds, old_speeds = shown["speeds"]["active"], shown["speeds"]["previous"]
+    assert set(new_speeds) == set(old_speeds) == {"tiny.gguf"}
+    assert new_speeds["tiny.gguf"]["args"] == old_speeds["tiny.gguf"]["args"]
+    assert new_speeds["tiny.gguf"]["predicted_per_second"] > 0 and new_speeds["tiny.gguf"]["samples"] == 5
+    assert old_speeds["tiny.gguf"]["predicted_per_second"] > 0 and old_speeds["tiny.gguf"]["samples"] == 5
 
 
 def test_build_that_answers_health_but_fails_generation_is_rolled_back_and_old_server_serves(
@@ -238,6 +246,48 @@ def test_first_install_with_a_stored_smoke_model_generates_before_activation(
     assert figures["predicted_per_second"] > 0 and figures["prompt_per_second"] > 0
     assert not ManagedServer(Home(home).server_dir).status().running  # the smoke server is gone
     assert list((home / "staging").iterdir()) == []
+
+
+def test_smoke_model_takes_the_users_server_arguments_says_it_ran_beside_the_live_server_and_reports_its_result(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    vk_env: dict[str, str],
+) -> None:
+    started = serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): real_vulkan_tarball})
+    smoke_flags = ("--smoke-model", str(tiny_model), "--smoke-args", "--device none -t 2 -c 256")
+    code, payload = run_json(
+        capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan", *smoke_flags
+    )
+    assert code == 0, payload
+    smoke = payload["smoke"]
+    assert smoke["ok"] is True and smoke["model"] == "tiny.gguf" and smoke["answer"].strip()
+    assert smoke["args"] == ["--device", "none", "-t", "2", "-c", "256"]
+    assert smoke["speed"]["predicted_per_second"] > 0
+    assert smoke["beside_live_server"] == started["pid"]  # both on the CPU: said, not hidden
+    assert any("ran beside the running llama-server" in w for w in payload["warnings"]), payload["warnings"]
+    # The text output says it too.
+    github.add_release(REPO, "b7002", {VULKAN_TAR.format(tag="b7002"): real_vulkan_tarball})
+    code = main(
+        [
+            "update",
+            "--tag",
+            "b7002",
+            "--backend",
+            "vulkan",
+            "--home",
+            str(home),
+            "--api-url",
+            github.api_url,
+            *smoke_flags,
+        ]
+    )
+    text = capsys.readouterr().out
+    assert code == 0 and "smoke model tiny.gguf: generated " in text, text
+    assert "beside the live llama-server" in text
 
 
 def test_smoke_model_the_staged_build_cannot_generate_with_is_rejected_before_activation(
@@ -410,3 +460,91 @@ def test_stored_smoke_model_also_guards_use_of_an_installed_build(
     assert (home / "active.json").read_bytes() == pointer and runtimes_snapshot(home) == before
     code, payload = run_json(capsys, home, github.api_url, "use", "b7000")  # already active: nothing to prove
     assert code == 0 and payload["result"] == "up_to_date", payload
+
+
+# -- real failure modes: stand-in servers that stall, crash mid-answer, answer garbage ------------------
+
+#: A llama-server stand-in: answers /health, and /completion as MODE says (args as the real one's).
+_BROKEN_SERVER = """
+import json, os, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+MODE = sys.argv[1]
+args = sys.argv[2:]
+port = int(args[args.index("--port") + 1])
+def event(content, **more):
+    return b"data: " + json.dumps({"content": content, "stop": False, **more}).encode() + b"\\n\\n"
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "15"); self.end_headers()
+        self.wfile.write(b'{"status":"ok"}')
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if MODE == "stall":
+            time.sleep(3600)
+        self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
+        if MODE == "crash":
+            self.wfile.write(event("J") + event("K")); self.wfile.flush(); os._exit(1)
+        if MODE == "drip":
+            for _ in range(10000):
+                self.wfile.write(b" "); self.wfile.flush(); time.sleep(0.2)
+        if MODE == "blank":
+            final = {"content": "", "stop": True, "tokens_predicted": 3,
+                     "timings": {"prompt_per_second": 100.0, "predicted_per_second": 50.0}}
+            self.wfile.write(event(" ") + event(" ") + event(" ") + b"data: " + json.dumps(final).encode() + b"\\n\\n")
+        if MODE == "deep":
+            self.wfile.write(b"data: " + b"[" * 200000 + b"]" * 200000 + b"\\n\\n")
+    def log_message(self, *a):
+        pass
+HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def broken_tarball(tmp_path: Path, tag: str, mode: str) -> Path:
+    """A build whose --version is the real binary's and whose server is the stand-in in ``mode``."""
+    real = real_bin_dir()
+    assert real is not None
+    script = (
+        "#!/bin/sh\n"
+        f'case "$1" in --version|--list-devices) exec "{real}/llama-server" "$@" ;; esac\n'
+        f'exec {sys.executable} "$(dirname "$0")/standin.py" {mode} "$@"\n'
+    ).encode()
+    files: dict[str, bytes | Path] = {"llama-server": script, "standin.py": _BROKEN_SERVER.encode()}
+    return build_release_archive(tmp_path / f"{tag}-{mode}.tar.gz", "tar-tagdir", files, tag=tag)
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("stall", "within 4 s (timed out; 0 bytes had arrived)"),
+        ("drip", "no complete answer from"),
+        ("crash", "ended after 2 tokens without its final event"),
+        ("blank", "whitespace only"),
+        ("deep", "nested too deep"),
+    ],
+)
+def test_build_that_stalls_crashes_or_answers_garbage_fails_its_check_at_the_limit_and_old_server_serves(
+    mode: str,
+    said: str,
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    real_vulkan_tarball: Path,
+    tiny_model: Path,
+    tmp_path: Path,
+    vk_env: dict[str, str],
+) -> None:
+    started = serving(capsys, home, github, real_vulkan_tarball, tiny_model, *CPU_ARGS)
+    github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): broken_tarball(tmp_path, "b7001", mode)})
+    pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
+    began = time.monotonic()
+    code, payload = run_json(
+        capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan", "--gate-timeout", "4"
+    )
+    took = time.monotonic() - began
+    assert code == 6, payload
+    message = payload["error"]["message"]
+    assert message.startswith("rolled back: the new runtime failed its inference check (b7001 (vulkan): "), message
+    assert said in message
+    assert took < 30, f"the check's limit is 4 s; the update took {took:.0f} s"
+    assert_old_server_serves(home, started["pid"], pointer, before)
+    assert not (home / "trial.json").exists()

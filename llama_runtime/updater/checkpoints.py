@@ -23,6 +23,15 @@ CHECKPOINTS: Final = (
     "after_pointer_flip",
     "during_gc",
 )
+#: Checkpoints inside the switch of a running server, in order (passed only when a server runs):
+#: the trial recorded, the old server about to stop and stopped, the new one waited on, its completion check begun.
+SWITCH_CHECKPOINTS: Final = (
+    "after_trial_begins",
+    "before_server_stop",
+    "after_server_stop",
+    "during_health_wait",
+    "during_completion_check",
+)
 
 
 def checkpoint(name: str) -> None:

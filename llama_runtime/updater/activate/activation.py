@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,9 +24,11 @@ from llama_runtime.runtime.fsutil import fsync_directory, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import InstallMarker
-from llama_runtime.runtime.server import SERVER_LOCK_TIMEOUT_SECONDS, ServerControl
+from llama_runtime.runtime.procinfo import process_start_ticks
+from llama_runtime.runtime.server import SERVER_LOCK_TIMEOUT_SECONDS, ManagedServer, ServerControl
+from llama_runtime.runtime.trial import ServerToRestore, Trial, begin_trial, end_trial
 from llama_runtime.updater.activate.attempts import UpdateOutcome
-from llama_runtime.updater.activate.swap import ServerSwitch, SwitchReport, switch_with_server
+from llama_runtime.updater.activate.swap import ServerSwitch, SwitchReport, describe, switch_with_server
 from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import ProgressCallback, silent
@@ -181,13 +184,66 @@ class Activation:
         if self.server is None:
             flip()
             return SwitchReport(restarted=False, reload_required=False, pid_changed=False)
-        gate = InferenceGate(self.gate, clock=self.clock) if self.gate and self.gate.enabled else None
+        gate = (
+            InferenceGate(self.gate, clock=self.clock, state_dir=self.home.root)
+            if self.gate and self.gate.enabled
+            else None
+        )
         switch = ServerSwitch(self.server, health_timeout=self.health_timeout, gate=gate)
         switch.emit = emit
         # The switch lock (not only update.lock): `server start/stop` take just this one,
         # so a download never blocks them, and a start never races the flip.
         with UpdateLock(self.home.switch_lock_path).hold("switch", timeout=SERVER_LOCK_TIMEOUT_SECONDS):
-            return switch_with_server(switch, new, current, flip, unflip)
+            on_trial = self._begin_trial(new, current, old_pointer)
+            try:
+                report = switch_with_server(switch, new, current, flip, unflip)
+            except Exception:
+                self._end_trial(on_trial)  # the verdict: rolled back (or never switched)
+                raise
+            except BaseException:
+                # Interrupted: the undo ran; a pointer not back where it was is for recovery to finish.
+                if on_trial and self._pointer_is(old_pointer):
+                    end_trial(self.home)
+                raise
+            self._end_trial(on_trial)  # the verdict: healthy (and generating, with a model)
+            return report
+
+    def _begin_trial(self, new: InstalledRuntime, current: InstalledRuntime | None, old_pointer: Pointer) -> bool:
+        """Record ``new`` as on trial before a running server is stopped; whether a trial began (runtime.trial)."""
+        assert self.server is not None
+        if not self.server.is_running():
+            return False  # nothing is restarted, so nothing is checked: the flip alone is the switch
+        binary = self.server.current_binary()
+        restore = None
+        if binary is not None:
+            managed = isinstance(self.server, ManagedServer) and self.server.server_dir == self.home.server_dir
+            state = self.server.record.running() if isinstance(self.server, ManagedServer) else None
+            cwd = state.cwd if state is not None else None
+            restore = ServerToRestore(binary, tuple(self.server.current_args()), cwd, managed)
+        pid = os.getpid()
+        trial = Trial(
+            runtime=new.name,
+            name=describe(new),
+            before=old_pointer,
+            before_name=describe(current) if current is not None else "no managed runtime",
+            server=restore,
+            pid=pid,
+            proc_start=process_start_ticks(pid),
+            since=time.time(),
+        )
+        begin_trial(self.home, trial)
+        checkpoint("after_trial_begins")
+        return True
+
+    def _end_trial(self, on_trial: bool) -> None:
+        if on_trial:
+            end_trial(self.home)
+
+    def _pointer_is(self, pointer: Pointer) -> bool:
+        try:
+            return self.home.read_pointer() == pointer
+        except CorruptStateError:
+            return False
 
     def _pointer_names(self, name: str) -> bool:
         """Whether the pointer names ``name``; an unreadable pointer names nothing we wrote."""

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.choose import Choice
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.release.release import Release
+    from llama_runtime.updater.verify.smoke import SmokeReport
 
 __all__ = [
     "CANDIDATE_FAILURES",
@@ -226,6 +227,8 @@ class UpdateOutcome:
     warnings: tuple[str, ...] = ()
     server: SwitchReport | None = None
     attempts: tuple[Attempt, ...] = ()
+    #: What the smoke model showed before activation (None when none is configured).
+    smoke: SmokeReport | None = None
 
     def to_json(self) -> dict[str, object]:
         """The ``update`` object of the CLI contract."""
@@ -238,4 +241,5 @@ class UpdateOutcome:
             "reload_required": bool(self.server and self.server.reload_required),
             "gate": self.server.gate_json() if self.server else None,
             "attempts": [a.to_json() for a in self.attempts],
+            "smoke": self.smoke.to_json() if self.smoke else None,
         }

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Final
 from llama_runtime.runtime.fsutil import ATOMIC_TMP_SUFFIX, remove_tree
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.marker import marker_path
+from llama_runtime.runtime.trial import finish_abandoned_trial
 from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.logs import get_logger
 
@@ -328,6 +329,8 @@ def collect_garbage(
     # --dry-run only reads: it also serves a read-only home (see UpdateLock.hold_for_reading).
     hold = lock.hold_for_reading("gc --dry-run") if dry_run else lock.hold("gc", timeout=NO_WAIT)
     with hold:
+        if not dry_run:
+            finish_abandoned_trial(home)  # the pointer back where a dead switch found it, before deciding
         snapshot = HomeSnapshot.read(home)
         runtimes = list(snapshot.runtimes)
         if not cache_only:
@@ -473,6 +476,7 @@ def remove_runtime(home: Home, name: str, *, scan_processes: ProcessScan | None 
 
     home.ensure()
     with UpdateLock(home.lock_path).hold("remove", timeout=NO_WAIT):
+        finish_abandoned_trial(home)  # the pointer back where a dead switch found it, before deciding
         snapshot = HomeSnapshot.read(home)
         target = snapshot.load(name)
         runtimes = list(snapshot.runtimes)

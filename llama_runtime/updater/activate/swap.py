@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from llama_runtime.runtime.errors import SwitchError, VerificationError
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.server import ServerControl
+from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import Progress, ProgressCallback, silent
@@ -65,6 +66,10 @@ class SwitchReport:
     warnings: tuple[str, ...] = ()
     speed: Speed | None = None
     previous_speed: Speed | None = None
+    #: A slowdown beyond the limit that stayed within the measured noise, with the figures (else empty).
+    noise: str = ""
+    answer: str | None = None
+    previous_answer: str | None = None
 
     def gate_json(self) -> dict[str, object]:
         """The ``gate`` object of an update/rollback result."""
@@ -72,6 +77,9 @@ class SwitchReport:
             "checked": self.gated,
             "speed": self.speed.to_json() if self.speed else None,
             "previous_speed": self.previous_speed.to_json() if self.previous_speed else None,
+            "within_noise": self.noise or None,
+            "answer": self.answer,
+            "previous_answer": self.previous_answer,
         }
 
 
@@ -141,6 +149,7 @@ class ServerSwitch:
         binary = self.server.current_binary()
         args = self.server.current_args()
         log.info("stopping llama-server for the switch", binary=str(binary), to=describe(new))
+        checkpoint("before_server_stop")
         self.emit(Progress("stop_server", message=f"stopping the running llama-server ({describe(current)})"))
         try:
             self.server.stop(self.stop_timeout)
@@ -179,6 +188,7 @@ class ServerSwitch:
         except Exception as exc:  # a start failure is a failed health check
             log.warning("new llama-server did not start", error=str(exc))
             return NewServer("unhealthy")
+        checkpoint("during_health_wait")
         failure, reason = "unhealthy", ""
         self.emit(Progress("health", message=f"waiting for llama-server {describe(new)} to answer /health"))
         if self.server.wait_healthy(self.health_timeout):
@@ -219,6 +229,7 @@ class ServerSwitch:
         if url is None:
             log.warning("the server control does not say where the server listens; inference gate skipped")
             return None
+        checkpoint("during_completion_check")
         return self.gate.check(url, running.args, new, current)
 
     def restore_old(self, running: RunningServer, old: InstalledRuntime | None) -> bool:
@@ -261,6 +272,7 @@ def switch_with_server(
     """
     switch.measure_current(current)
     running = switch.stop_current(new, current)
+    checkpoint("after_server_stop")
     try:
         flip()
     except BaseException:
@@ -305,7 +317,14 @@ def _healthy_report(running: RunningServer, verdict: Verdict | None) -> SwitchRe
     if verdict is None:
         return report
     return dataclasses.replace(
-        report, gated=True, warnings=verdict.warnings, speed=verdict.speed, previous_speed=verdict.previous_speed
+        report,
+        gated=True,
+        warnings=verdict.warnings,
+        speed=verdict.speed,
+        previous_speed=verdict.previous_speed,
+        noise=verdict.noise,
+        answer=verdict.answer,
+        previous_answer=verdict.previous_answer,
     )
 
 

@@ -47,6 +47,7 @@ from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import AUTO, provenance_summary
 from llama_runtime.runtime.server import ServerControl
+from llama_runtime.runtime.trial import finish_abandoned_trial, read_trial
 from llama_runtime.updater.activate.activation import Activation
 from llama_runtime.updater.activate.attempts import (
     CANDIDATE_FAILURES,
@@ -75,7 +76,7 @@ from llama_runtime.updater.progress import CancelCheck, Progress, ProgressCallba
 from llama_runtime.updater.release.channel import Channel, ResolvedRelease
 from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 from llama_runtime.updater.stage.streaming import FetchOptions
-from llama_runtime.updater.verify.gate import GatePolicy, record_speeds
+from llama_runtime.updater.verify.gate import GatePolicy
 from llama_runtime.updater.verify.installed import active_state, describe
 from llama_runtime.updater.verify.provenance import ProvenanceCheck
 from llama_runtime.updater.verify.verifier import Verifier
@@ -190,10 +191,25 @@ class Installer:
         self.verifier.check_smoke_model()
         self.home.ensure()
         with self.lock.hold("update", timeout=lock_timeout):
+            recovered = self.finish_trial(progress or silent)
+            self.verifier.smoke_report = None
             # Read the state under the lock, once: another process may have
             # installed this very release while we waited.
             snapshot = self.read_state()
-            return self._update_locked(request, snapshot, progress or silent, cancel or (lambda: False))
+            outcome = self._update_locked(request, snapshot, progress or silent, cancel or (lambda: False))
+            return with_recovery(replace(outcome, smoke=self.verifier.smoke_report), recovered)
+
+    def finish_trial(self, emit: ProgressCallback) -> str | None:
+        """Revert a switch whose owner died before its check's verdict (caller holds the lock; runtime.trial).
+
+        Returns:
+            The sentence saying what was reverted, or None when no trial was abandoned.
+        """
+        recovered = finish_abandoned_trial(self.home, health_timeout=self.activation.health_timeout)
+        if recovered is not None:
+            log.warning("abandoned trial reverted", message=recovered)
+            emit(Progress("activate", message=recovered))
+        return recovered
 
     def read_state(self) -> HomeSnapshot:
         """The home as this locked operation sees it, less what interrupted updates left (caller holds the lock)."""
@@ -419,12 +435,15 @@ class Installer:
         emit = progress or silent
         self.home.ensure()
         with self.lock.hold("use", timeout=lock_timeout):
+            recovered = self.finish_trial(emit)
+            self.verifier.smoke_report = None
             snapshot = HomeSnapshot.read(self.home)
             target = snapshot.load(name)
             active = self._active_for_replacement(snapshot)
             if active is not None and active.name == target.name and not snapshot.problems(active, hash_binary=True):
-                return UpdateOutcome("up_to_date", active, snapshot.previous())
-            return self.activate_installed(target, active, emit, [], snapshot=snapshot)
+                return with_recovery(UpdateOutcome("up_to_date", active, snapshot.previous()), recovered)
+            outcome = self.activate_installed(target, active, emit, [], snapshot=snapshot)
+            return with_recovery(replace(outcome, smoke=self.verifier.smoke_report), recovered)
 
     def reverify(self, target: InstalledRuntime, emit: ProgressCallback, snapshot: HomeSnapshot | None = None) -> bool:
         """Whether the installed ``target`` still passes verification (a failure is logged).
@@ -470,7 +489,8 @@ class Installer:
             emit(Progress("verify", message=f"verifying the installed {describe(target)}"))
             self.verifier.verify_installed(target, snapshot)
         name = f"{target.marker.tag} ({target.marker.backend})"
-        record_speeds(target, self.verifier.smoke(target.binary, name, active, emit, warnings))
+        self.verifier.smoke(target.binary, name, active, emit, warnings)
+        self.verifier.keep_smoke_figure(target)  # in the home's state: an installed runtime is never written
         emit(Progress("activate", message="activating"))
         return self.activation.activate_installed(target, active, warnings, snapshot=snapshot, emit=emit)
 
@@ -491,6 +511,14 @@ class Installer:
         """
         self.home.ensure()
         with self.lock.hold("rollback", timeout=lock_timeout):
+            trial = read_trial(self.home)
+            if self.finish_trial(silent) is not None and trial is not None:
+                # The revert of the abandoned switch is the rollback asked for: the build on trial is left.
+                snapshot = HomeSnapshot.read(self.home)
+                back = snapshot.active()
+                if back is not None:
+                    report = SwitchReport(restarted=trial.server is not None, reload_required=False)
+                    return back, snapshot.find(trial.runtime), report
             return self.activation.rollback(HomeSnapshot.read(self.home))
 
 
@@ -504,6 +532,11 @@ class _Walk:
     active: InstalledRuntime | None
     replaced: InstalledRuntime | None  # the rollback target (None when the active one is damaged)
     identity: Mapping[str, object]
+
+
+def with_recovery(outcome: UpdateOutcome, recovered: str | None) -> UpdateOutcome:
+    """``outcome`` whose warnings begin with what reverting an abandoned trial did."""
+    return outcome if recovered is None else replace(outcome, warnings=(recovered, *outcome.warnings))
 
 
 def _log_plan(plan: Plan) -> None:
@@ -522,4 +555,4 @@ def _log_plan(plan: Plan) -> None:
         log.debug("candidate", asset=candidate.asset_name, taken=candidate.taken, why=candidate.why)
 
 
-__all__ = ["Installer", "utc_now"]
+__all__ = ["Installer", "utc_now", "with_recovery"]

@@ -227,6 +227,7 @@ def run_doctor(
     report = DoctorReport(host=host)
     _check_override(report)
     _check_leftovers(home, report, repair)
+    _check_trial(home, report, repair)
     # One look at the home for the diagnosis; a repair looks again under the lock.
     snapshot = HomeSnapshot.read(home)
     pointer = snapshot.pointer
@@ -239,6 +240,34 @@ def run_doctor(
         _check_active(home, report, runner, pointer, active, repair=repair, reinstall=reinstall)
     _advise_damaged(snapshot, report)
     return report
+
+
+def _check_trial(home: Home, report: DoctorReport, repair: bool) -> None:
+    """A switch that ended before its check's verdict: reverted with ``repair`` (runtime.trial), else reported."""
+    from llama_runtime.runtime.trial import finish_abandoned_trial, owner_alive, read_trial
+
+    trial = read_trial(home)
+    if trial is None:
+        return
+    if owner_alive(trial):
+        report.add("trial", True, f"{trial.describe()}; its check is running now")
+        return
+    if not repair:
+        report.add(
+            "trial",
+            False,
+            f"{trial.describe()}, and the switch ended before its check gave a verdict; "
+            f"`llama-runtime doctor --repair` (or the next update) reverts to {trial.before_name}",
+        )
+        return
+    try:
+        with UpdateLock(home.lock_path).hold("doctor --repair"):
+            done = finish_abandoned_trial(home)
+    except BusyError:
+        report.advice.append("An update started meanwhile; it finishes the abandoned trial itself.")
+        return
+    if done is not None:
+        report.add("trial", True, done)
 
 
 def _advise_damaged(snapshot: HomeSnapshot, report: DoctorReport) -> None:

@@ -20,7 +20,16 @@ from llama_runtime.runtime.layout import Home, InstalledRuntime, UnsafeHomeError
 if TYPE_CHECKING:
     from llama_runtime.runtime.marker import InstallMarker
 
-__all__ = ["EnsureResult", "NotReady", "Ready", "active_marker", "check_active", "damage_seen", "ensure_result"]
+__all__ = [
+    "EnsureResult",
+    "NotReady",
+    "Ready",
+    "active_marker",
+    "check_active",
+    "damage_seen",
+    "ensure_result",
+    "trial_on_record",
+]
 
 
 @dataclass(frozen=True)
@@ -34,11 +43,14 @@ class Ready:
         runtime: The active, cheaply verified runtime.
         update_running: Another caller is updating right now (start-up did not wait).
         installed: This call installed the runtime (``install_if_missing``).
+        trial: The runtime on trial, when a switch's check has no verdict yet (``runtime`` is then
+            the last checked one, active before that switch).
     """
 
     runtime: InstalledRuntime
     update_running: bool
     installed: bool = False
+    trial: str | None = None
     ready: Literal[True] = field(default=True, init=False)
     problem: None = field(default=None, init=False)
 
@@ -74,18 +86,26 @@ EnsureResult: TypeAlias = Ready | NotReady
 
 
 def ensure_result(
-    runtime: InstalledRuntime | None, running: bool, problem: str | None, *, installed: bool = False
+    runtime: InstalledRuntime | None,
+    running: bool,
+    problem: str | None,
+    *,
+    installed: bool = False,
+    trial: str | None = None,
 ) -> EnsureResult:
-    """:class:`Ready` for a runtime, else :class:`NotReady` saying why (``problem``)."""
+    """:class:`Ready` for a runtime, else :class:`NotReady` saying why (``problem``; ``trial``: see Ready)."""
     if runtime is not None:
-        return Ready(runtime, running, installed=installed)
+        return Ready(runtime, running, installed=installed, trial=trial)
     return NotReady(running, problem or "No usable llama.cpp runtime is active.")
 
 
 def check_active(home: Home) -> tuple[InstalledRuntime | None, str | None]:
     """The active runtime if it is ready, else ``None`` and why, for people."""
+    from llama_runtime.runtime.trial import checked_pointer
+
     try:
-        pointer = home.read_pointer()
+        # A runtime on trial is not handed out: the last checked one is (runtime.trial; one small read).
+        pointer, _trial = checked_pointer(home, home.read_pointer())
         if not pointer.active:
             return None, "No llama.cpp runtime is installed yet."
         runtime = home.load(pointer.active)
@@ -107,6 +127,14 @@ def damage_seen(home: Home, runtime: InstalledRuntime) -> list[str]:
     or restored file whose bytes are intact is, and its fingerprint is refreshed.
     """
     return list(check_runtime(home.root, runtime.name, runtime.path, runtime.marker).damage)
+
+
+def trial_on_record(home: Home) -> str | None:
+    """The runtime on trial in ``home`` (a switch whose check has no verdict yet), or None."""
+    from llama_runtime.runtime.trial import read_trial
+
+    trial = read_trial(home)
+    return trial.runtime if trial else None
 
 
 def active_marker(home: Home) -> tuple[InstallMarker | None, str | None]:

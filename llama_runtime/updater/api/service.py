@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.layout import Home
-from llama_runtime.updater.api.ready import EnsureResult, active_marker, check_active, ensure_result
+from llama_runtime.updater.api.ready import EnsureResult, active_marker, check_active, ensure_result, trial_on_record
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.binary import ProcessRunner
@@ -249,7 +249,7 @@ class RuntimeUpdater:
         runtime, problem = check_active(self.home)
         running = self.update_running()
         if runtime is not None or running or not install_if_missing:
-            return ensure_result(runtime, running, problem)
+            return ensure_result(runtime, running, problem, trial=trial_on_record(self.home))
         # A damaged runtime is repaired as the same build, not upgraded behind the app's back.
         marker, _ = active_marker(self.home)
         same = marker.tag if marker is not None and marker.repo == self.repo else None

@@ -148,7 +148,7 @@ def outcome_lines(outcome: UpdateOutcome) -> list[str]:
         lines.append(f"The running llama-server was restarted on {m.tag}.")
         if outcome.server.reload_required:
             lines.append("Reload your model to use it.")
-    return lines + gate_lines(outcome.server)
+    return lines + gate_lines(outcome.server) + ([outcome.smoke.line()] if outcome.smoke else [])
 
 
 def attempt_lines(outcome: UpdateOutcome) -> list[str]:
@@ -249,10 +249,12 @@ def updater_for(settings: Settings) -> RuntimeUpdater:
 def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
     """The pointer and the intact active runtime; damage is an exit-6 error naming the repair."""
     from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError
+    from llama_runtime.runtime.trial import checked_pointer
     from llama_runtime.updater.api.ready import damage_seen
 
     try:
-        pointer = home.read_pointer()
+        # While a switch is on trial, readers are handed the last checked runtime (runtime.trial).
+        pointer, _trial = checked_pointer(home, home.read_pointer())
         active = home.load(pointer.active) if pointer.active else None
     except ForeignMarkerError:
         raise

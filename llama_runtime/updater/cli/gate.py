@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llama_runtime.updater.cli.gateopts import positive_seconds
+from llama_runtime.updater.cli.gateopts import positive_seconds, split_args
 
 if TYPE_CHECKING:
     from llama_runtime.updater.cli.main import AddParser, Handler, Output
@@ -23,12 +23,17 @@ def register(add: AddParser) -> dict[str, Handler]:
     smoke = p.add_mutually_exclusive_group()
     smoke.add_argument("--smoke-model", metavar="PATH.gguf", help="a small model every update runs before activating")
     smoke.add_argument("--no-smoke-model", action="store_true", help="forget the stored smoke model")
+    p.add_argument("--smoke-args", metavar="ARGS", help="llama-server arguments for the smoke run (one string)")
     p.add_argument("--max-slowdown", metavar="PCT", help="largest tolerated slowdown (e.g. 20%%), or off")
     p.add_argument("--on-slowdown", choices=("warn", "rollback"), help="what a larger slowdown does")
     onoff = p.add_mutually_exclusive_group()
     onoff.add_argument("--enable", action="store_true", help="run the gate after switches (the default)")
     onoff.add_argument("--disable", action="store_true", help="switch servers on /health alone")
-    p.add_argument("--timeout", type=float, metavar="SECONDS", help="time limit of the completion request")
+    p.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        help="overall time limit of one completion check (above 0, up to 3600), or auto (scaled; the default)",
+    )
     return {"gate": cmd_gate}
 
 
@@ -48,6 +53,8 @@ def cmd_gate(args: argparse.Namespace, out: Output) -> int:
         changes["smoke_model"] = Path(args.smoke_model)
     if args.no_smoke_model:
         changes["smoke_model"] = None
+    if args.smoke_args is not None:
+        changes["smoke_args"] = split_args(args.smoke_args, "--smoke-args")
     if args.max_slowdown is not None:
         changes["max_slowdown"] = parse_slowdown(args.max_slowdown)
     if args.on_slowdown is not None:
@@ -61,9 +68,11 @@ def cmd_gate(args: argparse.Namespace, out: Output) -> int:
         save_gate_settings(home.root, policy)
     payload = gate_settings_json(policy)
     slow = "off" if policy.max_slowdown is None else f"{policy.max_slowdown:.0%} ({policy.on_slowdown})"
+    limit = "auto (scaled to the model and device)" if policy.timeout is None else f"{policy.timeout:g} s"
     lines = [
-        f"inference gate: {'on' if policy.enabled else 'off'}, time limit {policy.timeout:g} s, max slowdown {slow}",
-        f"smoke model: {policy.smoke_model or 'none'}",
+        f"inference gate: {'on' if policy.enabled else 'off'}, time limit {limit}, max slowdown {slow}",
+        f"smoke model: {policy.smoke_model or 'none'}"
+        + (f" (arguments: {' '.join(policy.smoke_args)})" if policy.smoke_args else ""),
     ]
     if changes:
         lines.append("Stored; later updates of this home apply these settings.")

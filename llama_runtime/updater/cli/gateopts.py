@@ -32,12 +32,22 @@ def add_gate_arguments(parser: argparse.ArgumentParser, *, smoke: bool) -> None:
         help="what a larger slowdown does (with --max-slowdown: rollback)",
     )
     parser.add_argument("--no-gate", action="store_true", help="switch a running server on /health alone")
-    parser.add_argument("--gate-timeout", type=float, metavar="SECONDS", help="time limit of the completion request")
+    parser.add_argument(
+        "--gate-timeout",
+        metavar="SECONDS",
+        help="overall time limit of one completion check, seconds above 0 up to 3600, or auto "
+        "(default: scaled to the model's size and the device; docs/inference-gate.md)",
+    )
     if smoke:
         parser.add_argument(
             "--smoke-model",
             metavar="PATH.gguf",
             help="run the staged llama-server on this model first",
+        )
+        parser.add_argument(
+            "--smoke-args",
+            metavar="ARGS",
+            help="llama-server arguments for the smoke run, one string (e.g. '--device Vulkan0 -ngl 99 -t 8 -c 1024')",
         )
 
 
@@ -61,6 +71,9 @@ def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
     smoke = getattr(args, "smoke_model", None)
     if smoke:
         policy = dataclasses.replace(policy, smoke_model=Path(smoke))
+    extra = getattr(args, "smoke_args", None)
+    if extra is not None:
+        policy = dataclasses.replace(policy, smoke_args=split_args(extra, "--smoke-args"))
     if policy.smoke_model is not None:
         policy = dataclasses.replace(policy, smoke_model=validate_gguf(policy.smoke_model))
     return policy
@@ -71,12 +84,48 @@ def with_gate(args: argparse.Namespace, settings: Settings) -> Settings:
     return dataclasses.replace(settings, gate=policy_from_args(args, Path(settings.home).expanduser().absolute()))
 
 
-def positive_seconds(value: float, flag: str) -> float:
+def positive_seconds(value: str, flag: str) -> float | None:
+    """``value`` as seconds above 0 and at most 3600, or None for ``auto`` (scaled).
+
+    Raises:
+        UserInputError: Anything else; the message says what is accepted.
+    """
+    import math
+
     from llama_runtime.runtime.errors import UserInputError
 
-    if not 0 < value <= 3600:
-        raise UserInputError(f"Invalid {flag} {value:g}. Use a number of seconds between 0 and 3600.")
-    return value
+    text = str(value).strip().lower()
+    if text == "auto":
+        return None
+    try:
+        seconds = float(text.removesuffix("s"))
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= 3600:  # NaN fails too
+        raise UserInputError(
+            f"Invalid {flag} '{value}'. Give a number of seconds greater than 0 and at most 3600 (for example 120), "
+            "or auto to scale the limit to the model and device."
+        )
+    return seconds
+
+
+def split_args(text: str, flag: str) -> tuple[str, ...]:
+    """``text`` split as a shell would (quotes kept together).
+
+    Raises:
+        UserInputError: Unbalanced quotes, or more than 64 arguments.
+    """
+    import shlex
+
+    from llama_runtime.runtime.errors import UserInputError
+
+    try:
+        parts = shlex.split(text)
+    except ValueError as exc:
+        raise UserInputError(f"Invalid {flag} '{text}': {exc}. Give the arguments as one quoted string.") from None
+    if len(parts) > 64:
+        raise UserInputError(f"Invalid {flag}: {len(parts)} arguments; give at most 64.")
+    return tuple(parts)
 
 
 def speed_text(speed: Speed | None) -> str:
@@ -90,18 +139,24 @@ def gate_lines(report: SwitchReport | None) -> list[str]:
     """What the gate did in a switch, for people."""
     if report is None or not report.gated:
         return []
-    lines = [f"The new server generated on the gate's request: {speed_text(report.speed)}."]
+    lines = [f"The new server generated on the gate's request: {speed_text(report.speed)} (medians)."]
     if report.previous_speed is not None:
         lines.append(f"  the previous runtime on the same request: {speed_text(report.previous_speed)}.")
+    if report.noise:
+        lines.append(f"  {report.noise}.")
+    if report.answer is not None:
+        lines.append(f"  its greedy answer: {report.answer!r}")
     return lines
 
 
 def speed_table(
-    active: InstalledRuntime | None, previous: InstalledRuntime | None
+    active: InstalledRuntime | None, previous: InstalledRuntime | None, home_root: Path | None = None
 ) -> tuple[dict[str, object], list[str]]:
-    """The ``speeds`` object of ``status`` and its lines: each model's figures, active beside previous."""
-    now = dict(active.marker.speeds) if active else {}
-    before = dict(previous.marker.speeds) if previous else {}
+    """The ``speeds`` object of ``status`` and its lines: each model's figures, active beside previous.
+
+    The smoke model's figures come from the markers; the server gate's, newer, from the home's state.
+    """
+    now, before = _figures(active, home_root), _figures(previous, home_root)
     payload: dict[str, object] = {"active": now, "previous": before}
     models = sorted(set(now) | set(before))
     if not models:
@@ -117,9 +172,31 @@ def speed_table(
     return payload, lines
 
 
-def _pair(record: dict[str, object] | None) -> str:
+def _figures(runtime: InstalledRuntime | None, home_root: Path | None) -> dict[str, object]:
+    """``runtime``'s figures per model: its marker's (smoke model), then the gate's measurements."""
+    if runtime is None:
+        return {}
+    figures: dict[str, object] = dict(runtime.marker.speeds)
+    if home_root is not None:
+        from llama_runtime.updater.verify.measures import measures_of
+
+        for measure in sorted(measures_of(home_root, runtime.name), key=lambda m: m.measured_at):
+            if measure.speed is not None:
+                figures[measure.model] = {
+                    **measure.speed.to_json(),
+                    "args": measure.args,
+                    "measured_at": measure.measured_at,
+                    "samples": len(measure.samples),
+                    "answer": measure.answer,
+                }
+    return figures
+
+
+def _pair(record: object) -> str:
     if not record:
         return "-"
+    if not isinstance(record, dict):
+        return "?"
     return f"{_number(record.get('prompt_per_second'))} / {_number(record.get('predicted_per_second'))}"
 
 

@@ -137,7 +137,11 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
     snapshot = HomeSnapshot.read(home_for(settings))
     if snapshot.pointer_error is not None:
         raise snapshot.pointer_error
-    pointer, installed = snapshot.pointer, list(snapshot.runtimes)
+    from llama_runtime.runtime.trial import checked_pointer
+
+    # While a switch is on trial, the last checked runtime is listed as active (runtime.trial).
+    pointer, trial = checked_pointer(snapshot.home, snapshot.pointer)
+    installed = list(snapshot.runtimes)
     checks = _file_checks(snapshot)
     disk = home_disk_use(snapshot.home.root, [r.path for r in installed])
     items = []
@@ -163,7 +167,14 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
         for d in snapshot.damaged.values()
     ]
     lines += [f"damaged: {d['name']}: {d['reason']}" for d in damaged]
-    payload: dict[str, Any] = {"installed": items, "damaged": damaged, "home_bytes": disk.home_bytes}
+    payload: dict[str, Any] = {
+        "installed": items,
+        "damaged": damaged,
+        "home_bytes": disk.home_bytes,
+        "trial": trial.to_json() if trial else None,
+    }
+    if trial is not None:
+        lines.append(f"trial: {trial.describe()}.")
     if args.available:
         available = _available(args, settings, installed, pointer.active)
         payload["available"] = [a.to_json() for a in available]

@@ -36,16 +36,18 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.runtime.diskuse import home_disk_use
     from llama_runtime.runtime.failed_builds import load_failed
     from llama_runtime.runtime.lock import UpdateLock
+    from llama_runtime.runtime.trial import owner_alive, read_trial
     from llama_runtime.updater.cli.gateopts import speed_table
 
     settings = settings_from_args(args)
     home = home_for(settings)
     pointer, active = read_active(home)
+    trial = read_trial(home)
     installed = home.installed()
     previous = next((r for r in installed if r.name == pointer.previous), None)
     override = override_info()
     busy = home.lock_path.exists() and UpdateLock(home.lock_path).is_held()
-    speeds, speed_lines = speed_table(active, previous)
+    speeds, speed_lines = speed_table(active, previous, home.root)
     skipped = load_failed(home.root)
     disk = home_disk_use(home.root, [r.path for r in installed])
     payload = {
@@ -59,6 +61,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         "home": str(home.root),
         "speeds": speeds,
         "skipped_builds": [dataclasses.asdict(b) for b in skipped],
+        "trial": {**trial.to_json(), "owner_running": owner_alive(trial)} if trial else None,
     }
     lines = [_runtime_line("active", active)]
     if active is None:
@@ -81,6 +84,9 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         )
     if busy:
         lines.append("An update is running right now.")
+    if trial is not None:
+        after = "its check is running" if owner_alive(trial) else "the next update, use or rollback reverts it"
+        lines.append(f"trial: {trial.describe()} ({after}).")
     for build in skipped:
         lines.append(f"skipped (failed here; `update --tag {build.tag}` retries): {build.describe()}")
     out.result(payload, lines)

@@ -220,6 +220,7 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
     home = installer.home
     home.ensure()
     with installer.lock.hold("install-file"):
+        installer.finish_trial(silent)  # an abandoned switch is reverted first (runtime.trial)
         snapshot = HomeSnapshot.read(home)  # the one look at the home this install takes
         active = _active(installer, snapshot)
         work = home.downloads_dir / f"install-file-{os.getpid()}-{secrets.token_hex(4)}"

@@ -1,18 +1,21 @@
-"""The inference gate: a switch is complete only once the new server generates.
+"""The inference gate: a switch is complete only once the new server generates a real answer.
 
 After a switch restarts llama-server on a new runtime and ``/health`` answers,
-the gate sends the fixed completion request of :mod:`runtime.inference`. A
-failure (error, timeout, empty output) fails the switch like an unhealthy
-server: flip back, restart the old server, exit 6 with the reason.
+the gate sends the fixed completion request of :mod:`runtime.inference`, under
+one wall-clock limit for the whole check and a first-token limit, both scaled to
+the model and device (:func:`check_limits`). A failure (error, timeout, a crash
+mid-answer, empty or whitespace output, a broken body) fails the switch like an
+unhealthy server: flip back, restart the old server, exit 6 with the reason. A
+changed greedy answer or one token repeated throughout warns.
 
-The same request times prompt and generation speed. Each runtime's marker keeps
-its figures per model (``speeds``), so the new runtime is compared with the one
-it replaces on the very same request and server arguments; when the old
-runtime has no figure on record, it is measured before its server is stopped.
-A drop beyond ``max_slowdown`` warns, or rolls back when the caller asked for
-that (see the README, "Inference gate", for why warning is the default).
+The same request, timed several times on the old server just before it stops
+and on the new one right after its check, is the speed guard: medians are
+compared, and a drop acts (warns, or rolls back when the caller asked for that)
+only beyond the limit plus the noise the samples showed. Answers and figures
+live in the home's state (:mod:`.measures`), per runtime, model and arguments.
+docs/inference-gate.md says why and how.
 
-Pure decisions (:func:`model_key`, :func:`slowdown`, :func:`judge`) do no IO.
+Pure decisions (:func:`model_key`, :func:`slowdown`, :func:`judge`, :func:`spread`) do no IO.
 """
 
 from __future__ import annotations
@@ -20,26 +23,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import secrets
-from collections.abc import Callable, Mapping, Sequence
+import statistics
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
 from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.runtime.fsutil import read_record, remove_tree_quietly, write_record
-from llama_runtime.runtime.inference import (
-    GATE_SAMPLES,
-    GATE_TIMEOUT_SECONDS,
-    InferenceResult,
-    Speed,
-    probe_inference,
-)
+from llama_runtime.runtime.fsutil import read_record, write_record
+from llama_runtime.runtime.inference import GATE_TOKENS, InferenceResult, Speed, probe_inference
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.listen import arg_value
-from llama_runtime.runtime.marker import read_marker, write_marker
-from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.verify.measures import Measure, load_measure, store_measure
 
 # -- gate --------------------------------------------------------------------------------------------------------
 
@@ -51,6 +48,27 @@ log = get_logger("llama_runtime.gate")
 DEFAULT_MAX_SLOWDOWN: Final = 0.20
 #: The first four bytes of every GGUF file (ggml's gguf.h, GGUF_MAGIC).
 GGUF_MAGIC: Final = b"GGUF"
+
+#: Timed requests per measurement: five medians out one slow or lucky request, and cost
+#: ~0.1 s on the tiny model (32 tokens each at ~1000 tokens/s on a CPU).
+GATE_SAMPLES: Final = 5
+#: A figure measuring less work than this is timer noise (a tiny model's prompt takes ~3 ms).
+MIN_MEASURED_SECONDS: Final = 0.05
+#: Start-up costs before a first token on any device: shader compilation (minutes on
+#: lavapipe for a large graph), the weights' first page faults. A 194 MiB model on
+#: lavapipe once needed over 60 s for the whole check (issue 27), hence two minutes.
+FIRST_TOKEN_BASE_SECONDS: Final = 120.0
+#: Reading and evaluating the prompt per GiB of weights on a GPU: a 40 GiB model's pages fault in at ~1 GB/s.
+FIRST_TOKEN_SECONDS_PER_GIB: Final = 2.0
+#: One generated token per GiB of weights: a 40 GiB model on a GPU makes ~20 tokens/s (0.05 s),
+#: on a CPU ~1 token/s; this allows about twice that.
+TOKEN_SECONDS_PER_GIB: Final = 0.025
+#: Prompt evaluation of one request beyond its first, on any model: a few dozen tokens.
+PROMPT_SECONDS: Final = 2.0
+#: CPUs compute ~4-10x slower than a GPU on the same model (the upstream README's CPU vs GPU figures).
+CPU_FACTOR: Final = 4.0
+#: A model named by repository (-hf) has no size before its download: assume a mid-size one (8B at Q8).
+UNKNOWN_MODEL_GIB: Final = 8.0
 
 OnSlowdown = Literal["warn", "rollback"]
 _MODEL_PATH_FLAGS: Final = ("-m", "--model")
@@ -65,19 +83,22 @@ class GatePolicy:
 
     Attributes:
         enabled: Run the completion request after a switch with a loaded model.
-        timeout: Seconds the new server has to answer all samples.
-        samples: Identical requests per measurement (the best figures count).
+        timeout: Seconds one check has in all (its samples included); None: scaled to the
+            model and device (:func:`check_limits`).
+        samples: Timed requests per measurement, after the check's own request (the medians count).
         max_slowdown: Largest tolerated drop of tokens/s (0.2 = 20 %); None: never compare.
         on_slowdown: What a larger drop does.
         smoke_model: A small GGUF the staged build must run before activation.
+        smoke_args: The user's server arguments for the smoke run (device, ``-ngl``, threads, context).
     """
 
     enabled: bool = True
-    timeout: float = GATE_TIMEOUT_SECONDS
+    timeout: float | None = None
     samples: int = GATE_SAMPLES
     max_slowdown: float | None = DEFAULT_MAX_SLOWDOWN
     on_slowdown: OnSlowdown = "warn"
     smoke_model: Path | None = None
+    smoke_args: tuple[str, ...] = ()
 
     def with_slowdown(self, max_slowdown: float | None, on_slowdown: OnSlowdown) -> GatePolicy:
         """A copy with another slowdown rule."""
@@ -93,6 +114,18 @@ class Verdict:
     warnings: tuple[str, ...] = ()
     speed: Speed | None = None
     previous_speed: Speed | None = None
+    #: The slowdown figures for people when it stayed within the measured noise (else empty).
+    noise: str = ""
+    answer: str | None = None
+    previous_answer: str | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One check's wall-clock limits: all of it, and the wait for each request's first token."""
+
+    overall: float
+    first_token: float
 
 
 # -- pure decisions ------------------------------------------------------------------
@@ -162,34 +195,145 @@ def api_key(args: Sequence[str]) -> str | None:
     return None
 
 
-def slowdown(old: Speed, new: Speed) -> float:
-    """The larger relative drop of prompt and generation speed (0 when not slower)."""
-    drops = (
-        1 - new.prompt_per_second / old.prompt_per_second,
-        1 - new.predicted_per_second / old.predicted_per_second,
+def check_limits(policy: GatePolicy, args: Sequence[str], backend: str | None, requests: int) -> Limits:
+    """The limits of one check of ``requests`` requests on a server started with ``args`` (pure but one stat).
+
+    Scaled by default to the model's size and the device: a first token has
+    :data:`FIRST_TOKEN_BASE_SECONDS` (start-up costs: shader compilation, the
+    weights' first page faults) plus :data:`FIRST_TOKEN_SECONDS_PER_GIB` per GiB
+    of model; every generated token :data:`TOKEN_SECONDS_PER_GIB` per GiB; both
+    times :data:`CPU_FACTOR` when the server computes on the CPU (the ``cpu``
+    backend, ``--device none``, ``-ngl 0``). A ``--gate-timeout`` replaces the
+    overall limit, and the first-token limit never exceeds it.
+    """
+    gib = _model_gib(args)
+    factor = CPU_FACTOR if _on_cpu(args, backend) else 1.0
+    first = FIRST_TOKEN_BASE_SECONDS + FIRST_TOKEN_SECONDS_PER_GIB * gib * factor
+    scaled = first + requests * (PROMPT_SECONDS + GATE_TOKENS * TOKEN_SECONDS_PER_GIB * gib * factor)
+    overall = policy.timeout if policy.timeout is not None else scaled
+    return Limits(overall=overall, first_token=min(first, overall))
+
+
+def _model_gib(args: Sequence[str]) -> float:
+    for flag in _MODEL_PATH_FLAGS:
+        value = arg_value(args, flag)
+        if value:
+            try:
+                return Path(value).stat().st_size / 2**30
+            except OSError:
+                break
+    return UNKNOWN_MODEL_GIB  # a repository's model (-hf): its size is not known before the download
+
+
+def _on_cpu(args: Sequence[str], backend: str | None) -> bool:
+    device = arg_value(args, "--device") or arg_value(args, "-dev")
+    layers = arg_value(args, "-ngl") or arg_value(args, "--n-gpu-layers") or arg_value(args, "--gpu-layers")
+    return backend == "cpu" or device == "none" or layers == "0"
+
+
+def median_speed(samples: Sequence[Speed]) -> Speed | None:
+    """Each figure's median over ``samples`` (None without samples): robust to one slow or lucky request."""
+    if not samples:
+        return None
+    return Speed(
+        prompt_per_second=statistics.median(s.prompt_per_second for s in samples),
+        predicted_per_second=statistics.median(s.predicted_per_second for s in samples),
+        prompt_n=samples[0].prompt_n,
+        predicted_n=samples[0].predicted_n,
     )
+
+
+def spread(samples: Sequence[Speed]) -> float:
+    """The noise the samples show: the median absolute deviation over the median, of each counted figure.
+
+    The median deviation, not the range: one request a scheduler delayed moves
+    the range, not this. 0 for fewer than two samples.
+    """
+    if len(samples) < 2:
+        return 0.0
+    figures = [[s.predicted_per_second for s in samples]]
+    if all(_prompt_counts(s) for s in samples):
+        figures.append([s.prompt_per_second for s in samples])
+    return max(_relative_mad(f) for f in figures)
+
+
+def _relative_mad(values: Sequence[float]) -> float:
+    middle = statistics.median(values)
+    return statistics.median(abs(v - middle) for v in values) / middle
+
+
+def _prompt_counts(speed: Speed) -> bool:
+    """Whether the prompt figure measures enough work to compare (a tiny model's prompt is ~3 ms)."""
+    return speed.prompt_n <= 0 or speed.prompt_n / speed.prompt_per_second >= MIN_MEASURED_SECONDS
+
+
+def slowdown(old: Speed, new: Speed) -> float:
+    """The larger relative drop of prompt and generation speed (0 when not slower).
+
+    The prompt counts only when it measured enough work on both (:data:`MIN_MEASURED_SECONDS`).
+    """
+    drops = [1 - new.predicted_per_second / old.predicted_per_second]
+    if _prompt_counts(old) and _prompt_counts(new):
+        drops.append(1 - new.prompt_per_second / old.prompt_per_second)
     return max(0.0, *drops)
 
 
-def judge(old: Speed | None, new: Speed | None, policy: GatePolicy, *, old_name: str, new_name: str) -> Verdict:
-    """Whether ``new`` is acceptably fast next to ``old`` under ``policy``."""
+def judge(
+    old: Speed | None,
+    new: Speed | None,
+    policy: GatePolicy,
+    *,
+    old_name: str,
+    new_name: str,
+    noise: float = 0.0,
+) -> Verdict:
+    """Whether ``new`` is acceptably fast next to ``old`` under ``policy``.
+
+    A drop acts (warns, or rolls back) only when it exceeds ``max_slowdown`` by
+    more than ``noise``, the spread the samples of the two runtimes showed
+    (:func:`spread`, summed): it must exceed both. A drop beyond the limit but
+    within the noise is reported as such, with the figures.
+    """
     if old is None or new is None or policy.max_slowdown is None:
         return Verdict(True, speed=new, previous_speed=old)
     drop = slowdown(old, new)
     if drop <= policy.max_slowdown:
         return Verdict(True, speed=new, previous_speed=old)
-    sentence = (
-        f"{new_name} is {drop:.0%} slower than {old_name} on the same request "
+    figures = (
         f"(prompt {new.prompt_per_second:.1f} vs {old.prompt_per_second:.1f} tokens/s, "
-        f"generation {new.predicted_per_second:.1f} vs {old.predicted_per_second:.1f} tokens/s; "
-        f"the limit is {policy.max_slowdown:.0%})"
+        f"generation {new.predicted_per_second:.1f} vs {old.predicted_per_second:.1f} tokens/s"
+    )
+    if drop <= policy.max_slowdown + noise:
+        within = (
+            f"{new_name} measured {drop:.0%} slower than {old_name}, within noise: the samples varied by "
+            f"{noise:.0%} {figures}; the limit is {policy.max_slowdown:.0%} plus that)"
+        )
+        return Verdict(True, speed=new, previous_speed=old, noise=within)
+    sentence = (
+        f"{new_name} is {drop:.0%} slower than {old_name} on the same request {figures}; "
+        f"the limit is {policy.max_slowdown:.0%}" + (f", the samples varied by {noise:.0%})" if noise else ")")
     )
     if policy.on_slowdown == "rollback":
         return Verdict(False, sentence, speed=new, previous_speed=old)
     return Verdict(True, warnings=(sentence + ".",), speed=new, previous_speed=old)
 
 
-# -- the figures in the marker ---------------------------------------------------------
+def answer_warnings(
+    answer: str, repeats: bool, previous: str | None, *, old_name: str, new_name: str
+) -> tuple[str, ...]:
+    """What the greedy answer says about the new runtime: a changed answer, one repeated token (pure)."""
+    found: list[str] = []
+    if previous is not None and previous != answer:
+        found.append(
+            f"{new_name} answers the gate's prompt differently from {old_name} (greedy, same model and arguments; "
+            f"numerics may move between builds): {answer!r} vs {previous!r}."
+        )
+    if repeats:
+        found.append(f"{new_name} answered the gate's prompt with one token repeated throughout: {answer!r}.")
+    return tuple(found)
+
+
+# -- the figures in the marker (the smoke model's) ---------------------------------------
 
 
 def recorded_speed(runtime: InstalledRuntime | None, key: str, fingerprint: str) -> Speed | None:
@@ -200,20 +344,6 @@ def recorded_speed(runtime: InstalledRuntime | None, key: str, fingerprint: str)
     if record is None or record.get("args") != fingerprint:
         return None
     return Speed.from_json(record)
-
-
-def record_speed(runtime: InstalledRuntime, key: str, fingerprint: str, speed: Speed, measured_at: str) -> None:
-    """Keep ``speed`` in ``runtime``'s marker."""
-    record_speeds(runtime, {key: {**speed.to_json(), "args": fingerprint, "measured_at": measured_at}})
-
-
-def record_speeds(runtime: InstalledRuntime, records: Mapping[str, Mapping[str, object]]) -> None:
-    """Merge ``records`` (model key -> figures) into ``runtime``'s marker, read again so no field is lost."""
-    if not records:
-        return
-    marker = read_marker(runtime.path)
-    speeds = {**marker.speeds, **{key: dict(value) for key, value in records.items()}}
-    write_marker(runtime.path, dataclasses.replace(marker, speeds=speeds))
 
 
 # -- the gate ------------------------------------------------------------------------------
@@ -229,62 +359,184 @@ class InferenceGate:
         policy: What to check and what a slowdown does.
         clock: The measurement time written next to the figures.
         probe: The request seam (:func:`runtime.inference.probe_inference`).
+        state_dir: The home whose state keeps the answers and figures (:mod:`.measures`);
+            None keeps nothing (the smoke model's scratch servers).
     """
 
-    def __init__(self, policy: GatePolicy, *, clock: Callable[[], str], probe: Probe = probe_inference) -> None:
+    def __init__(
+        self,
+        policy: GatePolicy,
+        *,
+        clock: Callable[[], str],
+        probe: Probe = probe_inference,
+        state_dir: Path | None = None,
+    ) -> None:
         self.policy = policy
         self.clock = clock
         self.probe = probe
+        self.state_dir = state_dir
 
-    def measure(self, url: str, args: Sequence[str]) -> InferenceResult:
-        """The completion request against the server at ``url`` started with ``args``."""
-        return self.probe(url, timeout=self.policy.timeout, samples=self.policy.samples, api_key=api_key(args))
+    def measure(
+        self,
+        url: str,
+        args: Sequence[str],
+        *,
+        backend: str | None = None,
+        samples: int = 1,
+        deadline: float | None = None,
+    ) -> InferenceResult:
+        """``samples`` completion requests against the server at ``url`` started with ``args``.
+
+        Under their own limits (:func:`check_limits`), or what is left until ``deadline``
+        (monotonic seconds), the one limit of a whole check.
+        """
+        limits = check_limits(self.policy, args, backend, samples)
+        if deadline is not None:
+            left = max(deadline - time.monotonic(), 0.001)
+            limits = Limits(overall=left, first_token=min(limits.first_token, left))
+        return self.probe(
+            url,
+            timeout=limits.overall,
+            first_token_timeout=limits.first_token,
+            samples=samples,
+            api_key=api_key(args),
+        )
 
     def baseline(self, url: str, args: Sequence[str], current: InstalledRuntime | None) -> None:
-        """Measure the running old server when ``current`` has no figure for its model on record.
+        """Measure the running old server just before it stops; its record is refreshed every time.
 
         A failure here is the old runtime's, not the new one's: it is logged and
         the switch goes on (the new build may be the fix).
         """
         key = model_key(args)
-        if key is None or current is None or self.policy.max_slowdown is None:
+        if key is None or current is None or self.state_dir is None:
             return
-        fingerprint = args_fingerprint(args)
-        if recorded_speed(current, key, fingerprint) is not None:
-            return
-        result = self.measure(url, args)
-        if not result.ok or result.speed is None:
+        backend = current.marker.backend
+        # One request more than timed: a server restarted without a request since pays one-time costs first.
+        result = self.measure(url, args, backend=backend, samples=self.policy.samples + 1)
+        if not result.ok or len(result.samples) < 2:
             log.warning("could not measure the running server before the switch", reason=result.reason)
             return
-        record_speed(current, key, fingerprint, result.speed, self.clock())
-        log.info("measured the running server", model=key, **result.speed.to_json())
+        self._store(current, key, args, result, result.samples[1:])
+        log.info(
+            "measured the running server", model=key, **(median_speed(result.samples) or result.samples[0]).to_json()
+        )
 
     def check(self, url: str, args: Sequence[str], new: InstalledRuntime, current: InstalledRuntime | None) -> Verdict:
-        """Does the new server at ``url`` generate, and fast enough next to ``current``?"""
-        result = self.measure(url, args)
-        if not result.ok:
-            return Verdict(False, f"its completion request failed: {result.reason}")
+        """Does the new server at ``url`` generate a real answer, and fast enough next to ``current``?
+
+        The check's own request (which pays the new server's one-time costs) is
+        not timed; :attr:`GatePolicy.samples` more requests are, under the same
+        overall limit. A drop beyond the limit is measured once more before it acts.
+        """
+        # One limit for the whole check: its own request and every timed one (a second round included).
+        deadline = (
+            time.monotonic() + check_limits(self.policy, args, new.marker.backend, 1 + 3 * self.policy.samples).overall
+        )
+        first = self.measure(url, args, backend=new.marker.backend, samples=1, deadline=deadline)
+        if not first.ok:
+            return Verdict(False, f"its completion request failed: {first.reason}")
         key = model_key(args)
-        if key is None or result.speed is None:
-            return Verdict(True)
-        fingerprint = args_fingerprint(args)
-        old = _reread(current)
-        verdict = judge(
-            recorded_speed(old, key, fingerprint),
-            result.speed,
+        if key is None:
+            return Verdict(True, answer=first.content)
+        old = self._recorded(current, key, args)
+        warnings = answer_warnings(
+            first.content, first.repeats, old.answer if old else None, old_name=_name(current), new_name=_name(new)
+        )
+        verdict = self._speed_verdict(url, args, new, current, old, first, deadline)
+        self._store(new, key, args, first, verdict.speed_samples)
+        return dataclasses.replace(
+            verdict.verdict,
+            warnings=(*warnings, *verdict.verdict.warnings),
+            answer=first.content,
+            previous_answer=old.answer if old else None,
+        )
+
+    def _speed_verdict(
+        self,
+        url: str,
+        args: Sequence[str],
+        new: InstalledRuntime,
+        current: InstalledRuntime | None,
+        old: Measure | None,
+        first: InferenceResult,
+        deadline: float,
+    ) -> _Timed:
+        """Time the new server and judge it against ``old``'s samples (a drop is confirmed once)."""
+        samples = self.policy.samples
+        backend = new.marker.backend
+        timed = self.measure(url, args, backend=backend, samples=samples, deadline=deadline) if samples > 0 else first
+        if not timed.ok:
+            return _Timed(Verdict(False, f"its completion request failed: {timed.reason}"), ())
+        taken = timed.samples or first.samples
+        old_samples = old.samples if old else ()
+        verdict = self._judge(old_samples, taken, current, new)
+        if verdict.noise:
+            # Beyond the limit but within the noise: twice the samples tell noise from a slowdown.
+            again = self.measure(url, args, backend=backend, samples=samples, deadline=deadline)
+            if again.ok and again.samples:
+                taken = (*taken, *again.samples)
+                verdict = self._judge(old_samples, taken, current, new)
+        if not verdict.ok or verdict.warnings:
+            again = self.measure(url, args, backend=backend, samples=samples, deadline=deadline)
+            if again.ok and again.samples:
+                # The better of two rounds: a slowdown must show twice before it acts.
+                better = max(
+                    (taken, again.samples), key=lambda s: (median_speed(s) or Speed(1, 1)).predicted_per_second
+                )
+                taken, verdict = better, self._judge(old_samples, better, current, new)
+        return _Timed(verdict, taken)
+
+    def _judge(
+        self,
+        old_samples: Sequence[Speed],
+        new_samples: Sequence[Speed],
+        current: InstalledRuntime | None,
+        new: InstalledRuntime,
+    ) -> Verdict:
+        noise = spread(old_samples) + spread(new_samples)
+        return judge(
+            median_speed(old_samples),
+            median_speed(new_samples),
             self.policy,
             old_name=_name(current),
             new_name=_name(new),
+            noise=noise,
         )
-        record_speed(new, key, fingerprint, result.speed, self.clock())
-        return verdict
+
+    def _recorded(self, runtime: InstalledRuntime | None, key: str, args: Sequence[str]) -> Measure | None:
+        if runtime is None or self.state_dir is None:
+            return None
+        return load_measure(self.state_dir, runtime.name, key, args_fingerprint(args))
+
+    def _store(
+        self,
+        runtime: InstalledRuntime,
+        key: str,
+        args: Sequence[str],
+        answer: InferenceResult,
+        samples: Sequence[Speed],
+    ) -> None:
+        if self.state_dir is None:
+            return
+        measure = Measure(
+            runtime=runtime.name,
+            model=key,
+            args=args_fingerprint(args),
+            answer=answer.content,
+            speed=median_speed(samples),
+            samples=tuple(samples),
+            measured_at=self.clock(),
+        )
+        store_measure(self.state_dir, measure)
 
 
-def _reread(runtime: InstalledRuntime | None) -> InstalledRuntime | None:
-    """``runtime`` with its marker as on disk now (a baseline may have just been written)."""
-    if runtime is None:
-        return None
-    return dataclasses.replace(runtime, marker=read_marker(runtime.path))
+@dataclass(frozen=True)
+class _Timed:
+    """A speed verdict with the samples it was judged on."""
+
+    verdict: Verdict
+    speed_samples: tuple[Speed, ...] | Sequence[Speed]
 
 
 def _name(runtime: InstalledRuntime | None) -> str:
@@ -350,6 +602,9 @@ def load_gate_settings(home_root: Path) -> GatePolicy:
     smoke = payload.get("smoke_model")
     if isinstance(smoke, str) and smoke:
         policy = dataclasses.replace(policy, smoke_model=Path(smoke))
+    extra = payload.get("smoke_args")
+    if isinstance(extra, list) and all(isinstance(a, str) for a in extra) and len(extra) <= 64:
+        policy = dataclasses.replace(policy, smoke_args=tuple(extra))
     return policy
 
 
@@ -374,110 +629,5 @@ def gate_settings_json(policy: GatePolicy) -> dict[str, object]:
         "max_slowdown": policy.max_slowdown,
         "on_slowdown": policy.on_slowdown,
         "smoke_model": str(policy.smoke_model) if policy.smoke_model else None,
+        "smoke_args": list(policy.smoke_args),
     }
-
-
-# -- smoke: Probe before publish: the staged llama-server generates with a small model before ac... --------------
-
-log = get_logger("llama_runtime.smoke")
-
-#: The gate's prompt and tokens need well under 128 tokens of context; a small
-#: context keeps the smoke server's memory small next to a user's running server.
-SMOKE_CTX_SIZE: Final = 512
-#: A smoke model is small; mapping it and compiling kernels takes seconds, not minutes.
-SMOKE_HEALTH_TIMEOUT_SECONDS: Final = 120.0
-
-
-def smoke_args(model: Path) -> list[str]:
-    """The server arguments of a smoke run (the address is added at start)."""
-    return ["-m", str(model), "--ctx-size", str(SMOKE_CTX_SIZE), "--parallel", "1"]
-
-
-@dataclass(frozen=True)
-class SmokeRun:
-    """Runs one binary on the smoke model on a private port and asks for the gate's completion.
-
-    Args:
-        scratch: A directory for the smoke server's state and log (removed afterwards).
-        gate: The gate that sends and times the request.
-        env: Environment of the smoke server (None inherits).
-        health_timeout: Seconds the smoke server has to answer /health.
-    """
-
-    scratch: Path
-    gate: InferenceGate
-    env: Mapping[str, str] | None = None
-    health_timeout: float = SMOKE_HEALTH_TIMEOUT_SECONDS
-
-    def run(self, binary: Path, model: Path) -> InferenceResult:
-        """Start ``binary`` on ``model``, probe it, stop it; never raises for a failed generation."""
-        directory = self.scratch / f"smoke-{secrets.token_hex(4)}"
-        server = ManagedServer(directory)
-        args = smoke_args(model)
-        try:
-            server.start(binary, args, env=self.env)
-            try:
-                if not server.wait_healthy(self.health_timeout):
-                    return InferenceResult(
-                        False, f"it did not answer /health within {self.health_timeout:g} s{_log_tail(server)}"
-                    )
-                url = server.endpoint()
-                if url is None:
-                    return InferenceResult(False, "it did not record a port")
-                return self.gate.measure(url, args)
-            finally:
-                server.stop()
-        finally:
-            remove_tree_quietly(directory)  # best effort: never replaces the gate's own outcome
-
-
-def smoke_check(
-    smoke: SmokeRun,
-    staged_binary: Path,
-    *,
-    new_name: str,
-    active: InstalledRuntime | None,
-    policy: GatePolicy,
-    clock: Callable[[], str],
-) -> tuple[Verdict, dict[str, dict[str, object]]]:
-    """Run the smoke model on the staged binary (and on the active one when it has no figure on record).
-
-    Returns:
-        The verdict, and the speed record to put in the new runtime's marker.
-    """
-    model = policy.smoke_model
-    assert model is not None
-    key, fingerprint = model.name, args_fingerprint(smoke_args(model))
-    old_speed = recorded_speed(active, key, fingerprint)
-    if active is not None and old_speed is None and policy.max_slowdown is not None:
-        old_speed = _baseline(smoke, active, model, key, fingerprint, clock)
-    result = smoke.run(staged_binary, model)
-    if not result.ok:
-        return Verdict(False, f"it failed to generate with the smoke model {model.name}: {result.reason}"), {}
-    if result.speed is None:
-        return Verdict(True), {}
-    active_name = f"{active.marker.tag} ({active.marker.backend})" if active else "the active runtime"
-    verdict = judge(old_speed, result.speed, policy, old_name=active_name, new_name=new_name)
-    record = {key: {**result.speed.to_json(), "args": fingerprint, "measured_at": clock()}}
-    return verdict, record
-
-
-def _baseline(
-    smoke: SmokeRun, active: InstalledRuntime, model: Path, key: str, fingerprint: str, clock: Callable[[], str]
-) -> Speed | None:
-    """The active runtime's figure on the smoke model, measured now and kept in its marker."""
-    result = smoke.run(active.binary, model)
-    if not result.ok or result.speed is None:
-        log.warning("the active runtime could not run the smoke model", reason=result.reason)
-        return None
-    record_speed(active, key, fingerprint, result.speed, clock())
-    return result.speed
-
-
-def _log_tail(server: ManagedServer) -> str:
-    """``: <last line of its log>`` (llama-server says there why it would not start), or nothing."""
-    try:
-        lines = server.log_path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return f"; its log ends: {lines[-1].strip()[:200]}" if lines else ""

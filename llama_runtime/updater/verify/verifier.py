@@ -17,12 +17,21 @@ from pathlib import Path
 
 from llama_runtime.runtime.binary import ProcessRunner
 from llama_runtime.runtime.errors import VerificationError
+from llama_runtime.runtime.inference import InferenceResult
 from llama_runtime.runtime.layout import HomeSnapshot, InstalledRuntime
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import Progress, ProgressCallback
-from llama_runtime.updater.verify.gate import GatePolicy, InferenceGate, SmokeRun, smoke_check, validate_gguf
+from llama_runtime.updater.verify.gate import GatePolicy, InferenceGate, args_fingerprint, validate_gguf
 from llama_runtime.updater.verify.installed import Staged, Verified, verify_installed
+from llama_runtime.updater.verify.smoke import (
+    SmokeReport,
+    SmokeRun,
+    live_server_beside,
+    smoke_args,
+    smoke_check,
+    store_smoke_figure,
+)
 from llama_runtime.updater.verify.verify import check_build, check_macos_minimum, parse_version_output, probe_binary
 
 log = get_logger("llama_runtime.install")
@@ -69,6 +78,9 @@ class Verifier:
         self.gate = gate
         self.clock = clock
         self.staging_dir = staging_dir
+        #: What the smoke model showed in the newest verification (for the update's output).
+        self.smoke_report: SmokeReport | None = None
+        self._smoke_result: tuple[str, str, InferenceResult] | None = None
 
     @property
     def host(self) -> HostFacts:
@@ -151,15 +163,44 @@ class Verifier:
         """
         if self.gate is None or self.gate.smoke_model is None:
             return {}
-        emit(Progress("verify", message=f"generating with {self.gate.smoke_model.name}"))
+        model = self.gate.smoke_model
+        beside = live_server_beside(self.staging_dir.parent, self.gate)
+        if beside is not None:
+            warnings.append(
+                f"The smoke model {model.name} ran beside the running llama-server (pid {beside}) on the same device: "
+                "both share it, and the smoke figures are slower for it (give the smoke run another device "
+                "with --smoke-args '--device ...')."
+            )
+        emit(Progress("verify", message=f"generating with {model.name}"))
         smoke = SmokeRun(self.staging_dir, InferenceGate(self.gate, clock=self.clock), env=self.env)
-        verdict, record = smoke_check(smoke, binary, new_name=name, active=active, policy=self.gate, clock=self.clock)
+        verdict, record, result = smoke_check(
+            smoke, binary, new_name=name, active=active, policy=self.gate, clock=self.clock
+        )
+        fingerprint = args_fingerprint(smoke_args(model, self.gate.smoke_args))
+        self._smoke_result = (model.name, fingerprint, result)
+        self.smoke_report = SmokeReport(
+            model=model.name,
+            args=tuple(self.gate.smoke_args),
+            ok=result.ok,
+            reason=result.reason,
+            answer=result.content,
+            speed=result.speed,
+            beside_live_server=beside,
+        )
         if not verdict.ok:
             error = VerificationError(f"The runtime {name} was rejected: {verdict.reason}.")
             error.stage = "completion check"
             raise error
         warnings.extend(verdict.warnings)
         return record
+
+    def keep_smoke_figure(self, target: InstalledRuntime) -> None:
+        """Keep the newest smoke result of the installed ``target`` in the home's state (never in its directory)."""
+        if self._smoke_result is None:
+            return
+        key, fingerprint, result = self._smoke_result
+        if result.ok and result.speed is not None:
+            store_smoke_figure(self.staging_dir.parent, target, key, fingerprint, result, self.clock())
 
 
 @contextmanager
