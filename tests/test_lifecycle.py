@@ -268,7 +268,7 @@ def test_list_is_one_array_and_available_shows_what_fits_this_host(
 
     code, listed = run_json(capsys, home, github.api_url, "list")
     # One array of runtimes under one key, beside the damaged directories (issue 24 item 4: listed, never chosen).
-    assert code == 0 and set(listed) == {"installed", "damaged", "home_bytes"} and listed["damaged"] == []
+    assert code == 0 and set(listed) == {"installed", "damaged", "home_bytes", "trial"} and listed["damaged"] == []
     assert [r["tag"] for r in listed["installed"]] == ["b7000", "b7001", "b7002"]
     assert [r["active"] for r in listed["installed"]] == [False, False, True]
 
