@@ -61,6 +61,7 @@ def _apply() -> None:
     if not _wanted["explicit"] and structlog.is_configured():
         return
     processors: list[structlog.typing.Processor] = [
+        _redact_urls,
         _escape_controls,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -77,6 +78,20 @@ def _apply() -> None:
         logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )
+
+
+def _redact_urls(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
+    """Every URL in logged text without user information or query string, at every level.
+
+    The last guard of "credentials never leave memory" (issue 28): a field that
+    names a URL loses its ``user:password@`` and its (possibly signed) query,
+    whichever module logged it.
+    """
+    from llama_runtime.updater.credentials import redact_text
+
+    return {
+        key: redact_text(value) if isinstance(value, str) and "://" in value else value for key, value in event.items()
+    }
 
 
 def _escape_controls(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:

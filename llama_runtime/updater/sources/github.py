@@ -18,6 +18,7 @@ limit means, :mod:`github_limits`; conditional requests' store, :mod:`etag_cache
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable
@@ -36,7 +37,13 @@ from llama_runtime.runtime.errors import (
     RemoteError,
 )
 from llama_runtime.runtime.fsutil import read_record, write_record
-from llama_runtime.updater.credentials import checked_token, may_send_token, redact_library_logs, redact_url
+from llama_runtime.updater.credentials import (
+    checked_token,
+    may_send_token,
+    redact_library_logs,
+    redact_url,
+    split_user_info,
+)
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.release import (
     Asset,
@@ -325,7 +332,8 @@ class GitHubClient:
         attempts: int = ATTEMPTS,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.api_url = api_url.rstrip("/")
+        # Credentials in the URL leave it here: every URL built from api_url is free of them.
+        self.api_url, user_info = split_user_info(api_url.rstrip("/"))
         self._repo = repo
         self.etag_cache = etag_cache
         self.sleep = sleep
@@ -335,6 +343,10 @@ class GitHubClient:
         # Last guard of the token policy: whatever the caller passes, a token
         # never travels in clear text to a host that is not this machine.
         self._token = checked_token(token) if token and may_send_token(self.api_url) else None
+        # The same rule for a password in --api-url: HTTP Basic, to the API origin only (RFC 7617).
+        self._basic = (
+            base64.b64encode(user_info.encode()).decode() if user_info and may_send_token(self.api_url) else None
+        )
         redact_library_logs()  # signed CDN and bundle URLs never reach a log line in clear
         self._http = httpx.Client(
             transport=transport,
@@ -364,8 +376,12 @@ class GitHubClient:
 
     def auth_headers_for(self, url: str) -> dict[str, str]:
         """``Authorization`` for ``url`` if it is on the API origin, else nothing."""
-        if self._token and same_origin(url, self.api_url):
+        if not (self._token or self._basic) or not same_origin(url, self.api_url):
+            return {}
+        if self._token:
             return {"Authorization": f"Bearer {self._token}"}
+        if self._basic:
+            return {"Authorization": f"Basic {self._basic}"}
         return {}
 
     # -- public verbs ----------------------------------------------------------------------
