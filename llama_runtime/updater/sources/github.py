@@ -41,10 +41,11 @@ from llama_runtime.updater.credentials import (
     checked_token,
     may_send_token,
     redact_library_logs,
+    redact_text,
     redact_url,
     split_user_info,
 )
-from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.logs import get_logger, redact_with
 from llama_runtime.updater.release.release import (
     Asset,
     Release,
@@ -348,6 +349,7 @@ class GitHubClient:
             base64.b64encode(user_info.encode()).decode() if user_info and may_send_token(self.api_url) else None
         )
         redact_library_logs()  # signed CDN and bundle URLs never reach a log line in clear
+        redact_with(redact_text)  # nor any of ours, whatever field names them
         self._http = httpx.Client(
             transport=transport,
             timeout=timeout,
