@@ -100,3 +100,32 @@ def test_gc_never_deletes_through_a_linked_asset_cache_even_when_the_link_appear
     assert cache.lookup(next(iter(before))) is None
     assert snapshot_tree(outside) == before
     assert os.path.islink(installed / "cache" / "assets")
+
+
+def _runtime_dir(home: Path, tag: str) -> Path:
+    (found,) = [p for p in (home / "runtimes").iterdir() if f"-{tag}-" in p.name]
+    return found
+
+
+@pytest.mark.parametrize("swap", ["binary", "folder"])
+def test_a_recorded_file_reached_through_a_link_is_damage_and_use_refuses_it(
+    capsys: pytest.CaptureFixture[str], installed: Path, tmp_path: Path, swap: str
+) -> None:
+    newer = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001")
+    code, payload = run_json(capsys, installed, None, "install-file", str(newer))
+    assert code == 0, payload
+    old = _runtime_dir(installed, "b7000") / "llama-b7000"
+    outside = tmp_path / "outside-copy"
+    # The same bytes, outside the home, reached through a link: not the files the install wrote.
+    if swap == "folder":
+        old.rename(outside)
+        old.symlink_to(outside)
+    else:
+        outside.mkdir()
+        (old / "llama-server").rename(outside / "llama-server")
+        (old / "llama-server").symlink_to(outside / "llama-server")
+    guard = HomeGuard(None, installed)
+    code, payload = run_json(capsys, installed, None, "use", "b7000")
+    assert code == 6, payload
+    assert "symbolic link" in payload["error"]["message"], payload
+    guard.assert_intact("b7001")
