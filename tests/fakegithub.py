@@ -632,6 +632,11 @@ class FakeGitHub:
         """List GitHub's release attestation (an immutable release's) for ``sha256`` beside any other."""
         self.add_attestation(repo, sha256, release_attestation(repo, sha256), by_url=by_url)
 
+    def drop_attestations(self, repo: str, sha256: str) -> None:
+        """Stop listing any attestation for the file ``sha256`` in ``repo`` (it answers 404 again)."""
+        with self._lock:
+            self._attestations.pop((repo, sha256), None)
+
     def set_attestations_answer(self, repo: str, sha256: str, answer: object) -> None:
         """Answer the attestations of ``sha256`` with 200 and ``answer`` as JSON, whatever its shape."""
         with self._lock:

@@ -10,6 +10,7 @@ mirror tests also stop the upstream hub before installing.
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import json
 import tarfile
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from llama_runtime.updater.offline.export import SOURCE_PREFIX
 from tests.fakegithub import BUNDLE_URL_SIGNATURE, FakeGitHub, Fault
 from tests.helpers import CPU_TAR, assert_runs, cli_json, snapshot_tree, stand_in_tarball
 from tests.test_provenance_e2e import BEACON, BEACON_WORKFLOW, real_bundle, remap_subject, sha256_of
@@ -169,7 +171,7 @@ def test_export_carries_the_bundle_and_install_file_verifies_it_again_offline(
     assert code == 0, payload
     provenance = payload["active"]["provenance"]
     assert provenance["status"] == "verified" and provenance["workflow"] == BEACON_WORKFLOW
-    assert "files as recorded by the exporting machine" in provenance["reason"]
+    assert "re-verified from the release archive the export carries" in provenance["reason"]
     assert_runs(Path(payload["active"]["binary"]))
 
 
@@ -265,3 +267,92 @@ def test_install_file_with_a_file_that_is_no_bundle_is_exit_2(
     )
     assert code == 2, payload
     assert "holds no Sigstore bundle" in payload["error"]["message"]
+
+
+# -- a forged export (issue 28): "verified" means these bytes ------------------------------
+
+
+def forged_server(sentinel: Path) -> bytes:
+    """A llama-server that passes for b7001 and leaves ``sentinel`` behind whenever it runs."""
+    return (
+        "#!/bin/sh\n"
+        f"touch '{sentinel}'\n"
+        'case "$1" in\n'
+        "  --version) echo 'version: 7001 (stand-in)' >&2; exit 0 ;;\n"
+        "  --list-devices) printf 'Available devices:\\n'; exit 0 ;;\n"
+        "esac\n"
+        "exit 0\n"
+    ).encode()
+
+
+def forge(good: Path, bad: Path, script: bytes, *, keep_archive: bool) -> Path:
+    """``good`` with llama-server swapped for ``script``, its marker record rewritten to match, attestation kept."""
+    with tarfile.open(good, "r:gz") as src:
+        members = [(info, src.extractfile(info).read() if info.isreg() else None) for info in src]  # type: ignore[union-attr]
+    marker = json.loads(next(data for info, data in members if info.name == "llama-runtime.json") or b"")
+    binary = marker["binary"]
+    marker["files"][binary].update(size=len(script), sha256=hashlib.sha256(script).hexdigest())
+    with tarfile.open(bad, "w:gz") as dst:
+        for info, data in members:
+            if info.name.startswith(SOURCE_PREFIX) and not keep_archive:
+                continue
+            if info.name == "llama-runtime.json":
+                data = json.dumps(marker).encode()
+            elif info.name == binary:
+                data = script
+            if data is not None:
+                info.size = len(data)
+            dst.addfile(info, io.BytesIO(data) if data is not None else None)
+    return bad
+
+
+def exported(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    source = verified_home(capsys, tmp_path, monkeypatch)
+    good = tmp_path / "runtime.tar.gz"
+    code, payload = cli_json(capsys, "export", "--home", str(source), "--output", str(good))
+    assert code == 0 and payload["carries_archive"] is True, payload
+    return good
+
+
+def test_forged_export_without_its_archive_is_refused_under_require_provenance_and_never_runs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, active_b7000: Path
+) -> None:
+    sentinel = tmp_path / "forged-binary-ran"
+    bad = forge(
+        exported(capsys, tmp_path, monkeypatch), tmp_path / "forged.tar.gz", forged_server(sentinel), keep_archive=False
+    )
+    code, payload = failing_install_file(capsys, active_b7000, str(bad), "--require-provenance")
+    assert code == 8, payload
+    assert payload["error"]["code"] == "provenance_missing"
+    assert "repacked" in payload["error"]["message"]
+    assert not sentinel.exists(), "the forged llama-server ran during install"
+
+
+def test_forged_export_without_its_archive_installs_unverified_as_repacked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, active_b7000: Path
+) -> None:
+    sentinel = tmp_path / "forged-binary-ran"
+    bad = forge(
+        exported(capsys, tmp_path, monkeypatch), tmp_path / "forged.tar.gz", forged_server(sentinel), keep_archive=False
+    )
+    code, payload = cli_json(capsys, "install-file", str(bad), "--home", str(active_b7000))
+    assert code == 0, payload
+    provenance = payload["active"]["provenance"]
+    assert provenance["status"] == "unverified" and provenance["reason"].startswith("repacked"), provenance
+    code, status = cli_json(capsys, "status", "--home", str(active_b7000))
+    assert code == 0 and status["active"]["provenance"]["status"] == "unverified"
+
+
+def test_forged_export_that_keeps_its_archive_installs_the_attested_bytes_and_never_runs_the_forgery(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, active_b7000: Path
+) -> None:
+    sentinel = tmp_path / "forged-binary-ran"
+    good = exported(capsys, tmp_path, monkeypatch)
+    bad = forge(good, tmp_path / "forged.tar.gz", forged_server(sentinel), keep_archive=True)
+    code, payload = cli_json(capsys, "install-file", str(bad), "--home", str(active_b7000), "--require-provenance")
+    assert code == 0, payload
+    assert payload["active"]["provenance"]["status"] == "verified"
+    installed = Path(payload["active"]["binary"]).read_bytes()
+    assert installed != forged_server(sentinel) and b"stand-in" in installed
+    assert not sentinel.exists(), "the forged llama-server ran during install"
+    assert_runs(Path(payload["active"]["binary"]))

@@ -44,7 +44,7 @@ from llama_runtime.runtime.marker import (
     read_marker,
 )
 
-__all__ = ["DamagedRuntime", "HomeSnapshot", "UnsafeHomeError", "check_home"]
+__all__ = ["DamagedRuntime", "HomeSnapshot", "UnsafeHomeError", "check_home", "find_foreign_link"]
 
 
 # -- home_safety: The home is the tool's: refuse a home that someone else could rearrange. -----------------------
@@ -64,15 +64,18 @@ class UnsafeHomeError(UserInputError):
     code = "unsafe_home"
 
 
-def check_home(root: Path, subdirs: Iterable[Path]) -> None:
+def check_home(root: Path, subdirs: Iterable[Path], *, deep: Iterable[Path] = ()) -> None:
     """Refuse a home that is not safely ours (see the module docstring).
 
     A home or subdirectory that does not exist yet is fine: it will be created.
+    Below the home, no entry of the home itself or of a subdirectory is a link,
+    and nothing at any depth of the ``deep`` ones (:func:`find_foreign_link`).
 
     Raises:
         UnsafeHomeError: The home is a file (or under one), a subdirectory is a
-            symlink or not a directory, or the home or a subdirectory is owned
-            by another user or world-writable.
+            symlink or not a directory, a link lies where the tool never makes
+            one, or the home or a subdirectory is owned by another user or
+            world-writable.
     """
     if sys.platform == "win32":
         return
@@ -110,6 +113,52 @@ def check_home(root: Path, subdirs: Iterable[Path]) -> None:
         if not stat.S_ISDIR(st.st_mode):
             raise UnsafeHomeError(f"{sub} is not a directory; move it out of the llama-runtime home.")
         _check_owner_and_mode(sub, st, "The directory")
+    deep_dirs = set(deep)
+    for top in (root, *(sub for sub in subdirs if sub not in deep_dirs)):
+        _refuse_link(find_foreign_link(top, max_depth=1))
+    for sub in deep_dirs:
+        _refuse_link(find_foreign_link(sub))
+
+
+def find_foreign_link(top: Path, *, max_depth: int | None = None) -> Path | None:
+    """The first symbolic link below ``top`` (``max_depth`` levels down; ``None``: every level), or ``None``.
+
+    The tool makes links only inside the runtime trees it extracts (a build's
+    ``libX.so -> libX.so.0`` chain, in ``staging/``, ``runtimes/NAME/`` and a
+    streamed ``downloads/*.unpacking/``), never elsewhere: any other link was
+    put there by someone else, and a write, rename or delete through it would
+    reach outside the home (issue 28: ``cache/assets`` linked to a blob store, and
+    ``gc`` deleted its files). The walk never follows a link; a directory that
+    vanishes meanwhile is skipped.
+    """
+    pending: list[tuple[Path, int]] = [(top, 0)]
+    while pending:
+        folder, depth = pending.pop()
+        try:
+            with os.scandir(folder) as entries:
+                listed = list(entries)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in listed:
+            if entry.is_symlink():
+                return Path(entry.path)
+            if (max_depth is None or depth + 1 < max_depth) and entry.is_dir(follow_symlinks=False):
+                pending.append((Path(entry.path), depth + 1))
+    return None
+
+
+def _refuse_link(link: Path | None) -> None:
+    if link is None:
+        return
+    try:
+        target = os.readlink(link)
+    except OSError:
+        target = "?"
+    raise UnsafeHomeError(
+        f"{link} is a symbolic link (to {target}); llama-runtime writes, replaces and deletes things in its "
+        "home and does not follow links it did not make there.",
+        hint=f"Move {link} out of the llama-runtime home (or replace it with a real directory). " + _MOVE_HINT,
+    )
 
 
 def _check_owner_and_mode(path: Path, st: os.stat_result, what: str) -> None:
@@ -238,7 +287,9 @@ class Home:
             UnsafeHomeError: A subdirectory is a symlink, or the home or a
                 subdirectory is another user's or writable by everyone.
         """
-        check_home(self.root, self.subdirs)
+        # Deep: the tool makes no link at any depth there. runtimes/, staging/ and downloads/ hold
+        # extracted trees with links of their own; their entries are checked, not what is inside.
+        check_home(self.root, self.subdirs, deep=(self.locks_dir, self.jobs_dir, self.cache_dir, self.server_dir))
 
     def ensure(self) -> None:
         """Check the home is safely ours, then create the directories (idempotent).

@@ -12,7 +12,9 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -469,18 +471,31 @@ def file_problems(
     depth = LEVELS.index(level)
     hasher = digest or sha256_file
     problems: list[str] = []
+    linked = _LinkedParents(root)
     if not (root / marker.binary).is_file():
         problems.append(f"{marker.binary} is missing")
     for rel, record in marker.files.items():
         path = root / rel
         try:
-            if not path.is_file():
+            # Recorded files are the regular files the extraction wrote, at their real paths: one
+            # reached through a link (itself, or a folder above it) is not that file (issue 28).
+            through = linked.first_link(rel)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                st = None
+            if through is None and st is not None and stat.S_ISLNK(st.st_mode):
+                through = rel
+            if through is not None:
+                problems.append(f"{rel} is reached through the symbolic link {through}, not recorded as one")
+                continue
+            if st is None or not stat.S_ISREG(st.st_mode):
                 if rel != marker.binary:  # already reported above
                     problems.append(f"{rel} is missing")
                 continue
             if depth < 1:
                 continue
-            size = path.stat().st_size
+            size = st.st_size
             if size != record.size:
                 problems.append(f"{rel} has {size} bytes, expected {record.size}")
             elif (depth >= 2 or (hash_binary and rel == marker.binary)) and hasher(path) != record.sha256:
@@ -488,3 +503,28 @@ def file_problems(
         except OSError as exc:
             problems.append(f"{rel} cannot be read ({exc.strerror or exc})")
     return problems
+
+
+class _LinkedParents:
+    """Which components of recorded paths below ``root`` are symbolic links (each folder looked at once)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._folders: dict[str, bool] = {}
+
+    def _is_link(self, rel: str) -> bool:
+        try:
+            return stat.S_ISLNK(os.lstat(self.root / rel).st_mode)
+        except OSError:
+            return False  # missing: the caller reports it
+
+    def first_link(self, rel: str) -> str | None:
+        """The first folder above ``rel`` that is a link, or ``None``."""
+        parts = rel.split("/")
+        for n in range(1, len(parts)):
+            folder = "/".join(parts[:n])
+            if folder not in self._folders:
+                self._folders[folder] = self._is_link(folder)
+            if self._folders[folder]:
+                return folder
+        return None

@@ -30,7 +30,9 @@ __all__ = [
     "redact_library_logs",
     "redact_text",
     "redact_url",
+    "split_user_info",
     "token_for",
+    "url_record",
 ]
 
 #: The only origin a github.com token (GITHUB_TOKEN / GH_TOKEN) is sent to.
@@ -123,6 +125,25 @@ def checked_token(token: str) -> str:
     )
 
 
+def split_user_info(url: str) -> tuple[str, str | None]:
+    """``url`` without its user information, and that ``user:password`` (percent-decoded), if any.
+
+    A password typed into ``--api-url`` (``https://user:TOKEN@mirror/…``) stays in
+    memory as a header (:meth:`~updater.sources.github.GitHubClient.auth_headers_for`);
+    the URL every request, record and message is built from never holds it.
+    """
+    from urllib.parse import unquote
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url, None
+    if "@" not in parts.netloc:
+        return url, None
+    user_info, _, host = parts.netloc.rpartition("@")
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), unquote(user_info)
+
+
 def redact_url(url: str) -> str:
     """``url`` without user information and without its query string.
 
@@ -151,6 +172,22 @@ def _redact_unparsed(text: str) -> str:
     if sep and "@" in authority:
         return f"{scheme}{sep}{authority.rsplit('@', 1)[1]}{slash}{path}"
     return head
+
+
+def url_record(url: str) -> str:
+    """``url`` as a state file stores it: exact enough to compare, with no credential in it.
+
+    A URL with user information or a query string (a mirror's signed link) is kept
+    as its :func:`redact_url` form plus a short sha256 of the whole URL: two records
+    compare equal exactly when the URLs do, and the file holds no secret. Any other
+    URL is kept as it is.
+    """
+    redacted = redact_url(url)
+    if redacted == url:
+        return url
+    import hashlib
+
+    return f"{redacted} (sha256:{hashlib.sha256(url.encode()).hexdigest()[:16]})"
 
 
 def redact_text(text: str) -> str:

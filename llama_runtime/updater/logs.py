@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ def _apply() -> None:
     if not _wanted["explicit"] and structlog.is_configured():
         return
     processors: list[structlog.typing.Processor] = [
+        _redact_urls,
         _escape_controls,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -77,6 +78,29 @@ def _apply() -> None:
         logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )
+
+
+def redact_with(redactor: Callable[[str], str]) -> None:
+    """Pass every string field of every later log line through ``redactor`` (idempotent).
+
+    The last guard of "credentials never leave memory" (issue 28): the HTTP client
+    registers :func:`~updater.credentials.redact_text` when it is made, so a field
+    that names a URL loses its ``user:password@`` and its (possibly signed) query,
+    whichever module logged it, at every level. (A sibling of ``credentials`` in
+    the layering, this module takes the function instead of importing it.)
+    """
+    _redactors[:] = [redactor]
+
+
+_redactors: list[Callable[[str], str]] = []
+
+
+def _redact_urls(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
+    """Every string field that holds a URL, through the registered redactor."""
+    if not _redactors:
+        return event
+    redact = _redactors[0]
+    return {key: redact(value) if isinstance(value, str) and "://" in value else value for key, value in event.items()}
 
 
 def _escape_controls(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:

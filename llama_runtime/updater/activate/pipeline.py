@@ -52,6 +52,7 @@ from llama_runtime.updater.progress import CancelCheck, Progress, ProgressCallba
 from llama_runtime.updater.release.release import Asset, Release, path_inside
 from llama_runtime.updater.stage.archive import ExtractResult
 from llama_runtime.updater.stage.streaming import Fetched, FetchOptions, fetch_asset
+from llama_runtime.updater.verify.attested import ATTESTED_UPSTREAM_BUNDLE_MISSING, remember_attested, was_attested
 from llama_runtime.updater.verify.installed import Staged, extract_staged, marker_from_meta, new_staging_path
 from llama_runtime.updater.verify.provenance import Provenance, ProvenanceCheck, combine, with_build_commit
 from llama_runtime.updater.verify.verifier import Verifier, at_stage
@@ -250,6 +251,9 @@ class Acquirer:
                 # The signer policy's ref rule needs the default branch: asked once, only when something is published.
                 checking, asked = checking.knowing_default_branch(repo, self.source.default_branch()), True
             check = checking.evaluate_answer(asset.name, download.sha256, repo, answer)
+            if check.status == "absent" and was_attested(self.home.root, download.sha256):
+                # Verified here before: its builder attests it, only this source lacks the proof.
+                check = Provenance("unverified", f"{ATTESTED_UPSTREAM_BUNDLE_MISSING} ({check.reason})")
             results.append((asset.name, check))
         return combine([*results, *reused])
 
@@ -569,7 +573,11 @@ class InstallPipeline:
             with at_stage("marker check"):
                 read_back_marker(staging, Expected(marker.repo, marker.tag, marker.backend_request, marker.backend))
             emit(Progress("activate", message="activating"))
-            return self.activation.activate_staged(staging, marker, active, warnings, snapshot=snapshot, emit=emit)
+            outcome = self.activation.activate_staged(staging, marker, active, warnings, snapshot=snapshot, emit=emit)
+            if marker.provenance.get("status") == "verified":
+                digests = [marker.sha256, *(str(e.get("sha256", "")) for e in marker.extra_assets)]
+                remember_attested(self.home.root, digests)
+            return outcome
         except BaseException as exc:
             remove_tree_quietly(staging)  # best effort: never hides the error on its way out
             if is_disk_full(exc):

@@ -356,6 +356,7 @@ def remove(updater: RuntimeUpdater, tag: str, repo: str | None) -> RemoveResult:
     """Delete the installed ``tag``; the active and the previous runtime are refused."""
     from llama_runtime.updater.activate.gc import remove_runtime
 
+    updater.home.check_safe()  # nothing is deleted, nor even looked up, through a link the tool did not make
     target = select(updater, tag, repo)
     item = remove_runtime(updater.home, target.name)
     return RemoveResult(target, item.size_bytes)

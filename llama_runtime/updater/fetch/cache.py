@@ -75,6 +75,13 @@ class AssetCache:
         """The cache of ``home``."""
         return cls(home.cache_dir / _ASSETS_DIR)
 
+    def _linked(self) -> bool:
+        """Whether the cache directory is a link (someone else's store): never read, written or trimmed.
+
+        ``Home.check_safe`` refuses such a home first; this guard holds for any caller.
+        """
+        return os.path.islink(self.directory)
+
     def path_for(self, sha256: str) -> Path:
         """Where the asset with ``sha256`` lies (or would lie).
 
@@ -93,9 +100,11 @@ class AssetCache:
             sha256: The published digest (hex, any case).
             size: The published size, when known; a mismatch is damage, found without hashing.
         """
+        if self._linked():
+            return None
         try:
             path = self.path_for(sha256)
-            actual = path.stat().st_size
+            actual = os.lstat(path).st_size
         except (ValueError, OSError):
             return None
         if (size is not None and actual != size) or sha256_file(path) != sha256.lower():
@@ -111,6 +120,8 @@ class AssetCache:
         must be on the home's filesystem and already fsynced.
         """
         target = self.path_for(sha256)
+        if self._linked():
+            raise OSError(f"{self.directory} is a symbolic link; nothing is stored through it")
         self.directory.mkdir(parents=True, exist_ok=True)
         os.replace(download, target)
         fsync_directory(self.directory)
@@ -119,6 +130,8 @@ class AssetCache:
     def entries(self) -> list[CacheEntry]:
         """Every entry, by digest."""
         found: list[CacheEntry] = []
+        if self._linked():
+            return found
         try:
             scan = sorted(os.scandir(self.directory), key=lambda e: e.name)
         except (FileNotFoundError, NotADirectoryError):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.fsutil import read_record, write_record
 from llama_runtime.updater.config import env_number
+from llama_runtime.updater.credentials import url_record
 
 if TYPE_CHECKING:
     import httpx
@@ -107,7 +108,7 @@ def plan_resume(
         return Resume(0)
     if origin is not None and origin.size != size:
         return Resume(0)  # another upload under the same name
-    validator = origin.validator if origin is not None and origin.url == url else None
+    validator = origin.validator if origin is not None and origin.url == url_record(url) else None
     if has_digest:
         return Resume(on_disk, validator)  # the final sha256 rejects any mix
     if validator is None:
@@ -163,7 +164,7 @@ def strong_etag(response: httpx.Response) -> str | None:
 def record_origin(partial: Path, url: str, size: int | None, response: httpx.Response) -> None:
     """Write ``partial``'s sidecar: its bytes are ``response``'s, an answer for ``url`` of ``size`` bytes."""
     origin = PartialOrigin(
-        url=url,
+        url=url_record(url),  # never a password or a signed query on disk (issue 28)
         size=size,
         etag=strong_etag(response),
         last_modified=response.headers.get("last-modified"),

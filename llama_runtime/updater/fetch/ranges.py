@@ -40,6 +40,7 @@ from llama_runtime.runtime.errors import (
 )
 from llama_runtime.runtime.fsutil import read_record, write_record
 from llama_runtime.updater.config import DEFAULT_PARALLEL_DOWNLOADS
+from llama_runtime.updater.credentials import url_record
 from llama_runtime.updater.fetch.cache import human_size
 from llama_runtime.updater.fetch.download import (
     BytesDone,
@@ -149,7 +150,12 @@ def load_record(partial: Path, url: str, size: int) -> tuple[list[Span], str | N
 
 def save_record(partial: Path, url: str, size: int, validator: str | None, spans: list[Span]) -> None:
     """Record each span's progress (a hint: a failure to write it only costs a fresh start)."""
-    payload = {"url": url, "size": size, "validator": validator, "spans": [[s.start, s.end, s.done] for s in spans]}
+    payload = {
+        "url": url_record(url),
+        "size": size,
+        "validator": validator,
+        "spans": [[s.start, s.end, s.done] for s in spans],
+    }
     try:
         write_record(state_path(partial), payload)
     except OSError:
@@ -160,7 +166,7 @@ def save_record(partial: Path, url: str, size: int, validator: str | None, spans
 
 def _spans_from(raw: object, url: str, size: int) -> list[Span] | None:
     """The spans of a record written for ``url`` and ``size``, or ``None`` if it is not one."""
-    if not isinstance(raw, dict) or raw.get("url") != url or raw.get("size") != size:
+    if not isinstance(raw, dict) or raw.get("url") != url_record(url) or raw.get("size") != size:
         return None
     validator = raw.get("validator")
     items = raw.get("spans")

@@ -2,6 +2,15 @@
 
 The bundle carries only what the marker records (``install-file`` elsewhere
 refuses anything else), and appears at its path only when complete.
+
+"Verified" means these bytes (issue 28): the marker is unsigned, so a file
+record in it proves nothing about who built the file. When the home still holds
+the release archive(s) the runtime was installed from (``cache/assets``), the
+bundle carries them too, under :data:`SOURCE_PREFIX`, right after the marker:
+``install-file`` then verifies the attestation against those bytes and installs
+by extracting them, exactly as the first install did. A bundle without them is
+*repacked*: its files can only be checked against its own marker, and it
+installs ``unverified`` (docs/provenance.md).
 """
 
 from __future__ import annotations
@@ -24,15 +33,32 @@ from llama_runtime.runtime.errors import (
     UnsafeArchiveError,
     UserInputError,
 )
-from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, fsync_directory, parse_record
+from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, fsync_directory, parse_record, sha256_file
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, parse_marker
+from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.stage.archive_rules import BoundedHeaderError, open_tar_stream
 
-__all__ = ["ExportResult", "export_bundle", "member_name", "read_bundle_marker", "repack_bundle", "unrecorded_files"]
+__all__ = [
+    "SOURCE_PREFIX",
+    "ExportResult",
+    "Repacked",
+    "export_bundle",
+    "member_name",
+    "read_bundle_marker",
+    "repack_bundle",
+    "unrecorded_files",
+]
+
+#: Where a bundle carries the release archives its runtime was extracted from. A dot
+#: directory no llama.cpp archive has at its top (a runtime's files live under
+#: ``llama-<tag>/`` or ``build/bin/``), so it cannot shadow a recorded file.
+SOURCE_PREFIX: Final = ".llama-runtime-source/"
 
 
 # -- export ------------------------------------------------------------------------------------------------------
+
+log = get_logger("llama_runtime.export")
 
 # Write in 1 MiB pieces: few syscalls, bounded memory.
 _CHUNK_BYTES: Final[int] = 1024 * 1024
@@ -47,10 +73,16 @@ class ExportResult:
     path: Path
     runtime: InstalledRuntime
     size: int
+    carries_archive: bool = False
 
     def to_json(self) -> dict[str, object]:
         """The ``export`` object of the CLI."""
-        return {"output": str(self.path), "size": self.size, "runtime": self.runtime.to_json()}
+        return {
+            "output": str(self.path),
+            "size": self.size,
+            "runtime": self.runtime.to_json(),
+            "carries_archive": self.carries_archive,
+        }
 
 
 def _bundle_members(runtime_dir: Path) -> Iterator[Path]:
@@ -88,8 +120,35 @@ def _plain_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def _write_bundle(raw: IO[bytes], runtime: InstalledRuntime) -> None:
-    """The marker, then every file of ``runtime``, as a gzip'd tar stream.
+def source_archives(home: Home, runtime: InstalledRuntime) -> list[tuple[str, Path]]:
+    """The release archives ``runtime`` was extracted from, as the home's cache holds them (main first).
+
+    Each is hashed now: only bytes that are the recorded archive travel. ``[]``
+    when any of them is gone (the bundle is then repacked).
+    """
+    from llama_runtime.updater.fetch.cache import AssetCache
+
+    cache = AssetCache.of(home)
+    marker = runtime.marker
+    wanted: list[tuple[str, str, object]] = [(marker.asset, marker.sha256, marker.size)]
+    for extra in marker.extra_assets:
+        wanted.append((str(extra.get("name", "")), str(extra.get("sha256", "")), extra.get("size")))
+    found: list[tuple[str, Path]] = []
+    for name, sha256, size in wanted:
+        try:
+            path = cache.path_for(sha256)
+            if "/" in name or not name or (isinstance(size, int) and path.stat().st_size != size):
+                return []
+            if sha256_file(path) != sha256.lower():
+                return []
+        except (ValueError, OSError):
+            return []
+        found.append((name, path))
+    return found
+
+
+def _write_bundle(raw: IO[bytes], runtime: InstalledRuntime, sources: list[tuple[str, Path]]) -> None:
+    """The marker, the source archives, then every file of ``runtime``, as a gzip'd tar stream.
 
     gzip level 6 (what ``tar czf`` uses) instead of tarfile's 9: on the real
     72 MB Vulkan build level 9 took 3.6x as long as ``tar czf`` for a bundle
@@ -100,6 +159,8 @@ def _write_bundle(raw: IO[bytes], runtime: InstalledRuntime) -> None:
         tarfile.open(fileobj=gz, mode="w|", bufsize=_CHUNK_BYTES) as tf,
     ):
         tf.add(runtime.path / MARKER_NAME, arcname=MARKER_NAME, filter=_plain_owner)
+        for name, path in sources:
+            tf.add(path, arcname=SOURCE_PREFIX + name, recursive=False, filter=_plain_owner)
         for path in _bundle_members(runtime.path):
             _add_member(tf, path, path.relative_to(runtime.path).as_posix())
 
@@ -158,12 +219,19 @@ def export_bundle(home: Home, output: Path) -> ExportResult:
                 "accept the bundle.",
                 hint=f"Move those files out of {runtime.path} and export again.",
             )
+        sources = source_archives(home, runtime)
+        if not sources and runtime.marker.provenance.get("status") == "verified":
+            log.warning(
+                "export without the attested archive",
+                asset=runtime.marker.asset,
+                consequence="install-file reads this bundle as unverified (repacked)",
+            )
         fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
         tmp = Path(tmp_name)
         try:
             os.chmod(tmp, SHARED_FILE_MODE)  # a bundle is made to be copied elsewhere
             with os.fdopen(fd, "wb", buffering=_CHUNK_BYTES) as raw:
-                _write_bundle(raw, runtime)
+                _write_bundle(raw, runtime, sources)
                 raw.flush()
                 os.fsync(raw.fileno())
             os.replace(tmp, output)
@@ -171,7 +239,7 @@ def export_bundle(home: Home, output: Path) -> ExportResult:
             tmp.unlink(missing_ok=True)
             raise
         fsync_directory(output.parent)
-    return ExportResult(output, runtime, output.stat().st_size)
+    return ExportResult(output, runtime, output.stat().st_size, carries_archive=bool(sources))
 
 
 # -- bundle: Bundles from ``llama-runtime export``: telling one apart, reading its marker, check... --------------
@@ -271,17 +339,45 @@ class _HashingReader:
         return data
 
 
-def repack_bundle(bundle: Path, marker: InstallMarker, target: Path) -> Path:
+@dataclass(frozen=True)
+class Repacked:
+    """A bundle taken apart by :func:`repack_bundle`.
+
+    Attributes:
+        files: The runtime's files as a plain release archive, each checked against the marker.
+        sources: The release archives the bundle carries (:data:`SOURCE_PREFIX`), by name:
+            their path in the work directory and the sha256 of their bytes.
+    """
+
+    files: Path
+    sources: dict[str, tuple[Path, str]]
+
+    def attested_archives(self, marker: InstallMarker) -> list[Path] | None:
+        """The carried archives that are the marker's assets (main first), or ``None`` (repacked)."""
+        wanted = [(marker.asset, marker.sha256)]
+        wanted += [(str(e.get("name", "")), str(e.get("sha256", ""))) for e in marker.extra_assets]
+        found: list[Path] = []
+        for name, sha256 in wanted:
+            held = self.sources.get(name)
+            if held is None or held[1] != sha256.lower():
+                return None
+            found.append(held[0])
+        return found
+
+
+def repack_bundle(bundle: Path, marker: InstallMarker, target: Path) -> Repacked:
     """The bundle's runtime files as a plain release archive, each checked against ``marker``.
 
     Members are copied as they are (links and odd entries included): the one
-    safe extraction later refuses anything unsafe.
+    safe extraction later refuses anything unsafe. Carried source archives are
+    copied beside ``target`` (hashed on the way), not into it.
 
     Raises:
         IntegrityError: A file is missing, extra, or differs in size or sha256.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     seen: set[str] = set()
+    sources: dict[str, tuple[Path, str]] = {}
     label = bundle.name
     try:
         with (
@@ -291,6 +387,9 @@ def repack_bundle(bundle: Path, marker: InstallMarker, target: Path) -> Path:
             for info in src:
                 name = member_name(info.name)
                 if name == MARKER_NAME:
+                    continue
+                if name.startswith(SOURCE_PREFIX) and info.isreg():
+                    sources.update(_carried_source(src, info, name, target.parent, label))
                     continue
                 if not info.isreg():
                     dst.addfile(info)
@@ -313,4 +412,23 @@ def repack_bundle(bundle: Path, marker: InstallMarker, target: Path) -> Path:
     missing = sorted(set(marker.files) - seen)
     if missing:
         raise IntegrityError(f"The bundle {label} lacks {missing[0]}, which its marker records.")
-    return target
+    return Repacked(target, sources)
+
+
+def _carried_source(
+    src: tarfile.TarFile, info: tarfile.TarInfo, name: str, work: Path, label: str
+) -> dict[str, tuple[Path, str]]:
+    """One carried source archive, copied into ``work/source/`` and hashed: ``{name: (path, sha256)}``."""
+    base = name.removeprefix(SOURCE_PREFIX)
+    if not base or "/" in base or base in (".", ".."):
+        raise IntegrityError(f"The bundle {label} has an invalid source entry {name}.")
+    handle = src.extractfile(info)
+    if handle is None:
+        raise IntegrityError(f"The bundle {label} has an unreadable entry {name}.")
+    folder = work / "source"
+    folder.mkdir(parents=True, exist_ok=True)
+    reader = _HashingReader(handle)
+    with (folder / base).open("wb") as out:
+        while chunk := reader.read(_CHUNK_BYTES):
+            out.write(chunk)
+    return {base: (folder / base, reader.digest.hexdigest())}

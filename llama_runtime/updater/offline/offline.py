@@ -43,6 +43,7 @@ from llama_runtime.updater.activate.attempts import UpdateOutcome
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
 from llama_runtime.updater.fetch.cache import check_free_space, disk_full_error
+from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.offline.export import read_bundle_marker, repack_bundle
 from llama_runtime.updater.progress import silent
 from llama_runtime.updater.release.assetnames import AssetInfo, parse_asset_name
@@ -50,6 +51,8 @@ from llama_runtime.updater.verify.installed import damage, find_build
 from llama_runtime.updater.verify.provenance import Provenance, ProvenanceCheck, read_attestation_file
 
 __all__ = ["InstallFileRequest", "install_file"]
+
+log = get_logger("llama_runtime.install")
 
 # Copy and hash in 1 MiB pieces: few syscalls, bounded memory.
 _CHUNK_BYTES: Final[int] = 1024 * 1024
@@ -163,20 +166,36 @@ def is_same_install(active: InstalledRuntime | None, meta: dict[str, object]) ->
     return (m.repo, m.tag, m.backend, m.sha256) == (meta["repo"], meta["tag"], meta["backend"], meta["sha256"])
 
 
+#: The reason of an export that carries its runtime's files but not the archive they came from.
+REPACKED: Final = (
+    "repacked: the export carries the runtime's files but not the release archive they were extracted "
+    "from, and its marker, which ties them to that archive, is unsigned"
+)
+
+
 def file_provenance(
-    check: ProvenanceCheck, request: InstallFileRequest, meta: dict[str, object], bundled: InstallMarker | None
+    check: ProvenanceCheck,
+    request: InstallFileRequest,
+    meta: dict[str, object],
+    bundled: InstallMarker | None,
+    *,
+    carried: bool = False,
 ) -> Provenance:
     """The provenance of a file install, checked offline before anything is extracted.
 
-    ``--bundle`` is verified against the file's sha256 (an export's: against the
-    archive its marker records). Without one, an export's recorded bundle is
-    verified again; a verified status is never carried over unchecked.
+    Decided from bytes about to be extracted (issue 28): ``--bundle``, or an
+    export's recorded bundle, is verified against the sha256 of the archive
+    being installed. An export that carries its release archive (``carried``)
+    installs from it; one that does not is ``repacked`` and never verified,
+    whatever its (unsigned) marker claims.
 
     Raises:
         ProvenanceError: A given or recorded attestation does not verify.
         ProvenanceMissingError: Provenance is required and none verified.
     """
     asset, sha256, repo = str(meta["asset"]), str(meta["sha256"]), str(meta["repo"])
+    if bundled is not None and not carried:
+        return check.not_checked(asset, REPACKED)
     if request.attestation is not None:
         return check.evaluate(asset, sha256, repo, read_attestation_file(request.attestation))
     if bundled is None:
@@ -184,8 +203,7 @@ def file_provenance(
     recorded = bundled.provenance
     if isinstance(recorded.get("bundle"), dict):
         result = check.evaluate(asset, sha256, repo, [recorded["bundle"]])
-        # The attestation covers the release archive; the export's files are tied to it by its marker.
-        return replace(result, reason=f"{result.reason}; files as recorded by the exporting machine")
+        return replace(result, reason=f"{result.reason}; re-verified from the release archive the export carries")
     if recorded.get("status") == "absent":
         return check.evaluate(asset, sha256, repo, [])
     return check.not_checked(asset, "restored from an export whose provenance was not checked")
@@ -234,12 +252,9 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
                     "nothing was installed."
                 )
             meta["digest_verified"] = expected_sha is not None
-            if bundled is None:
-                meta["size"], meta["sha256"] = copy.size, copy.sha256
-                archives = [copy.path]
-            else:
-                archives = [repack_bundle(copy.path, bundled, work / "bundle-files" / archive.name)]
-            meta["provenance"] = file_provenance(installer.provenance, request, meta, bundled).to_marker()
+            archives, carried = _archives(copy, bundled, meta, work)
+            provenance = file_provenance(installer.provenance, request, meta, bundled, carried=carried)
+            meta["provenance"] = provenance.to_marker()
             if active is not None and damage(active, hash_binary=True, snapshot=snapshot):
                 active = None  # reinstalled from these bytes; a damaged runtime is no rollback target
             if is_same_install(active, meta):
@@ -248,11 +263,49 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
             there = _installed_copy(snapshot, meta, active)
             if there is not None and installer.reverify(there, silent, snapshot):
                 return installer.activate_installed(there, active, silent, [], verified=True, snapshot=snapshot)
-            return installer.pipeline.install_archives(
+            outcome = installer.pipeline.install_archives(
                 archives, meta, active=active, emit=silent, cancel=lambda: False, warnings=[], snapshot=snapshot
             )
+            if provenance.status == "verified":
+                _keep_attested(installer, archives, meta)
+            return outcome
         finally:
             remove_tree_quietly(work)  # best effort: never hides the install's own outcome
+
+
+def _archives(
+    copy: _Copy, bundled: InstallMarker | None, meta: dict[str, object], work: Path
+) -> tuple[list[Path], bool]:
+    """What to extract (main first), and whether it is the attested release archive itself.
+
+    A plain archive is itself. An export is taken apart (its files checked against
+    its marker): when it carries the release archives its marker names, those are
+    extracted, as the first install did; otherwise its files are (repacked).
+    """
+    if bundled is None:
+        meta["size"], meta["sha256"] = copy.size, copy.sha256
+        return [copy.path], True
+    repacked = repack_bundle(copy.path, bundled, work / "bundle-files" / copy.path.name)
+    originals = repacked.attested_archives(bundled)
+    if originals is None:
+        return [repacked.files], False
+    return originals, True
+
+
+def _keep_attested(installer: Installer, archives: list[Path], meta: dict[str, object]) -> None:
+    """Keep the verified archives in the asset cache (named by their sha256), so an ``export`` can carry them."""
+    extras = meta.get("extra_assets")
+    digests = [str(meta["sha256"])]
+    digests += (
+        [str(e.get("sha256", "")) for e in extras if isinstance(e, dict)] if isinstance(extras, list | tuple) else []
+    )
+    for path, sha256 in zip(archives, digests, strict=False):
+        try:
+            with path.open("rb") as fh:
+                os.fsync(fh.fileno())
+            installer.cache.store(path, sha256)
+        except (OSError, ValueError) as exc:  # the install succeeded; only a later export is repacked
+            log.warning("could not keep the verified archive in the cache", path=str(path), reason=str(exc))
 
 
 def _installed_copy(

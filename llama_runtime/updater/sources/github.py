@@ -18,6 +18,7 @@ limit means, :mod:`github_limits`; conditional requests' store, :mod:`etag_cache
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable
@@ -40,10 +41,12 @@ from llama_runtime.updater.credentials import (
     checked_token,
     may_send_token,
     redact_library_logs,
+    redact_text,
     redact_url,
+    split_user_info,
     token_names_for,
 )
-from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.logs import get_logger, redact_with
 from llama_runtime.updater.release.release import (
     Asset,
     Release,
@@ -260,7 +263,8 @@ class GitHubClient:
         attempts: int = ATTEMPTS,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.api_url = api_url.rstrip("/")
+        # Credentials in the URL leave it here: every URL built from api_url is free of them.
+        self.api_url, user_info = split_user_info(api_url.rstrip("/"))
         self._repo = repo
         self.etag_cache = etag_cache
         self.sleep = sleep
@@ -271,7 +275,12 @@ class GitHubClient:
         # Last guard of the token policy: whatever the caller passes, a token
         # never travels in clear text to a host that is not this machine.
         self._token = checked_token(token) if token and may_send_token(self.api_url) else None
+        # The same rule for a password in --api-url: HTTP Basic, to the API origin only (RFC 7617).
+        self._basic = (
+            base64.b64encode(user_info.encode()).decode() if user_info and may_send_token(self.api_url) else None
+        )
         redact_library_logs()  # signed CDN and bundle URLs never reach a log line in clear
+        redact_with(redact_text)  # nor any of ours, whatever field names them
         self._http = httpx.Client(
             transport=transport,
             timeout=timeout,
@@ -300,8 +309,12 @@ class GitHubClient:
 
     def auth_headers_for(self, url: str) -> dict[str, str]:
         """``Authorization`` for ``url`` if it is on the API origin, else nothing."""
-        if self._token and same_origin(url, self.api_url):
+        if not (self._token or self._basic) or not same_origin(url, self.api_url):
+            return {}
+        if self._token:
             return {"Authorization": f"Bearer {self._token}"}
+        if self._basic:
+            return {"Authorization": f"Basic {self._basic}"}
         return {}
 
     def hold_requests(self, seconds: float, why: str) -> None:

@@ -23,17 +23,21 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, UserInputError
+from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.release import is_ref_name
 
 if TYPE_CHECKING:
     from cryptography.x509 import Certificate
     from sigstore.models import TrustedRoot
+
+log = get_logger("llama_runtime.install")
 
 __all__ = [
     "GITHUB_ACTIONS_ISSUER",
@@ -358,15 +362,57 @@ def load_trust_root(path: Path | None, *, offline: bool) -> TrustRoot:
     logging.getLogger("sigstore").setLevel(logging.ERROR)
     shipped = f"sigstore {_sigstore_version()}"
     if not offline:
-        try:
-            root = ClientTrustConfig.production(offline=False).trusted_root
-            return TrustRoot(root, "Sigstore's production trust root, refreshed now through TUF")
-        except Exception as exc:  # sigstore raises TUFError, requests/OS errors …: all mean "no refresh"
-            reason = f"the refresh failed: {type(exc).__name__}"
+        refreshed, reason = _refreshed_root(ClientTrustConfig)
+        if refreshed is not None:
+            return TrustRoot(refreshed, "Sigstore's production trust root, refreshed now through TUF")
+        log.warning("trust root not refreshed", reason=reason, using="the cached or shipped root")
     else:
         reason = "offline: not refreshed"
     root = ClientTrustConfig.production(offline=True).trusted_root
     return TrustRoot(root, f"Sigstore's production trust root as last refreshed or shipped with {shipped} ({reason})")
+
+
+#: The most one TUF refresh of Sigstore's trust root may take, in seconds, however the network
+#: behaves. python-tuf's fetcher bounds each socket wait (30 s) but not the whole: a proxy that
+#: accepts and never answers, or drips a byte at a time, held ``update`` (and its lock) in
+#: "checking build provenance" for over 330 s (issue 28). A refresh is a few kB of metadata
+#: from a CDN; a failed one falls back to the cached or shipped root, which verifies as well
+#: until Sigstore rotates its keys.
+TRUST_ROOT_REFRESH_DEADLINE_S: Final[float] = 10.0
+
+# One refresh per process: a second asset of the same install (a CUDA build's cudart) must
+# not pay the deadline again, nor refresh what was just refreshed. Guarded by _REFRESH_LOCK.
+_REFRESH_LOCK: Final = threading.Lock()
+_refresh_memo: tuple[Any, str] | None = None
+
+
+def _refreshed_root(config: Any) -> tuple[Any, str]:
+    """The production root refreshed through TUF within the deadline, or ``None`` and why not.
+
+    The refresh runs on a daemon thread that is abandoned at the deadline: python-tuf
+    offers no way to cancel a fetch, and the process must not wait for it (it writes its
+    cache through temp files and renames, so a late finish leaves the cache whole).
+    """
+    global _refresh_memo
+    with _REFRESH_LOCK:
+        if _refresh_memo is not None:
+            return _refresh_memo
+        outcome: list[tuple[Any, str]] = []
+
+        def refresh() -> None:
+            try:
+                outcome.append((config.production(offline=False).trusted_root, ""))
+            except Exception as exc:  # sigstore raises TUFError, urllib3/OS errors …: all mean "no refresh"
+                outcome.append((None, f"the refresh failed: {type(exc).__name__}"))
+
+        worker = threading.Thread(target=refresh, name="sigstore-tuf-refresh", daemon=True)
+        worker.start()
+        worker.join(TRUST_ROOT_REFRESH_DEADLINE_S)
+        if outcome:
+            _refresh_memo = outcome[0]
+        else:
+            _refresh_memo = (None, f"the refresh did not finish within {TRUST_ROOT_REFRESH_DEADLINE_S:g} s")
+        return _refresh_memo
 
 
 def _der_utf8(value: bytes) -> str:
