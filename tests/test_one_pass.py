@@ -124,3 +124,16 @@ def test_corrupt_deflate_data_is_refused_as_corrupt_by_isal_too(
     with pytest.raises(UnsafeArchiveError, match="corrupt or truncated"):
         extract_archive(corrupt, tmp_path / "out")
     assert archive_rules._gzip_class() is not gzip.GzipFile
+
+
+def test_tar_reader_moves_only_forward_and_refuses_a_seek_back(tmp_path: Path) -> None:
+    import tarfile
+
+    path = tmp_path / "x.gz"
+    path.write_bytes(gzip.compress(bytes(range(256)) * 64))
+    with gzip.open(path, "rb") as raw:
+        stream = archive_rules._ForwardOnly(raw)
+        assert stream.read(10) == bytes(range(10))
+        assert stream.seek(300) == 300 and stream.read(2) == bytes([300 % 256, 301 % 256])
+        with pytest.raises(tarfile.ReadError, match="backwards"):
+            stream.seek(0)
