@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ from llama_runtime.runtime.fsutil import (
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.updater.choice.decide import any_build_number, highest_build_tag, newest_releases
 from llama_runtime.updater.fetch.cache import disk_space_errors
+from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import Progress, ProgressCallback
 from llama_runtime.updater.release.channel import Channel
 from llama_runtime.updater.release.release import Asset, Release
@@ -82,6 +84,8 @@ __all__ = [
 
 
 # -- mirrorkeep: Keeping a mirror directory sound: one writer, files checked as written, nothing... --------------
+
+log = get_logger("llama_runtime.mirror")
 
 #: The lock file, beside the tree it guards (``mirror sync`` needs no home).
 LOCK_NAME: Final = ".llama-runtime-mirror.lock"
@@ -320,6 +324,7 @@ def ensure_asset(
         if progress is not None:
             progress(Progress("download", done, total, asset.name))
 
+    started = time.monotonic()  # only a duration for the log line, as update's "downloaded"
     try:
         result = fetch_asset(
             client,
@@ -336,6 +341,8 @@ def ensure_asset(
             partial.unlink(missing_ok=True)  # the space is what is missing
             discard_ranged(partial)
         raise
+    seconds = max(time.monotonic() - started, 1e-6)
+    log.info("downloaded", asset=asset.name, bytes=result.size, seconds=round(seconds, 2), sha256=result.sha256)
     if result.size != asset.size:
         partial.unlink(missing_ok=True)
         raise IntegrityError(f"{asset.name} is {result.size} bytes, not the published {asset.size}.")
