@@ -4,7 +4,10 @@ For a ``.tar.gz`` the archive is extracted into staging *while* it arrives: a
 worker thread follows the partial file (:mod:`updater.fetch.download`) and
 feeds it to :func:`~updater.stage.archive.extract_tar_stream`, so the
 transfer, the decompression and the writing overlap instead of following
-one another.
+one another. Each byte is read from disk once: with ranges, the extractor's
+reader also computes the download's sha256 (:class:`~updater.fetch.ranges.HashingReader`),
+reading on to the end whatever the extraction left, and each extracted
+file's sha256 is computed while it is written.
 
 Invariants:
     * Staging is never activated here. Whatever was extracted is only handed
