@@ -137,3 +137,39 @@ def test_tar_reader_moves_only_forward_and_refuses_a_seek_back(tmp_path: Path) -
         assert stream.seek(300) == 300 and stream.read(2) == bytes([300 % 256, 301 % 256])
         with pytest.raises(tarfile.ReadError, match="backwards"):
             stream.seek(0)
+
+
+def test_large_member_hashed_and_written_on_its_own_thread_matches_its_bytes(tmp_path: Path) -> None:
+    from llama_runtime.updater.stage.archive import _PIPELINE_MIN_BYTES
+
+    big = os.urandom(_PIPELINE_MIN_BYTES + 3 * 1024 * 1024 + 17)
+    archive = build_release_archive(
+        tmp_path / "a.tar.gz", "tar-tagdir", {"llama-server": stand_in_server(), "big": big}
+    )
+
+    result = extract_archive(archive, tmp_path / "out")
+
+    assert result.files["llama-b7000/big"] == (len(big), hashlib.sha256(big).hexdigest())
+    assert (tmp_path / "out" / "llama-b7000" / "big").read_bytes() == big
+
+
+def test_writer_thread_failure_is_raised_in_the_extracting_thread() -> None:
+    import errno
+
+    from llama_runtime.updater.stage.archive import _Sink
+
+    class FullDisk:
+        writes = 0
+
+        def write(self, data: bytes) -> int:
+            self.writes += 1
+            if self.writes == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return len(data)
+
+    sink = _Sink(FullDisk(), threaded=True)  # type: ignore[arg-type]
+    with pytest.raises(OSError) as failed:
+        for _ in range(50):  # put() raises once the writer has failed, or close() does
+            sink.put(b"x" * 4096)
+        sink.close()
+    assert failed.value.errno == errno.ENOSPC
