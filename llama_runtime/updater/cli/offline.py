@@ -161,9 +161,10 @@ def _mirror_dest(dest: Path, home: Path) -> Path:
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``."""
     from llama_runtime.runtime.marker import parse_backend
-    from llama_runtime.updater.cli.common import engine_for, settings_from_args
+    from llama_runtime.updater.cli.common import engine_for, progress_for, settings_from_args
     from llama_runtime.updater.fetch.cache import human_size
-    from llama_runtime.updater.offline.mirror import sync_mirror
+    from llama_runtime.updater.offline.mirror import MirrorFetch, sync_mirror
+    from llama_runtime.updater.stage.streaming import FetchOptions
 
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
     backends = [parse_backend(b, allow_auto=False, source="--backend") for b in raw_backends]
@@ -186,6 +187,8 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
             backends=backends,
             prune=args.prune,
             channel=settings.channel or "stable",
+            # Fetched as `update` fetches: parallel ranges, one pass, its progress bar.
+            fetch=MirrorFetch(FetchOptions(parallel=settings.parallel_downloads), progress_for(args)),
         )
     lines = [
         f"Mirrored {settings.repo} {', '.join(report.releases)} into {report.dest}: "

@@ -651,6 +651,12 @@ class FollowReader:
             # Shorter than the mark: truncated under us, so the mark has moved back.
             self._source._await_change(self._generation)
 
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        """:meth:`read` into ``buffer`` (what ISA-L's gzip reader asks for); 0 only at the end."""
+        data = self.read(len(buffer))
+        memoryview(buffer)[: len(data)] = data
+        return len(data)
+
     def close(self) -> None:
         """Close the file descriptor (a later read reopens it)."""
         if self._fd is not None:

@@ -46,8 +46,10 @@ from llama_runtime.updater.fetch.download import (
     BytesDone,
     Cancel,
     DownloadResult,
+    FollowReader,
     GrowingFile,
     StreamAborted,
+    StreamRestarted,
     open_range,
 )
 from llama_runtime.updater.fetch.partial import DownloadPace, PaceWatch, strong_etag
@@ -59,6 +61,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_PARALLEL",
     "MIN_PARALLEL_BYTES",
+    "DigestPass",
+    "HashingReader",
     "RangedDownload",
     "Span",
     "contiguous",
@@ -198,6 +202,63 @@ _SAVE_EVERY_BYTES: Final = 8 * 1024 * 1024
 _HASH_READ_BYTES: Final = 1024 * 1024
 
 
+class DigestPass:
+    """The sha256 of a reassembled file, handed over by the one reader that reads all of it.
+
+    With an extractor following the file, that reader is the extractor's
+    (:class:`HashingReader`): each byte is read from disk once, inflated and
+    hashed in the same pass. Without one, :class:`RangedDownload` reads it itself.
+    """
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._digest: str | None = None
+
+    def put(self, digest: str | None) -> None:
+        """The digest of the whole file, or ``None`` when the file was never complete."""
+        self._digest = digest
+        self._done.set()
+
+    def wait(self) -> str | None:
+        """Block until :meth:`put`; what it was given."""
+        self._done.wait()
+        return self._digest
+
+
+class HashingReader:
+    """A :class:`~updater.fetch.download.FollowReader` that hashes every byte it returns."""
+
+    def __init__(self, reader: FollowReader) -> None:
+        self._reader = reader
+        self._hasher = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._reader.read(size)
+        self._hasher.update(data)
+        return data
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        data = self.read(len(buffer))
+        memoryview(buffer)[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def finish(self) -> str | None:
+        """Read (and hash) whatever the consumer left, to the end: the whole file's digest.
+
+        ``None`` when the file never completed (the download failed, was
+        cancelled, or rewrote bytes already read).
+        """
+        try:
+            while self.read(_HASH_READ_BYTES):
+                pass
+        except (StreamAborted, StreamRestarted):
+            return None
+        return self._hasher.hexdigest()
+
+
 class _NoRanges(Exception):
     """The host answered a Range with the whole body."""
 
@@ -214,6 +275,8 @@ class RangedDownload:
         cancel: Polled between chunks.
         sleep: Backoff sleep, injectable for tests.
         pace: Minimum rate per range and overall deadline (default: from the environment).
+        digest: Where a reader of :attr:`growing` that reads it all (an extractor's
+            :class:`HashingReader`) hands over the digest; ``None``: read it here.
     """
 
     def __init__(
@@ -227,6 +290,7 @@ class RangedDownload:
         cancel: Cancel | None = None,
         sleep: Callable[[float], None] = time.sleep,
         pace: DownloadPace | None = None,
+        digest: DigestPass | None = None,
     ) -> None:
         if asset.sha256 is None:
             raise ValueError("ranged downloads need a published sha256")
@@ -247,6 +311,7 @@ class RangedDownload:
         self._spans: list[Span] = []
         self._validator: str | None = None
         self._unsaved = 0
+        self._digest = digest
 
     def run(self) -> DownloadResult | None:
         """Fetch every range and check the digest; ``None`` when the host ignores Range.
@@ -280,9 +345,11 @@ class RangedDownload:
 
     # -- the workers ---------------------------------------------------------------------
     def _fetch_all(self, fd: int) -> str:
-        hashed: list[str] = []
-        hasher = threading.Thread(target=self._hash, args=(hashed,), name="range-digest", daemon=True)
-        hasher.start()
+        digest = self._digest
+        if digest is None:
+            digest = DigestPass()
+            reader = HashingReader(self.growing.reader())
+            threading.Thread(target=_read_all, args=(reader, digest), name="range-digest", daemon=True).start()
         workers = [
             threading.Thread(target=self._worker, args=(fd, span), name=f"range-{i}", daemon=True)
             for i, span in enumerate(self._spans)
@@ -294,15 +361,15 @@ class RangedDownload:
             worker.join()
         if self._errors:
             self.growing.fail()
-            hasher.join()
+            digest.wait()
             self._save()
             raise self._first_error()
         os.fsync(fd)
         self.growing.finish(self.asset.size)
-        hasher.join()
-        if not hashed:
+        hashed = digest.wait()
+        if hashed is None:
             raise self._first_error()
-        return hashed[0]
+        return hashed
 
     def _first_error(self) -> BaseException:
         # A host without Range support is no failure, only a reason to fall back.
@@ -382,18 +449,6 @@ class RangedDownload:
         if self.progress is not None:
             self.progress(on_disk, self.asset.size)
 
-    def _hash(self, out: list[str]) -> None:
-        hasher = hashlib.sha256()
-        reader = self.growing.reader()
-        try:
-            while chunk := reader.read(_HASH_READ_BYTES):
-                hasher.update(chunk)
-        except StreamAborted:
-            return
-        finally:
-            reader.close()
-        out.append(hasher.hexdigest())
-
     # -- the record ----------------------------------------------------------------------
     def _remember_validator(self, response: httpx.Response) -> None:
         validator = strong_etag(response) or response.headers.get("last-modified")
@@ -430,3 +485,13 @@ class RangedDownload:
         return DownloadResult(
             path=self.partial, size=self.asset.size, sha256=digest, resumed_from=resumed, digest_verified=True
         )
+
+
+def _read_all(reader: HashingReader, digest: DigestPass) -> None:
+    """The digest pass of a ranged download that no extractor follows."""
+    found: str | None = None
+    try:
+        found = reader.finish()
+    finally:  # whatever happens, the download waiting for the digest is told
+        reader.close()
+        digest.put(found)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,8 @@ from llama_runtime.runtime.fsutil import (
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.updater.choice.decide import any_build_number, highest_build_tag, newest_releases
 from llama_runtime.updater.fetch.cache import disk_space_errors
+from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.progress import Progress, ProgressCallback
 from llama_runtime.updater.release.channel import (
     MAX_NIGHTLY_TAG_BYTES,
     NIGHTLY_TAG_ASSET,
@@ -73,8 +76,13 @@ from llama_runtime.updater.sources.mirror_reader import (
     release_json,
     select_assets,
 )
-from llama_runtime.updater.sources.resolve import pointers_on_page, resolve_fetched, resolve_latest_remote
+from llama_runtime.updater.sources.resolve import (
+    pointers_on_page,
+    resolve_fetched,
+    resolve_latest_remote,
+)
 from llama_runtime.updater.sources.source import DirectoryListingError
+from llama_runtime.updater.stage.streaming import FetchOptions
 
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -82,6 +90,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LOCK_NAME",
     "PARTIAL_DIR",
+    "MirrorFetch",
     "MirrorReport",
     "clean_leftovers",
     "one_writer",
@@ -93,6 +102,8 @@ __all__ = [
 
 
 # -- mirrorkeep: Keeping a mirror directory sound: one writer, files checked as written, nothing... --------------
+
+log = get_logger("llama_runtime.mirror")
 
 #: The lock file, beside the tree it guards (``mirror sync`` needs no home).
 LOCK_NAME: Final = ".llama-runtime-mirror.lock"
@@ -224,6 +235,19 @@ _MAX_ASSET_BYTES: Final[int] = 2 * 1024**3
 
 
 @dataclass(frozen=True)
+class MirrorFetch:
+    """How ``mirror sync`` fetches an asset: as ``update`` does (issue 25).
+
+    Attributes:
+        options: Ranges of a large asset (``LLAMA_RUNTIME_PARALLEL_DOWNLOADS``); nothing is extracted.
+        progress: Told each asset's bytes on disk, as ``update``'s download events.
+    """
+
+    options: FetchOptions = field(default_factory=FetchOptions)
+    progress: ProgressCallback | None = None
+
+
+@dataclass(frozen=True)
 class AssetOutcome:
     """Where an asset's file came from: ``fetched_bytes`` is None when an intact copy was reused."""
 
@@ -286,13 +310,18 @@ def ensure_asset(
     tag: str,
     asset: Asset,
     previous: dict[str, Any] | None,
+    fetch: MirrorFetch = MirrorFetch(),
 ) -> AssetOutcome:
     """The asset's file in the mirror, checked: its sha256, and the bytes fetched for it.
 
     The content is known up front from upstream's digest, or (digest-less
     upstream) from what the previous sync computed for a file of this size.
+    It is fetched as ``update`` fetches (parallel ranges, resumable), and the
+    digest of that one pass over the bytes is what is checked and published.
     """
-    from llama_runtime.updater.fetch.download import download_asset
+    from llama_runtime.updater.fetch.download import throttled
+    from llama_runtime.updater.fetch.ranges import discard_ranged
+    from llama_runtime.updater.stage.streaming import fetch_asset
 
     published = asset.sha256
     known = published
@@ -307,28 +336,41 @@ def ensure_asset(
     partial_dir.mkdir(parents=True, exist_ok=True)
     key = published[:SHA_DIR_CHARS] if published else f"nodigest-{asset.size}"
     partial = paths.inside(partial_dir / f"{tag}-{key}-{asset.name}.part")
+    progress = fetch.progress
+
+    def on_bytes(done: int, total: int | None) -> None:
+        if progress is not None:
+            progress(Progress("download", done, total, asset.name))
+
+    started = time.monotonic()  # only a duration for the log line, as update's "downloaded"
     try:
-        result = download_asset(
+        result = fetch_asset(
             client,
             asset,
             partial,
+            cache=None,
+            staging=None,
             max_bytes=min(_MAX_ASSET_BYTES, max(asset.size, 1)),
-            expected_size=asset.size,
-            expected_sha256=published,
-        )
+            progress=throttled(on_bytes),
+            options=fetch.options,
+        ).download
     except OSError as exc:
         if is_disk_full(exc):
             partial.unlink(missing_ok=True)  # the space is what is missing
+            discard_ranged(partial)
         raise
+    seconds = max(time.monotonic() - started, 1e-6)
+    log.info("downloaded", asset=asset.name, bytes=result.size, seconds=round(seconds, 2), sha256=result.sha256)
     if result.size != asset.size:
         partial.unlink(missing_ok=True)
         raise IntegrityError(f"{asset.name} is {result.size} bytes, not the published {asset.size}.")
     # Content-addressed: this path only ever holds these bytes, so the rename
-    # cannot change a file a published JSON names (at most it repairs one). The
-    # file is hashed as it lies on disk, not as it was received.
+    # cannot change a file a published JSON names (at most it repairs one).
     target = paths.asset(tag, result.sha256, asset.name)
-    sha = publish_checked(partial, target, size=asset.size, sha256=published or result.sha256)
-    return AssetOutcome(sha, fetched_bytes=result.size)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(result.path, target)
+    fsync_directory(target.parent)
+    return AssetOutcome(result.sha256, fetched_bytes=result.size)
 
 
 def write_index(path: Path, payload: object) -> None:
@@ -451,6 +493,7 @@ def sync_mirror(
     backends: Iterable[str] = (),
     prune: bool = False,
     channel: Channel = "stable",
+    fetch: MirrorFetch = MirrorFetch(),
 ) -> MirrorReport:
     """Bring ``dest`` up to date with releases of ``client.repo``, as its one writer.
 
@@ -465,6 +508,7 @@ def sync_mirror(
         platforms: ``os-arch`` filters (empty: all).
         backends: Backend filters (empty: all).
         prune: Remove mirrored releases other than the ``latest`` newest.
+        fetch: Ranges and progress of the downloads.
 
     Raises:
         UserInputError: ``dest`` is not a directory we can write, ``latest`` < 1,
@@ -490,7 +534,7 @@ def sync_mirror(
         mirror_repository(client, paths)
         for release in releases:
             chosen = _chosen(client, release, wanted_platforms, wanted_backends)
-            _sync_release(client, dest, paths, release, chosen, report)
+            _sync_release(client, dest, paths, release, chosen, report, fetch)
             report.releases.append(release.tag)
         _sync_versions(client, dest, paths, versions, report)
         if prune:
@@ -610,6 +654,7 @@ def _sync_release(
     release: Release,
     chosen: list[Asset],
     report: MirrorReport,
+    fetch: MirrorFetch = MirrorFetch(),
     *,
     attest: bool = True,
 ) -> None:
@@ -618,7 +663,7 @@ def _sync_release(
     previous = read_json(paths.tag_json(tag))
     kept = {str(a["name"]): a for a in (previous or {}).get("assets", []) if isinstance(a, dict)}
     for asset in chosen:
-        outcome = ensure_asset(client, dest, paths, tag, asset, kept.get(asset.name))
+        outcome = ensure_asset(client, dest, paths, tag, asset, kept.get(asset.name), fetch)
         report.note_asset(f"{tag}/{asset.name}", outcome)
         kept[asset.name] = asset_json(asset, tag, outcome.sha256)
         if attest and mirror_attestations(client, paths, outcome.sha256):

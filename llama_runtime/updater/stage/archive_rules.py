@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Final
+from typing import IO, Final, cast
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, UnsafeArchiveError
 
@@ -150,8 +150,35 @@ def reading(label: str) -> Iterator[None]:
     """Turn the archive libraries' corruption errors into one refusal."""
     try:
         yield
-    except _CORRUPT_ERRORS as exc:
+    except Exception as exc:
+        # Looked up now: the block itself may be what first loads the inflater (and its errors).
+        if not isinstance(exc, (*_CORRUPT_ERRORS, *_inflater_errors)):
+            raise
         raise UnsafeArchiveError(f"Refusing {label}: the archive is corrupt or truncated ({exc}).") from exc
+
+
+# The errors of the inflater found by _gzip_class beyond the standard library's (ISA-L's IsalError);
+# filled on first use, so that start-up never imports it.
+_inflater_errors: tuple[type[Exception], ...] = ()
+
+
+def _gzip_class() -> type[gzip.GzipFile]:
+    """The fastest gzip reader installed: ISA-L's (``isal``), else the standard library's (zlib).
+
+    Inflate is most of the work of an install (55% of all samples of a real-shaped
+    update, shared/reference/perf-profile-2026-12.md); ISA-L inflates machine code
+    about 2.5x as fast as zlib on one core. Its reader is a drop-in ``GzipFile``
+    that, like ``gzip``'s, inflates no more than it is asked for (a gzip bomb stays
+    bounded), checks the CRC and the length, and raises ``EOFError`` on truncation.
+    Imported here, on the install path only: ``ensure()`` never pays for it.
+    """
+    global _inflater_errors
+    try:
+        from isal import igzip, isal_zlib
+    except ImportError:  # an optional speed-up: zlib reads every archive too
+        return gzip.GzipFile
+    _inflater_errors = (cast("type[Exception]", isal_zlib.error),)  # its stub calls the class an instance
+    return igzip.IGzipFile
 
 
 class _ExtendedHeaderError(Exception):
@@ -211,9 +238,11 @@ def open_tar_stream(archive: Path | IO[bytes]) -> tarfile.TarFile:
     # gzip.GzipFile inflates at most what is asked for; tarfile's own "r|gz" inflates a
     # whole buffer of input at once, and 1 MiB of gzipped zeros is 1 GiB in memory.
     # A stream (a download still arriving) is read strictly forward; gzip never seeks it.
-    raw = gzip.open(archive, "rb")  # noqa: SIM115  (closed by the TarFile, see owned_stream)
+    reader = _gzip_class()
+    # Closed by the TarFile (see owned_stream). ISA-L's reader fills its buffer with readinto().
+    raw = reader(archive, "rb") if isinstance(archive, Path) else reader(fileobj=archive, mode="rb")
     try:
-        tf = _BoundedTarFile.open(fileobj=raw, mode="r|", bufsize=_TAR_STREAM_BUFFER)
+        tf = _BoundedTarFile.open(fileobj=_ForwardOnly(raw), mode="r:")
     except BaseException:
         raw.close()
         raise
@@ -227,14 +256,78 @@ def open_tar_stream(archive: Path | IO[bytes]) -> tarfile.TarFile:
 BoundedHeaderError = _ExtendedHeaderError
 
 
+class _ForwardOnly:
+    """A gzip stream as the file tarfile's ``r:`` mode reads, that only ever moves forward.
+
+    tarfile's stream mode (``r|``) passes every byte through its own buffer, a
+    join and two slices per read (14% of a real-shaped update's samples, under
+    the GIL, issue 25). Its ``r:`` mode reads the file directly, and walking the
+    members in order it only seeks forward: a seek here reads and drops the
+    bytes in between. A seek back (no sequential walk makes one) is refused as
+    a corrupt archive, never served by inflating the stream again.
+    """
+
+    def __init__(self, raw: gzip.GzipFile) -> None:
+        self.raw = raw
+        self.position = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = self.raw.read(_TAR_STREAM_BUFFER if size is None or size < 0 else size)
+        self.position += len(data)
+        return data
+
+    def write(self, _data: bytes) -> int:
+        raise OSError("an archive being read is not written")
+
+    def close(self) -> None:
+        """Nothing: the gzip reader under it is the TarFile's ``owned_stream``."""
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence != os.SEEK_SET or offset < self.position:
+            raise tarfile.ReadError(f"the archive asks to be read backwards (to {offset} from {self.position})")
+        while self.position < offset and self.read(min(offset - self.position, _TAR_STREAM_BUFFER)):
+            pass
+        return self.position
+
+
+class _MemberBytes:
+    """A regular member's bytes, read straight from the gzip stream (no copy through tarfile)."""
+
+    def __init__(self, stream: _ForwardOnly, info: tarfile.TarInfo) -> None:
+        self.stream = stream
+        self.start = info.offset_data
+        self.left = info.size
+
+    def __enter__(self) -> _MemberBytes:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    def read(self, size: int = -1) -> bytes:
+        if self.left <= 0:
+            return b""
+        self.stream.seek(self.start)  # where the member's bytes begin: a no-op after the first read
+        want = self.left if size < 0 else min(size, self.left)
+        data = self.stream.read(min(want, _TAR_STREAM_BUFFER))
+        if not data:
+            raise EOFError("the archive ends inside a member")
+        self.start += len(data)
+        self.left -= len(data)
+        return data
+
+
 def _tar_members(archive: Path, label: str) -> Iterator[tuple[Member, Opener]]:
     with archive.open("rb") as fh:
         yield from tar_stream_members(fh, label)
 
 
 def tar_stream_members(stream: IO[bytes], label: str) -> Iterator[tuple[Member, Opener]]:
-    # Stream mode ("r|gz") reads strictly forward: no seeks that would
-    # re-decompress from the start, and members are only known one at a time.
+    # Read strictly forward (see _ForwardOnly): no seeks that would re-decompress
+    # from the start, and members are only known one at a time.
     try:
         with reading(label), open_tar_stream(stream) as tf:
             while (info := tf.next()) is not None:
@@ -245,6 +338,8 @@ def tar_stream_members(stream: IO[bytes], label: str) -> Iterator[tuple[Member, 
 
 def _tar_opener(tf: tarfile.TarFile, info: tarfile.TarInfo, label: str) -> Opener:
     def opener() -> IO[bytes]:
+        if isinstance(tf.fileobj, _ForwardOnly) and info.sparse is None:  # a sparse file needs tarfile's map
+            return cast("IO[bytes]", _MemberBytes(tf.fileobj, info))
         with reading(label):
             stream = tf.extractfile(info)
         if stream is None:  # only for non-files; the plan never asks for one

@@ -4,7 +4,10 @@ For a ``.tar.gz`` the archive is extracted into staging *while* it arrives: a
 worker thread follows the partial file (:mod:`updater.fetch.download`) and
 feeds it to :func:`~updater.stage.archive.extract_tar_stream`, so the
 transfer, the decompression and the writing overlap instead of following
-one another.
+one another. Each byte is read from disk once: with ranges, the extractor's
+reader also computes the download's sha256 (:class:`~updater.fetch.ranges.HashingReader`),
+reading on to the end whatever the extraction left, and each extracted
+file's sha256 is computed while it is written.
 
 Invariants:
     * Staging is never activated here. Whatever was extracted is only handed
@@ -44,6 +47,8 @@ from llama_runtime.updater.fetch.partial import discard_partial
 from llama_runtime.updater.fetch.ranges import (
     DEFAULT_PARALLEL,
     MIN_PARALLEL_BYTES,
+    DigestPass,
+    HashingReader,
     RangedDownload,
     discard_ranged,
     state_path,
@@ -130,8 +135,12 @@ def fetch_asset(
         return hit
     stream_into = staging if staging is not None and options.stream_extract and streams_as_tar(asset.name) else None
     if _use_ranges(asset, partial, options):
-        ranged = RangedDownload(source, asset, partial, parallel=options.parallel, progress=progress, cancel=cancel)
-        fetched = _follow(ranged.growing, ranged.run, stream_into, asset.name, cancel)
+        # With an extractor following the file, its pass over the bytes is the digest's too.
+        digest = DigestPass() if stream_into is not None else None
+        ranged = RangedDownload(
+            source, asset, partial, parallel=options.parallel, progress=progress, cancel=cancel, digest=digest
+        )
+        fetched = _follow(ranged.growing, ranged.run, stream_into, asset.name, cancel, digest)
         if fetched is not None:
             return fetched
         # The host ignored Range: one stream, from the start.
@@ -183,11 +192,15 @@ def _follow(
     staging: Path | None,
     label: str,
     cancel: Cancel | None,
+    digest: DigestPass | None = None,
 ) -> Fetched | None:
-    """Run ``download`` while a worker extracts what it writes into ``staging`` (if given)."""
+    """Run ``download`` while a worker extracts what it writes into ``staging`` (if given).
+
+    ``digest``: the worker also hashes what it reads, to the file's end, and hands the sha256 there.
+    """
     if staging is not None:
         remove_tree_quietly(staging)  # a leftover of a killed run would make the extraction refuse to start
-    worker = _Extraction(growing, staging, label, cancel) if staging is not None else None
+    worker = _Extraction(growing, staging, label, cancel, digest) if staging is not None else None
     try:
         try:
             result = download()
@@ -219,7 +232,7 @@ class _NotGzip(Exception):
 class _GzipGate:
     """Passes a reader through after checking its first bytes are gzip's magic."""
 
-    def __init__(self, reader: FollowReader) -> None:
+    def __init__(self, reader: FollowReader | HashingReader) -> None:
         self._reader = reader
         head = b""
         while len(head) < len(_GZIP_MAGIC) and (more := reader.read(len(_GZIP_MAGIC) - len(head))):
@@ -234,14 +247,22 @@ class _GzipGate:
             return head
         return self._reader.read(size)
 
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        data = self.read(len(buffer))
+        memoryview(buffer)[: len(data)] = data
+        return len(data)
+
 
 class _Extraction:
     """A worker thread extracting a ``.tar.gz`` from a growing file into staging."""
 
-    def __init__(self, growing: GrowingFile, staging: Path, label: str, cancel: Cancel | None) -> None:
+    def __init__(
+        self, growing: GrowingFile, staging: Path, label: str, cancel: Cancel | None, digest: DigestPass | None
+    ) -> None:
         self.staging = staging
         self.label = label
         self.cancel = cancel
+        self.digest = digest
         self.reader = growing.reader()
         self.result: ExtractResult | None = None
         self.error: BaseException | None = None
@@ -249,13 +270,26 @@ class _Extraction:
         self.thread.start()
 
     def _run(self) -> None:
+        hashing = HashingReader(self.reader) if self.digest is not None else None
         try:
-            stream: IO[bytes] = _GzipGate(self.reader)  # type: ignore[assignment]
+            gate = _GzipGate(hashing if hashing is not None else self.reader)
+            stream: IO[bytes] = gate  # type: ignore[assignment]
             self.result = extract_tar_stream(stream, self.staging, label=self.label, cancel=self.cancel)
         except BaseException as exc:  # handed to the waiting thread in outcome()
             self.error = exc
         finally:
+            self._hand_over_digest(hashing)
             self.reader.close()
+
+    def _hand_over_digest(self, hashing: HashingReader | None) -> None:
+        """Hash the rest of the file (a refused archive still gets its digest checked) and hand it over."""
+        if self.digest is None or hashing is None:
+            return
+        found: str | None = None
+        try:
+            found = hashing.finish()
+        finally:  # the download waiting for the digest is always told
+            self.digest.put(found)
 
     def abandon(self) -> None:
         """Wait for the worker (the download failed, so it stops) and delete staging."""
