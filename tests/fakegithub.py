@@ -120,6 +120,7 @@ class Fault:
     ignore_range: bool = False
     wrong_bytes: bool = False
     short_by: int = 0  # a complete response (Content-Length agrees) N bytes short of the asset's size
+    body: bytes | None = None  # a status fault's own JSON body (e.g. a deeply nested one)
 
     @property
     def is_body_fault(self) -> bool:
@@ -743,6 +744,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = _RATE_LIMIT_BODY if fault.rate_limited else b'{"message":"Server Error"}'
         if fault.secondary:
             body = _SECONDARY_LIMIT_BODY
+        if fault.body is not None:
+            body = fault.body
         self._simple(fault.status or 500, body, "application/json; charset=utf-8", extra)
 
     def _rate_headers(self, remaining: int) -> dict[str, str]:

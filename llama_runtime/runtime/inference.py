@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from llama_runtime.runtime.fsutil import parse_record
+
 #: A short, plain-ASCII prompt every tokenizer splits into a few dozen tokens.
 GATE_PROMPT: Final = "The quick brown fox jumps over the lazy dog. Once upon a time, in a small village by the sea,"
 #: Enough generated tokens to time decoding, few enough to cost well under a
@@ -124,8 +126,8 @@ class InferenceResult:
 def parse_completion(status: int, body: bytes) -> InferenceResult:
     """Judge one ``/completion`` answer (pure; no IO)."""
     try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        payload = parse_record(body, what="the completion answer")
+    except ValueError:  # not UTF-8 JSON, or nested past any answer's depth
         return InferenceResult(False, f"HTTP {status} with a body that is not JSON ({len(body)} bytes)")
     if not isinstance(payload, dict):
         return InferenceResult(False, f"HTTP {status} with a JSON body that is not an object")

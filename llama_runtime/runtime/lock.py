@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import BusyError
-from llama_runtime.runtime.fsutil import read_record, write_record
+from llama_runtime.runtime.fsutil import read_cache, write_record
 
 if TYPE_CHECKING:
     import filelock
@@ -35,6 +36,10 @@ BUTTON_WAIT_SECONDS: Final = 0.5
 NO_WAIT: Final = 0.0
 #: What opening the lock file in a home this process may read but not write raises.
 READ_ONLY_ERRNOS: Final = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+#: The owner record is three short fields; anything far larger is not one.
+_MAX_OWNER_BYTES: Final = 64 * 1024
+#: Longest operation name shown in "busy" (the verbs are short words).
+_MAX_OPERATION_CHARS: Final = 40
 
 
 @dataclass(frozen=True)
@@ -71,11 +76,16 @@ class UpdateLock:
 
     def owner(self) -> LockOwner | None:
         """The recorded holder, if any (may be stale when nobody holds the lock)."""
+        payload = read_cache(self.owner_path, max_bytes=_MAX_OWNER_BYTES)
         try:
-            payload = read_record(self.owner_path)
-            return LockOwner(int(payload["pid"]), str(payload["operation"]), float(payload["since"]))
-        except (OSError, ValueError, KeyError, TypeError):
+            pid, operation, since = payload["pid"], payload["operation"], payload["since"]
+        except (KeyError, TypeError):
             return None
+        if not (isinstance(pid, int) and 0 < pid < 2**31 and isinstance(operation, str)):
+            return None  # a pid no process can have, or a stranger's file
+        if not isinstance(since, int | float) or isinstance(since, bool) or not math.isfinite(since):
+            return None
+        return LockOwner(pid, operation[:_MAX_OPERATION_CHARS], float(since))
 
     def is_held(self) -> bool:
         """Whether some process (this one included) holds the lock right now.

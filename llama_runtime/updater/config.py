@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.runtime.fsutil import decimal
 from llama_runtime.runtime.marker import parse_backend
 
 if TYPE_CHECKING:
@@ -276,9 +277,10 @@ def download_parallelism(env: Mapping[str, str]) -> int:
     raw = env.get(PARALLEL_DOWNLOADS_ENV, "").strip()
     if not raw:
         return DEFAULT_PARALLEL_DOWNLOADS
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PARALLEL_DOWNLOADS:
+    count = decimal(raw)
+    if count is None or not 1 <= count <= MAX_PARALLEL_DOWNLOADS:
         raise UserInputError(
             f"{PARALLEL_DOWNLOADS_ENV}={raw!r} is not valid: use a whole number from 1 "
             f"(one stream) to {MAX_PARALLEL_DOWNLOADS}."
         )
-    return int(raw)
+    return count

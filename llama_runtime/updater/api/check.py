@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import RateLimitError, RemoteError, UserInputError
-from llama_runtime.runtime.fsutil import number, read_record, write_record
+from llama_runtime.runtime.fsutil import number, read_cache, write_record
 from llama_runtime.updater.api.jobs import refuse_if_locked
 from llama_runtime.updater.api.ready import active_marker
 from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest, backend_request, channel_request, decide
+from llama_runtime.updater.logs import warn_state
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.clock import Clock
@@ -159,10 +160,7 @@ class Backoff:
 
     def not_before(self, now: float) -> float | None:
         """The stored time, at most an hour after ``now``; ``None`` if none (or damaged)."""
-        try:
-            payload = read_record(self.path)
-        except (OSError, ValueError):
-            return None
+        payload = read_cache(self.path, warn=warn_state)
         if not isinstance(payload, dict):
             return None
         value, stored_at = number(payload, "not_before"), number(payload, "stored_at")

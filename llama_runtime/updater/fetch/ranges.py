@@ -38,7 +38,7 @@ from llama_runtime.runtime.errors import (
     NetworkError,
     SizeMismatchError,
 )
-from llama_runtime.runtime.fsutil import read_record, write_record
+from llama_runtime.runtime.fsutil import read_cache, write_record
 from llama_runtime.updater.config import DEFAULT_PARALLEL_DOWNLOADS
 from llama_runtime.updater.fetch.cache import human_size
 from llama_runtime.updater.fetch.download import (
@@ -50,6 +50,7 @@ from llama_runtime.updater.fetch.download import (
     open_range,
 )
 from llama_runtime.updater.fetch.partial import DownloadPace, PaceWatch, strong_etag
+from llama_runtime.updater.logs import warn_state
 from llama_runtime.updater.release.release import Asset
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def discard_ranged(partial: Path) -> None:
 def load_record(partial: Path, url: str, size: int) -> tuple[list[Span], str | None] | None:
     """The spans and validator recorded for ``partial`` when they fit this asset and its data file, else ``None``."""
     try:
-        raw = read_record(state_path(partial))
+        raw = read_cache(state_path(partial), warn=warn_state)
         on_disk = data_path(partial).stat().st_size
     except (OSError, ValueError):
         return None

@@ -35,9 +35,9 @@ from llama_runtime.runtime.errors import (
     ReleaseNotFoundError,
     RemoteError,
 )
-from llama_runtime.runtime.fsutil import read_record, write_record
+from llama_runtime.runtime.fsutil import decimal, parse_record, read_cache, write_record
 from llama_runtime.updater.credentials import checked_token, may_send_token, redact_library_logs, redact_url
-from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.logs import get_logger, warn_state
 from llama_runtime.updater.release.release import (
     Asset,
     Release,
@@ -136,8 +136,7 @@ _TOKEN_HINT: Final[str] = "Set GITHUB_TOKEN (or GH_TOKEN) to raise the limit fro
 
 def int_header(response: httpx.Response, name: str) -> int | None:
     """The header ``name`` as a non-negative integer, or None when absent or not one."""
-    value = response.headers.get(name, "")
-    return int(value) if value.strip().isdigit() else None
+    return decimal(response.headers.get(name, ""))
 
 
 def rate_limit_of(response: httpx.Response) -> RateLimit | None:
@@ -182,8 +181,8 @@ def _secondary_limit_error(response: httpx.Response, remaining: int | None, body
     (otherwise it is a permission problem); a 429 always is.
     """
     try:
-        payload = json.loads(body[:_ERROR_BODY_BYTES])
-    except ValueError:  # an HTML page, a cut body: not GitHub's JSON error
+        payload = parse_record(body[:_ERROR_BODY_BYTES], what="the error body")
+    except ValueError:  # an HTML page, a cut body, JSON nested past any error's: not GitHub's JSON error
         payload = None
     message = str(payload.get("message", "")) if isinstance(payload, dict) else ""
     if response.status_code != 429 and "rate limit" not in message.lower():
@@ -231,10 +230,7 @@ class JsonFileEtagCache:
         self.path = path
 
     def _load(self) -> dict[str, Any]:
-        try:
-            data = read_record(self.path)
-        except (OSError, ValueError):
-            return {}
+        data = read_cache(self.path, warn=warn_state)
         return data if isinstance(data, dict) else {}
 
     def get(self, url: str) -> tuple[str, Any] | None:
