@@ -16,6 +16,7 @@ import contextlib
 import errno
 import math
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,19 @@ class LockOwner:
     pid: int
     operation: str
     since: float
+
+
+def busy_error(owner: LockOwner | None, now: float) -> BusyError:
+    """The "busy" error for a lock ``owner`` holds: who (verb, pid), since when, and how to end it."""
+    doing = ""
+    if owner is not None:
+        held = max(0.0, now - owner.since) if math.isfinite(now - owner.since) else 0.0
+        started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(min(owner.since, now)))
+        doing = f" ({owner.operation}, pid {owner.pid}, since {started}, {held:.0f} s ago)"
+    return BusyError(
+        f"Another llama-runtime process is updating this runtime{doing}.",
+        hint="Wait for it to finish (`llama-runtime job wait`), or stop it with `llama-runtime job cancel`.",
+    )
 
 
 class UpdateLock:
@@ -143,12 +157,7 @@ class UpdateLock:
         try:
             self._lock.acquire(timeout=timeout)
         except filelock.Timeout:
-            owner = self.owner()
-            doing = f" ({owner.operation}, pid {owner.pid})" if owner else ""
-            raise BusyError(
-                f"Another llama-runtime process is updating this runtime{doing}.",
-                hint="Wait for it to finish, or follow it with `llama-runtime status`.",
-            ) from None
+            raise busy_error(self.owner(), self.clock.time()) from None
         try:
             write_record(self.owner_path, {"pid": os.getpid(), "operation": operation, "since": self.clock.time()})
             yield
