@@ -309,3 +309,28 @@ def test_every_json_read_in_the_package_goes_through_a_bounded_reader() -> None:
             if re.search(r"\bjson\.loads?\(", line):
                 calls.append(f"{relative}:{number}: {line.strip()}")
     assert calls == [], "read JSON through runtime.fsutil.parse_record/read_record/read_cache:\n" + "\n".join(calls)
+
+
+# -- issue 28 item 8: a typo in the provenance switch --------------------------------------------
+
+
+def test_a_typo_in_require_provenance_warns_in_read_only_verbs_and_is_exit_2_where_builds_are_verified(
+    capsys: pytest.CaptureFixture[str], installed: Path, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frozen = HomeGuard(None, installed)
+    monkeypatch.setenv("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "ture")
+    for verb in (["status"], ["list"], ["which"], ["doctor"], ["job", "status"]):
+        code, payload = run_json(capsys, installed, github.api_url, *verb)
+        assert code == 0, (verb, payload)
+    from llama_runtime.updater.cli.main import main
+
+    assert main(["status", "--home", str(installed)]) == 0
+    assert "LLAMA_RUNTIME_REQUIRE_PROVENANCE='ture'" in capsys.readouterr().err  # warned, never silently off
+    archive = str(_named_archive(installed.parent))
+    for verb in (["update", "--tag", "b7002", "--backend", "cpu"], ["check"], ["install-file", archive]):
+        code, payload = run_json(capsys, installed, github.api_url, *verb)
+        assert code == 2, (verb, payload)
+        assert "LLAMA_RUNTIME_REQUIRE_PROVENANCE" in payload["error"]["message"]
+    frozen.assert_intact("b7001")
+    monkeypatch.delenv("LLAMA_RUNTIME_REQUIRE_PROVENANCE")
+    assert_status_active(capsys, installed, "b7001")

@@ -158,8 +158,13 @@ def resolve_settings(
     env: Mapping[str, str] | None = None,
     channel: str | None = None,
     follow_active_repo: bool = True,
+    verifies: bool = True,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
+
+    ``verifies``: the command verifies builds (``update``, ``check``, ``install-file``), so a
+    malformed ``LLAMA_RUNTIME_REQUIRE_PROVENANCE`` is exit 2 (never silently off); any other
+    command warns and ignores it.
 
     ``follow_active_repo``: without ``--repo``/``LLAMA_RUNTIME_REPO``, use the
     repository the active runtime came from (``update``, ``check``, ``plan``);
@@ -190,7 +195,7 @@ def resolve_settings(
         backend_explicit=explicit,
         read_timeout=_seconds(env, "LLAMA_RUNTIME_READ_TIMEOUT", READ_TIMEOUT_SECONDS),
         health_timeout=_seconds(env, "LLAMA_RUNTIME_HEALTH_TIMEOUT", SERVER_READY_TIMEOUT_SECONDS),
-        require_provenance=require_provenance or env_flag(env, "LLAMA_RUNTIME_REQUIRE_PROVENANCE"),
+        require_provenance=require_provenance or _require_provenance(env, verifies=verifies),
         channel=channel_value,
         parallel_downloads=download_parallelism(env),
     )
@@ -250,6 +255,8 @@ def _channel_request(flag: str | None, env: Mapping[str, str]) -> Channel | None
     return parse_channel(env["LLAMA_RUNTIME_CHANNEL"], "LLAMA_RUNTIME_CHANNEL")
 
 
+#: Refuses a build without verified provenance when on; read by the verbs that verify builds.
+REQUIRE_PROVENANCE_ENV: Final = "LLAMA_RUNTIME_REQUIRE_PROVENANCE"
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"", "0", "false", "no", "off"})
 
@@ -266,6 +273,19 @@ def env_flag(env: Mapping[str, str], name: str) -> bool:
     if value in _FALSE:
         return False
     raise UserInputError(f"{name}={env[name]!r} is not a yes/no value. Use 1, true, yes or on (0, false, no or off).")
+
+
+def _require_provenance(env: Mapping[str, str], *, verifies: bool) -> bool:
+    """``LLAMA_RUNTIME_REQUIRE_PROVENANCE``; a typo is exit 2 where it matters, a warning where it cannot."""
+    try:
+        return env_flag(env, REQUIRE_PROVENANCE_ENV)
+    except UserInputError as exc:
+        if verifies:
+            raise
+        from llama_runtime.updater.logs import get_logger
+
+        get_logger("llama_runtime.config").warning(f"{exc.message} Ignored: this command verifies no build.")
+        return False
 
 
 def download_parallelism(env: Mapping[str, str]) -> int:

@@ -204,6 +204,7 @@ def settings_from_args(args: argparse.Namespace, *, follow_active_repo: bool = T
         require_provenance=bool(getattr(args, "require_provenance", False)),
         channel=args.channel,
         follow_active_repo=follow_active_repo,
+        verifies=hasattr(args, "require_provenance"),  # only the verbs that verify take the flag
     )
 
 
