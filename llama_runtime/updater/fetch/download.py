@@ -71,6 +71,7 @@ __all__ = [
     "OnDisk",
     "StreamAborted",
     "StreamRestarted",
+    "WrongRangeError",
     "download_asset",
     "download_name",
     "network_error",
@@ -91,6 +92,11 @@ def network_error(asset_name: str, what: str, *, kept: bool = True) -> NetworkEr
     """A failed transfer of ``asset_name``, saying whether its partial file is kept for resuming."""
     then = "the partial file is kept for resuming" if kept else "the next try starts over"
     return NetworkError(f"Downloading {asset_name} failed: {what}; {then}.")
+
+
+class WrongRangeError(NetworkError):
+    """A 206 for another range than asked (to the end of the file, or from earlier): a ranged download
+    falls back to one stream on it (issue 28) instead of failing every try."""
 
 
 class AssetRequest:
@@ -199,7 +205,9 @@ def open_range(
         wanted = f"bytes {start}-{end}/"
         if response.status_code == 206 and not response.headers.get("content-range", "").startswith(wanted):
             discard_partial(path)
-            raise request.network_error("the server sent another range than asked for", kept=False)
+            raise WrongRangeError(
+                request.network_error("the server sent another range than asked for", kept=False).message
+            )
         yield response
 
 

@@ -47,6 +47,7 @@ from llama_runtime.updater.fetch.download import (
     DownloadResult,
     GrowingFile,
     StreamAborted,
+    WrongRangeError,
     open_range,
 )
 from llama_runtime.updater.fetch.partial import DownloadPace, PaceWatch, strong_etag
@@ -330,6 +331,12 @@ class RangedDownload:
     def _fetch_span(self, fd: int, span: Span, watch: PaceWatch) -> None:
         if span.complete:
             return
+        try:
+            self._fetch_open_span(fd, span, watch)
+        except WrongRangeError:
+            raise _NoRanges() from None  # another range than asked: this host gets one stream
+
+    def _fetch_open_span(self, fd: int, span: Span, watch: PaceWatch) -> None:
         with open_range(
             self.source, self.asset, self.data, start=span.next, end=span.end - 1, if_range=self._validator
         ) as response:
