@@ -47,7 +47,7 @@ from llama_runtime.updater.fetch.download import (
     DownloadResult,
     GrowingFile,
     StreamAborted,
-    WrongRangeError,
+    _WrongRangeError,
     open_range,
 )
 from llama_runtime.updater.fetch.partial import DownloadPace, PaceWatch, strong_etag
@@ -333,7 +333,7 @@ class RangedDownload:
             return
         try:
             self._fetch_open_span(fd, span, watch)
-        except WrongRangeError:
+        except _WrongRangeError:
             raise _NoRanges() from None  # another range than asked: this host gets one stream
 
     def _fetch_open_span(self, fd: int, span: Span, watch: PaceWatch) -> None:
