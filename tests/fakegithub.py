@@ -120,6 +120,8 @@ class Fault:
     ignore_range: bool = False
     wrong_bytes: bool = False
     short_by: int = 0  # a complete response (Content-Length agrees) N bytes short of the asset's size
+    body: bytes | None = None  # a status fault's own JSON body (e.g. a deeply nested one)
+    range_to_end: bool = False  # a Range answered to the end of the file (with an honest Content-Range)
 
     @property
     def is_body_fault(self) -> bool:
@@ -130,6 +132,7 @@ class Fault:
             or self.extra_bytes
             or self.drip_seconds
             or self.ignore_range
+            or self.range_to_end
             or self.wrong_bytes
         )
 
@@ -748,6 +751,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = _RATE_LIMIT_BODY if fault.rate_limited else b'{"message":"Server Error"}'
         if fault.secondary:
             body = _SECONDARY_LIMIT_BODY
+        if fault.body is not None:
+            body = fault.body
         self._simple(fault.status or 500, body, "application/json; charset=utf-8", extra)
 
     def _rate_headers(self, remaining: int) -> dict[str, str]:
@@ -916,6 +921,8 @@ class _Handler(BaseHTTPRequestHandler):
         wanted = self._record.headers.get("range", "")
         span = _parse_range(wanted) if not (fault and fault.ignore_range) else None
         start, wanted_last = span if span is not None else (0, None)
+        if fault and fault.range_to_end:
+            wanted_last = None
         if span is not None and start >= blob.size:
             self._simple(416, b"", "application/xml", {"Content-Range": f"bytes */{blob.size}"})
             return

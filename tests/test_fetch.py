@@ -248,6 +248,18 @@ def test_host_without_range_support_falls_back_to_one_stream(github: FakeGitHub,
     same_as_two_pass(archive, fetched, unpack, tmp_path)
 
 
+def test_host_answering_another_range_than_asked_falls_back_to_one_stream(github: FakeGitHub, tmp_path: Path) -> None:
+    archive = big_tarball(tmp_path / "a.tar.gz")
+    asset = publish(github, archive)
+    github.inject(NAME, Fault(range_to_end=True, times=None))  # every range answered to the end of the file
+
+    fetched, unpack = run(github, asset, tmp_path, RANGES)
+
+    assert fetched.download.path.read_bytes() == archive.read_bytes()
+    assert github.requests_to("blob")[-1].headers.get("range") is None
+    same_as_two_pass(archive, fetched, unpack, tmp_path)
+
+
 def test_ranged_download_with_wrong_bytes_is_a_digest_mismatch_and_kept_nowhere(
     github: FakeGitHub, tmp_path: Path
 ) -> None:

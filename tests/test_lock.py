@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from llama_runtime.runtime.errors import BusyError
 from llama_runtime.runtime.lock import UpdateLock
 
@@ -69,6 +70,21 @@ def test_lock_waits_up_to_its_timeout_then_succeeds_when_released(tmp_path: Path
     try:
         with UpdateLock(lock_path).hold("scheduler", timeout=30):
             pass
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_busy_says_who_holds_the_lock_since_when_and_how_to_cancel_it(tmp_path: Path) -> None:
+    lock_path = tmp_path / "locks" / "update.lock"
+    child = _hold_in_child(lock_path)
+    try:
+        with pytest.raises(BusyError) as caught, UpdateLock(lock_path).hold("rollback", timeout=0.2):
+            pass
+        message, hint = caught.value.message, caught.value.hint or ""
+        assert f"pid {child.pid}" in message and "update (test holder)" in message
+        assert "since " in message and " UTC" in message and " s ago" in message
+        assert "llama-runtime job cancel" in hint
     finally:
         child.kill()
         child.wait()

@@ -57,24 +57,35 @@ def test_small_record_read_under_the_large_default_bound_allocates_little(tmp_pa
     assert peak < 1024 * 1024  # not the 64 MiB bound: read(n) allocates n up front
 
 
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFO")
-def test_record_whose_size_is_not_known_up_front_is_read_in_steps_to_the_end(tmp_path: Path) -> None:
+def test_record_whose_size_is_not_known_up_front_is_read_in_steps_to_the_end() -> None:
     import threading
 
-    path = tmp_path / "etags.json"
-    os.mkfifo(path)  # stat says 0 bytes, as for any file that is still growing
+    from llama_runtime.runtime.fsutil import _read_at_most
+
+    read_fd, write_fd = os.pipe()  # fstat says 0 bytes, as for a file that is still growing
     body = json.dumps({"k": "x" * 300_000}).encode()
 
     def feed() -> None:
-        with path.open("wb") as handle:
+        with os.fdopen(write_fd, "wb") as handle:
             handle.write(body)
 
     writer = threading.Thread(target=feed)
     writer.start()
     try:
-        assert read_record(path) == {"k": "x" * 300_000}
+        with os.fdopen(read_fd, "rb") as handle:
+            assert json.loads(_read_at_most(handle, 1024 * 1024)) == {"k": "x" * 300_000}
     finally:
         writer.join(timeout=10)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFO")
+def test_a_record_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    from llama_runtime.runtime.fsutil import NotRegularFileError
+
+    path = tmp_path / "etags.json"
+    os.mkfifo(path)  # no writer: opening it for reading would block forever
+    with pytest.raises(NotRegularFileError, match="not a regular file"):
+        read_record(path)
 
 
 def test_record_nested_too_deep_is_damaged_not_a_recursion_error(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from llama_runtime.runtime.fsutil import read_record, write_record
+from llama_runtime.runtime.fsutil import read_cache, write_record
 
 FAILED_BUILDS_FILE: Final = "failed-builds.json"
 #: Newest records kept: a scheduled job meets one new build a day at most; 32 is weeks of them.
@@ -75,10 +75,7 @@ def _parse(entry: object) -> FailedBuild | None:
 
 def load_failed(home_root: Path) -> tuple[FailedBuild, ...]:
     """The records, newest first; a missing, damaged or foreign file is no record."""
-    try:
-        payload: Any = read_record(_path(home_root), max_bytes=_MAX_FILE_BYTES)
-    except (OSError, ValueError):
-        return ()
+    payload: Any = read_cache(_path(home_root), max_bytes=_MAX_FILE_BYTES)
     entries = payload.get("failed") if isinstance(payload, dict) else None
     if not isinstance(entries, list):
         return ()

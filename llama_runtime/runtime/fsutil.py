@@ -25,16 +25,21 @@ from typing import Any, BinaryIO, Final
 
 __all__ = [
     "ATOMIC_TMP_SUFFIX",
+    "MAX_DECIMAL_DIGITS",
     "MAX_RECORD_BYTES",
     "MAX_RECORD_DEPTH",
     "DamagedRecordError",
+    "NotRegularFileError",
+    "decimal",
     "flag",
     "integer",
     "mapping",
     "nests_deeper",
     "number",
     "parse_record",
+    "read_cache",
     "read_record",
+    "read_regular",
     "text",
     "write_record",
 ]
@@ -363,17 +368,80 @@ class DamagedRecordError(json.JSONDecodeError):
         super().__init__(message, "", 0)
 
 
+class NotRegularFileError(OSError):
+    """A path where a file is expected names a FIFO, a device, a socket or a directory."""
+
+
+# Opening a FIFO for reading blocks until a writer comes; O_NONBLOCK makes the open return
+# at once so fstat can refuse it (it changes nothing for a regular file). Windows has no
+# such flag and no FIFO a path can name.
+_READ_NONBLOCK: Final = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+
+
+def read_regular(path: Path, max_bytes: int) -> bytes:
+    """Up to ``max_bytes`` bytes of the regular file ``path``, without ever blocking on what it names.
+
+    A caller that reads ``max_bytes + 1`` learns whether the file is larger than its bound.
+
+    Raises:
+        FileNotFoundError: There is no such file.
+        NotRegularFileError: ``path`` is a FIFO, a device, a socket or a directory.
+        OSError: It could not be read.
+    """
+    fd = os.open(path, _READ_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+            raise NotRegularFileError(errno.EINVAL, f"it is {kind}, not a regular file", str(path))
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return _read_at_most(handle, max_bytes)
+    finally:
+        os.close(fd)
+
+
 def read_record(path: Path, *, max_bytes: int = MAX_RECORD_BYTES, max_depth: int = MAX_RECORD_DEPTH) -> Any:
     """The decoded JSON of the state file ``path`` (any JSON value; the caller checks its shape).
 
     Raises:
         FileNotFoundError: There is no such file.
-        OSError: It could not be read.
+        OSError: It could not be read, or is no regular file (:class:`NotRegularFileError`).
         DamagedRecordError: It is not JSON, is over ``max_bytes`` or nests deeper than ``max_depth``.
     """
-    with path.open("rb") as handle:
-        raw = _read_at_most(handle, max_bytes + 1)
+    raw = read_regular(path, max_bytes + 1)
     return parse_record(raw, what=str(path), max_bytes=max_bytes, max_depth=max_depth)
+
+
+#: Suffix a damaged cache or record is renamed to: kept for a person to look at, out of every reader's way.
+DAMAGED_SUFFIX: Final = ".damaged"
+
+
+def read_cache(path: Path, *, max_bytes: int = MAX_RECORD_BYTES, warn: Callable[[str], None] | None = None) -> Any:
+    """:func:`read_record` of a cache or record the tool rebuilds (never authoritative state).
+
+    A file that is damaged (not JSON, too large, too deep) or no regular file is set aside as
+    ``NAME.damaged`` (replacing an older one) and reads as absent, so no verb fails or slows on
+    it twice; ``warn`` hears one sentence saying so. Authoritative state (the pointer, markers)
+    never comes here: its damage is a ``corrupt_state`` error naming the repair.
+
+    Returns:
+        The decoded JSON, or None when the file is missing, unreadable or was set aside.
+    """
+    try:
+        return read_record(path, max_bytes=max_bytes)
+    except (DamagedRecordError, NotRegularFileError) as exc:
+        reason = exc.msg if isinstance(exc, DamagedRecordError) else exc.strerror
+    except OSError:
+        return None  # missing or unreadable (a read-only home): nothing to set aside
+    aside = path.with_name(path.name + DAMAGED_SUFFIX)
+    try:
+        os.replace(path, aside)
+    except OSError:
+        aside = path  # a read-only home: it stays, and reads as absent every time
+    if warn is not None:
+        moved = f"set aside as {aside.name}" if aside != path else "ignored"
+        warn(f"{path} was damaged ({reason}); {moved}, it is rebuilt as needed.")
+    return None
 
 
 def _read_at_most(handle: BinaryIO, limit: int) -> bytes:
@@ -414,6 +482,8 @@ def parse_record(
         raise DamagedRecordError(f"{what} nests more than {max_depth} levels deep") from None
     except json.JSONDecodeError as exc:
         raise DamagedRecordError(f"{what} is not JSON ({exc.msg})") from None
+    except ValueError:  # an integer past the interpreter's 4,300-digit conversion limit (CVE-2020-10735)
+        raise DamagedRecordError(f"{what} holds a number with thousands of digits") from None
     if nests_deeper(value, max_depth):
         raise DamagedRecordError(f"{what} nests more than {max_depth} levels deep")
     return value
@@ -446,6 +516,21 @@ def nests_deeper(value: Any, max_depth: int) -> bool:
 
 
 # -- typed getters: a field of the wrong type reads as absent ---------------------------------
+
+#: Most digits a count, a size, a port, a time or a build number needs (2**64 has 20); more is
+#: damage or an attack, and past 4,300 digits ``int()`` itself raises (CVE-2020-10735).
+MAX_DECIMAL_DIGITS: Final[int] = 20
+
+
+def decimal(value: str, max_digits: int = MAX_DECIMAL_DIGITS) -> int | None:
+    """The non-negative integer ``value`` spells in ASCII digits (spaces around allowed), else None.
+
+    ``str.isdigit`` alone is no guard: it accepts ``"²"`` and 5,000 digits, both of which ``int`` refuses.
+    """
+    digits = value.strip()
+    if not digits or len(digits) > max_digits or not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits)
 
 
 def text(payload: Mapping[str, Any], key: str) -> str | None:

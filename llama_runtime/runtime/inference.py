@@ -33,6 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from llama_runtime.runtime.fsutil import parse_record
+
 #: A short, plain-ASCII prompt every tokenizer splits into a few dozen tokens.
 GATE_PROMPT: Final = "The quick brown fox jumps over the lazy dog. Once upon a time, in a small village by the sea,"
 #: Enough generated tokens to time decoding, few enough to cost well under a
@@ -137,8 +139,8 @@ def parse_completion(status: int, body: bytes) -> InferenceResult:
     if body.lstrip()[:6] in (b"data: ", b"data:{", b"error:"):
         return _parse_stream(status, body)
     try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        payload = parse_record(body, what="the completion answer")
+    except ValueError:  # not UTF-8 JSON, or nested past any answer's depth
         return InferenceResult(False, f"HTTP {status} with a body that is not JSON ({len(body)} bytes)")
     except RecursionError:  # a deep body is a broken answer, never our crash
         return InferenceResult(False, f"HTTP {status} with a JSON body nested too deep ({len(body)} bytes)")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Final
 
 from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError, UserInputError
-from llama_runtime.runtime.fsutil import parse_record, sha256_file, write_record
+from llama_runtime.runtime.fsutil import MAX_RECORD_BYTES, parse_record, read_regular, sha256_file, write_record
 from llama_runtime.runtime.marker import (
     MARKER_NAME,
     InstallMarker,
@@ -312,9 +312,11 @@ class Home:
         """
         self.check_safe()
         try:
-            raw = self.pointer_path.read_bytes()
+            raw = read_regular(self.pointer_path, MAX_RECORD_BYTES + 1)
         except FileNotFoundError:
             return Pointer()
+        except OSError:  # a directory or FIFO in its place, an unreadable file: damaged all the same
+            raw = b""
         try:
             payload = parse_record(raw, what=str(self.pointer_path))
         except ValueError:

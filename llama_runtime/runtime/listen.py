@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import socket
 import sys
@@ -25,6 +24,8 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
+
+from llama_runtime.runtime.fsutil import decimal, parse_record
 
 if TYPE_CHECKING:
     pass
@@ -99,8 +100,9 @@ def listen_endpoints(args: Sequence[str], *, default_host: str) -> list[Endpoint
     """
     ports = _values(args, "--port")
     port: int | None = None
-    if ports and ports[-1].strip().isdigit() and 0 <= int(ports[-1]) < 65536:
-        port = int(ports[-1])
+    number = decimal(ports[-1]) if ports else None
+    if number is not None and number < 65536:
+        port = number
     hosts = [h.strip() for value in _values(args, "--host") for h in value.split(",") if h.strip()]
     endpoints: list[Endpoint] = []
     for host in hosts or [default_host]:
@@ -307,7 +309,7 @@ def probe_health(host: str, port: int, timeout: float) -> Health:
 def _error_message(exc: urllib.error.HTTPError) -> str:
     """llama-server's ``{"error": {"message": ...}}`` text, else the HTTP reason."""
     try:
-        body = json.loads(exc.read(_ERROR_BODY_BYTES))
+        body = parse_record(exc.read(_ERROR_BODY_BYTES), what="the error body")
         message = body["error"]["message"]
         if isinstance(message, str):
             return message

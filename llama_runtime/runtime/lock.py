@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import BusyError
-from llama_runtime.runtime.fsutil import read_record, write_record
+from llama_runtime.runtime.fsutil import read_cache, write_record
 
 if TYPE_CHECKING:
     import filelock
@@ -35,6 +37,10 @@ BUTTON_WAIT_SECONDS: Final = 0.5
 NO_WAIT: Final = 0.0
 #: What opening the lock file in a home this process may read but not write raises.
 READ_ONLY_ERRNOS: Final = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+#: The owner record is three short fields; anything far larger is not one.
+_MAX_OWNER_BYTES: Final = 64 * 1024
+#: Longest operation name shown in "busy" (the verbs are short words).
+_MAX_OPERATION_CHARS: Final = 40
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,19 @@ class LockOwner:
     pid: int
     operation: str
     since: float
+
+
+def busy_error(owner: LockOwner | None, now: float) -> BusyError:
+    """The "busy" error for a lock ``owner`` holds: who (verb, pid), since when, and how to end it."""
+    doing = ""
+    if owner is not None:
+        held = max(0.0, now - owner.since) if math.isfinite(now - owner.since) else 0.0
+        started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(min(owner.since, now)))
+        doing = f" ({owner.operation}, pid {owner.pid}, since {started}, {held:.0f} s ago)"
+    return BusyError(
+        f"Another llama-runtime process is updating this runtime{doing}.",
+        hint="Wait for it to finish (`llama-runtime job wait`), or stop it with `llama-runtime job cancel`.",
+    )
 
 
 class UpdateLock:
@@ -71,11 +90,16 @@ class UpdateLock:
 
     def owner(self) -> LockOwner | None:
         """The recorded holder, if any (may be stale when nobody holds the lock)."""
+        payload = read_cache(self.owner_path, max_bytes=_MAX_OWNER_BYTES)
         try:
-            payload = read_record(self.owner_path)
-            return LockOwner(int(payload["pid"]), str(payload["operation"]), float(payload["since"]))
-        except (OSError, ValueError, KeyError, TypeError):
+            pid, operation, since = payload["pid"], payload["operation"], payload["since"]
+        except (KeyError, TypeError):
             return None
+        if not (isinstance(pid, int) and 0 < pid < 2**31 and isinstance(operation, str)):
+            return None  # a pid no process can have, or a stranger's file
+        if not isinstance(since, int | float) or isinstance(since, bool) or not math.isfinite(since):
+            return None
+        return LockOwner(pid, operation[:_MAX_OPERATION_CHARS], float(since))
 
     def is_held(self) -> bool:
         """Whether some process (this one included) holds the lock right now.
@@ -133,12 +157,7 @@ class UpdateLock:
         try:
             self._lock.acquire(timeout=timeout)
         except filelock.Timeout:
-            owner = self.owner()
-            doing = f" ({owner.operation}, pid {owner.pid})" if owner else ""
-            raise BusyError(
-                f"Another llama-runtime process is updating this runtime{doing}.",
-                hint="Wait for it to finish, or follow it with `llama-runtime status`.",
-            ) from None
+            raise busy_error(self.owner(), self.clock.time()) from None
         try:
             write_record(self.owner_path, {"pid": os.getpid(), "operation": operation, "since": self.clock.time()})
             yield

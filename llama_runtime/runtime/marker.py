@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError, UnknownBackendError
-from llama_runtime.runtime.fsutil import parse_record, sha256_file, write_record
+from llama_runtime.runtime.fsutil import MAX_RECORD_BYTES, parse_record, read_regular, sha256_file, write_record
 
 __all__ = [
     "CONCRETE_BACKENDS",
@@ -424,7 +424,7 @@ def read_marker(runtime_dir: Path) -> InstallMarker:
     """
     path = marker_path(runtime_dir)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_RECORD_BYTES + 1)
     except FileNotFoundError:
         raise CorruptStateError(
             f"{runtime_dir} has no install marker ({MARKER_NAME}); it is not a complete runtime.",

@@ -50,7 +50,7 @@ from llama_runtime.runtime.errors import (
     ServerStartError,
     ServerStopError,
 )
-from llama_runtime.runtime.fsutil import parse_record, write_record
+from llama_runtime.runtime.fsutil import read_cache, write_record
 from llama_runtime.runtime.listen import (
     DEFAULT_HOST,
     HEALTH_PROBE_TIMEOUT_SECONDS,
@@ -107,11 +107,8 @@ class ServerRecord:
 
     def read(self) -> ServerState | None:
         """The record, or None when there is none or it is not ours."""
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return None
-        return parse_state(raw)
+        # A damaged record (or a FIFO in its place, which would block every server verb) is set aside.
+        return parse_state(read_cache(self.path))
 
     def write(
         self,
@@ -184,12 +181,8 @@ class ServerRecord:
         return list(self.children.values())[-1].poll()
 
 
-def parse_state(raw: bytes) -> ServerState | None:
-    """The trusted content of ``server.json``, or None when it is not ours."""
-    try:
-        payload = parse_record(raw, what="server.json")
-    except ValueError:
-        return None
+def parse_state(payload: object) -> ServerState | None:
+    """The trusted content of ``server.json`` (its decoded JSON), or None when it is not ours."""
     if not isinstance(payload, dict):
         return None
     pid, binary, args = payload.get("pid"), payload.get("binary"), payload.get("args")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.runtime.fsutil import decimal
 from llama_runtime.runtime.marker import parse_backend
 
 if TYPE_CHECKING:
@@ -168,8 +169,13 @@ def resolve_settings(
     follow_active_repo: bool = True,
     keep: str | None = None,
     fresh_companion: bool = False,
+    verifies: bool = True,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
+
+    ``verifies``: the command verifies builds (``update``, ``check``, ``install-file``), so a
+    malformed ``LLAMA_RUNTIME_REQUIRE_PROVENANCE`` is exit 2 (never silently off); any other
+    command warns and ignores it.
 
     ``follow_active_repo``: without ``--repo``/``LLAMA_RUNTIME_REPO``, use the
     repository the active runtime came from (``update``, ``check``, ``plan``);
@@ -200,7 +206,7 @@ def resolve_settings(
         backend_explicit=explicit,
         read_timeout=_seconds(env, "LLAMA_RUNTIME_READ_TIMEOUT", READ_TIMEOUT_SECONDS),
         health_timeout=_seconds(env, "LLAMA_RUNTIME_HEALTH_TIMEOUT", SERVER_READY_TIMEOUT_SECONDS),
-        require_provenance=require_provenance or env_flag(env, "LLAMA_RUNTIME_REQUIRE_PROVENANCE"),
+        require_provenance=require_provenance or _require_provenance(env, verifies=verifies),
         channel=channel_value,
         parallel_downloads=download_parallelism(env),
         keep=retain_setting(keep, env),
@@ -262,6 +268,8 @@ def _channel_request(flag: str | None, env: Mapping[str, str]) -> Channel | None
     return parse_channel(env["LLAMA_RUNTIME_CHANNEL"], "LLAMA_RUNTIME_CHANNEL")
 
 
+#: Refuses a build without verified provenance when on; read by the verbs that verify builds.
+REQUIRE_PROVENANCE_ENV: Final = "LLAMA_RUNTIME_REQUIRE_PROVENANCE"
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"", "0", "false", "no", "off"})
 
@@ -299,6 +307,19 @@ def retain_setting(flag: str | None, env: Mapping[str, str]) -> int:
     return int(value)
 
 
+def _require_provenance(env: Mapping[str, str], *, verifies: bool) -> bool:
+    """``LLAMA_RUNTIME_REQUIRE_PROVENANCE``; a typo is exit 2 where it matters, a warning where it cannot."""
+    try:
+        return env_flag(env, REQUIRE_PROVENANCE_ENV)
+    except UserInputError as exc:
+        if verifies:
+            raise
+        from llama_runtime.updater.logs import get_logger
+
+        get_logger("llama_runtime.config").warning(f"{exc.message} Ignored: this command verifies no build.")
+        return False
+
+
 def download_parallelism(env: Mapping[str, str]) -> int:
     """Concurrent ranges per download from ``LLAMA_RUNTIME_PARALLEL_DOWNLOADS`` (default 4).
 
@@ -308,9 +329,10 @@ def download_parallelism(env: Mapping[str, str]) -> int:
     raw = env.get(PARALLEL_DOWNLOADS_ENV, "").strip()
     if not raw:
         return DEFAULT_PARALLEL_DOWNLOADS
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PARALLEL_DOWNLOADS:
+    count = decimal(raw)
+    if count is None or not 1 <= count <= MAX_PARALLEL_DOWNLOADS:
         raise UserInputError(
             f"{PARALLEL_DOWNLOADS_ENV}={raw!r} is not valid: use a whole number from 1 "
             f"(one stream) to {MAX_PARALLEL_DOWNLOADS}."
         )
-    return int(raw)
+    return count

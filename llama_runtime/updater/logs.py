@@ -170,3 +170,8 @@ class Logger:
 def get_logger(name: str) -> Logger:
     """The logger for ``name`` (structlog, configured by :func:`configure_logging`, on first use)."""
     return Logger(name)
+
+
+def warn_state(message: str) -> None:
+    """Warn that a cache or record was damaged and set aside (``runtime.fsutil.read_cache``'s ``warn``)."""
+    get_logger("llama_runtime.state").warning(message)

@@ -11,7 +11,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from llama_runtime.runtime.fsutil import number, read_record, write_record
+from llama_runtime.runtime.fsutil import number, read_cache, write_record
+from llama_runtime.updater.logs import warn_state
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.errors import RateLimitError
@@ -75,10 +76,7 @@ class Backoff:
 
     def not_before(self, now: float) -> float | None:
         """The stored time, at most an hour after ``now``; ``None`` if none (or damaged)."""
-        try:
-            payload = read_record(self.path)
-        except (OSError, ValueError):
-            return None
+        payload = read_cache(self.path, warn=warn_state)  # a damaged one is set aside and rebuilt
         if not isinstance(payload, dict):
             return None
         value, stored_at = number(payload, "not_before"), number(payload, "stored_at")

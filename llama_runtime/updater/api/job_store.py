@@ -33,9 +33,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.runtime.fsutil import read_record, write_record
+from llama_runtime.runtime.fsutil import read_cache, write_record
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.procinfo import pid_alive, process_start_ticks
+from llama_runtime.updater.logs import warn_state
 
 if TYPE_CHECKING:
     from llama_runtime.updater.progress import Progress
@@ -502,10 +503,7 @@ class JobStore:
 
     @staticmethod
     def _load(path: Path) -> JobState | None:
-        try:
-            return JobState.from_json(read_record(path))
-        except (OSError, ValueError):
-            return None
+        return JobState.from_json(read_cache(path, warn=warn_state))
 
     def _checked(self, state: JobState | None) -> JobState | None:
         if state is None or not state.running or self._owner_alive(state):

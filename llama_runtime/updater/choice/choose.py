@@ -61,7 +61,7 @@ _CUDA13_MIN_CAPABILITY: Final[tuple[int, ...]] = (7, 5)
 
 def _version_key(version: str | None) -> tuple[int, ...]:
     text = version.strip() if version is not None else ""
-    if not re.match(r"^\d+(?:\.\d+)*$", text):
+    if not re.match(r"^\d{1,9}(?:\.\d{1,9})*$", text):  # a 5,000-digit "version" is unknown, not exit 1
         return ()
     return tuple(int(p) for p in text.split("."))
 

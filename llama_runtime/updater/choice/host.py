@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.runtime.fsutil import parse_record
+from llama_runtime.runtime.fsutil import NotRegularFileError, parse_record, read_regular
 
 # -- host --------------------------------------------------------------------------------------------------------
 
@@ -211,10 +211,11 @@ def load_host_file(path: Path) -> HostFacts:
         UserInputError: Unreadable, not JSON, not a host object, or a key of the wrong type.
     """
     try:
-        if path.exists() and not path.is_file():  # a FIFO or device would block or never end
-            raise UserInputError(f"The host file {path} is not a regular file; give the file `doctor --json` wrote.")
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_HOST_FILE_BYTES + 1)
+        raw = read_regular(path, MAX_HOST_FILE_BYTES + 1)  # a FIFO or device would block or never end
+    except NotRegularFileError:
+        raise UserInputError(
+            f"The host file {path} is not a regular file; give the file `doctor --json` wrote."
+        ) from None
     except OSError as exc:
         raise UserInputError(f"Cannot read the host file {path}: {exc.strerror or exc}.") from None
     if len(raw) > MAX_HOST_FILE_BYTES:

@@ -161,7 +161,7 @@ class NvidiaRows:
 
 def cuda_from_driver(driver: str) -> str | None:
     """Highest CUDA a driver supports, from NVIDIA's minimum-driver table."""
-    match = re.match(r"^(\d+)", driver.strip())
+    match = re.match(r"^(\d{1,9})(?!\d)", driver.strip())
     if match is None:
         return None
     major = int(match[1])
@@ -329,7 +329,8 @@ Call = Callable[..., str | None]
 
 # vulkaninfo prints "apiVersion = 1.3.280" (newer) or "apiVersion = 4206847 (1.3.255)" (older).
 _VK_API: Final = re.compile(r"apiVersion\s*=\s*(?:\d+\s*\()?(\d+\.\d+\.\d+)")
-_VERSION: Final = re.compile(r"(\d+(?:\.\d+)+)")
+#: Parts of at most 9 digits: a longer "version" (a typo, an attack) is unknown, never an int() error.
+_VERSION: Final = re.compile(r"(?<!\d)(\d{1,9}(?:\.\d{1,9})+)(?!\d)")
 #: Where ROCm records its own version (ROCm installation guide, "rocm/.info/version").
 _ROCM_VERSION_FILES: Final[tuple[str, ...]] = ("/opt/rocm/.info/version", "/opt/rocm/.info/version-dev")
 

@@ -222,6 +222,7 @@ def settings_from_args(args: argparse.Namespace, *, follow_active_repo: bool = T
         follow_active_repo=follow_active_repo,
         keep=getattr(args, "retain", None),
         fresh_companion=bool(getattr(args, "fresh_companion", False)),
+        verifies=hasattr(args, "require_provenance"),  # only the verbs that verify take the flag
     )
 
 

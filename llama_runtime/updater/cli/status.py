@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError
+from llama_runtime.runtime.fsutil import decimal
 from llama_runtime.updater.cli.common import home_for, provenance_line, read_active, settings_from_args
 
 if TYPE_CHECKING:
@@ -222,9 +223,12 @@ def default_port(env: Mapping[str, str] | None = None) -> int | None:
     raw = (os.environ if env is None else env).get("LLAMA_RUNTIME_SERVER_PORT", "").strip()
     if not raw:
         return LLAMA_SERVER_DEFAULT_PORT
-    if not raw.isdigit() or int(raw) > 65535:
-        raise UserInputError(f"LLAMA_RUNTIME_SERVER_PORT={raw!r} is not a port; use 1-65535, or 0 for any free port.")
-    return int(raw) or None
+    port = decimal(raw)
+    if port is None or port > 65535:
+        raise UserInputError(
+            f"LLAMA_RUNTIME_SERVER_PORT={raw[:40]!r} is not a port; use 1-65535, or 0 for any free port."
+        )
+    return port or None
 
 
 def _raise_exited(server: ManagedServer, tag: str, server_args: list[str]) -> NoReturn:

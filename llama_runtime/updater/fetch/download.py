@@ -93,6 +93,11 @@ def network_error(asset_name: str, what: str, *, kept: bool = True) -> NetworkEr
     return NetworkError(f"Downloading {asset_name} failed: {what}; {then}.")
 
 
+class _WrongRangeError(NetworkError):
+    """A 206 for another range than asked (to the end of the file, or from earlier): a ranged download
+    falls back to one stream on it (issue 28) instead of failing every try."""
+
+
 class AssetRequest:
     """GETs of one asset's bytes into the file ``path``.
 
@@ -199,7 +204,9 @@ def open_range(
         wanted = f"bytes {start}-{end}/"
         if response.status_code == 206 and not response.headers.get("content-range", "").startswith(wanted):
             discard_partial(path)
-            raise request.network_error("the server sent another range than asked for", kept=False)
+            raise _WrongRangeError(
+                request.network_error("the server sent another range than asked for", kept=False).message
+            )
         yield response
 
 

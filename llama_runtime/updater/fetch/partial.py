@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.fsutil import read_record, write_record
+from llama_runtime.runtime.fsutil import read_cache, write_record
 from llama_runtime.updater.config import env_number
 from llama_runtime.updater.credentials import url_record
+from llama_runtime.updater.logs import warn_state
 
 if TYPE_CHECKING:
     import httpx
@@ -136,10 +137,7 @@ def discard_partial(partial: Path) -> None:
 
 def read_origin(partial: Path) -> PartialOrigin | None:
     """The sidecar of ``partial``, or ``None`` when it is missing or not one of ours."""
-    try:
-        raw = read_record(sidecar_path(partial))
-    except (OSError, ValueError):
-        return None
+    raw = read_cache(sidecar_path(partial), warn=warn_state)
     if not isinstance(raw, dict):
         return None
     url, size = raw.get("url"), raw.get("size")

@@ -38,7 +38,7 @@ from llama_runtime.runtime.errors import (
     NetworkError,
     SizeMismatchError,
 )
-from llama_runtime.runtime.fsutil import read_record, write_record
+from llama_runtime.runtime.fsutil import read_cache, write_record
 from llama_runtime.updater.config import DEFAULT_PARALLEL_DOWNLOADS
 from llama_runtime.updater.credentials import url_record
 from llama_runtime.updater.fetch.cache import human_size
@@ -50,9 +50,11 @@ from llama_runtime.updater.fetch.download import (
     GrowingFile,
     StreamAborted,
     StreamRestarted,
+    _WrongRangeError,
     open_range,
 )
 from llama_runtime.updater.fetch.partial import DownloadPace, PaceWatch, strong_etag
+from llama_runtime.updater.logs import warn_state
 from llama_runtime.updater.release.release import Asset
 
 if TYPE_CHECKING:
@@ -141,7 +143,7 @@ def discard_ranged(partial: Path) -> None:
 def load_record(partial: Path, url: str, size: int) -> tuple[list[Span], str | None] | None:
     """The spans and validator recorded for ``partial`` when they fit this asset and its data file, else ``None``."""
     try:
-        raw = read_record(state_path(partial))
+        raw = read_cache(state_path(partial), warn=warn_state)
         on_disk = data_path(partial).stat().st_size
     except (OSError, ValueError):
         return None
@@ -402,6 +404,12 @@ class RangedDownload:
     def _fetch_span(self, fd: int, span: Span, watch: PaceWatch) -> None:
         if span.complete:
             return
+        try:
+            self._fetch_open_span(fd, span, watch)
+        except _WrongRangeError:
+            raise _NoRanges() from None  # another range than asked: this host gets one stream
+
+    def _fetch_open_span(self, fd: int, span: Span, watch: PaceWatch) -> None:
         with open_range(
             self.source, self.asset, self.data, start=span.next, end=span.end - 1, if_range=self._validator
         ) as response:

@@ -36,7 +36,7 @@ from llama_runtime.runtime.errors import (
     ReleaseNotFoundError,
     RemoteError,
 )
-from llama_runtime.runtime.fsutil import read_record, write_record
+from llama_runtime.runtime.fsutil import read_cache, write_record
 from llama_runtime.updater.credentials import (
     checked_token,
     may_send_token,
@@ -46,7 +46,7 @@ from llama_runtime.updater.credentials import (
     split_user_info,
     token_names_for,
 )
-from llama_runtime.updater.logs import get_logger, redact_with
+from llama_runtime.updater.logs import get_logger, redact_with, warn_state
 from llama_runtime.updater.release.release import (
     Asset,
     Release,
@@ -169,10 +169,7 @@ class JsonFileEtagCache:
         self.path = path
 
     def _load(self) -> dict[str, Any]:
-        try:
-            data = read_record(self.path)
-        except (OSError, ValueError):
-            return {}
+        data = read_cache(self.path, warn=warn_state)
         return data if isinstance(data, dict) else {}
 
     def get(self, url: str) -> tuple[str, Any] | None:

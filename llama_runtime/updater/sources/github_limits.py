@@ -7,13 +7,13 @@ the token policy (:mod:`~updater.credentials`) sends to that origin.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Final
 
 import httpx
 
 from llama_runtime.runtime.errors import RateLimitError
+from llama_runtime.runtime.fsutil import decimal, parse_record
 from llama_runtime.updater.credentials import GITHUB_API_ORIGIN, redact_url, token_names_for
 from llama_runtime.updater.sources.source import RateLimit
 
@@ -40,8 +40,7 @@ def token_hint(api_url: str) -> str:
 
 def int_header(response: httpx.Response, name: str) -> int | None:
     """The header ``name`` as a non-negative integer, or None when absent or not one."""
-    value = response.headers.get(name, "")
-    return int(value) if value.strip().isdigit() else None
+    return decimal(response.headers.get(name, ""))  # bounded: a 5,000-digit header is not a number
 
 
 def rate_limit_of(response: httpx.Response) -> RateLimit | None:
@@ -88,8 +87,8 @@ def _secondary_limit_error(response: httpx.Response, remaining: int | None, body
     (otherwise it is a permission problem); a 429 always is.
     """
     try:
-        payload = json.loads(body[:_ERROR_BODY_BYTES])
-    except ValueError:  # an HTML page, a cut body: not GitHub's JSON error
+        payload = parse_record(body[:_ERROR_BODY_BYTES], what="the error body")
+    except ValueError:  # an HTML page, a cut body, JSON nested past any error's: not GitHub's JSON error
         payload = None
     message = str(payload.get("message", "")) if isinstance(payload, dict) else ""
     if response.status_code != 429 and "rate limit" not in message.lower():

@@ -16,7 +16,7 @@ from typing import Any, Final
 import httpx
 
 from llama_runtime.runtime.errors import RemoteError, UserInputError
-from llama_runtime.runtime.fsutil import read_record
+from llama_runtime.runtime.fsutil import decimal, read_record
 from llama_runtime.updater.credentials import redact_url
 from llama_runtime.updater.release.assetnames import parse_asset_name
 from llama_runtime.updater.release.release import Asset, Release
@@ -77,8 +77,8 @@ class FileTransport(httpx.BaseTransport):
 
 
 def _range_start(value: str) -> int | None:
-    if value.startswith("bytes=") and value.endswith("-") and value[6:-1].isdigit():
-        return int(value[6:-1])
+    if value.startswith("bytes=") and value.endswith("-"):
+        return decimal(value[6:-1])
     return None
 
 

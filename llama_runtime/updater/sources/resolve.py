@@ -44,6 +44,7 @@ from llama_runtime.runtime.errors import (
     RemoteError,
     SizeMismatchError,
 )
+from llama_runtime.runtime.fsutil import decimal
 from llama_runtime.updater.release.channel import (
     MAX_NIGHTLY_TAG_BYTES,
     MAX_STABLE_FALLBACKS,
@@ -173,10 +174,11 @@ def _sm(value: object, where: str, key: str) -> int:
     # Unsloth writes SMs as numbers or as digit strings ("86"); both mean the same.
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise _malformed(where, f"'{key}' holds {type(value).__name__}, not an SM number")
-    text = str(value).strip()
-    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < _MAX_SM:
+    text = str(value).strip()  # JSON numbers stop at 4,300 digits, so str() of one works
+    sm = decimal(text, max_digits=4)
+    if sm is None or not 0 < sm < _MAX_SM:
         raise _malformed(where, f"'{key}' holds {text[:20]!r}, not an SM number such as 86")
-    return int(text)
+    return sm
 
 
 def _optional_sm(raw: dict[str, Any], key: str, where: str) -> int | None:

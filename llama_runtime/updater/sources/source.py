@@ -22,7 +22,7 @@ import httpx
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import NetworkError, RemoteError
-from llama_runtime.runtime.fsutil import nests_deeper
+from llama_runtime.runtime.fsutil import decimal, nests_deeper
 from llama_runtime.updater.release.release import RemoteDataError
 
 if TYPE_CHECKING:
@@ -236,8 +236,8 @@ def read_capped(
         inflater = zlib.decompressobj(_GZIP_OR_ZLIB_WBITS)
     else:
         raise RemoteDataError(f"The server sent {what} in the encoding {encoding[:40]!r}, which was not asked for.")
-    declared = response.headers.get("content-length", "")
-    if inflater is None and declared.isdigit() and int(declared) > cap:
+    declared = decimal(response.headers.get("content-length", ""))
+    if inflater is None and declared is not None and declared > cap:
         raise _too_big(what, cap)
     pieces: list[bytes] = []
     total = 0

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Final, Literal
 
 from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.runtime.fsutil import read_record, write_record
+from llama_runtime.runtime.fsutil import read_cache, write_record
 from llama_runtime.runtime.inference import GATE_TOKENS, InferenceResult, Speed, probe_inference
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.listen import arg_value
-from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.logs import get_logger, warn_state
 from llama_runtime.updater.verify.measures import Measure, load_measure, store_measure
 
 # -- gate --------------------------------------------------------------------------------------------------------
@@ -579,10 +579,7 @@ def gate_settings_path(home_root: Path) -> Path:
 
 def load_gate_settings(home_root: Path) -> GatePolicy:
     """The stored policy, or the default one when nothing (valid) is stored."""
-    try:
-        payload = read_record(gate_settings_path(home_root))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return GatePolicy()
+    payload = read_cache(gate_settings_path(home_root), warn=warn_state)
     if not isinstance(payload, dict):
         return GatePolicy()
     policy = GatePolicy()

@@ -25,7 +25,6 @@ Invariants:
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -251,19 +250,22 @@ def read_attestation_file(path: Path) -> list[dict[str, Any]]:
         UserInputError: Unreadable, too large, or holding no Sigstore bundle.
     """
     from llama_runtime.runtime.errors import UserInputError
+    from llama_runtime.runtime.fsutil import parse_record, read_regular
 
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(_MAX_ATTESTATION_FILE_BYTES + 1)
+        raw = read_regular(path, _MAX_ATTESTATION_FILE_BYTES + 1)  # a FIFO is refused, never waited on
     except OSError as exc:
         raise UserInputError(f"Cannot read the attestation bundle {path}: {exc.strerror or exc}.") from None
     bundles: list[dict[str, Any]] = []
     if len(raw) <= _MAX_ATTESTATION_FILE_BYTES:
+        what = f"the attestation bundle {path}"
         try:
-            bundles = parse_attestations(json.loads(raw))
+            bundles = parse_attestations(parse_record(raw, what=what))
         except ValueError:  # JSON lines, as `gh attestation download` writes them
             try:
-                bundles = parse_attestations([json.loads(line) for line in raw.splitlines() if line.strip()])
+                bundles = parse_attestations(
+                    [parse_record(line, what=what) for line in raw.splitlines() if line.strip()]
+                )
             except ValueError:
                 bundles = []
     if not bundles:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, UserInputError
+from llama_runtime.runtime.fsutil import parse_record
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.release import is_ref_name
 
@@ -481,7 +482,7 @@ def verify_bundle(bundle: dict[str, Any], sha256: str, policy: SignerPolicy, tru
     if payload_type != _IN_TOTO_PAYLOAD:
         raise ProvenanceError(f"the signed payload is {payload_type!r}, not an in-toto statement")
     try:
-        statement = json.loads(payload)
+        statement = parse_record(payload, what="the signed statement")
     except ValueError:
         statement = None
     violation = statement_violation(statement, sha256)

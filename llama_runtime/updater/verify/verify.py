@@ -169,9 +169,9 @@ def check_macos_minimum(binary: Path, host: HostFacts) -> None:
 BuildCheck = Literal["verified", "unverifiable"]
 
 _SEMVER_FORM: Final = re.compile(
-    r"version:\s*(?P<version>[0-9][0-9A-Za-z.+-]*)\s*\(\s*build\s+(?P<build>\d+)\s*,\s*commit\s+(?P<commit>[^)\s]*)\s*\)"
+    r"version:\s*(?P<version>[0-9][0-9A-Za-z.+-]*)\s*\(\s*build\s+(?P<build>\d{1,18})\s*,\s*commit\s+(?P<commit>[^)\s]*)\s*\)"
 )
-_BUILD_FORM: Final = re.compile(r"version:\s*(?P<build>\d+)\s*\(\s*(?P<commit>[^)\s]*)\s*\)")
+_BUILD_FORM: Final = re.compile(r"version:\s*(?P<build>\d{1,18})\s*\(\s*(?P<commit>[^)\s]*)\s*\)")
 #: Build numbers a binary reports when it cannot know its own (no git: 0; a
 #: depth-1 clone: 1). No release carries them.
 UNKNOWN_BUILDS: Final[frozenset[int]] = frozenset({0, 1})
