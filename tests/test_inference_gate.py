@@ -519,7 +519,7 @@ def broken_tarball(tmp_path: Path, tag: str, mode: str) -> Path:
         ("drip", "no complete answer from"),
         ("crash", "ended after 2 tokens without its final event"),
         ("blank", "whitespace only"),
-        ("deep", "nested too deep"),
+        ("deep", "nests more than"),
     ],
 )
 def test_build_that_stalls_crashes_or_answers_garbage_fails_its_check_at_the_limit_and_old_server_serves(

@@ -160,11 +160,9 @@ def _parse_stream(status: int, body: bytes) -> InferenceResult:
         if kind not in (b"data", b"error") or not data.strip():
             continue  # SSE comments, blank separators
         try:
-            event = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return InferenceResult(False, f"HTTP {status} with a streamed event that is not JSON ({len(data)} bytes)")
-        except RecursionError:  # a deep event is a broken answer, never our crash
-            return InferenceResult(False, f"HTTP {status} with a streamed event nested too deep ({len(data)} bytes)")
+            event = parse_record(data, what="a streamed event")  # bounded depth: a deep event is a broken answer
+        except ValueError as exc:
+            return InferenceResult(False, f"HTTP {status} with a streamed event that is not usable JSON: {exc}")
         if not isinstance(event, dict):
             return InferenceResult(False, f"HTTP {status} with a streamed event that is not an object")
         if kind == b"error" or "error" in event:
