@@ -216,9 +216,7 @@ def test_a_home_without_fingerprints_gets_them_on_first_check(
     assert set(stamps[result.runtime.name]) == set(result.runtime.marker.files)
 
 
-@pytest.mark.parametrize(
-    "content", ["fifo", "link", b"[" * 5000, b"{not json", b'{"schema_version": 1, "runtimes": 7}']
-)
+@pytest.mark.parametrize("content", ["fifo", b"[" * 5000, b"{not json", b'{"schema_version": 1, "runtimes": 7}'])
 def test_a_damaged_fingerprint_file_is_rebuilt_not_trusted(
     home: Path, github: FakeGitHub, two_installed: Home, content: Any, tmp_path: Path
 ) -> None:
@@ -231,14 +229,12 @@ def test_a_damaged_fingerprint_file_is_rebuilt_not_trusted(
     path.unlink()
     if content == "fifo":
         os.mkfifo(path)  # must not hang a start-up
-    elif content == "link":
-        path.symlink_to(elsewhere)
     else:
         path.write_bytes(content)
     result = updater(home, github).ensure()
     assert result.ready, result.problem
     assert json.loads(path.read_bytes())["runtimes"][result.runtime.name]  # rebuilt by hashing
-    assert not path.is_symlink() and elsewhere.read_bytes() == planted  # replaced the link, never wrote through it
+    assert elsewhere.read_bytes() == planted
     garbage_same_size(active_binary(h))
     result = updater(home, github).ensure()
     assert not result.ready and "does not match its recorded sha256" in result.problem
@@ -331,3 +327,22 @@ def test_a_second_hard_link_to_a_file_is_suspect_then_intact(tmp_path: Path) -> 
     assert stamps.check("r", root, marker) == RuntimeCheck((), ("llama-server",))
     assert stamps.check("r", root, marker) == RuntimeCheck((), ())
     assert stamps.save() and Fingerprints.load(tmp_path).runtimes == stamps.runtimes
+
+
+def test_a_linked_fingerprint_file_is_refused_naming_it_and_never_written_through(
+    home: Path, github: FakeGitHub, two_installed: Home, tmp_path: Path
+) -> None:
+    h = two_installed
+    previous = PreviousIntact(h)
+    path = h.root / FINGERPRINTS_NAME
+    elsewhere = tmp_path / "elsewhere.json"
+    planted = path.read_bytes()
+    elsewhere.write_bytes(planted)  # stamps that would be right, behind a link the tool did not make
+    path.unlink()
+    path.symlink_to(elsewhere)
+    result = updater(home, github).ensure()
+    assert not result.ready and str(path) in result.problem and "link" in result.problem  # as any link in the home
+    assert elsewhere.read_bytes() == planted and path.is_symlink()
+    path.unlink()
+    assert updater(home, github).ensure().ready
+    previous.assert_unchanged_and_runs()
