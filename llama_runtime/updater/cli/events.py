@@ -59,6 +59,9 @@ _PROGRESS_INTERVAL_SECONDS: Final[float] = 1.0 / MAX_PROGRESS_PER_SECOND
 #: Every ``type`` a line can have; docs/events.md documents each (a test keeps them equal).
 EVENT_TYPES: Final[tuple[str, ...]] = ("phase", "progress", "warning", "result", "error")
 
+#: How often a writer retries a full non-blocking stdout: often enough for a progress bar, cheap enough to idle.
+_FULL_PIPE_RETRY_SECONDS: Final[float] = 0.05
+
 #: How long the command waits for a reader that stopped reading to take the last line; after
 #: that it exits with its own code (the job is over and the lock released already), line unsaid.
 LAST_LINE_TIMEOUT_SECONDS: Final[float] = 2.0
@@ -148,10 +151,16 @@ def _stdout_writer() -> Callable[[str], None]:
         data = memoryview(line.encode("utf-8"))
         try:
             while data:  # a signal may cut a write short
-                data = data[os.write(fd, data) :]
-        except BrokenPipeError:
-            # Later writes and the interpreter's last flush go nowhere, silently (Python docs, "Note on SIGPIPE").
-            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+                try:
+                    data = data[os.write(fd, data) :]
+                except BlockingIOError:  # an app's non-blocking pipe that is full: this thread may wait
+                    time.sleep(_FULL_PIPE_RETRY_SECONDS)
+        except OSError:
+            # EPIPE (EINVAL on Windows): the reader is gone. Later writes and the interpreter's
+            # last flush go nowhere, silently (Python docs, signal module, "Note on SIGPIPE").
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
             raise
 
     return write
