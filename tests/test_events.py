@@ -114,6 +114,7 @@ def test_update_events_progress_is_throttled_to_ten_lines_a_second() -> None:
         now[0] = done / total
         stream(JobState(id="j", phase="download", pid=1, done_bytes=done, total_bytes=total, message="a"))
     stream(JobState(id="j", phase="download", pid=1, done_bytes=total, total_bytes=total, message="a"))
+    assert stream.drain(5.0), "the writer thread did not write the queued lines"
     lines = [json.loads(line) for line in sink.getvalue().splitlines()]
     progress = [line for line in lines if line["type"] == "progress"]
     assert len(progress) <= MAX_PROGRESS_PER_SECOND + 1

@@ -12,16 +12,32 @@ One object a line, flushed as it happens (schema: ``docs/events.md``):
 Cancelling: the first SIGINT or SIGTERM asks the job to stop (the same request as
 ``llama-runtime job cancel``): the partial download is kept for a resume and the last
 line is an error with code ``cancelled``. A second signal interrupts at once.
+
+A reader that goes away or stops reading: lines are written by a writer thread
+(:class:`_LineWriter`), never by the thread that runs the job, so a full pipe cannot
+stall a download, hold the update lock past the job's own deadlines, or keep a cancel
+(``job cancel``, the first signal) from being seen. The queue is bounded by keeping one
+progress line at most: a newer one replaces an unwritten one (a progress bar only needs
+the newest); phase, warning, result and error lines are never dropped (a job has a few
+of them, so they bound the queue). The last line is waited for at most
+:data:`LAST_LINE_TIMEOUT_SECONDS`; then the command exits with its own code without it.
+A closed stdout (``EPIPE``) drops every later line and points stdout at the null device,
+as the Python docs' note on SIGPIPE advises, so the update's own exit code stands and the
+interpreter's last flush cannot print a ``BrokenPipeError``. Blocking writes on a thread
+were chosen over a non-blocking descriptor: the same code for every platform's pipes and
+for an app's own stream, and a partly written line never has to be kept and retried.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, Final
@@ -43,11 +59,126 @@ _PROGRESS_INTERVAL_SECONDS: Final[float] = 1.0 / MAX_PROGRESS_PER_SECOND
 #: Every ``type`` a line can have; docs/events.md documents each (a test keeps them equal).
 EVENT_TYPES: Final[tuple[str, ...]] = ("phase", "progress", "warning", "result", "error")
 
+#: How often a writer retries a full non-blocking stdout: often enough for a progress bar, cheap enough to idle.
+_FULL_PIPE_RETRY_SECONDS: Final[float] = 0.05
+
+#: How long the command waits for a reader that stopped reading to take the last line; after
+#: that it exits with its own code (the job is over and the lock released already), line unsaid.
+LAST_LINE_TIMEOUT_SECONDS: Final[float] = 2.0
+
+
+class _LineWriter:
+    """Writes queued lines on its own daemon thread; ``put`` never blocks on the reader.
+
+    At most one progress line waits (the newest); other lines wait in order, each after
+    the progress line that came before it. Once the reader has gone (``EPIPE`` or any
+    other write error), every line is dropped.
+
+    Args:
+        write: Writes one whole line to the reader (blocking as long as the reader lets it).
+    """
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self._write = write
+        self._ready = threading.Condition()
+        self._lines: deque[str] = deque()
+        self._progress: str | None = None  # the newest progress line not written yet
+        self._writing = False
+        self._gone = False
+        self._thread: threading.Thread | None = None
+
+    def put(self, line: str, *, droppable: bool) -> None:
+        """Queue ``line``; a ``droppable`` one replaces the progress line that still waits."""
+        with self._ready:
+            if self._gone:
+                return
+            if droppable:
+                self._progress = line
+            else:
+                if self._progress is not None:  # keep the order the job reported in
+                    self._lines.append(self._progress)
+                    self._progress = None
+                self._lines.append(line)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="llama-runtime-events", daemon=True)
+                self._thread.start()
+            self._ready.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for every queued line to be written (or dropped)."""
+        with self._ready:
+            return self._ready.wait_for(self._idle, timeout)
+
+    def _idle(self) -> bool:
+        return self._gone or (not self._writing and not self._lines and self._progress is None)
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                self._writing = False
+                self._ready.notify_all()
+                self._ready.wait_for(lambda: bool(self._lines) or self._progress is not None)
+                if self._lines:
+                    line = self._lines.popleft()
+                else:
+                    line, self._progress = self._progress or "", None
+                self._writing = True
+            try:
+                self._write(line)
+            except (OSError, ValueError):  # EPIPE, or a closed stream: the reader is gone for good
+                with self._ready:
+                    self._gone = True
+                    self._lines.clear()
+                    self._progress = None
+                    self._ready.notify_all()
+                return
+
+
+def _stdout_writer() -> Callable[[str], None]:
+    """Whole lines to standard output: its file descriptor when it has one, else its ``write``.
+
+    Writing the descriptor, not ``sys.stdout``'s buffer, leaves that buffer's lock free: a
+    writer thread blocked on a reader that stopped cannot stall the interpreter's exit.
+    """
+    stream = sys.stdout
+    try:
+        fd = stream.fileno()
+        stream.flush()
+    except (AttributeError, OSError, ValueError):  # no descriptor (an app's or a test's own stream)
+        return _stream_writer(stream)
+
+    def write(line: str) -> None:
+        data = memoryview(line.encode("utf-8"))
+        try:
+            while data:  # a signal may cut a write short
+                try:
+                    data = data[os.write(fd, data) :]
+                except BlockingIOError:  # an app's non-blocking pipe that is full: this thread may wait
+                    time.sleep(_FULL_PIPE_RETRY_SECONDS)
+        except OSError:
+            # EPIPE (EINVAL on Windows): the reader is gone. Later writes and the interpreter's
+            # last flush go nowhere, silently (Python docs, signal module, "Note on SIGPIPE").
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+            raise
+
+    return write
+
+
+def _stream_writer(stream: IO[str]) -> Callable[[str], None]:
+    def write(line: str) -> None:
+        stream.write(line)
+        stream.flush()
+
+    return write
+
 
 class EventStream:
     """Writes a job's states as JSON Lines; also the job listener of ``--events`` commands.
 
     Thread-safe: the job may report from its own thread while the command writes its result.
+    Never blocks on the reader: lines go through a :class:`_LineWriter` (see the module docstring).
 
     Args:
         stream: Where lines go (default: standard output at write time).
@@ -56,6 +187,7 @@ class EventStream:
 
     def __init__(self, stream: IO[str] | None = None, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._stream = stream
+        self._writer: _LineWriter | None = None
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._phase: str | None = None
@@ -115,18 +247,31 @@ class EventStream:
         self.write({"type": "error", "error": error, **(extra or {})}, last=True)
 
     def write(self, event: dict[str, Any], *, last: bool = False) -> None:
-        """Write one line; nothing after the last one."""
+        """Queue one line; nothing after the last one, which is waited for a few seconds at most."""
         with self._lock:
             self._write_locked(event)
             if last:
                 self._closed = True
+        if last:
+            self.drain(LAST_LINE_TIMEOUT_SECONDS)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for the queued lines to reach the reader; whether they did.
+
+        Lines the reader will never take (it closed its end) count as done.
+        """
+        with self._lock:
+            writer = self._writer
+        return writer is None or writer.drain(timeout)
 
     def _write_locked(self, event: dict[str, Any]) -> None:
         if self._closed:
             return
-        stream = self._stream if self._stream is not None else sys.stdout
-        stream.write(json.dumps(event, sort_keys=True, default=str) + "\n")
-        stream.flush()
+        if self._writer is None:  # the stream is resolved at the first line (tests swap sys.stdout)
+            write = _stream_writer(self._stream) if self._stream is not None else _stdout_writer()
+            self._writer = _LineWriter(write)
+        line = json.dumps(event, sort_keys=True, default=str) + "\n"
+        self._writer.put(line, droppable=event.get("type") == "progress")
 
 
 @contextlib.contextmanager
