@@ -320,3 +320,35 @@ def test_the_javascript_example_is_valid_javascript(tmp_path: Path) -> None:
     path.write_text(block.body)
     result = subprocess.run(["node", "--check", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def inline_commands(program: str) -> list[list[str]]:
+    """The README's inline code and shell lines that run ``program``, as words."""
+    text = README.read_text()
+    spans = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+    lines = [line for block in readme_blocks() if block.lang == "sh" for line in block.body.splitlines()]
+    found = []
+    for candidate in spans + lines:
+        words = shell_words(candidate.replace("$(id -u)", "UID").replace("$USER", "USER"))
+        if words and words[0] == program:
+            found.append(words)
+    return found
+
+
+def test_the_scheduler_and_uninstall_commands_name_what_the_recipes_and_the_package_define() -> None:
+    import tomllib
+
+    distribution = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
+    timer = next(b.marker.split()[-1] for b in readme_blocks() if b.marker.endswith(".timer"))
+    label = plistlib.loads(marked("recipe: launchd").body.encode())["Label"]
+    task = shlex.split(marked("recipe: schtasks").body)[shlex.split(marked("recipe: schtasks").body).index("/TN") + 1]
+    systemctl = inline_commands("systemctl")
+    assert ["systemctl", "--user", "enable", "--now", timer] in systemctl
+    assert ["systemctl", "--user", "disable", "--now", timer] in systemctl
+    assert ["loginctl", "enable-linger", "USER"] in inline_commands("loginctl")
+    launchctl = inline_commands("launchctl")
+    assert ["launchctl", "bootstrap", "gui/UID", f"~/Library/LaunchAgents/{label}.plist"] in launchctl
+    assert ["launchctl", "bootout", f"gui/UID/{label}"] in launchctl
+    assert ["schtasks", "/Delete", "/TN", task] in inline_commands("schtasks")
+    assert ["pipx", "uninstall", distribution] in inline_commands("pipx")
+    assert ["pipx", "install", "."] in inline_commands("pipx")
