@@ -135,8 +135,9 @@ def test_switch_with_a_loaded_model_completes_after_a_real_completion_on_the_new
     new_speeds, old_speeds = shown["speeds"]["active"], shown["speeds"]["previous"]
     assert set(new_speeds) == set(old_speeds) == {"tiny.gguf"}
     assert new_speeds["tiny.gguf"]["args"] == old_speeds["tiny.gguf"]["args"]
-    assert new_speeds["tiny.gguf"]["predicted_per_second"] > 0 and new_speeds["tiny.gguf"]["samples"] == 5
-    assert old_speeds["tiny.gguf"]["predicted_per_second"] > 0 and old_speeds["tiny.gguf"]["samples"] == 5
+    # 5 samples, or 10 when a borderline figure was measured again (verify/gate.py)
+    assert new_speeds["tiny.gguf"]["predicted_per_second"] > 0 and new_speeds["tiny.gguf"]["samples"] in (5, 10)
+    assert old_speeds["tiny.gguf"]["predicted_per_second"] > 0 and old_speeds["tiny.gguf"]["samples"] in (5, 10)
 
 
 def test_build_that_answers_health_but_fails_generation_is_rolled_back_and_old_server_serves(

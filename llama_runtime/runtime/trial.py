@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.fsutil import read_record, write_record
 from llama_runtime.runtime.layout import Home, Pointer
+
+if TYPE_CHECKING:
+    from llama_runtime.runtime.server import ManagedServer
 
 __all__ = [
     "TRIAL_FILE",
@@ -54,6 +58,11 @@ TRIAL_SCHEMA: Final = 1
 _MAX_TRIAL_BYTES: Final = 256 * 1024
 #: Seconds the restored server has to answer /health: as long as any switch gives a restarted server.
 RESTORE_HEALTH_SECONDS: Final = 120.0
+#: A restored server that exits at once (the build on trial may still be letting go of its port, a
+#: loaded machine) gets one more start before the revert says it did not come back.
+RESTART_ATTEMPTS: Final = 2
+#: Seconds between those starts.
+RESTART_RETRY_SECONDS: Final = 1.0
 
 
 @dataclass(frozen=True)
@@ -273,6 +282,18 @@ def _put_back(home: Home, trial: Trial, health_timeout: float) -> str:
         if server.current_binary() == restore.binary and tuple(server.current_args()) == restore.args:
             return " (its llama-server was still running)"
         server.stop()  # the build on trial: it never passed its check
+    said = ""
+    for attempt in range(RESTART_ATTEMPTS):
+        said = _restart(server, restore, health_timeout)
+        if said.startswith(" and restarted") or server.is_running():
+            return said
+        if attempt + 1 < RESTART_ATTEMPTS:
+            time.sleep(RESTART_RETRY_SECONDS)
+    return said
+
+
+def _restart(server: ManagedServer, restore: ServerToRestore, health_timeout: float) -> str:
+    """Start the server from before the switch once; the server's part of the sentence."""
     try:
         server.start(restore.binary, list(restore.args), cwd=restore.cwd)
     except Exception as exc:  # the pointer is back either way; say what the server did
