@@ -27,14 +27,13 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from llama_runtime.runtime.fsutil import parse_record, sha256_file, write_record
+from llama_runtime.runtime.fsutil import read_record, sha256_file, write_record
 from llama_runtime.runtime.marker import InstallMarker
 
 __all__ = ["FINGERPRINTS_NAME", "Fingerprints", "RuntimeCheck", "Stamp", "check_runtime", "record_runtime"]
@@ -187,22 +186,11 @@ class Fingerprints:
 def _read(path: Path) -> dict[str, dict[str, Stamp]]:
     """The stamps in ``path``; anything but a regular file of our shape reads as none (the marker is the trust)."""
     try:
-        # O_NONBLOCK: a FIFO planted at this name must not hang a start-up; O_NOFOLLOW: a link
-        # planted there is not ours to read (writing replaces the link, never its target).
-        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
-        fd = os.open(path, flags)
-    except OSError:
+        # Never blocks on a FIFO planted at this name; a link planted there is not ours to read
+        # (writing replaces the link, never its target).
+        payload = read_record(path, max_bytes=_MAX_FILE_BYTES, max_depth=_MAX_DEPTH, follow_links=False)
+    except (OSError, ValueError):  # missing, not a regular file, unreadable, damaged: hash instead
         return {}
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return {}
-            raw = handle.read(_MAX_FILE_BYTES + 1)
-    except OSError:  # EIO and the like: hash instead
-        return {}
-    payload = None
-    with contextlib.suppress(ValueError):
-        payload = parse_record(raw, what=str(path), max_bytes=_MAX_FILE_BYTES, max_depth=_MAX_DEPTH)
     if not isinstance(payload, dict) or payload.get("schema_version") != _SCHEMA:
         return {}
     runtimes = payload.get("runtimes")

@@ -378,17 +378,18 @@ class NotRegularFileError(OSError):
 _READ_NONBLOCK: Final = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 
 
-def read_regular(path: Path, max_bytes: int) -> bytes:
+def read_regular(path: Path, max_bytes: int, *, follow_links: bool = True) -> bytes:
     """Up to ``max_bytes`` bytes of the regular file ``path``, without ever blocking on what it names.
 
     A caller that reads ``max_bytes + 1`` learns whether the file is larger than its bound.
+    ``follow_links=False`` refuses a symlink at ``path`` itself (``O_NOFOLLOW``: ``ELOOP``).
 
     Raises:
         FileNotFoundError: There is no such file.
         NotRegularFileError: ``path`` is a FIFO, a device, a socket or a directory.
         OSError: It could not be read.
     """
-    fd = os.open(path, _READ_NONBLOCK)
+    fd = os.open(path, _READ_NONBLOCK if follow_links else _READ_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -400,15 +401,19 @@ def read_regular(path: Path, max_bytes: int) -> bytes:
         os.close(fd)
 
 
-def read_record(path: Path, *, max_bytes: int = MAX_RECORD_BYTES, max_depth: int = MAX_RECORD_DEPTH) -> Any:
+def read_record(
+    path: Path, *, max_bytes: int = MAX_RECORD_BYTES, max_depth: int = MAX_RECORD_DEPTH, follow_links: bool = True
+) -> Any:
     """The decoded JSON of the state file ``path`` (any JSON value; the caller checks its shape).
+
+    ``follow_links``: as :func:`read_regular`.
 
     Raises:
         FileNotFoundError: There is no such file.
         OSError: It could not be read, or is no regular file (:class:`NotRegularFileError`).
         DamagedRecordError: It is not JSON, is over ``max_bytes`` or nests deeper than ``max_depth``.
     """
-    raw = read_regular(path, max_bytes + 1)
+    raw = read_regular(path, max_bytes + 1, follow_links=follow_links)
     return parse_record(raw, what=str(path), max_bytes=max_bytes, max_depth=max_depth)
 
 
