@@ -155,3 +155,23 @@ def test_the_mirrors_latest_follows_githubs_rule_for_upstream_forks_and_nightly_
     fork = [doc("b7000", False), doc("b7001", False), doc("b7002", False, draft=True)]
     assert stable_tag(fork) == "b7001"  # a fork's plain builds are its stable releases
     assert stable_tag([doc("b7001", True), doc("b7002", True)]) is None  # nightly only: GitHub answers 404
+
+
+def test_while_the_newest_semver_release_is_still_empty_stable_resolves_through_the_mirror_as_through_github(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Upstream today (shared/reference/upstream-2026-10.md; make-release.yml creates the release before it
+    uploads nightly-tag.txt): v0.6.0 names no build yet, so stable falls back to v0.5.0 -> b11146."""
+    from tests.upstream_today import publish_today
+
+    with FakeGitHub(auto_cut=False) as github:
+        publish_today(github, latest_pointer=False)
+        where = ("--backend", "cpu", "--platform", "linux-x64")
+        code, upstream = cli_json(capsys, "plan", "--api-url", github.api_url, "--channel", "stable", *where)
+        assert code == 0, upstream
+        dest = tmp_path / "mirror"
+        code, report = sync(capsys, github, dest)
+        assert code == 0, report
+    code, mirrored = cli_json(capsys, "plan", "--api-url", dest.as_uri(), "--channel", "stable", *where)
+    assert code == 0, mirrored
+    assert (mirrored["tag"], mirrored["version"]) == (upstream["tag"], upstream["version"]) == ("b11146", "v0.5.0")
