@@ -22,9 +22,19 @@ With ``--guard N`` it measures the speed guard instead (issue 27), per variant:
    a throttler that SIGSTOPs and SIGCONTs the server on a 7 ms on / 3 ms off duty
    cycle), each ``use b7002 --max-slowdown 20%``: every rollback is a catch.
 
+``--model small`` serves a ~100 MB model of the same architecture instead of the
+tiny one (tests/tinymodel.py ``SMALL``). On a CPU the tiny model's token is ~1 ms,
+mostly llama.cpp's threads waiting on each other, and on a 2-core machine that
+wait moves by tens of percent from one second to the next; a duty-cycle
+throttler does not even slow it steadily (it hands the waiting threads the CPU).
+The small model's token is milliseconds of arithmetic and memory traffic, like
+a real model's, so a 30% throttle is a 30% slowdown there. The guard's report
+prints, beside the verdicts, the slowdown the throttler really caused (the
+median of the drops the guard measured).
+
 Usage:
     GGML_VK_VISIBLE_DEVICES=0 .venv/bin/python scripts/bench_gate.py [--repeat 5] [--variants cpu,vulkan] [--json]
-    GGML_VK_VISIBLE_DEVICES=0 .venv/bin/python scripts/bench_gate.py --guard 50 --slow 20 --variants cpu
+    GGML_VK_VISIBLE_DEVICES=0 .venv/bin/python scripts/bench_gate.py --guard 50 --slow 20 --variants cpu --model small
 
 Not part of the test suite; needs the test extra (the real build and gguf).
 """
@@ -50,11 +60,12 @@ from llama_runtime.updater.cli.main import main  # noqa: E402
 from tests.archives import build_release_archive  # noqa: E402
 from tests.fakegithub import FakeGitHub  # noqa: E402
 from tests.realbuild import load_real_build  # noqa: E402
-from tests.tinymodel import write_tiny_llama  # noqa: E402
+from tests.tinymodel import SMALL, TINY, write_tiny_llama  # noqa: E402
 
 REPO: Final = "ggml-org/llama.cpp"
 ASSET: Final = "llama-{tag}-bin-ubuntu-vulkan-x64.tar.gz"
 VARIANT_ARGS: Final = {"cpu": ["--device", "none"], "vulkan": []}
+MODELS: Final = {"tiny": TINY, "small": SMALL}
 
 
 def cli(home: Path, api: str, *args: str) -> tuple[int, dict[str, Any], float]:
@@ -171,7 +182,7 @@ def guard_variant(
         code, started, _ = cli(home, api, "server", "start", "--timeout", "120", "--", *args)
         assert code == 0 and started["healthy"], started
         same: dict[str, Any] = {"switches": 0, "false_rollbacks": 0, "within_noise": 0, "seconds": [], "drops": []}
-        slower: dict[str, Any] = {"switches": 0, "caught": 0, "drops": [], "reasons": []}
+        slower: dict[str, Any] = {"switches": 0, "caught": 0, "drops": [], "reasons": [], "measured_drops": []}
         try:
             cli(home, api, "rollback")  # one gated switch each way first: both runtimes on record
             cli(home, api, "rollback")
@@ -191,13 +202,19 @@ def guard_variant(
                 slower["switches"] += 1
                 if code == 6:
                     slower["caught"] += 1
-                    slower["reasons"].append(payload["error"]["message"].split("slower than")[0][-40:])
+                    message = payload["error"]["message"]
+                    slower["reasons"].append(message.split("slower than")[0][-40:])
+                    slower["measured_drops"].append(_quoted_drop(message))
                 else:
-                    slower["drops"].append(_drop(payload.get("gate") or {}))
+                    drop = _drop(payload.get("gate") or {})
+                    slower["drops"].append(drop)
+                    slower["measured_drops"].append(drop)
                     cli(home, api, "rollback", "--no-gate")
         finally:
             cli(home, api, "server", "stop")
     same["median_switch_seconds"] = round(statistics.median(same.pop("seconds")), 3)
+    real = [d for d in slower.pop("measured_drops") if d is not None]
+    slower["median_measured_slowdown"] = round(statistics.median(real), 3) if real else None
     return {"variant": variant, "identical_builds": same, "slower_by_30_percent": slower}
 
 
@@ -206,6 +223,12 @@ def _drop(gate: dict[str, Any]) -> float | None:
     if not new or not old:
         return None
     return round(1 - new["predicted_per_second"] / old["predicted_per_second"], 3)
+
+
+def _quoted_drop(message: str) -> float | None:
+    """The drop a rollback's message quotes: "b7002 (vulkan) is 31% slower than ..."."""
+    head = message.split("% slower than")[0].rsplit(" ", 1)[-1]
+    return int(head) / 100 if head.isdigit() else None
 
 
 def _median(speeds: dict[str, list[dict[str, float]]], key: str) -> float:
@@ -218,6 +241,7 @@ def main_() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--variants", default="cpu,vulkan")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--model", choices=sorted(MODELS), default="tiny", help="the model served (default tiny)")
     parser.add_argument("--guard", type=int, default=0, metavar="N", help="measure the speed guard over N switches")
     parser.add_argument(
         "--slow", type=int, default=None, metavar="N", help="switches to the slower build (default: --guard)"
@@ -233,7 +257,7 @@ def main_() -> int:
         tarball = build_release_archive(
             workdir / "real.tar.gz", "tar-tagdir", build.files, symlinks=build.symlinks, tag="b7000"
         )
-        model = write_tiny_llama(workdir / "tiny.gguf")
+        model = write_tiny_llama(workdir / f"{opts.model}.gguf", shape=MODELS[opts.model])
         if opts.guard:
             slow = slow_tarball(workdir, build)
             guarded = [
@@ -241,7 +265,7 @@ def main_() -> int:
                 for v in opts.variants.split(",")
                 if v.strip()
             ]
-            print(json.dumps(guarded, indent=2))
+            print(json.dumps([{"model": opts.model, **g} for g in guarded], indent=2))
             return 0
         results = [
             bench_variant(v, tarball, model, workdir, opts.repeat) for v in opts.variants.split(",") if v.strip()

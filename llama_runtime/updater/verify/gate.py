@@ -10,9 +10,11 @@ changed greedy answer or one token repeated throughout warns.
 
 The same request, timed several times on the old server just before it stops
 and on the new one right after its check, is the speed guard: medians are
-compared, and a drop acts (warns, or rolls back when the caller asked for that)
-only beyond the limit plus the noise the samples showed. Answers and figures
-live in the home's state (:mod:`.measures`), per runtime, model and arguments.
+compared (the old runtime's over its last measurements, and against its figure
+right after its own start too), and a drop acts (warns, or rolls back when the
+caller asked for that) only beyond both the limit and the noise the samples and
+the old runtime's recent measurements showed. Answers and figures live in the
+home's state (:mod:`.measures`), per runtime, model and arguments.
 docs/inference-gate.md says why and how.
 
 Pure decisions (:func:`model_key`, :func:`slowdown`, :func:`judge`, :func:`spread`) do no IO.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +55,14 @@ GGUF_MAGIC: Final = b"GGUF"
 #: Timed requests per measurement: five medians out one slow or lucky request, and cost
 #: ~0.1 s on the tiny model (32 tokens each at ~1000 tokens/s on a CPU).
 GATE_SAMPLES: Final = 5
+#: The old runtime's figure is the median of its last few measurements on this machine (the
+#: one just before its server stopped among them): one lucky or unlucky run of five requests
+#: then cannot decide a switch, and a machine that has changed since is followed within three.
+REFERENCE_MEASUREMENTS: Final = 3
+#: A drop within this many median deviations of the samples is noise: for normal errors one
+#: median deviation is 0.67 standard deviations, so three are two, which noise alone exceeds
+#: one time in forty (and a drop that acts is measured once more before it does).
+NOISE_SPREADS: Final = 3.0
 #: A figure measuring less work than this is timer noise (a tiny model's prompt takes ~3 ms).
 MIN_MEASURED_SECONDS: Final = 0.05
 #: Start-up costs before a first token on any device: shader compilation (minutes on
@@ -257,6 +268,46 @@ def spread(samples: Sequence[Speed]) -> float:
     return max(_relative_mad(f) for f in figures)
 
 
+@dataclass(frozen=True)
+class Reference:
+    """The old runtime's figures a new one is compared with.
+
+    Attributes:
+        latest: The median of the medians of its last :data:`REFERENCE_MEASUREMENTS`
+            measurements (the one just before its server stopped among them).
+        after_start: The same of those taken right after its own server started: the
+            moment of a server's life the new runtime's figure is taken at (None if never).
+        drift: How much those medians moved between measurements (:func:`spread` of
+            each list, the larger): noise that one run's samples cannot show, as it
+            changes from one run to the next (another process taking a core, a clock).
+    """
+
+    latest: Speed | None
+    after_start: Speed | None = None
+    drift: float = 0.0
+
+
+def reference(old: Measure) -> Reference:
+    """The figures of ``old`` to compare a new runtime with (pure).
+
+    Medians of recent measurements, not the last one: one lucky or unlucky run
+    of a few requests then cannot decide a switch.
+    """
+    recent = old.history[-REFERENCE_MEASUREMENTS:]
+    started = old.after_start[-REFERENCE_MEASUREMENTS:]
+    latest = median_speed(recent) if recent else (old.speed or median_speed(old.samples))
+    return Reference(latest, median_speed(started), max(spread(recent), spread(started)))
+
+
+def noise_of(old_samples: Sequence[Speed], new_samples: Sequence[Speed], drift: float = 0.0) -> float:
+    """The drop noise alone can make: :data:`NOISE_SPREADS` times the spreads of both runs and the drift.
+
+    The spreads and the old runtime's drift add in quadrature, as independent
+    errors do; their plain sum would overstate them and hide a real slowdown.
+    """
+    return NOISE_SPREADS * math.hypot(spread(old_samples), spread(new_samples), drift)
+
+
 def _relative_mad(values: Sequence[float]) -> float:
     middle = statistics.median(values)
     return statistics.median(abs(v - middle) for v in values) / middle
@@ -286,32 +337,38 @@ def judge(
     old_name: str,
     new_name: str,
     noise: float = 0.0,
+    old_after_start: Speed | None = None,
 ) -> Verdict:
     """Whether ``new`` is acceptably fast next to ``old`` under ``policy``.
 
-    A drop acts (warns, or rolls back) only when it exceeds ``max_slowdown`` by
-    more than ``noise``, the spread the samples of the two runtimes showed
-    (:func:`spread`, summed): it must exceed both. A drop beyond the limit but
+    A drop acts (warns, or rolls back) only when it exceeds both ``max_slowdown``
+    and ``noise``, the drop noise alone can make (:func:`noise_of`). With
+    ``old_after_start`` (the old runtime's figure right after its own start) the
+    drop must show against that figure too: a server just started can run
+    slower than one serving for minutes (caches, pages, clocks) with the same
+    bytes, and that is no slowdown of the build. A drop beyond the limit but
     within the noise is reported as such, with the figures.
     """
     if old is None or new is None or policy.max_slowdown is None:
         return Verdict(True, speed=new, previous_speed=old)
     drop = slowdown(old, new)
+    if old_after_start is not None:
+        drop = min(drop, slowdown(old_after_start, new))
     if drop <= policy.max_slowdown:
         return Verdict(True, speed=new, previous_speed=old)
     figures = (
         f"(prompt {new.prompt_per_second:.1f} vs {old.prompt_per_second:.1f} tokens/s, "
         f"generation {new.predicted_per_second:.1f} vs {old.predicted_per_second:.1f} tokens/s"
     )
-    if drop <= policy.max_slowdown + noise:
+    if drop <= noise:
         within = (
-            f"{new_name} measured {drop:.0%} slower than {old_name}, within noise: the samples varied by "
-            f"{noise:.0%} {figures}; the limit is {policy.max_slowdown:.0%} plus that)"
+            f"{new_name} measured {drop:.0%} slower than {old_name}, within noise: the samples allow {noise:.0%} "
+            f"{figures}; the limit is {policy.max_slowdown:.0%}, and a drop must exceed both)"
         )
         return Verdict(True, speed=new, previous_speed=old, noise=within)
     sentence = (
         f"{new_name} is {drop:.0%} slower than {old_name} on the same request {figures}; "
-        f"the limit is {policy.max_slowdown:.0%}" + (f", the samples varied by {noise:.0%})" if noise else ")")
+        f"the limit is {policy.max_slowdown:.0%}" + (f", noise allows {noise:.0%})" if noise else ")")
     )
     if policy.on_slowdown == "rollback":
         return Verdict(False, sentence, speed=new, previous_speed=old)
@@ -444,7 +501,7 @@ class InferenceGate:
             first.content, first.repeats, old.answer if old else None, old_name=_name(current), new_name=_name(new)
         )
         verdict = self._speed_verdict(url, args, new, current, old, first, deadline)
-        self._store(new, key, args, first, verdict.speed_samples)
+        self._store(new, key, args, first, verdict.speed_samples, after_start=True)
         return dataclasses.replace(
             verdict.verdict,
             warnings=(*warnings, *verdict.verdict.warnings),
@@ -469,14 +526,13 @@ class InferenceGate:
         if not timed.ok:
             return _Timed(Verdict(False, f"its completion request failed: {timed.reason}"), ())
         taken = timed.samples or first.samples
-        old_samples = old.samples if old else ()
-        verdict = self._judge(old_samples, taken, current, new)
+        verdict = self._judge(old, taken, current, new)
         if verdict.noise:
             # Beyond the limit but within the noise: twice the samples tell noise from a slowdown.
             again = self.measure(url, args, backend=backend, samples=samples, deadline=deadline)
             if again.ok and again.samples:
                 taken = (*taken, *again.samples)
-                verdict = self._judge(old_samples, taken, current, new)
+                verdict = self._judge(old, taken, current, new)
         if not verdict.ok or verdict.warnings:
             again = self.measure(url, args, backend=backend, samples=samples, deadline=deadline)
             if again.ok and again.samples:
@@ -484,24 +540,25 @@ class InferenceGate:
                 better = max(
                     (taken, again.samples), key=lambda s: (median_speed(s) or Speed(1, 1)).predicted_per_second
                 )
-                taken, verdict = better, self._judge(old_samples, better, current, new)
+                taken, verdict = better, self._judge(old, better, current, new)
         return _Timed(verdict, taken)
 
     def _judge(
         self,
-        old_samples: Sequence[Speed],
+        old: Measure | None,
         new_samples: Sequence[Speed],
         current: InstalledRuntime | None,
         new: InstalledRuntime,
     ) -> Verdict:
-        noise = spread(old_samples) + spread(new_samples)
+        figures = reference(old) if old else Reference(None)
         return judge(
-            median_speed(old_samples),
+            figures.latest,
             median_speed(new_samples),
             self.policy,
             old_name=_name(current),
             new_name=_name(new),
-            noise=noise,
+            noise=noise_of(old.samples if old else (), new_samples, figures.drift),
+            old_after_start=figures.after_start,
         )
 
     def _recorded(self, runtime: InstalledRuntime | None, key: str, args: Sequence[str]) -> Measure | None:
@@ -516,6 +573,8 @@ class InferenceGate:
         args: Sequence[str],
         answer: InferenceResult,
         samples: Sequence[Speed],
+        *,
+        after_start: bool = False,
     ) -> None:
         if self.state_dir is None:
             return
@@ -528,7 +587,7 @@ class InferenceGate:
             samples=tuple(samples),
             measured_at=self.clock(),
         )
-        store_measure(self.state_dir, measure)
+        store_measure(self.state_dir, measure, after_start=after_start)
 
 
 @dataclass(frozen=True)
