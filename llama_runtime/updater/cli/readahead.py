@@ -6,8 +6,10 @@ and extension modules of what it imports, read one at a time: each import waits 
 the next begins. One daemon thread asks the kernel for all of them at once
 (``posix_fadvise(POSIX_FADV_WILLNEED)``: read-ahead queued, nothing copied into this process) while
 the main thread goes on importing, so the reads overlap each other and the imports' own work.
-Measured on the 2-core benchmark machine (docs/benchmarks.md): a tiny update's cold start ~0.1 s
-sooner, a warm one unchanged.
+Measured on the (shared, 2-core) benchmark machine, a tiny update alternating with and without it,
+medians of 9: cold 0.61 -> 0.55 s and 0.60 -> 0.54 s, warm 0.38 -> 0.39 s and 0.35 -> 0.33 s
+(docs/benchmarks.md). Started before the argument parser instead, it cost warm runs ~0.07 s: the
+thread's own Python work then competes with the parser's imports for the interpreter lock.
 
 Advice only, once per process: a file that is missing, of another Python version or unreadable is
 skipped; nothing here can fail an update or change what it runs. Where the call does not exist
@@ -26,7 +28,7 @@ from typing import Final
 
 #: Third-party packages an update imports before and while it downloads (``python -X importtime``
 #: of ``update``, 2026-12): found on ``sys.path``, every bytecode and extension file under each.
-THIRD_PARTY: Final = ("httpx", "httpcore", "h11", "anyio", "idna", "certifi", "filelock", "psutil", "packaging", "isal")
+THIRD_PARTY: Final = ("httpx", "httpcore", "h11", "idna", "certifi", "filelock", "psutil", "packaging", "isal")
 #: Standard library packages it imports from (a whole package's bytecode is a few hundred kB).
 STDLIB_PACKAGES: Final = ("collections", "ctypes", "email", "http", "importlib", "json", "logging", "re", "urllib")
 #: Standard library modules outside those packages that it imports (CPython 3.11, measured as
@@ -118,7 +120,8 @@ def _package_files(directory: Path) -> Iterator[str]:
     tag = sys.implementation.cache_tag
     pyc = f".{tag}.pyc" if tag else None
     read_as_is = (*EXTENSION_SUFFIXES, ".pem")
-    for root, _dirs, files in os.walk(directory):
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if d not in ("test", "tests")]  # a package's own test suite is never imported
         in_cache = os.path.basename(root) == "__pycache__"
         for name in files:
             if (in_cache and pyc is not None and name.endswith(pyc)) or name.endswith(read_as_is):
