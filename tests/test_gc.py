@@ -18,7 +18,13 @@ from llama_runtime.runtime.fsutil import tree_size
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.server import ManagedServer
-from llama_runtime.updater.activate.gc import collect_garbage, runtime_names_in_paths, runtimes_to_remove, stale_staging
+from llama_runtime.updater.activate.gc import (
+    collect_garbage,
+    retain_after_update,
+    runtime_names_in_paths,
+    runtimes_to_remove,
+    stale_staging,
+)
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
@@ -238,6 +244,25 @@ def test_gc_where_processes_cannot_be_seen_refuses_keep_0_and_removes_nothing(ho
     assert_active_unchanged(home, pointer, active)
     report = collect_garbage(home, keep=1, scan_processes=unseen)
     assert sorted(item.tag or "" for item in report.removed) == ["b7000", "b7001"]
+
+
+def test_retention_with_nothing_to_remove_skips_the_process_scan_and_one_to_remove_scans(home: Home) -> None:
+    scans: list[Path] = []
+    names = names_by_tag(home)
+
+    def in_use(runtimes_dir: Path) -> set[str] | None:
+        scans.append(runtimes_dir)
+        return {str(runtimes_dir / names["b7000"] / "llama-server")}
+
+    pointer = home.pointer_path.read_bytes()
+    assert retain_after_update(home, 5, scan_processes=in_use).removed == []
+    assert scans == []  # five runtimes, keep 5: a scan could not change the answer
+    report = retain_after_update(home, 3, scan_processes=in_use)
+    assert len(scans) == 1
+    assert [item.tag for item in report.removed] == ["b7001"]  # b7000 is in use: the next oldest goes
+    assert set(names_by_tag(home)) == {"b7000", "b7002", "b7003", "b7004"}
+    assert home.pointer_path.read_bytes() == pointer
+    assert_runs(home.load(names["b7004"]).binary)
 
 
 def test_gc_with_the_pointer_file_missing_exits_6_and_removes_no_runtime(

@@ -27,3 +27,25 @@ def test_first_log_line_imports_structlog_without_rich_and_rich_stays_importable
     assert done.returncode == 0, done.stderr
     assert "hello" in done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == [True, True, "rich.console"]
+
+
+QUIET = """
+import json, sys
+from llama_runtime.updater.logs import configure_logging, get_logger
+configure_logging(level="warning")
+get_logger("t").info("quiet info")
+get_logger("t").debug("quiet debug")
+before = "structlog" in sys.modules
+get_logger("t").warning("loud warning")
+get_logger("t").info("still quiet")
+print(json.dumps([before, "structlog" in sys.modules]))
+"""
+
+
+def test_lines_below_the_configured_level_are_dropped_without_importing_structlog() -> None:
+    done = subprocess.run([sys.executable, "-c", QUIET], capture_output=True, text=True, check=False)
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [False, True]
+    assert "loud warning" in done.stderr
+    assert "quiet" not in done.stderr

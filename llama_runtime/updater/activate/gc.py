@@ -442,9 +442,16 @@ def retain_after_update(home: Home, keep: int, *, scan_processes: ProcessScan | 
     if snapshot.pointer_error is not None or snapshot.pointer.active not in {r.name for r in runtimes}:
         return report  # cannot tell the active runtime apart: remove nothing (doctor says why)
     pointer = snapshot.pointer
-    in_use = _named_in_use(home, runtimes) | (runtimes_used_by_processes(home.runtimes_dir, scan_processes) or set())
     pinned = {n for n in (pointer.active, pointer.previous) if n in {r.name for r in runtimes}}
-    doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, max(keep - len(pinned), 0))
+    newest_others = max(keep - len(pinned), 0)
+    in_use = _named_in_use(home, runtimes)
+    doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, newest_others)
+    if doomed:
+        # Scanning every process costs ~30-60 ms; it can only spare runtimes, so it is
+        # skipped when nothing would be removed: then every unprotected runtime is a
+        # distinct build among the newest, and protecting more of them dooms none.
+        in_use |= runtimes_used_by_processes(home.runtimes_dir, scan_processes) or set()
+        doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, newest_others)
     for runtime in doomed:
         _remove(home, GcItem("runtime", runtime.path, tree_size(runtime.path), runtime.marker.tag), report)
     gone = {item.path for item in report.removed}

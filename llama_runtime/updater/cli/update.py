@@ -59,6 +59,11 @@ def _register_update(add: AddParser) -> dict[str, Handler]:
 
 def cmd_update(args: argparse.Namespace, out: Output) -> int:
     """``update``: runs as the home's update job, so ``job status/wait/cancel`` follow it from elsewhere."""
+    from llama_runtime.updater.cli.readahead import start_readahead
+
+    # The files the imports below are about to read, asked for at once (cold page cache). Here, not
+    # before the parser: there the thread slowed warm runs (see the module).
+    start_readahead()
     from llama_runtime.updater.choice.host import parse_cuda_version
     from llama_runtime.updater.cli.common import updater_for
     from llama_runtime.updater.cli.gateopts import with_gate
