@@ -194,7 +194,7 @@ def guard_variant(
         code, started, _ = cli(home, api, "server", "start", "--timeout", "120", "--", *args)
         assert code == 0 and started["healthy"], started
         same: dict[str, Any] = {"switches": 0, "false_rollbacks": 0, "within_noise": 0, "seconds": [], "drops": []}
-        slower: dict[str, Any] = {"switches": 0, "caught": 0, "drops": [], "reasons": [], "measured_drops": []}
+        slower: dict[str, Any] = {"switches": 0, "caught": 0, "drops": [], "reasons": [], "measured_drops": [], "within_noise": []}
         try:
             cli(home, api, "rollback")  # one gated switch each way first: both runtimes on record
             cli(home, api, "rollback")
@@ -220,6 +220,7 @@ def guard_variant(
                 else:
                     drop = _drop(payload.get("gate") or {})
                     slower["drops"].append(drop)
+                    slower["within_noise"].append((payload.get("gate") or {}).get("within_noise"))
                     slower["measured_drops"].append(drop)
                     cli(home, api, "rollback", "--no-gate")
             real = real_slowdown(home, api, f"http://127.0.0.1:{started['port']}")

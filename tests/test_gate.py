@@ -24,12 +24,14 @@ from llama_runtime.updater.verify.gate import (
     CPU_FACTOR,
     FIRST_TOKEN_BASE_SECONDS,
     GatePolicy,
+    Reference,
     answer_warnings,
     api_key,
     args_fingerprint,
     check_limits,
     judge,
     load_gate_settings,
+    median_error,
     median_speed,
     model_key,
     noise_of,
@@ -378,16 +380,16 @@ def test_gate_timeout_outside_its_range_says_what_it_accepts(text: str) -> None:
 
 
 def test_a_slowdown_within_the_measured_spread_is_reported_as_noise_not_acted_on() -> None:
-    old = [Speed(1000.0, 100.0), Speed(1000.0, 85.0), Speed(1000.0, 115.0), Speed(1000.0, 100.0), Speed(1000.0, 60.0)]
+    old = [Speed(1000.0, 100.0), Speed(1000.0, 80.0), Speed(1000.0, 120.0), Speed(1000.0, 100.0), Speed(1000.0, 60.0)]
     new = [Speed(1000.0, 75.0), Speed(1000.0, 70.0), Speed(1000.0, 80.0), Speed(1000.0, 75.0), Speed(1000.0, 74.0)]
     # The median deviation: one slow request (60) does not widen it.
-    assert spread(old) == pytest.approx(0.15) and spread(new) == pytest.approx(1 / 75)
+    assert spread(old) == pytest.approx(0.20) and spread(new) == pytest.approx(1 / 75)
     noise = noise_of(old, new)
-    assert noise == pytest.approx(2 * math.hypot(0.15, 1 / 75))
+    assert noise == pytest.approx(0.333, abs=0.001)
     policy = GatePolicy().with_slowdown(0.2, "rollback")
     verdict = judge(median_speed(old), median_speed(new), policy, old_name="a", new_name="b", noise=noise)
-    assert verdict.ok and not verdict.warnings  # 25% slower: beyond the limit, within the 30% noise allows
-    assert verdict.noise.startswith("b measured 25% slower than a, within noise: the samples allow 30%")
+    assert verdict.ok and not verdict.warnings  # 25% slower: beyond the limit, within the 33% noise allows
+    assert verdict.noise.startswith("b measured 25% slower than a, within noise: the samples allow 33%")
     # Beyond both, it acts; beyond the noise but not the limit, it does not.
     quiet = judge(median_speed(old), median_speed(new), policy, old_name="a", new_name="b", noise=0.06)
     assert not quiet.ok and quiet.reason.startswith("b is 25% slower than a")
@@ -421,11 +423,19 @@ def _measure(samples: Sequence[float], history: Sequence[float] = (), after_star
     )
 
 
-def test_noise_adds_the_two_runs_spreads_in_quadrature() -> None:
+def test_noise_is_two_standard_errors_of_the_two_medians_in_quadrature() -> None:
     old = [Speed(1000.0, v) for v in (100.0, 97.0, 103.0, 97.0, 103.0)]  # spread 0.03
     new = [Speed(1000.0, v) for v in (80.0, 76.0, 84.0, 76.8, 83.2)]  # spread 0.04
-    assert noise_of(old, new) == pytest.approx(2 * 0.05)  # two spreads: not 2 * 0.07
-    assert noise_of(old, new, 0.12) == pytest.approx(2 * 0.13)  # with the old runtime's drift between measurements
+    # A median of five normal samples: 1.2533 * 1.4826 median deviations over sqrt(5).
+    assert median_error(old) == pytest.approx(1.2533 * 1.4826 * 0.03 / math.sqrt(5))
+    assert noise_of(old, new) == pytest.approx(2 * math.hypot(median_error(old), median_error(new)))
+    # Twenty samples of the same spread pin their median down twice as well.
+    assert median_error(new * 4) == pytest.approx(median_error(new) / 2)
+    # An old runtime whose medians moved more between measurements than its samples within one:
+    # the new figure is one measurement (that movement), the old one the median of three.
+    moved = Reference(None, drift=0.10, measurements=3)
+    between = 1.4826 * 0.10
+    assert noise_of(old, new, moved) == pytest.approx(2 * math.hypot(1.2533 * between / math.sqrt(3), between))
 
 
 def test_the_old_runtimes_figures_are_medians_of_its_last_three_measurements() -> None:
@@ -435,7 +445,8 @@ def test_the_old_runtimes_figures_are_medians_of_its_last_three_measurements() -
     )
     assert figures.latest is not None and figures.latest.predicted_per_second == pytest.approx(102.0)
     assert figures.after_start is not None and figures.after_start.predicted_per_second == pytest.approx(96.0)
-    assert figures.drift == pytest.approx(3 / 96)  # of (90, 96, 99); (100, 150, 102) moved less: 2 / 102
+    # How much its medians moved: over every kept measurement, (40, 100, 150, 102), not only the compared ones.
+    assert figures.drift == pytest.approx(25 / 101) and figures.measurements == 3
     # A runtime never measured after its own start has only the latest figure.
     figures = reference(_measure([90.0, 100.0, 110.0]))
     assert figures.latest is not None and figures.latest.predicted_per_second == pytest.approx(100.0)

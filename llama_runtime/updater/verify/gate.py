@@ -59,11 +59,14 @@ GATE_SAMPLES: Final = 5
 #: one just before its server stopped among them): one lucky or unlucky run of five requests
 #: then cannot decide a switch, and a machine that has changed since is followed within three.
 REFERENCE_MEASUREMENTS: Final = 3
-#: A drop within this many median deviations of the samples is noise. Normal errors put 1.35
-#: standard deviations there, which noise alone exceeds one time in eleven; the limit must be
-#: exceeded too, and a drop that acts is measured once more first. Three deviations hid real 30%
-#: slowdowns of a 100 MB model behind a 20% limit on a 2-core CPU (14 of 20, bench_gate.py).
-NOISE_SPREADS: Final = 2.0
+#: A drop within this many standard errors of the two figures is noise: normal noise alone
+#: exceeds two one time in forty, and the limit must be exceeded too (a drop that acts is
+#: measured once more before it does).
+NOISE_SIGMAS: Final = 2.0
+#: Normal errors: a standard deviation is 1.4826 median deviations, and a median of n samples
+#: has a standard error of 1.2533 standard deviations over the square root of n.
+_SIGMA_PER_MAD: Final = 1.4826
+_MEDIAN_ERROR: Final = 1.2533
 #: A prompt figure measuring less work than this is not compared: the gate's prompt is one
 #: batch, a single matrix product per layer, and below a quarter second its speed is where the
 #: threads landed, not the build (a 100 MB model on a 2-core CPU: 650 or 1250 tokens/s for the
@@ -282,14 +285,16 @@ class Reference:
             measurements (the one just before its server stopped among them).
         after_start: The same of those taken right after its own server started: the
             moment of a server's life the new runtime's figure is taken at (None if never).
-        drift: How much those medians moved between measurements (:func:`spread` of
-            each list, the larger): noise that one run's samples cannot show, as it
+        drift: How much its medians moved between measurements (:func:`spread` of each
+            kept list, the larger): noise that one run's samples cannot show, as it
             changes from one run to the next (another process taking a core, a clock).
+        measurements: How many medians ``latest`` is the median of (1: its samples').
     """
 
     latest: Speed | None
     after_start: Speed | None = None
     drift: float = 0.0
+    measurements: int = 1
 
 
 def reference(old: Measure) -> Reference:
@@ -301,16 +306,32 @@ def reference(old: Measure) -> Reference:
     recent = old.history[-REFERENCE_MEASUREMENTS:]
     started = old.after_start[-REFERENCE_MEASUREMENTS:]
     latest = median_speed(recent) if recent else (old.speed or median_speed(old.samples))
-    return Reference(latest, median_speed(started), max(spread(recent), spread(started)))
+    drift = max(spread(old.history), spread(old.after_start))
+    return Reference(latest, median_speed(started), drift, max(len(recent), 1))
 
 
-def noise_of(old_samples: Sequence[Speed], new_samples: Sequence[Speed], drift: float = 0.0) -> float:
-    """The drop noise alone can make: :data:`NOISE_SPREADS` times the spreads of both runs and the drift.
+def noise_of(old_samples: Sequence[Speed], new_samples: Sequence[Speed], figures: Reference | None = None) -> float:
+    """The drop noise alone can make: :data:`NOISE_SIGMAS` standard errors of the two figures, in quadrature.
 
-    The spreads and the old runtime's drift add in quadrature, as independent
-    errors do; their plain sum would overstate them and hide a real slowdown.
+    Each figure's error is its median's standard error (:func:`median_error`),
+    or, where the old runtime's medians moved more between measurements (its
+    :attr:`Reference.drift`), that movement: the new figure is one measurement,
+    the old one the median of :attr:`Reference.measurements` of them.
+    Independent errors add in quadrature; their plain sum would overstate them
+    and hide a real slowdown.
     """
-    return NOISE_SPREADS * math.hypot(spread(old_samples), spread(new_samples), drift)
+    between = _SIGMA_PER_MAD * figures.drift if figures else 0.0
+    taken = figures.measurements if figures else 1
+    old_error = max(median_error(old_samples), _MEDIAN_ERROR * between / math.sqrt(taken) if taken > 1 else between)
+    new_error = max(median_error(new_samples), between)
+    return NOISE_SIGMAS * math.hypot(old_error, new_error)
+
+
+def median_error(samples: Sequence[Speed]) -> float:
+    """The relative standard error of the samples' median, from their spread (0 for fewer than two)."""
+    if len(samples) < 2:
+        return 0.0
+    return _MEDIAN_ERROR * _SIGMA_PER_MAD * spread(samples) / math.sqrt(len(samples))
 
 
 def _relative_mad(values: Sequence[float]) -> float:
@@ -562,7 +583,7 @@ class InferenceGate:
             self.policy,
             old_name=_name(current),
             new_name=_name(new),
-            noise=noise_of(old.samples if old else (), new_samples, figures.drift),
+            noise=noise_of(old.samples if old else (), new_samples, figures),
             old_after_start=figures.after_start,
         )
 
