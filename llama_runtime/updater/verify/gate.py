@@ -576,15 +576,14 @@ class InferenceGate:
         current: InstalledRuntime | None,
         new: InstalledRuntime,
     ) -> Verdict:
-        figures = reference(old) if old else Reference(None)
+        figures = Reference(old.speed) if old else Reference(None)
         return judge(
             figures.latest,
             median_speed(new_samples),
             self.policy,
             old_name=_name(current),
             new_name=_name(new),
-            noise=noise_of(old.samples if old else (), new_samples, figures),
-            old_after_start=figures.after_start,
+            noise=noise_of(old.samples if old else (), new_samples),
         )
 
     def _recorded(self, runtime: InstalledRuntime | None, key: str, args: Sequence[str]) -> Measure | None:
