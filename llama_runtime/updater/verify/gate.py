@@ -10,10 +10,9 @@ changed greedy answer or one token repeated throughout warns.
 
 The same request, timed several times on the old server just before it stops
 and on the new one right after its check, is the speed guard: medians are
-compared (the old runtime's over its last measurements, and against its figure
-right after its own start too), and a drop acts (warns, or rolls back when the
-caller asked for that) only beyond both the limit and the noise the samples and
-the old runtime's recent measurements showed. Answers and figures live in the
+compared, and a drop acts (warns, or rolls back when the caller asked for that)
+only beyond both the limit and the noise the samples showed (two standard errors
+of the two medians). Answers and figures live in the
 home's state (:mod:`.measures`), per runtime, model and arguments.
 docs/inference-gate.md says why and how.
 
@@ -55,10 +54,6 @@ GGUF_MAGIC: Final = b"GGUF"
 #: Timed requests per measurement: five medians out one slow or lucky request, and cost
 #: ~0.1 s on the tiny model (32 tokens each at ~1000 tokens/s on a CPU).
 GATE_SAMPLES: Final = 5
-#: The old runtime's figure is the median of its last few measurements on this machine (the
-#: one just before its server stopped among them): one lucky or unlucky run of five requests
-#: then cannot decide a switch, and a machine that has changed since is followed within three.
-REFERENCE_MEASUREMENTS: Final = 3
 #: A drop within this many standard errors of the two figures is noise: normal noise alone
 #: exceeds two one time in forty, and the limit must be exceeded too (a drop that acts is
 #: measured once more before it does).
@@ -276,55 +271,14 @@ def spread(samples: Sequence[Speed]) -> float:
     return max(_relative_mad(f) for f in figures)
 
 
-@dataclass(frozen=True)
-class Reference:
-    """The old runtime's figures a new one is compared with.
+def noise_of(old_samples: Sequence[Speed], new_samples: Sequence[Speed]) -> float:
+    """The drop noise alone can make: :data:`NOISE_SIGMAS` standard errors of the two medians, in quadrature.
 
-    Attributes:
-        latest: The median of the medians of its last :data:`REFERENCE_MEASUREMENTS`
-            measurements (the one just before its server stopped among them).
-        after_start: The same of those taken right after its own server started: the
-            moment of a server's life the new runtime's figure is taken at (None if never).
-        drift: How much its medians moved between measurements (:func:`spread` of each
-            kept list, the larger): noise that one run's samples cannot show, as it
-            changes from one run to the next (another process taking a core, a clock).
-        measurements: How many medians ``latest`` is the median of (1: its samples').
+    Each median's error comes from its own samples' spread (:func:`median_error`):
+    more samples pin it down better. Independent errors add in quadrature;
+    their plain sum would overstate them and hide a real slowdown.
     """
-
-    latest: Speed | None
-    after_start: Speed | None = None
-    drift: float = 0.0
-    measurements: int = 1
-
-
-def reference(old: Measure) -> Reference:
-    """The figures of ``old`` to compare a new runtime with (pure).
-
-    Medians of recent measurements, not the last one: one lucky or unlucky run
-    of a few requests then cannot decide a switch.
-    """
-    recent = old.history[-REFERENCE_MEASUREMENTS:]
-    started = old.after_start[-REFERENCE_MEASUREMENTS:]
-    latest = median_speed(recent) if recent else (old.speed or median_speed(old.samples))
-    drift = max(spread(old.history), spread(old.after_start))
-    return Reference(latest, median_speed(started), drift, max(len(recent), 1))
-
-
-def noise_of(old_samples: Sequence[Speed], new_samples: Sequence[Speed], figures: Reference | None = None) -> float:
-    """The drop noise alone can make: :data:`NOISE_SIGMAS` standard errors of the two figures, in quadrature.
-
-    Each figure's error is its median's standard error (:func:`median_error`),
-    or, where the old runtime's medians moved more between measurements (its
-    :attr:`Reference.drift`), that movement: the new figure is one measurement,
-    the old one the median of :attr:`Reference.measurements` of them.
-    Independent errors add in quadrature; their plain sum would overstate them
-    and hide a real slowdown.
-    """
-    between = _SIGMA_PER_MAD * figures.drift if figures else 0.0
-    taken = figures.measurements if figures else 1
-    old_error = max(median_error(old_samples), _MEDIAN_ERROR * between / math.sqrt(taken) if taken > 1 else between)
-    new_error = max(median_error(new_samples), between)
-    return NOISE_SIGMAS * math.hypot(old_error, new_error)
+    return NOISE_SIGMAS * math.hypot(median_error(old_samples), median_error(new_samples))
 
 
 def median_error(samples: Sequence[Speed]) -> float:
@@ -363,23 +317,16 @@ def judge(
     old_name: str,
     new_name: str,
     noise: float = 0.0,
-    old_after_start: Speed | None = None,
 ) -> Verdict:
     """Whether ``new`` is acceptably fast next to ``old`` under ``policy``.
 
     A drop acts (warns, or rolls back) only when it exceeds both ``max_slowdown``
-    and ``noise``, the drop noise alone can make (:func:`noise_of`). With
-    ``old_after_start`` (the old runtime's figure right after its own start) the
-    drop must show against that figure too: a server just started can run
-    slower than one serving for minutes (caches, pages, clocks) with the same
-    bytes, and that is no slowdown of the build. A drop beyond the limit but
-    within the noise is reported as such, with the figures.
+    and ``noise``, the drop noise alone can make (:func:`noise_of`). A drop
+    beyond the limit but within the noise is reported as such, with the figures.
     """
     if old is None or new is None or policy.max_slowdown is None:
         return Verdict(True, speed=new, previous_speed=old)
     drop = slowdown(old, new)
-    if old_after_start is not None:
-        drop = min(drop, slowdown(old_after_start, new))
     if drop <= policy.max_slowdown:
         return Verdict(True, speed=new, previous_speed=old)
     figures = (
@@ -527,7 +474,7 @@ class InferenceGate:
             first.content, first.repeats, old.answer if old else None, old_name=_name(current), new_name=_name(new)
         )
         verdict = self._speed_verdict(url, args, new, current, old, first, deadline)
-        self._store(new, key, args, first, verdict.speed_samples, after_start=True)
+        self._store(new, key, args, first, verdict.speed_samples)
         return dataclasses.replace(
             verdict.verdict,
             warnings=(*warnings, *verdict.verdict.warnings),
@@ -576,9 +523,10 @@ class InferenceGate:
         current: InstalledRuntime | None,
         new: InstalledRuntime,
     ) -> Verdict:
-        figures = Reference(old.speed) if old else Reference(None)
+        # The old runtime's figure is the one measured just before its server stopped: the
+        # closest in time to the new one's, so the machine has had the least time to change.
         return judge(
-            figures.latest,
+            old.speed if old else None,
             median_speed(new_samples),
             self.policy,
             old_name=_name(current),
@@ -598,8 +546,6 @@ class InferenceGate:
         args: Sequence[str],
         answer: InferenceResult,
         samples: Sequence[Speed],
-        *,
-        after_start: bool = False,
     ) -> None:
         if self.state_dir is None:
             return
@@ -612,7 +558,7 @@ class InferenceGate:
             samples=tuple(samples),
             measured_at=self.clock(),
         )
-        store_measure(self.state_dir, measure, after_start=after_start)
+        store_measure(self.state_dir, measure)
 
 
 @dataclass(frozen=True)

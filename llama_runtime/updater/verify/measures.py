@@ -2,10 +2,7 @@
 
 One record per runtime, model and speed-shaping arguments (the address aside,
 :func:`~.gate.args_fingerprint`): the greedy answer to the gate's fixed prompt,
-the median speed and every sample's, and the medians of the last few times it
-was measured, in all (:attr:`Measure.history`) and right after its own server
-started (:attr:`Measure.after_start`: the moment of a server's life a new
-runtime's figure is always taken at). Runtime directories are never written
+the median speed and every sample's. Runtime directories are never written
 after activation, so the figures live here, beside the pointer; a runtime's
 record is replaced whenever it is measured again (the old server just before
 it stops, the new one right after its check), so one lucky figure never
@@ -18,7 +15,6 @@ bounded in number and size, writing is atomic.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +33,6 @@ MAX_RECORDS: Final = 64
 MAX_ANSWER_CHARS: Final = 2000
 #: Samples kept per record (the gate takes a handful).
 MAX_SAMPLES: Final = 16
-#: Medians of earlier measurements kept per record: the gate compares against the last few
-#: (:data:`~.gate.REFERENCE_MEASUREMENTS`); more would describe a machine that has since changed.
-MAX_HISTORY: Final = 5
 _MAX_FILE_BYTES: Final = 1024 * 1024
 
 
@@ -55,10 +48,6 @@ class Measure:
         speed: The median speed of the samples (None when the server reported no timings).
         samples: Every sample's speed, in order.
         measured_at: When (ISO 8601).
-        history: The medians of this and earlier measurements of the same runtime, model
-            and arguments, oldest first (at most :data:`MAX_HISTORY`; this one's last).
-        after_start: The medians of those taken right after the runtime's server started
-            (its checks), oldest first (at most :data:`MAX_HISTORY`).
     """
 
     runtime: str
@@ -68,8 +57,6 @@ class Measure:
     speed: Speed | None
     samples: tuple[Speed, ...]
     measured_at: str
-    history: tuple[Speed, ...] = ()
-    after_start: tuple[Speed, ...] = ()
 
     @property
     def key(self) -> str:
@@ -85,8 +72,6 @@ class Measure:
             "speed": self.speed.to_json() if self.speed else None,
             "samples": [s.to_json() for s in self.samples],
             "measured_at": self.measured_at,
-            "history": [s.to_json() for s in self.history],
-            "after_start": [s.to_json() for s in self.after_start],
         }
 
     @classmethod
@@ -108,15 +93,7 @@ class Measure:
             speed=Speed.from_json(payload.get("speed")),
             samples=tuple(s for s in samples if s is not None)[:MAX_SAMPLES],
             measured_at=str(names[3]),
-            history=_speeds(payload.get("history")),
-            after_start=_speeds(payload.get("after_start")),
         )
-
-
-def _speeds(payload: object) -> tuple[Speed, ...]:
-    """The last :data:`MAX_HISTORY` figures of a stored list (a damaged entry is skipped)."""
-    found = [Speed.from_json(s) for s in payload] if isinstance(payload, list) else []
-    return tuple(s for s in found if s is not None)[-MAX_HISTORY:]
 
 
 def record_key(runtime: str, model: str, args: str) -> str:
@@ -151,22 +128,15 @@ def measures_of(home_root: Path, runtime: str) -> list[Measure]:
     return [m for m in _load(home_root).values() if m.runtime == runtime]
 
 
-def store_measure(home_root: Path, measure: Measure, *, after_start: bool = False) -> None:
+def store_measure(home_root: Path, measure: Measure) -> None:
     """Keep ``measure``, replacing that runtime's record for the same model and arguments.
 
-    Its median joins the replaced record's :attr:`Measure.history`, and its
-    :attr:`Measure.after_start` too when ``after_start`` (taken right after the
-    runtime's server started); a measure without a median keeps both as they
-    were. A home that cannot take the write only loses the figure: the switch
-    it belongs to has its verdict already (logged by the caller).
+    A home that cannot take the write only loses the figure: the switch it
+    belongs to has its verdict already (logged by the caller).
     """
     records = _load(home_root)
-    earlier = records.pop(measure.key, None)
-    history, started = (earlier.history, earlier.after_start) if earlier else ((), ())
-    if measure.speed is not None:
-        history = (*history, measure.speed)[-MAX_HISTORY:]
-        started = (*started, measure.speed)[-MAX_HISTORY:] if after_start else started
-    records[measure.key] = dataclasses.replace(measure, history=history, after_start=started)
+    records.pop(measure.key, None)
+    records[measure.key] = measure
     kept = list(records.values())[-MAX_RECORDS:]
     with contextlib.suppress(OSError):
         write_record(measures_path(home_root), {"schema": MEASURES_SCHEMA, "records": [m.to_json() for m in kept]})

@@ -214,7 +214,6 @@ def store_smoke_figure(
     store_measure(
         home_root,
         Measure(runtime.name, key, fingerprint, result.content, result.speed, tuple(samples), when),
-        after_start=True,  # a scratch server, timed right after its start
     )
 
 
