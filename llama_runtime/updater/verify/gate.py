@@ -54,6 +54,10 @@ GGUF_MAGIC: Final = b"GGUF"
 #: Timed requests per measurement: five medians out one slow or lucky request, and cost
 #: ~0.1 s on the tiny model (32 tokens each at ~1000 tokens/s on a CPU).
 GATE_SAMPLES: Final = 5
+#: A drop must also show against the median of the old runtime's last this many measurements:
+#: then one lucky figure just before its server stopped (a 2-core machine's speed moves by 10-30%
+#: over tens of seconds) cannot roll back a build of the same speed.
+RECENT_MEASUREMENTS: Final = 3
 #: A drop within this many standard errors of the two figures is noise: normal noise alone
 #: exceeds two one time in forty, and the limit must be exceeded too (a drop that acts is
 #: measured once more before it does).
@@ -317,16 +321,21 @@ def judge(
     old_name: str,
     new_name: str,
     noise: float = 0.0,
+    old_recent: Speed | None = None,
 ) -> Verdict:
     """Whether ``new`` is acceptably fast next to ``old`` under ``policy``.
 
     A drop acts (warns, or rolls back) only when it exceeds both ``max_slowdown``
-    and ``noise``, the drop noise alone can make (:func:`noise_of`). A drop
-    beyond the limit but within the noise is reported as such, with the figures.
+    and ``noise``, the drop noise alone can make (:func:`noise_of`), and, given
+    ``old_recent`` (the median of the old runtime's recent measurements), shows
+    against that too. A drop beyond the limit but within the noise is reported
+    as such, with the figures.
     """
     if old is None or new is None or policy.max_slowdown is None:
         return Verdict(True, speed=new, previous_speed=old)
     drop = slowdown(old, new)
+    if old_recent is not None:
+        drop = min(drop, slowdown(old_recent, new))
     if drop <= policy.max_slowdown:
         return Verdict(True, speed=new, previous_speed=old)
     figures = (
@@ -525,6 +534,8 @@ class InferenceGate:
     ) -> Verdict:
         # The old runtime's figure is the one measured just before its server stopped: the
         # closest in time to the new one's, so the machine has had the least time to change.
+        # The median of its recent ones guards against that one being lucky.
+        recent = old.history[-RECENT_MEASUREMENTS:] if old else ()
         return judge(
             old.speed if old else None,
             median_speed(new_samples),
@@ -532,6 +543,7 @@ class InferenceGate:
             old_name=_name(current),
             new_name=_name(new),
             noise=noise_of(old.samples if old else (), new_samples),
+            old_recent=median_speed(recent) if len(recent) > 1 else None,
         )
 
     def _recorded(self, runtime: InstalledRuntime | None, key: str, args: Sequence[str]) -> Measure | None:

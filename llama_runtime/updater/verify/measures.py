@@ -2,7 +2,8 @@
 
 One record per runtime, model and speed-shaping arguments (the address aside,
 :func:`~.gate.args_fingerprint`): the greedy answer to the gate's fixed prompt,
-the median speed and every sample's. Runtime directories are never written
+the median speed and every sample's, and the medians of its last few
+measurements (:attr:`Measure.history`). Runtime directories are never written
 after activation, so the figures live here, beside the pointer; a runtime's
 record is replaced whenever it is measured again (the old server just before
 it stops, the new one right after its check), so one lucky figure never
@@ -15,6 +16,7 @@ bounded in number and size, writing is atomic.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,9 @@ MAX_RECORDS: Final = 64
 MAX_ANSWER_CHARS: Final = 2000
 #: Samples kept per record (the gate takes a handful).
 MAX_SAMPLES: Final = 16
+#: Medians of measurements kept per record: the gate compares with the last three
+#: (:data:`~.gate.RECENT_MEASUREMENTS`); more would describe a machine that has since changed.
+MAX_HISTORY: Final = 5
 _MAX_FILE_BYTES: Final = 1024 * 1024
 
 
@@ -48,6 +53,8 @@ class Measure:
         speed: The median speed of the samples (None when the server reported no timings).
         samples: Every sample's speed, in order.
         measured_at: When (ISO 8601).
+        history: The medians of this and earlier measurements of the same runtime, model
+            and arguments, oldest first (at most :data:`MAX_HISTORY`; this one's last).
     """
 
     runtime: str
@@ -57,6 +64,7 @@ class Measure:
     speed: Speed | None
     samples: tuple[Speed, ...]
     measured_at: str
+    history: tuple[Speed, ...] = ()
 
     @property
     def key(self) -> str:
@@ -72,6 +80,7 @@ class Measure:
             "speed": self.speed.to_json() if self.speed else None,
             "samples": [s.to_json() for s in self.samples],
             "measured_at": self.measured_at,
+            "history": [s.to_json() for s in self.history],
         }
 
     @classmethod
@@ -93,7 +102,14 @@ class Measure:
             speed=Speed.from_json(payload.get("speed")),
             samples=tuple(s for s in samples if s is not None)[:MAX_SAMPLES],
             measured_at=str(names[3]),
+            history=_speeds(payload.get("history")),
         )
+
+
+def _speeds(payload: object) -> tuple[Speed, ...]:
+    """The last :data:`MAX_HISTORY` figures of a stored list (a damaged entry is skipped)."""
+    found = [Speed.from_json(s) for s in payload] if isinstance(payload, list) else []
+    return tuple(s for s in found if s is not None)[-MAX_HISTORY:]
 
 
 def record_key(runtime: str, model: str, args: str) -> str:
@@ -131,12 +147,17 @@ def measures_of(home_root: Path, runtime: str) -> list[Measure]:
 def store_measure(home_root: Path, measure: Measure) -> None:
     """Keep ``measure``, replacing that runtime's record for the same model and arguments.
 
-    A home that cannot take the write only loses the figure: the switch it
-    belongs to has its verdict already (logged by the caller).
+    Its median joins the replaced record's :attr:`Measure.history` (a measure
+    without a median keeps the history as it was). A home that cannot take the
+    write only loses the figure: the switch it belongs to has its verdict
+    already (logged by the caller).
     """
     records = _load(home_root)
-    records.pop(measure.key, None)
-    records[measure.key] = measure
+    earlier = records.pop(measure.key, None)
+    history = earlier.history if earlier else ()
+    if measure.speed is not None:
+        history = (*history, measure.speed)[-MAX_HISTORY:]
+    records[measure.key] = dataclasses.replace(measure, history=history)
     kept = list(records.values())[-MAX_RECORDS:]
     with contextlib.suppress(OSError):
         write_record(measures_path(home_root), {"schema": MEASURES_SCHEMA, "records": [m.to_json() for m in kept]})
