@@ -52,7 +52,7 @@ DEFAULT_MAX_SLOWDOWN: Final = 0.20
 GGUF_MAGIC: Final = b"GGUF"
 
 #: Timed requests per measurement: five medians out one slow or lucky request, and cost
-#: ~0.1 s on the tiny model (32 tokens each at ~1000 tokens/s on a CPU).
+#: ~0.1 s on the tiny model (16 tokens each at ~700 tokens/s on a CPU).
 GATE_SAMPLES: Final = 5
 #: A drop must also show against the median of the old runtime's last this many measurements:
 #: then one lucky figure just before its server stopped (a 2-core machine's speed moves by 10-30%
