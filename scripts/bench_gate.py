@@ -194,7 +194,14 @@ def guard_variant(
         code, started, _ = cli(home, api, "server", "start", "--timeout", "120", "--", *args)
         assert code == 0 and started["healthy"], started
         same: dict[str, Any] = {"switches": 0, "false_rollbacks": 0, "within_noise": 0, "seconds": [], "drops": []}
-        slower: dict[str, Any] = {"switches": 0, "caught": 0, "drops": [], "reasons": [], "measured_drops": [], "within_noise": []}
+        slower: dict[str, Any] = {
+            "switches": 0,
+            "caught": 0,
+            "drops": [],
+            "reasons": [],
+            "measured_drops": [],
+            "within_noise": [],
+        }
         try:
             cli(home, api, "rollback")  # one gated switch each way first: both runtimes on record
             cli(home, api, "rollback")
