@@ -4,8 +4,10 @@ Upstream's Linux CUDA builds ship with every build a ~594 MB
 ``cudart-llama-bN-bin-ubuntu-cuda-<v>-<arch>.tar.gz``: NVIDIA's redistributable
 CUDA runtime for that CUDA version, repacked under a new top directory, so its
 digest changes every build (b11130 ``edad9908…``, b11425 ``efe82ad6…``) and the
-digest cache never hits (``/work/shared/reference/upstream-2026-10.md``, "The
-36 assets of one build"; the companion is chosen by ``choice.choose._companions``).
+digest cache never hits (the Releases API's asset digests of ggml-org/llama.cpp
+b11130 and b11425; Linux CUDA builds since about 2026-09-14, llama.cpp PRs #28186
+and #29202; the same shapes are published by tests/upstream_today.py). The
+companion is chosen by ``choice.choose._companions``.
 A companion whose name names the same platform, CUDA version and archive kind
 as one an installed runtime took along is therefore not downloaded: that
 runtime's files are reused.
