@@ -123,6 +123,10 @@ def test_metadata_builds_without_deprecation_warnings_and_carries_the_spdx_licen
     metadata = (tmp_path / done.stdout.split()[-1] / "METADATA").read_text()
     assert "License-Expression: MIT" in metadata and "License-File: LICENSE" in metadata
     assert "Name: llama-runtime-updater" in metadata
+    # The version is the package's own constant, which the CLI and the User-Agent read without metadata.
+    from llama_runtime._version import __version__
+
+    assert f"Version: {__version__}\n" in metadata
 
 
 def test_readme_names_the_distribution_the_command_and_how_to_uninstall() -> None:

@@ -250,13 +250,10 @@ class _VersionAction(argparse.Action):
 
 
 def tool_version() -> str:
-    """The installed version of llama-runtime."""
-    from importlib.metadata import PackageNotFoundError, version
+    """The version of llama-runtime (the installed metadata is built from the same constant)."""
+    from llama_runtime._version import __version__
 
-    try:
-        return version("llama-runtime-updater")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "0+unknown"
+    return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,12 +23,12 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import httpx
 
+from llama_runtime._version import __version__
 from llama_runtime.runtime.clock import RETRY_ATTEMPTS, SYSTEM_CLOCK, Clock, tries
 from llama_runtime.runtime.errors import (
     NetworkError,
@@ -212,14 +212,7 @@ _PER_PAGE: Final[int] = 100
 SMALL_ASSET_DEADLINE_SECONDS: Final[float] = 60.0
 
 
-def _package_version() -> str:
-    try:
-        return metadata.version("llama-runtime-updater")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
-
-DEFAULT_USER_AGENT: Final[str] = f"llama-runtime/{_package_version()}"
+DEFAULT_USER_AGENT: Final[str] = f"llama-runtime/{__version__}"
 log = get_logger("llama_runtime.github")
 
 
