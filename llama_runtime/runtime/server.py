@@ -6,10 +6,7 @@ The state of the one server a home manages lives in ``<home>/server/``::
     llama-server.log     its stdout and stderr (the previous start's in .log.1)
     server.lock          serialises start/stop between processes
 
-Which process is ours (the record, pid and creation time) is
-:mod:`llama_runtime.runtime.server`; starting and signalling it,
-:mod:`llama_runtime.runtime.server`; its arguments and addresses,
-:mod:`llama_runtime.runtime.listen`; ``/health``, :mod:`llama_runtime.runtime.listen`.
+Its arguments, addresses and ``/health`` are :mod:`llama_runtime.runtime.listen`.
 
 Invariants:
 
@@ -394,27 +391,21 @@ class ServerControl(Protocol):
 
     def is_running(self) -> bool:
         """Whether the server process is alive."""
-        ...
 
     def stop(self, timeout: float) -> None:
         """Stop the server, escalating after ``timeout`` seconds; raises if it cannot."""
-        ...
 
     def start(self, binary: Path, args: Sequence[str]) -> None:
         """Launch ``binary`` with ``args``; returns once the process exists."""
-        ...
 
     def wait_healthy(self, timeout: float) -> bool:
         """Whether the server answered /health with 200 within ``timeout`` seconds."""
-        ...
 
     def current_args(self) -> list[str]:
         """Arguments of the running server (empty when none runs)."""
-        ...
 
     def current_binary(self) -> Path | None:
         """Binary of the running server, or None when none runs."""
-        ...
 
     def endpoint(self) -> str | None:
         """``http://HOST:PORT`` of the running server, or None when unknown.
@@ -423,7 +414,6 @@ class ServerControl(Protocol):
         A control that returns None (or predates this method) gets the health
         check only.
         """
-        ...
 
 
 HealthProbe = Callable[[str, int, float], Health]
