@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -229,6 +230,28 @@ def cli_process(
         timeout=timeout,
         check=False,
     )
+
+
+def run_killed(
+    home: Path, api_url: str, point: str, *args: str, timeout: float = CLI_PROCESS_TIMEOUT_SECONDS
+) -> subprocess.CompletedProcess[str]:
+    """``llama-runtime ARGS --json`` as a child on ``home`` that SIGKILLs itself at checkpoint ``point``."""
+    from llama_runtime.updater.checkpoints import KILL_AT_ENV
+
+    env = {**os.environ, KILL_AT_ENV: point}
+    argv = (*args, "--home", str(home), "--api-url", api_url, "--json")
+    return cli_process(*argv, timeout=timeout, env=env)
+
+
+def kill_leftover_server(home: Path) -> None:
+    """SIGKILL the llama-server ``home`` records, if it still runs: a test never leaves one behind."""
+    from llama_runtime.runtime.procinfo import pid_alive
+
+    state = home / "server" / "server.json"
+    if state.exists():
+        pid = json.loads(state.read_text()).get("pid")
+        if isinstance(pid, int) and pid > 0 and pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def publish_stand_in(

@@ -14,14 +14,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from llama_runtime.updater.checkpoints import CHECKPOINTS, KILL_AT_ENV
+from llama_runtime.updater.checkpoints import CHECKPOINTS
 from tests.fakegithub import FakeGitHub
 from tests.helpers import (
     REPO,
@@ -33,8 +32,8 @@ from tests.helpers import (
     run_json,
     snapshot_tree,
 )
+from tests.helpers import run_killed as shared_run_killed
 
-ROOT = Path(__file__).resolve().parents[1]
 #: Checkpoints an update passes; ``during_gc`` is reached while cleaning leftovers.
 INSTALL_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c not in {"during_gc", "during_share"})  # share: test_bytes_once
 FLIPPED = {"after_pointer_flip"}
@@ -49,16 +48,7 @@ LEFT_BEHIND = {
 
 
 def run_killed(home: Path, github: FakeGitHub, point: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, KILL_AT_ENV: point}
-    return subprocess.run(
-        [sys.executable, "-m", "llama_runtime", *args, "--home", str(home), "--api-url", github.api_url, "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return shared_run_killed(home, github.api_url, point, *args, timeout=120)
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ the same port, as someone else's server on a shared host would.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,14 +21,13 @@ import pytest
 from llama_runtime.runtime.errors import VerificationError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.listen import Endpoint, free_port, listen_endpoints
-from llama_runtime.runtime.procinfo import pid_alive
 from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.sources.github import GitHubClient
 from tests.fakegithub import FakeGitHub
-from tests.helpers import REPO, VULKAN_TAR, HomeGuard, assert_runs, run_json
+from tests.helpers import REPO, VULKAN_TAR, HomeGuard, assert_runs, kill_leftover_server, run_json
 
 #: A server that answers every GET with 200 "ok" (what a foreign llama-server's /health says).
 SQUATTER = """
@@ -72,11 +69,7 @@ def squat() -> Iterator[Callable[[str, int], subprocess.Popen[bytes]]]:
 def home(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "home"
     yield path
-    state = path / "server" / "server.json"
-    if state.exists():  # never leave a llama-server behind
-        pid = json.loads(state.read_text()).get("pid")
-        if isinstance(pid, int) and pid > 0 and pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    kill_leftover_server(path)
 
 
 @pytest.fixture

@@ -6,9 +6,6 @@ End to end with the real binary in router mode (``--models-dir`` starts without 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import signal
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -33,6 +30,7 @@ from tests.helpers import (
     VULKAN_TAR,
     HomeGuard,
     assert_runs,
+    kill_leftover_server,
     publish_stand_in,
     run_json,
     stand_in_server,
@@ -44,12 +42,7 @@ from tests.helpers import (
 def home(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "home"
     yield path
-    # never leave a llama-server behind
-    state = path / "server" / "server.json"
-    if state.exists():
-        pid = json.loads(state.read_text()).get("pid")
-        if isinstance(pid, int) and pid > 0 and pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    kill_leftover_server(path)
 
 
 @pytest.fixture

@@ -11,10 +11,8 @@ arguments) and generates, and the same update, run again, checks b7001 afresh.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,17 +21,16 @@ import pytest
 
 from llama_runtime.runtime.inference import probe_inference
 from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.procinfo import pid_alive
 from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.runtime.trial import TRIAL_FILE, read_trial
-from llama_runtime.updater.checkpoints import KILL_AT_ENV, SWITCH_CHECKPOINTS
+from llama_runtime.updater.checkpoints import SWITCH_CHECKPOINTS
 from tests.fakegithub import FakeGitHub
-from tests.helpers import REPO, VULKAN_TAR, assert_runs, run_json
+from tests.helpers import REPO, VULKAN_TAR, assert_runs, kill_leftover_server, run_json
+from tests.helpers import run_killed as shared_run_killed
 from tests.tinymodel import write_tiny_llama
 
 pytestmark = [pytest.mark.real_binary, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
 CPU_ARGS = ("--device", "none")
 
 
@@ -46,11 +43,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def home(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "home"
     yield path
-    state = path / "server" / "server.json"  # never leave a llama-server behind
-    if state.exists():
-        pid = json.loads(state.read_text()).get("pid")
-        if isinstance(pid, int) and pid > 0 and pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    kill_leftover_server(path)
 
 
 @pytest.fixture
@@ -75,16 +68,7 @@ def serving_b7000(
 
 
 def run_killed(home: Path, github: FakeGitHub, point: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, KILL_AT_ENV: point}
-    return subprocess.run(
-        [sys.executable, "-m", "llama_runtime", *args, "--home", str(home), "--api-url", github.api_url, "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return shared_run_killed(home, github.api_url, point, *args, timeout=180)
 
 
 def assert_b7000_serves(home: Path, args: list[str]) -> None:
