@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,15 @@ def update(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, t
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu", *extra)
     assert code == 0, payload
     return payload
+
+
+def install(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path, tags: Sequence[str]
+) -> None:
+    """Publish and install each of ``tags``, in order."""
+    for tag in tags:
+        publish(github, tmp_path, tag)
+        update(capsys, home, github, tag)
 
 
 def tags_installed(home: Path) -> set[str]:
@@ -109,9 +119,7 @@ def test_retention_never_removes_the_runtime_a_server_runs(
     update(capsys, home, github, "b7000")
     first = Home(home).load(Home(home).read_pointer().active or "")
     monkeypatch.setenv("LLAMA_SERVER_PATH", str(first.binary))  # an app runs b7000's binary itself
-    for tag in TAGS[1:]:
-        publish(github, tmp_path, tag)
-        update(capsys, home, github, tag)
+    install(capsys, home, github, tmp_path, TAGS[1:])
     assert tags_installed(home) == {"b7000", "b7004", "b7003", "b7002"}
     assert_runs(first.binary)
 
@@ -120,9 +128,7 @@ def test_identical_libraries_of_kept_builds_are_stored_once_and_read_only(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    for tag in TAGS[:3]:
-        publish(github, tmp_path, tag)
-        update(capsys, home, github, tag)
+    install(capsys, home, github, tmp_path, TAGS[:3])
     runtimes = Home(home).installed()
     libs = [r.path / f"llama-{r.marker.tag}" / "libggml-base.so.0.0.1" for r in runtimes]
     inodes = {(p.stat().st_dev, p.stat().st_ino) for p in libs}
@@ -139,9 +145,7 @@ def test_an_update_repairs_a_damaged_shared_file_by_rename_in_every_runtime_that
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    for tag in TAGS[:2]:
-        publish(github, tmp_path, tag)
-        update(capsys, home, github, tag)
+    install(capsys, home, github, tmp_path, TAGS[:2])
     layout = Home(home)
     active = layout.load(layout.read_pointer().active or "")
     damaged = active.binary.parent / "libggml-cpu.so.0.0.1"
@@ -165,9 +169,7 @@ def test_list_and_status_show_own_and_shared_bytes_and_the_home_total(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    for tag in TAGS[:3]:
-        publish(github, tmp_path, tag)
-        update(capsys, home, github, tag)
+    install(capsys, home, github, tmp_path, TAGS[:3])
     code, listed = run_json(capsys, home, None, "list")
     assert code == 0, listed
     lib = len(b"\x7fELF stand-in library")
@@ -265,9 +267,7 @@ def test_an_export_of_a_runtime_with_shared_files_installs_elsewhere(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    for tag in TAGS[:2]:
-        publish(github, tmp_path, tag)
-        update(capsys, home, github, tag)
+    install(capsys, home, github, tmp_path, TAGS[:2])
     active = Home(home).load(Home(home).read_pointer().active or "")
     libs = [active.binary.parent / f"lib{lib}.so.0.0.1" for lib in LIBS]
     assert libs[0].stat().st_ino == libs[1].stat().st_ino  # identical bytes: one file, two names
