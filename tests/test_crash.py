@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,10 @@ from typing import Any
 import pytest
 
 from llama_runtime.updater.checkpoints import CHECKPOINTS
+from tests.archives import build_release_archive
 from tests.fakegithub import FakeGitHub
 from tests.helpers import (
+    CPU_TAR,
     REPO,
     VULKAN_TAR,
     HomeGuard,
@@ -31,6 +34,7 @@ from tests.helpers import (
     publish_stand_in,
     run_json,
     snapshot_tree,
+    stand_in_server,
 )
 from tests.helpers import run_killed as shared_run_killed
 
@@ -216,6 +220,49 @@ def test_failing_fsync_is_an_error_and_changes_nothing(
     assert code != 0
     assert "Input/output error" in payload["error"]["message"]
     _assert_unchanged_and_retry_works(capsys, home, github, guard, monkeypatch.undo)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to tell which file is fsynced")
+def test_a_large_file_whose_early_flush_fails_fails_the_install_though_the_second_flush_would_pass(
+    b7000_active: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large file is flushed while the next members inflate (issue 25); the kernel reports a lost
+    write-back to one fsync only, so that flush's error must fail the install: the tree's own flush
+    later would find the file clean and succeed."""
+    home = b7000_active
+    large = os.urandom(5 * 1024 * 1024)  # over the size that is written on a thread of its own
+    files: dict[str, bytes | Path] = {"llama-server": stand_in_server("version: 7002 (stand-in)"), "libbig.so": large}
+    archive = build_release_archive(
+        tmp_path / "b7002.tar.gz", "tar-tagdir", files, modes={"llama-server": 0o755}, tag="b7002"
+    )
+    github.add_release(REPO, "b7002", {CPU_TAR.format(tag="b7002"): archive})
+    guard = HomeGuard(None, home)
+    real_fsync = os.fsync
+    hits: list[str] = []
+
+    def fsync_failing_once(fd: int) -> None:  # as Linux does: the error goes to the first fsync only
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(str(home)) and path.endswith("/libbig.so") and not hits:
+            hits.append(threading.current_thread().name)
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_failing_once)
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7002", "--backend", "cpu")
+
+    assert hits == ["flush-ahead"], "the large file was not flushed ahead of the tree"
+    assert code != 0
+    assert "Input/output error" in payload["error"]["message"]
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
+    monkeypatch.undo()
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7002", "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7002"
+    assert_no_leftovers(home)
 
 
 # -- what counts as a leftover --------------------------------------------------------

@@ -18,6 +18,7 @@ import json
 import os
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -29,6 +30,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_RECORD_DEPTH",
     "DamagedRecordError",
+    "FlushAhead",
     "NotRegularFileError",
     "decimal",
     "flag",
@@ -307,7 +309,65 @@ def tree_size(path: Path) -> int:
     return total
 
 
-def fsync_tree(root: Path) -> None:
+class FlushAhead:
+    """Fsyncs the files it is handed on a thread of its own, while the rest of a tree is still written.
+
+    A head start for :func:`fsync_tree`, never a replacement: that still
+    flushes every file and directory of the tree, and finds these clean, so
+    the disk writes the large files while the next members inflate instead of
+    after the last one (issue 25). An fsync error is kept and raised by
+    :meth:`wait`, which :func:`fsync_tree` calls first: the kernel reports a
+    lost write-back to one fsync only (Linux's errseq), so the later flush
+    would see success for bytes that never reached the disk.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[int] = []
+        self._worker: threading.Thread | None = None  # runs while files wait, then ends
+        self._dropped = False
+        self._error: OSError | None = None
+
+    def add(self, fd: int) -> None:
+        """Flush the file open as ``fd`` (a descriptor this takes over and closes)."""
+        with self._lock:
+            self._pending.append(fd)
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._drain, name="flush-ahead", daemon=True)
+                self._worker.start()
+
+    def wait(self) -> None:
+        """Return once every file handed over is flushed.
+
+        Raises:
+            OSError: A flush failed (the first error; the failed file is never flushed again).
+        """
+        while (worker := self._worker) is not None:
+            worker.join()
+        if self._error is not None:
+            raise self._error
+
+    def drop(self) -> None:
+        """Close what still waits without flushing it: the tree is being thrown away."""
+        self._dropped = True
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._worker = None
+                    return
+                fd = self._pending.pop(0)
+            try:
+                if self._error is None and not self._dropped:
+                    os.fsync(fd)
+            except OSError as exc:
+                self._error = exc
+            finally:
+                os.close(fd)
+
+
+def fsync_tree(root: Path, *, ahead: FlushAhead | None = None) -> None:
     """Flush every regular file and directory under ``root`` to stable storage.
 
     Called on a staged runtime before its marker is written, so that a marker
@@ -331,8 +391,18 @@ def fsync_tree(root: Path) -> None:
     0.10-0.14 s against 0.12-0.21 s, within the noise of a shared disk. It is
     not kept: it writes back every other process's dirty data too (slower on a
     busy machine), is Linux-only, and reports a write-back error only since
-    Linux 5.8, where a per-file fsync reports each file's own.
+    Linux 5.8, where a per-file fsync reports each file's own. What did pay:
+    each large file's fsync begun by a :class:`FlushAhead` as soon as it is
+    written, so the disk works while the next members inflate; this flush then
+    takes 0.03 s instead of 0.12-0.14 s at 256 MB.
+
+    Args:
+        root: The staged tree.
+        ahead: Files of the tree already handed to a :class:`FlushAhead`
+            during extraction; waited for first, and its error raised.
     """
+    if ahead is not None:
+        ahead.wait()
     for dirpath, _dirnames, filenames in walk_tree(root):
         for name in filenames:
             full = os.path.join(dirpath, name)

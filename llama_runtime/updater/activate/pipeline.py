@@ -567,7 +567,7 @@ class InstallPipeline:
             self._share(tree, snapshot, warnings)
             marker = self._verified_marker(tree, meta, active, emit, warnings, snapshot.next_sequence())
             _stop_if_cancelled(cancel, meta)  # verification can take long; the flip has not begun
-            fsync_tree(staging)
+            fsync_tree(staging, ahead=tree.ahead)
             write_marker(staging, marker)
             checkpoint("after_marker")
             with at_stage("marker check"):

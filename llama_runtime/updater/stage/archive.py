@@ -24,18 +24,19 @@ caller discards ``dest`` itself.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Final
 
 from llama_runtime.runtime.errors import CancelledError, LlamaRuntimeError, UnsafeArchiveError
-from llama_runtime.runtime.fsutil import is_disk_full
+from llama_runtime.runtime.fsutil import FlushAhead, is_disk_full
 from llama_runtime.updater.stage.archive_rules import (
     DEFAULT_LIMITS,
     ExtractLimits,
@@ -97,12 +98,15 @@ class ExtractResult:
         symlinks: Relative POSIX path → link target, as stored in the archive.
         total_bytes: Regular-file bytes actually written.
         member_count: Entries in the archive, directories included.
+        ahead: The large files' flushes, begun as each was written; the
+            tree's :func:`~llama_runtime.runtime.fsutil.fsync_tree` waits for them.
     """
 
     files: dict[str, tuple[int, str]] = field(default_factory=dict)
     symlinks: dict[str, str] = field(default_factory=dict)
     total_bytes: int = 0
     member_count: int = 0
+    ahead: FlushAhead = field(default_factory=FlushAhead, repr=False, compare=False)
 
 
 def extract_archive(
@@ -111,6 +115,7 @@ def extract_archive(
     *,
     limits: ExtractLimits = DEFAULT_LIMITS,
     cancel: Callable[[], bool] | None = None,
+    ahead: FlushAhead | None = None,
 ) -> ExtractResult:
     """Extract a ``.zip`` or ``.tar.gz`` into an empty staging directory.
 
@@ -120,6 +125,7 @@ def extract_archive(
             runtime will be activated on. The caller deletes it on failure.
         limits: Caps on size, member count and zip compression ratio.
         cancel: Polled between members and chunks; ``True`` stops the job.
+        ahead: Where the large files' flushes begin (default: a new one, in the result).
 
     Returns:
         What was written, with the sha256 of every regular file.
@@ -142,15 +148,16 @@ def extract_archive(
         _poll(cancel, label)
         plan.admit(member)
 
-    writer = _Writer(root, label, limits, cancel)
+    writer = _Writer(root, label, limits, cancel, ahead)
     write_plan = MemberPlan(label, limits)
-    for member, opener in reader():
-        _poll(cancel, label)
-        name = write_plan.admit(member)
-        if name is not None:
-            _write_member(writer, name, member, opener, label)
-    writer.result.member_count = write_plan.count
-    check_links_on_disk(root, writer.result.symlinks, label)
+    with writer.dropping_flushes_on_error():
+        for member, opener in reader():
+            _poll(cancel, label)
+            name = write_plan.admit(member)
+            if name is not None:
+                _write_member(writer, name, member, opener, label)
+        writer.result.member_count = write_plan.count
+        check_links_on_disk(root, writer.result.symlinks, label)
     return writer.result
 
 
@@ -188,13 +195,14 @@ def extract_tar_stream(
     root = dest.resolve()
     plan = MemberPlan(label, limits)
     writer = _Writer(root, label, limits, cancel)
-    for member, opener in tar_stream_members(stream, label):
-        _poll(cancel, label)
-        name = plan.admit(member)
-        if name is not None:
-            _write_member(writer, name, member, opener, label)
-    writer.result.member_count = plan.count
-    check_links_on_disk(root, writer.result.symlinks, label)
+    with writer.dropping_flushes_on_error():
+        for member, opener in tar_stream_members(stream, label):
+            _poll(cancel, label)
+            name = plan.admit(member)
+            if name is not None:
+                _write_member(writer, name, member, opener, label)
+        writer.result.member_count = plan.count
+        check_links_on_disk(root, writer.result.symlinks, label)
     return writer.result
 
 
@@ -243,15 +251,31 @@ def choose_server_path(candidates: list[str]) -> str | None:
 class _Writer:
     """Writes admitted members under ``root``, counting every byte."""
 
-    def __init__(self, root: Path, label: str, limits: ExtractLimits, cancel: Callable[[], bool] | None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        label: str,
+        limits: ExtractLimits,
+        cancel: Callable[[], bool] | None,
+        ahead: FlushAhead | None = None,
+    ) -> None:
         self.root = root
         self.label = label
         self.limits = limits
         self.cancel = cancel
-        self.result = ExtractResult()
+        self.result = ExtractResult(ahead=ahead or FlushAhead())
 
     def refuse(self, why: str) -> UnsafeArchiveError:
         return UnsafeArchiveError(f"Refusing {self.label}: {why}")
+
+    @contextlib.contextmanager
+    def dropping_flushes_on_error(self) -> Iterator[None]:
+        """A failed extraction's tree is thrown away: its files need no flush."""
+        try:
+            yield
+        except BaseException:
+            self.result.ahead.drop()
+            raise
 
     def path(self, name: str) -> Path:
         return self.root.joinpath(*name.split("/"))
@@ -313,6 +337,9 @@ class _Writer:
                 sink.stop()  # the extracting thread's own error is the one that leaves
                 raise
             sha256 = sink.close()  # every chunk written (or the writer's error raised)
+            if sink.threaded:  # a large file: the disk writes it while the next members inflate
+                out.flush()
+                self.result.ahead.add(os.dup(out.fileno()))
         if member.kind is MemberKind.FILE and written != member.size:
             raise self.refuse(f"member {member.raw_name!r} holds {written} bytes but its header says {member.size}.")
         os.chmod(target, _EXEC_MODE if member.mode & 0o111 else _PLAIN_MODE)
@@ -336,6 +363,7 @@ class _Sink:
         self.error: BaseException | None = None
         self.queue: queue.Queue[bytes | None] | None = None
         self.thread: threading.Thread | None = None
+        self.threaded = threaded
         if threaded:
             self.queue = queue.Queue(maxsize=_PIPELINE_DEPTH)
             self.thread = threading.Thread(target=self._drain, name="extract-writer", daemon=True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.binary import ProcessRunner
 from llama_runtime.runtime.errors import IntegrityError, UnsafeArchiveError, UserInputError, VerificationError
-from llama_runtime.runtime.fsutil import remove_tree_quietly
+from llama_runtime.runtime.fsutil import FlushAhead, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.marker import (
     MARKER_NAME,
@@ -246,6 +246,8 @@ class Staged:
     files: dict[str, FileRecord] = field(default_factory=dict)
     #: Each companion archive's files and links (paths in ``directory``), in the archives' order.
     companions: list[tuple[dict[str, FileRecord], dict[str, str]]] = field(default_factory=list)
+    #: The large files' flushes, begun as they were extracted (waited for by ``fsync_tree``).
+    ahead: FlushAhead | None = None
 
     @property
     def binary(self) -> Path:
@@ -273,7 +275,9 @@ def extract_staged(
     binary = find_server_binary(staging)
     if binary is None:
         raise VerificationError(f"{asset_name} contains no llama-server binary.")
-    companions = [merge_companion(extra, staging, binary.parent, asset_name, cancel) for extra in archives[1:]]
+    companions = [
+        merge_companion(extra, staging, binary.parent, asset_name, cancel, result.ahead) for extra in archives[1:]
+    ]
     for placed, _links in companions:
         records.update(placed)
     if os.path.lexists(marker_path(staging)):
@@ -283,11 +287,11 @@ def extract_staged(
             f"Refusing {asset_name}: it ships a file named {MARKER_NAME}, the name of the install marker."
         )
     rel = binary.relative_to(staging).as_posix()
-    return Staged(directory=staging, binary_rel=rel, files=records, companions=companions)
+    return Staged(directory=staging, binary_rel=rel, files=records, companions=companions, ahead=result.ahead)
 
 
 def merge_companion(
-    extra: Path, staging: Path, bin_dir: Path, asset_name: str, cancel: CancelCheck
+    extra: Path, staging: Path, bin_dir: Path, asset_name: str, cancel: CancelCheck, ahead: FlushAhead | None = None
 ) -> tuple[dict[str, FileRecord], dict[str, str]]:
     """Put a companion archive's files (the CUDA runtime) beside ``llama-server``.
 
@@ -302,7 +306,7 @@ def merge_companion(
     records: dict[str, FileRecord] = {}
     moved_links: dict[str, str] = {}
     try:
-        found = extract_archive(extra, side, cancel=cancel)
+        found = extract_archive(extra, side, cancel=cancel, ahead=ahead)
         entries = [*found.files, *found.symlinks]
         tops = {e.split("/", 1)[0] for e in entries}
         strip = len(tops) == 1 and all("/" in e for e in entries)
