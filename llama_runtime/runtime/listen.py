@@ -19,8 +19,6 @@ import errno
 import os
 import socket
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
@@ -28,7 +26,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from llama_runtime.runtime.fsutil import decimal, parse_record
 
 if TYPE_CHECKING:
-    pass
+    from urllib.error import HTTPError
 
 __all__ = [
     "DEFAULT_HOST",
@@ -293,6 +291,9 @@ def http_netloc(host: str, port: int) -> str:
 
 def probe_health(host: str, port: int, timeout: float) -> Health:
     """``GET /health``: 200 is healthy; 503 means loading; anything else is not."""
+    import urllib.error  # deferred: http.client and email (~20 modules) only when a server is probed
+    import urllib.request
+
     netloc = http_netloc(host, port)
     # No proxies: an http_proxy from the environment must not see local traffic.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -306,7 +307,7 @@ def probe_health(host: str, port: int, timeout: float) -> Health:
         return Health(ok=False, detail=f"no answer from {netloc}: {reason}")
 
 
-def _error_message(exc: urllib.error.HTTPError) -> str:
+def _error_message(exc: HTTPError) -> str:
     """llama-server's ``{"error": {"message": ...}}`` text, else the HTTP reason."""
     try:
         body = parse_record(exc.read(_ERROR_BODY_BYTES), what="the error body")
