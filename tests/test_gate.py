@@ -10,29 +10,20 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.runtime.inference import (
-    InferenceResult,
-    Speed,
-    completion_request,
-    parse_completion,
-    probe_inference,
-)
+from llama_runtime.runtime.inference import Speed, completion_request, parse_completion, probe_inference
 from llama_runtime.updater.cli.gateopts import positive_seconds
 from llama_runtime.updater.verify.gate import (
-    CONFIRM_PAUSE_SECONDS,
     CPU_FACTOR,
     FIRST_TOKEN_BASE_SECONDS,
     GatePolicy,
-    InferenceGate,
     answer_warnings,
     api_key,
     args_fingerprint,
@@ -450,55 +441,3 @@ def test_every_measurement_joins_the_records_history_and_the_oldest_leave(tmp_pa
     store_measure(tmp_path, measure(None))
     again = load_measure(tmp_path, "rt", "model", "args")
     assert again is not None and again.history == kept.history
-
-
-# -- a drop is confirmed after a pause ---------------------------------------------------------
-
-
-def _gate_over_rounds(tmp_path: Path, rounds: Sequence[float], slept: list[float]) -> tuple[InferenceGate, list[str]]:
-    """A gate whose probe answers each request with the next round's generation speed (five samples)."""
-    left = iter(rounds)
-
-    def probe(url: str, *, timeout: float, first_token_timeout: float, samples: int, api_key: str | None) -> Any:
-        speed = next(left)
-        taken = tuple(Speed(1000.0, speed + d) for d in (-1.0, 0.0, 1.0, 0.0, 0.5)[:samples])
-        return InferenceResult(ok=True, content="the answer", speed=taken[0], samples=taken)
-
-    args = ["-m", "/models/small.gguf", "--threads", "2"]
-    old = (Speed(1000.0, 150.0),) * 5
-    store_measure(
-        tmp_path,
-        Measure("b7000", "small.gguf", args_fingerprint(args), "the answer", old[0], old, "earlier"),
-    )
-    policy = GatePolicy().with_slowdown(0.2, "rollback")
-    gate = InferenceGate(policy, clock=lambda: "now", probe=probe, state_dir=tmp_path, sleep=slept.append)
-    return gate, args
-
-
-def _runtime(name: str) -> Any:
-    return SimpleNamespace(name=name, marker=SimpleNamespace(backend="cpu", tag=name))
-
-
-def test_a_drop_seen_once_is_measured_again_after_a_pause_and_a_passing_dip_does_not_act(tmp_path: Path) -> None:
-    slept: list[float] = []
-    # The check's own request, a first round in a dip (25% slower), the confirming round at full speed.
-    gate, args = _gate_over_rounds(tmp_path, [150.0, 112.0, 149.0], slept)
-    verdict = gate.check("http://127.0.0.1:1", args, _runtime("b7001"), _runtime("b7000"))
-    assert slept == [CONFIRM_PAUSE_SECONDS]
-    assert verdict.ok and not verdict.warnings, verdict
-    assert verdict.speed is not None and verdict.speed.predicted_per_second == 149.0
-
-
-def test_a_drop_that_is_still_there_after_the_pause_rolls_back(tmp_path: Path) -> None:
-    slept: list[float] = []
-    gate, args = _gate_over_rounds(tmp_path, [100.0, 100.0, 101.0], slept)
-    verdict = gate.check("http://127.0.0.1:1", args, _runtime("b7001"), _runtime("b7000"))
-    assert slept == [CONFIRM_PAUSE_SECONDS]
-    assert not verdict.ok and "33% slower than" in verdict.reason, verdict
-
-
-def test_a_build_as_fast_as_the_old_one_is_not_measured_again(tmp_path: Path) -> None:
-    slept: list[float] = []
-    gate, args = _gate_over_rounds(tmp_path, [150.0, 148.0], slept)
-    verdict = gate.check("http://127.0.0.1:1", args, _runtime("b7001"), _runtime("b7000"))
-    assert verdict.ok and slept == []

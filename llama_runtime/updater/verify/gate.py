@@ -62,12 +62,6 @@ RECENT_MEASUREMENTS: Final = 3
 #: exceeds two one time in forty, and the limit must be exceeded too (a drop that acts is
 #: measured once more before it does).
 NOISE_SIGMAS: Final = 2.0
-#: Before the round that confirms a drop, the gate waits this long: a 2-core machine's speed
-#: dips for a second or two at a time (another process, the hypervisor), and a confirmation
-#: measured straight after the first round fell into the same dip (the one false rollback in 50
-#: identical switches of scripts/bench_gate.py run 12: generation 121 vs 162 tokens/s in both
-#: rounds). A real slowdown is still there seconds later. Paid only when a drop would act.
-CONFIRM_PAUSE_SECONDS: Final = 3.0
 #: Normal errors: a standard deviation is 1.4826 median deviations, and a median of n samples
 #: has a standard error of 1.2533 standard deviations over the square root of n.
 _SIGMA_PER_MAD: Final = 1.4826
@@ -406,7 +400,6 @@ class InferenceGate:
         probe: The request seam (:func:`runtime.inference.probe_inference`).
         state_dir: The home whose state keeps the answers and figures (:mod:`.measures`);
             None keeps nothing (the smoke model's scratch servers).
-        sleep: The wait before a confirming round (:data:`CONFIRM_PAUSE_SECONDS`).
     """
 
     def __init__(
@@ -416,13 +409,11 @@ class InferenceGate:
         clock: Callable[[], str],
         probe: Probe = probe_inference,
         state_dir: Path | None = None,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.policy = policy
         self.clock = clock
         self.probe = probe
         self.state_dir = state_dir
-        self.sleep = sleep
 
     def measure(
         self,
@@ -525,8 +516,6 @@ class InferenceGate:
                 taken = (*taken, *again.samples)
                 verdict = self._judge(old, taken, current, new)
         if not verdict.ok or verdict.warnings:
-            # Half of what is left at most: the confirming round must still fit in the check's limit.
-            self.sleep(min(CONFIRM_PAUSE_SECONDS, max(deadline - time.monotonic(), 0.0) / 2))
             again = self.measure(url, args, backend=backend, samples=samples, deadline=deadline)
             if again.ok and again.samples:
                 # The better of two rounds: a slowdown must show twice before it acts.
