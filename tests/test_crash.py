@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from llama_runtime.updater.checkpoints import CHECKPOINTS
+from llama_runtime.updater.fetch.ranges import MIN_PARALLEL_BYTES
 from tests.archives import build_release_archive
 from tests.fakegithub import FakeGitHub
 from tests.helpers import (
@@ -234,12 +235,7 @@ def test_a_large_file_whose_early_flush_fails_fails_the_install_though_the_secon
     write-back to one fsync only, so that flush's error must fail the install: the tree's own flush
     later would find the file clean and succeed."""
     home = b7000_active
-    large = os.urandom(5 * 1024 * 1024)  # over the size that is written on a thread of its own
-    files: dict[str, bytes | Path] = {"llama-server": stand_in_server("version: 7002 (stand-in)"), "libbig.so": large}
-    archive = build_release_archive(
-        tmp_path / "b7002.tar.gz", "tar-tagdir", files, modes={"llama-server": 0o755}, tag="b7002"
-    )
-    github.add_release(REPO, "b7002", {CPU_TAR.format(tag="b7002"): archive})
+    _publish_large(github, tmp_path, "b7002", 5 * 1024 * 1024)  # over the size written on a thread of its own
     guard = HomeGuard(None, home)
     real_fsync = os.fsync
     hits: list[str] = []
@@ -263,6 +259,54 @@ def test_a_large_file_whose_early_flush_fails_fails_the_install_though_the_secon
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7002"
     assert_no_leftovers(home)
+
+
+def _publish_large(github: FakeGitHub, tmp_path: Path, tag: str, size: int) -> None:
+    """Publish ``tag`` with a stand-in server and ``libbig.so`` of ``size`` random (incompressible) bytes."""
+    files: dict[str, bytes | Path] = {
+        "llama-server": stand_in_server(f"version: {tag[1:]} (stand-in)"),
+        "libbig.so": os.urandom(size),
+    }
+    archive = build_release_archive(
+        tmp_path / f"{tag}.tar.gz", "tar-tagdir", files, modes={"llama-server": 0o755}, tag=tag
+    )
+    github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): archive})
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to tell which file is fsynced")
+def test_a_ranged_download_whose_archive_flush_fails_fails_the_install_though_extraction_finished(
+    b7000_active: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The extraction gets its end of stream before the archive's own flush (issue 25): that flush failing
+    afterwards must still fail the install, never leave a runtime built from an archive not on disk."""
+    home = b7000_active
+    _publish_large(github, tmp_path, "b7002", MIN_PARALLEL_BYTES + 1024 * 1024)  # fetched as ranges
+    guard = HomeGuard(None, home)
+    real_fsync = os.fsync
+    hits: list[str] = []
+
+    def failing_fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(str(home)) and path.endswith(".part.ranged") and not hits:
+            hits.append(path)
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7002", "--backend", "cpu")
+
+    assert len(hits) == 1, "the ranged archive's flush was never reached"
+    assert code != 0
+    assert "Input/output error" in payload["error"]["message"]
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
+    monkeypatch.undo()
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7002", "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7002"
 
 
 # -- what counts as a leftover --------------------------------------------------------

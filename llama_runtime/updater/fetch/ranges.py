@@ -366,8 +366,10 @@ class RangedDownload:
             digest.wait()
             self._save()
             raise self._first_error()
-        os.fsync(fd)
+        # Readers (the extraction) get their EOF now, while the bytes are flushed: the archive's
+        # fsync only has to come before it enters the cache, and a failing one still fails them.
         self.growing.finish(self.asset.size)
+        os.fsync(fd)
         hashed = digest.wait()
         if hashed is None:
             raise self._first_error()
