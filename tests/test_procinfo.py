@@ -22,14 +22,15 @@ def _psutil_ticks(pid: int) -> int:
 
 
 @linux_only
-def test_start_time_from_proc_is_psutils_for_this_process_and_a_child_with_parentheses_in_its_name(
-    tmp_path: Path,
-) -> None:
-    # The command name is the executable's: spaces and parentheses, which /proc/<pid>/stat ends at the last ")".
-    odd = tmp_path / "odd ) x (y"
-    odd.symlink_to(sys.executable)
-    child = subprocess.Popen([str(odd), "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+def test_start_time_from_proc_is_psutils_for_this_process_and_a_child_with_parentheses_in_its_name() -> None:
+    # A command name with spaces and parentheses (a process may rename itself), which /proc/<pid>/stat
+    # ends at the last ")".
+    renamed = (
+        "import sys; open('/proc/self/comm', 'w').write('odd ) x (y'); print('ready', flush=True); sys.stdin.read()"
+    )
+    child = subprocess.Popen([sys.executable, "-c", renamed], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
         assert Path(f"/proc/{child.pid}/comm").read_text().strip() == "odd ) x (y"
         for pid in (os.getpid(), child.pid):
             assert process_start_ticks(pid) == _psutil_ticks(pid)
