@@ -98,8 +98,10 @@ class ExtractResult:
         symlinks: Relative POSIX path → link target, as stored in the archive.
         total_bytes: Regular-file bytes actually written.
         member_count: Entries in the archive, directories included.
-        ahead: The large files' flushes, begun as each was written; the
-            tree's :func:`~llama_runtime.runtime.fsutil.fsync_tree` waits for them.
+        ahead: The large files' flushes, begun as each was written. Whoever
+            makes the tree durable passes it to
+            :func:`~llama_runtime.runtime.fsutil.fsync_tree`, which waits for
+            them: their errors are reported there and nowhere else.
     """
 
     files: dict[str, tuple[int, str]] = field(default_factory=dict)
