@@ -194,6 +194,28 @@ def test_failing_os_replace_is_an_error_and_changes_nothing(
     _assert_unchanged_and_retry_works(capsys, home, github, guard, monkeypatch.undo)
 
 
+def inject_fsync_error(
+    monkeypatch: pytest.MonkeyPatch, matches: Callable[[str], bool], *, once: bool = False
+) -> list[tuple[str, str]]:
+    """Make ``os.fsync`` of a file whose path ``matches`` fail with EIO (only the first time with ``once``).
+
+    Returns the (path, thread name) of every matching fsync, as it happens.
+    """
+    real_fsync = os.fsync
+    hits: list[tuple[str, str]] = []
+
+    def failing_fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if matches(path):
+            hits.append((path, threading.current_thread().name))
+            if not once or len(hits) == 1:
+                raise OSError(errno.EIO, "Input/output error (injected)")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    return hits
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to tell which file is fsynced")
 @pytest.mark.parametrize("target", ["/downloads/", "/staging/", ".llama-runtime.json.", ".active.json."])
 def test_failing_fsync_is_an_error_and_changes_nothing(
@@ -205,60 +227,12 @@ def test_failing_fsync_is_an_error_and_changes_nothing(
 ) -> None:
     home = b7000_active
     guard = HomeGuard(None, home)
-    real_fsync = os.fsync
-    hits: list[str] = []
-
-    def failing_fsync(fd: int) -> None:
-        path = os.readlink(f"/proc/self/fd/{fd}")
-        if path.startswith(str(home)) and target in path:
-            hits.append(path)
-            raise OSError(errno.EIO, "Input/output error (injected)")
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", failing_fsync)
+    hits = inject_fsync_error(monkeypatch, lambda path: path.startswith(str(home)) and target in path)
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
     assert len(hits) == 1, "fsync must be tried once and never retried"
     assert code != 0
     assert "Input/output error" in payload["error"]["message"]
     _assert_unchanged_and_retry_works(capsys, home, github, guard, monkeypatch.undo)
-
-
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to tell which file is fsynced")
-def test_a_large_file_whose_early_flush_fails_fails_the_install_though_the_second_flush_would_pass(
-    b7000_active: Path,
-    github: FakeGitHub,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A large file is flushed while the next members inflate (issue 25); the kernel reports a lost
-    write-back to one fsync only, so that flush's error must fail the install: the tree's own flush
-    later would find the file clean and succeed."""
-    home = b7000_active
-    _publish_large(github, tmp_path, "b7002", 5 * 1024 * 1024)  # over the size written on a thread of its own
-    guard = HomeGuard(None, home)
-    real_fsync = os.fsync
-    hits: list[str] = []
-
-    def fsync_failing_once(fd: int) -> None:  # as Linux does: the error goes to the first fsync only
-        path = os.readlink(f"/proc/self/fd/{fd}")
-        if path.startswith(str(home)) and path.endswith("/libbig.so") and not hits:
-            hits.append(threading.current_thread().name)
-            raise OSError(errno.EIO, "Input/output error (injected)")
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync_failing_once)
-    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7002", "--backend", "cpu")
-
-    assert hits == ["flush-ahead"], "the large file was not flushed ahead of the tree"
-    assert code != 0
-    assert "Input/output error" in payload["error"]["message"]
-    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
-    monkeypatch.undo()
-    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7002", "--backend", "cpu")
-    assert code == 0, payload
-    assert payload["active"]["tag"] == "b7002"
-    assert_no_leftovers(home)
 
 
 def _publish_large(github: FakeGitHub, tmp_path: Path, tag: str, size: int) -> None:
@@ -274,32 +248,35 @@ def _publish_large(github: FakeGitHub, tmp_path: Path, tag: str, size: int) -> N
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to tell which file is fsynced")
-def test_a_ranged_download_whose_archive_flush_fails_fails_the_install_though_extraction_finished(
+@pytest.mark.parametrize(
+    ("size", "suffix", "flushed_by"),
+    [
+        # Over the size written on a thread of its own: flushed ahead while the next members inflate.
+        (5 * 1024 * 1024, "/libbig.so", "flush-ahead"),
+        # Fetched as ranges: the archive is flushed after the extraction got its end of stream.
+        (MIN_PARALLEL_BYTES + 1024 * 1024, ".part.ranged", "MainThread"),
+    ],
+    ids=["large-file-flushed-ahead", "ranged-archive"],
+)
+def test_a_flush_beside_the_extraction_that_fails_once_fails_the_install(
+    size: int,
+    suffix: str,
+    flushed_by: str,
     b7000_active: Path,
     github: FakeGitHub,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The extraction gets its end of stream before the archive's own flush (issue 25): that flush failing
-    afterwards must still fail the install, never leave a runtime built from an archive not on disk."""
+    """Flushes that run beside the extraction (issue 25) fail the install with their error. The kernel
+    reports a lost write-back to one fsync only: a later flush of the same file would succeed."""
     home = b7000_active
-    _publish_large(github, tmp_path, "b7002", MIN_PARALLEL_BYTES + 1024 * 1024)  # fetched as ranges
+    _publish_large(github, tmp_path, "b7002", size)
     guard = HomeGuard(None, home)
-    real_fsync = os.fsync
-    hits: list[str] = []
-
-    def failing_fsync(fd: int) -> None:
-        path = os.readlink(f"/proc/self/fd/{fd}")
-        if path.startswith(str(home)) and path.endswith(".part.ranged") and not hits:
-            hits.append(path)
-            raise OSError(errno.EIO, "Input/output error (injected)")
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", failing_fsync)
+    hits = inject_fsync_error(monkeypatch, lambda path: path.startswith(str(home)) and path.endswith(suffix), once=True)
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7002", "--backend", "cpu")
 
-    assert len(hits) == 1, "the ranged archive's flush was never reached"
+    assert [thread for _path, thread in hits] == [flushed_by], hits
     assert code != 0
     assert "Input/output error" in payload["error"]["message"]
     guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
@@ -307,6 +284,7 @@ def test_a_ranged_download_whose_archive_flush_fails_fails_the_install_though_ex
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7002", "--backend", "cpu")
     assert code == 0, payload
     assert payload["active"]["tag"] == "b7002"
+    assert_no_leftovers(home)
 
 
 # -- what counts as a leftover --------------------------------------------------------

@@ -24,13 +24,12 @@ caller discards ``dest`` itself.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import queue
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Final
@@ -150,17 +149,7 @@ def extract_archive(
         _poll(cancel, label)
         plan.admit(member)
 
-    writer = _Writer(root, label, limits, cancel, ahead)
-    write_plan = MemberPlan(label, limits)
-    with writer.dropping_flushes_on_error():
-        for member, opener in reader():
-            _poll(cancel, label)
-            name = write_plan.admit(member)
-            if name is not None:
-                _write_member(writer, name, member, opener, label)
-        writer.result.member_count = write_plan.count
-        check_links_on_disk(root, writer.result.symlinks, label)
-    return writer.result
+    return _write_all(_Writer(root, label, limits, cancel, ahead), MemberPlan(label, limits), reader())
 
 
 def extract_tar_stream(
@@ -196,15 +185,22 @@ def extract_tar_stream(
     _prepare_dest(dest)
     root = dest.resolve()
     plan = MemberPlan(label, limits)
-    writer = _Writer(root, label, limits, cancel)
-    with writer.dropping_flushes_on_error():
-        for member, opener in tar_stream_members(stream, label):
-            _poll(cancel, label)
+    return _write_all(_Writer(root, label, limits, cancel), plan, tar_stream_members(stream, label))
+
+
+def _write_all(writer: _Writer, plan: MemberPlan, members: Iterable[tuple[Member, Opener]]) -> ExtractResult:
+    """Write every member ``plan`` admits, then check the links on disk; a failure drops the flushes begun."""
+    try:
+        for member, opener in members:
+            _poll(writer.cancel, writer.label)
             name = plan.admit(member)
             if name is not None:
-                _write_member(writer, name, member, opener, label)
+                _write_member(writer, name, member, opener, writer.label)
         writer.result.member_count = plan.count
-        check_links_on_disk(root, writer.result.symlinks, label)
+        check_links_on_disk(writer.root, writer.result.symlinks, writer.label)
+    except BaseException:
+        writer.result.ahead.drop()  # the caller throws the tree away: its files need no flush
+        raise
     return writer.result
 
 
@@ -269,15 +265,6 @@ class _Writer:
 
     def refuse(self, why: str) -> UnsafeArchiveError:
         return UnsafeArchiveError(f"Refusing {self.label}: {why}")
-
-    @contextlib.contextmanager
-    def dropping_flushes_on_error(self) -> Iterator[None]:
-        """A failed extraction's tree is thrown away: its files need no flush."""
-        try:
-            yield
-        except BaseException:
-            self.result.ahead.drop()
-            raise
 
     def path(self, name: str) -> Path:
         return self.root.joinpath(*name.split("/"))
