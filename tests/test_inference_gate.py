@@ -127,7 +127,11 @@ def test_switch_with_a_loaded_model_completes_after_a_real_completion_on_the_new
     assert speeds_of(payload["active"]) == speeds_of(payload["previous"]) == {}
     # The same bytes: the same greedy answer, and no warning about it; a real answer, not one token repeated.
     assert gate["answer"] == gate["previous_answer"] and gate["answer"].strip()
-    assert len(set(gate["answer"])) > 1 and payload["warnings"] == [], payload["warnings"]
+    # No warning but, at most, the speed guard's: the tiny model's speed on lavapipe and on 2 CPU cores
+    # moves by tens of percent between two servers of the same bytes (docs/inference-gate.md; a CI run
+    # once saw "26% slower" here), and by default a slowdown only warns. bench_gate measures that guard.
+    others = [w for w in payload["warnings"] if " slower than b7000 (vulkan) on the same request" not in w]
+    assert len(set(gate["answer"])) > 1 and others == [], payload["warnings"]
     server = ManagedServer(Home(home).server_dir)
     status = server.status()
     assert status.healthy and status.pid != started["pid"] and status.runtime_name == payload["active"]["name"]
