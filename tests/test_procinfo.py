@@ -62,3 +62,14 @@ def test_without_proc_psutil_gives_the_same_answers(monkeypatch: pytest.MonkeyPa
     expected = (pid_alive(os.getpid()), process_start_ticks(os.getpid()))
     monkeypatch.setattr(procinfo, "_PROC_STAT", False)
     assert (pid_alive(os.getpid()), process_start_ticks(os.getpid())) == expected == (True, _psutil_ticks(os.getpid()))
+
+
+@linux_only
+def test_a_process_hidden_from_proc_is_asked_of_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    # /proc mounted with hidepid=2 shows only our own processes: the pid's entry is missing.
+    monkeypatch.setattr(procinfo, "_proc_stat", lambda pid: None)
+    assert pid_alive(os.getpid())  # the kernel still knows it
+    assert pid_alive(1)  # init: another user's (or ours, as root): alive either way
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert not pid_alive(child.pid)

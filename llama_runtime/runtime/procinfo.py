@@ -70,7 +70,15 @@ def pid_alive(pid: int) -> bool:
         return False
     if _PROC_STAT:
         fields = _proc_stat(pid)
-        return fields is not None and fields[_STATE] != b"Z"
+        if fields is not None:
+            return fields[_STATE] != b"Z"
+        try:  # a /proc mounted with hidepid hides other users' processes: ask the kernel, as psutil does
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True  # exists, owned by someone we may not ask
+        return True
     import psutil
 
     try:
