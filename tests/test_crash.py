@@ -155,12 +155,13 @@ def _assert_unchanged_and_retry_works(
     github: FakeGitHub,
     guard: HomeGuard,
     undo: Callable[[], None],
+    tag: str = "b7001",
 ) -> None:
     guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
     undo()
-    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")
     assert code == 0, payload
-    assert payload["active"]["tag"] == "b7001"
+    assert payload["active"]["tag"] == tag
     assert_no_leftovers(home)
 
 
@@ -279,12 +280,7 @@ def test_a_flush_beside_the_extraction_that_fails_once_fails_the_install(
     assert [thread for _path, thread in hits] == [flushed_by], hits
     assert code != 0
     assert "Input/output error" in payload["error"]["message"]
-    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
-    monkeypatch.undo()
-    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7002", "--backend", "cpu")
-    assert code == 0, payload
-    assert payload["active"]["tag"] == "b7002"
-    assert_no_leftovers(home)
+    _assert_unchanged_and_retry_works(capsys, home, github, guard, monkeypatch.undo, tag="b7002")
 
 
 # -- what counts as a leftover --------------------------------------------------------
