@@ -77,7 +77,7 @@ def pid_alive(pid: int) -> bool:
         except ProcessLookupError:
             return False
         except PermissionError:
-            return True  # exists, owned by someone we may not ask
+            pass  # exists, owned by someone we may not ask
         return True
     import psutil
 
