@@ -264,3 +264,51 @@ def test_a_tampered_companion_record_naming_paths_outside_the_runtime_is_never_r
     assert _cudart_downloads(github, "b11130") == 1
     assert outcome.active.marker.companion_from == ""
     assert not any("secret" in rel for rel in outcome.active.marker.files)
+
+
+# -- every archive that reaches a runtime is judged by its own attestation ---------------------------------------
+
+
+def _attest_cuda(github: FakeGitHub, tmp_path: Path, tag: str) -> dict[str, dict[str, object]]:
+    """Publish ``tag``'s CUDA build and companion, each attested by a minted bundle of its own sha256."""
+    import hashlib
+
+    from tests.sigstore_mint import private_sigstore, release_yml_identity, slsa_statement
+
+    _publish_cuda(github, tmp_path, tag)
+    bundles: dict[str, dict[str, object]] = {}
+    for name in (f"llama-{tag}-bin-ubuntu-cuda-12.8-x64.tar.gz", f"cudart-llama-{tag}-bin-ubuntu-cuda-12.8-x64.tar.gz"):
+        kind = "cudart" if name.startswith("cudart") else "cuda"
+        digest = hashlib.sha256((tmp_path / f"{tag}-{kind}.tar.gz").read_bytes()).hexdigest()
+        identity = release_yml_identity()
+        bundles[name] = private_sigstore().mint(slsa_statement({name: digest}, identity), identity)
+        github.add_attestation(REPO, digest, bundles[name])
+    return bundles
+
+
+def test_each_companion_records_its_own_verified_bundle_and_an_export_of_it_verifies_offline(
+    github: FakeGitHub, tmp_path: Path, minted_root: Path
+) -> None:
+    from llama_runtime.updater.offline.export import export_bundle
+    from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
+    from llama_runtime.updater.verify.provenance import ProvenanceCheck
+
+    tag = "b11026"
+    bundles = _attest_cuda(github, tmp_path, tag)
+    check = ProvenanceCheck(require=True, trusted_root=minted_root, offline=True)
+    installer = _installer(github, tmp_path / "home")
+    installer.provenance = installer.pipeline.acquirer.provenance_check = check
+    marker = installer.update(UpdateRequest(repo=REPO, tag=tag)).active.marker
+    assert marker.provenance["status"] == "verified"
+    (entry,) = marker.extra_assets
+    assert entry["provenance"]["status"] == "verified"
+    assert entry["provenance"]["bundle"] == bundles[entry["name"]]
+    exported = export_bundle(installer.home, tmp_path / "runtime.tar.gz")
+    assert exported.carries_archive
+    fleet = Installer(
+        Home(tmp_path / "fleet"), host=lambda: CUDA_12_8_HOST, runner=_lists_a_cuda_device, provenance=check
+    )
+    outcome = install_file(fleet, InstallFileRequest(exported.path, default_repo=REPO))
+    assert outcome.active.marker.provenance["status"] == "verified"
+    assert outcome.active.marker.extra_assets[0]["provenance"]["bundle"] == bundles[entry["name"]]
+    assert (outcome.active.binary.parent / "libcudart.so.12.8.57").read_bytes() == b"\x7fELF cudart"

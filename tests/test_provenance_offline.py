@@ -356,3 +356,112 @@ def test_forged_export_that_keeps_its_archive_installs_the_attested_bytes_and_ne
     assert installed != forged_server(sentinel) and b"stand-in" in installed
     assert not sentinel.exists(), "the forged llama-server ran during install"
     assert_runs(Path(payload["active"]["binary"]))
+
+
+# -- a forged export: every archive that reaches a runtime is judged --------------------------
+
+
+def gomp_archive(path: Path) -> Path:
+    """A companion archive dropping ``libgomp.so.1``, a library llama-server loads from beside itself."""
+    payload = b"\x7fELF not really a library\n"
+    with tarfile.open(path, "w:gz") as tf:
+        info = tarfile.TarInfo("libgomp.so.1")
+        info.size, info.mode = len(payload), 0o755
+        tf.addfile(info, io.BytesIO(payload))
+    return path
+
+
+def with_companion(good: Path, bad: Path, extra: Path, recorded: dict[str, Any] | None) -> Path:
+    """``good`` with ``extra`` carried as a companion its marker lists, recording ``recorded`` as its provenance."""
+    with tarfile.open(good, "r:gz") as src:
+        members = [(info, src.extractfile(info).read() if info.isreg() else None) for info in src]  # type: ignore[union-attr]
+    marker = json.loads(next(data for info, data in members if info.name == "llama-runtime.json") or b"")
+    data = extra.read_bytes()
+    entry: dict[str, Any] = {"name": extra.name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    if recorded is not None:
+        entry["provenance"] = recorded
+    marker["extra_assets"] = [*marker.get("extra_assets", []), entry]
+    with tarfile.open(bad, "w:gz") as dst:
+        for info, payload in members:
+            if info.name == "llama-runtime.json":
+                payload = json.dumps(marker).encode()
+                info.size = len(payload)
+            dst.addfile(info, io.BytesIO(payload) if payload is not None else None)
+            if info.name == "llama-runtime.json":
+                carried = tarfile.TarInfo(SOURCE_PREFIX + extra.name)
+                carried.size = len(data)
+                dst.addfile(carried, io.BytesIO(data))
+    return bad
+
+
+def no_gomp_under(home: Path) -> bool:
+    return not any(p.name == "libgomp.so.1" for p in home.rglob("*"))
+
+
+def test_export_with_an_added_unattested_companion_is_refused_under_require_provenance_before_extraction(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, active_b7000: Path
+) -> None:
+    good = exported(capsys, tmp_path, monkeypatch)
+    bad = with_companion(good, tmp_path / "forged.tar.gz", gomp_archive(tmp_path / "libs.tar.gz"), None)
+    code, payload = failing_install_file(capsys, active_b7000, str(bad), "--require-provenance")
+    assert code == 8, payload
+    assert payload["error"]["code"] == "provenance_missing"
+    assert "libs.tar.gz" in payload["error"]["message"]
+    assert no_gomp_under(active_b7000), "the unattested companion was extracted"
+
+
+def test_export_with_an_added_unattested_companion_installs_unverified_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, active_b7000: Path
+) -> None:
+    good = exported(capsys, tmp_path, monkeypatch)
+    bad = with_companion(good, tmp_path / "forged.tar.gz", gomp_archive(tmp_path / "libs.tar.gz"), None)
+    code, payload = cli_json(capsys, "install-file", str(bad), "--home", str(active_b7000))
+    assert code == 0, payload
+    provenance = payload["active"]["provenance"]
+    assert provenance["status"] == "unverified", provenance
+    assert provenance["reason"].startswith("libs.tar.gz: "), provenance
+    code, status = cli_json(capsys, "status", "--home", str(active_b7000))
+    assert code == 0 and status["active"]["provenance"]["status"] == "unverified"
+    assert "signed by" not in json.dumps(status["active"]["provenance"])
+
+
+def test_export_whose_companion_records_a_bundle_for_other_bytes_is_exit_8_before_extraction(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, active_b7000: Path
+) -> None:
+    good = exported(capsys, tmp_path, monkeypatch)
+    claimed = {"status": "verified", "reason": "verified against the staging root", "bundle": real_bundle()}
+    bad = with_companion(good, tmp_path / "forged.tar.gz", gomp_archive(tmp_path / "libs.tar.gz"), claimed)
+    code, payload = failing_install_file(capsys, active_b7000, str(bad))
+    assert code == 8, payload
+    assert payload["error"]["code"] == "provenance_failed"
+    assert "libs.tar.gz" in payload["error"]["message"]
+    assert no_gomp_under(active_b7000), "the companion was extracted though its attestation failed"
+
+
+def test_export_whose_companion_bundle_attests_its_bytes_installs_verified_and_keeps_that_bundle(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, active_b7000: Path
+) -> None:
+    # A companion whose recorded bundle does attest its bytes verifies, and the runtime stays verified.
+    good = exported(capsys, tmp_path, monkeypatch)
+    extra = gomp_archive(tmp_path / "libs.tar.gz")
+    recorded = {"status": "verified", "reason": "verified against the staging root", "bundle": real_bundle()}
+    real = __import__("llama_runtime.updater.verify.signer", fromlist=["verify_bundle"])
+    remapped = real.verify_bundle
+    extra_sha = sha256_of(extra)
+
+    def verify(bundle: dict[str, Any], sha256: str, policy: Any, trust: Any) -> Any:
+        # The companion is "attested" by the same real bundle: the one substitution, as remap_subject does.
+        from tests.test_provenance_e2e import ATTESTED_SHA256
+
+        return remapped(bundle, ATTESTED_SHA256 if sha256 == extra_sha else sha256, policy, trust)
+
+    monkeypatch.setattr(real, "verify_bundle", verify)
+    bad = with_companion(good, tmp_path / "with-companion.tar.gz", extra, recorded)
+    code, payload = cli_json(capsys, "install-file", str(bad), "--home", str(active_b7000), "--require-provenance")
+    assert code == 0, payload
+    assert payload["active"]["provenance"]["status"] == "verified"
+    binary = Path(payload["active"]["binary"])
+    [marker_file] = [p / "llama-runtime.json" for p in binary.parents if (p / "llama-runtime.json").is_file()]
+    marker = json.loads(marker_file.read_text())
+    [entry] = marker["extra_assets"]
+    assert entry["provenance"]["status"] == "verified" and entry["provenance"]["bundle"] == real_bundle()

@@ -79,7 +79,11 @@ class ReusedCompanion:
         return Provenance("absent" if status == "absent" else "unverified", reason)
 
     def meta_entry(self) -> dict[str, object]:
-        """The new marker's ``extra_assets`` entry: the asset named, and where its files came from."""
+        """The new marker's ``extra_assets`` entry: the asset named, and where its files came from.
+
+        The donor's recorded attestation of the archive travels with it, so an
+        export that carries that archive can be judged against its own bundle.
+        """
         return {
             "name": self.asset.name,
             "size": self.asset.size,
@@ -87,7 +91,15 @@ class ReusedCompanion:
             "from": self.donor.marker.tag,
             "from_asset": self.name,
             **companion_entry(self.files, self.links),
+            **self._donor_attestation(),
         }
+
+    def _donor_attestation(self) -> dict[str, object]:
+        for entry in self.donor.marker.extra_assets:
+            recorded = entry.get("provenance")
+            if entry.get("name") == self.name and isinstance(recorded, dict):
+                return {"provenance": recorded}
+        return {}
 
 
 def companion_key(name: str) -> tuple[str, str, str] | None:

@@ -54,7 +54,13 @@ from llama_runtime.updater.stage.archive import ExtractResult
 from llama_runtime.updater.stage.streaming import Fetched, FetchOptions, fetch_asset
 from llama_runtime.updater.verify.attested import ATTESTED_UPSTREAM_BUNDLE_MISSING, remember_attested, was_attested
 from llama_runtime.updater.verify.installed import Staged, extract_staged, marker_from_meta, new_staging_path
-from llama_runtime.updater.verify.provenance import Provenance, ProvenanceCheck, combine, with_build_commit
+from llama_runtime.updater.verify.provenance import (
+    Provenance,
+    ProvenanceCheck,
+    combine,
+    record_each_provenance,
+    with_build_commit,
+)
 from llama_runtime.updater.verify.verifier import Verifier, at_stage
 from llama_runtime.updater.verify.verify import Expected, read_back_marker
 
@@ -227,9 +233,8 @@ class Acquirer:
         repo: str,
         assets: tuple[Asset, ...],
         downloads: list[DownloadResult],
-        reused: Sequence[tuple[str, Provenance]] = (),
-    ) -> Provenance:
-        """Each downloaded file's build provenance, combined with ``reused`` files' (before anything is extracted).
+    ) -> list[tuple[str, Provenance]]:
+        """Each downloaded file's build provenance, checked against its own attestation (before anything is extracted).
 
         Raises:
             ProvenanceError: A published attestation does not verify.
@@ -255,7 +260,7 @@ class Acquirer:
                 # Verified here before: its builder attests it, only this source lacks the proof.
                 check = Provenance("unverified", f"{ATTESTED_UPSTREAM_BUNDLE_MISSING} ({check.reason})")
             results.append((asset.name, check))
-        return combine([*results, *reused])
+        return results
 
     def partial_path(self, asset: Asset) -> Path:
         """The download of ``asset`` in ``downloads/``."""
@@ -518,10 +523,10 @@ class InstallPipeline:
             emit(Progress("verify", message="checking build provenance"))
             skipped = {r.asset.name for r in reused}
             assets = (choice.asset, *(a for a in choice.extra_assets if a.name not in skipped))
-            result = self.acquirer.provenance(
-                release.repo, assets, downloads, [(r.name, r.provenance()) for r in reused]
-            )
+            each = self.acquirer.provenance(release.repo, assets, downloads)
+            result = combine([*each, *((r.name, r.provenance()) for r in reused)])
             meta["provenance"] = with_build_commit(result, release.target_commitish).to_marker()
+            record_each_provenance(meta, each[1:], keep={r.asset.name for r in reused})
             if main.extracted is None:
                 return None
             staging = new_staging_path(self.home)

@@ -352,16 +352,20 @@ class Repacked:
     files: Path
     sources: dict[str, tuple[Path, str]]
 
-    def attested_archives(self, marker: InstallMarker) -> list[Path] | None:
-        """The carried archives that are the marker's assets (main first), or ``None`` (repacked)."""
+    def attested_archives(self, marker: InstallMarker) -> list[tuple[str, tuple[Path, str]]] | None:
+        """The carried archives that are the marker's assets (main first), or ``None`` (repacked).
+
+        Each comes with the sha256 of its carried bytes; the attestations are judged against those
+        (``offline.file_provenance``): a marker's record of an archive is only a name to look for.
+        """
         wanted = [(marker.asset, marker.sha256)]
         wanted += [(str(e.get("name", "")), str(e.get("sha256", ""))) for e in marker.extra_assets]
-        found: list[Path] = []
+        found: list[tuple[str, tuple[Path, str]]] = []
         for name, sha256 in wanted:
             held = self.sources.get(name)
             if held is None or held[1] != sha256.lower():
                 return None
-            found.append(held[0])
+            found.append((name, held))
         return found
 
 

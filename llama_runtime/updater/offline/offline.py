@@ -24,7 +24,7 @@ import secrets
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -48,7 +48,13 @@ from llama_runtime.updater.offline.export import read_bundle_marker, repack_bund
 from llama_runtime.updater.progress import silent
 from llama_runtime.updater.release.assetnames import AssetInfo, parse_asset_name
 from llama_runtime.updater.verify.installed import damage, find_build
-from llama_runtime.updater.verify.provenance import Provenance, ProvenanceCheck, read_attestation_file
+from llama_runtime.updater.verify.provenance import (
+    Provenance,
+    ProvenanceCheck,
+    combine,
+    read_attestation_file,
+    record_each_provenance,
+)
 
 __all__ = ["InstallFileRequest", "install_file"]
 
@@ -173,40 +179,73 @@ REPACKED: Final = (
 )
 
 
+@dataclass(frozen=True)
+class Carried:
+    """A release archive about to be extracted: its name (as the marker records it), path and sha256."""
+
+    name: str
+    path: Path
+    sha256: str
+
+
 def file_provenance(
     check: ProvenanceCheck,
     request: InstallFileRequest,
     meta: dict[str, object],
     bundled: InstallMarker | None,
+    archives: Sequence[Carried],
     *,
     carried: bool = False,
 ) -> Provenance:
     """The provenance of a file install, checked offline before anything is extracted.
 
-    Decided from bytes about to be extracted (issue 28): ``--bundle``, or an
-    export's recorded bundle, is verified against the sha256 of the archive
-    being installed. An export that carries its release archive (``carried``)
-    installs from it; one that does not is ``repacked`` and never verified,
-    whatever its (unsigned) marker claims.
+    Every archive that will be extracted (``archives``, main first) is judged
+    against its own attestation and the sha256 of its bytes: ``--bundle`` or the
+    export's recorded bundle for the main archive, the bundle recorded beside
+    each companion for the others. The runtime is ``verified`` only if every one
+    is; an archive nothing attests makes it ``unverified``, which
+    ``--require-provenance`` refuses here, before any byte is extracted or run.
+    An export that does not carry its release archives (``carried`` false) is
+    ``repacked`` and never verified, whatever its (unsigned) marker claims.
 
     Raises:
         ProvenanceError: A given or recorded attestation does not verify.
-        ProvenanceMissingError: Provenance is required and none verified.
+        ProvenanceMissingError: Provenance is required and an archive has none verified.
     """
-    asset, sha256, repo = str(meta["asset"]), str(meta["sha256"]), str(meta["repo"])
+    asset, repo = str(meta["asset"]), str(meta["repo"])
     if bundled is not None and not carried:
+        record_each_provenance(meta, [])
         return check.not_checked(asset, REPACKED)
+    main = _main_provenance(check, request, repo, bundled, archives[0])
+    recorded = {str(e.get("name", "")): e.get("provenance") for e in (bundled.extra_assets if bundled else ())}
+    extras = [(a.name, _companion_provenance(check, repo, a, recorded.get(a.name))) for a in archives[1:]]
+    record_each_provenance(meta, extras)
+    return combine([(asset, main), *extras])
+
+
+def _main_provenance(
+    check: ProvenanceCheck, request: InstallFileRequest, repo: str, bundled: InstallMarker | None, main: Carried
+) -> Provenance:
+    """The main archive's: ``--bundle`` first, else what the export recorded of it."""
     if request.attestation is not None:
-        return check.evaluate(asset, sha256, repo, read_attestation_file(request.attestation))
+        return check.evaluate(main.name, main.sha256, repo, read_attestation_file(request.attestation))
     if bundled is None:
-        return check.not_checked(asset, "installed from a file without --bundle")
+        return check.not_checked(main.name, "installed from a file without --bundle")
     recorded = bundled.provenance
     if isinstance(recorded.get("bundle"), dict):
-        result = check.evaluate(asset, sha256, repo, [recorded["bundle"]])
+        result = check.evaluate(main.name, main.sha256, repo, [recorded["bundle"]])
         return replace(result, reason=f"{result.reason}; re-verified from the release archive the export carries")
     if recorded.get("status") == "absent":
-        return check.evaluate(asset, sha256, repo, [])
-    return check.not_checked(asset, "restored from an export whose provenance was not checked")
+        return check.evaluate(main.name, main.sha256, repo, [])
+    return check.not_checked(main.name, "restored from an export whose provenance was not checked")
+
+
+def _companion_provenance(check: ProvenanceCheck, repo: str, archive: Carried, recorded: object) -> Provenance:
+    """A companion archive's, from the bundle recorded beside it: nothing else vouches for its bytes."""
+    bundle = recorded.get("bundle") if isinstance(recorded, dict) else None
+    if not isinstance(bundle, dict):
+        return check.not_checked(archive.name, "no attestation travels with this archive")
+    return check.evaluate(archive.name, archive.sha256, repo, [bundle])
 
 
 # -- install-file ------------------------------------------------------------------------
@@ -252,8 +291,11 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
                     "nothing was installed."
                 )
             meta["digest_verified"] = expected_sha is not None
-            archives, carried = _archives(copy, bundled, meta, work)
-            provenance = file_provenance(installer.provenance, request, meta, bundled, carried=carried)
+            carried_archives, carried = _archives(copy, bundled, meta, work)
+            provenance = file_provenance(
+                installer.provenance, request, meta, bundled, carried_archives, carried=carried
+            )
+            archives = [a.path for a in carried_archives]
             meta["provenance"] = provenance.to_marker()
             if active is not None and damage(active, hash_binary=True, snapshot=snapshot):
                 active = None  # reinstalled from these bytes; a damaged runtime is no rollback target
@@ -275,8 +317,8 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
 
 def _archives(
     copy: _Copy, bundled: InstallMarker | None, meta: dict[str, object], work: Path
-) -> tuple[list[Path], bool]:
-    """What to extract (main first), and whether it is the attested release archive itself.
+) -> tuple[list[Carried], bool]:
+    """What to extract (main first), and whether these are the release archives themselves.
 
     A plain archive is itself. An export is taken apart (its files checked against
     its marker): when it carries the release archives its marker names, those are
@@ -284,12 +326,12 @@ def _archives(
     """
     if bundled is None:
         meta["size"], meta["sha256"] = copy.size, copy.sha256
-        return [copy.path], True
+        return [Carried(copy.path.name, copy.path, copy.sha256)], True
     repacked = repack_bundle(copy.path, bundled, work / "bundle-files" / copy.path.name)
     originals = repacked.attested_archives(bundled)
     if originals is None:
-        return [repacked.files], False
-    return originals, True
+        return [Carried(bundled.asset, repacked.files, "")], False
+    return [Carried(name, path, sha256) for name, (path, sha256) in originals], True
 
 
 def _keep_attested(installer: Installer, archives: list[Path], meta: dict[str, object]) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import base64
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -49,6 +49,7 @@ __all__ = [
     "predicate_type",
     "read_attestation_file",
     "read_listing",
+    "record_each_provenance",
     "with_build_commit",
 ]
 
@@ -349,6 +350,27 @@ def combine(results: Sequence[tuple[str, Provenance]]) -> Provenance:
             if result.status == status:
                 return result if name == results[0][0] else Provenance(status, f"{name}: {result.reason}")
     return results[0][1]
+
+
+def record_each_provenance(
+    meta: dict[str, object], results: Sequence[tuple[str, Provenance]], *, keep: Collection[str] = ()
+) -> None:
+    """Record each companion archive's own result (with its bundle) in its ``extra_assets`` entry of ``meta``.
+
+    What an entry said before is replaced, not merged: an entry's provenance is
+    only ever what was checked here against these bytes, never what an
+    (unsigned) marker from elsewhere claimed. ``keep`` names entries whose
+    record comes from this home's own verified install (a reused companion).
+    """
+    judged = dict(results)
+    entries = [dict(e) for e in meta.get("extra_assets", ())]  # type: ignore[attr-defined]
+    for entry in entries:
+        result = judged.get(str(entry.get("name", "")))
+        if result is not None:
+            entry["provenance"] = result.to_marker()
+        elif entry.get("name") not in keep:
+            entry.pop("provenance", None)
+    meta["extra_assets"] = tuple(entries)
 
 
 @dataclass(frozen=True)
