@@ -83,6 +83,25 @@ def test_same_archive_again_is_up_to_date(
     assert snapshot_tree(home / "runtimes") == before
 
 
+def test_same_archive_again_over_a_library_damaged_at_the_same_size_reinstalls_it(
+    active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    marker = json.loads(Path(active_b7000["active"]["marker_path"]).read_text())
+    runtime = Path(active_b7000["active"]["marker_path"]).parent
+    library = next(rel for rel in marker["files"] if "libllama" in rel)
+    damaged = runtime / library
+    damaged.write_bytes(b"\0" * damaged.stat().st_size)  # same size: only a hash tells
+    archive = tmp_path / CPU_TAR.format(tag="b7000")
+    code, payload = run_json(capsys, home, None, "install-file", str(archive), "--tag", "b7000")
+    assert code == 0, payload
+    assert payload["result"] != "up_to_date", payload
+    installed = Path(payload["active"]["marker_path"]).parent / library
+    assert hashlib.sha256(installed.read_bytes()).hexdigest() == marker["files"][library]["sha256"]
+    code, status = run_json(capsys, home, None, "status")
+    assert code == 0 and status["active"]["tag"] == "b7000", status
+    assert_runs(Path(status["active"]["binary"]))
+
+
 def test_second_archive_keeps_the_first_as_rollback_target(
     active_b7000: dict[str, Any], capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:

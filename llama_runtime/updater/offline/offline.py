@@ -47,7 +47,7 @@ from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.offline.export import read_bundle_marker, repack_bundle
 from llama_runtime.updater.progress import silent
 from llama_runtime.updater.release.assetnames import AssetInfo, parse_asset_name
-from llama_runtime.updater.verify.installed import damage, find_build
+from llama_runtime.updater.verify.installed import damage, find_build, verify_files
 from llama_runtime.updater.verify.provenance import (
     Provenance,
     ProvenanceCheck,
@@ -301,7 +301,9 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
                 active = None  # reinstalled from these bytes; a damaged runtime is no rollback target
             if is_same_install(active, meta):
                 assert active is not None
-                return UpdateOutcome("up_to_date", active, snapshot.previous())
+                if not verify_files(active, snapshot.sha256):  # "these very bytes": every file, by hash
+                    return UpdateOutcome("up_to_date", active, snapshot.previous())
+                active = None
             there = _installed_copy(snapshot, meta, active)
             if there is not None and installer.reverify(there, silent, snapshot):
                 return installer.activate_installed(there, active, silent, [], verified=True, snapshot=snapshot)
