@@ -9,6 +9,7 @@ failure asserts the intact previous runtime is unchanged and still runs.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -164,12 +165,33 @@ def test_doctor_repair_reinstalls_a_truncated_binary_in_place(
     previous.assert_unchanged_and_runs()
 
 
+def test_doctor_repair_offline_reinstalls_from_the_archive_still_in_the_cache(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, two_installed: Home
+) -> None:
+    h = two_installed
+    previous = PreviousIntact(h)
+    assert any((home / "cache" / "assets").iterdir())
+    rewrite_same_size(active_binary(h))
+    code = main(["doctor", "--repair", "--home", str(home), "--api-url", OFFLINE])
+    said = capsys.readouterr().out
+    assert code == 0, said
+    assert "reinstalled b7001" in said, said
+    active = h.load(h.read_pointer().active or "")
+    assert active.marker.tag == "b7001" and active.marker.reason == "reinstalled from the cached release archives"
+    assert_runs(active.binary)
+    code, report = run_json(capsys, home, OFFLINE, "doctor")
+    assert code == 0 and report["healthy"], report
+    assert h.read_pointer().previous == previous.name
+    previous.assert_unchanged_and_runs()
+
+
 def test_doctor_repair_offline_moves_back_saying_so_and_keeps_the_newer_as_previous(
     capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, two_installed: Home
 ) -> None:
     h = two_installed
     damaged = h.read_pointer().active
     previous = PreviousIntact(h)
+    shutil.rmtree(home / "cache" / "assets")  # nothing at hand to reinstall from
     truncate(active_binary(h))
     code = main(["doctor", "--repair", "--home", str(home), "--api-url", OFFLINE])
     said = capsys.readouterr().out

@@ -440,10 +440,15 @@ def _reinstaller(
     def reinstall(damaged: InstalledRuntime) -> InstalledRuntime:
         from llama_runtime.updater.choice.decide import UpdateRequest
         from llama_runtime.updater.engine import Engine
+        from llama_runtime.updater.offline.offline import reinstall_from_cache
 
         m = damaged.marker
         core = updater._core
         engine = Engine(dataclasses.replace(core.settings, repo=m.repo), core.seams)
+        # The archives the cache still holds first: a repair needs no network when its bytes are at hand.
+        offline = reinstall_from_cache(engine.installer(None), damaged)
+        if offline is not None:
+            return offline.active
         with engine.open_source() as source:
             # backend None: the installer keeps the damaged runtime's stored request.
             request = UpdateRequest(repo=m.repo, tag=m.tag)

@@ -36,7 +36,7 @@ from llama_runtime.runtime.errors import (
     ForeignMarkerError,
     UserInputError,
 )
-from llama_runtime.runtime.fsutil import is_disk_full, remove_tree_quietly
+from llama_runtime.runtime.fsutil import is_disk_full, remove_tree_quietly, sha256_file
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker
 from llama_runtime.updater.activate.attempts import UpdateOutcome
@@ -56,7 +56,7 @@ from llama_runtime.updater.verify.provenance import (
     record_each_provenance,
 )
 
-__all__ = ["InstallFileRequest", "install_file"]
+__all__ = ["InstallFileRequest", "install_file", "reinstall_from_cache"]
 
 log = get_logger("llama_runtime.install")
 
@@ -315,6 +315,54 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
             return outcome
         finally:
             remove_tree_quietly(work)  # best effort: never hides the install's own outcome
+
+
+def reinstall_from_cache(installer: Installer, damaged: InstalledRuntime) -> UpdateOutcome | None:
+    """``damaged``'s build again, from the release archives the home's cache still holds: no network.
+
+    Each archive is found by the sha256 the marker records and hashed again; its
+    provenance is judged as an export's is (each against the bundle recorded for
+    it, or unverified). ``None`` when any archive is gone or differs: the
+    caller falls back to downloading.
+
+    Raises:
+        LlamaRuntimeError: The install was refused; the active runtime is unchanged.
+    """
+    m = damaged.marker
+    wanted = [(m.asset, m.sha256), *((str(e.get("name", "")), str(e.get("sha256", ""))) for e in m.extra_assets)]
+    home = installer.home
+    with installer.lock.hold("doctor --repair"):
+        installer.finish_trial(silent)
+        snapshot = HomeSnapshot.read(home)
+        cached = _cached(installer, wanted)
+        if cached is None:
+            return None
+        request = InstallFileRequest(cached[0].path, default_repo=m.repo)
+        meta = {**bundle_meta(request, m), "source": m.source, "reason": "reinstalled from the cached release archives"}
+        meta["digest_verified"] = bool(m.digest_verified)
+        provenance = file_provenance(installer.provenance, request, meta, m, cached, carried=True)
+        meta["provenance"] = provenance.to_marker()
+        active = _active(installer, snapshot)
+        if active is not None and (damage(active, hash_binary=True, snapshot=snapshot) or active.name == damaged.name):
+            active = None  # a damaged runtime is no rollback target
+        archives = [c.path for c in cached]
+        return installer.pipeline.install_archives(
+            archives, meta, active=active, emit=silent, cancel=lambda: False, warnings=[], snapshot=snapshot
+        )
+
+
+def _cached(installer: Installer, wanted: list[tuple[str, str]]) -> list[Carried] | None:
+    """The cached archives named by ``wanted`` (name, sha256), each hashed again; ``None`` if any is missing."""
+    found: list[Carried] = []
+    for name, sha256 in wanted:
+        try:
+            path = installer.cache.path_for(sha256)
+            if not name or sha256_file(path) != sha256.lower():
+                return None
+        except (ValueError, OSError):
+            return None
+        found.append(Carried(name, path, sha256.lower()))
+    return found
 
 
 def _archives(
