@@ -5,6 +5,7 @@
 * every key in the JSON table is required by that command's schema, and real ``--json`` output of
   every command validates against its schema (so every documented key is really there);
 * the README links docs/, never ../shared (a user's clone has no ../shared).
+* docs/api.md's exception tree and table name every exported exception under its real base.
 """
 
 from __future__ import annotations
@@ -192,3 +193,84 @@ def assert_every_key_is_documented(seen: dict[str, Any]) -> None:
         if gaps:
             missing[name] = gaps
     assert not missing, json.dumps(missing)
+
+
+# -- docs/api.md's exception tree against the classes ----------------------------------------------
+
+API = ROOT / "docs" / "api.md"
+TREE_START = "<!-- exception tree: tests/test_docs_contract.py checks it against the code -->"
+
+
+def exported_exceptions() -> dict[str, type[BaseException]]:
+    """Every exception class ``llama_runtime`` exports, by name."""
+    import llama_runtime
+
+    found = {name: getattr(llama_runtime, name) for name in llama_runtime.__all__}
+    return {name: cls for name, cls in found.items() if isinstance(cls, type) and issubclass(cls, BaseException)}
+
+
+def render_tree(classes: dict[str, type[BaseException]]) -> str:
+    """The tree as docs/api.md draws it: one class a line, children by name, its exit code and code."""
+    from llama_runtime.runtime.errors import LlamaRuntimeError
+
+    lines: list[str] = []
+
+    def walk(cls: type[BaseException], prefix: str, branch: str, inner: str) -> None:
+        assert issubclass(cls, LlamaRuntimeError)
+        label = f"{prefix}{branch}{cls.__name__}"
+        lines.append(f"{label:<40}exit {cls.exit_code:<5}{cls.code}")
+        children = sorted((c for c in classes.values() if c.__bases__[0] is cls), key=lambda c: c.__name__)
+        for i, child in enumerate(children):
+            last = i == len(children) - 1
+            walk(child, prefix + inner, "`-- " if last else "+-- ", "    " if last else "|   ")
+
+    walk(LlamaRuntimeError, "", "", "")
+    return "\n".join(lines)
+
+
+def documented_tree() -> str:
+    text = API.read_text()
+    assert TREE_START in text, f"docs/api.md lost its marker {TREE_START!r}"
+    block = text.split(TREE_START, 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    return block.rstrip("\n")
+
+
+def test_every_public_error_class_is_exported_from_llama_runtime() -> None:
+    import importlib
+    import pkgutil
+
+    import llama_runtime
+    from llama_runtime.runtime.errors import LlamaRuntimeError
+
+    for module in pkgutil.walk_packages(llama_runtime.__path__, "llama_runtime."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    every: set[type[BaseException]] = set()
+    pending: list[type[BaseException]] = [LlamaRuntimeError]
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            if sub not in every:
+                every.add(sub)
+                pending.append(sub)
+    public = {cls.__name__ for cls in every if not cls.__name__.startswith("_")}
+    assert public <= set(exported_exceptions()), sorted(public - set(exported_exceptions()))
+
+
+def test_the_exception_tree_in_the_api_doc_is_the_codes() -> None:
+    expected = render_tree(exported_exceptions())
+    assert documented_tree() == expected, f"docs/api.md's tree should read:\n{expected}"
+
+
+def test_every_exported_exception_is_in_the_api_docs_table_under_its_base() -> None:
+    classes = exported_exceptions()
+    section = API.read_text().split("| exception (subclasses) |", 1)[1].split("\n\n", 1)[0]
+    named: list[str] = []
+    for row in section.splitlines()[2:]:
+        cell = row.split("|")[1]
+        heads, _, inner = cell.partition("(")
+        for head in ticks(heads):
+            named.append(head)
+            for sub in ticks(inner):
+                assert issubclass(classes[sub], classes[head]), f"{sub} is no {head}"
+                named.append(sub)
+    assert sorted(named) == sorted(set(classes) - {"LlamaRuntimeError"}), "each exception once in the table"
