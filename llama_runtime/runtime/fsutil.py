@@ -80,13 +80,37 @@ def sha256_file(path: Path) -> str:
 
 def fsync_directory(directory: Path) -> None:
     """Make a rename or creation inside ``directory`` durable (no-op on Windows)."""
+    if sys.platform != "win32":  # Windows cannot open a directory to flush it
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+#: Windows has no pread/pwrite: there a seek and the read or write after it must not interleave with
+#: another thread's on a shared (or dup'ed) descriptor.
+_POSITIONED: Final = threading.Lock()
+
+
+def pread(fd: int, size: int, offset: int) -> bytes:
+    """Up to ``size`` bytes of ``fd`` at ``offset`` (``os.pread``, emulated where it is missing)."""
     if sys.platform == "win32":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        with _POSITIONED:
+            os.lseek(fd, offset, os.SEEK_SET)
+            return os.read(fd, size)
+    else:
+        return os.pread(fd, size, offset)
+
+
+def pwrite(fd: int, data: bytes, offset: int) -> int:
+    """Write ``data`` to ``fd`` at ``offset`` (``os.pwrite``, emulated where it is missing)."""
+    if sys.platform == "win32":
+        with _POSITIONED:
+            os.lseek(fd, offset, os.SEEK_SET)
+            return os.write(fd, data)
+    else:
+        return os.pwrite(fd, data, offset)
 
 
 #: "No space left on device" and "disk quota exceeded": both mean the bytes do

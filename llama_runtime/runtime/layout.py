@@ -77,7 +77,7 @@ def check_home(root: Path, subdirs: Iterable[Path], *, deep: Iterable[Path] = ()
             one, or the home or a subdirectory is owned by another user or
             world-writable.
     """
-    if sys.platform == "win32":
+    if os.name == "nt":  # not sys.platform: mypy then checks what follows under every --platform
         return
     try:
         st = os.stat(root)  # the home itself may be a link to where the user wants it
@@ -162,7 +162,7 @@ def _refuse_link(link: Path | None) -> None:
 
 
 def _check_owner_and_mode(path: Path, st: os.stat_result, what: str) -> None:
-    if st.st_uid != os.geteuid():
+    if sys.platform != "win32" and st.st_uid != os.geteuid():
         raise UnsafeHomeError(
             f"{what} {path} belongs to user id {st.st_uid}, not to you (user id {os.geteuid()}); "
             "another user could change which llama-server runs.",

@@ -37,7 +37,10 @@ _PROC_STAT: Final[bool] = sys.platform.startswith("linux") and os.path.exists("/
 #: Fields of /proc/<pid>/stat after ``pid (comm) ``: the state (3rd) and the start time in clock ticks (22nd).
 _STATE: Final[int] = 0
 _START_TIME: Final[int] = 19
-_CLOCK_TICKS: Final[int] = os.sysconf("SC_CLK_TCK") if _PROC_STAT else 100
+if sys.platform == "win32":
+    _CLOCK_TICKS: Final[int] = 100
+else:
+    _CLOCK_TICKS: Final[int] = os.sysconf("SC_CLK_TCK") if _PROC_STAT else 100
 
 
 def _proc_stat(pid: int) -> list[bytes] | None:
@@ -155,8 +158,9 @@ def _paths_of(proc: psutil.Process) -> Iterator[str]:
             if os.sep in arg and cwd is not None:
                 yield os.path.realpath(os.path.join(cwd, arg))
     with contextlib.suppress(*unreadable):
-        for mapped in proc.memory_maps(grouped=True):
-            yield mapped.path
+        if sys.platform != "darwin":  # psutil has no memory maps on macOS
+            for mapped in proc.memory_maps(grouped=True):
+                yield mapped.path
     with contextlib.suppress(*unreadable):
         for opened in proc.open_files():
             yield opened.path

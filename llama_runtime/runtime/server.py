@@ -289,7 +289,8 @@ def _creation_flags() -> int:
     """Windows flags that let the server outlive this process and its console."""
     if sys.platform == "win32":
         return subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
-    return 0
+    else:
+        return 0
 
 
 # -- server_status: What is known about the managed server right now: the ``server`` object of t... --------------

@@ -38,7 +38,7 @@ from llama_runtime.runtime.errors import (
     RemoteError,
     SizeMismatchError,
 )
-from llama_runtime.runtime.fsutil import is_disk_full
+from llama_runtime.runtime.fsutil import is_disk_full, pread
 from llama_runtime.updater.credentials import redact_url
 from llama_runtime.updater.fetch.cache import human_size
 from llama_runtime.updater.fetch.partial import (
@@ -651,7 +651,7 @@ class FollowReader:
                 continue
             if self._fd is None:
                 self._fd = self._source._dup()
-            data = os.pread(self._fd, min(want, mark - self._pos), self._pos)
+            data = pread(self._fd, min(want, mark - self._pos), self._pos)
             if data:
                 self._pos += len(data)
                 return data

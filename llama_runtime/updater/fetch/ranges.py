@@ -38,7 +38,7 @@ from llama_runtime.runtime.errors import (
     NetworkError,
     SizeMismatchError,
 )
-from llama_runtime.runtime.fsutil import read_cache, write_record
+from llama_runtime.runtime.fsutil import pwrite, read_cache, write_record
 from llama_runtime.updater.config import DEFAULT_PARALLEL_DOWNLOADS
 from llama_runtime.updater.credentials import url_record
 from llama_runtime.updater.fetch.cache import human_size
@@ -446,7 +446,7 @@ class RangedDownload:
             raise SizeMismatchError(
                 f"{self.asset.name}: the server sent more bytes than the range asked for; the download was discarded."
             )
-        os.pwrite(fd, chunk, span.next)
+        pwrite(fd, chunk, span.next)
         with self._lock:
             span.done += len(chunk)
             on_disk = sum(s.done for s in self._spans)
