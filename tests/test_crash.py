@@ -39,8 +39,9 @@ from tests.helpers import (
 )
 from tests.helpers import run_killed as shared_run_killed
 
-#: Checkpoints an update passes; ``during_gc`` is reached while cleaning leftovers.
-INSTALL_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c not in {"during_gc", "during_share"})  # share: test_retention_and_shared_files
+#: Checkpoints an update passes; ``during_gc`` is reached while cleaning leftovers (``during_share``: see
+#: test_retention_and_shared_files.py).
+INSTALL_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c not in {"during_gc", "during_share"})
 FLIPPED = {"after_pointer_flip"}
 #: What a kill at each checkpoint leaves in staging/ and downloads/ (the next update cleans it).
 LEFT_BEHIND = {

@@ -406,7 +406,7 @@ def _is_plain_name(name: str) -> bool:
     return bool(name) and name not in {".", ".."} and _UNSAFE_NAME_CHARS.search(name) is None
 
 
-# -- snapshot: One look at the home: the pointer, every runtime directory and its marker, read o... --------------
+# -- snapshot: One look at the home: the pointer, every runtime and its marker. ----------------------------------
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 __all__ = ["Acquirer", "InstallPipeline", "PlannedInstall", "StoragePolicy", "download_meta"]
 
 
-# -- acquire: Acquiring a release's assets for one install: free space, download or cache, diges... --------------
+# -- acquire: A release's assets for one install: space, download or cache, digests. -----------------------------
 
 log = get_logger("llama_runtime.install")
 

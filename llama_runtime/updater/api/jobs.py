@@ -199,7 +199,7 @@ def terminal_progress(stream: TextIO | None = None) -> TerminalProgress | None:
     return TerminalProgress(target) if is_tty else None
 
 
-# -- job_recorder: The job as its own process runs it: progress events in, persisted job states... ---------------
+# -- job_recorder: The job as its own process runs it: events in, job states out. --------------------------------
 
 log = get_logger("llama_runtime.jobs")
 

@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 
-# -- results: What :class:`~updater.api.service.RuntimeUpdater`'s verbs return: small frozen, ty... --------------
+# -- results: What ``RuntimeUpdater``'s verbs return: small frozen, typed results. -------------------------------
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

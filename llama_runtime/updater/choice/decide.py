@@ -500,7 +500,7 @@ def highest_build_tag(tags: Iterable[str]) -> str | None:
     return max(numbered, key=lambda parsed: parsed.build or 0).tag if numbered else None
 
 
-# -- available: Which published releases this host could install (``list --available``), without... --------------
+# -- available: Which published releases this host could install (``list --available``). -------------------------
 
 
 @dataclass(frozen=True)

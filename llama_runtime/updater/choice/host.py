@@ -198,7 +198,7 @@ def host_for_platform(platform: str, cuda_version: str | None = None) -> HostFac
     )
 
 
-# -- host_file: ``plan --host FILE``: the facts of another machine, as its ``doctor --json`` pri... --------------
+# -- host_file: ``plan --host FILE``: the facts of another machine. ----------------------------------------------
 
 #: A host file is a few KB; anything bigger is not one (and is not read whole).
 MAX_HOST_FILE_BYTES: Final = 1024 * 1024

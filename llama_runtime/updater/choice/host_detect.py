@@ -108,7 +108,7 @@ class ProbePass:
         return answer
 
 
-# -- gpu_probes: Which GPUs this machine has, from ``nvidia-smi``, ``vulkaninfo``, ROCm tools an... --------------
+# -- gpu_probes: Which GPUs this machine has, from the vendors' tools and files. ---------------------------------
 
 #: NVIDIA's minimum Linux driver per CUDA toolkit (CUDA release notes, table 3).
 #: Only a fallback when the ``nvidia-smi`` banner has no "CUDA Version".
@@ -322,7 +322,7 @@ def probe_rocm(probe: ProbePass) -> tuple[bool, tuple[str, ...]]:
     return False, ()
 
 
-# -- platform_facts: Host facts beyond GPUs and CPU flags: OS and runtime versions a build may n... --------------
+# -- platform_facts: OS and runtime versions a build may need, beyond GPUs and CPU flags. ------------------------
 
 #: Runs a probe command; its standard output, or ``None`` when it failed or is missing.
 Call = Callable[..., str | None]

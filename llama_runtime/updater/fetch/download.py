@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 
-# -- asset_request: One GET of a release asset's bytes: redirects followed by hand, Range/If-Ran... --------------
+# -- asset_request: One GET of a release asset's bytes: redirects, ranges, validators. ---------------------------
 
 # GitHub uses two hops (github.com → CDN); more than a few means a loop.
 _MAX_REDIRECTS: Final[int] = 5

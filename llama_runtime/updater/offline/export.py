@@ -242,7 +242,7 @@ def export_bundle(home: Home, output: Path) -> ExportResult:
     return ExportResult(output, runtime, output.stat().st_size, carries_archive=bool(sources))
 
 
-# -- bundle: Bundles from ``llama-runtime export``: telling one apart, reading its marker, check... --------------
+# -- bundle: Bundles from ``llama-runtime export``: recognised, read, checked. -----------------------------------
 
 # A marker is a few kB even with hundreds of files; anything far larger is not one.
 _MAX_MARKER_BYTES: Final[int] = 4 * 1024 * 1024

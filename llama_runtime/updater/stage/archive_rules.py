@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-# -- archive_formats: Reading llama.cpp release archives: ``.zip`` and ``.tar.gz`` as one sequen... --------------
+# -- archive_formats: Reading ``.zip`` and ``.tar.gz`` release archives as one sequence. -------------------------
 
 #: Read size of the gzip stream: tarfile's default (10 KiB) costs ~25,000
 #: Python-level reads per 256 MB; 1 MiB makes decompression the only cost.

@@ -234,7 +234,7 @@ def _fingerprint_damage(runtime: InstalledRuntime, snapshot: HomeSnapshot | None
     return found.damage
 
 
-# -- staging: The staged tree: extracting a release's archives into staging/ and describing them... --------------
+# -- staging: The staged tree: a release's archives extracted into staging/. -------------------------------------
 
 
 @dataclass

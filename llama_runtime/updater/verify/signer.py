@@ -302,7 +302,7 @@ def statement_violation(statement: object, sha256: str) -> str | None:
     return None
 
 
-# -- attestation: The cryptographic half of provenance: sigstore-python verifies one Sigstore bu... --------------
+# -- attestation: The cryptographic half of provenance: one Sigstore bundle verified. ----------------------------
 
 _IN_TOTO_PAYLOAD: Final = "application/vnd.in-toto+json"
 _REFRESH_HINT: Final = (
