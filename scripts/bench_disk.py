@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bytes once (issue 26): what kept builds cost on disk, what a CUDA update downloads, how big a home stays.
+"""Bytes once: what kept builds cost on disk, what a CUDA update downloads, how big a home stays.
 
 Everything runs against the fake GitHub (tests/fakegithub.py, a real HTTP server on 127.0.0.1) with
 builds that differ the way real successive Linux CUDA builds do: each build's ``llama-server`` and main

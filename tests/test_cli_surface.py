@@ -252,7 +252,7 @@ def test_the_shell_completes_commands_options_and_installed_tags(installed: Path
 def test_the_shell_completes_backends_channels_platforms_tags_and_global_options_after_the_command(
     installed: Path, tmp_path: Path
 ) -> None:
-    """Issue 29: `--backend` and `--channel` completed file names; global options after a command were not offered."""
+    """`--backend` and `--channel` completed file names; global options after a command were not offered."""
     assert complete("llama-runtime --backend vu", installed, tmp_path) == ["vulkan"]
     assert set(complete("llama-runtime update --backend ", installed, tmp_path)) >= {"auto", "cpu", "cuda", "vulkan"}
     assert complete("llama-runtime --channel ", installed, tmp_path) == ["stable", "nightly"]

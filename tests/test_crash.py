@@ -270,7 +270,7 @@ def test_a_flush_beside_the_extraction_that_fails_once_fails_the_install(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Flushes that run beside the extraction (issue 25) fail the install with their error. The kernel
+    """Flushes that run beside the extraction fail the install with their error. The kernel
     reports a lost write-back to one fsync only: a later flush of the same file would succeed."""
     home = b7000_active
     _publish_large(github, tmp_path, "b7002", size)

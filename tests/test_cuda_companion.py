@@ -67,7 +67,7 @@ def test_linux_cuda_build_gets_its_tagged_cudart_libraries_beside_llama_server(
     assert_runs(outcome.active.binary)
 
 
-# -- a companion is fetched once (issue 26) ------------------------------------------------------------------------
+# -- a companion is fetched once ------------------------------------------------------------------------
 
 CUDART_FILES = {"libcudart.so.12.8.57": b"\x7fELF cudart", "libcublas.so.12.8.4.1": b"\x7fELF cublas"}
 

@@ -274,3 +274,46 @@ def test_every_exported_exception_is_in_the_api_docs_table_under_its_base() -> N
                 assert issubclass(classes[sub], classes[head]), f"{sub} is no {head}"
                 named.append(sub)
     assert sorted(named) == sorted(set(classes) - {"LlamaRuntimeError"}), "each exception once in the table"
+
+
+# -- no internal tracker references, no headings cut short -------------------------------------
+
+#: An internal tracker reference: "issue 28", "issues 10 and 19", "finding 6", "item 4", "issue-11", or a
+#: bare "#25". Upstream references stay: "PR #770", "owner/name #967", and llama.cpp's five-digit
+#: numbers ("#26375"), which the project's own tracker never reached.
+_TRACKER = re.compile(r"\b(?:issues?[ -]\d+|findings? \d+|item \d+)\b|(?<![\w&/])#\d{1,3}\b", re.IGNORECASE)
+_UPSTREAM = re.compile(r"(?:\bPR|[\w.-]+/[\w.-]+) #\d+")
+
+
+def _prose_files() -> list[Path]:
+    """README, docs/, and every Python file of the package, the tests and the scripts (comments, docstrings)."""
+    found = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "docs").rglob("*.js"))]
+    for folder in ("llama_runtime", "tests", "scripts"):
+        found += sorted((ROOT / folder).rglob("*.py"))
+    return [path for path in found if path.name != Path(__file__).name]
+
+
+def test_no_user_doc_code_comment_or_test_cites_an_internal_issue_number() -> None:
+    cited = [
+        f"{path.relative_to(ROOT)}:{number}: {match.group(0)}"
+        for path in _prose_files()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for match in _TRACKER.finditer(_UPSTREAM.sub("", line))
+    ]
+    assert not cited, "the tracker is not in the repository; say what the code does instead:\n" + "\n".join(cited)
+
+
+def test_no_test_file_is_named_after_an_issue() -> None:
+    names = [path.name for path in (ROOT / "tests").glob("test_*.py")]
+    assert not [name for name in names if re.search(r"issue|finding|smaller|first_week|today", name)], names
+
+
+def test_no_heading_or_section_comment_is_cut_short() -> None:
+    cut = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in _prose_files()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.match(r"\s*# -- .*(?:\.\.\.|…) -+$", line)
+        or (path.suffix == ".md" and re.match(r"#+ .*(?:\.\.\.|…)\s*$", line))
+    ]
+    assert not cut, "\n".join(cut)

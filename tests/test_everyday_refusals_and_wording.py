@@ -1,4 +1,4 @@
-"""The smaller findings of issue 29 ("the first week"), each with the state a failure must not change.
+"""Everyday refusals and wording a new user meets, each with the state a failure must not change.
 
 CUDA asked for on a host without an NVIDIA driver, malformed semver tags, a repository that does
 not exist, a rate limit the next update must respect, repair from the download cache, ``server

@@ -1,4 +1,4 @@
-"""Ctrl-C at any point: the server comes back, and the message tells the truth (issue 12, finding 7).
+"""Ctrl-C at any point: the server comes back, and the message tells the truth.
 
 The truth is read from the pointer after the interruption, never assumed: a
 Ctrl-C after the pointer flip reports the new runtime as active.

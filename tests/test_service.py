@@ -206,7 +206,7 @@ def test_button_with_join_false_while_a_job_runs_says_busy_with_its_progress(
 def test_start_update_of_another_tag_while_a_job_runs_is_busy_naming_that_job(
     installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    """Issue 29: the API joined a b7001 job for ``tag="b7002"`` and ended "done" with b7001 active."""
+    """The API joined a b7001 job for ``tag="b7002"`` and ended "done" with b7001 active."""
     asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
     publish(github, tmp_path, "b7002")
     slow_down(github, asset)

@@ -339,7 +339,7 @@ class FlushAhead:
     A head start for :func:`fsync_tree`, never a replacement: that still
     flushes every file and directory of the tree, and finds these clean, so
     the disk writes the large files while the next members inflate instead of
-    after the last one (issue 25). An fsync error is kept and raised by
+    after the last one. An fsync error is kept and raised by
     :meth:`wait`, which :func:`fsync_tree` calls first: the kernel reports a
     lost write-back to one fsync only (Linux's errseq), so the later flush
     would see success for bytes that never reached the disk.
@@ -411,7 +411,7 @@ def fsync_tree(root: Path, *, ahead: FlushAhead | None = None) -> None:
     fails the install (never retried; see the module docstring).
 
     One flush of the whole filesystem instead (``syncfs(2)``, or ``sync``) was
-    measured against this on a 256 MB tree of real machine code (issue 25):
+    measured against this on a 256 MB tree of real machine code:
     0.10-0.14 s against 0.12-0.21 s, within the noise of a shared disk. It is
     not kept: it writes back every other process's dirty data too (slower on a
     busy machine), is Linux-only, and reports a write-back error only since

@@ -127,7 +127,7 @@ def find_foreign_link(top: Path, *, max_depth: int | None = None) -> Path | None
     ``libX.so -> libX.so.0`` chain, in ``staging/``, ``runtimes/NAME/`` and a
     streamed ``downloads/*.unpacking/``), never elsewhere: any other link was
     put there by someone else, and a write, rename or delete through it would
-    reach outside the home (issue 28: ``cache/assets`` linked to a blob store, and
+    reach outside the home (``cache/assets`` linked to a blob store, and
     ``gc`` deleted its files). The walk never follows a link; a directory that
     vanishes meanwhile is skipped.
     """

@@ -32,7 +32,7 @@ _TICKS_PER_SECOND: Final[int] = 100
 #: Linux keeps a process's state and start time in ``/proc/<pid>/stat``, readable for every
 #: process: the identity checks of every locked command (the update job's owner, the lock's) read
 #: it directly, and only gc's scan of open files imports psutil (two extension modules, ~10-25 ms
-#: of an update's start, issue 25). Elsewhere, or where /proc is not mounted, psutil answers.
+#: of an update's start). Elsewhere, or where /proc is not mounted, psutil answers.
 _PROC_STAT: Final[bool] = sys.platform.startswith("linux") and os.path.exists("/proc/self/stat")
 #: Fields of /proc/<pid>/stat after ``pid (comm) ``: the state (3rd) and the start time in clock ticks (22nd).
 _STATE: Final[int] = 0

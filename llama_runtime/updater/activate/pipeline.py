@@ -328,7 +328,7 @@ class PlannedInstall:
 
 @dataclass(frozen=True)
 class StoragePolicy:
-    """How an install spends disk and downloads (issue 26).
+    """How an install spends disk and downloads.
 
     Attributes:
         keep: Runtimes kept after each successful install (``gc.retain_after_update``); 0 keeps all.

@@ -233,7 +233,7 @@ class Installer:
         if plan is None and request.tag:
             # A pinned build already on disk: switch to it, no network needed.
             there = self._installed_settling(request, active, snapshot)
-            if there is not None:  # every job starts with resolve, also one that needs no network (issue 29)
+            if there is not None:  # every job starts with resolve, also one that needs no network
                 emit(Progress("resolve", message=f"{request.tag} is installed as {there.name}"))
             if there is not None and self.reverify(there, emit, snapshot):
                 switched = self.activate_installed(there, replaced, emit, [], verified=True, snapshot=snapshot)

@@ -182,7 +182,7 @@ class Ranker:
         elif driver is None and self.auto:
             return None, "no NVIDIA driver detected"
         elif driver is None and self.host.no_nvidia_driver is not None:
-            # Detection is sure (issue 29): refuse before a download whose device check could only fail.
+            # Detection is sure: refuse before a download whose device check could only fail.
             return None, f"no NVIDIA driver detected ({self.host.no_nvidia_driver})"
         sms = host_sms(self.host)  # every GPU, whichever of the two host facts gave them
         capability = divmod(sms[0], 10) if sms else ()

@@ -1,4 +1,4 @@
-"""Read ahead the files an ``update`` is about to import, while it imports them (issue 25).
+"""Read ahead the files an ``update`` is about to import, while it imports them.
 
 On a cold page cache (the first update after a boot or a quiet night, a scheduled job, the
 benchmark after ``drop_caches``) an update's start mostly waits for ~350 small files, the bytecode

@@ -95,7 +95,7 @@ def network_error(asset_name: str, what: str, *, kept: bool = True) -> NetworkEr
 
 class _WrongRangeError(NetworkError):
     """A 206 for another range than asked (to the end of the file, or from earlier): a ranged download
-    falls back to one stream on it (issue 28) instead of failing every try."""
+    falls back to one stream on it instead of failing every try."""
 
 
 class AssetRequest:

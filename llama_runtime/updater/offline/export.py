@@ -3,7 +3,7 @@
 The bundle carries only what the marker records (``install-file`` elsewhere
 refuses anything else), and appears at its path only when complete.
 
-"Verified" means these bytes (issue 28): the marker is unsigned, so a file
+"Verified" means these bytes: the marker is unsigned, so a file
 record in it proves nothing about who built the file. When the home still holds
 the release archive(s) the runtime was installed from (``cache/assets``), the
 bundle carries them too, under :data:`SOURCE_PREFIX`, right after the marker:

@@ -236,7 +236,7 @@ _MAX_ASSET_BYTES: Final[int] = 2 * 1024**3
 
 @dataclass(frozen=True)
 class MirrorFetch:
-    """How ``mirror sync`` fetches an asset: as ``update`` does (issue 25).
+    """How ``mirror sync`` fetches an asset: as ``update`` does.
 
     Attributes:
         options: Ranges of a large asset (``LLAMA_RUNTIME_PARALLEL_DOWNLOADS``); nothing is extracted.

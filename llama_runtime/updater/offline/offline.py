@@ -183,7 +183,7 @@ def file_provenance(
 ) -> Provenance:
     """The provenance of a file install, checked offline before anything is extracted.
 
-    Decided from bytes about to be extracted (issue 28): ``--bundle``, or an
+    Decided from bytes about to be extracted: ``--bundle``, or an
     export's recorded bundle, is verified against the sha256 of the archive
     being installed. An export that carries its release archive (``carried``)
     installs from it; one that does not is ``repacked`` and never verified,

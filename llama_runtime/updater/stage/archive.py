@@ -339,7 +339,7 @@ class _Sink:
     """Hashes and writes one member's chunks, on a thread of its own for a large member.
 
     Inflating, hashing and writing are each about a third of extracting machine
-    code (issue 25); with the last two on another thread (hashlib, ISA-L and
+    code; with the last two on another thread (hashlib, ISA-L and
     ``write`` all release the GIL) the extraction runs at the inflater's speed.
     At most :data:`_PIPELINE_DEPTH` chunks wait, so memory stays bounded. The
     writer's error (a full disk) is raised in the extracting thread, by the

@@ -261,7 +261,7 @@ class _ForwardOnly:
 
     tarfile's stream mode (``r|``) passes every byte through its own buffer, a
     join and two slices per read (14% of a real-shaped update's samples, under
-    the GIL, issue 25). Its ``r:`` mode reads the file directly, and walking the
+    the GIL). Its ``r:`` mode reads the file directly, and walking the
     members in order it only seeks forward: a seek here reads and drops the
     bytes in between. A seek back (no sequential walk makes one) is refused as
     a corrupt archive, never served by inflating the stream again.
