@@ -317,3 +317,42 @@ def test_no_heading_or_section_comment_is_cut_short() -> None:
         or (path.suffix == ".md" and re.match(r"#+ .*(?:\.\.\.|…)\s*$", line))
     ]
     assert not cut, "\n".join(cut)
+
+
+def _resolves(target: str, package: str) -> bool:
+    """Whether a Sphinx role's target (``updater.x.Y``, ``~llama_runtime.x``, ``.sibling``) names something real."""
+    import importlib
+
+    target = target.lstrip("~")
+    if target.startswith("."):
+        target = package + target
+    elif not target.startswith("llama_runtime"):
+        target = "llama_runtime." + target
+    parts = target.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def test_every_module_a_docstring_or_comment_names_exists() -> None:
+    role = re.compile(
+        r":(?:mod|func|class|meth|attr|data|exc):`(~?(?:\.|(?:llama_runtime\.)?(?:updater|runtime)\.)[\w.]+)`"
+    )
+    stale = []
+    for path in sorted((ROOT / "llama_runtime").rglob("*.py")):
+        package = ".".join(path.relative_to(ROOT).parent.parts)
+        text = path.read_text(encoding="utf-8")
+        stale += [
+            f"{path.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}: {m.group(1)}"
+            for m in role.finditer(text)
+            if not _resolves(m.group(1), package)
+        ]
+    assert not stale, "\n".join(stale)

@@ -301,7 +301,7 @@ def collect_garbage(
     scan_processes: ProcessScan | None = None,
     cache_only: bool = False,
 ) -> GcReport:
-    """Remove what :mod:`updater.gc` may remove; with ``dry_run`` only report it.
+    """Remove what this module's retention rules may remove; with ``dry_run`` only report it.
 
     Args:
         home: The llama-runtime home.

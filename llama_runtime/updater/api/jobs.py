@@ -142,7 +142,8 @@ def terminal_width(stream: TextIO, default: int = 80) -> int:
 
 @dataclass
 class TerminalProgress:
-    """A progress callback for :meth:`updater.install.Installer.update` that draws on a TTY."""
+    """A progress callback that draws on a TTY, for
+    :meth:`~llama_runtime.updater.activate.transaction.Installer.update`."""
 
     stream: TextIO
     clock: Clock = SYSTEM_CLOCK

@@ -12,7 +12,7 @@ Rules, in order:
   does have. Nothing falls back silently.
 * ``auto`` tries the backends the host can run, best first: CUDA > ROCm >
   SYCL > Vulkan > CPU on Linux/Windows, Metal on Apple silicon.
-* Within a backend the best-ranked usable asset wins (:mod:`.ranking`: CUDA
+* Within a backend the best-ranked usable asset wins (:class:`Ranker`: CUDA
   line, the fork manifest's GPU coverage, CPU ISA, archive format).
 * A CUDA build takes along its ``cudart-…`` runtime companion of the same
   CUDA version and arch, when the release has one.

@@ -2,8 +2,8 @@
 
 This machine's facts come from
 :func:`~llama_runtime.updater.choice.host_detect.detect_host` (probes through
-seams, :mod:`probing`); another machine's from :func:`host_for_platform`
-(``plan --platform``) or a host file (:mod:`host_file`).
+seams, :class:`~llama_runtime.updater.choice.host_detect.ProbePass`); another machine's from
+:func:`host_for_platform` (``plan --platform``) or a host file (the ``host_file`` section below).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 :func:`detect_host` runs the probes in a fixed order through one
 :class:`~llama_runtime.updater.choice.host_detect.ProbePass`: the platform (and
-the native arch under emulation), GPUs (:mod:`gpu_probes`), OS and runtime
-versions (:mod:`platform_facts`), CPU features. It never raises; a failed
+the native arch under emulation), GPUs (the ``gpu_probes`` section), OS and runtime
+versions (the ``platform_facts`` section), CPU features. It never raises; a failed
 probe is an absent fact, and unknown never means "can run it".
 """
 

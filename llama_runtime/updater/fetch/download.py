@@ -1,6 +1,6 @@
 """Stream one release asset to a partial file, hashing while it arrives, resuming on retry.
 
-The request itself is :mod:`.asset_request`; what may be resumed, and the
+The request itself is :class:`AssetRequest` (its section below); what may be resumed, and the
 sidecar that proves it, is :mod:`.partial`.
 
 Invariants:

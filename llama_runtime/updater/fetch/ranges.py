@@ -10,7 +10,7 @@ while later ranges are still arriving.
 Invariants:
     * Only used with a published sha256: that one digest over the reassembled
       file is what proves the ranges fit together.
-    * ``<partial>.ranges`` (:mod:`.range_record`) records each range's bytes
+    * ``<partial>.ranges`` (:func:`save_record`, :func:`load_record`) records each range's bytes
       received and the validator (ETag / Last-Modified) of the upload; a resume
       asks each range only for the rest, under ``If-Range``.
     * A host that answers a Range with 200 (no Range support, or another upload

@@ -12,8 +12,8 @@ Invariants:
     * Rate-limit refusals are reported, never retried here: the caller decides
       whether to wait, because a tight retry loop only burns the quota.
 
-One request's retries and decoding are :mod:`github_transport`; what a rate
-limit means, :mod:`github_limits`; conditional requests' store, :mod:`etag_cache`.
+One request's retries and decoding are the ``github_transport`` section below; what a rate
+limit means, :mod:`.github_limits`; conditional requests' store, the ``etag_cache`` section.
 """
 
 from __future__ import annotations

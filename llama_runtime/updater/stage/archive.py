@@ -15,8 +15,8 @@ A final check resolves every extracted symlink on disk: each must stay inside
 the root and point at something that exists (llama.cpp #23115 shipped
 dangling links).
 
-The formats are read by :mod:`.archive_formats`; the checks are the rules of
-:mod:`.archive_rules`; this module runs the passes and writes.
+The formats are read by the ``archive_formats`` section of :mod:`.archive_rules`; the checks are
+its rules; this module runs the passes and writes.
 
 Invariant: on any refusal nothing has been written outside ``dest``; the
 caller discards ``dest`` itself.
