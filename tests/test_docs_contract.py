@@ -344,15 +344,16 @@ def _resolves(target: str, package: str) -> bool:
 
 def test_every_module_a_docstring_or_comment_names_exists() -> None:
     role = re.compile(
-        r":(?:mod|func|class|meth|attr|data|exc):`(~?(?:\.|(?:llama_runtime\.)?(?:updater|runtime)\.)[\w.]+)`"
+        r":(?:func|class|meth|attr|data|exc):`(~?(?:\.|(?:llama_runtime\.)?(?:updater|runtime)\.)[\w.]+)`"
+        r"|:mod:`(~?[\w.]+)`"
     )
     stale = []
     for path in sorted((ROOT / "llama_runtime").rglob("*.py")):
         package = ".".join(path.relative_to(ROOT).parent.parts)
         text = path.read_text(encoding="utf-8")
         stale += [
-            f"{path.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}: {m.group(1)}"
+            f"{path.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}: {m.group(1) or m.group(2)}"
             for m in role.finditer(text)
-            if not _resolves(m.group(1), package)
+            if not _resolves(m.group(1) or m.group(2), package)
         ]
     assert not stale, "\n".join(stale)
