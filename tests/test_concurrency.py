@@ -284,7 +284,7 @@ def test_ctrl_c_or_sigterm_during_check_apply_exits_130_and_records_the_job_canc
     assert json.loads(out)["error"]["code"] == "cancelled"
     job = JobStore(Home(home)).current()
     assert job is not None and job.phase == "cancelled" and not job.stale
-    assert job.error is not None and job.error["code"] == "cancelled"
+    assert job.error is not None and job.error.code == "cancelled"
     guard.assert_intact(None)
     assert_active(home, "b7000")
 
