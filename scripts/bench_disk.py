@@ -30,6 +30,7 @@ import os
 import random
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -59,7 +60,7 @@ SLACK: Final = 1.05
 MB: Final = 1_000_000
 
 
-def lists_a_cuda_device(argv: list[str], timeout: float, env: Any) -> ProcessResult:
+def lists_a_cuda_device(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None) -> ProcessResult:
     """What a CUDA build prints on a machine with an NVIDIA GPU (the stand-in answers the rest)."""
     if argv[-1] == "--list-devices":
         return ProcessResult(0, "Available devices:\n  CUDA0: NVIDIA H200 (143000 MiB, 142000 MiB free)\n")

@@ -265,7 +265,7 @@ def _drop(gate: dict[str, Any]) -> float | None:
     new, old = gate.get("speed"), gate.get("previous_speed")
     if not new or not old:
         return None
-    return round(1 - new["predicted_per_second"] / old["predicted_per_second"], 3)
+    return round(1 - float(new["predicted_per_second"]) / float(old["predicted_per_second"]), 3)
 
 
 def _quoted_drop(message: str) -> float | None:

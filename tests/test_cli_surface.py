@@ -43,7 +43,7 @@ def test_global_options_are_listed_once_at_the_top_and_accepted_after_a_command(
 ) -> None:
     top = help_of(capsys)
     assert all(flag in top for flag in GLOBAL_FLAGS)
-    commands = sorted(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    commands = sorted(build_parser()._subparsers._group_actions[0].choices or ())  # type: ignore[union-attr]
     for command in commands:
         text = help_of(capsys, command)
         assert not any(f"  {flag}" in text for flag in GLOBAL_FLAGS if flag != "--backend"), (command, text)

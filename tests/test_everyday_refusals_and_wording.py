@@ -378,7 +378,12 @@ def test_an_update_with_a_running_server_reports_stop_server_and_health_phases(
     assert plain.start_update(tag="b7001").wait(60).phase == "done"
     app = RecordingAppServer(tmp_path / "running-llama-server")
     updater = RuntimeUpdater(
-        home, repo=REPO, backend="cpu", api_url=github.api_url, host=lambda: host_for_platform("linux-x64"), server=app
+        home,
+        repo=REPO,
+        backend="cpu",
+        api_url=github.api_url,
+        host=lambda: host_for_platform("linux-x64"),
+        server=app,  # type: ignore[arg-type]  # a control without endpoint(), as older apps' are
     )
     installed = _phases_of(updater, "b7002")
     assert installed == ["resolve", "download", "verify", "activate", "stop_server", "health", "done"], installed

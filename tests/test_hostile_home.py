@@ -188,6 +188,7 @@ def test_a_home_that_cannot_be_a_directory_is_exit_2_for_every_verb_and_not_read
 def snapshot_outside_is(guard: HomeGuard) -> bool:
     from tests.helpers import snapshot_outside
 
+    assert guard.root is not None
     return snapshot_outside(guard.root, guard.home) == guard.outside
 
 

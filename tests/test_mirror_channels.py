@@ -29,7 +29,7 @@ def github(tmp_path: Path) -> Iterator[FakeGitHub]:
         publish(server, tmp_path, "b7000")
         publish(server, tmp_path, "b7001")
         cpu = stand_in_tarball(tmp_path / "src" / CPU_TAR.format(tag="b7002"), tag="b7002")
-        names = {CPU_TAR: cpu, VULKAN_TAR: b"vulkan", WIN: b"windows"}  # as complete as b7001
+        names: dict[str, bytes | Path] = {CPU_TAR: cpu, VULKAN_TAR: b"vulkan", WIN: b"windows"}  # as complete as b7001
         server.add_release(REPO, "b7002", {n.format(tag="b7002"): v for n, v in names.items()}, stable=False)
         yield server
 
