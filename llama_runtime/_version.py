@@ -2,7 +2,7 @@
 
 A constant, not ``importlib.metadata``: reading the installed metadata imports
 ~20 modules (email, csv, zipfile) and ~30 ms before an update's first request,
-which carries the version in its User-Agent (issue 25).
+which carries the version in its User-Agent.
 """
 
 from __future__ import annotations

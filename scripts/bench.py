@@ -58,12 +58,12 @@ MB: Final = 1_000_000
 _BUILD_CHUNK: Final = 4 * 1024 * 1024
 #: Smallest library taken into the real-code payload: tiny ones are mostly headers and padding.
 _MIN_LIB_BYTES: Final = 100_000
-#: Goal (a) per payload (issue 25): real machine code inflates slowly, random bytes barely at all.
+#: Goal (a) per payload: real machine code inflates slowly, random bytes barely at all.
 GOAL_PIPELINE: Final = {"real": 0.6, "random": 0.8}
 #: Goal (g): ``mirror sync``'s transfer of a release against ``update``'s.
 GOAL_MIRROR: Final = 1.1
 GOAL_CAPPED: Final = 0.5
-#: What slow CDNs give one connection (issue 15), and the asset size (b) is stated for.
+#: What slow CDNs give one connection, and the asset size (b) is stated for.
 CAP_BYTES_PER_S: Final = 3 * MB
 CAPPED_MB: Final = 40
 GOAL_RSS_MB: Final = 64.0

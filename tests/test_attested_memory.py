@@ -1,4 +1,4 @@
-"""The home remembers which archives verified here (issue 28): no bundle later is not "absent".
+"""The home remembers which archives verified here: no bundle later is not "absent".
 
 The real Vulkan archive is published as b7000 (unattested), b7001 (attested under
 the private Sigstore) and b7002 (the same bytes again, as a mirror synced without

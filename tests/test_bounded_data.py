@@ -1,4 +1,4 @@
-"""Issue 28, item 5: data can only produce documented exits.
+"""Data can only produce documented exits.
 
 Every JSON read is bounded in size and depth (error bodies too), every number
 parsed from text is bounded in digits, and a FIFO or device where a file is
@@ -311,7 +311,7 @@ def test_every_json_read_in_the_package_goes_through_a_bounded_reader() -> None:
     assert calls == [], "read JSON through runtime.fsutil.parse_record/read_record/read_cache:\n" + "\n".join(calls)
 
 
-# -- issue 28 item 8: a typo in the provenance switch --------------------------------------------
+# -- a typo in the provenance switch --------------------------------------------
 
 
 def test_a_typo_in_require_provenance_warns_in_read_only_verbs_and_is_exit_2_where_builds_are_verified(

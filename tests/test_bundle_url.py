@@ -245,7 +245,8 @@ def test_a_wrong_shaped_200_is_unverified_never_absent_and_refused_when_required
 
 
 def test_no_attestation_at_all_is_still_absent() -> None:
-    for answer in ([], {"attestations": []}, ResolvedAttestations({"attestations": []})):
+    answers: list[object] = [[], {"attestations": []}, ResolvedAttestations({"attestations": []})]
+    for answer in answers:
         result = ProvenanceCheck().evaluate_answer("x.tar.gz", SHA, REPO, answer)
         assert result == Provenance("absent", f"{REPO} publishes no build attestation for x.tar.gz")
 

@@ -13,7 +13,7 @@ Which claim each attestation fixture proves:
   (one statement per build, listed by ``bundle_url``) under a private trust root. They
   prove the canary reads the verified signer and compares it with its build's era:
   release.yml/push for b11146, release-publish.yml/workflow_run for b11429 and b11541
-  (accepted by the signer policy of issue 23 item 1). They prove nothing about
+  (accepted by the signer policy). They prove nothing about
   Sigstore's production keys.
 * beacon: the real Sigstore staging bundle (tests/data/sigstore) verified through the
   project's ProvenanceCheck against the staging trust root; the one substitution is

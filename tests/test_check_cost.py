@@ -3,7 +3,7 @@
 Measured, not assumed: :attr:`FakeGitHub.quota_used` counts requests the way
 GitHub does (a 304 is free only with an Authorization header; download counts
 are in the JSON, so a downloaded asset changes its release's ETag). The
-numbers asserted here are the ones docs/README and notes/issue-11.md state.
+numbers asserted here are the ones README and docs/benchmarks.md state.
 """
 
 from __future__ import annotations

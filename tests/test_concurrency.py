@@ -175,7 +175,7 @@ def test_job_status_from_the_cli_follows_a_job_of_another_process(home: Path, gi
 
 
 def test_job_wait_that_times_out_while_the_job_runs_exits_3_saying_it_gave_up(home: Path, github: FakeGitHub) -> None:
-    """Issue 29: `job wait --timeout N` exited 0 while the job still ran."""
+    """`job wait --timeout N` exited 0 while the job still ran."""
     button = spawn(home, github, "start")
     wait_for_download(home)
     guard = HomeGuard(None, home)
@@ -284,7 +284,7 @@ def test_ctrl_c_or_sigterm_during_check_apply_exits_130_and_records_the_job_canc
     assert json.loads(out)["error"]["code"] == "cancelled"
     job = JobStore(Home(home)).current()
     assert job is not None and job.phase == "cancelled" and not job.stale
-    assert job.error is not None and job.error["code"] == "cancelled"
+    assert job.error is not None and job.error.code == "cancelled"
     guard.assert_intact(None)
     assert_active(home, "b7000")
 

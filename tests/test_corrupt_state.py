@@ -113,7 +113,7 @@ def test_doctor_repair_points_at_a_runtime_that_runs(
     assert report["repaired"]
     code, status = run_json(capsys, home, github.api_url, "status")
     assert code == 0, status
-    # A runtime whose marker still says what it was is reinstalled in place (issue 19); otherwise
+    # A runtime whose marker still says what it was is reinstalled in place; otherwise
     # the previous runtime is the first choice; with the pointer itself lost, the newest that verifies.
     expected = {
         "garbage_pointer": {"b7000", "b7001"},

@@ -39,8 +39,9 @@ from tests.helpers import (
 )
 from tests.helpers import run_killed as shared_run_killed
 
-#: Checkpoints an update passes; ``during_gc`` is reached while cleaning leftovers.
-INSTALL_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c not in {"during_gc", "during_share"})  # share: test_bytes_once
+#: Checkpoints an update passes; ``during_gc`` is reached while cleaning leftovers (``during_share``: see
+#: test_retention_and_shared_files.py).
+INSTALL_CHECKPOINTS = tuple(c for c in CHECKPOINTS if c not in {"during_gc", "during_share"})
 FLIPPED = {"after_pointer_flip"}
 #: What a kill at each checkpoint leaves in staging/ and downloads/ (the next update cleans it).
 LEFT_BEHIND = {
@@ -269,7 +270,7 @@ def test_a_flush_beside_the_extraction_that_fails_once_fails_the_install(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Flushes that run beside the extraction (issue 25) fail the install with their error. The kernel
+    """Flushes that run beside the extraction fail the install with their error. The kernel
     reports a lost write-back to one fsync only: a later flush of the same file would succeed."""
     home = b7000_active
     _publish_large(github, tmp_path, "b7002", size)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from llama_runtime.runtime.binary import ProcessResult, run_process
@@ -19,7 +20,7 @@ from tests.helpers import REPO, assert_runs, stand_in_tarball
 CUDA_12_8_HOST = HostFacts(os="linux", arch="x64", cuda_driver_version="12.8", nvidia_driver="570.86")
 
 
-def _lists_a_cuda_device(argv, timeout, env):  # type: ignore[no-untyped-def]
+def _lists_a_cuda_device(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None) -> ProcessResult:
     """What a CUDA build prints on a machine with an NVIDIA GPU."""
     if argv[-1] == "--list-devices":
         return ProcessResult(0, "Available devices:\n  CUDA0: NVIDIA H200 (143000 MiB, 142000 MiB free)\n")
@@ -67,7 +68,7 @@ def test_linux_cuda_build_gets_its_tagged_cudart_libraries_beside_llama_server(
     assert_runs(outcome.active.binary)
 
 
-# -- a companion is fetched once (issue 26) ------------------------------------------------------------------------
+# -- a companion is fetched once ------------------------------------------------------------------------
 
 CUDART_FILES = {"libcudart.so.12.8.57": b"\x7fELF cudart", "libcublas.so.12.8.4.1": b"\x7fELF cublas"}
 

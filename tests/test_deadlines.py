@@ -1,4 +1,4 @@
-"""A slow drip never holds the update forever (issue 12, finding 6).
+"""A slow drip never holds the update forever.
 
 One byte every few seconds used to keep an update (and its lock) alive with no
 end: httpx's read timeout only bounds the wait for the next byte. A download

@@ -5,6 +5,7 @@
 * every key in the JSON table is required by that command's schema, and real ``--json`` output of
   every command validates against its schema (so every documented key is really there);
 * the README links docs/, never ../shared (a user's clone has no ../shared).
+* docs/api.md's exception tree and table name every exported exception under its real base.
 """
 
 from __future__ import annotations
@@ -192,3 +193,167 @@ def assert_every_key_is_documented(seen: dict[str, Any]) -> None:
         if gaps:
             missing[name] = gaps
     assert not missing, json.dumps(missing)
+
+
+# -- docs/api.md's exception tree against the classes ----------------------------------------------
+
+API = ROOT / "docs" / "api.md"
+TREE_START = "<!-- exception tree: tests/test_docs_contract.py checks it against the code -->"
+
+
+def exported_exceptions() -> dict[str, type[BaseException]]:
+    """Every exception class ``llama_runtime`` exports, by name."""
+    import llama_runtime
+
+    found = {name: getattr(llama_runtime, name) for name in llama_runtime.__all__}
+    return {name: cls for name, cls in found.items() if isinstance(cls, type) and issubclass(cls, BaseException)}
+
+
+def render_tree(classes: dict[str, type[BaseException]]) -> str:
+    """The tree as docs/api.md draws it: one class a line, children by name, its exit code and code."""
+    from llama_runtime.runtime.errors import LlamaRuntimeError
+
+    lines: list[str] = []
+
+    def walk(cls: type[BaseException], prefix: str, branch: str, inner: str) -> None:
+        assert issubclass(cls, LlamaRuntimeError)
+        label = f"{prefix}{branch}{cls.__name__}"
+        lines.append(f"{label:<40}exit {cls.exit_code:<5}{cls.code}")
+        children = sorted((c for c in classes.values() if c.__bases__[0] is cls), key=lambda c: c.__name__)
+        for i, child in enumerate(children):
+            last = i == len(children) - 1
+            walk(child, prefix + inner, "`-- " if last else "+-- ", "    " if last else "|   ")
+
+    walk(LlamaRuntimeError, "", "", "")
+    return "\n".join(lines)
+
+
+def documented_tree() -> str:
+    text = API.read_text()
+    assert TREE_START in text, f"docs/api.md lost its marker {TREE_START!r}"
+    block = text.split(TREE_START, 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    return block.rstrip("\n")
+
+
+def test_every_public_error_class_is_exported_from_llama_runtime() -> None:
+    import importlib
+    import pkgutil
+
+    import llama_runtime
+    from llama_runtime.runtime.errors import LlamaRuntimeError
+
+    for module in pkgutil.walk_packages(llama_runtime.__path__, "llama_runtime."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    every: set[type[BaseException]] = set()
+    pending: list[type[BaseException]] = [LlamaRuntimeError]
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            if sub not in every:
+                every.add(sub)
+                pending.append(sub)
+    public = {cls.__name__ for cls in every if not cls.__name__.startswith("_")}
+    assert public <= set(exported_exceptions()), sorted(public - set(exported_exceptions()))
+
+
+def test_the_exception_tree_in_the_api_doc_is_the_codes() -> None:
+    expected = render_tree(exported_exceptions())
+    assert documented_tree() == expected, f"docs/api.md's tree should read:\n{expected}"
+
+
+def test_every_exported_exception_is_in_the_api_docs_table_under_its_base() -> None:
+    classes = exported_exceptions()
+    section = API.read_text().split("| exception (subclasses) |", 1)[1].split("\n\n", 1)[0]
+    named: list[str] = []
+    for row in section.splitlines()[2:]:
+        cell = row.split("|")[1]
+        heads, _, inner = cell.partition("(")
+        for head in ticks(heads):
+            named.append(head)
+            for sub in ticks(inner):
+                assert issubclass(classes[sub], classes[head]), f"{sub} is no {head}"
+                named.append(sub)
+    assert sorted(named) == sorted(set(classes) - {"LlamaRuntimeError"}), "each exception once in the table"
+
+
+# -- no internal tracker references, no headings cut short -------------------------------------
+
+#: An internal tracker reference: "issue 28", "issues 10 and 19", "finding 6", "item 4", "issue-11", or a
+#: bare "#25". Upstream references stay: "PR #770", "owner/name #967", and llama.cpp's five-digit
+#: numbers ("#26375"), which the project's own tracker never reached.
+_TRACKER = re.compile(r"\b(?:issues?[ -]\d+|findings? \d+|item \d+)\b|(?<![\w&/])#\d{1,3}\b", re.IGNORECASE)
+_UPSTREAM = re.compile(r"(?:\bPR|[\w.-]+/[\w.-]+) #\d+")
+
+
+def _prose_files() -> list[Path]:
+    """README, docs/, and every Python file of the package, the tests and the scripts (comments, docstrings)."""
+    found = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "docs").rglob("*.js"))]
+    for folder in ("llama_runtime", "tests", "scripts"):
+        found += sorted((ROOT / folder).rglob("*.py"))
+    return [path for path in found if path.name != Path(__file__).name]
+
+
+def test_no_user_doc_code_comment_or_test_cites_an_internal_issue_number() -> None:
+    cited = [
+        f"{path.relative_to(ROOT)}:{number}: {match.group(0)}"
+        for path in _prose_files()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for match in _TRACKER.finditer(_UPSTREAM.sub("", line))
+    ]
+    assert not cited, "the tracker is not in the repository; say what the code does instead:\n" + "\n".join(cited)
+
+
+def test_no_test_file_is_named_after_an_issue() -> None:
+    names = [path.name for path in (ROOT / "tests").glob("test_*.py")]
+    assert not [name for name in names if re.search(r"issue|finding|smaller|first_week|today", name)], names
+
+
+def test_no_heading_or_section_comment_is_cut_short() -> None:
+    cut = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in _prose_files()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.match(r"\s*# -- .*(?:\.\.\.|…) -+$", line)
+        or (path.suffix == ".md" and re.match(r"#+ .*(?:\.\.\.|…)\s*$", line))
+    ]
+    assert not cut, "\n".join(cut)
+
+
+def _resolves(target: str, package: str) -> bool:
+    """Whether a Sphinx role's target (``updater.x.Y``, ``~llama_runtime.x``, ``.sibling``) names something real."""
+    import importlib
+
+    target = target.lstrip("~")
+    if target.startswith("."):
+        target = package + target
+    elif not target.startswith("llama_runtime"):
+        target = "llama_runtime." + target
+    parts = target.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def test_every_module_a_docstring_or_comment_names_exists() -> None:
+    role = re.compile(
+        r":(?:func|class|meth|attr|data|exc):`(~?(?:\.|(?:llama_runtime\.)?(?:updater|runtime)\.)[\w.]+)`"
+        r"|:mod:`(~?[\w.]+)`"
+    )
+    stale = []
+    for path in sorted((ROOT / "llama_runtime").rglob("*.py")):
+        package = ".".join(path.relative_to(ROOT).parent.parts)
+        text = path.read_text(encoding="utf-8")
+        stale += [
+            f"{path.relative_to(ROOT)}:{text[: m.start()].count(chr(10)) + 1}: {m.group(1) or m.group(2)}"
+            for m in role.finditer(text)
+            if not _resolves(m.group(1) or m.group(2), package)
+        ]
+    assert not stale, "\n".join(stale)

@@ -1,5 +1,5 @@
 """The order of the durable flush of an install: every file and directory of the new runtime is
-flushed before the pointer's rename makes it active (issue 25).
+flushed before the pointer's rename makes it active.
 
 A killed process leaves the page cache intact, so the kill tests (test_crash.py) cannot show what a
 power loss would lose; this test records the flushes and renames themselves, through ``os.fsync``

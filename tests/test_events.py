@@ -291,3 +291,33 @@ def test_readme_example_cancel_button_leaves_the_active_runtime(
         )["active"]["binary"]
     )
     assert_runs(active)
+
+
+@pytest.mark.parametrize("language", sorted(EXAMPLE_RUNNERS))
+def test_example_without_the_cli_on_path_says_so_and_exits_127(tmp_path: Path, language: str) -> None:
+    """An app launched from a desktop has no terminal PATH: the example says what to do, never crashes."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    env = {**os.environ, "PATH": str(bare)}
+    env.pop("LLAMA_RUNTIME_CLI", None)
+    done = subprocess.run(
+        EXAMPLE_RUNNERS[language](), capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_SECONDS, cwd=ROOT
+    )
+    assert done.returncode == 127, done.stderr
+    assert done.stderr.startswith("cannot start llama-runtime: it is not on this app's PATH"), done.stderr
+    assert "absolute path" in done.stderr and "LLAMA_RUNTIME_CLI" in done.stderr
+    assert "Traceback" not in done.stderr and "\n    at " not in done.stderr  # no stack, Python's or node's
+
+
+@pytest.mark.parametrize("language", sorted(EXAMPLE_RUNNERS))
+def test_example_runs_the_cli_by_the_absolute_path_the_app_passes(
+    home: Path, github: FakeGitHub, tmp_path: Path, language: str
+) -> None:
+    env = example_env(home, github, tmp_path)
+    shim = Path(env["PATH"].split(os.pathsep)[0]) / "llama-runtime"
+    bare = tmp_path / "empty-bin"
+    bare.mkdir()
+    out, code = run_example(EXAMPLE_RUNNERS[language](), {**env, "PATH": str(bare), "LLAMA_RUNTIME_CLI": str(shim)})
+    assert code == 0, out
+    assert out.rstrip().endswith("done installed b7001")
+    assert_active(home, "b7001")

@@ -1,4 +1,4 @@
-"""``--events`` and a reader that goes away or stops reading (issue 28, item 7).
+"""``--events`` and a reader that goes away or stops reading.
 
 The app's end of the pipe is real: closed after the first line, or full before the
 child writes anything (the test fills it and never reads), so every line the child

@@ -376,7 +376,7 @@ def test_plan_host_reproduces_this_machines_choice_from_its_doctor_json(
         path.write_text(json.dumps({"host": facts}))  # a whole doctor --json works too
         done = cli_process("plan", "--tag", "b7000", "--host", str(path), *common)
         assert done.returncode == 0, done.stdout
-        return json.loads(done.stdout)  # type: ignore[no-any-return]
+        return json.loads(done.stdout)
 
     windows = plan_for({"os": "windows", "arch": "x64", "cuda_driver_version": "12.6", "compute_capability": "8.6"})
     assert windows["asset"] == "llama-b7000-bin-win-cuda-12.4-x64.zip"

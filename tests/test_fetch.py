@@ -148,7 +148,7 @@ def test_resume_after_a_cut_still_extracts_in_one_pass(github: FakeGitHub, tmp_p
     fetched, unpack = run(github, asset, tmp_path, ONE_STREAM)
 
     blobs = github.requests_to("blob")
-    assert [r.headers.get("range") for r in blobs][1].startswith("bytes=")  # the retry resumed
+    assert str([r.headers.get("range") for r in blobs][1]).startswith("bytes=")  # the retry resumed
     same_as_two_pass(archive, fetched, unpack, tmp_path)
 
 

@@ -1,4 +1,4 @@
-"""Issue 28, item 6: damage is seen cheaply, by stat fingerprints confirmed by a hash.
+"""Damage is seen cheaply, by stat fingerprints confirmed by a hash.
 
 A same-size garbage ``llama-server`` (ENOEXEC) was "ready" for ``status``, ``which``,
 ``list`` and ``ensure()``: they compared sizes only. Now each recorded file's stat

@@ -281,7 +281,7 @@ def test_gc_dry_run_names_what_it_would_remove_and_removes_nothing(
     dry = two_installed.gc(keep=0, dry_run=True)
     assert isinstance(dry, GcResult) and dry.dry_run and dry.freed_bytes > 0
     removed_tags = {item.tag for item in dry.removed if item.kind == "runtime"}
-    # Each update already kept only 3 runtimes (issue 26): b7000 went with b7300's install.
+    # Each update already kept only 3 runtimes: b7000 went with b7300's install.
     assert removed_tags == {"b7100"}
     guard.assert_intact("b7300")
     done = two_installed.gc(keep=0)

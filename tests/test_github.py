@@ -125,7 +125,7 @@ def test_rate_limit_403_names_reset_time_and_token_hint_without_retry(github: Fa
     assert err.value.reset_at is not None
     local = time.strftime("%H:%M:%S on %Y-%m-%d", time.localtime(err.value.reset_at))
     assert local in err.value.message
-    # The fake is not api.github.com: only LLAMA_RUNTIME_GITHUB_TOKEN would be sent to it (issue 29).
+    # The fake is not api.github.com: only LLAMA_RUNTIME_GITHUB_TOKEN would be sent to it.
     assert err.value.hint is not None and err.value.hint.startswith("Set LLAMA_RUNTIME_GITHUB_TOKEN to send")
     assert "60 to 5,000" not in err.value.hint  # api.github.com's figures, not this origin's
     assert len(github.requests_to("api")) == 1

@@ -336,7 +336,8 @@ def test_windows_cpu_features_come_from_is_processor_feature_present() -> None:
     )
     assert {"avx", "avx2", "sse4_2"} <= host.cpu_features and "avx512f" not in host.cpu_features
     assert 41 in asked
-    assert host.to_json()["sources"]["cpu_features"] == "IsProcessorFeaturePresent"
+    sources = host.to_json()["sources"]
+    assert isinstance(sources, dict) and sources["cpu_features"] == "IsProcessorFeaturePresent"
 
 
 def test_windows_cpu_probe_that_fails_is_an_absent_fact() -> None:

@@ -1,4 +1,4 @@
-"""Deep trees and hostile homes (issue 12, findings 2 and 5).
+"""Deep trees and hostile homes.
 
 A 294-byte archive of a directory chain 1,500 deep used to pass extraction and
 then wedge every later ``update``, ``gc`` and ``doctor --repair`` (exit 1,
@@ -69,7 +69,7 @@ def make_deep_dir(root: Path, depth: int) -> None:
         os.close(fd)
 
 
-# -- finding 2: depth cap, iterative walks, best-effort clean-ups -------------------------------
+# -- depth cap, iterative walks, best-effort clean-ups -------------------------------
 
 
 @pytest.mark.parametrize("explicit_dirs", [False, True], ids=["one-deep-file", "1500-dir-entries"])
@@ -135,7 +135,7 @@ def test_remove_tree_removes_links_and_never_what_they_point_to(tmp_path: Path) 
     assert (precious / "keep.txt").read_text() == "mine"
 
 
-# -- finding 5: the home is the tool's ----------------------------------------------------------
+# -- the home is the tool's ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("subdir", ["staging", "runtimes", "downloads"])
@@ -188,6 +188,7 @@ def test_a_home_that_cannot_be_a_directory_is_exit_2_for_every_verb_and_not_read
 def snapshot_outside_is(guard: HomeGuard) -> bool:
     from tests.helpers import snapshot_outside
 
+    assert guard.root is not None
     return snapshot_outside(guard.root, guard.home) == guard.outside
 
 

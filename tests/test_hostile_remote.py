@@ -1,6 +1,6 @@
 """A hostile release server: names that are paths, the wrong release, bombs, deep JSON, token leaks.
 
-Issue 12, findings 1, 3 and 4. Every refusal is exit 8 ("the server sent …")
+Every refusal is exit 8 ("the server sent …")
 with nothing kept: nothing outside the home changes, the previously active
 runtime is byte-identical and still runs (:class:`tests.helpers.HomeGuard`).
 """
@@ -33,7 +33,7 @@ def installed(b7000_home: Path) -> Path:
     return b7000_home
 
 
-# -- finding 1: names become paths only after validation ------------------------------------
+# -- names become paths only after validation ------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_escape_sequences_in_a_served_tag_never_reach_the_terminal(
     guard.assert_intact("b7000")
 
 
-# -- finding 3: bounded API answers ---------------------------------------------------------
+# -- bounded API answers ---------------------------------------------------------
 
 
 class _RawServer:
@@ -174,7 +174,7 @@ def test_json_nested_100000_deep_exits_8_not_a_bug(
     guard.assert_intact("b7000")
 
 
-# -- finding 4: the token policy and credentials in URLs ---------------------------------------
+# -- the token policy and credentials in URLs ---------------------------------------
 
 
 def test_github_token_never_goes_to_a_mirror_but_the_own_token_goes_to_loopback(

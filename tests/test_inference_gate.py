@@ -429,8 +429,8 @@ def test_apps_own_server_gets_the_gate_and_the_stored_policy_through_the_api(
         updater = RuntimeUpdater(home, api_url=github.api_url, server=app)
         state = updater.start_update(tag="b7001", backend="vulkan").wait(300)
         assert state.phase == "failed" and state.error is not None, state
-        assert state.error["code"] == "verification_failed"
-        assert "slower than b7000 (vulkan) on the same request" in state.error["message"]
+        assert state.error.code == "verification_failed"
+        assert "slower than b7000 (vulkan) on the same request" in state.error.message
         assert (home / "active.json").read_bytes() == pointer and runtimes_snapshot(home) == before
         url = app.endpoint()
         assert app.is_running() and url is not None and probe_inference(url, timeout=60).ok

@@ -1,4 +1,4 @@
-"""Ctrl-C at any point: the server comes back, and the message tells the truth (issue 12, finding 7).
+"""Ctrl-C at any point: the server comes back, and the message tells the truth.
 
 The truth is read from the pointer after the interruption, never assumed: a
 Ctrl-C after the pointer flip reports the new runtime as active.
@@ -20,8 +20,8 @@ from llama_runtime.updater.activate.activation import Activation
 from llama_runtime.updater.activate.pipeline import InstallPipeline
 from llama_runtime.updater.cli.main import main
 from tests.fakegithub import FakeGitHub
-from tests.helpers import CPU_TAR, HomeGuard, publish_stand_in
-from tests.test_server_swap import REPO, _http_server_build, served_b7000  # noqa: F401  (fixture)
+from tests.helpers import CPU_TAR, REPO, HomeGuard, publish_stand_in
+from tests.test_server_swap import _http_server_build, served_b7000  # noqa: F401  (fixture)
 from tests.test_server_swap import home as swap_home  # noqa: F401  (fixture)
 
 

@@ -75,7 +75,7 @@ def test_job_of_a_dead_process_is_reported_failed_not_running(store: JobStore) -
     store.write(JobState(id="a1", phase="download", pid=pid, done_bytes=3, total_bytes=9))
     state = store.current()
     assert state is not None and state.phase == "failed" and state.stale and not state.running
-    assert state.error is not None and str(pid) in state.error["message"]
+    assert state.error is not None and str(pid) in state.error.message
     new, claimed = store.claim(new_job("b2"))
     assert claimed and new.id == "b2"
 
@@ -101,7 +101,7 @@ def test_cancel_file_written_by_another_store_stops_the_recorder(store: JobStore
     assert not store.cancel_path("a1").exists()
     final = store.current()
     assert final is not None and final.phase == "cancelled"
-    assert final.error is not None and final.error["code"] == "cancelled"
+    assert final.error is not None and final.error.code == "cancelled"
 
 
 def test_recorder_persists_phase_changes_at_once_and_throttles_byte_counts(store: JobStore) -> None:

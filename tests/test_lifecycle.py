@@ -143,7 +143,7 @@ def test_update_reinstalls_an_installed_copy_that_no_longer_verifies_and_retenti
 
     assert code == 0 and payload["result"] == "installed", payload
     assert_runs(Path(payload["active"]["binary"]))
-    # The update's retention (issue 26: keep 3) already dropped the bad copy of a build it keeps.
+    # The update's retention (keep 3) already dropped the bad copy of a build it keeps.
     assert not b7000.path.exists()
     code, report = run_json(capsys, home, github.api_url, "gc", "--keep", "5")
     assert code == 0, report
@@ -231,7 +231,7 @@ def test_which_prints_the_llama_server_path_override_when_it_is_in_force(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 29: `$(llama-runtime which)` ran the managed binary while `status` reported the override."""
+    """`$(llama-runtime which)` ran the managed binary while `status` reported the override."""
     code, before = run_json(capsys, cpu_builds, github.api_url, "which")
     override = tmp_path / "custom-llama-server"
     override.write_text("#!/bin/sh\necho 'version: 1 (custom)' >&2\n")
@@ -267,7 +267,7 @@ def test_list_is_one_array_and_available_shows_what_fits_this_host(
     github.add_release(REPO, "b7005", {CPU_TAR.format(tag="b7005"): tmp_path / "b7000.tar.gz"}, prerelease=True)
 
     code, listed = run_json(capsys, home, github.api_url, "list")
-    # One array of runtimes under one key, beside the damaged directories (issue 24 item 4: listed, never chosen).
+    # One array of runtimes under one key, beside the damaged directories (listed, never chosen).
     assert code == 0 and set(listed) == {"installed", "damaged", "home_bytes", "trial"} and listed["damaged"] == []
     assert [r["tag"] for r in listed["installed"]] == ["b7000", "b7001", "b7002"]
     assert [r["active"] for r in listed["installed"]] == [False, False, True]

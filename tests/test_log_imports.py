@@ -1,4 +1,4 @@
-"""The first log line imports structlog without rich (issue 25: ~100 modules of every update's start),
+"""The first log line imports structlog without rich (~100 modules of every update's start),
 and leaves rich importable for whoever wants it (sigstore's own CLI does)."""
 
 from __future__ import annotations

@@ -411,7 +411,12 @@ def test_sync_latest_mirrors_the_build_the_stable_release_names_and_nightly_the_
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
     cpu = stand_in_tarball(tmp_path / "src" / CPU_TAR.format(tag="b7002"), tag="b7002")
-    names = {CPU_TAR: cpu, VULKAN_TAR: b"vulkan", WIN: b"windows"}  # as complete as b7001, else "still uploading"
+    # As complete as b7001, else "still uploading".
+    names: dict[str, bytes | Path] = {
+        CPU_TAR: cpu,
+        VULKAN_TAR: b"vulkan",
+        WIN: b"windows",
+    }  # as complete as b7001, else "still uploading"
     github.add_release(REPO, "b7002", {n.format(tag="b7002"): v for n, v in names.items()}, stable=False)
     code, report = sync(capsys, github, tmp_path / "stable")
     assert (code, report["releases"], report["latest"]) == (0, ["b7001"], "b7001")

@@ -1,4 +1,4 @@
-"""A mirror answers like GitHub (issue 29): channels, semver releases and listings resolve through it as upstream.
+"""A mirror answers like GitHub: channels, semver releases and listings resolve through it as upstream.
 
 Upstream (the fake's "2026" scheme, as ggml-org/llama.cpp since PR #27485): every ``bNNNN`` build is a
 prerelease and each is cut as a semver release ``v0.N.0`` whose only asset, ``nightly-tag.txt``, names it.
@@ -29,7 +29,7 @@ def github(tmp_path: Path) -> Iterator[FakeGitHub]:
         publish(server, tmp_path, "b7000")
         publish(server, tmp_path, "b7001")
         cpu = stand_in_tarball(tmp_path / "src" / CPU_TAR.format(tag="b7002"), tag="b7002")
-        names = {CPU_TAR: cpu, VULKAN_TAR: b"vulkan", WIN: b"windows"}  # as complete as b7001
+        names: dict[str, bytes | Path] = {CPU_TAR: cpu, VULKAN_TAR: b"vulkan", WIN: b"windows"}  # as complete as b7001
         server.add_release(REPO, "b7002", {n.format(tag="b7002"): v for n, v in names.items()}, stable=False)
         yield server
 
@@ -44,7 +44,7 @@ def installed_from(capsys: pytest.CaptureFixture[str], url: str, home: Path, *ex
 def test_update_tag_v0_2_0_against_a_mirror_synced_with_that_tag_installs_the_build_it_names(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, static_server: Any
 ) -> None:
-    """Issue 29: `mirror sync --tag v0.2.0` succeeded and `update --tag v0.2.0` against it was exit 7."""
+    """`mirror sync --tag v0.2.0` succeeded and `update --tag v0.2.0` against it was exit 7."""
     dest = tmp_path / "mirror"
     code, report = sync(capsys, github, dest, "--tag", "v0.2.0")
     assert (code, report["releases"], report["versions"]) == (0, ["b7001"], ["v0.2.0"]), report
@@ -60,7 +60,7 @@ def test_update_tag_v0_2_0_against_a_mirror_synced_with_that_tag_installs_the_bu
 def test_after_a_nightly_sync_stable_against_the_mirror_still_picks_the_stable_build(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:
-    """Issue 29: the mirror's `latest` followed whichever channel synced last, so stable picked a nightly."""
+    """The mirror's `latest` followed whichever channel synced last, so stable picked a nightly."""
     dest = tmp_path / "mirror"
     assert sync(capsys, github, dest)[0] == 0  # stable: v0.2.0 -> b7001
     code, report = sync(capsys, github, dest, "--channel", "nightly")
@@ -124,7 +124,7 @@ def test_a_mirror_that_lacks_a_tag_names_it_and_for_file_urls_never_blames_a_web
 def test_a_plain_static_server_serves_the_mirrors_listing_and_a_directory_listing_is_an_error(
     capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, static_server: Any
 ) -> None:
-    """Issue 29: under `python -m http.server` the HTML directory listing was read as "none available"."""
+    """Under `python -m http.server` the HTML directory listing was read as "none available"."""
     dest, home = tmp_path / "mirror", tmp_path / "home"
     assert sync(capsys, github, dest, "--newest", "3", "--channel", "nightly")[0] == 0
     github.stop()

@@ -1,4 +1,4 @@
-"""``mirror sync`` fetches as ``update`` does: parallel ranges, one pass, progress (issue 25).
+"""``mirror sync`` fetches as ``update`` does: parallel ranges, one pass, progress.
 
 Against the GitHub-like server on 127.0.0.1; no timing is asserted.
 """

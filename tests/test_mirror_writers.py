@@ -1,4 +1,4 @@
-"""Issue 19, finding 2: a mirror publishes only what it verified on disk.
+"""A mirror publishes only what it verified on disk.
 
 Two ``mirror sync`` processes on one destination, a sync killed midway, ``--latest 1`` with
 ``--prune``, and a full disk. After each, every file a published JSON names has the bytes its

@@ -1,4 +1,4 @@
-"""The home is the tool's at every depth (issue 28, item 2).
+"""The home is the tool's at every depth.
 
 A link the tool did not make, anywhere it writes or deletes (``cache/assets``
 pointed at a Hugging Face-style blob store, a link among the partial downloads,

@@ -1,4 +1,4 @@
-"""Credentials never leave memory (issue 28, item 3).
+"""Credentials never leave memory.
 
 ``--api-url http://user:SECRET@…`` and a token: neither the password, nor the
 token, nor their Basic encoding is in any line the tool prints (``-v``, ``-vv``,

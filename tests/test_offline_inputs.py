@@ -1,4 +1,4 @@
-"""Issue 19, finding 6 (offline side): bundles are remote data, a pipe is read once, a read-only
+"""Bundles are remote data, a pipe is read once, a read-only
 home serves every read-only command, and install order is a sequence, not the wall clock.
 
 Every failure asserts the active runtime is unchanged and runs.

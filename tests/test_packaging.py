@@ -99,7 +99,7 @@ def test_unknown_public_name_is_an_attribute_error() -> None:
 
 
 def test_metadata_builds_without_deprecation_warnings_and_carries_the_spdx_license(tmp_path: Path) -> None:
-    """Issue 29: `license = { text = "MIT" }` drew setuptools' "stops building after 2027-02-18" warning."""
+    """`license = { text = "MIT" }` drew setuptools' "stops building after 2027-02-18" warning."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["license"] == "MIT" and project["project"]["license-files"] == ["LICENSE"]
     assert not any(c.startswith("License ::") for c in project["project"].get("classifiers", []))

@@ -269,7 +269,7 @@ def test_install_file_with_a_file_that_is_no_bundle_is_exit_2(
     assert "holds no Sigstore bundle" in payload["error"]["message"]
 
 
-# -- a forged export (issue 28): "verified" means these bytes ------------------------------
+# -- a forged export: "verified" means these bytes ------------------------------
 
 
 def forged_server(sentinel: Path) -> bytes:

@@ -36,7 +36,12 @@ def test_read_ahead_advises_each_readable_file_and_skips_a_missing_one(tmp_path:
     assert readahead.will_need(str(tmp_path / "missing.pyc")) is False
     assert readahead.read_ahead([str(present), str(tmp_path / "missing.pyc")]) == 1
     asked: list[str] = []
-    assert readahead.read_ahead(["a", "b"], advise=lambda p: asked.append(p) or True) == 2
+
+    def advise(path: str) -> bool:
+        asked.append(path)
+        return True
+
+    assert readahead.read_ahead(["a", "b"], advise=advise) == 2
     assert asked == ["a", "b"]
 
 

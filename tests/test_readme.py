@@ -1,6 +1,7 @@
 """The README as a newcomer meets it: its walkthrough runs as written, every command in it parses.
 
-The walkthrough block (marked ``<!-- walkthrough``) runs in bash with ``llama-runtime`` on ``PATH``,
+The walkthrough block (marked ``<!-- walkthrough``) runs in bash after the setup block's activation line
+(which puts ``llama-runtime`` on ``PATH``; nothing else does),
 ``HOME`` a temporary directory (so the default home is used, as a new user's would be) holding the
 tests' tiny model at ``~/models/model.gguf``, and ``LLAMA_RUNTIME_GITHUB_API`` naming the local
 GitHub-like server that publishes the real build; only the port is substituted (8080 may be taken).
@@ -228,12 +229,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: The venv's own command, for the test's clean-up (the walkthrough itself finds it through the README's activation).
+CLI = str(Path(sys.executable).parent / "llama-runtime")
+
+
+def activation_line() -> str:
+    """The setup block's line that puts ``llama-runtime`` on ``PATH``, with the checkout's venv as the README's."""
+    line = next(line for line in marked("setup").body.splitlines() if line.startswith(". .venv/bin/activate"))
+    return line.replace(".venv", sys.prefix, 1)
+
+
 def walkthrough_env(home: Path, api_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_RUNTIME_", "XDG_"))}
+    """A newcomer's shell: no llama-runtime on PATH until the README's activation line runs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_RUNTIME_", "XDG_", "VIRTUAL_ENV"))}
     env.pop("LLAMA_SERVER_PATH", None)
+    venv_bin = str(Path(sys.executable).parent)
     env.update(
         HOME=str(home),
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        PATH=os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv_bin),
         LLAMA_RUNTIME_GITHUB_API=api_url,
         GGML_VK_VISIBLE_DEVICES="0",  # llama.cpp lists Mesa's software Vulkan device only when told
     )
@@ -254,7 +267,7 @@ def test_the_walkthrough_runs_as_written_to_a_running_model(
     (home / "models").mkdir(parents=True)
     write_tiny_llama(home / "models" / "model.gguf")
     port = free_port()
-    script = marked("walkthrough").body.replace("8080", str(port))
+    script = activation_line() + "\n" + marked("walkthrough").body.replace("8080", str(port))
     env = walkthrough_env(home, github.api_url)
     try:
         result = subprocess.run(
@@ -266,12 +279,12 @@ def test_the_walkthrough_runs_as_written_to_a_running_model(
             timeout=WALKTHROUGH_TIMEOUT_SECONDS,
         )
     finally:
-        subprocess.run(["llama-runtime", "server", "stop"], env=env, capture_output=True, timeout=60)
+        subprocess.run([CLI, "server", "stop"], env=env, capture_output=True, timeout=60)
     print(result.stderr, result.stdout, sep="\n")  # the note pastes this (pytest -s)
     assert result.returncode == 0, result.stderr + result.stdout
     assert '"status":"ok"' in result.stdout.replace(" ", "")
     data_home = home / ".local" / "share" / "llama-runtime"
-    status = subprocess.run(["llama-runtime", "status", "--json"], env=env, capture_output=True, text=True)
+    status = subprocess.run([CLI, "status", "--json"], env=env, capture_output=True, text=True)
     assert status.returncode == 0, status.stderr
     active = json.loads(status.stdout)["active"]
     assert active["tag"] == "b7000" and Path(active["binary"]).is_relative_to(data_home), "the default home"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from llama_runtime.runtime.fsutil import (
     mapping,
     number,
     parse_record,
+    pread,
+    pwrite,
     read_record,
     text,
     write_record,
@@ -167,3 +170,22 @@ def test_install_stamp_converts_back_to_its_epoch_to_the_millisecond() -> None:
     assert epoch_of(utc_iso(1_764_547_200.123)) == pytest.approx(1_764_547_200.123, abs=1e-3)
     with pytest.raises(ValueError):
         epoch_of("yesterday")
+
+
+@pytest.mark.parametrize("platform", [sys.platform, "win32"])
+def test_positioned_reads_and_writes_work_where_os_has_no_pread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, platform: str
+) -> None:
+    """Windows has no ``os.pread``/``os.pwrite``: the ranged download's writes and the follower's reads
+    go through the emulation there, and neither moves what the other reads."""
+    monkeypatch.setattr(sys, "platform", platform)
+    path = tmp_path / "data"
+    path.write_bytes(b"\0" * 8)
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_BINARY", 0))
+    try:
+        assert pwrite(fd, b"cd", 2) == 2
+        assert pwrite(fd, b"ab", 0) == 2
+        assert pread(fd, 4, 0) == b"abcd"
+        assert pread(fd, 8, 6) == b"\0\0"
+    finally:
+        os.close(fd)

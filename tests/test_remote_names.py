@@ -1,4 +1,4 @@
-"""The pure rules behind a hostile release server's refusals (issue 12, findings 1, 3, 4)."""
+"""The pure rules behind a hostile release server's refusals."""
 
 from __future__ import annotations
 

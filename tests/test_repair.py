@@ -1,4 +1,4 @@
-"""Issue 19, finding 1 and 5: a damaged runtime is never "nothing to do", and it is repaired.
+"""A damaged runtime is never "nothing to do", and it is repaired.
 
 The active real llama-server truncated to 0 bytes (or rewritten at the same
 size) is damage for ``status``, ``update``, ``install-file``, ``ensure()`` and

@@ -4,6 +4,7 @@ intact previous runtime is never forgotten, and doctor never overwrites a concur
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ def test_an_update_during_doctor_repair_is_busy_and_the_repair_completes(
     (home / "runtimes" / pointer(home)["active"] / "llama-runtime.json").write_text("garbage")
     seen: dict[str, Any] = {}
 
-    def runner(argv: list[str], timeout: float, env: dict[str, str] | None) -> ProcessResult:
+    def runner(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None) -> ProcessResult:
         # An update tries to run while doctor verifies its repair candidate.
         if "update" not in seen:
             seen["update"] = main(

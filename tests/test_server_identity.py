@@ -1,4 +1,4 @@
-"""Issue 19, findings 3 and 4: the server is ours before we call it healthy, and it never runs
+"""The server is ours before we call it healthy, and it never runs
 inside a runtime.
 
 With the real llama-server (router mode: ``--models-dir`` starts without a
@@ -83,7 +83,7 @@ def installed(
     return Home(home)
 
 
-# -- finding 3: a squatted port ---------------------------------------------------------------
+# -- a squatted port ---------------------------------------------------------------
 
 
 def test_server_start_on_a_squatted_port_exits_3_naming_the_holder_and_starts_nothing(
@@ -223,7 +223,7 @@ def test_server_start_with_an_ipv6_or_unix_socket_host_is_healthy_and_ours(
     assert code == 0 and stopped["stopped"] is True
 
 
-# -- finding 4: the working directory ---------------------------------------------------------
+# -- the working directory ---------------------------------------------------------
 
 
 def test_server_runs_outside_the_runtime_and_relative_args_resolve_against_the_caller(

@@ -1,4 +1,4 @@
-"""Issue 19, finding 6: state files are data, not trust; `server` verbs are not blocked by a download.
+"""State files are data, not trust; `server` verbs are not blocked by a download.
 
 ``jobs/current.json`` and ``server/server.json`` as a crash, a bug or a hostile
 user could leave them: out-of-range numbers and ids that are paths. Every

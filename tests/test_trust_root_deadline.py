@@ -1,4 +1,4 @@
-"""The Sigstore trust-root refresh has an overall deadline (issue 28, item 4).
+"""The Sigstore trust-root refresh has an overall deadline.
 
 python-tuf bounds each socket wait (30 s) but not the refresh: a proxy that
 accepts and never answers, or answers a byte at a time, held ``update`` in

@@ -277,7 +277,7 @@ def publish_today(
 
 #: An attestation listing entry this version cannot verify: a bundle without verification material.
 #: It stands in for upstream's real bundles (signed by ggml-org's workflows on Sigstore's production
-#: instance; no such bundle exists offline) until minted ggml-org bundles replace it (issue 23 item 8).
+#: instance; no such bundle exists offline) until minted ggml-org bundles replace it.
 UNVERIFIABLE_BUNDLE: Final[dict[str, object]] = {"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}
 
 

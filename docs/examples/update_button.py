@@ -3,7 +3,9 @@
     python update_button.py [llama-runtime] [extra args…]
 
 Reads one JSON object per line, shows phase, percent and ETA, and cancels with SIGTERM once
-``LLAMA_RUNTIME_CANCEL_AFTER_BYTES`` bytes arrived (what a Cancel button does).
+``LLAMA_RUNTIME_CANCEL_AFTER_BYTES`` bytes arrived (what a Cancel button does). An app started from
+a desktop does not get a terminal's PATH: pass the CLI's absolute path (the first argument, or
+``LLAMA_RUNTIME_CLI``). When the CLI cannot be started it says so and exits 127, without a traceback.
 """
 
 from __future__ import annotations
@@ -14,11 +16,23 @@ import signal
 import subprocess
 import sys
 
+#: The exit status of a shell whose command was not found: what this script exits with then.
+NOT_FOUND_EXIT = 127
+
 
 def run_update(command: str, args: list[str]) -> int:
     """Run one update and print what a progress bar would show; returns the CLI's exit code."""
     cancel_after = int(os.environ.get("LLAMA_RUNTIME_CANCEL_AFTER_BYTES", "0"))
-    child = subprocess.Popen([command, "update", "--events", *args], stdout=subprocess.PIPE, text=True)
+    try:
+        child = subprocess.Popen([command, "update", "--events", *args], stdout=subprocess.PIPE, text=True)
+    except OSError as exc:  # not found, not executable: the app shows this, it does not crash
+        where = "no such file" if os.path.isabs(command) else "it is not on this app's PATH"
+        print(
+            f"cannot start {command}: {where} ({exc.strerror}); pass the CLI's absolute path "
+            "as the first argument or in LLAMA_RUNTIME_CLI",
+            file=sys.stderr,
+        )
+        return NOT_FOUND_EXIT
     assert child.stdout is not None
     cancelled = False
     for line in child.stdout:
@@ -43,5 +57,5 @@ def run_update(command: str, args: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    command, *rest = sys.argv[1:] or ["llama-runtime"]
+    command, *rest = sys.argv[1:] or [os.environ.get("LLAMA_RUNTIME_CLI") or "llama-runtime"]
     raise SystemExit(run_update(command, rest))

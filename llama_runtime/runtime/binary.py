@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-# -- macho: The minimum macOS a Mach-O binary declares, read from its load commands (no IO beyon... --------------
+# -- macho: The minimum macOS a Mach-O binary declares, read from its load commands. -----------------------------
 
 _MH_MAGIC_64: Final = 0xFEEDFACF
 _MH_MAGIC: Final = 0xFEEDFACE

@@ -99,7 +99,7 @@ def epoch_of(iso: str) -> float:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
-# -- retry: The one retry schedule: how often a transient network failure is tried again, and ho... --------------
+# -- retry: The one retry schedule for transient network failures. -----------------------------------------------
 
 #: Tries in all, the first included. Resets and 5xx from GitHub's API and its CDN
 #: usually clear within seconds, and each download retry resumes where the last

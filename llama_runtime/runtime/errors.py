@@ -2,31 +2,11 @@
 
 Every error a user can see derives from :class:`LlamaRuntimeError` and carries
 the sentence a person reads (``message``), a stable machine ``code`` and the
-CLI ``exit_code`` promised by the command-line contract::
-
-    LlamaRuntimeError                 exit 1  (a bug, should never reach a user)
-    +-- UserInputError                exit 2  the caller asked for something invalid
-    |   +-- UnknownBackendError
-    +-- LocalError                            this machine's state or resources
-    |   +-- BusyError                 exit 3  another update holds the lock
-    |   +-- DiskSpaceError            exit 4
-    |   +-- CorruptStateError         exit 6  pointer/marker on disk is unusable
-    |   +-- CancelledError            exit 130
-    |   +-- FileSystemError           exit 1  an OS-level I/O failure (EIO, EACCES …)
-    +-- BackendUnavailableError       exit 5  no asset for this host, or host cannot run it
-    |   +-- NothingActiveError                no runtime is active (``which``)
-    +-- VerificationError             exit 6  the new runtime was rejected
-    +-- RemoteError                   exit 7  GitHub / mirror / network
-    |   +-- ReleaseNotFoundError
-    |   +-- ReleaseIncompleteError    a release still uploading (retry later)
-    |   +-- RateLimitError
-    |   +-- NetworkError
-    +-- IntegrityError                exit 8  digest, size, unsafe archive
-        +-- DigestMismatchError
-        +-- SizeMismatchError
-        +-- UnsafeArchiveError
-        +-- ProvenanceError           a published build attestation fails verification
-        +-- ProvenanceMissingError    none verified, and --require-provenance was given
+CLI ``exit_code`` promised by the command-line contract. Under the root: ``UserInputError``
+(exit 2), ``LocalError`` (this machine: busy 3, disk 4, corrupt state 6, cancelled 130 …),
+``BackendUnavailableError`` (5), ``VerificationError`` (6), ``RemoteError`` (7) and
+``IntegrityError`` (8). docs/api.md draws the whole tree, the classes other modules derive
+included, and tests/test_docs_contract.py fails when it differs from these classes.
 
 Invariant: raising any of these never changes the active runtime; the code
 that raises them is responsible for discarding what it staged first.

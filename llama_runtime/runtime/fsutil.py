@@ -80,13 +80,37 @@ def sha256_file(path: Path) -> str:
 
 def fsync_directory(directory: Path) -> None:
     """Make a rename or creation inside ``directory`` durable (no-op on Windows)."""
+    if sys.platform != "win32":  # Windows cannot open a directory to flush it
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+#: Windows has no pread/pwrite: there a seek and the read or write after it must not interleave with
+#: another thread's on a shared (or dup'ed) descriptor.
+_POSITIONED: Final = threading.Lock()
+
+
+def pread(fd: int, size: int, offset: int) -> bytes:
+    """Up to ``size`` bytes of ``fd`` at ``offset`` (``os.pread``, emulated where it is missing)."""
     if sys.platform == "win32":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        with _POSITIONED:
+            os.lseek(fd, offset, os.SEEK_SET)
+            return os.read(fd, size)
+    else:
+        return os.pread(fd, size, offset)
+
+
+def pwrite(fd: int, data: bytes, offset: int) -> int:
+    """Write ``data`` to ``fd`` at ``offset`` (``os.pwrite``, emulated where it is missing)."""
+    if sys.platform == "win32":
+        with _POSITIONED:
+            os.lseek(fd, offset, os.SEEK_SET)
+            return os.write(fd, data)
+    else:
+        return os.pwrite(fd, data, offset)
 
 
 #: "No space left on device" and "disk quota exceeded": both mean the bytes do
@@ -315,7 +339,7 @@ class FlushAhead:
     A head start for :func:`fsync_tree`, never a replacement: that still
     flushes every file and directory of the tree, and finds these clean, so
     the disk writes the large files while the next members inflate instead of
-    after the last one (issue 25). An fsync error is kept and raised by
+    after the last one. An fsync error is kept and raised by
     :meth:`wait`, which :func:`fsync_tree` calls first: the kernel reports a
     lost write-back to one fsync only (Linux's errseq), so the later flush
     would see success for bytes that never reached the disk.
@@ -387,7 +411,7 @@ def fsync_tree(root: Path, *, ahead: FlushAhead | None = None) -> None:
     fails the install (never retried; see the module docstring).
 
     One flush of the whole filesystem instead (``syncfs(2)``, or ``sync``) was
-    measured against this on a 256 MB tree of real machine code (issue 25):
+    measured against this on a 256 MB tree of real machine code:
     0.10-0.14 s against 0.12-0.21 s, within the noise of a shared disk. It is
     not kept: it writes back every other process's dirty data too (slower on a
     busy machine), is Linux-only, and reports a write-back error only since

@@ -77,7 +77,7 @@ def check_home(root: Path, subdirs: Iterable[Path], *, deep: Iterable[Path] = ()
             one, or the home or a subdirectory is owned by another user or
             world-writable.
     """
-    if sys.platform == "win32":
+    if os.name == "nt":  # not sys.platform: mypy then checks what follows under every --platform
         return
     try:
         st = os.stat(root)  # the home itself may be a link to where the user wants it
@@ -127,7 +127,7 @@ def find_foreign_link(top: Path, *, max_depth: int | None = None) -> Path | None
     ``libX.so -> libX.so.0`` chain, in ``staging/``, ``runtimes/NAME/`` and a
     streamed ``downloads/*.unpacking/``), never elsewhere: any other link was
     put there by someone else, and a write, rename or delete through it would
-    reach outside the home (issue 28: ``cache/assets`` linked to a blob store, and
+    reach outside the home (``cache/assets`` linked to a blob store, and
     ``gc`` deleted its files). The walk never follows a link; a directory that
     vanishes meanwhile is skipped.
     """
@@ -162,7 +162,7 @@ def _refuse_link(link: Path | None) -> None:
 
 
 def _check_owner_and_mode(path: Path, st: os.stat_result, what: str) -> None:
-    if st.st_uid != os.geteuid():
+    if sys.platform != "win32" and st.st_uid != os.geteuid():
         raise UnsafeHomeError(
             f"{what} {path} belongs to user id {st.st_uid}, not to you (user id {os.geteuid()}); "
             "another user could change which llama-server runs.",
@@ -406,7 +406,7 @@ def _is_plain_name(name: str) -> bool:
     return bool(name) and name not in {".", ".."} and _UNSAFE_NAME_CHARS.search(name) is None
 
 
-# -- snapshot: One look at the home: the pointer, every runtime directory and its marker, read o... --------------
+# -- snapshot: One look at the home: the pointer, every runtime and its marker. ----------------------------------
 
 
 @dataclass(frozen=True)

@@ -250,10 +250,13 @@ def probe_unix_health(path: str, timeout: float) -> tuple[bool, str]:
 
     class _UnixConnection(http.client.HTTPConnection):
         def connect(self) -> None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(self.timeout)
-            sock.connect(path)
-            self.sock = sock
+            if sys.platform == "win32":  # Python has no AF_UNIX there: the probe answers "no answer"
+                raise OSError("UNIX sockets are not available on Windows")
+            else:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(self.timeout)
+                sock.connect(path)
+                self.sock = sock
 
     connection = _UnixConnection("localhost", timeout=max(timeout, 0.01))
     try:

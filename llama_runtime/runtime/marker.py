@@ -478,7 +478,7 @@ def file_problems(
         path = root / rel
         try:
             # Recorded files are the regular files the extraction wrote, at their real paths: one
-            # reached through a link (itself, or a folder above it) is not that file (issue 28).
+            # reached through a link (itself, or a folder above it) is not that file.
             through = linked.first_link(rel)
             try:
                 st = os.lstat(path)

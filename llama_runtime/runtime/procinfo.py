@@ -32,12 +32,15 @@ _TICKS_PER_SECOND: Final[int] = 100
 #: Linux keeps a process's state and start time in ``/proc/<pid>/stat``, readable for every
 #: process: the identity checks of every locked command (the update job's owner, the lock's) read
 #: it directly, and only gc's scan of open files imports psutil (two extension modules, ~10-25 ms
-#: of an update's start, issue 25). Elsewhere, or where /proc is not mounted, psutil answers.
+#: of an update's start). Elsewhere, or where /proc is not mounted, psutil answers.
 _PROC_STAT: Final[bool] = sys.platform.startswith("linux") and os.path.exists("/proc/self/stat")
 #: Fields of /proc/<pid>/stat after ``pid (comm) ``: the state (3rd) and the start time in clock ticks (22nd).
 _STATE: Final[int] = 0
 _START_TIME: Final[int] = 19
-_CLOCK_TICKS: Final[int] = os.sysconf("SC_CLK_TCK") if _PROC_STAT else 100
+if sys.platform == "win32":
+    _CLOCK_TICKS: Final[int] = 100
+else:
+    _CLOCK_TICKS: Final[int] = os.sysconf("SC_CLK_TCK") if _PROC_STAT else 100
 
 
 def _proc_stat(pid: int) -> list[bytes] | None:
@@ -155,8 +158,9 @@ def _paths_of(proc: psutil.Process) -> Iterator[str]:
             if os.sep in arg and cwd is not None:
                 yield os.path.realpath(os.path.join(cwd, arg))
     with contextlib.suppress(*unreadable):
-        for mapped in proc.memory_maps(grouped=True):
-            yield mapped.path
+        if sys.platform != "darwin":  # psutil has no memory maps on macOS
+            for mapped in proc.memory_maps(grouped=True):
+                yield mapped.path
     with contextlib.suppress(*unreadable):
         for opened in proc.open_files():
             yield opened.path

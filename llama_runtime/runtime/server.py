@@ -67,7 +67,7 @@ from llama_runtime.runtime.listen import (
 )
 from llama_runtime.runtime.procinfo import MAX_PID, pid_alive, process_start_ticks
 
-# -- server_record: Which process is our server: ``server.json`` and the children this process s... --------------
+# -- server_record: Which process is our server: ``server.json`` and our own children. ---------------------------
 
 STATE_NAME: Final = "server.json"
 STATE_SCHEMA: Final = 1
@@ -205,7 +205,7 @@ def parse_state(payload: object) -> ServerState | None:
     )
 
 
-# -- server_spawn: Starting llama-server detached from this process, reading its log, signalling... --------------
+# -- server_spawn: Starting llama-server detached, reading its log, signalling it. -------------------------------
 
 #: Sends a signal to a pid (``os.kill``; tests inject failures here).
 Kill = Callable[[int, int], None]
@@ -289,10 +289,11 @@ def _creation_flags() -> int:
     """Windows flags that let the server outlive this process and its console."""
     if sys.platform == "win32":
         return subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
-    return 0
+    else:
+        return 0
 
 
-# -- server_status: What is known about the managed server right now: the ``server`` object of t... --------------
+# -- server_status: What is known about the managed server right now. --------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ DEFAULT_PARALLEL_DOWNLOADS: Final = 4
 #: More connections only add load on the host; 16 is far past where a capped CDN stops scaling.
 MAX_PARALLEL_DOWNLOADS: Final = 16
 PARALLEL_DOWNLOADS_ENV: Final = "LLAMA_RUNTIME_PARALLEL_DOWNLOADS"
-#: Runtimes each successful update keeps (``--keep``/``LLAMA_RUNTIME_KEEP``, issue 26): the
+#: Runtimes each successful update keeps (``--keep``/``LLAMA_RUNTIME_KEEP``): the
 #: active, the previous (the rollback target) and the newest other build; 0 keeps every runtime.
 DEFAULT_RETAIN: Final = 3
 RETAIN_ENV: Final = "LLAMA_RUNTIME_KEEP"

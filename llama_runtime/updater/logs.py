@@ -6,7 +6,7 @@ structlog is imported only when something logs a line, not when a logger is
 created or logging is configured: importing it costs ~30 ms, and app start-up
 (``ensure``) and ``status`` never log. A line below the level configured here
 (the CLI's ``warning`` without ``-v``) is dropped before structlog is imported:
-the filter structlog would be configured with drops it anyway (issue 25: ~45
+the filter structlog would be configured with drops it anyway (~45
 modules of every quiet ``update``'s start).
 """
 
@@ -58,7 +58,7 @@ def _load_structlog() -> None:
     """Import structlog without rich, unless something imported either already.
 
     structlog.dev imports rich (sigstore's dependency: ~70 modules, 0.2-0.3 s of
-    every update's start on a cold page cache; issue 25) only to draw exceptions
+    every update's start on a cold page cache) only to draw exceptions
     with it; the renderer here then prints them as plain tracebacks. A blocked
     name in ``sys.modules`` makes that ``import rich`` fail; it is removed at
     once, so anything importing rich later gets it.
@@ -107,7 +107,7 @@ def _apply() -> None:
 def redact_with(redactor: Callable[[str], str]) -> None:
     """Pass every string field of every later log line through ``redactor`` (idempotent).
 
-    The last guard of "credentials never leave memory" (issue 28): the HTTP client
+    The last guard of "credentials never leave memory": the HTTP client
     registers :func:`~updater.credentials.redact_text` when it is made, so a field
     that names a URL loses its ``user:password@`` and its (possibly signed) query,
     whichever module logged it, at every level. (A sibling of ``credentials`` in

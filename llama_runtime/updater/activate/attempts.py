@@ -210,7 +210,7 @@ def _failed_before(
     return failed.get(key)
 
 
-# -- outcome: What an update reports when it ends: the outcome (its progress events are :mod:`up... --------------
+# -- outcome: What an update reports when it ends. ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)

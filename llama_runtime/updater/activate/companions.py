@@ -1,4 +1,4 @@
-"""A CUDA companion is fetched once: an installed runtime's verified copy serves the next build (issue 26).
+"""A CUDA companion is fetched once: an installed runtime's verified copy serves the next build.
 
 Upstream's Linux CUDA builds ship with every build a ~594 MB
 ``cudart-llama-bN-bin-ubuntu-cuda-<v>-<arch>.tar.gz``: NVIDIA's redistributable

@@ -25,7 +25,7 @@ runtime. ``cache_only`` trims just the cache.
 After each successful install, :func:`retain_after_update` applies the same rules
 with a total count (``--keep``/``LLAMA_RUNTIME_KEEP``, default 3: the active, the
 previous and the newest other build) and trims the cache to what the kept
-runtimes record plus the two newest entries (issue 26, docs/disk.md). Runtimes
+runtimes record plus the two newest entries (docs/disk.md). Runtimes
 may share files (hard links, ``activate.sharing``): removing one deletes only its
 names, and a shared file lives while another runtime names it.
 
@@ -301,7 +301,7 @@ def collect_garbage(
     scan_processes: ProcessScan | None = None,
     cache_only: bool = False,
 ) -> GcReport:
-    """Remove what :mod:`updater.gc` may remove; with ``dry_run`` only report it.
+    """Remove what this module's retention rules may remove; with ``dry_run`` only report it.
 
     Args:
         home: The llama-runtime home.

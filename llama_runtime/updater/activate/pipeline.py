@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 __all__ = ["Acquirer", "InstallPipeline", "PlannedInstall", "StoragePolicy", "download_meta"]
 
 
-# -- acquire: Acquiring a release's assets for one install: free space, download or cache, diges... --------------
+# -- acquire: A release's assets for one install: space, download or cache, digests. -----------------------------
 
 log = get_logger("llama_runtime.install")
 
@@ -333,7 +333,7 @@ class PlannedInstall:
 
 @dataclass(frozen=True)
 class StoragePolicy:
-    """How an install spends disk and downloads (issue 26).
+    """How an install spends disk and downloads.
 
     Attributes:
         keep: Runtimes kept after each successful install (``gc.retain_after_update``); 0 keeps all.

@@ -1,4 +1,4 @@
-"""Identical files stored once: a staged runtime's files hard-linked to installed runtimes' (issue 26).
+"""Identical files stored once: a staged runtime's files hard-linked to installed runtimes'.
 
 Successive builds differ in their main libraries and ship identical runtime
 libraries (a CUDA companion is ~600 MB of the same bytes every build): each

@@ -10,9 +10,9 @@ The sequence (each step finishes before the next; nothing is published early)::
 This module is the front: it takes the update lock, gathers the decision core's
 inputs (active marker, release, host facts), and carries the plan out: up to
 date, a switch to an installed runtime, or an install through
-:mod:`.pipeline`, whose steps live beside it one concept each: :mod:`.acquire`
-(the assets' bytes), :mod:`.staging` (the staged tree and its marker),
-:mod:`.verifier` (probe, build identity, smoke model) and :mod:`.activation`
+:mod:`.pipeline` (its ``acquire`` section: the assets' bytes), whose steps live one concept each:
+:mod:`~llama_runtime.updater.verify.installed` (the staged tree and its marker),
+:mod:`~llama_runtime.updater.verify.verifier` (probe, build identity, smoke model) and :mod:`.activation`
 (the pointer flip with a running server).
 
 With the backend request ``auto``, a build rejected after install (its device
@@ -233,7 +233,7 @@ class Installer:
         if plan is None and request.tag:
             # A pinned build already on disk: switch to it, no network needed.
             there = self._installed_settling(request, active, snapshot)
-            if there is not None:  # every job starts with resolve, also one that needs no network (issue 29)
+            if there is not None:  # every job starts with resolve, also one that needs no network
                 emit(Progress("resolve", message=f"{request.tag} is installed as {there.name}"))
             if there is not None and self.reverify(there, emit, snapshot):
                 switched = self.activate_installed(there, replaced, emit, [], verified=True, snapshot=snapshot)

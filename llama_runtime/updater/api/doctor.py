@@ -9,7 +9,7 @@ only when that cannot be done moves the pointer to a runtime that passes these
 checks, saying so when that one is older and keeping the damaged one as
 ``previous``. It removes leftovers (staging, temporary files, downloads of
 installed releases, marker-less directories the pointer does not name: see
-:mod:`updater.recovery`); it never deletes a runtime, and never touches one a
+:func:`~llama_runtime.updater.activate.gc.find_leftovers`); it never deletes a runtime, and never touches one a
 newer llama-runtime installed.
 """
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.progress import Progress
 
 
-# -- job_state: One snapshot of an update job: the typed progress event, and the record other pr... --------------
+# -- job_state: One snapshot of an update job, and the record other processes read. ------------------------------
 
 JobPhase = Literal["resolve", "download", "verify", "activate", "stop_server", "health", "done", "failed", "cancelled"]
 TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"done", "failed", "cancelled"})

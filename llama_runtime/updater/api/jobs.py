@@ -142,7 +142,8 @@ def terminal_width(stream: TextIO, default: int = 80) -> int:
 
 @dataclass
 class TerminalProgress:
-    """A progress callback for :meth:`updater.install.Installer.update` that draws on a TTY."""
+    """A progress callback that draws on a TTY, for
+    :meth:`~llama_runtime.updater.activate.transaction.Installer.update`."""
 
     stream: TextIO
     clock: Clock = SYSTEM_CLOCK
@@ -199,7 +200,7 @@ def terminal_progress(stream: TextIO | None = None) -> TerminalProgress | None:
     return TerminalProgress(target) if is_tty else None
 
 
-# -- job_recorder: The job as its own process runs it: progress events in, persisted job states... ---------------
+# -- job_recorder: The job as its own process runs it: events in, job states out. --------------------------------
 
 log = get_logger("llama_runtime.jobs")
 

@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 
-# -- results: What :class:`~updater.api.service.RuntimeUpdater`'s verbs return: small frozen, ty... --------------
+# -- results: What ``RuntimeUpdater``'s verbs return: small frozen, typed results. -------------------------------
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -318,7 +318,7 @@ def user_tag(tag: str) -> str:
             f"'{cleaned}' is not a release tag; did you mean {meant}?",
             hint="llama.cpp builds are tagged bNNNN (e.g. b7000).",
         )
-    if _PARTIAL_SEMVER.match(cleaned):  # v1, v0.2, V1.2.3: never a tag upstream publishes (issue 29)
+    if _PARTIAL_SEMVER.match(cleaned):  # v1, v0.2, V1.2.3: never a tag upstream publishes
         raise UserInputError(
             f"'{cleaned}' is not a release tag: releases are tagged vMAJOR.MINOR.PATCH, all three parts and "
             "a lower-case v (e.g. v0.3.0); builds are tagged bNNNN (e.g. b7000).",

@@ -12,7 +12,7 @@ Rules, in order:
   does have. Nothing falls back silently.
 * ``auto`` tries the backends the host can run, best first: CUDA > ROCm >
   SYCL > Vulkan > CPU on Linux/Windows, Metal on Apple silicon.
-* Within a backend the best-ranked usable asset wins (:mod:`.ranking`: CUDA
+* Within a backend the best-ranked usable asset wins (:class:`Ranker`: CUDA
   line, the fork manifest's GPU coverage, CPU ISA, archive format).
 * A CUDA build takes along its ``cudart-…`` runtime companion of the same
   CUDA version and arch, when the release has one.
@@ -182,7 +182,7 @@ class Ranker:
         elif driver is None and self.auto:
             return None, "no NVIDIA driver detected"
         elif driver is None and self.host.no_nvidia_driver is not None:
-            # Detection is sure (issue 29): refuse before a download whose device check could only fail.
+            # Detection is sure: refuse before a download whose device check could only fail.
             return None, f"no NVIDIA driver detected ({self.host.no_nvidia_driver})"
         sms = host_sms(self.host)  # every GPU, whichever of the two host facts gave them
         capability = divmod(sms[0], 10) if sms else ()

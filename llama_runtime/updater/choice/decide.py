@@ -10,7 +10,7 @@ The inputs::
 
     request  (repo, tag or latest, backend request or none, CUDA pin)
     active   (the active runtime's marker and whether its files are intact)
-    release  (the release the request resolved to; see :mod:`.latest`)
+    release  (the release the request resolved to; see :func:`pick_latest`)
     host     (what this machine can run)
 
 The rules, in order (``mode="update"``, what a person asked for):
@@ -470,7 +470,7 @@ def newest_releases(
         count: How many.
         below: Only builds under this number (the ones older than a channel's latest).
         prereleases: Count prerelease builds too (upstream publishes every build
-            as one since August 2026; see :mod:`.channel`).
+            as one since August 2026; see :mod:`~llama_runtime.updater.release.channel`).
         decorated: Count a fork's decorated build tags (``bN-mix-<hash>``) too:
             right when every release is of one repository (a mirror of a fork).
     """
@@ -500,7 +500,7 @@ def highest_build_tag(tags: Iterable[str]) -> str | None:
     return max(numbered, key=lambda parsed: parsed.build or 0).tag if numbered else None
 
 
-# -- available: Which published releases this host could install (``list --available``), without... --------------
+# -- available: Which published releases this host could install (``list --available``). -------------------------
 
 
 @dataclass(frozen=True)
@@ -542,7 +542,7 @@ def available_builds(
     """The newest ``limit`` builds that have an asset for ``host`` and ``backend``.
 
     Args:
-        builds: What the channel offers (:func:`~.channel.channel_builds`: the
+        builds: What the channel offers (:func:`~llama_runtime.updater.release.channel.channel_builds`: the
             same resolver as "latest", so a listed build is one update would take).
         host: The machine to install on.
         backend: The backend request (``auto`` or a name).

@@ -416,7 +416,7 @@ def fact_refusal(build: Build, host: HostFacts) -> str | None:
     return None
 
 
-# -- coverage: Which GPUs a fork's bundle was compiled for, from its release manifest (pure, no... ---------------
+# -- coverage: Which GPUs a fork's bundle was compiled for, from its manifest (pure). ----------------------------
 
 _CAPABILITY: Final = re.compile(r"^\s*(\d{1,2})\.(\d)\s*$")
 #: Sort key of a bundle that covers the host: (portable last, SM span, rank, max SM).

@@ -2,8 +2,8 @@
 
 This machine's facts come from
 :func:`~llama_runtime.updater.choice.host_detect.detect_host` (probes through
-seams, :mod:`probing`); another machine's from :func:`host_for_platform`
-(``plan --platform``) or a host file (:mod:`host_file`).
+seams, :class:`~llama_runtime.updater.choice.host_detect.ProbePass`); another machine's from
+:func:`host_for_platform` (``plan --platform``) or a host file (the ``host_file`` section below).
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def host_for_platform(platform: str, cuda_version: str | None = None) -> HostFac
     )
 
 
-# -- host_file: ``plan --host FILE``: the facts of another machine, as its ``doctor --json`` pri... --------------
+# -- host_file: ``plan --host FILE``: the facts of another machine. ----------------------------------------------
 
 #: A host file is a few KB; anything bigger is not one (and is not read whole).
 MAX_HOST_FILE_BYTES: Final = 1024 * 1024

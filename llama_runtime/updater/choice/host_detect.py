@@ -2,8 +2,8 @@
 
 :func:`detect_host` runs the probes in a fixed order through one
 :class:`~llama_runtime.updater.choice.host_detect.ProbePass`: the platform (and
-the native arch under emulation), GPUs (:mod:`gpu_probes`), OS and runtime
-versions (:mod:`platform_facts`), CPU features. It never raises; a failed
+the native arch under emulation), GPUs (the ``gpu_probes`` section), OS and runtime
+versions (the ``platform_facts`` section), CPU features. It never raises; a failed
 probe is an absent fact, and unknown never means "can run it".
 """
 
@@ -108,7 +108,7 @@ class ProbePass:
         return answer
 
 
-# -- gpu_probes: Which GPUs this machine has, from ``nvidia-smi``, ``vulkaninfo``, ROCm tools an... --------------
+# -- gpu_probes: Which GPUs this machine has, from the vendors' tools and files. ---------------------------------
 
 #: NVIDIA's minimum Linux driver per CUDA toolkit (CUDA release notes, table 3).
 #: Only a fallback when the ``nvidia-smi`` banner has no "CUDA Version".
@@ -322,7 +322,7 @@ def probe_rocm(probe: ProbePass) -> tuple[bool, tuple[str, ...]]:
     return False, ()
 
 
-# -- platform_facts: Host facts beyond GPUs and CPU flags: OS and runtime versions a build may n... --------------
+# -- platform_facts: OS and runtime versions a build may need, beyond GPUs and CPU flags. ------------------------
 
 #: Runs a probe command; its standard output, or ``None`` when it failed or is missing.
 Call = Callable[..., str | None]

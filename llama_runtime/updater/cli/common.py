@@ -200,7 +200,7 @@ def explain_failure(exc: LlamaRuntimeError, *, had_active: bool) -> None:
         exc.hint = "Nothing was installed; no runtime is active yet."
 
 
-# -- context: What a command builds from its arguments: settings, the home, the engine, the acti... --------------
+# -- context: What a command builds from its arguments: settings, home, engine. ----------------------------------
 
 _REPAIR_HINT = (
     "Run `llama-runtime doctor --repair` to point at a verified runtime, "

@@ -289,7 +289,7 @@ def _release_page(source: ReleaseSource, page: int) -> tuple[list[Release], bool
     return batch, len(batch) < RELEASES_PER_PAGE
 
 
-# -- recovery: Commands that bring a machine back to a good runtime: ``rollback`` and ``doctor [... --------------
+# -- recovery: Back to a good runtime: ``rollback`` and ``doctor [--repair]``. -----------------------------------
 
 #: ``doctor``'s exit code when it finds problems: the contract's "local state damaged".
 _UNHEALTHY_EXIT = 6

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.cli.events import EventStream
 
 
-# -- output: Where a command's one result and its error go: JSON, JSON Lines events, or sentence... --------------
+# -- output: Where a command's result and its error go: JSON, events or sentences. -------------------------------
 
 
 class Output:

@@ -1,4 +1,4 @@
-"""Read ahead the files an ``update`` is about to import, while it imports them (issue 25).
+"""Read ahead the files an ``update`` is about to import, while it imports them.
 
 On a cold page cache (the first update after a boot or a quiet night, a scheduled job, the
 benchmark after ``drop_caches``) an update's start mostly waits for ~350 small files, the bytecode
@@ -80,17 +80,20 @@ def read_ahead(paths: Iterable[str], advise: Callable[[str], bool] | None = None
 
 def will_need(path: str) -> bool:
     """``posix_fadvise(WILLNEED)`` on the whole of ``path``; ``False`` when it cannot be opened or advised."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+    if sys.platform == "win32" or sys.platform == "darwin":  # no posix_fadvise there
         return False
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return True
+    else:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return False
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return True
 
 
 def readahead_paths() -> Iterator[str]:

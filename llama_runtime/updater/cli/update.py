@@ -123,7 +123,7 @@ def _report(outcome: UpdateOutcome, args: argparse.Namespace, out: Output) -> No
     out.result(payload, lines)
 
 
-# -- plan: ``plan``: what ``update`` would install and why, for this machine or another; downloa... --------------
+# -- plan: ``plan``: what ``update`` would install and why; downloads nothing. -----------------------------------
 
 
 def _register_plan(add: AddParser) -> dict[str, Handler]:

@@ -159,7 +159,7 @@ def digests_in_use(runtimes: Iterable[InstalledRuntime]) -> set[str]:
     return digests
 
 
-# -- diskspace: Disk space: failing early when there is no room, and saying sizes as people read... --------------
+# -- diskspace: Failing early when there is no room, and sizes as people read them. ------------------------------
 
 
 def human_size(n_bytes: int) -> str:

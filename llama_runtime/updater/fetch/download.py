@@ -1,6 +1,6 @@
 """Stream one release asset to a partial file, hashing while it arrives, resuming on retry.
 
-The request itself is :mod:`.asset_request`; what may be resumed, and the
+The request itself is :class:`AssetRequest` (its section below); what may be resumed, and the
 sidecar that proves it, is :mod:`.partial`.
 
 Invariants:
@@ -38,7 +38,7 @@ from llama_runtime.runtime.errors import (
     RemoteError,
     SizeMismatchError,
 )
-from llama_runtime.runtime.fsutil import is_disk_full
+from llama_runtime.runtime.fsutil import is_disk_full, pread
 from llama_runtime.updater.credentials import redact_url
 from llama_runtime.updater.fetch.cache import human_size
 from llama_runtime.updater.fetch.partial import (
@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 
-# -- asset_request: One GET of a release asset's bytes: redirects followed by hand, Range/If-Ran... --------------
+# -- asset_request: One GET of a release asset's bytes: redirects, ranges, validators. ---------------------------
 
 # GitHub uses two hops (github.com → CDN); more than a few means a loop.
 _MAX_REDIRECTS: Final[int] = 5
@@ -95,7 +95,7 @@ def network_error(asset_name: str, what: str, *, kept: bool = True) -> NetworkEr
 
 class _WrongRangeError(NetworkError):
     """A 206 for another range than asked (to the end of the file, or from earlier): a ranged download
-    falls back to one stream on it (issue 28) instead of failing every try."""
+    falls back to one stream on it instead of failing every try."""
 
 
 class AssetRequest:
@@ -651,7 +651,7 @@ class FollowReader:
                 continue
             if self._fd is None:
                 self._fd = self._source._dup()
-            data = os.pread(self._fd, min(want, mark - self._pos), self._pos)
+            data = pread(self._fd, min(want, mark - self._pos), self._pos)
             if data:
                 self._pos += len(data)
                 return data

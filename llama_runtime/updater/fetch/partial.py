@@ -162,7 +162,7 @@ def strong_etag(response: httpx.Response) -> str | None:
 def record_origin(partial: Path, url: str, size: int | None, response: httpx.Response) -> None:
     """Write ``partial``'s sidecar: its bytes are ``response``'s, an answer for ``url`` of ``size`` bytes."""
     origin = PartialOrigin(
-        url=url_record(url),  # never a password or a signed query on disk (issue 28)
+        url=url_record(url),  # never a password or a signed query on disk
         size=size,
         etag=strong_etag(response),
         last_modified=response.headers.get("last-modified"),

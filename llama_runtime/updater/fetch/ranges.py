@@ -10,7 +10,7 @@ while later ranges are still arriving.
 Invariants:
     * Only used with a published sha256: that one digest over the reassembled
       file is what proves the ranges fit together.
-    * ``<partial>.ranges`` (:mod:`.range_record`) records each range's bytes
+    * ``<partial>.ranges`` (:func:`save_record`, :func:`load_record`) records each range's bytes
       received and the validator (ETag / Last-Modified) of the upload; a resume
       asks each range only for the rest, under ``If-Range``.
     * A host that answers a Range with 200 (no Range support, or another upload
@@ -38,7 +38,7 @@ from llama_runtime.runtime.errors import (
     NetworkError,
     SizeMismatchError,
 )
-from llama_runtime.runtime.fsutil import read_cache, write_record
+from llama_runtime.runtime.fsutil import pwrite, read_cache, write_record
 from llama_runtime.updater.config import DEFAULT_PARALLEL_DOWNLOADS
 from llama_runtime.updater.credentials import url_record
 from llama_runtime.updater.fetch.cache import human_size
@@ -446,7 +446,7 @@ class RangedDownload:
             raise SizeMismatchError(
                 f"{self.asset.name}: the server sent more bytes than the range asked for; the download was discarded."
             )
-        os.pwrite(fd, chunk, span.next)
+        pwrite(fd, chunk, span.next)
         with self._lock:
             span.done += len(chunk)
             on_disk = sum(s.done for s in self._spans)

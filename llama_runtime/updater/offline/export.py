@@ -3,7 +3,7 @@
 The bundle carries only what the marker records (``install-file`` elsewhere
 refuses anything else), and appears at its path only when complete.
 
-"Verified" means these bytes (issue 28): the marker is unsigned, so a file
+"Verified" means these bytes: the marker is unsigned, so a file
 record in it proves nothing about who built the file. When the home still holds
 the release archive(s) the runtime was installed from (``cache/assets``), the
 bundle carries them too, under :data:`SOURCE_PREFIX`, right after the marker:
@@ -242,7 +242,7 @@ def export_bundle(home: Home, output: Path) -> ExportResult:
     return ExportResult(output, runtime, output.stat().st_size, carries_archive=bool(sources))
 
 
-# -- bundle: Bundles from ``llama-runtime export``: telling one apart, reading its marker, check... --------------
+# -- bundle: Bundles from ``llama-runtime export``: recognised, read, checked. -----------------------------------
 
 # A marker is a few kB even with hundreds of files; anything far larger is not one.
 _MAX_MARKER_BYTES: Final[int] = 4 * 1024 * 1024

@@ -101,7 +101,7 @@ __all__ = [
 ]
 
 
-# -- mirrorkeep: Keeping a mirror directory sound: one writer, files checked as written, nothing... --------------
+# -- mirrorkeep: Keeping a mirror directory sound: one writer, files checked as written. -------------------------
 
 log = get_logger("llama_runtime.mirror")
 
@@ -227,7 +227,7 @@ def prune_generations(paths: MirrorPaths, tag: str, generations: list[list[dict[
                 Path(dirpath).rmdir()
 
 
-# -- mirror_files: Writing into the mirror: an asset checked into its content-addressed place, a... --------------
+# -- mirror_files: Writing into the mirror: assets by content, then the JSON naming them. ------------------------
 
 # The largest asset the mirror accepts (bytes); same bound the installer uses, so a
 # hostile upstream cannot fill the mirror's disk with an endless body.
@@ -236,7 +236,7 @@ _MAX_ASSET_BYTES: Final[int] = 2 * 1024**3
 
 @dataclass(frozen=True)
 class MirrorFetch:
-    """How ``mirror sync`` fetches an asset: as ``update`` does (issue 25).
+    """How ``mirror sync`` fetches an asset: as ``update`` does.
 
     Attributes:
         options: Ranges of a large asset (``LLAMA_RUNTIME_PARALLEL_DOWNLOADS``); nothing is extracted.

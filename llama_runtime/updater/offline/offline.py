@@ -1,11 +1,11 @@
 """Installing without a network: a release archive already on disk, or a bundle.
 
-Both go through :meth:`~.pipeline.InstallPipeline.install_archives`, the one
+Both go through :meth:`~llama_runtime.updater.activate.pipeline.InstallPipeline.install_archives`, the one
 path every install takes (safe extraction, probe, marker, read-back,
 activation, rollback); this module only decides what to feed it.
 
 A *bundle* (``llama-runtime export``, :mod:`.export`) is read and checked by
-:mod:`.bundle`: every file against the marker's ``files`` (size and sha256)
+:mod:`.export` (its ``bundle`` section): every file against the marker's ``files`` (size and sha256)
 before anything is extracted.
 
 Invariants:

@@ -190,7 +190,7 @@ def parse_release(repo: str, payload: object) -> Release:
     )
 
 
-# -- remote_names: Names a release server sends, checked before they become paths, files or term... --------------
+# -- remote_names: Names a release server sends, checked before they become paths. -------------------------------
 
 #: 255 bytes is NAME_MAX on Linux and macOS: a longer name cannot be a file there.
 MAX_ASSET_NAME_LENGTH: Final[int] = 255

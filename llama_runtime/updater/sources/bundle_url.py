@@ -4,7 +4,7 @@ Since July 2026 the attestations API answers entries as ``{"bundle": null,
 "bundle_url": "https://….blob.core.windows.net/attestations/…/N.json.sn?<sas>"}``
 (API version 2026-03-10 deprecates the inline form; it happens with
 ``X-GitHub-Api-Version: 2022-11-28`` pinned too). Clients that fixed the same
-break report what the URL serves: denoland/clawpatrol PR #770 (issue #769),
+break report what the URL serves: denoland/clawpatrol PR #770 (and its issue, denoland/clawpatrol #769),
 aaif-goose/goose PR #10557, terraform-linters/tflint PR #2593 — a pre-signed,
 time-limited blob on a third-party host, the Sigstore bundle JSON
 **snappy-compressed** (``Content-Type: application/x-snappy``, ``.json.sn``),

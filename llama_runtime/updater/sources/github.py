@@ -12,8 +12,8 @@ Invariants:
     * Rate-limit refusals are reported, never retried here: the caller decides
       whether to wait, because a tight retry loop only burns the quota.
 
-One request's retries and decoding are :mod:`github_transport`; what a rate
-limit means, :mod:`github_limits`; conditional requests' store, :mod:`etag_cache`.
+One request's retries and decoding are the ``github_transport`` section below; what a rate
+limit means, :mod:`.github_limits`; conditional requests' store, the ``etag_cache`` section.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from llama_runtime.updater.sources.source import ACCEPT_ENCODING, RateLimit, loa
 __all__ = ["GitHubClient", "same_origin"]
 
 
-# -- github_transport: One API GET: retried on dropped connections and 5xx, read under a size ca... --------------
+# -- github_transport: One API GET: retried on dropped connections and 5xx, size-capped. -------------------------
 
 # A dead host should fail fast; GitHub can be slow to render big release lists.
 DEFAULT_TIMEOUT: Final[httpx.Timeout] = httpx.Timeout(30.0, connect=10.0)
@@ -139,7 +139,7 @@ def decode_json(response: httpx.Response, raw: bytes) -> Any:
         ) from exc
 
 
-# -- etag_cache: Where ETags and JSON bodies persist, so a repeated API request is a free ``304... ---------------
+# -- etag_cache: Where ETags and JSON bodies persist, so a repeat request is a free 304. -------------------------
 
 #: Largest the cache file grows (bytes of JSON). Past it the entries written longest ago go first:
 #: a fork's manifests are cached per release (up to 1 MiB each), and a cache is no archive.

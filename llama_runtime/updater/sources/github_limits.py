@@ -26,7 +26,7 @@ SECONDARY_BACKOFF_SECONDS: Final[int] = 60
 
 
 def token_hint(api_url: str) -> str:
-    """How to send a token to ``api_url``: only the variables the token policy sends there (issue 29)."""
+    """How to send a token to ``api_url``: only the variables the token policy sends there."""
     names = token_names_for(api_url)
     if names is None:
         return f"No token is ever sent to {redact_url(api_url)} over plain http; use https to send one."

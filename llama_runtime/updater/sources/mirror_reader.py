@@ -94,7 +94,7 @@ class _FileStream(httpx.SyncByteStream):
                 yield chunk
 
 
-# -- mirror_layout: The mirror's shape: where each file lives and what its JSON says (pure, no I... --------------
+# -- mirror_layout: The mirror's shape: where each file lives, what its JSON says (pure). ------------------------
 
 # Hex digits of the sha256 that name an asset's directory: 64 bits cannot collide
 # between the few uploads one asset name ever sees, and keep URLs short.

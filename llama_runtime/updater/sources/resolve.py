@@ -90,7 +90,7 @@ __all__ = [
 ]
 
 
-# -- build_manifest: A fork's own build metadata: Unsloth's ``llama-prebuilt-manifest.json`` (pu... --------------
+# -- build_manifest: A fork's own build metadata: ``llama-prebuilt-manifest.json`` (pure). -----------------------
 
 MANIFEST_ASSET: Final = "llama-prebuilt-manifest.json"
 CHECKSUM_INDEX_ASSET: Final = "llama-prebuilt-sha256.json"

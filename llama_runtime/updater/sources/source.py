@@ -177,7 +177,7 @@ class PlainHttp:
         return asset.download_url, {"Accept": "application/octet-stream"}
 
 
-# -- bounded_json: API answers read with a ceiling: decoded bytes and JSON nesting are both boun... --------------
+# -- bounded_json: API answers read with a ceiling on decoded bytes and JSON nesting. ----------------------------
 
 #: What API requests accept: gzip only, which :func:`read_capped` inflates itself
 #: in bounded steps (httpx would also offer br/zstd when those modules exist).

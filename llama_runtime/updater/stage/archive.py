@@ -15,8 +15,8 @@ A final check resolves every extracted symlink on disk: each must stay inside
 the root and point at something that exists (llama.cpp #23115 shipped
 dangling links).
 
-The formats are read by :mod:`.archive_formats`; the checks are the rules of
-:mod:`.archive_rules`; this module runs the passes and writes.
+The formats are read by the ``archive_formats`` section of :mod:`.archive_rules`; the checks are
+its rules; this module runs the passes and writes.
 
 Invariant: on any refusal nothing has been written outside ``dest``; the
 caller discards ``dest`` itself.
@@ -339,7 +339,7 @@ class _Sink:
     """Hashes and writes one member's chunks, on a thread of its own for a large member.
 
     Inflating, hashing and writing are each about a third of extracting machine
-    code (issue 25); with the last two on another thread (hashlib, ISA-L and
+    code; with the last two on another thread (hashlib, ISA-L and
     ``write`` all release the GIL) the extraction runs at the inflater's speed.
     At most :data:`_PIPELINE_DEPTH` chunks wait, so memory stays bounded. The
     writer's error (a full disk) is raised in the extracting thread, by the

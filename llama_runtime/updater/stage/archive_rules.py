@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-# -- archive_formats: Reading llama.cpp release archives: ``.zip`` and ``.tar.gz`` as one sequen... --------------
+# -- archive_formats: Reading ``.zip`` and ``.tar.gz`` release archives as one sequence. -------------------------
 
 #: Read size of the gzip stream: tarfile's default (10 KiB) costs ~25,000
 #: Python-level reads per 256 MB; 1 MiB makes decompression the only cost.
@@ -261,7 +261,7 @@ class _ForwardOnly:
 
     tarfile's stream mode (``r|``) passes every byte through its own buffer, a
     join and two slices per read (14% of a real-shaped update's samples, under
-    the GIL, issue 25). Its ``r:`` mode reads the file directly, and walking the
+    the GIL). Its ``r:`` mode reads the file directly, and walking the
     members in order it only seeks forward: a seek here reads and drops the
     bytes in between. A seek back (no sequential walk makes one) is refused as
     a corrupt archive, never served by inflating the stream again.

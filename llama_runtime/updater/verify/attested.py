@@ -1,6 +1,6 @@
 """Which archives this home has seen verified, so a later install without their bundle says so.
 
-"Verified" is decided from bytes at install (issue 28). A build once installed
+"Verified" is decided from bytes at install. A build once installed
 verified and later installed again from a source that lists no attestation for
 it (a mirror synced without its bundle, a cache restored elsewhere) is not
 ``absent``: its builder is known to attest it, only the proof is missing. The

@@ -74,7 +74,7 @@ _MEDIAN_ERROR: Final = 1.2533
 MIN_MEASURED_SECONDS: Final = 0.25
 #: Start-up costs before a first token on any device: shader compilation (minutes on
 #: lavapipe for a large graph), the weights' first page faults. A 194 MiB model on
-#: lavapipe once needed over 60 s for the whole check (issue 27), hence two minutes.
+#: lavapipe once needed over 60 s for the whole check, hence two minutes.
 FIRST_TOKEN_BASE_SECONDS: Final = 120.0
 #: Reading and evaluating the prompt per GiB of weights on a GPU: a 40 GiB model's pages fault in at ~1 GB/s.
 FIRST_TOKEN_SECONDS_PER_GIB: Final = 2.0

@@ -181,7 +181,7 @@ def verify_installed(
         shown = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
         raise VerificationError(
             f"The installed runtime {describe(runtime)} in {runtime.path} is damaged: {shown}.",
-            # By its name: a copy of a build installed twice is not addressed by its tag (issue 29).
+            # By its name: a copy of a build installed twice is not addressed by its tag.
             hint=f"`llama-runtime remove {runtime.name}` and install it again with "
             f"`llama-runtime update --tag {runtime.marker.tag} --backend {runtime.marker.backend}`.",
         )
@@ -234,7 +234,7 @@ def _fingerprint_damage(runtime: InstalledRuntime, snapshot: HomeSnapshot | None
     return found.damage
 
 
-# -- staging: The staged tree: extracting a release's archives into staging/ and describing them... --------------
+# -- staging: The staged tree: a release's archives extracted into staging/. -------------------------------------
 
 
 @dataclass

@@ -302,7 +302,7 @@ def statement_violation(statement: object, sha256: str) -> str | None:
     return None
 
 
-# -- attestation: The cryptographic half of provenance: sigstore-python verifies one Sigstore bu... --------------
+# -- attestation: The cryptographic half of provenance: one Sigstore bundle verified. ----------------------------
 
 _IN_TOTO_PAYLOAD: Final = "application/vnd.in-toto+json"
 _REFRESH_HINT: Final = (
@@ -376,7 +376,7 @@ def load_trust_root(path: Path | None, *, offline: bool) -> TrustRoot:
 #: The most one TUF refresh of Sigstore's trust root may take, in seconds, however the network
 #: behaves. python-tuf's fetcher bounds each socket wait (30 s) but not the whole: a proxy that
 #: accepts and never answers, or drips a byte at a time, held ``update`` (and its lock) in
-#: "checking build provenance" for over 330 s (issue 28). A refresh is a few kB of metadata
+#: "checking build provenance" for over 330 s. A refresh is a few kB of metadata
 #: from a CDN; a failed one falls back to the cached or shipped root, which verifies as well
 #: until Sigstore rotates its keys.
 TRUST_ROOT_REFRESH_DEADLINE_S: Final[float] = 10.0

@@ -164,7 +164,7 @@ def check_macos_minimum(binary: Path, host: HostFacts) -> None:
         )
 
 
-# -- identity: Which build a ``llama-server`` says it is, checked against the build asked for (p... --------------
+# -- identity: Which build a ``llama-server`` says it is, checked against the request. ---------------------------
 
 BuildCheck = Literal["verified", "unverifiable"]
 

@@ -1,4 +1,4 @@
-"""Bytes once (issue 26): identical files stored once, and a home that keeps only what it needs."""
+"""Bytes once: identical files stored once, and a home that keeps only what it needs."""
 
 from __future__ import annotations
 

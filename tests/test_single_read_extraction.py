@@ -1,5 +1,5 @@
 """Each byte read once: the ranged download's digest comes from the streamed extraction's own pass,
-and the inflater is ISA-L's where it is installed, zlib's where it is not (issue 25).
+and the inflater is ISA-L's where it is installed, zlib's where it is not.
 
 Against the GitHub-like server on 127.0.0.1 with real archives; no timing is asserted.
 """

@@ -1,4 +1,4 @@
-"""End to end against upstream as it publishes today (issue 23's "done when").
+"""End to end against upstream as it publishes today (its stable semver releases, its nightly builds).
 
 The fake carries tests/upstream_today.py's shape: hand-cut semver releases (v0.5.0 -> b11146, stable
 v0.6.0 -> b11429) behind the newest nightly b11541, every build with today's 36 asset names in

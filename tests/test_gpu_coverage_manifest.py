@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -265,12 +266,12 @@ def test_plan_host_reads_the_forks_manifest_once_and_plans_pascal_and_blackwell(
     publish_fork(github, tmp_path)
     common = ["--home", str(tmp_path / "home"), "--api-url", github.api_url, "--repo", FORK, "--json"]
 
-    def plan_for(facts: dict[str, object]) -> dict[str, Any]:
+    def plan_for(facts: Mapping[str, object]) -> dict[str, Any]:
         path = tmp_path / "host.json"
         path.write_text(json.dumps({"host": facts}))
         done = cli_process("plan", "--tag", TAG, "--host", str(path), "--explain", *common)
         assert done.returncode == 0, done.stdout + done.stderr
-        return json.loads(done.stdout)  # type: ignore[no-any-return]
+        return json.loads(done.stdout)
 
     pascal = {"os": "linux", "arch": "x64", "cuda_driver_version": "12.4", "compute_capabilities": ["6.1"]}
     planned = plan_for(pascal)

@@ -1,4 +1,4 @@
-"""The smaller findings of issue 12 (finding 8), each with the state it must not change.
+"""Hostile archive headers and planted files, each with the state it must not change.
 
 A huge tar header read before the limits, a file named like the install
 marker, a CUDA companion's link that escapes once merged, a planted server
