@@ -136,9 +136,11 @@ def atomic_writer(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(path)  # a failed write() names no file: the error must say which
         raise
     fsync_directory(path.parent)
 

@@ -235,8 +235,10 @@ def export_bundle(home: Home, output: Path) -> ExportResult:
                 raw.flush()
                 os.fsync(raw.fileno())
             os.replace(tmp, output)
-        except BaseException:
+        except BaseException as exc:
             tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError) and exc.filename is None:
+                exc.filename = str(output)  # a failed write names no file (a full disk is exit 4 naming it)
             raise
         fsync_directory(output.parent)
     return ExportResult(output, runtime, output.stat().st_size, carries_archive=bool(sources))
