@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.errors import BusyError
+from llama_runtime.runtime.errors import BusyError, CorruptStateError
 from llama_runtime.runtime.fsutil import read_cache, write_record
 
 if TYPE_CHECKING:
@@ -64,6 +64,14 @@ def busy_error(owner: LockOwner | None, now: float) -> BusyError:
     return BusyError(
         f"Another llama-runtime process is updating this runtime{doing}.",
         hint="Wait for it to finish (`llama-runtime job wait`), or stop it with `llama-runtime job cancel`.",
+    )
+
+
+def lock_is_directory(lock_path: Path) -> CorruptStateError:
+    """The error for a directory standing where a lock file belongs: no locked command can run."""
+    return CorruptStateError(
+        f"The lock file {lock_path} is a directory, not a file; no command that changes the home can run.",
+        hint="Run `llama-runtime doctor --repair`: it moves the directory aside (keeping what is in it).",
     )
 
 
@@ -126,6 +134,8 @@ class UpdateLock:
             probe.acquire(timeout=0)
         except filelock.Timeout:
             return True
+        except OSError:
+            return False  # no lock file can be opened (a directory in its place): nobody holds it
         probe.release()
         return False
 
@@ -166,6 +176,10 @@ class UpdateLock:
             self._lock.acquire(timeout=timeout)
         except filelock.Timeout:
             raise busy_error(self.owner(), self.clock.time()) from None
+        except OSError:
+            if self.lock_path.is_dir() and not self.lock_path.is_symlink():
+                raise lock_is_directory(self.lock_path) from None
+            raise
         try:
             self._record_owner(operation)
             yield
