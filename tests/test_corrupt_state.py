@@ -165,6 +165,7 @@ def _refused_naming(capsys: pytest.CaptureFixture[str], home: Path, api_url: str
     assert payload["error"]["code"] == "corrupt_state", (verb, payload)
     assert f"{path} is a directory" in payload["error"]["message"], (verb, payload)
     assert "doctor --repair" in payload["error"]["hint"], (verb, payload)
+    assert "`llama-runtime update`" not in payload["error"]["hint"], (verb, payload)  # it cannot help here
 
 
 def test_a_directory_in_place_of_the_pointer_is_named_and_doctor_repair_moves_it_aside(
@@ -175,7 +176,8 @@ def test_a_directory_in_place_of_the_pointer_is_named_and_doctor_repair_moves_it
     pointer.unlink()
     pointer.mkdir()
     (pointer / "notes.txt").write_text("someone's notes\n")
-    for verb in (("gc",), ("use", "b7000"), ("rollback",), ("update", "--tag", "b7001", "--backend", "cpu")):
+    update = ("update", "--tag", "b7001", "--backend", "cpu")
+    for verb in (("status",), ("gc",), ("use", "b7000"), ("rollback",), update):
         _refused_naming(capsys, home, github.api_url, pointer, *verb)
     code, report = run_json(capsys, home, github.api_url, "doctor")
     assert code == 6, report
