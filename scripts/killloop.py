@@ -22,12 +22,18 @@ land inside the switch), and named kills include the switch's own points
 leaves a trial (``<home>/trial.json``) must be finished by the next locking
 command (``gc``): afterwards the runtime active before the update is active,
 its server runs with the same arguments and generates.
+
+With ``--small-disk MIB`` (root: it mounts a tmpfs) the home lives on a filesystem that
+small, so updates also end in exit 4 (allowed); after some iterations the disk is filled to
+its last byte and ``gc`` and ``status`` must still exit 0 there (cleaning works on a full disk).
+A read-only home has no place here: no update can run in one (tests/test_offline_inputs.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import hashlib
 import json
 import os
@@ -62,6 +68,8 @@ LIB_BYTES: Final = 3 * 1024 * 1024
 #: Share of iterations that die at a named checkpoint (LLAMA_RUNTIME_TEST_KILL_AT) instead of at a
 #: random moment, so every phase of the transaction is hit, not only the long ones.
 CHECKPOINT_SHARE: Final = 0.25
+#: Share of iterations (with --small-disk) after which the disk is filled and gc must still work.
+FULL_DISK_SHARE: Final = 0.3
 #: A command that has not ended this long after its signal is itself a failure (a wedge).
 EXIT_WAIT_SECONDS: Final = 120.0
 
@@ -78,6 +86,7 @@ class Figures:
     active_changed: int = 0
     leftovers_seen: int = 0
     trials_left: int = 0
+    full_disk_checks: int = 0
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -199,8 +208,45 @@ def serving_after_trial(home: Path, api_url: str, figures: Figures) -> str | Non
     return None
 
 
+def fill_up(disk: Path) -> Path:
+    """Write zeros on ``disk`` until not one byte is left; returns the file to delete afterwards."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for chunk in (bytes(1 << 20), bytes(4096), b"\0"):
+            try:
+                while True:
+                    os.write(fd, chunk)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def cleans_on_full_disk(home: Path, api_url: str, disk: Path, figures: Figures) -> str | None:
+    """Fill ``disk``; ``gc`` and ``status`` must exit 0 there. Why not, or None."""
+    figures.full_disk_checks += 1
+    filler = fill_up(disk)
+    try:
+        for verb in (("gc",), ("status",)):
+            code, payload = run(home, api_url, *verb)
+            if code != 0:
+                return f"{verb[0]} at 0 bytes free exited {code}: {json.dumps(payload)[:300]}"
+        return None
+    finally:
+        filler.unlink()
+
+
 def one_iteration(
-    rng: random.Random, home: Path, api_url: str, window: float, figures: Figures, before: str, serve: bool = False
+    rng: random.Random,
+    home: Path,
+    api_url: str,
+    window: float,
+    figures: Figures,
+    before: str,
+    serve: bool = False,
+    disk: Path | None = None,
 ) -> str:
     target = rng.choice([t for t in TAGS if t != before] or list(TAGS))
     env = dict(os.environ)
@@ -246,12 +292,16 @@ def one_iteration(
             figures.update_exits[code] += 1
         else:
             figures.racer_exits[f"{racer_verb}: {code}"] += 1
-        if code not in ALLOWED_EXITS:
+        if code not in ALLOWED_EXITS and not (disk is not None and code == 4):
             out = proc.stdout.read().decode(errors="replace")[-400:] if proc.stdout else ""
             figures.failures.append(f"iteration {figures.iterations}: {what} exited {code}: {out}")
     for where in ("staging", "downloads"):  # what a killed update left for the next one to clean or resume
         directory = home / where
         figures.leftovers_seen += len(os.listdir(directory)) if directory.is_dir() else 0
+    if disk is not None and rng.random() < FULL_DISK_SHARE:
+        why_not = cleans_on_full_disk(home, api_url, disk, figures)
+        if why_not is not None:
+            figures.failures.append(f"iteration {figures.iterations}: {why_not}")
     if serve:
         why_not = serving_after_trial(home, api_url, figures)
         if why_not is not None:
@@ -286,6 +336,7 @@ def report(figures: Figures, window: float) -> None:
     print(f"racer exit codes:        {dict(sorted(figures.racer_exits.items()))}")
     print(f"active runtime changed:  {figures.active_changed} times")
     print(f"trials left by kills:    {figures.trials_left} (each reverted by the next gc)")
+    print(f"full-disk gc checks:     {figures.full_disk_checks}")
     print(f"leftovers seen:          {figures.leftovers_seen} staging/partial entries (cleaned or resumed later)")
     print(f"wall time:               {figures.seconds:.0f} s")
     print(f"working runtime after every iteration: {'yes' if not figures.failures else 'NO'}")
@@ -293,19 +344,37 @@ def report(figures: Figures, window: float) -> None:
         print(f"FAILURE: {failure}")
 
 
+def small_disk(mount_point: Path, mib: int) -> Path:
+    """A tmpfs of ``mib`` MiB at ``mount_point`` (needs root)."""
+    mount_point.mkdir()
+    size = f"size={mib}m"
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", size, "tmpfs", str(mount_point)], capture_output=True)
+    if done.returncode != 0:
+        raise SystemExit(f"--small-disk needs to mount a tmpfs (root): {done.stderr.decode(errors='replace')}")
+    return mount_point
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--serve", action="store_true", help="keep a managed (stand-in) server running throughout")
+    parser.add_argument("--small-disk", type=int, default=0, metavar="MIB", help="put the home on a tmpfs this small")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
     rng = random.Random(seed)
     print(f"seed: {seed}")
     figures = Figures()
-    with tempfile.TemporaryDirectory(prefix="killloop-") as tmp, FakeGitHub() as github:
+    with (
+        tempfile.TemporaryDirectory(prefix="killloop-") as tmp,
+        FakeGitHub() as github,
+        contextlib.ExitStack() as mounts,  # unmounted first, before the temporary directory goes
+    ):
         root = Path(tmp)
-        home = root / "home"
+        disk = small_disk(root / "disk", args.small_disk) if args.small_disk else None
+        if disk is not None:
+            mounts.callback(subprocess.run, ["umount", "-l", str(disk)], capture_output=True, check=False)
+        home = (disk or root) / "home"
         publish(github, root, serve=args.serve)
         code, payload = run(home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
         if code != 0:
@@ -326,7 +395,7 @@ def main() -> int:
         started = time.monotonic()
         for i in range(args.iterations):
             figures.iterations = i + 1
-            active = one_iteration(rng, home, github.api_url, window, figures, active, args.serve)
+            active = one_iteration(rng, home, github.api_url, window, figures, active, args.serve, disk)
         figures.seconds = time.monotonic() - started
         if snapshot_outside(root, home) != outside:
             figures.failures.append("files outside the home changed")

@@ -18,7 +18,7 @@ import pytest
 from llama_runtime.runtime.fsutil import remove_tree
 from llama_runtime.updater.cli.main import main
 from tests.fakegithub import FakeGitHub
-from tests.helpers import assert_runs, publish_stand_in, run_json
+from tests.helpers import HomeGuard, assert_runs, assert_status_active, publish_stand_in, run_json, snapshot_tree
 
 MARKER = "llama-runtime.json"
 
@@ -154,3 +154,59 @@ def test_doctor_repair_removes_leftovers_of_an_interrupted_update(
     assert code == 0, report
     assert not stale.exists() and not (home / ".active.json.x1y2.tmp").exists()
     assert any(c["check"] == "leftovers" and c["ok"] for c in report["checks"])
+
+
+# -- a directory where a file of ours belongs ---------------------------------------------------------------
+
+
+def _refused_naming(capsys: pytest.CaptureFixture[str], home: Path, api_url: str, path: Path, *verb: str) -> None:
+    code, payload = run_json(capsys, home, api_url, *verb)
+    assert code == 6, (verb, payload)
+    assert payload["error"]["code"] == "corrupt_state", (verb, payload)
+    assert f"{path} is a directory" in payload["error"]["message"], (verb, payload)
+    assert "doctor --repair" in payload["error"]["hint"], (verb, payload)
+    assert "`llama-runtime update`" not in payload["error"]["hint"], (verb, payload)  # it cannot help here
+
+
+def test_a_directory_in_place_of_the_pointer_is_named_and_doctor_repair_moves_it_aside(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pointer = home / "active.json"
+    runtimes = snapshot_tree(home / "runtimes")
+    pointer.unlink()
+    pointer.mkdir()
+    (pointer / "notes.txt").write_text("someone's notes\n")
+    update = ("update", "--tag", "b7001", "--backend", "cpu")
+    for verb in (("status",), ("gc",), ("use", "b7000"), ("rollback",), update):
+        _refused_naming(capsys, home, github.api_url, pointer, *verb)
+    code, report = run_json(capsys, home, github.api_url, "doctor")
+    assert code == 6, report
+    assert any(not c["ok"] and "is a directory" in c["detail"] for c in report["checks"]), report
+    assert snapshot_tree(home / "runtimes") == runtimes
+    code, report = run_json(capsys, home, github.api_url, "doctor", "--repair")
+    assert code == 0, report
+    aside = home / "active.json.damaged"
+    assert (aside / "notes.txt").read_text() == "someone's notes\n", "nothing of the user's is deleted"
+    assert any(str(aside) in advice for advice in report["advice"]), report
+    assert_status_active(capsys, home, "b7001")  # the newest runtime that verifies, the one active before
+
+
+def test_a_directory_in_place_of_the_update_lock_is_reported_and_doctor_repair_moves_it_aside(
+    home: Path, github: FakeGitHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = home / "locks" / "update.lock"
+    lock.unlink()
+    lock.mkdir()
+    guard = HomeGuard(None, home)
+    code, report = run_json(capsys, home, github.api_url, "doctor")
+    assert code == 6, report
+    assert any(c["check"] == "locks" and not c["ok"] and str(lock) in c["detail"] for c in report["checks"]), report
+    for verb in (("gc",), ("update", "--tag", "b7000", "--backend", "cpu")):
+        _refused_naming(capsys, home, github.api_url, lock, *verb)
+    guard.assert_intact("b7001", capsys=capsys)
+    code, report = run_json(capsys, home, github.api_url, "doctor", "--repair")
+    assert code == 0, report
+    assert (home / "locks" / "update.lock.damaged").is_dir()
+    code, payload = run_json(capsys, home, github.api_url, "gc")
+    assert code == 0, payload
+    guard.assert_intact("b7001", capsys=capsys)

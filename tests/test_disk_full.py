@@ -10,7 +10,9 @@ in DIR", no partial file left, and the active runtime untouched.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import random
 import re
 import shutil
@@ -24,7 +26,16 @@ import pytest
 
 from tests.archives import build_release_archive
 from tests.fakegithub import FakeGitHub
-from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_server, stand_in_tarball
+from tests.helpers import (
+    CPU_TAR,
+    REPO,
+    HomeGuard,
+    assert_runs,
+    publish_stand_in,
+    run_json,
+    stand_in_server,
+    stand_in_tarball,
+)
 
 MiB = 1024 * 1024
 FS_BYTES = 20 * MiB
@@ -214,3 +225,99 @@ def test_enospc_and_edquot_are_both_disk_full() -> None:
         assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
     assert not is_disk_full(OSError(errno.EIO, "Input/output error"))
     assert not is_disk_full(ValueError("no"))
+
+
+# -- a full disk: the verbs that free space still work, the others say exit 4 and name the file ----------
+
+
+def fill_up(root: Path) -> None:
+    """Write zeros under ``root`` until its filesystem has not one byte left."""
+    fd = os.open(root / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for chunk in (bytes(MiB), bytes(4096), b"\0"):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, chunk)
+    finally:
+        os.close(fd)
+    assert shutil.disk_usage(root).free == 0
+
+
+@pytest.fixture
+def full_home(
+    capsys: pytest.CaptureFixture[str], small_fs: SmallFs, home: Path, github: FakeGitHub, tmp_path: Path
+) -> Path:
+    """b7000, b7001 and b7002 installed (b7002 active, b7001 previous) on a filesystem with 0 bytes free."""
+    if not small_fs.real:
+        pytest.skip("needs a real small filesystem (mounting a tmpfs needs root)")
+    for tag in ("b7001", "b7002"):
+        publish_stand_in(github, tmp_path, tag)
+        code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")
+        assert code == 0, payload
+    fill_up(small_fs.root)
+    return home
+
+
+@pytest.mark.parametrize("verb", [("use", "b7000"), ("rollback",)])
+def test_switching_on_a_full_disk_exits_4_naming_the_pointer(
+    verb: tuple[str, ...], capsys: pytest.CaptureFixture[str], full_home: Path, github: FakeGitHub
+) -> None:
+    guard = HomeGuard(None, full_home)
+    code, payload = run_json(capsys, full_home, github.api_url, *verb)
+    assert code == 4, payload
+    assert payload["error"]["code"] == "disk_full"
+    assert str(full_home / "active.json") in payload["error"]["message"]
+    guard.assert_intact("b7002", capsys=capsys)
+
+
+def test_gc_remove_server_stop_and_doctor_repair_work_at_0_bytes_free(
+    capsys: pytest.CaptureFixture[str], small_fs: SmallFs, full_home: Path, github: FakeGitHub
+) -> None:
+    guard = HomeGuard(None, full_home)
+    for verb in (["gc", "--dry-run"], ["server", "stop"], ["doctor"], ["doctor", "--repair"]):
+        code, payload = run_json(capsys, full_home, github.api_url, *verb)
+        assert code == 0, (verb, payload)
+    guard.assert_intact("b7002", staging_empty=True)
+    free = shutil.disk_usage(small_fs.root).free
+    code, payload = run_json(capsys, full_home, github.api_url, "remove", "b7000")
+    assert code == 0, payload
+    assert shutil.disk_usage(small_fs.root).free > free, "remove freed nothing"
+    after_remove = HomeGuard(None, full_home)
+    code, payload = run_json(capsys, full_home, github.api_url, "gc")
+    assert code == 0, payload
+    after_remove.assert_intact("b7002", capsys=capsys)
+
+
+def test_export_to_a_full_disk_exits_4_naming_the_bundle_and_leaves_no_temp_file(
+    capsys: pytest.CaptureFixture[str], small_fs: SmallFs, full_home: Path, github: FakeGitHub
+) -> None:
+    guard = HomeGuard(None, full_home)
+    output = small_fs.root / "runtime.tar.gz"
+    code, payload = run_json(capsys, full_home, github.api_url, "export", "--output", str(output))
+    assert code == 4, payload
+    assert payload["error"]["code"] == "disk_full"
+    assert str(output) in payload["error"]["message"]
+    assert sorted(p.name for p in small_fs.root.iterdir()) == ["filler", "home"], "the temp bundle must be removed"
+    guard.assert_intact("b7002", capsys=capsys)
+
+
+def test_the_update_lock_holds_when_its_owner_record_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llama_runtime.runtime.errors import BusyError
+    from llama_runtime.runtime.lock import UpdateLock
+
+    def no_space(path: Path, *_a: object, **_k: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device (injected)", str(path))
+
+    monkeypatch.setattr("llama_runtime.runtime.lock.write_record", no_space)
+    lock = UpdateLock(tmp_path / "locks" / "update.lock")
+    with lock.hold("gc"):
+        assert lock.is_held()
+        assert lock.owner() is None  # owner unknown, and the empty record is no damage to set aside
+        with pytest.raises(BusyError), UpdateLock(lock.lock_path).hold("update"):
+            pass
+        assert lock.owner_path.exists()
+    assert not lock.is_held()
+    with UpdateLock(lock.lock_path).hold("update"):
+        pass

@@ -24,7 +24,17 @@ from llama_runtime.runtime.marker import MARKER_NAME
 from llama_runtime.updater.activate.transaction import Installer
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
-from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, snapshot_tree, stand_in_tarball
+from tests.fakegithub import FakeGitHub
+from tests.helpers import (
+    CPU_TAR,
+    REPO,
+    HomeGuard,
+    assert_runs,
+    publish_stand_in,
+    run_json,
+    snapshot_tree,
+    stand_in_tarball,
+)
 
 
 @pytest.fixture
@@ -151,6 +161,21 @@ def test_a_read_only_home_serves_status_doctor_gc_dry_run_and_export(
     code, payload = run_json(capsys, other, None, "install-file", str(tmp_path / "out.tar.gz"))
     assert code == 0, payload
     assert_runs(Path(payload["active"]["binary"]))
+
+
+def test_a_read_only_home_answers_check_and_server_stop(
+    capsys: pytest.CaptureFixture[str], read_only: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    # check's rate-limit memory (cache/ratelimit.json) only spares quota: a home that cannot take it still answers.
+    publish_stand_in(github, tmp_path, "b7001")
+    guard = HomeGuard(None, read_only)
+    code, payload = run_json(capsys, read_only, github.api_url, "check")
+    assert code == 0, payload
+    assert (payload["latest"], payload["update_available"]) == ("b7001", True)
+    code, payload = run_json(capsys, read_only, None, "server", "stop")
+    assert code == 0, payload
+    assert payload["stopped"] is False
+    guard.assert_intact("b7000", capsys=capsys)
 
 
 # -- install order -------------------------------------------------------------------------------

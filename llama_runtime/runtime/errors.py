@@ -167,6 +167,23 @@ class FileSystemError(LocalError):
         )
 
 
+def os_failure(exc: OSError) -> LocalError:
+    """The error for an ``OSError`` no layer below turned into a better one, naming the file.
+
+    A full disk or quota (ENOSPC, EDQUOT) is exit 4 wherever it happens; any
+    other refusal of the system is :class:`FileSystemError` (exit 1).
+    """
+    from llama_runtime.runtime.fsutil import is_disk_full  # deferred: this module is the leaf every layer loads
+
+    if not is_disk_full(exc):
+        return FileSystemError.from_os_error(exc)
+    where = f"write {exc.filename}" if exc.filename else "write a file"
+    return DiskSpaceError(
+        f"Not enough disk space to {where}: {exc.strerror or exc}. The active runtime is unchanged.",
+        hint="Free some space (`llama-runtime gc` works on a full disk) and try again.",
+    )
+
+
 class BackendUnavailableError(LlamaRuntimeError):
     """No asset for this platform/backend, or the host cannot run it."""
 

@@ -160,9 +160,11 @@ def atomic_writer(path: Path, *, mode: int | None = None) -> Iterator[BinaryIO]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(path)  # a failed write() names no file: the error must say which
         raise
     fsync_directory(path.parent)
 
@@ -513,6 +515,27 @@ def read_record(
 
 #: Suffix a damaged cache or record is renamed to: kept for a person to look at, out of every reader's way.
 DAMAGED_SUFFIX: Final = ".damaged"
+#: How many ``NAME.damaged-N`` names :func:`set_aside` tries (each one a repair someone did not look at).
+_MAX_ASIDE_NAMES: Final = 100
+
+
+def set_aside(path: Path) -> Path:
+    """Rename ``path`` (a directory standing where a file of ours belongs) to a free ``NAME.damaged[-N]``.
+
+    Nothing in it is deleted: the name it gets is reported, for its owner to look at.
+
+    Returns:
+        The new name.
+
+    Raises:
+        OSError: It could not be renamed; it is where it was.
+    """
+    for attempt in range(1, _MAX_ASIDE_NAMES + 1):
+        aside = path.with_name(path.name + DAMAGED_SUFFIX + ("" if attempt == 1 else f"-{attempt}"))
+        if not os.path.lexists(aside):
+            os.rename(path, aside)  # lexists first: a rename onto an empty directory would replace it
+            return aside
+    raise FileExistsError(errno.EEXIST, "no free name to set it aside", str(path))
 
 
 def read_cache(path: Path, *, max_bytes: int = MAX_RECORD_BYTES, warn: Callable[[str], None] | None = None) -> Any:

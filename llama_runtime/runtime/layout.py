@@ -322,6 +322,8 @@ class Home:
         except ValueError:
             payload = None
         if not isinstance(payload, dict):
+            if self.pointer_path.is_dir() and not self.pointer_path.is_symlink():
+                raise self.pointer_is_directory()
             raise CorruptStateError(
                 f"The active-runtime pointer {self.pointer_path} is damaged.",
                 hint="Run `llama-runtime doctor --repair` to point it at a verified runtime.",
@@ -335,12 +337,23 @@ class Home:
                 )
         return Pointer(active=names[0], previous=names[1])
 
+    def pointer_is_directory(self) -> CorruptStateError:
+        """The error for a directory standing where the pointer belongs (no write can replace it)."""
+        return CorruptStateError(
+            f"The active-runtime pointer {self.pointer_path} is a directory, not a file.",
+            hint="Run `llama-runtime doctor --repair`: it moves the directory aside (keeping what is in it) "
+            "and points at a verified runtime.",
+        )
+
     def write_pointer(self, pointer: Pointer) -> None:
         """Replace the pointer atomically and durably.
 
         Raises:
+            CorruptStateError: A directory stands where the pointer belongs.
             OSError: The pointer is unchanged.
         """
+        if self.pointer_path.is_dir() and not self.pointer_path.is_symlink():
+            raise self.pointer_is_directory()
         write_record(
             self.pointer_path,
             {"schema_version": POINTER_SCHEMA, "active": pointer.active, "previous": pointer.previous},

@@ -7,7 +7,9 @@ outside any directory that is swapped or deleted, and is never removed.
 
 Callers differ in how long they may wait: start-up never waits, the update
 button fails fast, the scheduler may wait a while. A side file records who
-holds the lock, so "busy" can say what is running.
+holds the lock, so "busy" can say what is running. That record is best-effort:
+the flock is the lock, so a holder that cannot write it (a full disk) still
+holds the lock, and readers take a missing or empty record as "owner unknown".
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.errors import BusyError
+from llama_runtime.runtime.errors import BusyError, CorruptStateError
 from llama_runtime.runtime.fsutil import read_cache, write_record
 
 if TYPE_CHECKING:
@@ -65,6 +67,14 @@ def busy_error(owner: LockOwner | None, now: float) -> BusyError:
     )
 
 
+def lock_is_directory(lock_path: Path) -> CorruptStateError:
+    """The error for a directory standing where a lock file belongs: no locked command can run."""
+    return CorruptStateError(
+        f"The lock file {lock_path} is a directory, not a file; no command that changes the home can run.",
+        hint="Run `llama-runtime doctor --repair`: it moves the directory aside (keeping what is in it).",
+    )
+
+
 class UpdateLock:
     """The update lock of one home.
 
@@ -90,6 +100,11 @@ class UpdateLock:
 
     def owner(self) -> LockOwner | None:
         """The recorded holder, if any (may be stale when nobody holds the lock)."""
+        try:
+            if self.owner_path.stat().st_size == 0:
+                return None  # a holder that could not write its record: owner unknown, not damage
+        except OSError:
+            return None
         payload = read_cache(self.owner_path, max_bytes=_MAX_OWNER_BYTES)
         try:
             pid, operation, since = payload["pid"], payload["operation"], payload["since"]
@@ -104,8 +119,9 @@ class UpdateLock:
     def is_held(self) -> bool:
         """Whether some process (this one included) holds the lock right now.
 
-        Holders record themselves in the owner file right after acquiring, so
-        no owner file means not held (checked without importing filelock).
+        Holders record themselves in the owner file right after acquiring (an
+        empty one when the record cannot be written), so no owner file means
+        not held (checked without importing filelock).
         """
         if self._lock_object is not None and self._lock_object.is_locked:
             return True
@@ -118,6 +134,8 @@ class UpdateLock:
             probe.acquire(timeout=0)
         except filelock.Timeout:
             return True
+        except OSError:
+            return False  # no lock file can be opened (a directory in its place): nobody holds it
         probe.release()
         return False
 
@@ -158,10 +176,23 @@ class UpdateLock:
             self._lock.acquire(timeout=timeout)
         except filelock.Timeout:
             raise busy_error(self.owner(), self.clock.time()) from None
+        except OSError:
+            if self.lock_path.is_dir() and not self.lock_path.is_symlink():
+                raise lock_is_directory(self.lock_path) from None
+            raise
         try:
-            write_record(self.owner_path, {"pid": os.getpid(), "operation": operation, "since": self.clock.time()})
+            self._record_owner(operation)
             yield
         finally:
             with contextlib.suppress(OSError):
                 self.owner_path.unlink()
             self._lock.release()
+
+    def _record_owner(self, operation: str) -> None:
+        """Write the owner record, or at least an empty one: the lock holds without it (a full disk)."""
+        try:
+            write_record(self.owner_path, {"pid": os.getpid(), "operation": operation, "since": self.clock.time()})
+        except OSError:
+            # An empty file needs no data block; if even that fails, "busy" only cannot say who.
+            with contextlib.suppress(OSError):
+                self.owner_path.touch()

@@ -65,6 +65,7 @@ from llama_runtime.runtime.listen import (
     probe_unix_health,
     with_listen_args,
 )
+from llama_runtime.runtime.lock import READ_ONLY_ERRNOS
 from llama_runtime.runtime.procinfo import MAX_PID, pid_alive, process_start_ticks
 
 # -- server_record: Which process is our server: ``server.json`` and our own children. ---------------------------
@@ -168,8 +169,14 @@ class ServerRecord:
     def forget(self, pid: int) -> None:
         """Drop the record of ``pid``'s server (only once the process is gone)."""
         self.children.pop(pid, None)
-        with contextlib.suppress(FileNotFoundError):
+        try:
             self.path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno not in READ_ONLY_ERRNOS:
+                raise
+            # A read-only home keeps the record; it names a process that is gone, which reads as stale.
 
     def newest_exit_status(self) -> int | None:
         """The exit status of the newest child started here, once it ended (else None)."""
@@ -683,10 +690,17 @@ class ManagedServer(ServerControl):
 
     @contextlib.contextmanager
     def _server_lock(self) -> Iterator[None]:
-        self.server_dir.mkdir(parents=True, exist_ok=True)
         lock = filelock.FileLock(str(self.server_dir / LOCK_NAME), thread_local=False)
         try:
+            self.server_dir.mkdir(parents=True, exist_ok=True)
             lock.acquire(timeout=SERVER_LOCK_TIMEOUT_SECONDS)
+        except OSError as exc:
+            if exc.errno not in READ_ONLY_ERRNOS:
+                raise
+            # A home this process cannot write: nobody can record a server here through it
+            # (start writes server.json), so a stop goes ahead without the lock.
+            yield
+            return
         except filelock.Timeout as exc:
             raise BusyError(
                 "Another llama-runtime process is starting or stopping the server.",

@@ -23,6 +23,8 @@ CHECKPOINTS: Final = (
     "after_pointer_flip",
     "during_gc",
 )
+#: The checkpoint of ``export``: the bundle written to its temp file, not yet renamed into place.
+EXPORT_CHECKPOINTS: Final = ("during_export",)
 #: Checkpoints inside the switch of a running server, in order (passed only when a server runs):
 #: the trial recorded, the old server about to stop and stopped, the new one waited on, its completion check begun.
 SWITCH_CHECKPOINTS: Final = (

@@ -340,7 +340,9 @@ def collect_garbage(
                 _remove(home, GcItem("staging", path, _size(path)), report)
             cutoff = now() - PARTIAL_MAX_AGE_SECONDS
             for entry in sorted(os.scandir(home.downloads_dir), key=lambda e: e.name):
-                if _is_own_download(entry.name) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                if _is_own_download(entry.name) and (
+                    entry.stat(follow_symlinks=False).st_mtime < cutoff or _orphaned_work(entry.name)
+                ):
                     path = Path(entry.path)
                     _remove(home, GcItem("download", path, _size(path)), report)
         for cached in AssetCache.of(home).unused(digests_in_use(runtimes)):
@@ -394,6 +396,14 @@ def _collect_damaged(home: Home, damaged: DamagedRuntime, pointer: Pointer, in_u
 def _is_own_download(name: str) -> bool:
     """Partial downloads, their sidecars, ranges and temp files, install-file work and spool directories: ours."""
     return name.endswith(_OWN_DOWNLOAD_SUFFIXES) or name.startswith(("install-file-", ".spool-"))
+
+
+def _orphaned_work(name: str) -> bool:
+    """Whether ``name`` is an install-file work directory whose process is gone (kept no longer: it holds a copy)."""
+    from llama_runtime.runtime.procinfo import pid_alive
+
+    match = _INSTALL_FILE_WORK.match(name)
+    return match is not None and not pid_alive(int(match.group(1)))
 
 
 def _names(directory: Path) -> list[str]:
@@ -524,6 +534,8 @@ _ETAG_TMP_PREFIX: Final = ".etag-"
 
 #: Work directories of ``install-file`` in downloads/ (updater.offline), made under the lock.
 _INSTALL_FILE_PREFIX: Final = "install-file-"
+#: Their full name, ``install-file-<pid>-<8 hex>``: the pid tells whether the owner still runs.
+_INSTALL_FILE_WORK: Final = re.compile(r"^install-file-(\d+)-[0-9a-f]{8}$")
 
 
 #: What the tool names entries of staging/: "<pid>-<8 hex>" (an install), its

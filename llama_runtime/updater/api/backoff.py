@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.fsutil import number, read_cache, write_record
-from llama_runtime.updater.logs import warn_state
+from llama_runtime.updater.logs import get_logger, warn_state
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.errors import RateLimitError
@@ -88,8 +88,22 @@ class Backoff:
 
     def set(self, not_before: float, reason: str, *, now: float) -> None:
         """Persist ``not_before`` (epoch seconds), at most an hour after ``now``."""
-        write_record(self.path, {"not_before": clamp_not_before(not_before, now), "stored_at": now, "reason": reason})
+        payload = {"not_before": clamp_not_before(not_before, now), "stored_at": now, "reason": reason}
+        try:
+            write_record(self.path, payload)
+        except OSError as exc:
+            _not_saved(exc)
 
     def clear(self) -> None:
         """Forget the backoff (GitHub answered normally)."""
-        self.path.unlink(missing_ok=True)
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            _not_saved(exc)
+
+
+def _not_saved(exc: OSError) -> None:
+    """Warn that the back-off could not be stored: it only spares quota, so no verb fails on it."""
+    get_logger("llama_runtime.state").warning(
+        f"Could not update {exc.filename or BACKOFF_NAME} ({exc.strerror or exc}); the rate-limit wait is not saved."
+    )

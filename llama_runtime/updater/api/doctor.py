@@ -22,6 +22,7 @@ from pathlib import Path
 from llama_runtime.runtime.binary import ProcessRunner, run_process, server_override
 from llama_runtime.runtime.errors import BusyError, CorruptStateError, LlamaRuntimeError, VerificationError
 from llama_runtime.runtime.fingerprint import record_runtime
+from llama_runtime.runtime.fsutil import set_aside
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import ForeignMarkerError, install_order
@@ -168,6 +169,7 @@ def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Po
     the rollback target (``previous``) so nothing newer is forgotten.
     """
     with UpdateLock(home.lock_path).hold("doctor --repair"):
+        _set_aside_directory(home.pointer_path, report, "pointer")  # else no pointer can be written
         snapshot = HomeSnapshot.read(home)  # a damaged pointer reads as empty
         if snapshot.pointer != pointer:
             report.advice.append("The runtime changed while doctor ran (an update?); run `llama-runtime doctor` again.")
@@ -226,6 +228,7 @@ def run_doctor(
     home.check_safe()  # a home that is not safely a directory of ours is refused before anything is read
     report = DoctorReport(host=host)
     _check_override(report)
+    _check_locks(home, report, repair)
     _check_leftovers(home, report, repair)
     _check_trial(home, report, repair)
     # One look at the home for the diagnosis; a repair looks again under the lock.
@@ -240,6 +243,27 @@ def run_doctor(
         _check_active(home, report, runner, pointer, active, repair=repair, reinstall=reinstall)
     _advise_damaged(snapshot, report)
     return report
+
+
+def _check_locks(home: Home, report: DoctorReport, repair: bool) -> None:
+    """A directory where a lock file belongs stops every locked command; ``repair`` moves it aside."""
+    for path in (home.lock_path, home.switch_lock_path):
+        if not path.is_dir() or path.is_symlink():
+            continue
+        if repair:
+            _set_aside_directory(path, report, "locks")  # nobody can hold a lock that is a directory
+            continue
+        report.add("locks", False, f"{path} is a directory, not a lock file; no command that changes the home can run")
+        report.advice.append("Run `llama-runtime doctor --repair` to move it aside (nothing in it is deleted).")
+
+
+def _set_aside_directory(path: Path, report: DoctorReport, check: str) -> None:
+    """Move a directory standing where a file of ours belongs to a reported name; never delete it."""
+    if not path.is_dir() or path.is_symlink():
+        return
+    aside = set_aside(path)
+    report.add(check, True, f"moved the directory that stood at {path} to {aside} (nothing in it was deleted)")
+    report.advice.append(f"Look at {aside} and delete it once it holds nothing you need.")
 
 
 def _check_trial(home: Home, report: DoctorReport, repair: bool) -> None:

@@ -21,9 +21,9 @@ from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock, when_text
 from llama_runtime.runtime.errors import (
     BusyError,
     CancelledError,
-    FileSystemError,
     LlamaRuntimeError,
     RateLimitError,
+    os_failure,
 )
 from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 from llama_runtime.updater.api.job_store import JobError, JobListener, JobPhase, JobResult, JobState
@@ -653,7 +653,7 @@ class JobRunner:
         except LlamaRuntimeError as exc:
             recorder.finish("failed", exc=exc)
         except OSError as exc:  # the system refused (permissions, a broken disk): no bug, say which file
-            recorder.finish("failed", exc=FileSystemError.from_os_error(exc))
+            recorder.finish("failed", exc=os_failure(exc))
         except Exception as exc:  # a bug must still end the job, never leave it "running"
             err = LlamaRuntimeError(f"Internal error ({type(exc).__name__}: {exc}); the active runtime is unchanged.")
             recorder.finish("failed", exc=err)

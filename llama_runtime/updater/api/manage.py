@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.runtime.fsutil import is_disk_full
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import InstalledRuntime
@@ -417,16 +418,26 @@ def doctor(updater: RuntimeUpdater, *, repair: bool, listener: JobListener | Non
         reports.append(report)
         return report.to_json(), None
 
-    job = updater._runner().start_work(
-        work,
-        tag=None,
-        join=False,
-        refuse_locked=True,
-        operation="doctor",
-        background=False,
-        listener=listener,
-        phase="verify",
-    )
+    try:
+        job = updater._runner().start_work(
+            work,
+            tag=None,
+            join=False,
+            refuse_locked=True,
+            operation="doctor",
+            background=False,
+            listener=listener,
+            phase="verify",
+        )
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        # No room for the job record: the repair runs without one (the update lock still keeps it
+        # alone), since freeing a full disk is what a repair may be needed for.
+        from llama_runtime.updater.progress import silent
+
+        work(silent, lambda: False)
+        return DoctorResult.from_report(reports[-1])
     if job.exception is not None:
         raise job.exception
     return DoctorResult.from_report(reports[-1], job_id=job.id)

@@ -260,7 +260,9 @@ def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
     except ForeignMarkerError:
         raise
     except CorruptStateError as exc:
-        raise CorruptStateError(exc.message, hint=_REPAIR_HINT) from None
+        # An update cannot replace a directory standing at the pointer: then only doctor --repair helps.
+        hint = exc.hint if home.pointer_path.is_dir() else _REPAIR_HINT
+        raise CorruptStateError(exc.message, hint=hint) from None
     # Stat fingerprints, with a hash of only what changed: a same-size garbage llama-server is damage.
     problems = damage_seen(home, active) if active else []
     if active and problems:

@@ -171,9 +171,9 @@ def _exit_code_for(exc: Exception | KeyboardInterrupt, out: Output, args: argpar
             _silence_stdout()
         return exc.exit_code
     if isinstance(exc, OSError):
-        from llama_runtime.runtime.errors import FileSystemError
+        from llama_runtime.runtime.errors import os_failure
 
-        io_error = FileSystemError.from_os_error(exc)
+        io_error = os_failure(exc)
         out.error(io_error)
         return io_error.exit_code
     if isinstance(exc, KeyboardInterrupt):

@@ -148,7 +148,8 @@ def cmd_server(args: argparse.Namespace, out: Output) -> int:
     if args.action == "stop":
         was = server.status()
         # The switch lock, not the update lock: a download must not block this.
-        with UpdateLock(home.switch_lock_path).hold("server stop", timeout=BUTTON_WAIT_SECONDS):
+        # hold_for_reading: a read-only home cannot take the lock, and no start can happen there meanwhile.
+        with UpdateLock(home.switch_lock_path).hold_for_reading("server stop", timeout=BUTTON_WAIT_SECONDS):
             server.stop(args.timeout)
         lines = [f"Stopped llama-server (pid {was.pid})." if was.running else "No managed llama-server was running."]
         out.result({"stopped": was.running, "pid": was.pid}, lines)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import re
 import tarfile
 import tempfile
 import zlib
@@ -36,6 +37,7 @@ from llama_runtime.runtime.errors import (
 from llama_runtime.runtime.fsutil import SHARED_FILE_MODE, fsync_directory, parse_record, sha256_file
 from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import MARKER_NAME, InstallMarker, parse_marker
+from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.stage.archive_rules import BoundedHeaderError, open_tar_stream
 
@@ -226,20 +228,62 @@ def export_bundle(home: Home, output: Path) -> ExportResult:
                 asset=runtime.marker.asset,
                 consequence="install-file reads this bundle as unverified (repacked)",
             )
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+        remove_stale_exports(output.parent)
+        prefix = f".{output.name}{_EXPORT_TMP_INFIX}{os.getpid()}-"
+        fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=_EXPORT_TMP_SUFFIX, dir=output.parent)
         tmp = Path(tmp_name)
         try:
             os.chmod(tmp, SHARED_FILE_MODE)  # a bundle is made to be copied elsewhere
             with os.fdopen(fd, "wb", buffering=_CHUNK_BYTES) as raw:
                 _write_bundle(raw, runtime, sources)
+                checkpoint("during_export")
                 raw.flush()
                 os.fsync(raw.fileno())
             os.replace(tmp, output)
-        except BaseException:
+        except BaseException as exc:
             tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError) and exc.filename is None:
+                exc.filename = str(output)  # a failed write names no file (a full disk is exit 4 naming it)
             raise
         fsync_directory(output.parent)
     return ExportResult(output, runtime, output.stat().st_size, carries_archive=bool(sources))
+
+
+#: The temp file of an export beside ``--output``: ``.<name>.export-<pid>-<random>.tmp``. The pid
+#: tells a later export whether its writer still runs; one whose writer is gone was killed mid-write.
+_EXPORT_TMP_INFIX: Final = ".export-"
+_EXPORT_TMP_SUFFIX: Final = ".tmp"
+_EXPORT_TMP_NAME: Final = re.compile(r"^\..+\.export-(\d+)-[A-Za-z0-9_]+\.tmp$")
+
+
+def remove_stale_exports(directory: Path) -> list[Path]:
+    """Remove the temp files of exports into ``directory`` whose writer process is gone.
+
+    Only names of :data:`_EXPORT_TMP_NAME`'s shape are touched, and only when
+    their pid no longer runs: a running export's file stays (a reused pid
+    keeps a stale one, never the reverse).
+
+    Returns:
+        The files removed (one that resists removal is skipped).
+    """
+    from llama_runtime.runtime.procinfo import pid_alive
+
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _EXPORT_TMP_NAME.match(entry.name)
+        if match is None or not entry.is_file(follow_symlinks=False) or pid_alive(int(match.group(1))):
+            continue
+        try:
+            os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(Path(entry.path))
+        log.info("removed the temp file of an interrupted export", path=entry.path)
+    return removed
 
 
 # -- bundle: Bundles from ``llama-runtime export``: recognised, read, checked. -----------------------------------

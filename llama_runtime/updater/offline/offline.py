@@ -278,7 +278,7 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
     home.ensure()
     with installer.lock.hold("install-file"):
         installer.finish_trial(silent)  # an abandoned switch is reverted first (runtime.trial)
-        snapshot = HomeSnapshot.read(home)  # the one look at the home this install takes
+        snapshot = installer.read_state()  # the one look at the home, less a killed install-file's work
         active = _active(installer, snapshot)
         work = home.downloads_dir / f"install-file-{os.getpid()}-{secrets.token_hex(4)}"
         try:
