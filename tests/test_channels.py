@@ -375,6 +375,30 @@ def test_stable_mid_release_falls_back_for_four_api_requests_until_the_pointer_a
         assert (found.build_tag, found.version, found.notes) == ("b11433", "v0.7.0", ())
 
 
+@pytest.mark.parametrize("refusal", ["404", "405", "html"])
+def test_stable_mid_release_pages_the_releases_where_the_source_serves_no_tag_refs(refusal: str) -> None:
+    """A proxy or forge that serves releases only refuses matching-refs: unknown, not failure."""
+    with hand_cut() as github:
+        refs = f"/api/repos/{REPO}/git/matching-refs/tags/v"
+        if refusal == "404":
+            github.serves_refs = False
+        else:
+            github.inject(refs, Fault(status=405 if refusal == "405" else 200, html=refusal == "html", times=None))
+        publish_range(github, 11427, 11429)
+        github.cut_version(REPO, "v0.5.0", "b11427")
+        github.cut_version(REPO, "v0.6.0", "b11429")
+        publish_range(github, 11430, 11549)  # v0.6.0 is on the second page of 100
+        github.cut_version(REPO, "v0.7.0", "b11549", pointer=False)
+        found = resolve_latest_remote(client(github), "stable")
+        assert (found.build_tag, found.version) == ("b11429", "v0.6.0")
+        assert found.notes == ("v0.7.0 has no nightly-tag.txt yet (a release in progress?); using v0.6.0 → b11429",)
+        asked = [(r.path.removeprefix(f"/api/repos/{REPO}"), r.query) for r in github.requests_to("api", "/api/")]
+        pages = [query for path, query in asked if path == "/releases"]
+        assert pages == ["per_page=100&page=1", "per_page=100&page=2"]  # stops at the short page
+        assert ("/git/matching-refs/tags/v", "") in asked
+        assert not any(path == "/releases/tags/v0.6.0" for path, _ in asked)  # the page brought it
+
+
 def test_stable_fallback_passes_over_a_bare_tag_and_a_release_that_never_got_its_pointer() -> None:
     with hand_cut() as github:
         publish_range(github, 10960, 10964)

@@ -497,26 +497,34 @@ class GitHubClient:
         payload = self._get_releases(url, f"No releases found in {self.repo}.")
         return _absolute_urls(check_release(parse_release(self.repo, payload)), url)
 
-    def version_tags(self) -> list[str]:
+    def version_tags(self) -> list[str] | None:
         """The repository's semver release tags (``vX.Y.Z``), in no order: where ``stable`` falls back.
 
         ``GET /repos/{owner}/{repo}/git/matching-refs/tags/v`` (docs.github.com,
         "List matching references"): one small answer, conditional on its ETag,
         that changes only when such a tag is pushed (make-release.yml pushes one
-        per release, by hand). A source that keeps no refs (a static mirror: 404)
-        has none; entries that are not ``refs/tags/vX.Y.Z`` are ignored.
+        per release, by hand). Entries that are not ``refs/tags/vX.Y.Z`` are ignored.
+
+        Returns:
+            The tags, or ``None`` when this source does not serve the route (a
+            static mirror, a proxy or forge that serves releases only: 404, any
+            other refusal, an answer that is no list): unknown, which the caller
+            learns otherwise, never a failure.
 
         Raises:
             RateLimitError, NetworkError: As :meth:`get_release`.
-            RemoteError: The answer is not a list.
         """
         url = f"{self.api_url}/repos/{self.repo}/git/matching-refs/tags/v"
         try:
             payload = self._get_json(url, f"No tags found in {self.repo}.")
-        except ReleaseNotFoundError:
-            return []
+        except (RateLimitError, NetworkError):
+            raise
+        except RemoteError as exc:
+            log.debug("version tags unknown", repo=self.repo, reason=exc.message)
+            return None
         if not isinstance(payload, list):
-            raise RemoteError("GitHub answered with something that is not a list of tags.")
+            log.debug("version tags unknown", repo=self.repo, reason="the answer is not a list")
+            return None
         refs = (item.get("ref") for item in payload if isinstance(item, dict))
         tags = (ref.removeprefix("refs/tags/") for ref in refs if isinstance(ref, str) and ref.startswith("refs/tags/"))
         return [tag for tag in tags if is_release_version(tag)]
