@@ -158,21 +158,30 @@ def _drip_a_byte_at_a_time(conn: socket.socket, stop: threading.Event) -> None:
 
 
 def _timed_check(
-    capsys: pytest.CaptureFixture[str], home: Path, api_url: str, monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    api_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    verb: tuple[str, ...] = ("check",),
 ) -> tuple[int, dict[str, object], float]:
     monkeypatch.setenv("LLAMA_RUNTIME_API_DEADLINE", str(_TEST_API_DEADLINE))
     started = time.monotonic()
-    code, payload = run_json(capsys, home, api_url, "check")
+    code, payload = run_json(capsys, home, api_url, *verb)
     return code, payload, time.monotonic() - started
 
 
 @pytest.mark.e2e
-def test_an_api_that_accepts_and_never_answers_ends_check_within_the_deadline_saying_so(
-    capsys: pytest.CaptureFixture[str], b7000_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("verb", [("check",), ("update",), ("update", "--tag", "b7001")], ids=" ".join)
+def test_an_api_that_accepts_and_never_answers_ends_the_command_within_the_deadline_saying_so(
+    capsys: pytest.CaptureFixture[str],
+    b7000_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    verb: tuple[str, ...],
 ) -> None:
     guard = HomeGuard(tmp_path, b7000_home)
     with _raw_server(_never_answer) as api_url:
-        code, payload, took = _timed_check(capsys, b7000_home, api_url, monkeypatch)
+        code, payload, took = _timed_check(capsys, b7000_home, api_url, monkeypatch, verb)
     assert code == 7, payload
     message = payload["error"]["message"]  # type: ignore[index]
     assert "accepted the connection but sent no answer within 2 s" in message, message
@@ -237,3 +246,44 @@ def test_retries_stop_when_the_budget_cannot_hold_another_try() -> None:
     clock.now = 100.0  # time between requests (a download) is not the API's
     assert budget.left() == pytest.approx(2.0)
     assert not budget.allows_retry(2)  # a 2 s backoff leaves nothing for the try
+
+
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [("stall", "accepted the connection but sent no answer"), ("no_route", "Could not connect to the API")],
+)
+def test_at_the_default_settings_a_stalled_or_unroutable_api_costs_at_most_the_30_s_deadline(
+    failure: str, said: str
+) -> None:
+    """The reported 94 s: three tries of a 30 s read timeout with backoff. Time is the fake clock's."""
+    import httpx
+
+    from llama_runtime.runtime.errors import NetworkError
+    from llama_runtime.updater.config import API_DEADLINE_SECONDS, READ_TIMEOUT_SECONDS
+    from llama_runtime.updater.engine import CONNECT_TIMEOUT_SECONDS
+    from llama_runtime.updater.sources.github import GitHubClient
+
+    clock = FakeClock()
+    tried: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        waits = request.extensions["timeout"]
+        wait = waits["read"] if failure == "stall" else waits["connect"]
+        tried.append(wait)
+        clock.now += wait
+        raise (httpx.ReadTimeout if failure == "stall" else httpx.ConnectTimeout)("timed out", request=request)
+
+    api = GitHubClient(
+        "https://api.example.test",
+        "ggml-org/llama.cpp",
+        transport=httpx.MockTransport(handler),
+        timeout=httpx.Timeout(READ_TIMEOUT_SECONDS, connect=CONNECT_TIMEOUT_SECONDS),
+        clock=clock,
+        sleep=clock.sleep,
+        api_deadline=API_DEADLINE_SECONDS,
+    )
+    with pytest.raises(NetworkError) as err:
+        api.latest_published()
+    assert said in err.value.message
+    assert clock.now <= API_DEADLINE_SECONDS  # tries, waits and backoff together
+    assert len(tried) == (1 if failure == "stall" else 3)  # a 10 s connect leaves room to retry; a 30 s stall none

@@ -20,6 +20,7 @@ import pytest
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.inference import Speed, completion_request, parse_completion, probe_inference
 from llama_runtime.updater.cli.gateopts import positive_seconds
+from llama_runtime.updater.verify.busy import OtherWork
 from llama_runtime.updater.verify.gate import (
     CPU_FACTOR,
     FIRST_TOKEN_BASE_SECONDS,
@@ -447,14 +448,12 @@ def test_every_measurement_joins_the_records_history_and_the_oldest_leave(tmp_pa
 # -- a busy machine ------------------------------------------------------------------------------------------------
 
 
-class _Shares:
+class _Shares(OtherWork):
     """An :class:`OtherWork` stand-in: each measurement reports the next share of other work."""
 
     def __init__(self, shares: list[float | None]) -> None:
+        super().__init__()
         self.shares = shares
-
-    def __call__(self) -> _Shares:
-        return self
 
     def start(self) -> None:
         pass
@@ -481,7 +480,8 @@ def _switch_between_identical_builds(tmp_path: Path, shares: list[float | None],
         return InferenceResult(True, content="hello", speed=taken[0], samples=taken)
 
     policy = GatePolicy().with_slowdown(0.2, "rollback")
-    gate = InferenceGate(policy, clock=lambda: "now", probe=probe, state_dir=tmp_path, other_work=_Shares(shares))
+    work = _Shares(shares)
+    gate = InferenceGate(policy, clock=lambda: "now", probe=probe, state_dir=tmp_path, other_work=lambda: work)
     args = ["-m", str(tmp_path / "model.gguf")]
     gate.baseline("http://127.0.0.1:1", args, _runtime("b7000"))
     return gate.check("http://127.0.0.1:1", args, _runtime("b7000"), _runtime("b7000"))
