@@ -287,3 +287,28 @@ def test_at_the_default_settings_a_stalled_or_unroutable_api_costs_at_most_the_3
     assert said in err.value.message
     assert clock.now <= API_DEADLINE_SECONDS  # tries, waits and backoff together
     assert len(tried) == (1 if failure == "stall" else 3)  # a 10 s connect leaves room to retry; a 30 s stall none
+
+
+def _late_headers_then_stall(conn: socket.socket, stop: threading.Event) -> None:
+    conn.recv(65536)
+    if stop.wait(1.5):
+        return
+    with contextlib.suppress(OSError):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[")
+    stop.wait()
+
+
+def test_a_stall_after_late_headers_waits_only_what_is_left_of_the_deadline() -> None:
+    """Headers at 1.5 s of a 2 s deadline, then silence: 0.5 s more, not another whole read timeout."""
+    from llama_runtime.runtime.errors import NetworkError
+    from llama_runtime.updater.sources.github import GitHubClient
+
+    with _raw_server(_late_headers_then_stall) as api_url:
+        api = GitHubClient(api_url, "ggml-org/llama.cpp", api_deadline=_TEST_API_DEADLINE, sleep=lambda _: None)
+        started = time.monotonic()
+        with pytest.raises(NetworkError) as err:
+            api.latest_published()
+        took = time.monotonic() - started
+        api.close()
+    assert "answered too slowly" in err.value.message, err.value.message
+    assert took < _TEST_API_DEADLINE + 1.0, took  # the read timeout taken at the start would end it at 3.5 s

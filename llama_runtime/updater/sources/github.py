@@ -85,6 +85,8 @@ _STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
 )
 # Characters of a Content-Type quoted in a message (a hostile header cannot flood it).
 _CTYPE_QUOTE_CHARS: Final[int] = 60
+#: Shortest wait for one read (seconds): 0 would mean "never wait" to the socket layer.
+MIN_READ_SECONDS: Final[float] = 0.001
 #: Where the person sets the one API deadline (:data:`updater.config.API_DEADLINE_SECONDS`).
 API_DEADLINE_ENV: Final[str] = "LLAMA_RUNTIME_API_DEADLINE"
 
@@ -160,6 +162,7 @@ def _try_once(
     except httpx.HTTPError as exc:
         raise _TryFailed(_dropped(url, exc)) from exc
     body_deadline = min(API_BODY_DEADLINE_SECONDS, max(budget.left(), 0.0))
+    _shorten_body_reads(response, body_deadline)
     try:
         body = read_capped(response, what=f"an answer for {redact_url(url)}", deadline_s=body_deadline)
     except NetworkError as exc:  # read_capped's only one: the body outlasted its deadline
@@ -171,6 +174,19 @@ def _try_once(
     finally:
         response.close()
     return response, body
+
+
+def _shorten_body_reads(response: httpx.Response, seconds: float) -> None:
+    """No single read of ``response``'s body may wait longer than ``seconds`` (what the budget has left).
+
+    httpcore takes the body's read timeout from the request's ``timeout`` extension
+    when the body is first read, so setting it now bounds a stall after the headers
+    by what is left, not by a whole timeout taken when the request began.
+    """
+    waits = response.request.extensions.get("timeout")
+    if isinstance(waits, dict):
+        read = waits.get("read")
+        waits["read"] = max(min(read, seconds) if isinstance(read, int | float) else seconds, MIN_READ_SECONDS)
 
 
 def _clipped(timeout: httpx.Timeout, left: float) -> httpx.Timeout:
