@@ -11,6 +11,10 @@ Invariants:
     * Bodies are read with a decoded-size cap and JSON with a depth cap.
     * Rate-limit refusals are reported, never retried here: the caller decides
       whether to wait, because a tight retry loop only burns the quota.
+    * Given ``api_deadline``, every API request of the client (its tries, backoff
+      and body reads) and every small asset read draw on one :class:`TimeBudget`:
+      no wait outlasts what is left of it. A server that drips its *headers*
+      is bounded per read only (httpcore takes the headers' read timeout once).
 
 One request's retries and decoding are :mod:`github_transport`; what a rate
 limit means, :mod:`github_limits`; conditional requests' store, :mod:`etag_cache`.
