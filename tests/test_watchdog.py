@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -54,15 +55,22 @@ def test_an_update_hanging_at_a_checkpoint_has_its_stacks_dumped_and_the_old_run
         stderr=subprocess.PIPE,
         env=env,
     )
+    reaper = threading.Timer(REACH_SECONDS, child.kill)  # one that never gets there ends the read below
+    reaper.start()
     try:
         assert child.stderr is not None
-        said = child.stderr.readline().decode()  # the checkpoint says it hangs, then does
+        said = ""
+        for line in child.stderr:  # log lines may come first; the checkpoint says it hangs, then does
+            said += line.decode(errors="replace")
+            if "hanging at after_download" in said:
+                break
         assert "hanging at after_download" in said, said
         dump = killloop.wait_or_dump(child, stacks, timeout=0.5)
     finally:
+        reaper.cancel()
         if child.poll() is None:
             child.kill()
-        child.wait(timeout=REACH_SECONDS)
+        child.wait()
     assert dump is not None and "most recent call first" in dump, dump
     assert "checkpoints.py" in dump and "in checkpoint" in dump, dump  # where it hangs, by name
     assert child.returncode == -signal.SIGKILL  # the watchdog killed it after the dump
