@@ -93,6 +93,8 @@ _CTYPE_QUOTE_CHARS: Final[int] = 60
 MIN_READ_SECONDS: Final[float] = 0.001
 #: Where the person sets the one API deadline (:data:`updater.config.API_DEADLINE_SECONDS`).
 API_DEADLINE_ENV: Final[str] = "LLAMA_RUNTIME_API_DEADLINE"
+#: Where the person sets one request's read timeout (:data:`updater.config.READ_TIMEOUT_SECONDS`).
+READ_TIMEOUT_ENV: Final[str] = "LLAMA_RUNTIME_READ_TIMEOUT"
 
 
 def send_with_retries(
@@ -162,17 +164,20 @@ def _try_once(
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         raise _TryFailed(_could_not_connect(api, exc)) from exc
     except httpx.ReadTimeout as exc:
-        raise _TryFailed(_no_answer(api, timeout.read or left)) from exc
+        bound_by = API_DEADLINE_ENV if left <= (http.timeout.read or math.inf) else READ_TIMEOUT_ENV
+        raise _TryFailed(_no_answer(api, timeout.read or left, bound_by)) from exc
     except httpx.HTTPError as exc:
         raise _TryFailed(_dropped(url, exc)) from exc
     body_deadline = min(API_BODY_DEADLINE_SECONDS, max(budget.left(), 0.0))
+    by_api_deadline = body_deadline < API_BODY_DEADLINE_SECONDS  # else each answer's own deadline binds
     _shorten_body_reads(response, body_deadline)
     try:
         body = read_capped(response, what=f"an answer for {redact_url(url)}", deadline_s=body_deadline)
     except NetworkError as exc:  # read_capped's only one: the body outlasted its deadline
-        raise _TryFailed(_too_slow(api, budget.seconds)) from exc
-    except httpx.ReadTimeout as exc:
-        raise _TryFailed(_too_slow(api, budget.seconds)) from exc
+        raise _TryFailed(_too_slow(api, body_deadline, by_api_deadline=by_api_deadline)) from exc
+    except httpx.ReadTimeout as exc:  # a stall mid-body: one read waited its whole timeout
+        stalled = min(body_deadline, http.timeout.read or math.inf)
+        raise _TryFailed(_too_slow(api, stalled, by_api_deadline=by_api_deadline)) from exc
     except httpx.HTTPError as exc:
         raise _TryFailed(_dropped(url, exc)) from exc
     finally:
@@ -217,17 +222,18 @@ def _could_not_connect(api: str, exc: httpx.HTTPError) -> NetworkError:
     )
 
 
-def _no_answer(api: str, seconds: float) -> NetworkError:
+def _no_answer(api: str, seconds: float, bound_by: str) -> NetworkError:
     return NetworkError(
         f"The API at {api} accepted the connection but sent no answer within {round(seconds, 1):g} s; "
-        f"it may be overloaded or a proxy may be holding the request. Try again later, or raise {API_DEADLINE_ENV}."
+        f"it may be overloaded or a proxy may be holding the request. Try again later, or raise {bound_by}."
     )
 
 
-def _too_slow(api: str, deadline_s: float) -> NetworkError:
+def _too_slow(api: str, seconds: float, *, by_api_deadline: bool) -> NetworkError:
+    deadline = f"the {API_DEADLINE_ENV} deadline" if by_api_deadline else "the deadline of one answer"
     return NetworkError(
-        f"The API at {api} answered too slowly: its answer did not arrive in full within the {deadline_s:g} s "
-        f"deadline ({API_DEADLINE_ENV}). Try again later."
+        f"The API at {api} answered too slowly: its answer did not arrive in full within {round(seconds, 1):g} s, "
+        f"{deadline}. Try again later."
     )
 
 
