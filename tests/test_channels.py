@@ -33,7 +33,7 @@ from llama_runtime.updater.release.tags import compare_tags, is_upgrade, parse_t
 from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 from llama_runtime.updater.sources.resolve import pointers_on_page, resolve_latest_remote, resolve_tag_remote
 from tests.fakegithub import FakeGitHub, Fault
-from tests.helpers import CPU_TAR, REPO, VULKAN_TAR, Sleeps
+from tests.helpers import CPU_TAR, REPO, VULKAN_TAR, HomeGuard, Sleeps, publish_stand_in, run_json
 
 FORK = "unslothai/llama.cpp"
 
@@ -397,6 +397,21 @@ def test_stable_mid_release_pages_the_releases_where_the_source_serves_no_tag_re
         assert pages == ["per_page=100&page=1", "per_page=100&page=2"]  # stops at the short page
         assert ("/git/matching-refs/tags/v", "") in asked
         assert not any(path == "/releases/tags/v0.6.0" for path, _ in asked)  # the page brought it
+
+
+@pytest.mark.e2e
+def test_check_against_a_source_without_tag_refs_falls_back_by_paging_not_exit_7(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path, tmp_path: Path
+) -> None:
+    publish_stand_in(github, tmp_path, "b7001")  # cut as a semver release naming b7001
+    github.cut_version(REPO, "v1.0.0", "b7001", pointer=False)  # the newest names no build yet
+    github.serves_refs = False
+    guard = HomeGuard(tmp_path, b7000_home)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "check")
+    assert code == 0, payload
+    assert (payload["latest"], payload["update_available"]) == ("b7001", True)
+    assert any(w.startswith("v1.0.0 has no nightly-tag.txt yet") for w in payload["warnings"]), payload
+    guard.assert_intact("b7000")
 
 
 def test_stable_fallback_passes_over_a_bare_tag_and_a_release_that_never_got_its_pointer() -> None:
