@@ -27,6 +27,11 @@ With ``--small-disk MIB`` (root: it mounts a tmpfs) the home lives on a filesyst
 small, so updates also end in exit 4 (allowed); after some iterations the disk is filled to
 its last byte and ``gc`` and ``status`` must still exit 0 there (cleaning works on a full disk).
 A read-only home has no place here: no update can run in one (tests/test_offline_inputs.py).
+A command still running :data:`EXIT_WAIT_SECONDS` after its signal is a wedge:
+the loop sends it SIGUSR1 first (every child runs with
+``LLAMA_RUNTIME_TEST_STACKS``, so its CLI dumps every thread's stack), records
+the dump with the failure (the report prints it; the file stays in the stacks
+directory the report names), then kills it.
 """
 
 from __future__ import annotations
@@ -54,7 +59,12 @@ sys.path.insert(0, str(ROOT))
 from llama_runtime.runtime.inference import probe_inference  # noqa: E402
 from llama_runtime.runtime.layout import Home  # noqa: E402
 from llama_runtime.runtime.server import ManagedServer  # noqa: E402
-from llama_runtime.updater.checkpoints import CHECKPOINTS, KILL_AT_ENV, SWITCH_CHECKPOINTS  # noqa: E402
+from llama_runtime.updater.checkpoints import (  # noqa: E402
+    CHECKPOINTS,
+    KILL_AT_ENV,
+    STACKS_ENV,
+    SWITCH_CHECKPOINTS,
+)
 from tests.archives import build_release_archive  # noqa: E402
 from tests.fakegithub import FakeGitHub  # noqa: E402
 
@@ -72,6 +82,10 @@ CHECKPOINT_SHARE: Final = 0.25
 FULL_DISK_SHARE: Final = 0.3
 #: A command that has not ended this long after its signal is itself a failure (a wedge).
 EXIT_WAIT_SECONDS: Final = 120.0
+#: How long a wedged command has to write its stacks after SIGUSR1: faulthandler writes at once.
+STACK_DUMP_SECONDS: Final = 5.0
+#: Characters of a stack dump kept in a failure line (the whole dump stays in its file).
+DUMP_CHARS: Final = 6000
 
 
 @dataclass
@@ -89,6 +103,8 @@ class Figures:
     full_disk_checks: int = 0
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: Where each child's stacks go on SIGUSR1 (a directory outside the home, kept after the run).
+    stacks_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="killloop-stacks-")))
 
 
 def stand_in_server(tag: str, *, serve: bool = False) -> bytes:
@@ -238,6 +254,37 @@ def cleans_on_full_disk(home: Path, api_url: str, disk: Path, figures: Figures) 
         filler.unlink()
 
 
+def dump_stacks(proc: subprocess.Popen[bytes], stacks: Path, settle: float = STACK_DUMP_SECONDS) -> str:
+    """Send SIGUSR1 to a wedged child whose CLI armed its stack dump; what it wrote to ``stacks``."""
+    proc.send_signal(signal.SIGUSR1)
+    give_up_at = time.monotonic() + settle
+    while time.monotonic() < give_up_at:
+        text = stacks.read_text(errors="replace") if stacks.is_file() else ""
+        if "most recent call first" in text:
+            time.sleep(0.2)  # the other threads' stacks follow the first one's
+            return stacks.read_text(errors="replace")
+        time.sleep(0.05)
+    return f"(no stacks within {settle:g} s of SIGUSR1: the process did not run Python code to answer it)"
+
+
+def wait_or_dump(proc: subprocess.Popen[bytes], stacks: Path, timeout: float = EXIT_WAIT_SECONDS) -> str | None:
+    """Wait for ``proc``; if it outlives ``timeout``, its stack dump (then it is killed); None once it ended."""
+    try:
+        proc.wait(timeout=timeout)
+        return None
+    except subprocess.TimeoutExpired:
+        dump = dump_stacks(proc, stacks)
+        proc.kill()
+        proc.wait()
+        return dump
+
+
+def child_env(figures: Figures, what: str, env: dict[str, str] | None = None) -> tuple[dict[str, str], Path]:
+    """The environment of a child (its stack dump armed) and the file its stacks would go to."""
+    stacks = figures.stacks_dir / f"{figures.iterations:04d}-{what}.txt"
+    return {**(env if env is not None else os.environ), STACKS_ENV: str(stacks)}, stacks
+
+
 def one_iteration(
     rng: random.Random,
     home: Path,
@@ -255,18 +302,24 @@ def one_iteration(
         points = [c for c in CHECKPOINTS if c != "during_gc"] + (list(SWITCH_CHECKPOINTS) if serve else [])
         env[KILL_AT_ENV] = rng.choice(points)
         figures.signals[f"SIGKILL at {env[KILL_AT_ENV]}"] += 1
+    env, update_stacks = child_env(figures, "update", env)
     update = subprocess.Popen(
         cli(home, api_url, "update", "--tag", target, "--backend", "cpu"),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
     )
+    stacks = {update.pid: update_stacks}
     racer: subprocess.Popen[bytes] | None = None
     racer_verb = rng.choice(["none", "rollback", "gc", "gc-keep-0"])
     if racer_verb != "none":
         time.sleep(rng.uniform(0, window / 2))
         verb = {"rollback": ["rollback"], "gc": ["gc"], "gc-keep-0": ["gc", "--keep", "0"]}[racer_verb]
-        racer = subprocess.Popen(cli(home, api_url, *verb), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        racer_env, stacks_file = child_env(figures, racer_verb)
+        racer = subprocess.Popen(
+            cli(home, api_url, *verb), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=racer_env
+        )
+        stacks[racer.pid] = stacks_file
     time.sleep(rng.uniform(0, window))
     signame = rng.choice(["SIGKILL", "SIGINT"])
     if at_checkpoint:
@@ -282,12 +335,14 @@ def one_iteration(
     for proc, what in ((update, f"update {target}"), (racer, racer_verb)):
         if proc is None:
             continue
-        try:
-            code = proc.wait(timeout=EXIT_WAIT_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            figures.failures.append(f"iteration {figures.iterations}: {what} did not end after its signal")
+        dump = wait_or_dump(proc, stacks[proc.pid])
+        if dump is not None:
+            figures.failures.append(
+                f"iteration {figures.iterations}: {what} did not end {EXIT_WAIT_SECONDS:.0f} s after its signal; "
+                f"its stacks ({stacks[proc.pid]}):\n{dump[-DUMP_CHARS:]}"
+            )
             continue
+        code = proc.returncode
         if proc is update:
             figures.update_exits[code] += 1
         else:
@@ -295,6 +350,9 @@ def one_iteration(
         if code not in ALLOWED_EXITS and not (disk is not None and code == 4):
             out = proc.stdout.read().decode(errors="replace")[-400:] if proc.stdout else ""
             figures.failures.append(f"iteration {figures.iterations}: {what} exited {code}: {out}")
+    for path in stacks.values():  # only a dump is kept; the files of commands that ended are empty
+        if path.is_file() and path.stat().st_size == 0:
+            path.unlink()
     for where in ("staging", "downloads"):  # what a killed update left for the next one to clean or resume
         directory = home / where
         figures.leftovers_seen += len(os.listdir(directory)) if directory.is_dir() else 0
@@ -339,6 +397,10 @@ def report(figures: Figures, window: float) -> None:
     print(f"full-disk gc checks:     {figures.full_disk_checks}")
     print(f"leftovers seen:          {figures.leftovers_seen} staging/partial entries (cleaned or resumed later)")
     print(f"wall time:               {figures.seconds:.0f} s")
+    dumps = sorted(figures.stacks_dir.glob("*.txt")) if figures.stacks_dir.is_dir() else []
+    print(f"stack dumps of wedges:   {len(dumps)}" + (f" in {figures.stacks_dir}" if dumps else ""))
+    if not dumps and figures.stacks_dir.is_dir():
+        figures.stacks_dir.rmdir()
     print(f"working runtime after every iteration: {'yes' if not figures.failures else 'NO'}")
     for failure in figures.failures:
         print(f"FAILURE: {failure}")

@@ -286,6 +286,8 @@ class FakeGitHub:
         #: Bytes per second each blob connection may send (``None``: unlimited), the
         #: way a slow CDN caps each connection rather than the client.
         self.rate_cap = rate_cap
+        #: ``False``: ``git/matching-refs`` answers 404, as a proxy or forge that serves releases only.
+        self.serves_refs = True
         self._repos: dict[str, _Repo] = {}
         self._attestations: dict[tuple[str, str], list[_Attestation]] = {}
         self._attestation_answers: dict[tuple[str, str], bytes] = {}  # a 200 body served as is
@@ -784,7 +786,7 @@ class _Handler(BaseHTTPRequestHandler):
             known = fake._repos[f"{bits[3]}/{bits[4]}"]
             if not known.private or self._authorised(fake):
                 payload = fake.repository_json(f"{bits[3]}/{bits[4]}")
-        elif len(bits) >= 8 and bits[5:7] == ["git", "matching-refs"] and repo is not None:
+        elif len(bits) >= 8 and bits[5:7] == ["git", "matching-refs"] and repo is not None and fake.serves_refs:
             payload = self._matching_refs(fake, f"{bits[3]}/{bits[4]}", repo, "/".join(bits[7:]))
         elif len(bits) == 8 and bits[6] == "assets" and repo is not None and bits[7].isdigit():
             asset = next((a for r in public for a in r["assets"] if a["id"] == int(bits[7])), None)

@@ -33,7 +33,7 @@ from llama_runtime.updater.release.tags import compare_tags, is_upgrade, parse_t
 from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 from llama_runtime.updater.sources.resolve import pointers_on_page, resolve_latest_remote, resolve_tag_remote
 from tests.fakegithub import FakeGitHub, Fault
-from tests.helpers import CPU_TAR, REPO, VULKAN_TAR, Sleeps
+from tests.helpers import CPU_TAR, REPO, VULKAN_TAR, HomeGuard, Sleeps, publish_stand_in, run_json
 
 FORK = "unslothai/llama.cpp"
 
@@ -373,6 +373,45 @@ def test_stable_mid_release_falls_back_for_four_api_requests_until_the_pointer_a
         github.upload_pointer(REPO, "v0.7.0")
         found = resolve_latest_remote(client(github), "stable")
         assert (found.build_tag, found.version, found.notes) == ("b11433", "v0.7.0", ())
+
+
+@pytest.mark.parametrize("refusal", ["404", "405", "html"])
+def test_stable_mid_release_pages_the_releases_where_the_source_serves_no_tag_refs(refusal: str) -> None:
+    """A proxy or forge that serves releases only refuses matching-refs: unknown, not failure."""
+    with hand_cut() as github:
+        refs = f"/api/repos/{REPO}/git/matching-refs/tags/v"
+        if refusal == "404":
+            github.serves_refs = False
+        else:
+            github.inject(refs, Fault(status=405 if refusal == "405" else 200, html=refusal == "html", times=None))
+        publish_range(github, 11427, 11429)
+        github.cut_version(REPO, "v0.5.0", "b11427")
+        github.cut_version(REPO, "v0.6.0", "b11429")
+        publish_range(github, 11430, 11549)  # v0.6.0 is on the second page of 100
+        github.cut_version(REPO, "v0.7.0", "b11549", pointer=False)
+        found = resolve_latest_remote(client(github), "stable")
+        assert (found.build_tag, found.version) == ("b11429", "v0.6.0")
+        assert found.notes == ("v0.7.0 has no nightly-tag.txt yet (a release in progress?); using v0.6.0 → b11429",)
+        asked = [(r.path.removeprefix(f"/api/repos/{REPO}"), r.query) for r in github.requests_to("api", "/api/")]
+        pages = [query for path, query in asked if path == "/releases"]
+        assert pages == ["per_page=100&page=1", "per_page=100&page=2"]  # stops at the short page
+        assert ("/git/matching-refs/tags/v", "") in asked
+        assert not any(path == "/releases/tags/v0.6.0" for path, _ in asked)  # the page brought it
+
+
+@pytest.mark.e2e
+def test_check_against_a_source_without_tag_refs_falls_back_by_paging_not_exit_7(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path, tmp_path: Path
+) -> None:
+    publish_stand_in(github, tmp_path, "b7001")  # cut as a semver release naming b7001
+    github.cut_version(REPO, "v1.0.0", "b7001", pointer=False)  # the newest names no build yet
+    github.serves_refs = False
+    guard = HomeGuard(tmp_path, b7000_home)
+    code, payload = run_json(capsys, b7000_home, github.api_url, "check")
+    assert code == 0, payload
+    assert (payload["latest"], payload["update_available"]) == ("b7001", True)
+    assert any(w.startswith("v1.0.0 has no nightly-tag.txt yet") for w in payload["warnings"]), payload
+    guard.assert_intact("b7000")
 
 
 def test_stable_fallback_passes_over_a_bare_tag_and_a_release_that_never_got_its_pointer() -> None:

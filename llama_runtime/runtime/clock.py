@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Final, Protocol
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "SYSTEM_CLOCK",
     "Clock",
     "SystemClock",
+    "TimeBudget",
     "backoff_seconds",
     "epoch_of",
     "tries",
@@ -137,3 +139,48 @@ def tries(sleep: Callable[[float], None], *, attempts: int = RETRY_ATTEMPTS) -> 
         if attempt > 1:
             sleep(backoff_seconds(attempt - 1))
         yield attempt == attempts
+
+
+#: Least time worth starting a try with (seconds): less cannot even connect to a distant host.
+MIN_TRY_SECONDS: Final[float] = 0.5
+
+
+class TimeBudget:
+    """Seconds a series of waits may take together; only time spent inside :meth:`spending` counts.
+
+    One overall deadline for a source's API requests: retries, backoff and slow
+    answers all draw on it, while time between requests (a download, a
+    verification) does not. Nested spending counts once.
+
+    Args:
+        seconds: The whole budget (positive).
+        clock: Where monotonic time comes from.
+    """
+
+    def __init__(self, seconds: float, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._spent = 0.0
+        self._since: float | None = None  # start of the outermost spending now running
+
+    def left(self) -> float:
+        """Seconds still allowed (never below 0)."""
+        running = self._clock.monotonic() - self._since if self._since is not None else 0.0
+        return max(0.0, self.seconds - self._spent - running)
+
+    def allows_retry(self, failed: int) -> bool:
+        """Whether, after the ``failed``-th failed try, the backoff and one more try still fit."""
+        return self.left() > backoff_seconds(failed) + MIN_TRY_SECONDS
+
+    @contextmanager
+    def spending(self) -> Iterator[None]:
+        """Count the time of the ``with`` body against the budget."""
+        if self._since is not None:
+            yield
+            return
+        self._since = self._clock.monotonic()
+        try:
+            yield
+        finally:
+            self._spent += self._clock.monotonic() - self._since
+            self._since = None

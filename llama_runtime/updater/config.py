@@ -43,6 +43,10 @@ SERVER_READY_TIMEOUT_SECONDS: Final[float] = 120.0
 #: Read timeout of one GitHub or download request (seconds, every phase but
 #: connect): GitHub can be slow to render a long release list.
 READ_TIMEOUT_SECONDS: Final[float] = 30.0
+#: Longest all API requests of one command may take together (seconds), retries, backoff and
+#: slow answers included: ``check`` from a scheduled job or an app's button must end in
+#: bounded time, and GitHub answers each request in well under a second when it is well.
+API_DEADLINE_SECONDS: Final[float] = 30.0
 #: Concurrent ranges for one large download (``LLAMA_RUNTIME_PARALLEL_DOWNLOADS``):
 #: slow CDNs cap each connection, so four give a near-4x speed-up; 1 disables ranges.
 DEFAULT_PARALLEL_DOWNLOADS: Final = 4
@@ -71,6 +75,8 @@ class Settings:
         backend_explicit: The backend was given (flag or environment), not defaulted.
         read_timeout: Seconds one request may stall (``LLAMA_RUNTIME_READ_TIMEOUT``).
         health_timeout: Seconds a restarted server has to come up (``LLAMA_RUNTIME_HEALTH_TIMEOUT``).
+        api_deadline: Seconds all API requests of one command may take together
+            (``LLAMA_RUNTIME_API_DEADLINE``).
         gate: The inference gate's policy for this invocation; None: the home's stored
             one (``<home>/gate.json``), else the default.
         require_provenance: Refuse assets without a verified build attestation
@@ -89,6 +95,7 @@ class Settings:
     backend_explicit: bool = False
     read_timeout: float = READ_TIMEOUT_SECONDS
     health_timeout: float = SERVER_READY_TIMEOUT_SECONDS
+    api_deadline: float = API_DEADLINE_SECONDS
     gate: GatePolicy | None = None
     require_provenance: bool = False
     channel: Channel | None = None  # None: keep the active runtime's stored channel (else stable)
@@ -206,6 +213,7 @@ def resolve_settings(
         backend_explicit=explicit,
         read_timeout=_seconds(env, "LLAMA_RUNTIME_READ_TIMEOUT", READ_TIMEOUT_SECONDS),
         health_timeout=_seconds(env, "LLAMA_RUNTIME_HEALTH_TIMEOUT", SERVER_READY_TIMEOUT_SECONDS),
+        api_deadline=_seconds(env, "LLAMA_RUNTIME_API_DEADLINE", API_DEADLINE_SECONDS),
         require_provenance=require_provenance or _require_provenance(env, verifies=verifies),
         channel=channel_value,
         parallel_downloads=download_parallelism(env),

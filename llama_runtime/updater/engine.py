@@ -75,7 +75,7 @@ class Engine:
         self.home = Home(settings.home)
         self._host: HostFacts | None = None
 
-    def open_source(self, *, etag_cache: bool = True) -> ReleaseSource:
+    def open_source(self, *, etag_cache: bool = True, api_deadline: bool = True) -> ReleaseSource:
         """The release source for the configured API URL and repository; the caller closes it.
 
         A ``file://`` URL is a mirror directory read through a file transport;
@@ -84,6 +84,8 @@ class Engine:
         Args:
             etag_cache: Keep ETags in the home so repeated questions are free 304s
                 (``plan`` and ``mirror sync`` leave the home alone).
+            api_deadline: Bound all API requests by ``settings.api_deadline`` together
+                (``mirror sync`` pages every release and attestation: each request keeps its own bounds).
         """
         if self.seams.source_factory is not None:
             return self.seams.source_factory()
@@ -110,6 +112,7 @@ class Engine:
             transport=transport,
             etag_cache=cache,
             timeout=httpx.Timeout(read, connect=min(CONNECT_TIMEOUT_SECONDS, read)),
+            api_deadline=self.settings.api_deadline if api_deadline else None,
         )
 
     def host(self) -> HostFacts:

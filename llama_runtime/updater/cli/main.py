@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError, printable
+from llama_runtime.updater.checkpoints import arm_stack_dump
 from llama_runtime.updater.cli.common import GLOBAL_EPILOG
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ def _utc_timestamp() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``llama-runtime``; returns the exit code of the contract."""
+    arm_stack_dump()  # a test watchdog's SIGUSR1, when it set LLAMA_RUNTIME_TEST_STACKS
     argv, server_args = _split_server_args(list(sys.argv[1:] if argv is None else argv))
     # Read from the raw words, so that even a usage error is reported the way asked for.
     out = Output(

@@ -177,7 +177,7 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
 
         tag = validate_tag(args.tag)
     dest = _mirror_dest(Path(args.dest), settings.home)
-    with engine_for(settings).open_source(etag_cache=False) as client:
+    with engine_for(settings).open_source(etag_cache=False, api_deadline=False) as client:
         report = sync_mirror(
             client,
             dest,

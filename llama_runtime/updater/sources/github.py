@@ -11,6 +11,10 @@ Invariants:
     * Bodies are read with a decoded-size cap and JSON with a depth cap.
     * Rate-limit refusals are reported, never retried here: the caller decides
       whether to wait, because a tight retry loop only burns the quota.
+    * Given ``api_deadline``, every API request of the client (its tries, backoff
+      and body reads) and every small asset read draw on one :class:`TimeBudget`:
+      no wait outlasts what is left of it. A server that drips its *headers*
+      is bounded per read only (httpcore takes the headers' read timeout once).
 
 One request's retries and decoding are the ``github_transport`` section below; what a rate
 limit means, :mod:`.github_limits`; conditional requests' store, the ``etag_cache`` section.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -29,7 +34,7 @@ from typing import Any, Final, Protocol
 import httpx
 
 from llama_runtime._version import __version__
-from llama_runtime.runtime.clock import RETRY_ATTEMPTS, SYSTEM_CLOCK, Clock, tries
+from llama_runtime.runtime.clock import RETRY_ATTEMPTS, SYSTEM_CLOCK, Clock, TimeBudget, tries
 from llama_runtime.runtime.errors import (
     NetworkError,
     RateLimitError,
@@ -60,7 +65,14 @@ from llama_runtime.updater.release.release import (
 )
 from llama_runtime.updater.release.tags import is_release_version
 from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
-from llama_runtime.updater.sources.source import ACCEPT_ENCODING, RateLimit, loads_bounded, read_capped, too_slow
+from llama_runtime.updater.sources.source import (
+    ACCEPT_ENCODING,
+    API_BODY_DEADLINE_SECONDS,
+    RateLimit,
+    loads_bounded,
+    read_capped,
+    too_slow,
+)
 
 __all__ = ["GitHubClient", "same_origin"]
 
@@ -77,41 +89,166 @@ _STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
 )
 # Characters of a Content-Type quoted in a message (a hostile header cannot flood it).
 _CTYPE_QUOTE_CHARS: Final[int] = 60
+#: Shortest wait for one read (seconds): 0 would mean "never wait" to the socket layer.
+MIN_READ_SECONDS: Final[float] = 0.001
+#: Where the person sets the one API deadline (:data:`updater.config.API_DEADLINE_SECONDS`).
+API_DEADLINE_ENV: Final[str] = "LLAMA_RUNTIME_API_DEADLINE"
+#: Where the person sets one request's read timeout (:data:`updater.config.READ_TIMEOUT_SECONDS`).
+READ_TIMEOUT_ENV: Final[str] = "LLAMA_RUNTIME_READ_TIMEOUT"
 
 
 def send_with_retries(
-    http: httpx.Client, url: str, headers: dict[str, str], *, attempts: int, sleep: Callable[[float], None]
+    http: httpx.Client,
+    url: str,
+    headers: dict[str, str],
+    *,
+    attempts: int,
+    sleep: Callable[[float], None],
+    budget: TimeBudget | None = None,
 ) -> tuple[httpx.Response, bytes]:
     """The (closed) response and its decoded body, read under the size cap.
 
     Connection errors and 5xx answers are tried ``attempts`` times with
     exponential backoff; the last 5xx answer is returned for the caller to
-    report, other answers at once.
+    report, other answers at once. Every try, backoff and body read draws on
+    ``budget`` (the source's one API deadline): no wait outlasts what is left
+    of it, and no try starts that the budget cannot hold.
 
     Raises:
-        NetworkError: The connection failed on every attempt.
+        NetworkError: The connection failed on every attempt, or the budget ran out.
         RemoteError: A redirect loop.
     """
-    for last in tries(sleep, attempts=attempts):
-        try:
-            request = http.build_request("GET", url, headers=headers)
-            response = http.send(request, stream=True, follow_redirects=True)
+    budget = budget or TimeBudget(math.inf)
+    failed = 0
+    with budget.spending():
+        for last in tries(sleep, attempts=attempts):
             try:
-                body = read_capped(response, what=f"an answer for {redact_url(url)}")
-            finally:
-                response.close()
-        except httpx.TooManyRedirects as exc:
-            raise RemoteError(f"GitHub redirected in a loop for {redact_url(url)}.") from exc
-        except httpx.HTTPError as exc:
-            if last:
-                raise NetworkError(
-                    f"Could not reach GitHub at {redact_url(url)}: {type(exc).__name__}; "
-                    "check the network connection and try again."
-                ) from exc
-        else:
-            if response.status_code < 500 or last:
-                return response, body
+                response, body = _try_once(http, url, headers, budget)
+            except _TryFailed as exc:
+                failed += 1
+                if last or not budget.allows_retry(failed):
+                    raise exc.error from exc.__cause__
+            else:
+                failed += 1
+                if response.status_code < 500 or last or not budget.allows_retry(failed):
+                    return response, body
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+class _TryFailed(Exception):
+    """One try failed in a way another try may cure; ``error`` is what the person reads if none does."""
+
+    def __init__(self, error: NetworkError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _try_once(
+    http: httpx.Client, url: str, headers: dict[str, str], budget: TimeBudget
+) -> tuple[httpx.Response, bytes]:
+    """One GET of ``url``, every wait of it clipped to what ``budget`` has left.
+
+    Raises:
+        _TryFailed: No connection, no answer, an answer too slow, a dropped transfer.
+        RemoteError: A redirect loop.
+    """
+    api, left = _origin(url), budget.left()
+    if left <= 0:
+        raise _TryFailed(_no_time_left(api, budget.seconds))
+    timeout = _clipped(http.timeout, left)
+    try:
+        request = http.build_request("GET", url, headers=headers, timeout=timeout)
+        response = http.send(request, stream=True, follow_redirects=True)
+    except httpx.TooManyRedirects as exc:
+        raise RemoteError(f"GitHub redirected in a loop for {redact_url(url)}.") from exc
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise _TryFailed(_could_not_connect(api, exc)) from exc
+    except httpx.ReadTimeout as exc:
+        bound_by = API_DEADLINE_ENV if left <= (http.timeout.read or math.inf) else READ_TIMEOUT_ENV
+        raise _TryFailed(_no_answer(api, timeout.read or left, bound_by)) from exc
+    except httpx.HTTPError as exc:
+        raise _TryFailed(_dropped(url, exc)) from exc
+    body_deadline = min(API_BODY_DEADLINE_SECONDS, max(budget.left(), 0.0))
+    by_api_deadline = body_deadline < API_BODY_DEADLINE_SECONDS  # else each answer's own deadline binds
+    _shorten_body_reads(response, body_deadline)
+    try:
+        body = read_capped(response, what=f"an answer for {redact_url(url)}", deadline_s=body_deadline)
+    except NetworkError as exc:  # read_capped's only one: the body outlasted its deadline
+        raise _TryFailed(_too_slow(api, body_deadline, by_api_deadline=by_api_deadline)) from exc
+    except httpx.ReadTimeout as exc:  # a stall mid-body: one read waited its whole timeout
+        stalled = min(body_deadline, http.timeout.read or math.inf)
+        raise _TryFailed(_too_slow(api, stalled, by_api_deadline=by_api_deadline)) from exc
+    except httpx.HTTPError as exc:
+        raise _TryFailed(_dropped(url, exc)) from exc
+    finally:
+        response.close()
+    return response, body
+
+
+def _shorten_body_reads(response: httpx.Response, seconds: float) -> None:
+    """No single read of ``response``'s body may wait longer than ``seconds`` (what the budget has left).
+
+    httpcore takes the body's read timeout from the request's ``timeout`` extension
+    when the body is first read, so setting it now bounds a stall after the headers
+    by what is left, not by a whole timeout taken when the request began.
+    """
+    waits = response.request.extensions.get("timeout")
+    if isinstance(waits, dict):
+        read = waits.get("read")
+        waits["read"] = max(min(read, seconds) if isinstance(read, int | float) else seconds, MIN_READ_SECONDS)
+
+
+def _clipped(timeout: httpx.Timeout, left: float) -> httpx.Timeout:
+    """``timeout`` with no phase longer than ``left`` seconds."""
+
+    def clip(phase: float | None) -> float:
+        return left if phase is None else min(phase, left)
+
+    return httpx.Timeout(
+        connect=clip(timeout.connect), read=clip(timeout.read), write=clip(timeout.write), pool=clip(timeout.pool)
+    )
+
+
+def _origin(url: str) -> str:
+    """Scheme, host and port of ``url``: where the API is, without path, query or credentials."""
+    parsed = httpx.URL(url)
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{parsed.scheme}://{parsed.host}{port}"
+
+
+def _could_not_connect(api: str, exc: httpx.HTTPError) -> NetworkError:
+    return NetworkError(
+        f"Could not connect to the API at {api} ({type(exc).__name__}); check the network connection and try again."
+    )
+
+
+def _no_answer(api: str, seconds: float, bound_by: str) -> NetworkError:
+    return NetworkError(
+        f"The API at {api} accepted the connection but sent no answer within {round(seconds, 1):g} s; "
+        f"it may be overloaded or a proxy may be holding the request. Try again later, or raise {bound_by}."
+    )
+
+
+def _too_slow(api: str, seconds: float, *, by_api_deadline: bool) -> NetworkError:
+    deadline = f"the {API_DEADLINE_ENV} deadline" if by_api_deadline else "the deadline of one answer"
+    return NetworkError(
+        f"The API at {api} answered too slowly: its answer did not arrive in full within {round(seconds, 1):g} s, "
+        f"{deadline}. Try again later."
+    )
+
+
+def _no_time_left(api: str, deadline_s: float) -> NetworkError:
+    return NetworkError(
+        f"The API at {api} used up the {deadline_s:g} s deadline ({API_DEADLINE_ENV}) of this command "
+        "with slow or failing answers. Try again later."
+    )
+
+
+def _dropped(url: str, exc: httpx.HTTPError) -> NetworkError:
+    return NetworkError(
+        f"Could not reach GitHub at {redact_url(url)}: {type(exc).__name__}; "
+        "check the network connection and try again."
+    )
 
 
 def decode_json(response: httpx.Response, raw: bytes) -> Any:
@@ -237,6 +374,8 @@ class GitHubClient:
         sleep: Backoff sleep, injectable so tests never wait.
         attempts: Tries for 5xx and connection errors.
         clock: Deadlines of small downloads and attestation bundles.
+        api_deadline: Seconds all API requests of this client may take together, retries,
+            backoff and slow answers included (``None``: no overall bound, only each request's).
     """
 
     def __init__(
@@ -252,6 +391,7 @@ class GitHubClient:
         sleep: Callable[[float], None] = time.sleep,
         attempts: int = ATTEMPTS,
         clock: Clock = SYSTEM_CLOCK,
+        api_deadline: float | None = None,
     ) -> None:
         # Credentials in the URL leave it here: every URL built from api_url is free of them.
         self.api_url, user_info = split_user_info(api_url.rstrip("/"))
@@ -260,6 +400,7 @@ class GitHubClient:
         self.sleep = sleep
         self.attempts = attempts
         self.clock = clock
+        self.api_budget = TimeBudget(math.inf if api_deadline is None else api_deadline, clock)
         self.last_rate_limit: RateLimit | None = None
         self._held: tuple[float, str] | None = None  # (monotonic deadline, why): see hold_requests
         # Last guard of the token policy: whatever the caller passes, a token
@@ -382,26 +523,34 @@ class GitHubClient:
         payload = self._get_releases(url, f"No releases found in {self.repo}.")
         return _absolute_urls(check_release(parse_release(self.repo, payload)), url)
 
-    def version_tags(self) -> list[str]:
+    def version_tags(self) -> list[str] | None:
         """The repository's semver release tags (``vX.Y.Z``), in no order: where ``stable`` falls back.
 
         ``GET /repos/{owner}/{repo}/git/matching-refs/tags/v`` (docs.github.com,
         "List matching references"): one small answer, conditional on its ETag,
         that changes only when such a tag is pushed (make-release.yml pushes one
-        per release, by hand). A source that keeps no refs (a static mirror: 404)
-        has none; entries that are not ``refs/tags/vX.Y.Z`` are ignored.
+        per release, by hand). Entries that are not ``refs/tags/vX.Y.Z`` are ignored.
+
+        Returns:
+            The tags, or ``None`` when this source does not serve the route (a
+            static mirror, a proxy or forge that serves releases only: 404, any
+            other refusal, an answer that is no list): unknown, which the caller
+            learns otherwise, never a failure.
 
         Raises:
             RateLimitError, NetworkError: As :meth:`get_release`.
-            RemoteError: The answer is not a list.
         """
         url = f"{self.api_url}/repos/{self.repo}/git/matching-refs/tags/v"
         try:
             payload = self._get_json(url, f"No tags found in {self.repo}.")
-        except ReleaseNotFoundError:
-            return []
+        except (RateLimitError, NetworkError):
+            raise
+        except RemoteError as exc:
+            log.debug("version tags unknown", repo=self.repo, reason=exc.message)
+            return None
         if not isinstance(payload, list):
-            raise RemoteError("GitHub answered with something that is not a list of tags.")
+            log.debug("version tags unknown", repo=self.repo, reason="the answer is not a list")
+            return None
         refs = (item.get("ref") for item in payload if isinstance(item, dict))
         tags = (ref.removeprefix("refs/tags/") for ref in refs if isinstance(ref, str) and ref.startswith("refs/tags/"))
         return [tag for tag in tags if is_release_version(tag)]
@@ -483,14 +632,23 @@ class GitHubClient:
         Raises:
             IntegrityError: The body is longer than ``max_bytes``.
             NetworkError, RemoteError: The download failed, or took longer than
-                :data:`SMALL_ASSET_DEADLINE_SECONDS`.
+                :data:`SMALL_ASSET_DEADLINE_SECONDS` or what is left of the API deadline.
         """
+        url, headers = self.asset_request(asset)
+        with self.api_budget.spending():
+            return self._read_small(asset, url, headers, max_bytes)
+
+    def _read_small(self, asset: Asset, url: str, headers: dict[str, str], max_bytes: int) -> bytes:
+        """:meth:`read_small_asset`'s one GET, within the smaller of its own deadline and the API's."""
         from llama_runtime.runtime.errors import IntegrityError
 
-        url, headers = self.asset_request(asset)
-        give_up_at = self.clock.monotonic() + SMALL_ASSET_DEADLINE_SECONDS
+        deadline_s = min(SMALL_ASSET_DEADLINE_SECONDS, self.api_budget.left())
+        if deadline_s <= 0:
+            raise _no_time_left(_origin(url), self.api_budget.seconds)
+        give_up_at = self.clock.monotonic() + deadline_s
+        timeout = _clipped(self.http.timeout, deadline_s)
         try:
-            with self.http.stream("GET", url, headers=headers, follow_redirects=True) as response:
+            with self.http.stream("GET", url, headers=headers, follow_redirects=True, timeout=timeout) as response:
                 if response.status_code != 200:
                     self._raise_for_status(response, f"{asset.name} is not published in {self.repo}.")
                 body = b""
@@ -499,7 +657,7 @@ class GitHubClient:
                     if len(body) > max_bytes:
                         raise IntegrityError(f"{asset.name} is larger than {max_bytes} bytes; refusing to read it.")
                     if self.clock.monotonic() > give_up_at:
-                        raise too_slow(asset.name, SMALL_ASSET_DEADLINE_SECONDS)
+                        raise too_slow(asset.name, deadline_s)
         except httpx.TooManyRedirects as exc:
             raise RemoteError(f"Downloading {asset.name} redirected in a loop.") from exc
         except httpx.HTTPError as exc:
@@ -533,7 +691,9 @@ class GitHubClient:
         url = f"{self.api_url}/repos/{self.repo}"
         headers = {"Accept": "application/vnd.github+json", **self.auth_headers_for(url)}
         try:
-            response, _ = send_with_retries(self._http, url, headers, attempts=1, sleep=self.sleep)
+            response, _ = send_with_retries(
+                self._http, url, headers, attempts=1, sleep=self.sleep, budget=self.api_budget
+            )
         except RemoteError:  # NetworkError too: unknown, so the release's own 404 stands
             return False
         return response.status_code == 404 and "x-ratelimit-limit" in response.headers
@@ -550,7 +710,9 @@ class GitHubClient:
         }
         if cached:
             headers["If-None-Match"] = cached[0]
-        response, raw = send_with_retries(self._http, url, headers, attempts=self.attempts, sleep=self.sleep)
+        response, raw = send_with_retries(
+            self._http, url, headers, attempts=self.attempts, sleep=self.sleep, budget=self.api_budget
+        )
         quota = rate_limit_of(response)
         if quota is not None:  # a mirror reports none: keep what the API said last
             self.last_rate_limit = quota

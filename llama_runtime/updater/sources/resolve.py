@@ -10,7 +10,9 @@ GitHub for as little as they need, cheapest first:
   after creating the release, or never), the repository's ``vX.Y.Z`` tags
   (``GET /git/matching-refs/tags/v``: one small answer that changes only when a
   release is cut) and ``GET /releases/tags/<vX.Y.Z>`` of the next lower ones,
-  until one names a published build.
+  until one names a published build. A source that does not serve the tags (a
+  proxy or forge that serves releases only) is paged instead: a few pages of
+  ``GET /releases`` bring the older semver releases themselves.
 * ``nightly``: one small page of ``GET /releases?per_page=…``.
 * a tag: ``GET /releases/tags/<tag>``, then the pointer hop for ``vX.Y.Z``.
 
@@ -45,6 +47,7 @@ from llama_runtime.runtime.errors import (
     SizeMismatchError,
 )
 from llama_runtime.runtime.fsutil import decimal
+from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.channel import (
     MAX_NIGHTLY_TAG_BYTES,
     MAX_STABLE_FALLBACKS,
@@ -535,18 +538,53 @@ def resolve_fetched(client: ReleaseSource, release: Release) -> ResolvedRelease:
 MAX_STABLE_LOOKUPS: Final[int] = 8
 
 
+log = get_logger("llama_runtime.resolve")
+
+#: Pages of ``/releases`` (100 each) read for older semver releases where the source serves no tag
+#: refs: upstream publishes about ten builds a day and a semver release every two or three weeks,
+#: so 300 releases reach back past the two releases before the newest.
+MAX_RELEASE_PAGES: Final[int] = 3
+_RELEASES_PER_PAGE: Final[int] = 100
+
+
+def _paged_versions(client: ReleaseSource, below: str) -> dict[str, Release]:
+    """The semver releases below ``below`` on the first :data:`MAX_RELEASE_PAGES` pages of ``/releases``.
+
+    Where the tags cannot be asked for. A source that cannot list either
+    (a static mirror) has none to offer: unknown, not a failure.
+    """
+    found: dict[str, Release] = {}
+    for page in range(1, MAX_RELEASE_PAGES + 1):
+        try:
+            releases = client.recent_releases(per_page=_RELEASES_PER_PAGE, page=page)
+        except (RateLimitError, NetworkError):
+            raise
+        except RemoteError as exc:
+            log.debug("releases cannot be paged", repo=client.repo, reason=exc.message)
+            break
+        older = set(older_versions([r.tag for r in releases], below, limit=len(releases)))
+        found.update({r.tag: r for r in releases if r.tag in older})
+        if len(found) >= MAX_STABLE_LOOKUPS or len(releases) < _RELEASES_PER_PAGE:
+            break
+    return found
+
+
 def _older_stable(client: ReleaseSource, skipped: Release, installed: str | None) -> Iterator[StableFallback]:
     """The semver releases below ``skipped``, highest first, each looked up only when the one before failed.
 
     One request for the tags, then per release one for it and one for its build
     (none for a build that is ``installed``); the pointer is a cached web download.
+    A source that serves no tags is paged instead (:func:`_paged_versions`), which
+    brings the releases themselves.
     """
+    tags = client.version_tags()
+    paged = _paged_versions(client, skipped.tag) if tags is None else {}
     releases_seen = 0
-    for tag in older_versions(client.version_tags(), skipped.tag, limit=MAX_STABLE_LOOKUPS):
+    for tag in older_versions(paged if tags is None else tags, skipped.tag, limit=MAX_STABLE_LOOKUPS):
         if releases_seen >= MAX_STABLE_FALLBACKS:
             return
         try:
-            release = client.get_release(tag)
+            release = paged[tag] if tag in paged else client.get_release(tag)
         except ReleaseNotFoundError:
             yield StableFallback(tag)  # a bare tag: make-release.yml pushes it before it creates the release
             continue

@@ -126,8 +126,8 @@ class ReleaseSource(AssetHost, Protocol):
         """A page of releases, newest first (a static mirror may raise ``RemoteError``: it has no list)."""
         ...
 
-    def version_tags(self) -> list[str]:
-        """The source's semver release tags ``vX.Y.Z``, in no order (``[]`` where it keeps none: a mirror)."""
+    def version_tags(self) -> list[str] | None:
+        """The source's semver release tags ``vX.Y.Z``, in no order (``None`` where it cannot say: a mirror)."""
         ...
 
     def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:

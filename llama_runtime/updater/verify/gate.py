@@ -38,6 +38,7 @@ from llama_runtime.runtime.inference import GATE_TOKENS, InferenceResult, Speed,
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.listen import arg_value
 from llama_runtime.updater.logs import get_logger, warn_state
+from llama_runtime.updater.verify.busy import OtherWork, busy_drop
 from llama_runtime.updater.verify.measures import Measure, load_measure, store_measure
 
 # -- gate --------------------------------------------------------------------------------------------------------
@@ -322,14 +323,17 @@ def judge(
     new_name: str,
     noise: float = 0.0,
     old_recent: Speed | None = None,
+    busy: float = 0.0,
 ) -> Verdict:
     """Whether ``new`` is acceptably fast next to ``old`` under ``policy``.
 
     A drop acts (warns, or rolls back) only when it exceeds both ``max_slowdown``
     and ``noise``, the drop noise alone can make (:func:`noise_of`), and, given
     ``old_recent`` (the median of the old runtime's recent measurements), shows
-    against that too. A drop beyond the limit but within the noise is reported
-    as such, with the figures.
+    against that too. ``busy``, the drop other work on the machine explains
+    (:func:`~updater.verify.busy.busy_drop`), widens the noise: a guard that cannot
+    tell a slower build from a busier machine says so instead of acting. A drop
+    beyond the limit but within the noise is reported as such, with the figures.
     """
     if old is None or new is None or policy.max_slowdown is None:
         return Verdict(True, speed=new, previous_speed=old)
@@ -342,9 +346,10 @@ def judge(
         f"(prompt {new.prompt_per_second:.1f} vs {old.prompt_per_second:.1f} tokens/s, "
         f"generation {new.predicted_per_second:.1f} vs {old.predicted_per_second:.1f} tokens/s"
     )
-    if drop <= noise:
+    if drop <= noise + busy:
+        allow = f"the samples allow {noise:.0%}" + (f" and other work on the machine {busy:.0%}" if busy else "")
         within = (
-            f"{new_name} measured {drop:.0%} slower than {old_name}, within noise: the samples allow {noise:.0%} "
+            f"{new_name} measured {drop:.0%} slower than {old_name}, within noise: {allow} "
             f"{figures}; the limit is {policy.max_slowdown:.0%}, and a drop must exceed both)"
         )
         return Verdict(True, speed=new, previous_speed=old, noise=within)
@@ -400,6 +405,7 @@ class InferenceGate:
         probe: The request seam (:func:`runtime.inference.probe_inference`).
         state_dir: The home whose state keeps the answers and figures (:mod:`.measures`);
             None keeps nothing (the smoke model's scratch servers).
+        other_work: Measures other work's share of the CPU during each timing (:mod:`.busy`).
     """
 
     def __init__(
@@ -409,11 +415,15 @@ class InferenceGate:
         clock: Callable[[], str],
         probe: Probe = probe_inference,
         state_dir: Path | None = None,
+        other_work: Callable[[], OtherWork] = OtherWork,
     ) -> None:
         self.policy = policy
+        self.other_work = other_work
         self.clock = clock
         self.probe = probe
         self.state_dir = state_dir
+        #: Other work's share of the CPU while the old server was timed (None: not timed, or unknown).
+        self._old_busy: float | None = None
 
     def measure(
         self,
@@ -452,7 +462,7 @@ class InferenceGate:
             return
         backend = current.marker.backend
         # One request more than timed: a server restarted without a request since pays one-time costs first.
-        result = self.measure(url, args, backend=backend, samples=self.policy.samples + 1)
+        result, self._old_busy = self._measure_busy(url, args, backend=backend, samples=self.policy.samples + 1)
         if not result.ok or len(result.samples) < 2:
             log.warning("could not measure the running server before the switch", reason=result.reason)
             return
@@ -504,26 +514,40 @@ class InferenceGate:
         """Time the new server and judge it against ``old``'s samples (a drop is confirmed once)."""
         samples = self.policy.samples
         backend = new.marker.backend
-        timed = self.measure(url, args, backend=backend, samples=samples, deadline=deadline) if samples > 0 else first
+        busy: float | None = None
+        if samples > 0:
+            timed, busy = self._measure_busy(url, args, backend=backend, samples=samples, deadline=deadline)
+        else:
+            timed = first
         if not timed.ok:
             return _Timed(Verdict(False, f"its completion request failed: {timed.reason}"), ())
         taken = timed.samples or first.samples
-        verdict = self._judge(old, taken, current, new)
+        verdict = self._judge(old, taken, current, new, busy)
         if verdict.noise:
             # Beyond the limit but within the noise: twice the samples tell noise from a slowdown.
-            again = self.measure(url, args, backend=backend, samples=samples, deadline=deadline)
+            again, busy_again = self._measure_busy(url, args, backend=backend, samples=samples, deadline=deadline)
             if again.ok and again.samples:
-                taken = (*taken, *again.samples)
-                verdict = self._judge(old, taken, current, new)
+                taken, busy = (*taken, *again.samples), _busier(busy, busy_again)
+                verdict = self._judge(old, taken, current, new, busy)
         if not verdict.ok or verdict.warnings:
-            again = self.measure(url, args, backend=backend, samples=samples, deadline=deadline)
+            again, busy_again = self._measure_busy(url, args, backend=backend, samples=samples, deadline=deadline)
             if again.ok and again.samples:
                 # The better of two rounds: a slowdown must show twice before it acts.
                 better = max(
                     (taken, again.samples), key=lambda s: (median_speed(s) or Speed(1, 1)).predicted_per_second
                 )
-                taken, verdict = better, self._judge(old, better, current, new)
+                busy = _busier(busy, busy_again)
+                taken, verdict = better, self._judge(old, better, current, new, busy)
         return _Timed(verdict, taken)
+
+    def _measure_busy(
+        self, url: str, args: Sequence[str], *, backend: str | None, samples: int, deadline: float | None = None
+    ) -> tuple[InferenceResult, float | None]:
+        """:meth:`measure`, and other work's share of the CPU meanwhile (None: unknown)."""
+        other = self.other_work()
+        other.start()
+        result = self.measure(url, args, backend=backend, samples=samples, deadline=deadline)
+        return result, other.share()
 
     def _judge(
         self,
@@ -531,6 +555,7 @@ class InferenceGate:
         new_samples: Sequence[Speed],
         current: InstalledRuntime | None,
         new: InstalledRuntime,
+        busy: float | None = None,
     ) -> Verdict:
         # The old runtime's figure is the one measured just before its server stopped: the
         # closest in time to the new one's, so the machine has had the least time to change.
@@ -544,6 +569,7 @@ class InferenceGate:
             new_name=_name(new),
             noise=noise_of(old.samples if old else (), new_samples),
             old_recent=median_speed(recent) if len(recent) > 1 else None,
+            busy=busy_drop(self._old_busy, busy),
         )
 
     def _recorded(self, runtime: InstalledRuntime | None, key: str, args: Sequence[str]) -> Measure | None:
@@ -579,6 +605,12 @@ class _Timed:
 
     verdict: Verdict
     speed_samples: tuple[Speed, ...] | Sequence[Speed]
+
+
+def _busier(a: float | None, b: float | None) -> float | None:
+    """The larger of two shares of other work (None when neither is known)."""
+    known = [share for share in (a, b) if share is not None]
+    return max(known) if known else None
 
 
 def _name(runtime: InstalledRuntime | None) -> str:
