@@ -290,8 +290,6 @@ def _apply(
         repo=updater.repo, tag=latest.version or latest.tag, backend=parse_backend(backend), channel=channel
     )
     job = updater._run_update(apply_request, wait=wait, operation="schedule", listener=listener)
-    if job.exception is not None:
-        raise job.exception
     state = job.state()
     if state.result is None:
         raise RemoteError(f"The update to {latest.tag} ended without a result ({state.phase}).")

@@ -26,6 +26,7 @@ from llama_runtime.runtime.errors import (
     RateLimitError,
 )
 from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+from llama_runtime.updater.api.boundary import front_door, front_door_iterator
 from llama_runtime.updater.api.job_store import JobError, JobListener, JobPhase, JobResult, JobState
 from llama_runtime.updater.logs import get_logger
 
@@ -244,9 +245,20 @@ class JobRecorder:
             return self._state
 
     def subscribe(self, listener: JobListener) -> Callable[[], None]:
-        """Call ``listener`` with every new state; returns the unsubscribe function."""
+        """Call ``listener`` with every new state; returns the unsubscribe function.
+
+        A job already over calls ``listener`` once, here, with its final state: a
+        progress dialog opened late still learns how the job ended.
+        """
         with self._lock:
-            self._listeners.append(listener)
+            # finish() publishes the final state before it copies the listeners, both under
+            # this lock: a listener is either notified by finish() or sees it ended here, never both.
+            ended = None if self._state.running else self._state
+            if ended is None:
+                self._listeners.append(listener)
+        if ended is not None:
+            with contextlib.suppress(Exception):  # a listener's bug must not break the caller, as in _notify
+                listener(ended)
 
         def unsubscribe() -> None:
             with self._lock, contextlib.suppress(ValueError):
@@ -358,20 +370,24 @@ class UpdateJob:
         self.id = job_id
 
     @property
+    @front_door
     def owned(self) -> bool:
         """Whether this process runs the job (else it follows the job file)."""
         return self._recorder is not None
 
     @property
+    @front_door
     def outcome(self) -> UpdateOutcome | None:
         """What an owned job installed (or found up to date); ``None`` until it is done."""
         return self._recorder.outcome if self._recorder else None
 
     @property
+    @front_door
     def exception(self) -> BaseException | None:
         """The error that ended an owned job, if any."""
         return self._recorder.exception if self._recorder else None
 
+    @front_door
     def state(self) -> JobState:
         """The latest state of the job."""
         if self._recorder is not None:
@@ -382,6 +398,7 @@ class UpdateJob:
             return JobState(id=self.id, phase="failed", pid=0, error=error)
         return state
 
+    @front_door
     def wait(self, timeout: float | None = None) -> JobState:
         """Wait until the job is over or ``timeout`` seconds pass; returns the latest state."""
         if self._recorder is not None:
@@ -395,16 +412,20 @@ class UpdateJob:
                 return state
             time.sleep(FOLLOW_POLL_SECONDS)
 
+    @front_door
     def cancel(self) -> None:
         """Ask the job to stop; it discards what it staged and keeps the downloaded bytes."""
         self._store.request_cancel(self.id)
         if self._recorder is not None:
             self._recorder.cancel()
 
+    @front_door
     def subscribe(self, callback: JobListener) -> Callable[[], None]:
         """Call ``callback`` with each new state until the job is over; returns unsubscribe.
 
-        For another process's job, a daemon thread polls the job file.
+        The last call is always the final state (``done``, ``failed`` or ``cancelled``);
+        on a job already over, ``callback`` is called once with that state. For another
+        process's job, a daemon thread polls the job file.
         """
         if self._recorder is not None:
             return self._recorder.subscribe(callback)
@@ -426,6 +447,7 @@ class UpdateJob:
         threading.Thread(target=follow, name=f"llama-runtime-follow-{self.id}", daemon=True).start()
         return stop.set
 
+    @front_door_iterator
     def events(self, timeout: float | None = None) -> Iterator[JobState]:
         """Iterate over the job's states until it is over (the last one is terminal)."""
         import queue  # deferred, like everything start-up does not need

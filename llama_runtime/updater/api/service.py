@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.api.boundary import front_door
 from llama_runtime.updater.api.ready import EnsureResult, active_marker, check_active, ensure_result, trial_on_record
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ class RuntimeUpdater:
         UserInputError: A malformed repository, backend, URL or timeout.
     """
 
+    @front_door
     def __init__(
         self,
         home: Path | None = None,
@@ -198,6 +200,7 @@ class RuntimeUpdater:
         return self._engine
 
     @property
+    @front_door
     def jobs(self) -> JobRecords:
         """The home's job records: ``jobs.current()`` is the newest job's state, ``jobs.get(id)`` one job's.
 
@@ -219,6 +222,7 @@ class RuntimeUpdater:
         """Host facts, detected once per updater."""
         return self._core.host()
 
+    @front_door
     def update_running(self) -> bool:
         """Whether an update holds the lock or a job runs now (probes the lock; never waits)."""
         from llama_runtime.runtime.lock import UpdateLock
@@ -230,6 +234,7 @@ class RuntimeUpdater:
 
     # -- start-up ------------------------------------------------------------------
 
+    @front_door
     def ensure(self, *, install_if_missing: bool = False) -> EnsureResult:
         """The runtime to start, found without network and without waiting.
 
@@ -262,6 +267,7 @@ class RuntimeUpdater:
 
     # -- the button ----------------------------------------------------------------
 
+    @front_door
     def current_job(self) -> UpdateJob | None:
         """A handle on the newest job (running or finished), if there was one."""
         from llama_runtime.updater.api.jobs import UpdateJob
@@ -269,6 +275,7 @@ class RuntimeUpdater:
         state = self._job_store.current()
         return UpdateJob(self._job_store, state.id) if state else None
 
+    @front_door
     def start_update(
         self,
         tag: str | None = None,
@@ -318,6 +325,7 @@ class RuntimeUpdater:
             listener=listener,
         )
 
+    @front_door
     def update(
         self,
         tag: str | None = None,
@@ -329,11 +337,13 @@ class RuntimeUpdater:
         operation: str = "update",
         listener: JobListener | None = None,
     ) -> UpdateJob:
-        """Run an update here, as the home's job others follow; returns the job once it is over.
+        """Run an update here, as the home's job others follow; returns the job once it has succeeded.
 
         Unlike :meth:`start_update` a running job is waited for (at most ``wait``
         seconds), never joined: the caller asked for its own tag and backend.
-        ``job.outcome`` is what it installed; ``job.exception`` the error that ended it.
+        ``job.outcome`` is what it installed (or found up to date). A job that
+        failed or was cancelled raises its error here, as :meth:`use` does; the
+        job's record (``jobs.get(job_id)``) keeps it for followers.
 
         Args:
             tag: Exact tag, or ``None`` for the newest release.
@@ -348,6 +358,8 @@ class RuntimeUpdater:
         Raises:
             BusyError: Another update still runs after ``wait`` seconds.
             UserInputError: A malformed tag, backend or CUDA version, or a bad ``wait``.
+            LlamaRuntimeError: The error that ended the job (a ``CancelledError`` when it was
+                cancelled); the active runtime is unchanged.
         """
         request = self._request(tag, backend, cuda_version, require_digest, self._backend_request)
         return self._run_update(request, wait=wait, operation=operation, listener=listener)
@@ -388,7 +400,7 @@ class RuntimeUpdater:
         operation: str = "cli",
         listener: JobListener | None = None,
     ) -> UpdateJob:
-        """Run ``request`` here, as the job others follow; returns when it is over.
+        """Run ``request`` here, as the job others follow; returns once it has succeeded.
 
         A job that runs already is waited for (at most ``wait`` seconds), never
         joined: the caller asked for its own request.
@@ -396,6 +408,7 @@ class RuntimeUpdater:
         Raises:
             BusyError: Another update still runs after ``wait`` seconds.
             UserInputError: ``wait`` is negative or not finite.
+            LlamaRuntimeError: The error that ended the job.
         """
         from llama_runtime.runtime.errors import BusyError
         from llama_runtime.updater.api.check import validate_seconds
@@ -411,7 +424,7 @@ class RuntimeUpdater:
             if running is not None and running.running and deadline > time.monotonic():
                 UpdateJob(self._job_store, running.id).wait(deadline - time.monotonic())
             try:
-                return runner.start(
+                job = runner.start(
                     request,
                     join=False,
                     lock_timeout=max(deadline - time.monotonic(), 0.0),
@@ -425,7 +438,13 @@ class RuntimeUpdater:
                 if deadline <= time.monotonic():
                     raise
                 time.sleep(_CLAIM_RETRY_SECONDS)
+                continue
+            # The job ran here: its error is this call's, as use() and rollback() raise theirs.
+            if job.exception is not None:
+                raise job.exception
+            return job
 
+    @front_door
     def busy_error(self) -> BusyError:
         """Who updates this home now, in one sentence: the lock's holder and its job's progress."""
         from llama_runtime.updater.api.jobs import busy_error
@@ -439,6 +458,7 @@ class RuntimeUpdater:
 
     # -- the scheduler -------------------------------------------------------------
 
+    @front_door
     def check(self, *, apply: bool = False, wait: float = 0.0, listener: JobListener | None = None) -> CheckResult:
         """Is a strictly newer build for the active repo and backend out? ``apply`` installs it.
 
@@ -467,6 +487,7 @@ class RuntimeUpdater:
 
     # -- the runtime manager -------------------------------------------------------
 
+    @front_door
     def use(self, tag: str, *, repo: str | None = None, progress: ProgressCallback | None = None) -> UpdateOutcome:
         """Activate an installed runtime (no download), verified and switched like an update.
 
@@ -485,6 +506,7 @@ class RuntimeUpdater:
 
         return use(self, tag, repo, progress)
 
+    @front_door
     def rollback(self) -> RollbackResult:
         """Re-activate the previous runtime (the current one becomes previous), like an update switches.
 
@@ -498,6 +520,7 @@ class RuntimeUpdater:
 
         return rollback(self)
 
+    @front_door
     def remove(self, tag: str, *, repo: str | None = None) -> RemoveResult:
         """Delete an installed runtime that is neither active nor the rollback target.
 
@@ -508,6 +531,7 @@ class RuntimeUpdater:
 
         return remove(self, tag, repo)
 
+    @front_door
     def install_file(
         self,
         archive: str | Path,
@@ -544,6 +568,7 @@ class RuntimeUpdater:
             attestation=Path(attestation) if attestation is not None else None,
         )
 
+    @front_door
     def gc(self, *, keep: int | None = None, dry_run: bool = False, cache_only: bool = False) -> GcResult:
         """Remove old runtimes, stale downloads and leftovers; the active and previous are always kept.
 
@@ -556,6 +581,7 @@ class RuntimeUpdater:
 
         return gc(self, keep=keep, dry_run=dry_run, cache_only=cache_only)
 
+    @front_door
     def doctor(self, *, repair: bool = False, listener: JobListener | None = None) -> DoctorResult:
         """Re-verify the home and the active runtime; ``repair`` points the home at a verified one.
 
@@ -574,6 +600,7 @@ class RuntimeUpdater:
 
         return doctor(self, repair=repair, listener=listener)
 
+    @front_door
     def plan(
         self,
         tag: str | None = None,

@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeGuard
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError, printable
 from llama_runtime.updater.cli.common import GLOBAL_EPILOG
@@ -165,6 +165,9 @@ def _exit_code_for(exc: Exception | KeyboardInterrupt, out: Output, args: argpar
         _silence_stdout()
         return 1
     if isinstance(exc, LlamaRuntimeError):
+        bug = exc.__cause__
+        if os.environ.get("LLAMA_RUNTIME_DEBUG") and exc.code == "internal_error" and _is_bug(bug):
+            raise bug  # the front door wrapped a bug (api.boundary): its own traceback, as asked
         try:
             out.error(exc)
         except BrokenPipeError:
@@ -193,6 +196,11 @@ def _exit_code_for(exc: Exception | KeyboardInterrupt, out: Output, args: argpar
     )
     out.error(err)
     return 1
+
+
+def _is_bug(cause: BaseException | None) -> TypeGuard[Exception]:
+    """Whether ``cause`` is a bug: an exception outside the error tree and not the system refusing."""
+    return isinstance(cause, Exception) and not isinstance(cause, LlamaRuntimeError | OSError)
 
 
 def _silence_stdout() -> None:

@@ -86,8 +86,6 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
                 operation="update",
                 listener=listener,
             )
-        if job.exception is not None:
-            raise job.exception
     except BusyError:
         if out.events is not None and tag is None:
             from llama_runtime.updater.cli.events import attach_events

@@ -1,0 +1,227 @@
+"""The front door never lies: errors, late subscribers, and a home the system refuses to write.
+
+* every public method of ``RuntimeUpdater`` and ``UpdateJob`` raises only ``LlamaRuntimeError``
+  subclasses, a read-only or full home included;
+* ``update()`` raises the error that ended its job, as ``use()`` and ``rollback()`` raise theirs;
+* ``subscribe()`` on a job already over calls back once with its final state.
+
+Every failure asserts that the previously active runtime is unchanged and still runs.
+"""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llama_runtime import (
+    DiskSpaceError,
+    FileSystemError,
+    JobState,
+    LlamaRuntimeError,
+    ReleaseNotFoundError,
+    RuntimeUpdater,
+    UpdateJob,
+)
+from llama_runtime.updater.api.boundary import BOUNDARY_MARK
+from llama_runtime.updater.choice.host import host_for_platform
+from tests.fakegithub import FakeGitHub
+from tests.helpers import REPO, HomeGuard, publish_stand_in
+
+#: Generous bound for a job in the stand-in world (it finishes in well under a second).
+JOB_SECONDS = 30.0
+
+
+def make_updater(home: Path, github: FakeGitHub) -> RuntimeUpdater:
+    return RuntimeUpdater(
+        home, repo=REPO, backend="cpu", api_url=github.api_url, host=lambda: host_for_platform("linux-x64")
+    )
+
+
+def install_two(home: Path, github: FakeGitHub, tmp_path: Path) -> RuntimeUpdater:
+    """b7000 then b7100 installed through the front door: b7100 active, b7000 previous."""
+    updater = make_updater(home, github)
+    for tag in ("b7000", "b7100"):
+        publish_stand_in(github, tmp_path, tag)
+        state = updater.start_update(tag=tag).wait(JOB_SECONDS)
+        assert state.phase == "done", state.error
+    return updater
+
+
+@pytest.fixture
+def two_installed(home: Path, github: FakeGitHub, tmp_path: Path) -> RuntimeUpdater:
+    return install_two(home, github, tmp_path)
+
+
+# -- every public method keeps the promise ---------------------------------------------
+
+
+def _public_methods(cls: type) -> list[str]:
+    return [
+        name
+        for name, member in vars(cls).items()
+        # An app builds a RuntimeUpdater; an UpdateJob only ever comes from one.
+        if (not name.startswith("_") or (name == "__init__" and cls is RuntimeUpdater))
+        and (inspect.isfunction(member) or isinstance(member, property))
+    ]
+
+
+@pytest.mark.parametrize("cls", [RuntimeUpdater, UpdateJob])
+def test_every_public_method_is_behind_the_boundary_that_turns_other_errors_into_the_tree(cls: type) -> None:
+    unguarded = []
+    for name in _public_methods(cls):
+        member = vars(cls)[name]
+        target = member.fget if isinstance(member, property) else member
+        if not getattr(target, BOUNDARY_MARK, False):
+            unguarded.append(f"{cls.__name__}.{name}")
+    assert unguarded == []
+    assert {"start_update", "update", "check", "rollback", "gc"} <= set(_public_methods(RuntimeUpdater))
+
+
+def _refuse_lock(error: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the update lock's file unwritable as the system would: every locking verb meets ``error``."""
+    from llama_runtime.runtime.lock import UpdateLock
+
+    def refused(self: UpdateLock, *_args: object, **_kwargs: object) -> Iterator[None]:
+        raise OSError(error, "refused by the test", str(self.lock_path))
+
+    monkeypatch.setattr(UpdateLock, "hold", refused)
+
+
+def test_a_full_disk_under_rollback_and_gc_is_the_disk_full_error_and_changes_nothing(
+    two_installed: RuntimeUpdater, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard = HomeGuard(None, home)
+    _refuse_lock(errno.ENOSPC, monkeypatch)
+    for verb in (two_installed.rollback, two_installed.gc):
+        with pytest.raises(DiskSpaceError, match=r"disk is full.*update\.lock") as caught:
+            verb()
+        assert caught.value.exit_code == 4 and isinstance(caught.value.__cause__, OSError)
+    guard.assert_intact("b7100")
+
+
+def test_a_refused_file_under_rollback_is_a_local_error_naming_the_file_and_changes_nothing(
+    two_installed: RuntimeUpdater, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard = HomeGuard(None, home)
+    _refuse_lock(errno.EACCES, monkeypatch)
+    with pytest.raises(FileSystemError, match=r"update\.lock") as caught:
+        two_installed.rollback()
+    assert caught.value.code == "io_error" and caught.value.fault == "local"
+    guard.assert_intact("b7100")
+
+
+def test_a_bug_below_the_front_door_is_an_internal_error_with_the_bug_as_its_cause(
+    two_installed: RuntimeUpdater, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard = HomeGuard(None, home)
+    monkeypatch.setattr("llama_runtime.updater.activate.gc.collect_garbage", lambda *_a, **_k: 1 / 0)
+    with pytest.raises(LlamaRuntimeError, match=r"Internal error \(ZeroDivisionError") as caught:
+        two_installed.gc(dry_run=True)
+    assert type(caught.value) is LlamaRuntimeError and isinstance(caught.value.__cause__, ZeroDivisionError)
+    monkeypatch.undo()
+    guard.assert_intact("b7100")
+
+
+# -- a home on a read-only file system ---------------------------------------------------
+
+
+@pytest.fixture
+def read_only_home(github: FakeGitHub, tmp_path: Path) -> Iterator[tuple[RuntimeUpdater, Path]]:
+    """Two runtimes installed on a tmpfs that is then remounted read-only (needs CAP_SYS_ADMIN)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode(errors='replace').strip()}")
+    try:
+        updater = install_two(mount / "home", github, tmp_path)
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True, capture_output=True)
+        yield updater, mount / "home"
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_read_only_home_makes_every_writing_verb_a_llama_runtime_error_and_keeps_the_runtime(
+    read_only_home: tuple[RuntimeUpdater, Path], github: FakeGitHub, tmp_path: Path
+) -> None:
+    updater, home = read_only_home
+    publish_stand_in(github, tmp_path, "b7200")
+    guard = HomeGuard(None, home)
+    verbs = {
+        "start_update": lambda: updater.start_update(tag="b7200").wait(JOB_SECONDS),
+        "update": lambda: updater.update(tag="b7200"),
+        "check": lambda: updater.check(),
+        "rollback": updater.rollback,
+        "gc": updater.gc,
+    }
+    for name, verb in verbs.items():
+        try:
+            verb()
+        except LlamaRuntimeError as exc:
+            assert "Read-only file system" in exc.message or exc.fault == "local", (name, exc)
+        except Exception as exc:  # the finding: a bare OSError escaped
+            pytest.fail(f"{name} raised {type(exc).__name__}: {exc}")
+    guard.assert_intact("b7100")
+
+
+# -- update() raises what ended its job ---------------------------------------------------
+
+
+def test_update_to_a_tag_that_is_not_released_raises_that_error_and_changes_nothing(
+    two_installed: RuntimeUpdater, home: Path
+) -> None:
+    guard = HomeGuard(None, home)
+    with pytest.raises(ReleaseNotFoundError, match="b9999"):
+        two_installed.update(tag="b9999")
+    state = two_installed.jobs.current()
+    assert state is not None and state.phase == "failed" and state.error is not None
+    assert state.error.code == "release_not_found"  # the record keeps it for followers
+    guard.assert_intact("b7100")
+
+
+def test_update_that_succeeds_returns_the_job_with_its_outcome(
+    two_installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish_stand_in(github, tmp_path, "b7200")
+    job = two_installed.update(tag="b7200")
+    assert job.outcome is not None and job.outcome.active.marker.tag == "b7200" and job.exception is None
+
+
+# -- subscribe() on a job already over ------------------------------------------------------
+
+
+def test_subscribe_to_an_owned_job_that_ended_calls_back_once_with_the_final_state(
+    two_installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish_stand_in(github, tmp_path, "b7200")
+    job = two_installed.start_update(tag="b7200")
+    assert job.owned and job.wait(JOB_SECONDS).phase == "done"
+    seen: list[JobState] = []
+    job.subscribe(seen.append)
+    assert [state.phase for state in seen] == ["done"]
+    assert seen[0] == job.state() and seen[0].result is not None
+
+
+def test_subscribe_to_a_followed_job_that_ended_calls_back_once_with_the_final_state(
+    two_installed: RuntimeUpdater,
+) -> None:
+    job = two_installed.current_job()
+    assert job is not None and not job.owned
+    seen: list[JobState] = []
+    called = threading.Event()
+
+    def listener(state: JobState) -> None:
+        seen.append(state)
+        called.set()
+
+    job.subscribe(listener)
+    assert called.wait(JOB_SECONDS)
+    time.sleep(0.3)  # a second call would come within a few polls
+    assert [state.phase for state in seen] == ["done"]
