@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import inspect
+import json
 import subprocess
 import threading
 import time
@@ -23,6 +24,8 @@ import pytest
 from llama_runtime import (
     DiskSpaceError,
     FileSystemError,
+    InstalledRuntime,
+    JobResult,
     JobState,
     LlamaRuntimeError,
     ReleaseNotFoundError,
@@ -225,3 +228,43 @@ def test_subscribe_to_a_followed_job_that_ended_calls_back_once_with_the_final_s
     assert called.wait(JOB_SECONDS)
     time.sleep(0.3)  # a second call would come within a few polls
     assert [state.phase for state in seen] == ["done"]
+
+
+# -- results typed to the leaf -------------------------------------------------------------
+
+
+def test_a_finished_jobs_result_names_installed_runtimes_read_from_their_markers(
+    two_installed: RuntimeUpdater,
+) -> None:
+    result = two_installed.jobs.current().result  # type: ignore[union-attr]
+    assert result is not None and isinstance(result.active, InstalledRuntime)
+    assert result.active.marker.tag == "b7100" and result.active.binary.is_file()
+    assert isinstance(result.previous, InstalledRuntime) and result.previous.marker.tag == "b7000"
+    assert result.to_json()["active"]["tag"] == "b7100"  # the stored record is unchanged
+
+
+def test_a_job_result_naming_a_directory_outside_the_homes_runtimes_loads_nothing(
+    two_installed: RuntimeUpdater, tmp_path: Path
+) -> None:
+    stored = two_installed.jobs.current().result.to_json()  # type: ignore[union-attr]
+    outside = tmp_path / "elsewhere" / stored["active"]["name"]
+    hostile = JobResult.from_json({**stored, "active": {**stored["active"], "runtime_dir": str(outside)}})
+    assert hostile.active is None and hostile.previous is not None
+
+
+def test_ready_and_not_ready_serialise_with_the_same_keys_and_a_code_says_why(
+    two_installed: RuntimeUpdater, home: Path, tmp_path: Path
+) -> None:
+    ready = two_installed.ensure()
+    assert ready.ready and ready.code is None
+    payload = ready.to_json()
+    assert payload["ready"] is True and payload["binary"] == str(ready.binary)
+    assert payload["runtime"]["tag"] == "b7100" and json.loads(json.dumps(payload)) == payload
+    nothing = RuntimeUpdater(tmp_path / "empty").ensure()
+    assert not nothing.ready and nothing.code == "nothing_installed"
+    assert set(nothing.to_json()) == set(payload) and nothing.to_json()["code"] == "nothing_installed"
+    guard = HomeGuard(None, home)
+    ready.binary.write_bytes(b"")  # truncated: the files differ from the marker
+    damaged = two_installed.ensure()
+    assert not damaged.ready and damaged.code == "damaged" and damaged.to_json()["problem"] == damaged.problem
+    assert guard.pointer == (home / "active.json").read_bytes()  # start-up changed nothing

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Final
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.api.boundary import front_door
-from llama_runtime.updater.api.ready import EnsureResult, active_marker, check_active, ensure_result, trial_on_record
+from llama_runtime.updater.api.ready import EnsureResult, active_marker, diagnose_active, ensure_result, trial_on_record
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.binary import ProcessRunner
@@ -251,10 +251,10 @@ class RuntimeUpdater:
         Raises:
             LlamaRuntimeError: Only from the install that ``install_if_missing`` asked for.
         """
-        runtime, problem = check_active(self.home)
+        runtime, code, problem = diagnose_active(self.home)
         running = self.update_running()
         if runtime is not None or running or not install_if_missing:
-            return ensure_result(runtime, running, problem, trial=trial_on_record(self.home))
+            return ensure_result(runtime, running, problem, code=code, trial=trial_on_record(self.home))
         # A damaged runtime is repaired as the same build, not upgraded behind the app's back.
         marker, _ = active_marker(self.home)
         same = marker.tag if marker is not None and marker.repo == self.repo else None
@@ -262,8 +262,8 @@ class RuntimeUpdater:
         job.wait()
         if job.exception is not None:
             raise job.exception
-        runtime, problem = check_active(self.home)
-        return ensure_result(runtime, False, problem, installed=runtime is not None)
+        runtime, code, problem = diagnose_active(self.home)
+        return ensure_result(runtime, False, problem, code=code, installed=runtime is not None)
 
     # -- the button ----------------------------------------------------------------
 
