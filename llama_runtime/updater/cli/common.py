@@ -13,10 +13,10 @@ from llama_runtime.updater.cli.gateopts import gate_lines
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
     from llama_runtime.updater.activate.attempts import UpdateOutcome
-    from llama_runtime.updater.api.jobs import TerminalProgress
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import ActiveState
-    from llama_runtime.updater.cli.main import Output
+    from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.cli.progressbar import TerminalProgress
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
 
@@ -123,7 +123,7 @@ def progress_for(args: argparse.Namespace) -> TerminalProgress | None:
     quiet = ("json", "events", "quiet", "no_progress")
     if any(getattr(args, flag, False) for flag in quiet):
         return None
-    from llama_runtime.updater.api.jobs import terminal_progress
+    from llama_runtime.updater.cli.progressbar import terminal_progress
 
     return terminal_progress()
 

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.job_store import JobState
     from llama_runtime.updater.api.jobs import UpdateJob
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.main import Output
+    from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.progress import Progress
 
 #: A progress bar redraws about ten times a second; more lines only cost the app parsing.

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from llama_runtime.updater.cli.gateopts import positive_seconds, split_args
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
 
 
 def register(add: AddParser) -> dict[str, Handler]:

@@ -18,7 +18,8 @@ from llama_runtime.updater.cli.common import add_events_flag, cancel_on_signals
 if TYPE_CHECKING:
     from llama_runtime.updater.api.job_store import JobError
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
 
 #: The jitter sleep; tests replace it so they never wait.
 sleep: Callable[[float], None] = time.sleep

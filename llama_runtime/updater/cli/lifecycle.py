@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.fingerprint import RuntimeCheck
     from llama_runtime.runtime.layout import HomeSnapshot, InstalledRuntime
     from llama_runtime.updater.choice.decide import Available
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.release.release import Release
     from llama_runtime.updater.sources.source import ReleaseSource

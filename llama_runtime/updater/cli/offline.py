@@ -11,7 +11,8 @@ from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.updater.cli.common import GLOBAL_EPILOG
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
 
 
 def register(add: AddParser) -> dict[str, Handler]:

@@ -20,7 +20,8 @@ from llama_runtime.updater.cli.common import home_for, provenance_line, read_act
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime
     from llama_runtime.runtime.server import ManagedServer
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
 
 
 # -- status ------------------------------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from llama_runtime.updater.cli.common import (
 if TYPE_CHECKING:
     from llama_runtime.updater.activate.attempts import UpdateOutcome
     from llama_runtime.updater.api.manage import PlanResult
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
 
 
 # -- update ------------------------------------------------------------------------------------------------------
