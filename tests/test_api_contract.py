@@ -22,20 +22,25 @@ from pathlib import Path
 import pytest
 
 from llama_runtime import (
+    Available,
     DiskSpaceError,
     FileSystemError,
     InstalledRuntime,
     JobResult,
     JobState,
+    ListResult,
     LlamaRuntimeError,
     ReleaseNotFoundError,
+    RuntimeEntry,
     RuntimeUpdater,
+    StatusResult,
     UpdateJob,
+    UserInputError,
 )
 from llama_runtime.updater.api.boundary import BOUNDARY_MARK
 from llama_runtime.updater.choice.host import host_for_platform
 from tests.fakegithub import FakeGitHub
-from tests.helpers import REPO, HomeGuard, publish_stand_in
+from tests.helpers import REPO, HomeGuard, cli_json, publish_stand_in
 
 #: Generous bound for a job in the stand-in world (it finishes in well under a second).
 JOB_SECONDS = 30.0
@@ -84,7 +89,9 @@ def test_every_public_method_is_behind_the_boundary_that_turns_other_errors_into
         if not getattr(target, BOUNDARY_MARK, False):
             unguarded.append(f"{cls.__name__}.{name}")
     assert unguarded == []
-    assert {"start_update", "update", "check", "rollback", "gc"} <= set(_public_methods(RuntimeUpdater))
+    assert {"start_update", "update", "check", "rollback", "gc", "status", "list"} <= set(
+        _public_methods(RuntimeUpdater)
+    )
 
 
 def _refuse_lock(error: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -268,3 +275,39 @@ def test_ready_and_not_ready_serialise_with_the_same_keys_and_a_code_says_why(
     damaged = two_installed.ensure()
     assert not damaged.ready and damaged.code == "damaged" and damaged.to_json()["problem"] == damaged.problem
     assert guard.pointer == (home / "active.json").read_bytes()  # start-up changed nothing
+
+
+# -- status() and list(): the CLI's answers, typed --------------------------------------------
+
+
+def test_status_names_active_previous_and_installed_runtimes_as_status_json_does(
+    two_installed: RuntimeUpdater, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = two_installed.status()
+    assert isinstance(status, StatusResult) and status.home == home
+    assert status.active is not None and status.active.marker.tag == "b7100"
+    assert status.previous is not None and status.previous.marker.tag == "b7000"
+    assert sorted(e.runtime.marker.tag for e in status.installed) == ["b7000", "b7100"]
+    assert all(isinstance(e, RuntimeEntry) and e.own_bytes > 0 for e in status.installed)
+    assert status.override is None and status.update_running is False and status.trial is None
+    code, payload = cli_json(capsys, "--home", str(home), "status", "--json")
+    assert code == 0 and payload == json.loads(json.dumps(status.to_json()))
+
+
+def test_list_flags_the_active_and_previous_runtime_and_lists_available_builds_for_this_host(
+    two_installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    listed = two_installed.list()
+    assert isinstance(listed, ListResult) and listed.available is None and "available" not in listed.to_json()
+    flags = {e.runtime.marker.tag: (e.active, e.previous, e.damage) for e in listed.installed}
+    assert flags == {"b7100": (True, False, ()), "b7000": (False, True, ())}
+    publish_stand_in(github, tmp_path, "b7200")
+    offered = two_installed.list(available=True, limit=2)
+    assert offered.available is not None and [a.tag for a in offered.available] == ["b7200", "b7100"]
+    assert isinstance(offered.available[0], Available) and offered.available[1].installed
+    assert offered.to_json()["available"][0]["tag"] == "b7200" and offered.repo == REPO
+
+
+def test_list_with_a_limit_below_one_is_bad_input(two_installed: RuntimeUpdater) -> None:
+    with pytest.raises(UserInputError, match="limit must be 1 or more"):
+        two_installed.list(available=True, limit=0)

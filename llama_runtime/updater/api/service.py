@@ -27,6 +27,7 @@ Locking policy per caller:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.server import ServerControl
     from llama_runtime.updater.activate.attempts import UpdateOutcome
     from llama_runtime.updater.api.check import CheckResult
+    from llama_runtime.updater.api.inventory import ListResult, StatusResult
     from llama_runtime.updater.api.job_store import JobListener, JobStore
     from llama_runtime.updater.api.jobs import JobRunner, UpdateJob
     from llama_runtime.updater.api.manage import (
@@ -484,6 +486,47 @@ class RuntimeUpdater:
         from llama_runtime.updater.api.check import run_check
 
         return run_check(self, apply=apply, wait=wait, listener=listener)
+
+    # -- what the home holds --------------------------------------------------------
+
+    @front_door
+    def status(self) -> StatusResult:
+        """What is active, what is installed, whether an override is in force; no network, no lock.
+
+        Raises:
+            CorruptStateError: The pointer or the active runtime is damaged (the message names the repair).
+            UnsafeHomeError: The home is not safely a directory of ours.
+        """
+        from llama_runtime.updater.api.inventory import status_of
+
+        return status_of(self.home)
+
+    @front_door
+    def list(self, *, available: bool = False, limit: int = 10) -> ListResult:
+        """The installed runtimes, their files checked against their markers; ``available`` adds releases.
+
+        Args:
+            available: Also ask the release source for the newest builds with an asset for this
+                host and the backend asked for (else the active runtime's request).
+            limit: With ``available``: at most this many releases (1 or more).
+
+        Raises:
+            UserInputError: ``limit`` is below 1.
+            CorruptStateError: The pointer cannot be read.
+            RemoteError: ``available`` and the release source failed.
+        """
+        from llama_runtime.runtime.errors import UserInputError
+        from llama_runtime.updater.api.inventory import available_for, list_home
+
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise UserInputError(f"limit must be 1 or more, not {limit}.")
+        result, active, installed = list_home(self.home)
+        if not available:
+            return result
+        engine = self._core
+        with engine.open_source() as source:
+            found = available_for(engine.settings, source, engine.host(), installed, active, limit)
+        return dataclasses.replace(result, available=found, repo=engine.settings.repo)
 
     # -- the runtime manager -------------------------------------------------------
 
