@@ -311,3 +311,24 @@ def test_list_flags_the_active_and_previous_runtime_and_lists_available_builds_f
 def test_list_with_a_limit_below_one_is_bad_input(two_installed: RuntimeUpdater) -> None:
     with pytest.raises(UserInputError, match="limit must be 1 or more"):
         two_installed.list(available=True, limit=0)
+
+
+# -- the front door depends on its use cases, never the other way round ----------------------
+
+
+def test_no_module_of_the_api_but_the_front_door_imports_the_front_door() -> None:
+    import ast
+    import importlib
+    import pkgutil
+
+    import llama_runtime.updater.api as api
+
+    leaks = []
+    for info in pkgutil.iter_modules(api.__path__, api.__name__ + "."):
+        if info.name.endswith(".service"):
+            continue
+        source = inspect.getsource(importlib.import_module(info.name))
+        for node in ast.walk(ast.parse(source)):  # TYPE_CHECKING imports count: they are the same loop
+            if isinstance(node, ast.ImportFrom) and node.module == "llama_runtime.updater.api.service":
+                leaks.append(info.name)
+    assert leaks == []

@@ -9,6 +9,7 @@ work can end, a bug or Ctrl-C included, ends the job record too.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -23,6 +24,7 @@ from llama_runtime.runtime.errors import (
     FileSystemError,
     LlamaRuntimeError,
     RateLimitError,
+    UserInputError,
 )
 from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
 from llama_runtime.updater.api.boundary import front_door, front_door_iterator
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     JobWork = Callable[[ProgressCallback, CancelCheck], tuple[dict[str, object], UpdateOutcome | None]]
     from llama_runtime.updater.progress import Progress
 
-__all__ = ["JobRunner", "UpdateJob", "busy_error", "refuse_if_locked"]
+__all__ = ["JobRunner", "UpdateJob", "busy_error", "refuse_if_locked", "validate_seconds"]
 
 
 # -- job_recorder: The job as its own process runs it: progress events in, persisted job states... ---------------
@@ -324,6 +326,9 @@ class UpdateJob:
 # The button returns once the job holds the lock (its first event): lock
 # acquisition never waits, so this bound is only hit by a hung filesystem.
 START_TIMEOUT_SECONDS: Final[float] = 30.0
+#: Pause before claiming again after another process won the claim (seconds): long enough
+#: for its job record to be readable, short next to any --wait a person types.
+_CLAIM_RETRY_SECONDS: Final[float] = 0.05
 
 
 def busy_error(home: Home, jobs: JobStore) -> BusyError:
@@ -345,6 +350,17 @@ def refuse_if_locked(home: Home, jobs: JobStore) -> None:
     """
     if UpdateLock(home.lock_path).is_held():
         raise busy_error(home, jobs)
+
+
+def validate_seconds(value: float, what: str) -> float:
+    """``value`` if it is a finite number of seconds, 0 or more.
+
+    Raises:
+        UserInputError: NaN, infinite or negative (``what`` names the option).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise UserInputError(f"Invalid {what} {value!r}; use a finite number of seconds, 0 or more.")
+    return float(value)
 
 
 class JobRunner:
@@ -405,6 +421,53 @@ class JobRunner:
             background=background,
             listener=listener,
         )
+
+    def run_here(
+        self,
+        request: UpdateRequest,
+        *,
+        wait: float = 0.0,
+        operation: str = "cli",
+        listener: JobListener | None = None,
+    ) -> UpdateJob:
+        """Run ``request`` here, as the job others follow; returns once it has succeeded.
+
+        A job that runs already is waited for (at most ``wait`` seconds), never
+        joined: the caller asked for its own request.
+
+        Raises:
+            BusyError: Another update still runs after ``wait`` seconds.
+            UserInputError: ``wait`` is negative or not finite.
+            LlamaRuntimeError: The error that ended the job (its record keeps it for followers).
+        """
+        wait = validate_seconds(wait, "wait")
+        # A deadline of a wait, so the real clock (runtime.clock: waiting needs real time to
+        # pass, whatever a fake clock says; a frozen test clock would wait here for ever).
+        deadline = time.monotonic() + wait
+        while True:
+            running = self.jobs.current()
+            if running is not None and running.running and deadline > time.monotonic():
+                UpdateJob(self.jobs, running.id).wait(deadline - time.monotonic())
+            try:
+                job = self.start(
+                    request,
+                    join=False,
+                    lock_timeout=max(deadline - time.monotonic(), 0.0),
+                    operation=operation,
+                    background=False,
+                    listener=listener,
+                )
+            except BusyError:
+                # Another process claimed the job between the look above and this claim
+                # (it may still be resolving, before any lock): wait for it in turn.
+                if deadline <= time.monotonic():
+                    raise
+                time.sleep(_CLAIM_RETRY_SECONDS)
+                continue
+            # The job ran here: its error is this call's, as use() and rollback() raise theirs.
+            if job.exception is not None:
+                raise job.exception
+            return job
 
     def _hold_while_rate_limited(self, source: ReleaseSource) -> None:
         """Ask GitHub nothing while the home's stored rate-limit back-off runs (``check`` honours it too)."""

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.layout import Home
@@ -45,6 +44,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.server import ServerControl
     from llama_runtime.updater.activate.attempts import UpdateOutcome
     from llama_runtime.updater.api.check import CheckResult
+    from llama_runtime.updater.api.context import UseCaseContext
     from llama_runtime.updater.api.inventory import ListResult, StatusResult
     from llama_runtime.updater.api.job_store import JobListener, JobStore
     from llama_runtime.updater.api.jobs import JobRunner, UpdateJob
@@ -65,10 +65,6 @@ if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
 
 __all__ = ["RuntimeUpdater"]
-
-#: Pause before claiming again after another process won the claim (seconds): long enough
-#: for its job record to be readable, short next to any --wait a person types.
-_CLAIM_RETRY_SECONDS: Final[float] = 0.05
 
 
 def _checked_host(host: Callable[[], object]) -> Callable[[], HostFacts]:
@@ -220,10 +216,6 @@ class RuntimeUpdater:
 
     # -- collaborators -----------------------------------------------------------
 
-    def _host(self) -> HostFacts:
-        """Host facts, detected once per updater."""
-        return self._core.host()
-
     @front_door
     def update_running(self) -> bool:
         """Whether an update holds the lock or a job runs now (probes the lock; never waits)."""
@@ -312,7 +304,7 @@ class RuntimeUpdater:
             UserInputError: A malformed tag (``7000``: did you mean ``b7000``?), backend or CUDA version, or a
                 ``lock_timeout`` that is negative or not finite.
         """
-        from llama_runtime.updater.api.check import validate_seconds
+        from llama_runtime.updater.api.jobs import validate_seconds
 
         lock_timeout = validate_seconds(lock_timeout, "lock timeout")
         request = self._request(
@@ -364,7 +356,7 @@ class RuntimeUpdater:
                 cancelled); the active runtime is unchanged.
         """
         request = self._request(tag, backend, cuda_version, require_digest, self._backend_request)
-        return self._run_update(request, wait=wait, operation=operation, listener=listener)
+        return self._runner().run_here(request, wait=wait, operation=operation, listener=listener)
 
     def _request(
         self,
@@ -394,64 +386,26 @@ class RuntimeUpdater:
             channel=self.channel,
         )
 
-    def _run_update(
-        self,
-        request: UpdateRequest,
-        *,
-        wait: float = 0.0,
-        operation: str = "cli",
-        listener: JobListener | None = None,
-    ) -> UpdateJob:
-        """Run ``request`` here, as the job others follow; returns once it has succeeded.
-
-        A job that runs already is waited for (at most ``wait`` seconds), never
-        joined: the caller asked for its own request.
-
-        Raises:
-            BusyError: Another update still runs after ``wait`` seconds.
-            UserInputError: ``wait`` is negative or not finite.
-            LlamaRuntimeError: The error that ended the job.
-        """
-        from llama_runtime.runtime.errors import BusyError
-        from llama_runtime.updater.api.check import validate_seconds
-        from llama_runtime.updater.api.jobs import UpdateJob
-
-        wait = validate_seconds(wait, "wait")
-        # A deadline of a wait, so the real clock (runtime.clock: waiting needs real time to
-        # pass, whatever a fake clock says; a frozen test clock would wait here for ever).
-        deadline = time.monotonic() + wait
-        runner = self._runner()
-        while True:
-            running = self._job_store.current()
-            if running is not None and running.running and deadline > time.monotonic():
-                UpdateJob(self._job_store, running.id).wait(deadline - time.monotonic())
-            try:
-                job = runner.start(
-                    request,
-                    join=False,
-                    lock_timeout=max(deadline - time.monotonic(), 0.0),
-                    operation=operation,
-                    background=False,
-                    listener=listener,
-                )
-            except BusyError:
-                # Another process claimed the job between the look above and this claim
-                # (it may still be resolving, before any lock): wait for it in turn.
-                if deadline <= time.monotonic():
-                    raise
-                time.sleep(_CLAIM_RETRY_SECONDS)
-                continue
-            # The job ran here: its error is this call's, as use() and rollback() raise theirs.
-            if job.exception is not None:
-                raise job.exception
-            return job
-
     @front_door
     def busy_error(self) -> BusyError:
         """Who updates this home now, in one sentence: the lock's holder and its job's progress."""
         from llama_runtime.updater.api.jobs import busy_error
 
         return busy_error(self.home, self._job_store)
+
+    def _context(self) -> UseCaseContext:
+        """What the use cases are given: the engine, the job store and this updater's defaults."""
+        from llama_runtime.updater.api.context import UseCaseContext
+
+        return UseCaseContext(
+            engine=self._core,
+            jobs=self._job_store,
+            repo=self.repo,
+            backend=self.backend,
+            backend_request=self._backend_request,
+            channel=self.channel,
+            file_repo=self._file_repo,
+        )
 
     def _runner(self) -> JobRunner:
         from llama_runtime.updater.api.jobs import JobRunner
@@ -485,7 +439,7 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.check import run_check
 
-        return run_check(self, apply=apply, wait=wait, listener=listener)
+        return run_check(self._context(), apply=apply, wait=wait, listener=listener)
 
     # -- what the home holds --------------------------------------------------------
 
@@ -547,7 +501,7 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.manage import use
 
-        return use(self, tag, repo, progress)
+        return use(self._context(), tag, repo, progress)
 
     @front_door
     def rollback(self) -> RollbackResult:
@@ -561,7 +515,7 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.manage import rollback
 
-        return rollback(self)
+        return rollback(self._context())
 
     @front_door
     def remove(self, tag: str, *, repo: str | None = None) -> RemoveResult:
@@ -572,7 +526,7 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.manage import remove
 
-        return remove(self, tag, repo)
+        return remove(self._context(), tag, repo)
 
     @front_door
     def install_file(
@@ -603,7 +557,7 @@ class RuntimeUpdater:
         from llama_runtime.updater.api.manage import install_file
 
         return install_file(
-            self,
+            self._context(),
             Path(archive),
             tag=tag,
             repo=repo,
@@ -622,7 +576,7 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.manage import gc
 
-        return gc(self, keep=keep, dry_run=dry_run, cache_only=cache_only)
+        return gc(self._context(), keep=keep, dry_run=dry_run, cache_only=cache_only)
 
     @front_door
     def doctor(self, *, repair: bool = False, listener: JobListener | None = None) -> DoctorResult:
@@ -641,7 +595,7 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.manage import doctor
 
-        return doctor(self, repair=repair, listener=listener)
+        return doctor(self._context(), repair=repair, listener=listener)
 
     @front_door
     def plan(
@@ -669,7 +623,7 @@ class RuntimeUpdater:
         from llama_runtime.updater.api.manage import plan, user_tag
 
         return plan(
-            self,
+            self._context(),
             user_tag(tag) if tag is not None else None,
             platform=platform,
             cuda_version=cuda_version,
