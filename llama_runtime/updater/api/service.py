@@ -161,14 +161,16 @@ class RuntimeUpdater:
         self._bind(settings, Home(settings.home), build_engine, file_repo)
 
     @classmethod
-    def _from_engine(cls, engine: Engine) -> RuntimeUpdater:
-        """An updater over an engine the caller built (the CLI's composition root).
+    def _from_settings(cls, settings: Settings) -> RuntimeUpdater:
+        """An updater over settings the caller resolved (the CLI: its flags, over the environment).
 
-        The CLI builds ``install-file``'s engine from settings that do not follow the
-        active runtime's repository, so its repo is also the file's default origin.
+        The engine is built on first use, as for an app's updater; ``install-file``'s settings do
+        not follow the active runtime's repository, so their repo is also the file's default origin.
         """
+        from llama_runtime.updater.engine import Engine
+
         updater = cls.__new__(cls)
-        updater._bind(engine.settings, engine.home, lambda: engine, lambda: engine.settings.repo)
+        updater._bind(settings, Home(settings.home), lambda: Engine(settings), lambda: settings.repo)
         return updater
 
     def _bind(

@@ -47,10 +47,9 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 def updater_from_args(args: argparse.Namespace) -> RuntimeUpdater:
     """A :class:`RuntimeUpdater` over the engine the common flags configure."""
-    from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.common import engine_for, settings_from_args
+    from llama_runtime.updater.cli.common import settings_from_args, updater_for
 
-    return RuntimeUpdater._from_engine(engine_for(settings_from_args(args)))
+    return updater_for(settings_from_args(args))
 
 
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
@@ -72,7 +71,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     except BusyError as exc:
         if out.events is not None:
             raise
-        current = updater._job_store.current()
+        current = updater.jobs.current()
         payload: dict[str, Any] = {"skipped": "busy", "error": exc.to_json()}
         payload["job"] = current.to_json() if current and current.running else None
         if out.as_json:

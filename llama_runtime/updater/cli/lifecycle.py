@@ -95,12 +95,9 @@ def cmd_which(args: argparse.Namespace, out: Output) -> int:
     """
     import sys
 
-    from llama_runtime.runtime.binary import server_override
-    from llama_runtime.updater.cli.common import home_for, read_active, settings_from_args
-
-    _pointer, active = read_active(home_for(settings_from_args(args)))
-    managed = str(active.binary) if active is not None else None
-    override = server_override()
+    status = updater_for(settings_from_args(args)).status()
+    managed = str(status.active.binary) if status.active is not None else None
+    override = status.override.path if status.override is not None else None
     if override is None and managed is None:
         raise NothingActiveError(
             "No runtime is active, so there is no llama-server to run.",
