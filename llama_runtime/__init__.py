@@ -87,6 +87,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.ready import EnsureResult, NotReady, Ready
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import Available
+    from llama_runtime.updater.offline.export import ExportResult
     from llama_runtime.updater.progress import Progress, ProgressCallback
     from llama_runtime.updater.release.release import RemoteDataError
     from llama_runtime.updater.sources.source import DirectoryListingError, ReleaseSource
@@ -116,6 +117,7 @@ _EXPORTS: dict[str, str] = {
     "PlanResult": "llama_runtime.updater.api.manage",
     "RemoveResult": "llama_runtime.updater.api.manage",
     "RollbackResult": "llama_runtime.updater.api.manage",
+    "ExportResult": "llama_runtime.updater.offline.export",
     "StatusResult": "llama_runtime.updater.api.inventory",
     "ListResult": "llama_runtime.updater.api.inventory",
     "RuntimeEntry": "llama_runtime.updater.api.inventory",
@@ -205,6 +207,7 @@ __all__ = [
     "DoctorCheck",
     "DoctorResult",
     "EnsureResult",
+    "ExportResult",
     "FailedBuild",
     "FileRecord",
     "FileSystemError",

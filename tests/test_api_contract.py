@@ -24,6 +24,7 @@ import pytest
 from llama_runtime import (
     Available,
     DiskSpaceError,
+    ExportResult,
     FileSystemError,
     InstalledRuntime,
     JobResult,
@@ -332,3 +333,17 @@ def test_no_module_of_the_api_but_the_front_door_imports_the_front_door() -> Non
             if isinstance(node, ast.ImportFrom) and node.module == "llama_runtime.updater.api.service":
                 leaks.append(info.name)
     assert leaks == []
+
+
+def test_export_writes_the_active_runtime_as_a_bundle_install_file_restores_elsewhere(
+    two_installed: RuntimeUpdater, home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    guard = HomeGuard(None, home)
+    result = two_installed.export(tmp_path / "b7100.tar.gz")
+    assert isinstance(result, ExportResult) and result.runtime.marker.tag == "b7100"
+    assert result.path.is_file() and result.size == result.path.stat().st_size
+    elsewhere = make_updater(tmp_path / "elsewhere", github)
+    assert elsewhere.install_file(result.path).active.marker.tag == "b7100"
+    with pytest.raises(UserInputError):
+        make_updater(tmp_path / "empty", github).export(tmp_path / "none.tar.gz")
+    guard.assert_intact("b7100")

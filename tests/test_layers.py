@@ -129,12 +129,11 @@ CLI_NOT_YET_BEHIND_THE_FRONT_DOOR: dict[str, frozenset[str]] = {
             "llama_runtime.updater.release.channel",
         }
     ),
-    # export and mirror sync
+    # mirror sync
     "offline": frozenset(
         {
             "llama_runtime.runtime.marker",
             "llama_runtime.updater.fetch.cache",
-            "llama_runtime.updater.offline.export",
             "llama_runtime.updater.offline.mirror",
             "llama_runtime.updater.release.tags",
             "llama_runtime.updater.stage.streaming",

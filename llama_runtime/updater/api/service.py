@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
+    from llama_runtime.updater.offline.export import ExportResult
     from llama_runtime.updater.progress import ProgressCallback
     from llama_runtime.updater.release.channel import Channel
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -566,6 +567,22 @@ class RuntimeUpdater:
             sha256=sha256,
             attestation=Path(attestation) if attestation is not None else None,
         )
+
+    @front_door
+    def export(self, output: str | Path) -> ExportResult:
+        """Write the active runtime and its marker as one bundle that ``install_file`` restores elsewhere.
+
+        The bundle appears at ``output`` only when complete; it carries the release archive
+        when the download cache still holds it (its provenance then travels too).
+
+        Raises:
+            UserInputError: Nothing is active, or ``output`` cannot be written there.
+            CorruptStateError: The active runtime's files differ from its marker.
+            BusyError: An update is running.
+        """
+        from llama_runtime.updater.offline.export import export_bundle
+
+        return export_bundle(self.home, Path(output))
 
     @front_door
     def gc(self, *, keep: int | None = None, dry_run: bool = False, cache_only: bool = False) -> GcResult:

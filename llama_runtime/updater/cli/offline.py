@@ -128,11 +128,10 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
     """``export --output FILE``."""
-    from llama_runtime.updater.cli.common import home_for, settings_from_args
+    from llama_runtime.updater.cli.common import settings_from_args, updater_for
     from llama_runtime.updater.fetch.cache import human_size
-    from llama_runtime.updater.offline.export import export_bundle
 
-    result = export_bundle(home_for(settings_from_args(args)), Path(args.output))
+    result = updater_for(settings_from_args(args)).export(args.output)
     m = result.runtime.marker
     out.result(
         result.to_json(),
