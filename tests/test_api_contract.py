@@ -36,6 +36,7 @@ from llama_runtime import (
     RuntimeUpdater,
     StatusResult,
     UpdateJob,
+    UpdateOutcome,
     UserInputError,
 )
 from llama_runtime.updater.api.boundary import BOUNDARY_MARK
@@ -347,3 +348,13 @@ def test_export_writes_the_active_runtime_as_a_bundle_install_file_restores_else
     with pytest.raises(UserInputError):
         make_updater(tmp_path / "empty", github).export(tmp_path / "none.tar.gz")
     guard.assert_intact("b7100")
+
+
+def test_check_that_applies_an_update_holds_what_it_installed_as_an_update_outcome(
+    two_installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish_stand_in(github, tmp_path, "b7200")
+    result = two_installed.check(apply=True)
+    assert result.applied and isinstance(result.outcome, UpdateOutcome)
+    assert result.outcome.active.marker.tag == "b7200" and result.outcome.result == "installed"
+    assert result.to_json()["outcome"] == result.outcome.to_json()

@@ -17,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.clock import when_text
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.clock import Clock
     from llama_runtime.runtime.errors import RateLimitError
     from llama_runtime.runtime.marker import InstallMarker
+    from llama_runtime.updater.activate.attempts import UpdateOutcome
     from llama_runtime.updater.api.context import UseCaseContext
     from llama_runtime.updater.api.job_store import JobListener
     from llama_runtime.updater.engine import Engine
@@ -77,7 +78,7 @@ class CheckResult:
         skipped: ``"rate_limited"`` when a stored backoff says not to ask yet.
         not_before: Epoch seconds before which the next check will skip, if any.
         reason: Why ``update_available`` is what it is, for people.
-        outcome: The ``update`` object when ``applied``.
+        outcome: What the update installed when ``applied`` (its ``to_json()`` is the ``update`` object).
         problem: What is wrong with the active runtime (e.g. a damaged binary),
             or ``None``; the decision still compares against its recorded tag.
         warnings: Releases passed over to find ``latest``, and why (a stable
@@ -92,13 +93,16 @@ class CheckResult:
     skipped: str | None = None
     not_before: float | None = None
     reason: str = ""
-    outcome: dict[str, Any] | None = None
+    outcome: UpdateOutcome | None = None
     problem: str | None = None
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The ``check`` object of the CLI contract."""
-        return asdict(self)
+        payload = {f.name: getattr(self, f.name) for f in fields(self)}
+        payload["outcome"] = self.outcome.to_json() if self.outcome is not None else None
+        payload["warnings"] = list(self.warnings)
+        return payload
 
 
 def parse_duration(text: str) -> float:
@@ -263,8 +267,8 @@ def _apply(
     channel: Channel,
     wait: float,
     listener: JobListener | None,
-) -> dict[str, Any]:
-    """Install the newer build as a job others can follow; its ``update`` object.
+) -> UpdateOutcome:
+    """Install the newer build as a job others can follow; what it installed.
 
     Raises:
         LlamaRuntimeError: The update failed (the error that ended the job).
@@ -276,7 +280,6 @@ def _apply(
         repo=ctx.repo, tag=latest.version or latest.tag, backend=parse_backend(backend), channel=channel
     )
     job = ctx.runner().run_here(apply_request, wait=wait, operation="schedule", listener=listener)
-    state = job.state()
-    if state.result is None:
-        raise RemoteError(f"The update to {latest.tag} ended without a result ({state.phase}).")
-    return state.result.to_json()
+    if job.outcome is None:
+        raise RemoteError(f"The update to {latest.tag} ended without a result ({job.state().phase}).")
+    return job.outcome

@@ -81,7 +81,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
         if bar is not None:
             bar.close()
     latest = f"{result.latest_version} (build {result.latest})" if result.latest_version else result.latest
-    switched = result.outcome is not None and result.outcome.get("result") == "switched"
+    switched = result.outcome is not None and result.outcome.result == "switched"
     lines = [_check_line(result.installed, latest, result.update_available, result.applied, switched=switched)]
     if result.skipped:
         lines = [f"Skipped: {result.reason}"]
