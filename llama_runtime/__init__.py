@@ -88,6 +88,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import Available
     from llama_runtime.updater.offline.export import ExportResult
+    from llama_runtime.updater.offline.mirror import MirrorReport
     from llama_runtime.updater.progress import Progress, ProgressCallback
     from llama_runtime.updater.release.release import RemoteDataError
     from llama_runtime.updater.sources.source import DirectoryListingError, ReleaseSource
@@ -118,6 +119,7 @@ _EXPORTS: dict[str, str] = {
     "RemoveResult": "llama_runtime.updater.api.manage",
     "RollbackResult": "llama_runtime.updater.api.manage",
     "ExportResult": "llama_runtime.updater.offline.export",
+    "MirrorReport": "llama_runtime.updater.offline.mirror",
     "StatusResult": "llama_runtime.updater.api.inventory",
     "ListResult": "llama_runtime.updater.api.inventory",
     "RuntimeEntry": "llama_runtime.updater.api.inventory",
@@ -228,6 +230,7 @@ __all__ = [
     "LlamaRuntimeError",
     "LocalError",
     "MacOSTooOldError",
+    "MirrorReport",
     "NetworkError",
     "NotReady",
     "NothingActiveError",

@@ -31,6 +31,7 @@ from llama_runtime import (
     JobState,
     ListResult,
     LlamaRuntimeError,
+    MirrorReport,
     ReleaseNotFoundError,
     RuntimeEntry,
     RuntimeUpdater,
@@ -358,3 +359,21 @@ def test_check_that_applies_an_update_holds_what_it_installed_as_an_update_outco
     assert result.applied and isinstance(result.outcome, UpdateOutcome)
     assert result.outcome.active.marker.tag == "b7200" and result.outcome.result == "installed"
     assert result.to_json()["outcome"] == result.outcome.to_json()
+
+
+def test_mirror_sync_writes_a_mirror_another_home_updates_from_and_never_one_inside_the_home(
+    two_installed: RuntimeUpdater, home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    guard = HomeGuard(None, home)
+    dest = tmp_path / "mirror"
+    report = two_installed.mirror_sync(dest, tag="b7100", platforms=["linux-x64"], backends=["cpu"])
+    assert isinstance(report, MirrorReport) and report.releases == ["b7100"] and report.fetched
+    linux = host_for_platform("linux-x64")
+    client = RuntimeUpdater(tmp_path / "client", repo=REPO, backend="cpu", api_url=dest.as_uri(), host=lambda: linux)
+    assert client.update(tag="b7100").outcome.active.marker.tag == "b7100"  # type: ignore[union-attr]
+    with pytest.raises(UserInputError, match="inside the llama-runtime home"):
+        two_installed.mirror_sync(home / "mirror")
+    with pytest.raises(UserInputError, match="Unknown platform"):
+        two_installed.mirror_sync(dest, platforms=["beos-x64"])
+    assert not (home / "mirror").exists()
+    guard.assert_intact("b7100")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.offline.export import ExportResult
+    from llama_runtime.updater.offline.mirror import MirrorReport
     from llama_runtime.updater.progress import ProgressCallback
     from llama_runtime.updater.release.channel import Channel
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -583,6 +584,64 @@ class RuntimeUpdater:
         from llama_runtime.updater.offline.export import export_bundle
 
         return export_bundle(self.home, Path(output))
+
+    @front_door
+    def mirror_sync(
+        self,
+        dest: str | Path,
+        *,
+        tag: str | None = None,
+        newest: int = 1,
+        platforms: Sequence[str] = (),
+        backends: Sequence[str] = (),
+        prune: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> MirrorReport:
+        """Bring a mirror directory up to date with the updater's repository, as its one writer.
+
+        Machines pointed at it (``api_url=dest.as_uri()``, or the URL a static web server gives
+        it) update from it as from GitHub, attestations included. What it fetches is checked as
+        ``update`` checks it; this home's runtimes are not touched.
+
+        Args:
+            dest: The mirror directory (created if missing); never inside this home.
+            tag: One exact release; otherwise the ``newest`` builds the updater's channel names.
+            newest: How many builds to mirror (1 or more).
+            platforms: ``OS-ARCH`` filters, e.g. ``linux-x64`` (empty: all).
+            backends: Backend filters, e.g. ``vulkan`` (empty: all).
+            prune: Remove mirrored releases other than the ``newest`` ones.
+            progress: Receives the downloads' progress events.
+
+        Raises:
+            UserInputError: ``dest`` is in this home or not a directory we can write, a malformed tag,
+                platform or backend, ``newest`` below 1, or ``prune`` with an exact ``tag``.
+            BusyError: Another sync writes ``dest`` now.
+            RemoteError: Network or GitHub failures.
+        """
+        from llama_runtime.runtime.marker import parse_backend
+        from llama_runtime.updater.api.mirror_args import mirror_dest, platform_filter
+        from llama_runtime.updater.offline.mirror import MirrorFetch, sync_mirror
+        from llama_runtime.updater.release.tags import validate_tag
+        from llama_runtime.updater.stage.streaming import FetchOptions
+
+        engine = self._core
+        wanted = [parse_backend(b, allow_auto=False, source="--backend") for b in backends]
+        filters = [platform_filter(p) for p in platforms]
+        checked_tag = validate_tag(tag) if tag is not None else None
+        where = mirror_dest(Path(dest), self.home.root)
+        with engine.open_source(etag_cache=False) as client:
+            return sync_mirror(
+                client,
+                where,
+                tag=checked_tag,
+                latest=newest,
+                platforms=filters,
+                backends=wanted,
+                prune=prune,
+                channel=self.channel or "stable",
+                # Fetched as `update` fetches: parallel ranges, one pass.
+                fetch=MirrorFetch(FetchOptions(parallel=engine.settings.parallel_downloads), progress),
+            )
 
     @front_door
     def gc(self, *, keep: int | None = None, dry_run: bool = False, cache_only: bool = False) -> GcResult:
