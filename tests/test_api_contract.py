@@ -10,6 +10,7 @@ Every failure asserts that the previously active runtime is unchanged and still 
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import inspect
 import json
@@ -26,6 +27,7 @@ from llama_runtime import (
     DiskSpaceError,
     ExportResult,
     FileSystemError,
+    GatePolicy,
     InstalledRuntime,
     JobResult,
     JobState,
@@ -377,3 +379,17 @@ def test_mirror_sync_writes_a_mirror_another_home_updates_from_and_never_one_ins
         two_installed.mirror_sync(dest, platforms=["beos-x64"])
     assert not (home / "mirror").exists()
     guard.assert_intact("b7100")
+
+
+def test_gate_settings_stored_through_the_front_door_are_what_the_cli_shows(
+    two_installed: RuntimeUpdater, home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    default = two_installed.gate_settings()
+    assert isinstance(default, GatePolicy)
+    stored = two_installed.gate_settings(dataclasses.replace(default, max_slowdown=0.3, timeout=42.0))
+    assert (stored.max_slowdown, stored.timeout) == (0.3, 42.0) and two_installed.gate_settings() == stored
+    code, payload = cli_json(capsys, "--home", str(home), "gate", "--json")
+    assert code == 0 and (payload["max_slowdown"], payload["timeout"]) == (0.3, 42.0)
+    with pytest.raises(UserInputError):
+        two_installed.gate_settings(dataclasses.replace(stored, smoke_model=home / "missing.gguf"))
+    assert two_installed.gate_settings() == stored  # a refused policy stores nothing

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.progress import ProgressCallback
     from llama_runtime.updater.release.channel import Channel
     from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.verify.gate import GatePolicy
 
 __all__ = ["RuntimeUpdater"]
 
@@ -642,6 +643,25 @@ class RuntimeUpdater:
                 # Fetched as `update` fetches: parallel ranges, one pass.
                 fetch=MirrorFetch(FetchOptions(parallel=engine.settings.parallel_downloads), progress),
             )
+
+    @front_door
+    def gate_settings(self, policy: GatePolicy | None = None) -> GatePolicy:
+        """The inference gate's settings every later update of this home applies; ``policy`` stores new ones.
+
+        Args:
+            policy: Settings to store first (``None``: only read what is stored).
+
+        Returns:
+            The stored settings (the defaults when nothing valid is stored).
+
+        Raises:
+            UserInputError: ``policy``'s smoke model is missing or not a GGUF file.
+        """
+        from llama_runtime.updater.verify.gate import load_gate_settings, save_gate_settings
+
+        if policy is not None:
+            save_gate_settings(self.home.root, policy)
+        return load_gate_settings(self.home.root)
 
     @front_door
     def gc(self, *, keep: int | None = None, dry_run: bool = False, cache_only: bool = False) -> GcResult:

@@ -53,13 +53,31 @@ def add_gate_arguments(parser: argparse.ArgumentParser, *, smoke: bool) -> None:
         )
 
 
+def parse_slowdown(text: str) -> float | None:
+    """``--max-slowdown``: ``20%``, ``20`` or ``off`` as a fraction (0.2) or ``None``.
+
+    Raises:
+        UserInputError: Anything else.
+    """
+    from llama_runtime.updater.verify.gate import parse_slowdown as parse
+
+    return parse(text)
+
+
+def gate_settings_json(policy: GatePolicy) -> dict[str, object]:
+    """``policy`` as ``gate --json`` prints it (the stored object)."""
+    from llama_runtime.updater.verify.gate import gate_settings_json as as_json
+
+    return as_json(policy)
+
+
 def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
     """Stored settings, overridden by this command's flags; the smoke model is checked.
 
     Raises:
         UserInputError: A malformed percentage, or a smoke model that is missing or not GGUF.
     """
-    from llama_runtime.updater.verify.gate import load_gate_settings, parse_slowdown, validate_gguf
+    from llama_runtime.updater.verify.gate import load_gate_settings, validate_gguf
 
     policy = load_gate_settings(home_root)
     if args.max_slowdown is not None:
