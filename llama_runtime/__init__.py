@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         UserInputError,
         VerificationError,
     )
+    from llama_runtime.runtime.failed_builds import FailedBuild
     from llama_runtime.runtime.inference import InferenceResult, Speed, probe_inference
     from llama_runtime.runtime.layout import InstalledRuntime, UnsafeHomeError
     from llama_runtime.runtime.marker import FileRecord, InstallMarker
@@ -63,6 +64,14 @@ if TYPE_CHECKING:
     from llama_runtime.updater.activate.gc import GcItem
     from llama_runtime.updater.activate.swap import SwitchReport
     from llama_runtime.updater.api.check import CheckResult
+    from llama_runtime.updater.api.inventory import (
+        DamagedRuntime,
+        ListResult,
+        RuntimeEntry,
+        ServerOverride,
+        StatusResult,
+        TrialInfo,
+    )
     from llama_runtime.updater.api.job_store import JobError, JobListener, JobResult, JobState
     from llama_runtime.updater.api.jobs import UpdateJob
     from llama_runtime.updater.api.manage import (
@@ -77,6 +86,9 @@ if TYPE_CHECKING:
     )
     from llama_runtime.updater.api.ready import EnsureResult, NotReady, Ready
     from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.choice.decide import Available
+    from llama_runtime.updater.offline.export import ExportResult
+    from llama_runtime.updater.offline.mirror import MirrorReport
     from llama_runtime.updater.progress import Progress, ProgressCallback
     from llama_runtime.updater.release.release import RemoteDataError
     from llama_runtime.updater.sources.source import DirectoryListingError, ReleaseSource
@@ -106,6 +118,16 @@ _EXPORTS: dict[str, str] = {
     "PlanResult": "llama_runtime.updater.api.manage",
     "RemoveResult": "llama_runtime.updater.api.manage",
     "RollbackResult": "llama_runtime.updater.api.manage",
+    "ExportResult": "llama_runtime.updater.offline.export",
+    "MirrorReport": "llama_runtime.updater.offline.mirror",
+    "StatusResult": "llama_runtime.updater.api.inventory",
+    "ListResult": "llama_runtime.updater.api.inventory",
+    "RuntimeEntry": "llama_runtime.updater.api.inventory",
+    "DamagedRuntime": "llama_runtime.updater.api.inventory",
+    "ServerOverride": "llama_runtime.updater.api.inventory",
+    "TrialInfo": "llama_runtime.updater.api.inventory",
+    "FailedBuild": "llama_runtime.runtime.failed_builds",
+    "Available": "llama_runtime.updater.choice.decide",
     "UpdateOutcome": "llama_runtime.updater.activate.attempts",
     "Progress": "llama_runtime.updater.progress",
     "ProgressCallback": "llama_runtime.updater.progress",
@@ -172,6 +194,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Attempt",
+    "Available",
     "BackendUnavailableError",
     "BusyError",
     "CancelledError",
@@ -179,12 +202,15 @@ __all__ = [
     "CheckResult",
     "Clock",
     "CorruptStateError",
+    "DamagedRuntime",
     "DigestMismatchError",
     "DirectoryListingError",
     "DiskSpaceError",
     "DoctorCheck",
     "DoctorResult",
     "EnsureResult",
+    "ExportResult",
+    "FailedBuild",
     "FileRecord",
     "FileSystemError",
     "ForeignMarkerError",
@@ -200,9 +226,11 @@ __all__ = [
     "JobRecords",
     "JobResult",
     "JobState",
+    "ListResult",
     "LlamaRuntimeError",
     "LocalError",
     "MacOSTooOldError",
+    "MirrorReport",
     "NetworkError",
     "NotReady",
     "NothingActiveError",
@@ -224,17 +252,21 @@ __all__ = [
     "RemoteError",
     "RemoveResult",
     "RollbackResult",
+    "RuntimeEntry",
     "RuntimeUpdater",
     "ServerAlreadyRunningError",
     "ServerControl",
+    "ServerOverride",
     "ServerStartError",
     "ServerStopError",
     "SigstoreMissingError",
     "SizeMismatchError",
     "SmokeReport",
     "Speed",
+    "StatusResult",
     "SwitchError",
     "SwitchReport",
+    "TrialInfo",
     "UnknownBackendError",
     "UnsafeArchiveError",
     "UnsafeHomeError",

@@ -16,8 +16,9 @@ from llama_runtime.runtime.errors import BusyError, CancelledError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.procinfo import pid_alive, process_start_ticks
 from llama_runtime.updater.api.job_store import KEEP_FINISHED, JobState, JobStore
-from llama_runtime.updater.api.jobs import JobRecorder, RateMeter, terminal_progress
-from llama_runtime.updater.progress import Progress
+from llama_runtime.updater.api.jobs import JobRecorder
+from llama_runtime.updater.cli.progressbar import terminal_progress
+from llama_runtime.updater.progress import Progress, RateMeter
 from tests.fakeclock import FakeClock
 
 

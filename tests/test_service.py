@@ -20,7 +20,7 @@ from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import BusyError, UserInputError
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.procinfo import process_start_ticks
-from llama_runtime.updater.api.job_store import JobState
+from llama_runtime.updater.api.job_store import JobResult, JobState
 from llama_runtime.updater.api.service import RuntimeUpdater
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli.main import main
@@ -152,8 +152,8 @@ def test_second_start_update_while_running_returns_same_job_and_downloads_once(
     assert final.phase == "done", final.error
     assert first.wait(EVENTUALLY_SECONDS).phase == "done"
     assert len(github.requests_to("blob", asset)) == 1
-    assert final.result is not None and (final.result.active or {})["tag"] == "b7001"
-    assert_runs(Path((final.result.active or {})["binary"]))
+    assert final.result is not None and final.result.active is not None and final.result.active.marker.tag == "b7001"
+    assert_runs(active_binary(final.result))
 
 
 def test_job_events_go_through_the_phases_and_end_with_the_result(
@@ -264,7 +264,7 @@ def test_button_after_a_restart_with_the_same_pid_starts_a_new_job(
     state = job.wait(EVENTUALLY_SECONDS)
     assert state.phase == "done", state.error
     assert state.result is not None
-    assert_runs(Path((state.result.active or {})["binary"]))
+    assert_runs(active_binary(state.result))
 
 
 def test_button_when_the_crashed_jobs_pid_now_names_another_process_starts_a_new_job(
@@ -368,7 +368,7 @@ def test_cancel_during_download_adds_no_runtime_and_keeps_the_partial_for_resume
     last = github.requests_to("blob", asset)[-1]
     assert last.headers.get("range") == f"bytes={kept}-"
     assert resumed.result is not None
-    assert_runs(Path((resumed.result.active or {})["binary"]))
+    assert_runs(active_binary(resumed.result))
     assert list(installed.home.downloads_dir.glob("*.part")) == []
 
 
@@ -419,7 +419,7 @@ def test_download_cut_mid_body_resumes_with_range_and_installs(
     resumed_at = int(blob[1].headers["range"].removeprefix("bytes=").rstrip("-"))
     assert 0 < resumed_at <= 40_000
     assert state.result is not None
-    assert_runs(Path((state.result.active or {})["binary"]))
+    assert_runs(active_binary(state.result))
 
 
 def test_resume_against_a_server_that_ignores_range_restarts_cleanly(
@@ -437,7 +437,7 @@ def test_resume_against_a_server_that_ignores_range_restarts_cleanly(
     last = github.requests_to("blob", asset)[-1]
     assert last.headers.get("range") and last.status == 200  # asked to resume, got the whole file
     assert state.result is not None
-    assert_runs(Path((state.result.active or {})["binary"]))
+    assert_runs(active_binary(state.result))
 
 
 class RecordingAppServer:
@@ -476,7 +476,7 @@ def test_an_apps_own_server_is_stopped_and_restarted_on_the_new_binary(github: F
     publish(github, tmp_path, "b7001")
     first = make_updater(home, github).start_update(tag="b7000").wait(60)
     assert first.phase == "done", first.error
-    old_binary = Path((first.result.active or {})["binary"]) if first.result else None
+    old_binary = active_binary(first.result) if first.result else None
     assert old_binary is not None
     app = RecordingAppServer(old_binary)
     updater = RuntimeUpdater(
@@ -491,7 +491,7 @@ def test_an_apps_own_server_is_stopped_and_restarted_on_the_new_binary(github: F
     assert final.phase == "done", final.error
     assert app.calls == ["stop", "start llama-b7001 --port 8080 --models-dir /models", "health"]
     assert app.binary is not None and app.binary.name == "llama-server"
-    assert final.result is not None and Path((final.result.active or {})["binary"]) == app.binary
+    assert final.result is not None and active_binary(final.result) == app.binary
     assert_runs(app.binary)
 
 
@@ -536,3 +536,9 @@ def test_checked_ready_narrows_the_result_so_binary_is_a_path(tmp_path: Path) ->
     )
     out, err, code = api.run(["--strict", "--no-incremental", "--follow-imports=silent", str(app)])
     assert code == 0, out + err
+
+
+def active_binary(result: JobResult | None) -> Path:
+    """The ``llama-server`` of the runtime a finished job made active."""
+    assert result is not None and result.active is not None
+    return result.active.binary

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
-__all__ = ["CancelCheck", "Phase", "Progress", "ProgressCallback", "silent"]
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
+
+__all__ = ["CancelCheck", "Phase", "Progress", "ProgressCallback", "RateMeter", "silent"]
+
+# Below this much elapsed time a rate is mostly noise from the first chunk.
+_MIN_RATE_WINDOW_SECONDS: Final[float] = 0.2
 
 #: ``stop_server`` and ``health``: the managed server's switch inside an activation, when one runs.
 Phase = Literal["resolve", "download", "verify", "activate", "stop_server", "health", "done"]
@@ -54,3 +59,31 @@ CancelCheck = Callable[[], bool]
 
 def silent(_event: Progress) -> None:
     """A progress callback that shows nothing."""
+
+
+@dataclass
+class RateMeter:
+    """Average download rate since the first byte seen for the current file.
+
+    Bytes already on disk when a resumed download starts are not counted as
+    transferred, so a resume does not show an absurd rate.
+    """
+
+    clock: Clock = SYSTEM_CLOCK
+    _key: str | None = None
+    _start_bytes: int = 0
+    _start_time: float = 0.0
+
+    def sample(self, key: str, done: int, total: int | None) -> tuple[float | None, float | None]:
+        """Record ``done`` bytes of file ``key``; returns ``(bytes_per_second, eta_seconds)``."""
+        now = self.clock.monotonic()
+        if key != self._key or done < self._start_bytes:
+            self._key, self._start_bytes, self._start_time = key, done, now
+            return None, None
+        elapsed = now - self._start_time
+        if elapsed < _MIN_RATE_WINDOW_SECONDS:
+            return None, None
+        rate = (done - self._start_bytes) / elapsed
+        if rate <= 0 or total is None:
+            return (rate if rate > 0 else None), None
+        return rate, max(total - done, 0) / rate

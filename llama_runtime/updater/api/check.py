@@ -16,9 +16,8 @@ Invariants:
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.clock import when_text
@@ -31,7 +30,7 @@ from llama_runtime.updater.api.backoff import (
     not_before_after_error,
     not_before_after_success,
 )
-from llama_runtime.updater.api.jobs import refuse_if_locked
+from llama_runtime.updater.api.jobs import refuse_if_locked, validate_seconds
 from llama_runtime.updater.api.ready import active_marker
 from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest, backend_request, channel_request, decide
 
@@ -39,8 +38,9 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.clock import Clock
     from llama_runtime.runtime.errors import RateLimitError
     from llama_runtime.runtime.marker import InstallMarker
+    from llama_runtime.updater.activate.attempts import UpdateOutcome
+    from llama_runtime.updater.api.context import UseCaseContext
     from llama_runtime.updater.api.job_store import JobListener
-    from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.release.channel import Channel
     from llama_runtime.updater.release.release import Release
@@ -78,7 +78,7 @@ class CheckResult:
         skipped: ``"rate_limited"`` when a stored backoff says not to ask yet.
         not_before: Epoch seconds before which the next check will skip, if any.
         reason: Why ``update_available`` is what it is, for people.
-        outcome: The ``update`` object when ``applied``.
+        outcome: What the update installed when ``applied`` (its ``to_json()`` is the ``update`` object).
         problem: What is wrong with the active runtime (e.g. a damaged binary),
             or ``None``; the decision still compares against its recorded tag.
         warnings: Releases passed over to find ``latest``, and why (a stable
@@ -93,13 +93,16 @@ class CheckResult:
     skipped: str | None = None
     not_before: float | None = None
     reason: str = ""
-    outcome: dict[str, Any] | None = None
+    outcome: UpdateOutcome | None = None
     problem: str | None = None
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The ``check`` object of the CLI contract."""
-        return asdict(self)
+        payload = {f.name: getattr(self, f.name) for f in fields(self)}
+        payload["outcome"] = self.outcome.to_json() if self.outcome is not None else None
+        payload["warnings"] = list(self.warnings)
+        return payload
 
 
 def parse_duration(text: str) -> float:
@@ -117,17 +120,6 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def validate_seconds(value: float, what: str) -> float:
-    """``value`` if it is a finite number of seconds, 0 or more.
-
-    Raises:
-        UserInputError: NaN, infinite or negative (``what`` names the option).
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise UserInputError(f"Invalid {what} {value!r}; use a finite number of seconds, 0 or more.")
-    return float(value)
-
-
 # -- check -------------------------------------------------------------------------------------------------------
 
 
@@ -142,8 +134,8 @@ class _Latest:
     warnings: tuple[str, ...] = ()  # releases passed over on the way, and why
 
 
-def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: JobListener | None) -> CheckResult:
-    """The scheduled check of ``updater``'s home; see :meth:`~updater.api.service.RuntimeUpdater.check`.
+def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobListener | None) -> CheckResult:
+    """The scheduled check of the context's home; see :meth:`~updater.api.service.RuntimeUpdater.check`.
 
     Raises:
         UserInputError: ``wait`` is negative or not finite.
@@ -152,24 +144,22 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
         RemoteError: Network or GitHub failures.
     """
     wait = validate_seconds(wait, "wait")
-    home = updater.home
+    home = ctx.home
     home.ensure()
     marker, problem = active_marker(home)
     installed = marker.tag if marker else None
     backoff = Backoff(home.cache_dir)
-    clock = updater._core.seams.clock
+    clock = ctx.engine.seams.clock
     now = clock.time()
     not_before = backoff.not_before(now)
     if not_before is not None and now < not_before:
         return _skipped(installed, not_before, problem, now)
     if apply and not wait:
-        refuse_if_locked(home, updater._job_store)
-    request = UpdateRequest(
-        repo=updater.repo, backend=None if updater.backend == "auto" else updater.backend, channel=updater.channel
-    )
+        refuse_if_locked(home, ctx.jobs)
+    request = UpdateRequest(repo=ctx.repo, backend=ctx.explicit_backend, channel=ctx.channel)
     channel = channel_request(request, marker)
-    latest = _ask_latest(updater._core, backoff, channel, marker, clock)
-    available, reason, backend = _decide(updater, request, marker, latest)
+    latest = _ask_latest(ctx.engine, backoff, channel, marker, clock)
+    available, reason, backend = _decide(ctx, request, marker, latest)
     reason = _with_problem(reason, problem, available, marker)
     if not (apply and available):
         return CheckResult(
@@ -182,7 +172,7 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
             problem=problem,
             warnings=list(latest.warnings),
         )
-    outcome = _apply(updater, latest, backend, channel, wait, listener)
+    outcome = _apply(ctx, latest, backend, channel, wait, listener)
     return CheckResult(
         installed,
         latest.tag,
@@ -247,7 +237,7 @@ def _latest_for_check(
 
 
 def _decide(
-    updater: RuntimeUpdater, request: UpdateRequest, marker: InstallMarker | None, latest: _Latest
+    ctx: UseCaseContext, request: UpdateRequest, marker: InstallMarker | None, latest: _Latest
 ) -> tuple[bool, str, str]:
     """``(update available, why, the backend request an update uses)``: the one decision's answer."""
     from llama_runtime.runtime.failed_builds import load_failed
@@ -255,8 +245,8 @@ def _decide(
     if latest.release is None:  # the channel's build is the active one: nothing newer to look up
         return False, f"{latest.tag} is the newest release.", backend_request(request, marker)[0]
     active = ActiveState(marker) if marker is not None else None
-    failed = {b.key: b.reason for b in load_failed(updater.home.root)}
-    plan = decide(request, active, latest.release, updater._host(), mode="upgrade_only", failed=failed)
+    failed = {b.key: b.reason for b in load_failed(ctx.home.root)}
+    plan = decide(request, active, latest.release, ctx.engine.host(), mode="upgrade_only", failed=failed)
     return plan.action == "install", plan.reason, plan.backend_request
 
 
@@ -271,14 +261,14 @@ def _with_problem(reason: str, problem: str | None, available: bool, marker: Ins
 
 
 def _apply(
-    updater: RuntimeUpdater,
+    ctx: UseCaseContext,
     latest: _Latest,
     backend: str,
     channel: Channel,
     wait: float,
     listener: JobListener | None,
-) -> dict[str, Any]:
-    """Install the newer build as a job others can follow; its ``update`` object.
+) -> UpdateOutcome:
+    """Install the newer build as a job others can follow; what it installed.
 
     Raises:
         LlamaRuntimeError: The update failed (the error that ended the job).
@@ -287,12 +277,9 @@ def _apply(
 
     # The semver release when there is one, so the runtime records both names.
     apply_request = UpdateRequest(
-        repo=updater.repo, tag=latest.version or latest.tag, backend=parse_backend(backend), channel=channel
+        repo=ctx.repo, tag=latest.version or latest.tag, backend=parse_backend(backend), channel=channel
     )
-    job = updater._run_update(apply_request, wait=wait, operation="schedule", listener=listener)
-    if job.exception is not None:
-        raise job.exception
-    state = job.state()
-    if state.result is None:
-        raise RemoteError(f"The update to {latest.tag} ended without a result ({state.phase}).")
-    return state.result.to_json()
+    job = ctx.runner().run_here(apply_request, wait=wait, operation="schedule", listener=listener)
+    if job.outcome is None:
+        raise RemoteError(f"The update to {latest.tag} ended without a result ({job.state().phase}).")
+    return job.outcome

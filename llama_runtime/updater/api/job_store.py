@@ -39,6 +39,7 @@ from llama_runtime.runtime.procinfo import pid_alive, process_start_ticks
 from llama_runtime.updater.logs import warn_state
 
 if TYPE_CHECKING:
+    from llama_runtime.runtime.layout import InstalledRuntime
     from llama_runtime.updater.progress import Progress
 
 
@@ -148,17 +149,15 @@ class JobResult(_RecordView):
 
     Attributes:
         result: ``installed``, ``switched`` or ``up_to_date`` (empty for a doctor job).
-        active: The active runtime's object (``status``'s runtime object), if any.
-        previous: The previous runtime's object, if any.
         warnings: Sentences for people about what the job did.
         healthy: A doctor job's verdict; ``None`` for an update job.
         record: The whole stored object (the CLI contract's fields, all of them).
     """
 
-    __slots__ = ("active", "healthy", "previous", "result", "warnings")
+    __slots__ = ("_active", "_previous", "healthy", "result", "warnings")
+    _active: Mapping[str, Any] | None  # the stored runtime objects the properties load
+    _previous: Mapping[str, Any] | None
     result: str
-    active: Mapping[str, Any] | None
-    previous: Mapping[str, Any] | None
     warnings: tuple[str, ...]
     healthy: bool | None
 
@@ -173,12 +172,22 @@ class JobResult(_RecordView):
     ) -> None:
         self._set(
             result=result,
-            active=active,
-            previous=previous,
+            _active=active,
+            _previous=previous,
             warnings=warnings,
             healthy=healthy,
             record=MappingProxyType(dict(record or {})),
         )
+
+    @property
+    def active(self) -> InstalledRuntime | None:
+        """The runtime the job left active, its marker read now; ``None`` when it is gone or damaged."""
+        return _installed(self._active)
+
+    @property
+    def previous(self) -> InstalledRuntime | None:
+        """The runtime it left as the rollback target, read likewise; ``None`` when there is none."""
+        return _installed(self._previous)
 
     @classmethod
     def from_json(cls, payload: Mapping[str, Any]) -> JobResult:
@@ -197,13 +206,32 @@ class JobResult(_RecordView):
     def _attributes_json(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "result": self.result,
-            "active": dict(self.active) if self.active is not None else None,
-            "previous": dict(self.previous) if self.previous is not None else None,
+            "active": dict(self._active) if self._active is not None else None,
+            "previous": dict(self._previous) if self._previous is not None else None,
             "warnings": list(self.warnings),
         }
         if self.healthy is not None:
             payload["healthy"] = self.healthy
         return payload
+
+
+def _installed(runtime: Mapping[str, Any] | None) -> InstalledRuntime | None:
+    """The installed runtime a stored runtime object names, loaded through its home; ``None`` if it is not there.
+
+    Only ``<home>/runtimes/<name>`` is ever read: a record naming another directory names no runtime.
+    """
+    from llama_runtime.runtime.errors import CorruptStateError
+    from llama_runtime.runtime.layout import RUNTIMES_DIR_NAME, UnsafeHomeError
+
+    if runtime is None or not isinstance(runtime.get("name"), str) or not isinstance(runtime.get("runtime_dir"), str):
+        return None
+    where = Path(runtime["runtime_dir"])
+    if where.name != runtime["name"] or where.parent.name != RUNTIMES_DIR_NAME:
+        return None
+    try:
+        return Home(where.parent.parent).load(runtime["name"])
+    except (CorruptStateError, UnsafeHomeError, OSError):
+        return None
 
 
 class JobError(_RecordView):

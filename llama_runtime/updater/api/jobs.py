@@ -9,13 +9,13 @@ work can end, a bug or Ctrl-C included, ends the job record too.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock, when_text
 from llama_runtime.runtime.errors import (
@@ -23,11 +23,14 @@ from llama_runtime.runtime.errors import (
     CancelledError,
     LlamaRuntimeError,
     RateLimitError,
+    UserInputError,
     os_failure,
 )
 from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+from llama_runtime.updater.api.boundary import front_door, front_door_iterator
 from llama_runtime.updater.api.job_store import JobError, JobListener, JobPhase, JobResult, JobState
 from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.progress import RateMeter
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home
@@ -41,163 +44,7 @@ if TYPE_CHECKING:
     JobWork = Callable[[ProgressCallback, CancelCheck], tuple[dict[str, object], UpdateOutcome | None]]
     from llama_runtime.updater.progress import Progress
 
-__all__ = ["JobRunner", "UpdateJob", "busy_error", "refuse_if_locked"]
-
-
-# -- progress: Download rate and ETA, and the progress bar people see on a terminal. -----------------------------
-
-# Below this much elapsed time a rate is mostly noise from the first chunk.
-_MIN_RATE_WINDOW_SECONDS: Final[float] = 0.2
-# Redraws faster than this flicker and cost syscalls for nothing a person can read.
-_REDRAW_SECONDS: Final[float] = 0.1
-# Characters of the bar itself at most; it narrows to fit the terminal.
-_BAR_WIDTH: Final[int] = 28
-# A bar narrower than this says nothing the percentage does not: leave it out.
-_MIN_BAR_WIDTH: Final[int] = 8
-# Fewer columns than this for the asset name: leave the name out.
-_MIN_LABEL: Final[int] = 8
-
-
-class ProgressLike(Protocol):
-    """What the bar reads: an installer ``Progress`` or a job state."""
-
-    @property
-    def phase(self) -> str: ...
-    @property
-    def done_bytes(self) -> int: ...
-    @property
-    def total_bytes(self) -> int | None: ...
-    @property
-    def message(self) -> str: ...
-
-
-@dataclass
-class RateMeter:
-    """Average download rate since the first byte seen for the current file.
-
-    Bytes already on disk when a resumed download starts are not counted as
-    transferred, so a resume does not show an absurd rate.
-    """
-
-    clock: Clock = SYSTEM_CLOCK
-    _key: str | None = None
-    _start_bytes: int = 0
-    _start_time: float = 0.0
-
-    def sample(self, key: str, done: int, total: int | None) -> tuple[float | None, float | None]:
-        """Record ``done`` bytes of file ``key``; returns ``(bytes_per_second, eta_seconds)``."""
-        now = self.clock.monotonic()
-        if key != self._key or done < self._start_bytes:
-            self._key, self._start_bytes, self._start_time = key, done, now
-            return None, None
-        elapsed = now - self._start_time
-        if elapsed < _MIN_RATE_WINDOW_SECONDS:
-            return None, None
-        rate = (done - self._start_bytes) / elapsed
-        if rate <= 0 or total is None:
-            return (rate if rate > 0 else None), None
-        return rate, max(total - done, 0) / rate
-
-
-def format_bar(done: int, total: int | None, rate: float | None, eta: float | None, label: str, width: int = 80) -> str:
-    """One line of progress that fits ``width`` columns, e.g.
-    ``[#####-----]  45%  12.3 MB/27.0 MB  3.2 MB/s  ETA 5s  name``.
-
-    The numbers always show; the bar narrows, then the label is shortened, so a
-    narrow terminal never wraps the line (a wrapped line leaves stale rows behind
-    every redraw).
-    """
-    from llama_runtime.updater.fetch.cache import human_size
-
-    numbers = [f"{min(done / total, 1.0) * 100:3.0f}%", f"{human_size(done)}/{human_size(total)}"] if total else []
-    numbers = numbers or [human_size(done)]
-    if rate:
-        numbers.append(f"{human_size(int(rate))}/s")
-    if eta is not None:
-        numbers.append(f"ETA {int(eta)}s")
-    text = "  ".join(numbers)
-    room = max(width - 1, 1)  # never the last column: terminals differ in when they wrap there
-    if total:
-        # The bar gives way to the label first, down to its narrowest.
-        spare = room - len(text) - len("[]  ") - len("  ") - len(label)
-        bar_width = max(min(_BAR_WIDTH, spare), _MIN_BAR_WIDTH)
-        if len(text) + len("[]  ") + bar_width > room:
-            bar_width = 0
-        if bar_width >= _MIN_BAR_WIDTH:
-            filled = int(min(done / total, 1.0) * bar_width)
-            text = f"[{'#' * filled}{'-' * (bar_width - filled)}]  {text}"
-    space = room - len(text) - 2
-    if space >= _MIN_LABEL and label:
-        text += "  " + (label if len(label) <= space else label[: space - 1] + "…")
-    return text[:room].rstrip()
-
-
-def terminal_width(stream: TextIO, default: int = 80) -> int:
-    """Columns of the terminal ``stream`` writes to (``default`` when it cannot tell)."""
-    try:
-        return os.get_terminal_size(stream.fileno()).columns or default
-    except (AttributeError, ValueError, OSError):
-        return default
-
-
-@dataclass
-class TerminalProgress:
-    """A progress callback that draws on a TTY, for
-    :meth:`~llama_runtime.updater.activate.transaction.Installer.update`."""
-
-    stream: TextIO
-    clock: Clock = SYSTEM_CLOCK
-    meter: RateMeter = field(init=False)
-    _open_line: bool = False
-    _last_draw: float = 0.0
-    _phase: str = ""
-
-    def __post_init__(self) -> None:
-        self.meter = RateMeter(self.clock)  # the bar and its rates read one clock
-
-    def __call__(self, event: ProgressLike) -> None:
-        if event.phase == "download":
-            self._download(event)
-            return
-        if event.phase != self._phase:
-            self._end_line()
-            text = f"{event.phase}: {event.message}" if event.message else event.phase
-            self.stream.write(text[: max(terminal_width(self.stream) - 1, 1)] + "\n")
-            self.stream.flush()
-        self._phase = event.phase
-
-    def _download(self, event: ProgressLike) -> None:
-        self._phase = "download"
-        rate, eta = self.meter.sample(event.message, event.done_bytes, event.total_bytes)
-        now = self.clock.monotonic()
-        finished = event.total_bytes is not None and event.done_bytes >= event.total_bytes
-        if not finished and now - self._last_draw < _REDRAW_SECONDS:
-            return
-        self._last_draw = now
-        line = format_bar(event.done_bytes, event.total_bytes, rate, eta, event.message, terminal_width(self.stream))
-        self.stream.write("\r\x1b[2K" + line)
-        self.stream.flush()
-        self._open_line = True
-
-    def _end_line(self) -> None:
-        if self._open_line:
-            self.stream.write("\n")
-            self._open_line = False
-
-    def close(self) -> None:
-        """Finish an open bar line."""
-        self._end_line()
-        self.stream.flush()
-
-
-def terminal_progress(stream: TextIO | None = None) -> TerminalProgress | None:
-    """A progress bar on ``stream`` (stderr by default) if it is a terminal, else ``None``."""
-    target = sys.stderr if stream is None else stream
-    try:
-        is_tty = target.isatty()
-    except (AttributeError, ValueError):
-        is_tty = False
-    return TerminalProgress(target) if is_tty else None
+__all__ = ["JobRunner", "UpdateJob", "busy_error", "refuse_if_locked", "validate_seconds"]
 
 
 # -- job_recorder: The job as its own process runs it: events in, job states out. --------------------------------
@@ -245,9 +92,20 @@ class JobRecorder:
             return self._state
 
     def subscribe(self, listener: JobListener) -> Callable[[], None]:
-        """Call ``listener`` with every new state; returns the unsubscribe function."""
+        """Call ``listener`` with every new state; returns the unsubscribe function.
+
+        A job already over calls ``listener`` once, here, with its final state: a
+        progress dialog opened late still learns how the job ended.
+        """
         with self._lock:
-            self._listeners.append(listener)
+            # finish() publishes the final state before it copies the listeners, both under
+            # this lock: a listener is either notified by finish() or sees it ended here, never both.
+            ended = None if self._state.running else self._state
+            if ended is None:
+                self._listeners.append(listener)
+        if ended is not None:
+            with contextlib.suppress(Exception):  # a listener's bug must not break the caller, as in _notify
+                listener(ended)
 
         def unsubscribe() -> None:
             with self._lock, contextlib.suppress(ValueError):
@@ -359,20 +217,24 @@ class UpdateJob:
         self.id = job_id
 
     @property
+    @front_door
     def owned(self) -> bool:
         """Whether this process runs the job (else it follows the job file)."""
         return self._recorder is not None
 
     @property
+    @front_door
     def outcome(self) -> UpdateOutcome | None:
         """What an owned job installed (or found up to date); ``None`` until it is done."""
         return self._recorder.outcome if self._recorder else None
 
     @property
+    @front_door
     def exception(self) -> BaseException | None:
         """The error that ended an owned job, if any."""
         return self._recorder.exception if self._recorder else None
 
+    @front_door
     def state(self) -> JobState:
         """The latest state of the job."""
         if self._recorder is not None:
@@ -383,6 +245,7 @@ class UpdateJob:
             return JobState(id=self.id, phase="failed", pid=0, error=error)
         return state
 
+    @front_door
     def wait(self, timeout: float | None = None) -> JobState:
         """Wait until the job is over or ``timeout`` seconds pass; returns the latest state."""
         if self._recorder is not None:
@@ -396,16 +259,20 @@ class UpdateJob:
                 return state
             time.sleep(FOLLOW_POLL_SECONDS)
 
+    @front_door
     def cancel(self) -> None:
         """Ask the job to stop; it discards what it staged and keeps the downloaded bytes."""
         self._store.request_cancel(self.id)
         if self._recorder is not None:
             self._recorder.cancel()
 
+    @front_door
     def subscribe(self, callback: JobListener) -> Callable[[], None]:
         """Call ``callback`` with each new state until the job is over; returns unsubscribe.
 
-        For another process's job, a daemon thread polls the job file.
+        The last call is always the final state (``done``, ``failed`` or ``cancelled``);
+        on a job already over, ``callback`` is called once with that state. For another
+        process's job, a daemon thread polls the job file.
         """
         if self._recorder is not None:
             return self._recorder.subscribe(callback)
@@ -427,6 +294,7 @@ class UpdateJob:
         threading.Thread(target=follow, name=f"llama-runtime-follow-{self.id}", daemon=True).start()
         return stop.set
 
+    @front_door_iterator
     def events(self, timeout: float | None = None) -> Iterator[JobState]:
         """Iterate over the job's states until it is over (the last one is terminal)."""
         import queue  # deferred, like everything start-up does not need
@@ -458,6 +326,9 @@ class UpdateJob:
 # The button returns once the job holds the lock (its first event): lock
 # acquisition never waits, so this bound is only hit by a hung filesystem.
 START_TIMEOUT_SECONDS: Final[float] = 30.0
+#: Pause before claiming again after another process won the claim (seconds): long enough
+#: for its job record to be readable, short next to any --wait a person types.
+_CLAIM_RETRY_SECONDS: Final[float] = 0.05
 
 
 def busy_error(home: Home, jobs: JobStore) -> BusyError:
@@ -479,6 +350,17 @@ def refuse_if_locked(home: Home, jobs: JobStore) -> None:
     """
     if UpdateLock(home.lock_path).is_held():
         raise busy_error(home, jobs)
+
+
+def validate_seconds(value: float, what: str) -> float:
+    """``value`` if it is a finite number of seconds, 0 or more.
+
+    Raises:
+        UserInputError: NaN, infinite or negative (``what`` names the option).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise UserInputError(f"Invalid {what} {value!r}; use a finite number of seconds, 0 or more.")
+    return float(value)
 
 
 class JobRunner:
@@ -539,6 +421,53 @@ class JobRunner:
             background=background,
             listener=listener,
         )
+
+    def run_here(
+        self,
+        request: UpdateRequest,
+        *,
+        wait: float = 0.0,
+        operation: str = "cli",
+        listener: JobListener | None = None,
+    ) -> UpdateJob:
+        """Run ``request`` here, as the job others follow; returns once it has succeeded.
+
+        A job that runs already is waited for (at most ``wait`` seconds), never
+        joined: the caller asked for its own request.
+
+        Raises:
+            BusyError: Another update still runs after ``wait`` seconds.
+            UserInputError: ``wait`` is negative or not finite.
+            LlamaRuntimeError: The error that ended the job (its record keeps it for followers).
+        """
+        wait = validate_seconds(wait, "wait")
+        # A deadline of a wait, so the real clock (runtime.clock: waiting needs real time to
+        # pass, whatever a fake clock says; a frozen test clock would wait here for ever).
+        deadline = time.monotonic() + wait
+        while True:
+            running = self.jobs.current()
+            if running is not None and running.running and deadline > time.monotonic():
+                UpdateJob(self.jobs, running.id).wait(deadline - time.monotonic())
+            try:
+                job = self.start(
+                    request,
+                    join=False,
+                    lock_timeout=max(deadline - time.monotonic(), 0.0),
+                    operation=operation,
+                    background=False,
+                    listener=listener,
+                )
+            except BusyError:
+                # Another process claimed the job between the look above and this claim
+                # (it may still be resolving, before any lock): wait for it in turn.
+                if deadline <= time.monotonic():
+                    raise
+                time.sleep(_CLAIM_RETRY_SECONDS)
+                continue
+            # The job ran here: its error is this call's, as use() and rollback() raise theirs.
+            if job.exception is not None:
+                raise job.exception
+            return job
 
     def _hold_while_rate_limited(self, source: ReleaseSource) -> None:
         """Ask GitHub nothing while the home's stored rate-limit back-off runs (``check`` honours it too)."""

@@ -20,13 +20,13 @@ from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.fsutil import is_disk_full
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.layout import InstalledRuntime
+    from llama_runtime.runtime.layout import Home, InstalledRuntime
     from llama_runtime.updater.activate.attempts import UpdateOutcome
     from llama_runtime.updater.activate.gc import GcItem, GcReport
     from llama_runtime.updater.activate.swap import SwitchReport
+    from llama_runtime.updater.api.context import UseCaseContext
     from llama_runtime.updater.api.doctor import DoctorReport
     from llama_runtime.updater.api.job_store import JobListener, JobState
-    from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import ActiveState, Plan
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.progress import CancelCheck, ProgressCallback
@@ -328,43 +328,43 @@ def user_tag(tag: str) -> str:
     return cleaned
 
 
-def select(updater: RuntimeUpdater, tag: str, repo: str | None) -> InstalledRuntime:
+def select(ctx: UseCaseContext, tag: str, repo: str | None) -> InstalledRuntime:
     """The installed runtime ``tag`` (or a runtime name) means, narrowed by ``repo`` and the updater's backend."""
     from llama_runtime.updater.config import validate_repo
     from llama_runtime.updater.verify.installed import select_installed
 
     return select_installed(
-        updater.home.installed(),
+        ctx.home.installed(),
         user_tag(tag),
         repo=validate_repo(repo) if repo is not None else None,
-        backend=None if updater.backend == "auto" else updater.backend,
+        backend=ctx.explicit_backend,
     )
 
 
-def use(updater: RuntimeUpdater, tag: str, repo: str | None, progress: ProgressCallback | None) -> UpdateOutcome:
+def use(ctx: UseCaseContext, tag: str, repo: str | None, progress: ProgressCallback | None) -> UpdateOutcome:
     """Activate the installed ``tag`` through the same verification and server switch as an update."""
-    target = select(updater, tag, repo)
-    return updater._core.installer().use(target.name, progress=progress)
+    target = select(ctx, tag, repo)
+    return ctx.engine.installer().use(target.name, progress=progress)
 
 
-def rollback(updater: RuntimeUpdater) -> RollbackResult:
+def rollback(ctx: UseCaseContext) -> RollbackResult:
     """The previous runtime becomes active again, through the same checks as an update."""
-    active, previous, server = updater._core.installer().rollback()
+    active, previous, server = ctx.engine.installer().rollback()
     return RollbackResult(active, previous, server)
 
 
-def remove(updater: RuntimeUpdater, tag: str, repo: str | None) -> RemoveResult:
+def remove(ctx: UseCaseContext, tag: str, repo: str | None) -> RemoveResult:
     """Delete the installed ``tag``; the active and the previous runtime are refused."""
     from llama_runtime.updater.activate.gc import remove_runtime
 
-    updater.home.check_safe()  # nothing is deleted, nor even looked up, through a link the tool did not make
-    target = select(updater, tag, repo)
-    item = remove_runtime(updater.home, target.name)
+    ctx.home.check_safe()  # nothing is deleted, nor even looked up, through a link the tool did not make
+    target = select(ctx, tag, repo)
+    item = remove_runtime(ctx.home, target.name)
     return RemoveResult(target, item.size_bytes)
 
 
 def install_file(
-    updater: RuntimeUpdater,
+    ctx: UseCaseContext,
     archive: Path,
     *,
     tag: str | None,
@@ -380,27 +380,27 @@ def install_file(
 
     request = InstallFileRequest(
         archive=archive.expanduser(),
-        default_repo=validate_repo(repo) if repo is not None else updater._file_repo(),
+        default_repo=validate_repo(repo) if repo is not None else ctx.file_repo(),
         tag=validate_tag(tag) if tag is not None else None,
         repo=validate_repo(repo) if repo is not None else None,
-        backend=None if updater.backend == "auto" else updater.backend,
+        backend=ctx.explicit_backend,
         sha256=sha256,
         attestation=attestation.expanduser() if attestation is not None else None,
     )
-    return install(updater._core.installer(), request)
+    return install(ctx.engine.installer(), request)
 
 
-def gc(updater: RuntimeUpdater, *, keep: int | None, dry_run: bool, cache_only: bool) -> GcResult:
+def gc(ctx: UseCaseContext, *, keep: int | None, dry_run: bool, cache_only: bool) -> GcResult:
     """Remove old runtimes, downloads and leftovers (or, ``dry_run``, say what would go)."""
     from llama_runtime.updater.activate.gc import DEFAULT_KEEP, collect_garbage
 
     report = collect_garbage(
-        updater.home, keep=DEFAULT_KEEP if keep is None else keep, dry_run=dry_run, cache_only=cache_only
+        ctx.home, keep=DEFAULT_KEEP if keep is None else keep, dry_run=dry_run, cache_only=cache_only
     )
     return GcResult.from_report(report)
 
 
-def doctor(updater: RuntimeUpdater, *, repair: bool, listener: JobListener | None) -> DoctorResult:
+def doctor(ctx: UseCaseContext, *, repair: bool, listener: JobListener | None) -> DoctorResult:
     """Re-verify the home and the active runtime; ``repair`` runs as the home's job.
 
     Raises:
@@ -408,18 +408,18 @@ def doctor(updater: RuntimeUpdater, *, repair: bool, listener: JobListener | Non
     """
     from llama_runtime.updater.api.doctor import run_doctor
 
-    host = updater._core.host().to_json()
+    host = ctx.engine.host().to_json()
     if not repair:
-        return DoctorResult.from_report(run_doctor(updater.home, host=host))
+        return DoctorResult.from_report(run_doctor(ctx.home, host=host))
     reports: list[DoctorReport] = []
 
     def work(progress: ProgressCallback, cancel: CancelCheck) -> tuple[dict[str, object], UpdateOutcome | None]:
-        report = run_doctor(updater.home, repair=True, host=host, reinstall=_reinstaller(updater, progress, cancel))
+        report = run_doctor(ctx.home, repair=True, host=host, reinstall=_reinstaller(ctx, progress, cancel))
         reports.append(report)
         return report.to_json(), None
 
     try:
-        job = updater._runner().start_work(
+        job = ctx.runner().start_work(
             work,
             tag=None,
             join=False,
@@ -444,7 +444,7 @@ def doctor(updater: RuntimeUpdater, *, repair: bool, listener: JobListener | Non
 
 
 def _reinstaller(
-    updater: RuntimeUpdater, progress: ProgressCallback, cancel: CancelCheck
+    ctx: UseCaseContext, progress: ProgressCallback, cancel: CancelCheck
 ) -> Callable[[InstalledRuntime], InstalledRuntime]:
     """``doctor --repair``'s in-place repair: the damaged build again, by ``update``'s own path."""
 
@@ -454,7 +454,7 @@ def _reinstaller(
         from llama_runtime.updater.offline.offline import reinstall_from_cache
 
         m = damaged.marker
-        core = updater._core
+        core = ctx.engine
         engine = Engine(dataclasses.replace(core.settings, repo=m.repo), core.seams)
         # The archives the cache still holds first: a repair needs no network when its bytes are at hand.
         offline = reinstall_from_cache(engine.installer(None), damaged)
@@ -469,7 +469,7 @@ def _reinstaller(
 
 
 def plan(
-    updater: RuntimeUpdater,
+    ctx: UseCaseContext,
     tag: str | None,
     *,
     platform: str | None,
@@ -481,32 +481,32 @@ def plan(
     from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
     from llama_runtime.updater.verify.installed import active_state
 
-    host, cuda_line = _plan_host(platform, cuda_version, host_file, updater._host)
+    host, cuda_line = _plan_host(platform, cuda_version, host_file, ctx.engine.host)
     # What update would do on this machine compares with the active runtime;
     # a plan for another machine (platform, host_file) has none.
-    active = None if platform or host_file else _active_or_none(updater, active_state)
+    active = None if platform or host_file else _active_or_none(ctx.home, active_state)
     # Like update: without a backend the active runtime's stored request decides (auto when none).
     request = UpdateRequest(
-        repo=updater.repo,
+        repo=ctx.repo,
         tag=tag,
-        backend=updater._backend_request,
+        backend=ctx.backend_request,
         cuda_version=cuda_line,
-        channel=updater.channel,
+        channel=ctx.channel,
     )
     channel = channel_request(request, active.marker if active else None)
-    with updater._core.open_source(etag_cache=False) as client:
+    with ctx.engine.open_source(etag_cache=False) as client:
         resolved = resolve_tag_remote(client, tag) if tag else resolve_latest_remote(client, channel)
     decision = decide(request, active, resolved.release, host)
     decision.raise_if_refused()
     return _plan_result(resolved, decision, channel, host)
 
 
-def _active_or_none(updater: RuntimeUpdater, state_of: Callable[[InstalledRuntime], ActiveState]) -> ActiveState | None:
+def _active_or_none(home: Home, state_of: Callable[[InstalledRuntime], ActiveState]) -> ActiveState | None:
     from llama_runtime.runtime.errors import CorruptStateError
 
     try:
-        pointer = updater.home.read_pointer()
-        active = updater.home.load(pointer.active) if pointer.active else None
+        pointer = home.read_pointer()
+        active = home.load(pointer.active) if pointer.active else None
     except CorruptStateError:
         return None
     return state_of(active) if active else None

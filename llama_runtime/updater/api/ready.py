@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 from llama_runtime.runtime.errors import CorruptStateError
 from llama_runtime.runtime.fingerprint import check_runtime
@@ -27,6 +27,7 @@ __all__ = [
     "active_marker",
     "check_active",
     "damage_seen",
+    "diagnose_active",
     "ensure_result",
     "trial_on_record",
 ]
@@ -53,24 +54,48 @@ class Ready:
     trial: str | None = None
     ready: Literal[True] = field(default=True, init=False)
     problem: None = field(default=None, init=False)
+    code: None = field(default=None, init=False)
 
     @property
     def binary(self) -> Path:
         """The ``llama-server`` to run."""
         return self.runtime.binary
 
+    def to_json(self) -> dict[str, Any]:
+        """The start-up answer as a JSON object: ``ready``, ``binary``, the ``runtime`` object (``status``'s)."""
+        return {
+            "ready": True,
+            "binary": str(self.binary),
+            "runtime": self.runtime.to_json(),
+            "update_running": self.update_running,
+            "installed": self.installed,
+            "trial": self.trial,
+            "code": None,
+            "problem": None,
+        }
+
+
+#: ``NotReady.code`` when the home has no runtime yet.
+NOTHING_INSTALLED: Final[str] = "nothing_installed"
+#: ``NotReady.code`` when the active runtime's files differ from what was installed.
+DAMAGED: Final[str] = "damaged"
+
 
 @dataclass(frozen=True)
 class NotReady:
-    """Start-up found no usable runtime; ``problem`` says why, for people.
+    """Start-up found no usable runtime; ``code`` says why for programs, ``problem`` for people.
 
     Attributes:
         update_running: Another caller is updating right now (start-up did not wait).
-        problem: Why there is no usable runtime.
+        problem: Why there is no usable runtime, one sentence.
+        code: Why, for programs: ``nothing_installed`` (install one), ``damaged`` (its files
+            differ: ``doctor(repair=True)``), or the error code of what stopped the look
+            (``corrupt_state``, ``foreign_marker``, ``unsafe_home``).
     """
 
     update_running: bool
     problem: str
+    code: str = "corrupt_state"
     ready: Literal[False] = field(default=False, init=False)
     runtime: None = field(default=None, init=False)
     installed: bool = field(default=False, init=False)
@@ -79,6 +104,19 @@ class NotReady:
     def binary(self) -> None:
         """Nothing to run."""
         return None
+
+    def to_json(self) -> dict[str, Any]:
+        """The start-up answer as a JSON object, with the keys of :meth:`Ready.to_json`."""
+        return {
+            "ready": False,
+            "binary": None,
+            "runtime": None,
+            "update_running": self.update_running,
+            "installed": False,
+            "trial": None,
+            "code": self.code,
+            "problem": self.problem,
+        }
 
 
 #: What :meth:`~updater.api.service.RuntimeUpdater.ensure` returns; ``if result.ready:`` tells the two apart.
@@ -90,34 +128,41 @@ def ensure_result(
     running: bool,
     problem: str | None,
     *,
+    code: str | None = None,
     installed: bool = False,
     trial: str | None = None,
 ) -> EnsureResult:
-    """:class:`Ready` for a runtime, else :class:`NotReady` saying why (``problem``; ``trial``: see Ready)."""
+    """:class:`Ready` for a runtime, else :class:`NotReady` saying why (``problem``, ``code``; ``trial``: see Ready)."""
     if runtime is not None:
         return Ready(runtime, running, installed=installed, trial=trial)
-    return NotReady(running, problem or "No usable llama.cpp runtime is active.")
+    return NotReady(running, problem or "No usable llama.cpp runtime is active.", code or NOTHING_INSTALLED)
 
 
-def check_active(home: Home) -> tuple[InstalledRuntime | None, str | None]:
-    """The active runtime if it is ready, else ``None`` and why, for people."""
+def diagnose_active(home: Home) -> tuple[InstalledRuntime | None, str | None, str | None]:
+    """The active runtime if it is ready, else ``None``, why for programs (a code) and why for people."""
     from llama_runtime.runtime.trial import checked_pointer
 
     try:
         # A runtime on trial is not handed out: the last checked one is (runtime.trial; one small read).
         pointer, _trial = checked_pointer(home, home.read_pointer())
         if not pointer.active:
-            return None, "No llama.cpp runtime is installed yet."
+            return None, NOTHING_INSTALLED, "No llama.cpp runtime is installed yet."
         runtime = home.load(pointer.active)
     except (CorruptStateError, UnsafeHomeError) as exc:  # start-up reports, it does not raise
-        return None, exc.message
+        return None, exc.code, exc.message
 
     problems = damage_seen(home, runtime)
     if problems:
         shown = "; ".join(problems[:3])
         where = f"The active runtime {runtime.marker.tag} in {runtime.path}"
-        return None, f"{where} differs from what was installed: {shown}."
-    return runtime, None
+        return None, DAMAGED, f"{where} differs from what was installed: {shown}."
+    return runtime, None, None
+
+
+def check_active(home: Home) -> tuple[InstalledRuntime | None, str | None]:
+    """The active runtime if it is ready, else ``None`` and why, for people."""
+    runtime, _code, problem = diagnose_active(home)
+    return runtime, problem
 
 
 def damage_seen(home: Home, runtime: InstalledRuntime) -> list[str]:

@@ -27,15 +27,16 @@ Locking policy per caller:
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.layout import Home
-from llama_runtime.updater.api.ready import EnsureResult, active_marker, check_active, ensure_result, trial_on_record
+from llama_runtime.updater.api.boundary import front_door
+from llama_runtime.updater.api.ready import EnsureResult, active_marker, diagnose_active, ensure_result, trial_on_record
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.binary import ProcessRunner
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.server import ServerControl
     from llama_runtime.updater.activate.attempts import UpdateOutcome
     from llama_runtime.updater.api.check import CheckResult
+    from llama_runtime.updater.api.context import UseCaseContext
+    from llama_runtime.updater.api.inventory import ListResult, StatusResult
     from llama_runtime.updater.api.job_store import JobListener, JobStore
     from llama_runtime.updater.api.jobs import JobRunner, UpdateJob
     from llama_runtime.updater.api.manage import (
@@ -57,15 +60,14 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
+    from llama_runtime.updater.offline.export import ExportResult
+    from llama_runtime.updater.offline.mirror import MirrorReport
     from llama_runtime.updater.progress import ProgressCallback
     from llama_runtime.updater.release.channel import Channel
     from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.verify.gate import GatePolicy
 
 __all__ = ["RuntimeUpdater"]
-
-#: Pause before claiming again after another process won the claim (seconds): long enough
-#: for its job record to be readable, short next to any --wait a person types.
-_CLAIM_RETRY_SECONDS: Final[float] = 0.05
 
 
 def _checked_host(host: Callable[[], object]) -> Callable[[], HostFacts]:
@@ -115,6 +117,7 @@ class RuntimeUpdater:
         UserInputError: A malformed repository, backend, URL or timeout.
     """
 
+    @front_door
     def __init__(
         self,
         home: Path | None = None,
@@ -161,14 +164,16 @@ class RuntimeUpdater:
         self._bind(settings, Home(settings.home), build_engine, file_repo)
 
     @classmethod
-    def _from_engine(cls, engine: Engine) -> RuntimeUpdater:
-        """An updater over an engine the caller built (the CLI's composition root).
+    def _from_settings(cls, settings: Settings) -> RuntimeUpdater:
+        """An updater over settings the caller resolved (the CLI: its flags, over the environment).
 
-        The CLI builds ``install-file``'s engine from settings that do not follow the
-        active runtime's repository, so its repo is also the file's default origin.
+        The engine is built on first use, as for an app's updater; ``install-file``'s settings do
+        not follow the active runtime's repository, so their repo is also the file's default origin.
         """
+        from llama_runtime.updater.engine import Engine
+
         updater = cls.__new__(cls)
-        updater._bind(engine.settings, engine.home, lambda: engine, lambda: engine.settings.repo)
+        updater._bind(settings, Home(settings.home), lambda: Engine(settings), lambda: settings.repo)
         return updater
 
     def _bind(
@@ -198,6 +203,7 @@ class RuntimeUpdater:
         return self._engine
 
     @property
+    @front_door
     def jobs(self) -> JobRecords:
         """The home's job records: ``jobs.current()`` is the newest job's state, ``jobs.get(id)`` one job's.
 
@@ -215,10 +221,7 @@ class RuntimeUpdater:
 
     # -- collaborators -----------------------------------------------------------
 
-    def _host(self) -> HostFacts:
-        """Host facts, detected once per updater."""
-        return self._core.host()
-
+    @front_door
     def update_running(self) -> bool:
         """Whether an update holds the lock or a job runs now (probes the lock; never waits)."""
         from llama_runtime.runtime.lock import UpdateLock
@@ -230,6 +233,7 @@ class RuntimeUpdater:
 
     # -- start-up ------------------------------------------------------------------
 
+    @front_door
     def ensure(self, *, install_if_missing: bool = False) -> EnsureResult:
         """The runtime to start, found without network and without waiting.
 
@@ -246,10 +250,10 @@ class RuntimeUpdater:
         Raises:
             LlamaRuntimeError: Only from the install that ``install_if_missing`` asked for.
         """
-        runtime, problem = check_active(self.home)
+        runtime, code, problem = diagnose_active(self.home)
         running = self.update_running()
         if runtime is not None or running or not install_if_missing:
-            return ensure_result(runtime, running, problem, trial=trial_on_record(self.home))
+            return ensure_result(runtime, running, problem, code=code, trial=trial_on_record(self.home))
         # A damaged runtime is repaired as the same build, not upgraded behind the app's back.
         marker, _ = active_marker(self.home)
         same = marker.tag if marker is not None and marker.repo == self.repo else None
@@ -257,11 +261,12 @@ class RuntimeUpdater:
         job.wait()
         if job.exception is not None:
             raise job.exception
-        runtime, problem = check_active(self.home)
-        return ensure_result(runtime, False, problem, installed=runtime is not None)
+        runtime, code, problem = diagnose_active(self.home)
+        return ensure_result(runtime, False, problem, code=code, installed=runtime is not None)
 
     # -- the button ----------------------------------------------------------------
 
+    @front_door
     def current_job(self) -> UpdateJob | None:
         """A handle on the newest job (running or finished), if there was one."""
         from llama_runtime.updater.api.jobs import UpdateJob
@@ -269,6 +274,7 @@ class RuntimeUpdater:
         state = self._job_store.current()
         return UpdateJob(self._job_store, state.id) if state else None
 
+    @front_door
     def start_update(
         self,
         tag: str | None = None,
@@ -303,7 +309,7 @@ class RuntimeUpdater:
             UserInputError: A malformed tag (``7000``: did you mean ``b7000``?), backend or CUDA version, or a
                 ``lock_timeout`` that is negative or not finite.
         """
-        from llama_runtime.updater.api.check import validate_seconds
+        from llama_runtime.updater.api.jobs import validate_seconds
 
         lock_timeout = validate_seconds(lock_timeout, "lock timeout")
         request = self._request(
@@ -318,6 +324,7 @@ class RuntimeUpdater:
             listener=listener,
         )
 
+    @front_door
     def update(
         self,
         tag: str | None = None,
@@ -329,11 +336,13 @@ class RuntimeUpdater:
         operation: str = "update",
         listener: JobListener | None = None,
     ) -> UpdateJob:
-        """Run an update here, as the home's job others follow; returns the job once it is over.
+        """Run an update here, as the home's job others follow; returns the job once it has succeeded.
 
         Unlike :meth:`start_update` a running job is waited for (at most ``wait``
         seconds), never joined: the caller asked for its own tag and backend.
-        ``job.outcome`` is what it installed; ``job.exception`` the error that ended it.
+        ``job.outcome`` is what it installed (or found up to date). A job that
+        failed or was cancelled raises its error here, as :meth:`use` does; the
+        job's record (``jobs.get(job_id)``) keeps it for followers.
 
         Args:
             tag: Exact tag, or ``None`` for the newest release.
@@ -348,9 +357,11 @@ class RuntimeUpdater:
         Raises:
             BusyError: Another update still runs after ``wait`` seconds.
             UserInputError: A malformed tag, backend or CUDA version, or a bad ``wait``.
+            LlamaRuntimeError: The error that ended the job (a ``CancelledError`` when it was
+                cancelled); the active runtime is unchanged.
         """
         request = self._request(tag, backend, cuda_version, require_digest, self._backend_request)
-        return self._run_update(request, wait=wait, operation=operation, listener=listener)
+        return self._runner().run_here(request, wait=wait, operation=operation, listener=listener)
 
     def _request(
         self,
@@ -380,57 +391,26 @@ class RuntimeUpdater:
             channel=self.channel,
         )
 
-    def _run_update(
-        self,
-        request: UpdateRequest,
-        *,
-        wait: float = 0.0,
-        operation: str = "cli",
-        listener: JobListener | None = None,
-    ) -> UpdateJob:
-        """Run ``request`` here, as the job others follow; returns when it is over.
-
-        A job that runs already is waited for (at most ``wait`` seconds), never
-        joined: the caller asked for its own request.
-
-        Raises:
-            BusyError: Another update still runs after ``wait`` seconds.
-            UserInputError: ``wait`` is negative or not finite.
-        """
-        from llama_runtime.runtime.errors import BusyError
-        from llama_runtime.updater.api.check import validate_seconds
-        from llama_runtime.updater.api.jobs import UpdateJob
-
-        wait = validate_seconds(wait, "wait")
-        # A deadline of a wait, so the real clock (runtime.clock: waiting needs real time to
-        # pass, whatever a fake clock says; a frozen test clock would wait here for ever).
-        deadline = time.monotonic() + wait
-        runner = self._runner()
-        while True:
-            running = self._job_store.current()
-            if running is not None and running.running and deadline > time.monotonic():
-                UpdateJob(self._job_store, running.id).wait(deadline - time.monotonic())
-            try:
-                return runner.start(
-                    request,
-                    join=False,
-                    lock_timeout=max(deadline - time.monotonic(), 0.0),
-                    operation=operation,
-                    background=False,
-                    listener=listener,
-                )
-            except BusyError:
-                # Another process claimed the job between the look above and this claim
-                # (it may still be resolving, before any lock): wait for it in turn.
-                if deadline <= time.monotonic():
-                    raise
-                time.sleep(_CLAIM_RETRY_SECONDS)
-
+    @front_door
     def busy_error(self) -> BusyError:
         """Who updates this home now, in one sentence: the lock's holder and its job's progress."""
         from llama_runtime.updater.api.jobs import busy_error
 
         return busy_error(self.home, self._job_store)
+
+    def _context(self) -> UseCaseContext:
+        """What the use cases are given: the engine, the job store and this updater's defaults."""
+        from llama_runtime.updater.api.context import UseCaseContext
+
+        return UseCaseContext(
+            engine=self._core,
+            jobs=self._job_store,
+            repo=self.repo,
+            backend=self.backend,
+            backend_request=self._backend_request,
+            channel=self.channel,
+            file_repo=self._file_repo,
+        )
 
     def _runner(self) -> JobRunner:
         from llama_runtime.updater.api.jobs import JobRunner
@@ -439,6 +419,7 @@ class RuntimeUpdater:
 
     # -- the scheduler -------------------------------------------------------------
 
+    @front_door
     def check(self, *, apply: bool = False, wait: float = 0.0, listener: JobListener | None = None) -> CheckResult:
         """Is a strictly newer build for the active repo and backend out? ``apply`` installs it.
 
@@ -463,10 +444,52 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.check import run_check
 
-        return run_check(self, apply=apply, wait=wait, listener=listener)
+        return run_check(self._context(), apply=apply, wait=wait, listener=listener)
+
+    # -- what the home holds --------------------------------------------------------
+
+    @front_door
+    def status(self) -> StatusResult:
+        """What is active, what is installed, whether an override is in force; no network, no lock.
+
+        Raises:
+            CorruptStateError: The pointer or the active runtime is damaged (the message names the repair).
+            UnsafeHomeError: The home is not safely a directory of ours.
+        """
+        from llama_runtime.updater.api.inventory import status_of
+
+        return status_of(self.home)
+
+    @front_door
+    def list(self, *, available: bool = False, limit: int = 10) -> ListResult:
+        """The installed runtimes, their files checked against their markers; ``available`` adds releases.
+
+        Args:
+            available: Also ask the release source for the newest builds with an asset for this
+                host and the backend asked for (else the active runtime's request).
+            limit: With ``available``: at most this many releases (1 or more).
+
+        Raises:
+            UserInputError: ``limit`` is below 1.
+            CorruptStateError: The pointer cannot be read.
+            RemoteError: ``available`` and the release source failed.
+        """
+        from llama_runtime.runtime.errors import UserInputError
+        from llama_runtime.updater.api.inventory import available_for, list_home
+
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise UserInputError(f"limit must be 1 or more, not {limit}.")
+        result, active, installed = list_home(self.home)
+        if not available:
+            return result
+        engine = self._core
+        with engine.open_source() as source:
+            found = available_for(engine.settings, source, engine.host(), installed, active, limit)
+        return dataclasses.replace(result, available=found, repo=engine.settings.repo)
 
     # -- the runtime manager -------------------------------------------------------
 
+    @front_door
     def use(self, tag: str, *, repo: str | None = None, progress: ProgressCallback | None = None) -> UpdateOutcome:
         """Activate an installed runtime (no download), verified and switched like an update.
 
@@ -483,8 +506,9 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.manage import use
 
-        return use(self, tag, repo, progress)
+        return use(self._context(), tag, repo, progress)
 
+    @front_door
     def rollback(self) -> RollbackResult:
         """Re-activate the previous runtime (the current one becomes previous), like an update switches.
 
@@ -496,8 +520,9 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.manage import rollback
 
-        return rollback(self)
+        return rollback(self._context())
 
+    @front_door
     def remove(self, tag: str, *, repo: str | None = None) -> RemoveResult:
         """Delete an installed runtime that is neither active nor the rollback target.
 
@@ -506,8 +531,9 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.manage import remove
 
-        return remove(self, tag, repo)
+        return remove(self._context(), tag, repo)
 
+    @front_door
     def install_file(
         self,
         archive: str | Path,
@@ -536,7 +562,7 @@ class RuntimeUpdater:
         from llama_runtime.updater.api.manage import install_file
 
         return install_file(
-            self,
+            self._context(),
             Path(archive),
             tag=tag,
             repo=repo,
@@ -544,6 +570,100 @@ class RuntimeUpdater:
             attestation=Path(attestation) if attestation is not None else None,
         )
 
+    @front_door
+    def export(self, output: str | Path) -> ExportResult:
+        """Write the active runtime and its marker as one bundle that ``install_file`` restores elsewhere.
+
+        The bundle appears at ``output`` only when complete; it carries the release archive
+        when the download cache still holds it (its provenance then travels too).
+
+        Raises:
+            UserInputError: Nothing is active, or ``output`` cannot be written there.
+            CorruptStateError: The active runtime's files differ from its marker.
+            BusyError: An update is running.
+        """
+        from llama_runtime.updater.offline.export import export_bundle
+
+        return export_bundle(self.home, Path(output))
+
+    @front_door
+    def mirror_sync(
+        self,
+        dest: str | Path,
+        *,
+        tag: str | None = None,
+        newest: int = 1,
+        platforms: Sequence[str] = (),
+        backends: Sequence[str] = (),
+        prune: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> MirrorReport:
+        """Bring a mirror directory up to date with the updater's repository, as its one writer.
+
+        Machines pointed at it (``api_url=dest.as_uri()``, or the URL a static web server gives
+        it) update from it as from GitHub, attestations included. What it fetches is checked as
+        ``update`` checks it; this home's runtimes are not touched.
+
+        Args:
+            dest: The mirror directory (created if missing); never inside this home.
+            tag: One exact release; otherwise the ``newest`` builds the updater's channel names.
+            newest: How many builds to mirror (1 or more).
+            platforms: ``OS-ARCH`` filters, e.g. ``linux-x64`` (empty: all).
+            backends: Backend filters, e.g. ``vulkan`` (empty: all).
+            prune: Remove mirrored releases other than the ``newest`` ones.
+            progress: Receives the downloads' progress events.
+
+        Raises:
+            UserInputError: ``dest`` is in this home or not a directory we can write, a malformed tag,
+                platform or backend, ``newest`` below 1, or ``prune`` with an exact ``tag``.
+            BusyError: Another sync writes ``dest`` now.
+            RemoteError: Network or GitHub failures.
+        """
+        from llama_runtime.runtime.marker import parse_backend
+        from llama_runtime.updater.api.mirror_args import mirror_dest, platform_filter
+        from llama_runtime.updater.offline.mirror import MirrorFetch, sync_mirror
+        from llama_runtime.updater.release.tags import validate_tag
+        from llama_runtime.updater.stage.streaming import FetchOptions
+
+        engine = self._core
+        wanted = [parse_backend(b, allow_auto=False, source="--backend") for b in backends]
+        filters = [platform_filter(p) for p in platforms]
+        checked_tag = validate_tag(tag) if tag is not None else None
+        where = mirror_dest(Path(dest), self.home.root)
+        with engine.open_source(etag_cache=False, api_deadline=False) as client:
+            return sync_mirror(
+                client,
+                where,
+                tag=checked_tag,
+                latest=newest,
+                platforms=filters,
+                backends=wanted,
+                prune=prune,
+                channel=self.channel or "stable",
+                # Fetched as `update` fetches: parallel ranges, one pass.
+                fetch=MirrorFetch(FetchOptions(parallel=engine.settings.parallel_downloads), progress),
+            )
+
+    @front_door
+    def gate_settings(self, policy: GatePolicy | None = None) -> GatePolicy:
+        """The inference gate's settings every later update of this home applies; ``policy`` stores new ones.
+
+        Args:
+            policy: Settings to store first (``None``: only read what is stored).
+
+        Returns:
+            The stored settings (the defaults when nothing valid is stored).
+
+        Raises:
+            UserInputError: ``policy``'s smoke model is missing or not a GGUF file.
+        """
+        from llama_runtime.updater.verify.gate import load_gate_settings, save_gate_settings
+
+        if policy is not None:
+            save_gate_settings(self.home.root, policy)
+        return load_gate_settings(self.home.root)
+
+    @front_door
     def gc(self, *, keep: int | None = None, dry_run: bool = False, cache_only: bool = False) -> GcResult:
         """Remove old runtimes, stale downloads and leftovers; the active and previous are always kept.
 
@@ -554,8 +674,9 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.manage import gc
 
-        return gc(self, keep=keep, dry_run=dry_run, cache_only=cache_only)
+        return gc(self._context(), keep=keep, dry_run=dry_run, cache_only=cache_only)
 
+    @front_door
     def doctor(self, *, repair: bool = False, listener: JobListener | None = None) -> DoctorResult:
         """Re-verify the home and the active runtime; ``repair`` points the home at a verified one.
 
@@ -572,8 +693,9 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.manage import doctor
 
-        return doctor(self, repair=repair, listener=listener)
+        return doctor(self._context(), repair=repair, listener=listener)
 
+    @front_door
     def plan(
         self,
         tag: str | None = None,
@@ -599,7 +721,7 @@ class RuntimeUpdater:
         from llama_runtime.updater.api.manage import plan, user_tag
 
         return plan(
-            self,
+            self._context(),
             user_tag(tag) if tag is not None else None,
             platform=platform,
             cuda_version=cuda_version,

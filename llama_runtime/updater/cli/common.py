@@ -11,12 +11,11 @@ from llama_runtime.runtime.errors import LlamaRuntimeError, RemoteError, UserInp
 from llama_runtime.updater.cli.gateopts import gate_lines
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
+    from llama_runtime.runtime.layout import Home, InstalledRuntime
     from llama_runtime.updater.activate.attempts import UpdateOutcome
-    from llama_runtime.updater.api.jobs import TerminalProgress
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.choice.decide import ActiveState
-    from llama_runtime.updater.cli.main import Output
+    from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.cli.progressbar import TerminalProgress
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.engine import Engine
 
@@ -96,9 +95,10 @@ def cancel_on_signals(updater: RuntimeUpdater, out: Output) -> contextlib.Abstra
     events = out.events
 
     def request_cancel() -> bool:
-        if events.job_id is None:
+        job = updater.current_job() if events.job_id is not None else None
+        if job is None or job.id != events.job_id:
             return False
-        updater._job_store.request_cancel(events.job_id)
+        job.cancel()
         return True
 
     return on_signals(request_cancel)
@@ -123,7 +123,7 @@ def progress_for(args: argparse.Namespace) -> TerminalProgress | None:
     quiet = ("json", "events", "quiet", "no_progress")
     if any(getattr(args, flag, False) for flag in quiet):
         return None
-    from llama_runtime.updater.api.jobs import terminal_progress
+    from llama_runtime.updater.cli.progressbar import terminal_progress
 
     return terminal_progress()
 
@@ -202,11 +202,6 @@ def explain_failure(exc: LlamaRuntimeError, *, had_active: bool) -> None:
 
 # -- context: What a command builds from its arguments: settings, home, engine. ----------------------------------
 
-_REPAIR_HINT = (
-    "Run `llama-runtime doctor --repair` to point at a verified runtime, "
-    "or `llama-runtime update` to install one again."
-)
-
 
 def settings_from_args(args: argparse.Namespace, *, follow_active_repo: bool = True) -> Settings:
     """The settings the global flags name, over the environment and the defaults."""
@@ -244,34 +239,7 @@ def updater_for(settings: Settings) -> RuntimeUpdater:
     """The front door over the engine ``settings`` configure: every verb that changes a home goes through it."""
     from llama_runtime.updater.api.service import RuntimeUpdater
 
-    return RuntimeUpdater._from_engine(engine_for(settings))
-
-
-def read_active(home: Home) -> tuple[Pointer, InstalledRuntime | None]:
-    """The pointer and the intact active runtime; damage is an exit-6 error naming the repair."""
-    from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError
-    from llama_runtime.runtime.trial import checked_pointer
-    from llama_runtime.updater.api.ready import damage_seen
-
-    try:
-        # While a switch is on trial, readers are handed the last checked runtime (runtime.trial).
-        pointer, _trial = checked_pointer(home, home.read_pointer())
-        active = home.load(pointer.active) if pointer.active else None
-    except ForeignMarkerError:
-        raise
-    except CorruptStateError as exc:
-        # An update cannot replace a directory standing at the pointer: then only doctor --repair helps.
-        hint = exc.hint if home.pointer_path.is_dir() else _REPAIR_HINT
-        raise CorruptStateError(exc.message, hint=hint) from None
-    # Stat fingerprints, with a hash of only what changed: a same-size garbage llama-server is damage.
-    problems = damage_seen(home, active) if active else []
-    if active and problems:
-        shown = "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
-        raise CorruptStateError(
-            f"The active runtime {active.marker.tag} ({active.marker.backend}) in {active.path} is damaged: {shown}.",
-            hint=_REPAIR_HINT,
-        )
-    return pointer, active
+    return RuntimeUpdater._from_settings(settings)
 
 
 def has_active(home: Home) -> bool:
@@ -284,25 +252,12 @@ def has_active(home: Home) -> bool:
         return True
 
 
-def active_state(home: Home) -> ActiveState | None:
-    """The active runtime as the decision sees it; ``None`` when nothing usable is active."""
-    from llama_runtime.runtime.errors import CorruptStateError
-    from llama_runtime.updater.verify.installed import active_state as state_of
-
-    try:
-        pointer = home.read_pointer()
-        active = home.load(pointer.active) if pointer.active else None
-    except CorruptStateError:
-        return None
-    return state_of(active) if active else None
-
-
 def describe_active_now(args: argparse.Namespace | None) -> str:
     """Which runtime the pointer names right now, as words; never raises."""
     try:
         if args is None:
             raise LookupError("no home yet")
-        home = home_for(settings_from_args(args))
+        home = updater_for(settings_from_args(args)).home
     except Exception as exc:  # bad settings: the interruption is still the news
         reason = getattr(exc, "message", None) or type(exc).__name__
         return f"the active runtime could not be read ({reason}); `llama-runtime status` shows it"

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.job_store import JobState
     from llama_runtime.updater.api.jobs import UpdateJob
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.main import Output
+    from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.progress import Progress
 
 #: A progress bar redraws about ten times a second; more lines only cost the app parsing.
@@ -219,7 +219,7 @@ class EventStream:
             if not complete and now - self._last_progress < _PROGRESS_INTERVAL_SECONDS:
                 return
             self._last_progress = now
-            from llama_runtime.updater.progress import Progress  # the CLI has it loaded by now
+            from llama_runtime import Progress  # the CLI has it loaded by now
 
             event = state if isinstance(state, Progress) else state.progress
             # The one place a progress event becomes a line (docs/events.md, ``type: progress``).
@@ -351,11 +351,10 @@ def attach_events(updater: RuntimeUpdater, out: Output, busy: LlamaRuntimeError)
     Two windows pressing "Update" then show one progress; the lines carry ``attached: true``.
     Without a job record to follow (an update without one holds the lock), the busy error stands.
     """
-    current = updater._job_store.current()
-    if current is None or not current.running:
+    job = updater.current_job()
+    current = job.state() if job is not None else None
+    if job is None or current is None or not current.running:
         raise busy
-    from llama_runtime.updater.api.jobs import UpdateJob
-
     assert out.events is not None
     out.events.write({"type": "phase", "phase": "attached", "message": current.describe(), "job": current.id})
-    return follow_events(UpdateJob(updater._job_store, current.id), out, None, attached=True)
+    return follow_events(job, out, None, attached=True)

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from llama_runtime.updater.cli.gateopts import positive_seconds, split_args
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -38,16 +39,11 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 
 def cmd_gate(args: argparse.Namespace, out: Output) -> int:
-    from llama_runtime.updater.cli.common import home_for, settings_from_args
-    from llama_runtime.updater.verify.gate import (
-        gate_settings_json,
-        load_gate_settings,
-        parse_slowdown,
-        save_gate_settings,
-    )
+    from llama_runtime.updater.cli.common import settings_from_args, updater_for
+    from llama_runtime.updater.cli.gateopts import gate_settings_json, parse_slowdown
 
-    home = home_for(settings_from_args(args))
-    policy = load_gate_settings(home.root)
+    updater = updater_for(settings_from_args(args))
+    policy = updater.gate_settings()
     changes: dict[str, object] = {}
     if args.smoke_model:
         changes["smoke_model"] = Path(args.smoke_model)
@@ -64,8 +60,7 @@ def cmd_gate(args: argparse.Namespace, out: Output) -> int:
     if args.timeout is not None:
         changes["timeout"] = positive_seconds(args.timeout, "--timeout")
     if changes:
-        policy = dataclasses.replace(policy, **changes)  # type: ignore[arg-type]
-        save_gate_settings(home.root, policy)
+        policy = updater.gate_settings(dataclasses.replace(policy, **changes))  # type: ignore[arg-type]
     payload = gate_settings_json(policy)
     slow = "off" if policy.max_slowdown is None else f"{policy.max_slowdown:.0%} ({policy.on_slowdown})"
     limit = "auto (scaled to the model and device)" if policy.timeout is None else f"{policy.timeout:g} s"

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from llama_runtime.runtime.inference import Speed
     from llama_runtime.runtime.layout import InstalledRuntime
     from llama_runtime.updater.activate.swap import SwitchReport
@@ -51,13 +53,31 @@ def add_gate_arguments(parser: argparse.ArgumentParser, *, smoke: bool) -> None:
         )
 
 
+def parse_slowdown(text: str) -> float | None:
+    """``--max-slowdown``: ``20%``, ``20`` or ``off`` as a fraction (0.2) or ``None``.
+
+    Raises:
+        UserInputError: Anything else.
+    """
+    from llama_runtime.updater.verify.gate import parse_slowdown as parse
+
+    return parse(text)
+
+
+def gate_settings_json(policy: GatePolicy) -> dict[str, object]:
+    """``policy`` as ``gate --json`` prints it (the stored object)."""
+    from llama_runtime.updater.verify.gate import gate_settings_json as as_json
+
+    return as_json(policy)
+
+
 def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
     """Stored settings, overridden by this command's flags; the smoke model is checked.
 
     Raises:
         UserInputError: A malformed percentage, or a smoke model that is missing or not GGUF.
     """
-    from llama_runtime.updater.verify.gate import load_gate_settings, parse_slowdown, validate_gguf
+    from llama_runtime.updater.verify.gate import load_gate_settings, validate_gguf
 
     policy = load_gate_settings(home_root)
     if args.max_slowdown is not None:
@@ -149,18 +169,14 @@ def gate_lines(report: SwitchReport | None) -> list[str]:
     return lines
 
 
-def speed_table(
-    active: InstalledRuntime | None, previous: InstalledRuntime | None, home_root: Path | None = None
-) -> tuple[dict[str, object], list[str]]:
-    """The ``speeds`` object of ``status`` and its lines: each model's figures, active beside previous.
-
-    The smoke model's figures come from the markers; the server gate's, newer, from the home's state.
-    """
-    now, before = _figures(active, home_root), _figures(previous, home_root)
-    payload: dict[str, object] = {"active": now, "previous": before}
+def speed_lines(
+    speeds: Mapping[str, Mapping[str, object]], active: InstalledRuntime | None, previous: InstalledRuntime | None
+) -> list[str]:
+    """``status``'s ``speeds`` for people: each model's figures, active beside previous."""
+    now, before = speeds.get("active", {}), speeds.get("previous", {})
     models = sorted(set(now) | set(before))
     if not models:
-        return payload, []
+        return []
     lines = ["speed on the gate's request (tokens/s, prompt / generation):"]
     for model in models:
         cells = [
@@ -169,27 +185,7 @@ def speed_table(
             if runtime is not None
         ]
         lines.append(f"  {model}: " + "   ".join(cells))
-    return payload, lines
-
-
-def _figures(runtime: InstalledRuntime | None, home_root: Path | None) -> dict[str, object]:
-    """``runtime``'s figures per model: its marker's (smoke model), then the gate's measurements."""
-    if runtime is None:
-        return {}
-    figures: dict[str, object] = dict(runtime.marker.speeds)
-    if home_root is not None:
-        from llama_runtime.updater.verify.measures import measures_of
-
-        for measure in sorted(measures_of(home_root, runtime.name), key=lambda m: m.measured_at):
-            if measure.speed is not None:
-                figures[measure.model] = {
-                    **measure.speed.to_json(),
-                    "args": measure.args,
-                    "measured_at": measure.measured_at,
-                    "samples": len(measure.samples),
-                    "answer": measure.answer,
-                }
-    return figures
+    return lines
 
 
 def _pair(record: object) -> str:

@@ -18,7 +18,8 @@ from llama_runtime.updater.cli.common import add_events_flag, cancel_on_signals
 if TYPE_CHECKING:
     from llama_runtime.updater.api.job_store import JobError
     from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
 
 #: The jitter sleep; tests replace it so they never wait.
 sleep: Callable[[float], None] = time.sleep
@@ -46,10 +47,9 @@ def register(add: AddParser) -> dict[str, Handler]:
 
 def updater_from_args(args: argparse.Namespace) -> RuntimeUpdater:
     """A :class:`RuntimeUpdater` over the engine the common flags configure."""
-    from llama_runtime.updater.api.service import RuntimeUpdater
-    from llama_runtime.updater.cli.common import engine_for, settings_from_args
+    from llama_runtime.updater.cli.common import settings_from_args, updater_for
 
-    return RuntimeUpdater._from_engine(engine_for(settings_from_args(args)))
+    return updater_for(settings_from_args(args))
 
 
 def cmd_check(args: argparse.Namespace, out: Output) -> int:
@@ -71,7 +71,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     except BusyError as exc:
         if out.events is not None:
             raise
-        current = updater._job_store.current()
+        current = updater.jobs.current()
         payload: dict[str, Any] = {"skipped": "busy", "error": exc.to_json()}
         payload["job"] = current.to_json() if current and current.running else None
         if out.as_json:
@@ -81,7 +81,7 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
         if bar is not None:
             bar.close()
     latest = f"{result.latest_version} (build {result.latest})" if result.latest_version else result.latest
-    switched = result.outcome is not None and result.outcome.get("result") == "switched"
+    switched = result.outcome is not None and result.outcome.result == "switched"
     lines = [_check_line(result.installed, latest, result.update_available, result.applied, switched=switched)]
     if result.skipped:
         lines = [f"Skipped: {result.reason}"]

@@ -10,30 +10,21 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.errors import NothingActiveError, UserInputError
 from llama_runtime.updater.cli.common import add_events_flag, settings_from_args, updater_for
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.fingerprint import RuntimeCheck
-    from llama_runtime.runtime.layout import HomeSnapshot, InstalledRuntime
-    from llama_runtime.updater.choice.decide import Available
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
-    from llama_runtime.updater.config import Settings
-    from llama_runtime.updater.release.release import Release
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.api.inventory import RuntimeEntry
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
 
 
 # -- lifecycle ---------------------------------------------------------------------------------------------------
 
 #: Releases ``list --available`` shows by default: a screenful, and one page of the API.
 AVAILABLE_DEFAULT: int = 10
-#: Pages of releases ``list --available`` reads at most (100 each, one API request each): upstream
-#: publishes a dozen builds a day but a stable release only now and then.
-AVAILABLE_MAX_PAGES: Final[int] = 3
-#: A page this full may have a next one (GitHub's maximum page size, which ``recent_releases`` asks for).
-RELEASES_PER_PAGE: Final[int] = 100
 
 
 def _register_lifecycle(add: AddParser) -> dict[str, Handler]:
@@ -104,12 +95,9 @@ def cmd_which(args: argparse.Namespace, out: Output) -> int:
     """
     import sys
 
-    from llama_runtime.runtime.binary import server_override
-    from llama_runtime.updater.cli.common import home_for, read_active, settings_from_args
-
-    _pointer, active = read_active(home_for(settings_from_args(args)))
-    managed = str(active.binary) if active is not None else None
-    override = server_override()
+    status = updater_for(settings_from_args(args)).status()
+    managed = str(status.active.binary) if status.active is not None else None
+    override = status.override.path if status.override is not None else None
     if override is None and managed is None:
         raise NothingActiveError(
             "No runtime is active, so there is no llama-server to run.",
@@ -126,167 +114,55 @@ def cmd_which(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     """``list [--available]``: installed runtimes, and what the remote offers this host."""
-    from llama_runtime.runtime.diskuse import home_disk_use
-    from llama_runtime.runtime.fsutil import tree_size
-    from llama_runtime.runtime.layout import HomeSnapshot
-    from llama_runtime.updater.cli.common import home_for, settings_from_args
-
     if args.limit < 1:
         raise UserInputError(f"--limit must be 1 or more, not {args.limit}.")
-    settings = settings_from_args(args)
-    snapshot = HomeSnapshot.read(home_for(settings))
-    if snapshot.pointer_error is not None:
-        raise snapshot.pointer_error
-    from llama_runtime.runtime.trial import checked_pointer
-
-    # While a switch is on trial, the last checked runtime is listed as active (runtime.trial).
-    pointer, trial = checked_pointer(snapshot.home, snapshot.pointer)
-    installed = list(snapshot.runtimes)
-    checks = _file_checks(snapshot)
-    disk = home_disk_use(snapshot.home.root, [r.path for r in installed])
-    items = []
+    result = updater_for(settings_from_args(args)).list(available=args.available, limit=args.limit)
     lines = []
-    for runtime in installed:
-        entry = runtime.to_json()
-        entry["size_bytes"] = tree_size(runtime.path)
-        entry.update(disk.runtimes[runtime.name].to_json())
-        entry["active"] = runtime.name == pointer.active
-        entry["previous"] = runtime.name == pointer.previous
-        found = checks[runtime.name]
-        entry["damage"], entry["suspect"] = list(found.damage), list(found.suspect)
-        items.append(entry)
-        lines.append(_installed_line(runtime, entry))
-        if found.damage:
-            lines.append(f"    damaged: {'; '.join(found.damage[:3])} ({_repair_hint(runtime, entry)})")
+    for entry in result.installed:
+        lines.append(_installed_line(entry))
+        if entry.damage:
+            lines.append(f"    damaged: {'; '.join(entry.damage[:3])} ({_repair_hint(entry)})")
     if not lines:
         lines = ["No runtimes installed. Run `llama-runtime update`."]
-    lines.append(f"home: {disk.home_bytes / 1e6:.1f} MB on disk in all (files shared by runtimes counted once)")
+    lines.append(f"home: {result.home_bytes / 1e6:.1f} MB on disk in all (files shared by runtimes counted once)")
     # Never chosen, listed with why: `gc` removes them, `doctor --repair` points away from them.
-    damaged = [
-        {"name": d.name, "path": str(d.path), "code": d.error.code, "reason": d.reason}
-        for d in snapshot.damaged.values()
-    ]
-    lines += [f"damaged: {d['name']}: {d['reason']}" for d in damaged]
-    payload: dict[str, Any] = {
-        "installed": items,
-        "damaged": damaged,
-        "home_bytes": disk.home_bytes,
-        "trial": trial.to_json() if trial else None,
-    }
-    if trial is not None:
-        lines.append(f"trial: {trial.describe()}.")
-    if args.available:
-        available = _available(args, settings, installed, pointer.active)
-        payload["available"] = [a.to_json() for a in available]
-        lines.append(f"available from {settings.repo} for this machine (newest first):")
+    lines += [f"damaged: {d.name}: {d.reason}" for d in result.damaged]
+    if result.trial is not None:
+        lines.append(f"trial: {result.trial.describe()}.")
+    if result.available is not None:
+        lines.append(f"available from {result.repo} for this machine (newest first):")
         lines += [
-            f"  {a.tag:<10} {a.backend:<8} {a.asset}" + ("  (installed)" if a.installed else "") for a in available
+            f"  {a.tag:<10} {a.backend:<8} {a.asset}" + ("  (installed)" if a.installed else "")
+            for a in result.available
         ]
-        if not available:
+        if not result.available:
             lines.append("  none")
-    out.result(payload, lines)
+    out.result(result.to_json(), lines)
     return 0
 
 
-def _file_checks(snapshot: HomeSnapshot) -> dict[str, RuntimeCheck]:
-    """Every installed runtime's files against its marker: stat fingerprints, a hash of what changed."""
-    from llama_runtime.runtime.fingerprint import Fingerprints
-
-    stamps = Fingerprints.load(snapshot.home.root)
-    checks = {r.name: stamps.check(r.name, r.path, r.marker, snapshot.sha256) for r in snapshot.runtimes}
-    stamps.keep_only(checks)
-    stamps.save()
-    return checks
-
-
-def _repair_hint(runtime: InstalledRuntime, entry: dict[str, Any]) -> str:
-    if entry["active"]:
+def _repair_hint(entry: RuntimeEntry) -> str:
+    if entry.active:
         return "`llama-runtime doctor --repair` installs it again"
-    m = runtime.marker
+    m = entry.runtime.marker
     again = f"`llama-runtime update --tag {m.tag} --backend {m.backend}` installs it again"
-    if entry["previous"]:
+    if entry.previous:
         return again
-    return f"`llama-runtime remove {runtime.name}` deletes it; {again}"  # a copy `doctor --repair` set aside
+    return f"`llama-runtime remove {entry.runtime.name}` deletes it; {again}"  # a copy `doctor --repair` set aside
 
 
-def _installed_line(runtime: InstalledRuntime, entry: dict[str, Any]) -> str:
-    flags = ["active"] if entry["active"] else ["previous"] if entry["previous"] else []
-    if entry["damage"]:
+def _installed_line(entry: RuntimeEntry) -> str:
+    flags = ["active"] if entry.active else ["previous"] if entry.previous else []
+    if entry.damage:
         flags.append("DAMAGED")
-    own_mb, shared_mb = int(entry["own_bytes"]) / 1e6, int(entry["shared_bytes"]) / 1e6
-    m = runtime.marker
+    own_mb, shared_mb = entry.own_bytes / 1e6, entry.shared_bytes / 1e6
+    m = entry.runtime.marker
     named = f"{m.tag} ({m.release_version})" if m.release_version else m.tag  # the build and the semver release
     return (
-        f"{'*' if entry['active'] else ' '} {named:<19} {m.backend:<8} "
-        f"{own_mb:8.1f} MB own + {shared_mb:.1f} MB shared  {m.installed_at}  {runtime.name} {' '.join(flags)}".rstrip()
+        f"{'*' if entry.active else ' '} {named:<19} {m.backend:<8} "
+        f"{own_mb:8.1f} MB own + {shared_mb:.1f} MB shared  {m.installed_at}  {entry.runtime.name} "
+        f"{' '.join(flags)}".rstrip()
     )
-
-
-def _with_metadata_or_none(source: ReleaseSource, release: Release) -> Release | None:
-    """``release`` with its build metadata; ``None`` when that is broken (one bad release does not hide the rest)."""
-    from llama_runtime.runtime.errors import IntegrityError
-    from llama_runtime.updater.sources.resolve import release_with_manifest
-
-    try:
-        return release_with_manifest(source, release)
-    except IntegrityError:
-        return None
-
-
-def _available(
-    args: argparse.Namespace, settings: Settings, installed: list[InstalledRuntime], active_name: str | None
-) -> list[Available]:
-    """The newest releases with an asset for this host and the backend asked for (or the active one's).
-
-    Pages are read until ``--limit`` builds are found or :data:`AVAILABLE_MAX_PAGES` were read: upstream
-    cuts a stable release far less often than it publishes builds, so one page holds few of them.
-    """
-    from llama_runtime.updater.choice.decide import available_builds
-    from llama_runtime.updater.choice.host_detect import detect_host
-    from llama_runtime.updater.cli.common import engine_for
-    from llama_runtime.updater.release.channel import channel_builds, parse_channel
-    from llama_runtime.updater.sources.resolve import pointers_on_page
-
-    active = next((r for r in installed if r.name == active_name), None)
-    backend = settings.backend if settings.backend_explicit else (active.marker.backend_request if active else "auto")
-    stored = active.marker.channel if active and active.marker.channel else None
-    channel = parse_channel(settings.channel or stored or "stable")
-    have = {(r.marker.tag, r.marker.asset) for r in installed if r.marker.repo.lower() == settings.repo.lower()}
-    host = detect_host()
-    found: list[Available] = []
-    with engine_for(settings).open_source() as source:
-        releases: list[Release] = []
-        pointers: dict[str, str] = {}
-        completed: dict[str, Release | None] = {}
-
-        def enrich(release: Release) -> Release | None:  # once per release, however many pages follow
-            if release.tag not in completed:
-                completed[release.tag] = _with_metadata_or_none(source, release)
-            return completed[release.tag]
-
-        for page in range(1, AVAILABLE_MAX_PAGES + 1):
-            batch, last = _release_page(source, page)
-            releases += batch
-            pointers.update(pointers_on_page(source, batch))  # each page's pointers read once
-            builds = channel_builds(releases, channel, pointers)
-            found = available_builds(builds, host, backend, installed=have, limit=args.limit, enrich=enrich)
-            if last or len(found) >= args.limit:
-                break
-    return found
-
-
-def _release_page(source: ReleaseSource, page: int) -> tuple[list[Release], bool]:
-    """One page of releases, and whether it was the last one (a static mirror has only its latest)."""
-    from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
-    from llama_runtime.updater.sources.source import DirectoryListingError
-
-    try:
-        batch = source.recent_releases(page=page)
-    except (RateLimitError, NetworkError, DirectoryListingError):
-        raise  # a directory listing is never read as an empty list
-    except RemoteError:
-        return ([source.latest_release()] if page == 1 else []), True  # a static mirror lists nothing
-    return batch, len(batch) < RELEASES_PER_PAGE
 
 
 # -- recovery: Back to a good runtime: ``rollback`` and ``doctor [--repair]``. -----------------------------------

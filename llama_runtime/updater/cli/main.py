@@ -12,66 +12,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import json
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeGuard
 
-from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError, printable
+from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError
 from llama_runtime.updater.checkpoints import arm_stack_dump
 from llama_runtime.updater.cli.common import GLOBAL_EPILOG
+from llama_runtime.updater.cli.output import Output
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.errors import LlamaRuntimeError
     from llama_runtime.updater.cli.events import EventStream
-
-
-# -- output: Where a command's result and its error go: JSON, events or sentences. -------------------------------
-
-
-class Output:
-    """Writes the one result of a command: JSON, JSON Lines events, or sentences for people."""
-
-    def __init__(self, as_json: bool, events: EventStream | None = None, log_json: bool = False) -> None:
-        self.as_json = as_json or events is not None
-        #: With ``--events``: the JSON Lines stream; the result and the error are its last line.
-        self.events = events
-        #: With ``--log-json`` (and no ``--json``): errors as a JSON line on stderr.
-        self.log_json = log_json
-
-    def result(self, payload: dict[str, Any], lines: Sequence[str]) -> None:
-        if self.events is not None:
-            self.events.result(payload)
-        elif self.as_json:
-            sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-        else:
-            for line in lines:
-                # Tags and names may come from a release server: show escapes, never send them.
-                sys.stdout.write(printable(line) + "\n")
-        sys.stdout.flush()
-
-    def error(self, exc: LlamaRuntimeError) -> None:
-        if self.events is not None:
-            self.events.error(exc)
-        elif self.as_json:
-            sys.stdout.write(json.dumps({"error": exc.to_json()}, indent=2, sort_keys=True) + "\n")
-            sys.stdout.flush()
-        elif self.log_json:  # one JSON line, like every other line on stderr
-            line = {"level": "error", "event": exc.message, "error": exc.to_json(), "timestamp": _utc_timestamp()}
-            sys.stderr.write(json.dumps(line, sort_keys=True) + "\n")
-        else:
-            sys.stderr.write(f"error: {printable(exc.message)}\n")
-            if exc.hint:
-                sys.stderr.write(f"  next: {printable(exc.hint)}\n")
-
-
-def _utc_timestamp() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 # -- main --------------------------------------------------------------------------------------------------------
@@ -167,6 +121,9 @@ def _exit_code_for(exc: Exception | KeyboardInterrupt, out: Output, args: argpar
         _silence_stdout()
         return 1
     if isinstance(exc, LlamaRuntimeError):
+        bug = exc.__cause__
+        if os.environ.get("LLAMA_RUNTIME_DEBUG") and exc.code == "internal_error" and _is_bug(bug):
+            raise bug  # the front door wrapped a bug (api.boundary): its own traceback, as asked
         try:
             out.error(exc)
         except BrokenPipeError:
@@ -195,6 +152,11 @@ def _exit_code_for(exc: Exception | KeyboardInterrupt, out: Output, args: argpar
     )
     out.error(err)
     return 1
+
+
+def _is_bug(cause: BaseException | None) -> TypeGuard[Exception]:
+    """Whether ``cause`` is a bug: an exception outside the error tree and not the system refusing."""
+    return isinstance(cause, Exception) and not isinstance(cause, LlamaRuntimeError | OSError)
 
 
 def _silence_stdout() -> None:

@@ -11,7 +11,8 @@ from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.updater.cli.common import GLOBAL_EPILOG
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
 
 
 def register(add: AddParser) -> dict[str, Handler]:
@@ -127,11 +128,10 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
     """``export --output FILE``."""
-    from llama_runtime.updater.cli.common import home_for, settings_from_args
+    from llama_runtime.updater.cli.common import settings_from_args, updater_for
     from llama_runtime.updater.fetch.cache import human_size
-    from llama_runtime.updater.offline.export import export_bundle
 
-    result = export_bundle(home_for(settings_from_args(args)), Path(args.output))
+    result = updater_for(settings_from_args(args)).export(args.output)
     m = result.runtime.marker
     out.result(
         result.to_json(),
@@ -143,53 +143,28 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def _mirror_dest(dest: Path, home: Path) -> Path:
-    """``--dest`` made absolute; never the llama-runtime home or a directory inside it.
-
-    Raises:
-        UserInputError: ``dest`` is in the home, whose directories the tool cleans up.
-    """
-    resolved = dest.expanduser().absolute()
-    real, real_home = resolved.resolve(), home.expanduser().absolute().resolve()
-    if real == real_home or real.is_relative_to(real_home):
-        raise UserInputError(
-            f"--dest {dest} is inside the llama-runtime home {home}; give the mirror a directory of its own."
-        )
-    return resolved
-
-
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``."""
-    from llama_runtime.runtime.marker import parse_backend
-    from llama_runtime.updater.cli.common import engine_for, progress_for, settings_from_args
+    from llama_runtime.updater.cli.common import progress_for, settings_from_args, updater_for
     from llama_runtime.updater.fetch.cache import human_size
-    from llama_runtime.updater.offline.mirror import MirrorFetch, sync_mirror
-    from llama_runtime.updater.stage.streaming import FetchOptions
 
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
-    backends = [parse_backend(b, allow_auto=False, source="--backend") for b in raw_backends]
-    platforms = [_platform(p) for p in args.platform]
     # A mirror is the fleet's, not this machine's: without --repo it is ggml-org's, whatever runs here.
     settings = settings_from_args(argparse.Namespace(**{**vars(args), "backend": None}), follow_active_repo=False)
-    tag = None
-    if args.tag is not None:
-        from llama_runtime.updater.release.tags import validate_tag
-
-        tag = validate_tag(args.tag)
-    dest = _mirror_dest(Path(args.dest), settings.home)
-    with engine_for(settings).open_source(etag_cache=False, api_deadline=False) as client:
-        report = sync_mirror(
-            client,
-            dest,
-            tag=tag,
-            latest=_newest(args),
-            platforms=platforms,
-            backends=backends,
+    bar = progress_for(args)
+    try:
+        report = updater_for(settings).mirror_sync(
+            args.dest,
+            tag=args.tag,
+            newest=_newest(args),
+            platforms=args.platform,
+            backends=raw_backends,
             prune=args.prune,
-            channel=settings.channel or "stable",
-            # Fetched as `update` fetches: parallel ranges, one pass, its progress bar.
-            fetch=MirrorFetch(FetchOptions(parallel=settings.parallel_downloads), progress_for(args)),
+            progress=bar,
         )
+    finally:
+        if bar is not None:
+            bar.close()
     lines = [
         f"Mirrored {settings.repo} {', '.join(report.releases)} into {report.dest}: "
         f"{len(report.fetched)} fetched ({human_size(report.fetched_bytes)}), {len(report.reused)} re-checked, "
@@ -207,13 +182,6 @@ def _newest(args: argparse.Namespace) -> int:
     if count < 1:
         raise UserInputError(f"--newest must be 1 or more, not {count}.")
     return int(count)
-
-
-def _platform(value: str) -> str:
-    os_name, _, arch = value.partition("-")
-    if os_name not in {"linux", "windows", "macos", "android"} or arch not in {"x64", "arm64", "s390x"}:
-        raise UserInputError(f"Unknown platform '{value}'. Use OS-ARCH, e.g. linux-x64 or windows-arm64.")
-    return value
 
 
 def cmd_gc(args: argparse.Namespace, out: Output) -> int:

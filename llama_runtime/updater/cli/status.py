@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,12 +14,13 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError
 from llama_runtime.runtime.fsutil import decimal
-from llama_runtime.updater.cli.common import home_for, provenance_line, read_active, settings_from_args
+from llama_runtime.updater.cli.common import provenance_line, settings_from_args, updater_for
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime
     from llama_runtime.runtime.server import ManagedServer
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
 
 
 # -- status ------------------------------------------------------------------------------------------------------
@@ -34,36 +34,10 @@ def _register_status(add: AddParser) -> dict[str, Handler]:
 
 def cmd_status(args: argparse.Namespace, out: Output) -> int:
     """``status``: the active and previous runtimes, the installed ones, speeds, skipped builds."""
-    from llama_runtime.runtime.diskuse import home_disk_use
-    from llama_runtime.runtime.failed_builds import load_failed
-    from llama_runtime.runtime.lock import UpdateLock
-    from llama_runtime.runtime.trial import owner_alive, read_trial
-    from llama_runtime.updater.cli.gateopts import speed_table
+    from llama_runtime.updater.cli.gateopts import speed_lines
 
-    settings = settings_from_args(args)
-    home = home_for(settings)
-    pointer, active = read_active(home)
-    trial = read_trial(home)
-    installed = home.installed()
-    previous = next((r for r in installed if r.name == pointer.previous), None)
-    override = override_info()
-    busy = home.lock_path.exists() and UpdateLock(home.lock_path).is_held()
-    speeds, speed_lines = speed_table(active, previous, home.root)
-    skipped = load_failed(home.root)
-    disk = home_disk_use(home.root, [r.path for r in installed])
-    payload = {
-        "active": active.to_json() if active else None,
-        "previous": previous.to_json() if previous else None,
-        "installed": [{**r.to_json(), **disk.runtimes[r.name].to_json()} for r in installed],
-        "home_bytes": disk.home_bytes,
-        "override": override["path"] if override else None,
-        "override_info": override,
-        "update_running": busy,
-        "home": str(home.root),
-        "speeds": speeds,
-        "skipped_builds": [dataclasses.asdict(b) for b in skipped],
-        "trial": {**trial.to_json(), "owner_running": owner_alive(trial)} if trial else None,
-    }
+    status = updater_for(settings_from_args(args)).status()
+    active, previous, override = status.active, status.previous, status.override
     lines = [_runtime_line("active", active)]
     if active is None:
         lines.append("Nothing is installed yet. Run `llama-runtime update` to install the latest llama.cpp.")
@@ -72,25 +46,26 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         lines.append(provenance_line(active))
     if previous:
         lines.append(_runtime_line("previous", previous) + "  (`llama-runtime rollback` goes back to it)")
-    shared = sum(u.shared_bytes for u in disk.runtimes.values())
+    shared = sum(entry.shared_bytes for entry in status.installed)
     lines.append(
-        f"installed runtimes: {len(installed)} in {home.runtimes_dir}; the home uses {disk.home_bytes / 1e6:.1f} MB"
+        f"installed runtimes: {len(status.installed)} in {status.home / 'runtimes'}; "
+        f"the home uses {status.home_bytes / 1e6:.1f} MB"
         + (" (files identical across runtimes are stored once)" if shared else "")
     )
-    lines += speed_lines
+    lines += speed_lines(status.speeds, active, previous)
     if override:
         lines.append(
-            f"override: LLAMA_SERVER_PATH={override['path']} ({override['version'] or 'does not run'}) is in force; "
+            f"override: LLAMA_SERVER_PATH={override.path} ({override.version or 'does not run'}) is in force; "
             "apps run that binary, not the managed one."
         )
-    if busy:
+    if status.update_running:
         lines.append("An update is running right now.")
-    if trial is not None:
-        after = "its check is running" if owner_alive(trial) else "the next update, use or rollback reverts it"
-        lines.append(f"trial: {trial.describe()} ({after}).")
-    for build in skipped:
+    if status.trial is not None:
+        after = "its check is running" if status.trial.owner_running else "the next update, use or rollback reverts it"
+        lines.append(f"trial: {status.trial.describe()} ({after}).")
+    for build in status.skipped_builds:
         lines.append(f"skipped (failed here; `update --tag {build.tag}` retries): {build.describe()}")
-    out.result(payload, lines)
+    out.result(status.to_json(), lines)
     return 0
 
 
@@ -104,16 +79,10 @@ def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
 
 def override_info() -> dict[str, Any] | None:
     """The ``LLAMA_SERVER_PATH`` override in force: its path, whether it exists, its version line."""
-    from llama_runtime.runtime.binary import VERSION_TIMEOUT_SECONDS, run_process, server_override, version_line
+    from llama_runtime.updater.api.inventory import server_override_info
 
-    path = server_override()
-    if path is None:
-        return None
-    version = None
-    if path.is_file():
-        done = run_process([str(path), "--version"], VERSION_TIMEOUT_SECONDS, None)
-        version = version_line(done.output) if done.returncode == 0 else None
-    return {"path": str(path), "exists": path.is_file(), "version": version}
+    info = server_override_info()
+    return info.to_json() if info is not None else None
 
 
 # -- server: ``llama-runtime server start [-- ARGS…] | stop | restart | status``: the managed llama-server. ---

@@ -29,7 +29,8 @@ from llama_runtime.updater.cli.common import (
 if TYPE_CHECKING:
     from llama_runtime.updater.activate.attempts import UpdateOutcome
     from llama_runtime.updater.api.manage import PlanResult
-    from llama_runtime.updater.cli.main import AddParser, Handler, Output
+    from llama_runtime.updater.cli.main import AddParser, Handler
+    from llama_runtime.updater.cli.output import Output
 
 
 # -- update ------------------------------------------------------------------------------------------------------
@@ -86,8 +87,6 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
                 operation="update",
                 listener=listener,
             )
-        if job.exception is not None:
-            raise job.exception
     except BusyError:
         if out.events is not None and tag is None:
             from llama_runtime.updater.cli.events import attach_events
