@@ -118,11 +118,13 @@ CLI_NOT_YET_BEHIND_THE_FRONT_DOOR: dict[str, frozenset[str]] = {
     "gateopts": frozenset({"llama_runtime.updater.verify.gate"}),  # the gate's flags
     "jobs": frozenset({"llama_runtime.updater.api.check"}),  # --jitter's duration
     "lifecycle": frozenset({"llama_runtime.updater.fetch.cache"}),  # human_size
-    # flag vocabularies for the parser and completion, the logging set-up, installed tags for completion
+    # flag vocabularies for the parser and completion, the logging set-up, installed tags for completion,
+    # and the test watchdog's stack dump armed first thing (checkpoints, the kill points' module)
     "main": frozenset(
         {
             "llama_runtime.runtime.layout",
             "llama_runtime.runtime.marker",
+            "llama_runtime.updater.checkpoints",
             "llama_runtime.updater.choice.host",
             "llama_runtime.updater.logs",
             "llama_runtime.updater.release.channel",
