@@ -408,12 +408,19 @@ def doctor(updater: RuntimeUpdater, *, repair: bool, listener: JobListener | Non
     from llama_runtime.updater.api.doctor import run_doctor
 
     host = updater._core.host().to_json()
+    require = updater._core.settings.require_provenance
     if not repair:
         return DoctorResult.from_report(run_doctor(updater.home, host=host))
     reports: list[DoctorReport] = []
 
     def work(progress: ProgressCallback, cancel: CancelCheck) -> tuple[dict[str, object], UpdateOutcome | None]:
-        report = run_doctor(updater.home, repair=True, host=host, reinstall=_reinstaller(updater, progress, cancel))
+        report = run_doctor(
+            updater.home,
+            repair=True,
+            host=host,
+            reinstall=_reinstaller(updater, progress, cancel),
+            require_provenance=require,
+        )
         reports.append(report)
         return report.to_json(), None
 
