@@ -129,3 +129,39 @@ def test_a_recorded_file_reached_through_a_link_is_damage_and_use_refuses_it(
     assert code == 6, payload
     assert "symbolic link" in payload["error"]["message"], payload
     guard.assert_intact("b7001")
+
+
+def _outside_state(root: Path) -> dict[str, tuple[int, int, int, bytes]]:
+    """Each file under ``root``: (mode, inode, link count, content)."""
+    out: dict[str, tuple[int, int, int, bytes]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            st = path.lstat()
+            out[str(path.relative_to(root))] = (st.st_mode, st.st_ino, st.st_nlink, path.read_bytes())
+    return out
+
+
+@pytest.mark.parametrize("outside_bytes", ["identical", "different"])
+def test_sharing_never_touches_files_behind_a_folder_linked_out_of_a_kept_runtime(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path, outside_bytes: str
+) -> None:
+    libs = ("ggml-base", "ggml-cpu")
+    older = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7000"), tag="b7000", libs=libs)
+    code, payload = run_json(capsys, home, None, "install-file", str(older))
+    assert code == 0, payload
+    old = _runtime_dir(home, "b7000") / "llama-b7000"
+    outside = tmp_path / "outside-copy"
+    old.rename(outside)  # the owner moved the folder out of the home and left a link behind
+    old.symlink_to(outside)
+    for path in outside.iterdir():
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | 0o200)  # the owner's own files, writable again
+    if outside_bytes == "different":  # what sharing would take for damage and "repair" by rename
+        (outside / "libggml-base.so.0.0.1").write_bytes(b"\x7fELF someone's own library")
+    before = _outside_state(outside)
+    newer = stand_in_tarball(tmp_path / CPU_TAR.format(tag="b7001"), tag="b7001", libs=libs)
+    code, payload = run_json(capsys, home, None, "install-file", str(newer))
+    assert code == 0, payload
+    assert _outside_state(outside) == before, "sharing changed a file behind the linked folder"
+    assert old.is_symlink()
+    HomeGuard(None, home).assert_intact("b7001")

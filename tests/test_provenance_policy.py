@@ -119,22 +119,34 @@ def test_another_issuer_is_refused() -> None:
 # -- the default branch ---------------------------------------------------------------
 
 
-def test_unknown_default_branch_accepts_master_and_main_and_says_so() -> None:
-    """Proves: offline (no default branch), master and main both count and the result says so."""
-    assert violation(PUBLISH_ERA, branch=None) is None
-    assert violation(PUBLISH_ERA.but(source_ref="refs/heads/main"), branch=None) is None
-    refused = violation(PUBLISH_ERA.but(source_ref="refs/heads/dev"), branch=None)
+def test_unknown_default_branch_of_a_fork_accepts_master_and_main_and_says_so() -> None:
+    """Proves: offline, or told only by a mirror, master and main both count for a fork and the result says so."""
+    fork = PUBLISH_ERA.but(repository=FORK)
+    assert violation(fork, branch=None) is None
+    assert violation(fork.but(source_ref="refs/heads/main"), branch=None) is None
+    refused = violation(fork.but(source_ref="refs/heads/dev"), branch=None)
     assert refused is not None and "(default branch unknown: accepted refs/heads/master or main)" in refused
-    policy = ProvenanceCheck().policy_for(UPSTREAM)
-    result = verified(signer(PUBLISH_ERA), {}, "the test root", policy.note())
+    policy = ProvenanceCheck().policy_for(FORK)
+    result = verified(signer(fork), {}, "the test root", policy.note())
     assert result.reason == "verified against the test root; default branch unknown: accepted refs/heads/master or main"
 
 
 def test_known_default_branch_refuses_the_other_common_one() -> None:
-    """Proves: once the repository says master, a build from main is not its release."""
-    refused = violation(PUBLISH_ERA.but(source_ref="refs/heads/main"), branch="master")
+    """Proves: once GitHub says a fork's default branch is master, a build from main is not its release."""
+    fork = PUBLISH_ERA.but(repository=FORK)
+    refused = violation(fork.but(source_ref="refs/heads/main"), branch="master")
     assert refused is not None and "default branch unknown" not in refused
-    assert violation(PUBLISH_ERA.but(source_ref="refs/heads/trunk"), branch="trunk") is None
+    assert violation(fork.but(source_ref="refs/heads/trunk"), branch="trunk") is None
+
+
+@pytest.mark.parametrize("said", [None, "main", "experimental"])
+def test_upstreams_default_branch_is_master_whatever_a_source_says(said: str | None) -> None:
+    """Proves: upstream's default branch is a known fact, never widened (nor left unknown) by an answer."""
+    assert violation(PUBLISH_ERA, branch=said) is None
+    for other in ("main", "experimental"):
+        refused = violation(PUBLISH_ERA.but(source_ref=f"refs/heads/{other}"), branch=said)
+        assert refused is not None and "not from refs/heads/master or a tag" in refused
+    assert ProvenanceCheck().knowing_default_branch(UPSTREAM, said).policy_for(UPSTREAM).note() == ""
 
 
 # -- opt-ins per repository -----------------------------------------------------------
@@ -247,8 +259,10 @@ def test_client_reads_the_default_branch_with_its_etag_and_tolerates_its_absence
         assert client.default_branch() is None
 
 
-def test_mirror_stores_the_default_branch_where_its_clients_ask_for_it(github: FakeGitHub, tmp_path: Path) -> None:
-    """Proves: a file:// mirror answers GET /repos/{owner}/{repo} after a sync; one without it is unknown."""
+def test_mirror_stores_the_default_branch_but_its_clients_do_not_key_trust_on_it(
+    github: FakeGitHub, tmp_path: Path
+) -> None:
+    """Proves: a file:// mirror stores GET /repos/{owner}/{repo} on a sync; read back, it is still unknown."""
     from llama_runtime.updater.offline.mirror import mirror_repository
     from llama_runtime.updater.sources.mirror_reader import mirror_paths
 
@@ -262,7 +276,7 @@ def test_mirror_stores_the_default_branch_where_its_clients_ask_for_it(github: F
         assert mirror_repository(upstream, paths) == "master"
     assert json.loads(paths.repository_json.read_text())["default_branch"] == "master"
     with GitHubClient(url, UPSTREAM, transport=FileTransport(root)) as client:
-        assert client.default_branch() == "master"
+        assert client.default_branch() is None  # what a mirror says about itself: unknown to the policy
 
 
 # -- what status says: only what the certificate proves ---------------------------------

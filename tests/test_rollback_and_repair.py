@@ -123,3 +123,100 @@ def test_doctor_repair_rebuilds_a_lost_pointer_from_the_newest_verified_runtime(
     code, status = run_json(capsys, home, github.api_url, "status")
     assert status["active"]["tag"] == "b7001"
     assert_runs(Path(status["active"]["binary"]))
+
+
+def _publish_with_library(github: FakeGitHub, tmp_path: Path, tag: str, library: bytes) -> None:
+    """A stand-in build of ``tag`` whose one library holds ``library`` (identical bytes are shared by hard link)."""
+    from tests.archives import build_release_archive
+    from tests.helpers import stand_in_server
+
+    files: dict[str, bytes | Path] = {
+        "llama-server": stand_in_server(f"version: {tag[1:]} (stand-in)"),
+        "libllama.so.0.0.1": library,
+    }
+    tarball = build_release_archive(
+        tmp_path / f"{tag}.tar.gz", "tar-tagdir", files, modes={"llama-server": 0o755}, tag=tag
+    )
+    github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): tarball})
+
+
+def _overwrite_in_place(path: Path) -> None:
+    """Same-size garbage written through ``path``'s inode (every hard link to it sees it)."""
+    size = path.stat().st_size
+    mode = path.stat().st_mode
+    path.chmod(0o700)
+    with path.open("r+b") as f:
+        f.write(b"\x00" * size)
+    path.chmod(mode)
+
+
+def test_rollback_to_a_previous_runtime_with_a_same_size_garbage_binary_is_refused(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    publish(github, tmp_path, "b7000", "b7001")
+    install(capsys, home, github, "b7000", "b7001")
+    previous = home / "runtimes" / pointer(home)["previous"]
+    _overwrite_in_place(next(previous.rglob("llama-server")))
+    guard = HomeGuard(None, home)
+    code, payload = run_json(capsys, home, github.api_url, "rollback")
+    assert code == 6, payload
+    assert "llama-server" in payload["error"]["message"]
+    assert "nothing was changed" in payload["error"]["message"]
+    assert "update --tag b7000" in payload["error"]["hint"]
+    guard.assert_intact("b7001", capsys=capsys)
+
+
+def test_rollback_to_a_previous_runtime_damaged_through_a_shared_hard_link_is_refused(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    _publish_with_library(github, tmp_path, "b6999", b"\x7fELF library of the old builds")
+    _publish_with_library(github, tmp_path, "b7000", b"\x7fELF library of the old builds")
+    _publish_with_library(github, tmp_path, "b7001", b"\x7fELF library of the new build!")
+    install(capsys, home, github, "b6999", "b7000", "b7001")
+    runtimes = home / "runtimes"
+    previous_lib = next((runtimes / pointer(home)["previous"]).rglob("libllama.so.0.0.1"))
+    inode = previous_lib.stat().st_ino
+    oldest_lib = next(p for p in runtimes.rglob("libllama.so.0.0.1") if p.stat().st_ino == inode and p != previous_lib)
+    _overwrite_in_place(oldest_lib)  # the previous runtime's library changes with it
+    guard = HomeGuard(None, home)
+    code, payload = run_json(capsys, home, github.api_url, "rollback")
+    assert code == 6, payload
+    assert "libllama.so.0.0.1" in payload["error"]["message"]
+    assert "nothing was changed" in payload["error"]["message"]
+    guard.assert_intact("b7001", capsys=capsys)
+
+
+def test_rollback_to_a_previous_runtime_without_verified_provenance_is_refused_when_provenance_is_required(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    publish(github, tmp_path, "b7000", "b7001")
+    install(capsys, home, github, "b7000", "b7001")
+    guard = HomeGuard(None, home)
+    monkeypatch.setenv("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "1")
+    code, payload = run_json(capsys, home, github.api_url, "rollback")
+    assert code == 8, payload
+    assert "provenance" in payload["error"]["message"]
+    monkeypatch.delenv("LLAMA_RUNTIME_REQUIRE_PROVENANCE")
+    guard.assert_intact("b7001", capsys=capsys)
+
+
+def test_doctor_repair_never_points_at_a_runtime_without_verified_provenance_when_provenance_is_required(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    publish(github, tmp_path, "b7000", "b7001")
+    install(capsys, home, github, "b7000", "b7001")
+    before = pointer(home)
+    (home / "runtimes" / before["active"] / "llama-runtime.json").write_text("garbage")
+    monkeypatch.setenv("LLAMA_RUNTIME_REQUIRE_PROVENANCE", "1")
+    code, payload = run_json(capsys, home, github.api_url, "doctor", "--repair")
+    assert code == 6, payload
+    assert pointer(home) == before  # the unattested b7000 was not made active
+    assert any("provenance" in advice for advice in payload["advice"]), payload

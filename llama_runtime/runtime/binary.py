@@ -137,7 +137,12 @@ ProcessRunner = Callable[[Sequence[str], float, Mapping[str, str] | None], Proce
 
 
 def run_process(
-    argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None, *, keep_stderr: bool = True
+    argv: Sequence[str],
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    *,
+    keep_stderr: bool = True,
+    cwd: Path | None = None,
 ) -> ProcessResult:
     """Run ``argv`` to completion, killed after ``timeout`` seconds; never raises for the child.
 
@@ -147,6 +152,7 @@ def run_process(
         env: The child's environment; ``None`` inherits ours.
         keep_stderr: ``True`` merges stderr into ``output`` in the order printed (what a person
             reading a failure needs); ``False`` discards it, so parsers read stdout alone.
+        cwd: The child's working directory (``None``: ours). It inherits no descriptor but its output.
 
     Returns:
         The exit code and output; :data:`CANNOT_EXECUTE` with a sentence when it could not start.
@@ -159,6 +165,8 @@ def run_process(
             stderr=subprocess.STDOUT if keep_stderr else subprocess.DEVNULL,
             timeout=timeout,
             env=dict(env) if env is not None else None,
+            cwd=cwd,
+            close_fds=True,
             check=False,
         )
     except subprocess.TimeoutExpired as exc:

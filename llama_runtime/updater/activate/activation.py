@@ -132,15 +132,12 @@ class Activation:
         log.info("switched", tag=target.marker.tag, backend=target.marker.backend, runtime=target.name)
         return UpdateOutcome("switched", target, active, (*warnings, *report.warnings), server=report)
 
-    def rollback(self, snapshot: HomeSnapshot) -> tuple[InstalledRuntime, InstalledRuntime | None, SwitchReport]:
-        """Re-activate the previous runtime; the current one becomes previous.
-
-        ``snapshot`` is the caller's one look at the home under the lock.
+    def rollback_target(self, snapshot: HomeSnapshot) -> InstalledRuntime:
+        """The previous runtime, whose recorded files are all there in size (``snapshot``: the caller's look).
 
         Raises:
             UserInputError: There is no previous runtime to go back to.
-            CorruptStateError: The pointer or the previous runtime is damaged; nothing changed.
-            SwitchError, VerificationError: The server could not be switched; nothing changed.
+            CorruptStateError: The pointer or the previous runtime is damaged.
         """
         if snapshot.pointer_error is not None:
             raise snapshot.pointer_error
@@ -156,6 +153,19 @@ class Activation:
                 hint="Install the release again with `llama-runtime update --tag "
                 f"{target.marker.tag} --backend {target.marker.backend}`.",
             )
+        return target
+
+    def rollback(
+        self, snapshot: HomeSnapshot, target: InstalledRuntime
+    ) -> tuple[InstalledRuntime, InstalledRuntime | None, SwitchReport]:
+        """Re-activate the verified previous runtime ``target``; the current one becomes previous.
+
+        ``snapshot`` is the caller's one look at the home under the lock.
+
+        Raises:
+            SwitchError, VerificationError: The server could not be switched; nothing changed.
+        """
+        pointer = snapshot.pointer
         current = snapshot.find(pointer.active)
         report = self.switch(target, current, pointer, Pointer(active=target.name, previous=pointer.active))
         return target, current, report

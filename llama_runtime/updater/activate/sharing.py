@@ -17,6 +17,9 @@ Invariants:
   matches its record (damage) is replaced by a link to the staged file's
   checked bytes: one damaged shared file touches every runtime that shares it,
   and one install with a good copy heals them all.
+* Nothing is linked, renamed or chmodded through a symbolic link: a recorded file reached
+  through a linked folder of its runtime (or a linked runtime directory) is never a source,
+  so a folder the owner pointed elsewhere is left alone, as ``use`` and ``rollback`` refuse it.
 * Where links cannot be made (another filesystem, a filesystem without hard
   links, a link count at its limit, no permission) the staged file stays a
   copy; the update says so once and goes on.
@@ -95,7 +98,9 @@ def share_identical(
             continue  # each runtime's own: successive builds' binaries always differ, and it is what runs
         target, shared = staged.directory / rel, False
         # Every source is looked at: a damaged one is repaired even after the file is shared.
-        for source in sources.get((record.sha256, record.size), ()):
+        for root, source in sources.get((record.sha256, record.size), ()):
+            if _through_link(root, source):
+                continue  # behind a folder linked elsewhere: not the runtime's own file
             outcome = _share_one(target, source, record.sha256, digest, linked=shared, scratch=staged.directory.parent)
             if outcome == "linked" and not shared:
                 shared = True
@@ -112,14 +117,30 @@ def share_identical(
     return report
 
 
-def _sources(runtimes: Iterable[InstalledRuntime]) -> dict[tuple[str, int], list[Path]]:
-    """Recorded files of ``runtimes`` by (sha256, size)."""
-    found: dict[tuple[str, int], list[Path]] = {}
+def _sources(runtimes: Iterable[InstalledRuntime]) -> dict[tuple[str, int], list[tuple[Path, Path]]]:
+    """Recorded files of ``runtimes`` by (sha256, size), each as (its runtime's directory, its path)."""
+    found: dict[tuple[str, int], list[tuple[Path, Path]]] = {}
     for runtime in runtimes:
         for rel, record in runtime.marker.files.items():
             if record.size > 0:
-                found.setdefault((record.sha256, record.size), []).append(runtime.path / rel)
+                found.setdefault((record.sha256, record.size), []).append((runtime.path, runtime.path / rel))
     return found
+
+
+def _through_link(root: Path, path: Path) -> bool:
+    """Whether ``root`` or a folder between it and ``path`` is a symbolic link (or not a folder at all).
+
+    Looked at just before the file is touched; the file itself is checked by ``_share_one``'s lstat.
+    """
+    folder = root
+    for part in (None, *path.relative_to(root).parts[:-1]):
+        folder = folder if part is None else folder / part
+        try:
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                return True
+        except OSError:
+            return True  # missing: nothing to share with
+    return False
 
 
 def _share_one(

@@ -479,12 +479,7 @@ class Installer:
             VerificationError: ``target`` fails verification; nothing changed.
             SwitchError: A running server could not be switched; nothing changed.
         """
-        recorded = provenance_summary(target.marker)
-        if self.provenance.require and recorded["status"] != "verified":
-            raise ProvenanceMissingError(
-                f"The installed {describe(target)} has provenance '{recorded['status']}' ({recorded.get('reason')}) "
-                "and --require-provenance was given; nothing was switched."
-            )
+        self.require_provenance_of(target)
         if not verified:
             emit(Progress("verify", message=f"verifying the installed {describe(target)}"))
             self.verifier.verify_installed(target, snapshot)
@@ -493,6 +488,19 @@ class Installer:
         self.verifier.keep_smoke_figure(target)  # in the home's state: an installed runtime is never written
         emit(Progress("activate", message="activating"))
         return self.activation.activate_installed(target, active, warnings, snapshot=snapshot, emit=emit)
+
+    def require_provenance_of(self, target: InstalledRuntime) -> None:
+        """Refuse an installed ``target`` whose recorded provenance is not verified, when provenance is required.
+
+        Raises:
+            ProvenanceMissingError: Provenance is required and ``target``'s is not verified.
+        """
+        recorded = provenance_summary(target.marker)
+        if self.provenance.require and recorded["status"] != "verified":
+            raise ProvenanceMissingError(
+                f"The installed {describe(target)} has provenance '{recorded['status']}' ({recorded.get('reason')}) "
+                "and --require-provenance was given; nothing was switched."
+            )
 
     # -- rollback ----------------------------------------------------------
 
@@ -507,7 +515,10 @@ class Installer:
         Raises:
             UserInputError: There is no previous runtime to go back to.
             CorruptStateError: The previous runtime is damaged; nothing changed.
-            SwitchError, VerificationError: The server could not be switched; nothing changed.
+            ProvenanceMissingError: Provenance is required and the previous runtime's is not verified.
+            VerificationError: The previous runtime fails verification (a file's sha256, its marker,
+                its binary), or the server could not be switched; nothing changed.
+            SwitchError: The server could not be switched; nothing changed.
         """
         self.home.ensure()
         with self.lock.hold("rollback", timeout=lock_timeout):
@@ -519,7 +530,27 @@ class Installer:
                 if back is not None:
                     report = SwitchReport(restarted=trial.server is not None, reload_required=False)
                     return back, snapshot.find(trial.runtime), report
-            return self.activation.rollback(HomeSnapshot.read(self.home))
+            snapshot = HomeSnapshot.read(self.home)
+            target = self.activation.rollback_target(snapshot)
+            self.require_provenance_of(target)
+            self._verify_rollback_target(target, snapshot)
+            return self.activation.rollback(snapshot, target)
+
+    def _verify_rollback_target(self, target: InstalledRuntime, snapshot: HomeSnapshot) -> None:
+        """Every file of the previous runtime hashed, its marker and its binary checked, as ``use`` does.
+
+        Raises:
+            VerificationError: ``target`` is damaged or does not run; nothing changed.
+        """
+        try:
+            self.verifier.verify_installed(target, snapshot)
+        except VerificationError as exc:
+            raise VerificationError(
+                f"Cannot roll back: the previous runtime {describe(target)} fails verification "
+                f"({exc.message.rstrip('.')}); nothing was changed, the active runtime stays.",
+                hint=f"Install it again with `llama-runtime update --tag {target.marker.tag} "
+                f"--backend {target.marker.backend}`, or keep the active runtime.",
+            ) from None
 
 
 @dataclass(frozen=True)

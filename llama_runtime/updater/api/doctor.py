@@ -25,7 +25,7 @@ from llama_runtime.runtime.fingerprint import record_runtime
 from llama_runtime.runtime.fsutil import set_aside
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
-from llama_runtime.runtime.marker import ForeignMarkerError, install_order
+from llama_runtime.runtime.marker import ForeignMarkerError, install_order, provenance_summary
 from llama_runtime.updater.activate.gc import clean_leftovers, find_leftovers
 from llama_runtime.updater.offline.export import unrecorded_files
 from llama_runtime.updater.release.tags import compare_tags, parse_tag
@@ -160,8 +160,12 @@ def _is_older(candidate: InstalledRuntime, than: InstalledRuntime | None) -> boo
     return order is None or order < 0 or (order == 0 and install_order(candidate.marker) < install_order(than.marker))
 
 
-def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer) -> None:
+def _repair(
+    home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer, *, require_provenance: bool = False
+) -> None:
     """Point at the best runtime that verifies, deciding and writing under the update lock.
+
+    With ``require_provenance``, a runtime whose recorded provenance is not verified is never a candidate.
 
     The pointer seen before the lock is only what was diagnosed: if an update
     changed it meanwhile, the repair stands down rather than overwrite it.
@@ -183,6 +187,8 @@ def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Po
         )
         damaged = snapshot.find(pointer.active)
         for runtime in preferred:
+            if require_provenance and not _provenance_verified(runtime, report):
+                continue
             if check_runtime(runtime, runner, digest=snapshot.sha256):
                 continue
             was_active = pointer.active
@@ -204,6 +210,18 @@ def _repair(home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Po
     report.advice.append("No installed runtime passes verification; run `llama-runtime update` to install one.")
 
 
+def _provenance_verified(runtime: InstalledRuntime, report: DoctorReport) -> bool:
+    """Whether ``runtime``'s marker records verified provenance; when not, the advice says why it was passed over."""
+    recorded = provenance_summary(runtime.marker)
+    if recorded["status"] == "verified":
+        return True
+    report.advice.append(
+        f"{runtime.marker.tag} ({runtime.marker.backend}), {runtime.name}, was not considered: its provenance is "
+        f"'{recorded['status']}' and LLAMA_RUNTIME_REQUIRE_PROVENANCE requires a verified one."
+    )
+    return False
+
+
 def run_doctor(
     home: Home,
     *,
@@ -211,6 +229,7 @@ def run_doctor(
     runner: ProcessRunner = run_process,
     host: dict[str, object] | None = None,
     reinstall: Reinstall | None = None,
+    require_provenance: bool = False,
 ) -> DoctorReport:
     """Check the home and the active runtime; optionally repair the pointer.
 
@@ -221,6 +240,7 @@ def run_doctor(
         host: Host facts (with their sources) to report alongside.
         reinstall: With ``repair``, reinstalls a damaged active runtime's build
             (tried before moving the pointer to another runtime).
+        require_provenance: A repair never points at a runtime whose provenance is not verified.
 
     Raises:
         UnsafeHomeError: The home is not safely ours (a file, a link loop, another user's).
@@ -236,11 +256,23 @@ def run_doctor(
     pointer = snapshot.pointer
     if snapshot.pointer_error is not None:
         report.add("pointer", False, snapshot.pointer_error.message)
-        _repair_or_advise(home, report, runner, Pointer(), repair, "Run `llama-runtime doctor --repair`.")
+        advice = "Run `llama-runtime doctor --repair`."
+        _repair_or_advise(home, report, runner, Pointer(), repair, advice, require_provenance=require_provenance)
     elif pointer.active is None:
-        _check_no_active(snapshot, report, runner, repair)
-    elif (active := _load_active(snapshot, report, runner, pointer.active, repair)) is not None:
-        _check_active(home, report, runner, pointer, active, repair=repair, reinstall=reinstall)
+        _check_no_active(snapshot, report, runner, repair, require_provenance=require_provenance)
+    elif (
+        active := _load_active(snapshot, report, runner, pointer.active, repair, require_provenance=require_provenance)
+    ) is not None:
+        _check_active(
+            home,
+            report,
+            runner,
+            pointer,
+            active,
+            repair=repair,
+            reinstall=reinstall,
+            require_provenance=require_provenance,
+        )
     _advise_damaged(snapshot, report)
     return report
 
@@ -307,11 +339,18 @@ def _advise_damaged(snapshot: HomeSnapshot, report: DoctorReport) -> None:
 
 
 def _repair_or_advise(
-    home: Home, report: DoctorReport, runner: ProcessRunner, pointer: Pointer, repair: bool, advice: str
+    home: Home,
+    report: DoctorReport,
+    runner: ProcessRunner,
+    pointer: Pointer,
+    repair: bool,
+    advice: str,
+    *,
+    require_provenance: bool,
 ) -> None:
     """With ``repair``, point at the best runtime that verifies; else tell people how."""
     if repair:
-        _repair(home, report, runner, pointer)
+        _repair(home, report, runner, pointer, require_provenance=require_provenance)
     else:
         report.advice.append(advice)
 
@@ -329,7 +368,9 @@ def _check_override(report: DoctorReport) -> None:
     report.advice.append("Unset LLAMA_SERVER_PATH to let apps use the managed runtime.")
 
 
-def _check_no_active(snapshot: HomeSnapshot, report: DoctorReport, runner: ProcessRunner, repair: bool) -> None:
+def _check_no_active(
+    snapshot: HomeSnapshot, report: DoctorReport, runner: ProcessRunner, repair: bool, *, require_provenance: bool
+) -> None:
     """The pointer names nothing: fine on a new home, damage when runtimes are installed."""
     home, pointer, orphans = snapshot.home, snapshot.pointer, snapshot.runtimes
     if not orphans:
@@ -339,11 +380,17 @@ def _check_no_active(snapshot: HomeSnapshot, report: DoctorReport, runner: Proce
     # Runtimes without a pointer: the pointer file was lost, not never written.
     report.add("pointer", False, f"{home.pointer_path} is missing but {len(orphans)} runtimes are installed")
     advice = "Run `llama-runtime doctor --repair` to point at the newest verified runtime."
-    _repair_or_advise(home, report, runner, pointer, repair, advice)
+    _repair_or_advise(home, report, runner, pointer, repair, advice, require_provenance=require_provenance)
 
 
 def _load_active(
-    snapshot: HomeSnapshot, report: DoctorReport, runner: ProcessRunner, name: str, repair: bool
+    snapshot: HomeSnapshot,
+    report: DoctorReport,
+    runner: ProcessRunner,
+    name: str,
+    repair: bool,
+    *,
+    require_provenance: bool,
 ) -> InstalledRuntime | None:
     """The runtime the pointer names, or ``None`` once its unreadable marker is reported (and repaired)."""
     home, pointer = snapshot.home, snapshot.pointer
@@ -358,7 +405,7 @@ def _load_active(
     except CorruptStateError as exc:
         report.add("active runtime", False, exc.message)
         advice = "Run `llama-runtime doctor --repair` or `llama-runtime update`."
-        _repair_or_advise(home, report, runner, pointer, repair, advice)
+        _repair_or_advise(home, report, runner, pointer, repair, advice, require_provenance=require_provenance)
     return None
 
 
@@ -371,6 +418,7 @@ def _check_active(
     *,
     repair: bool,
     reinstall: Reinstall | None,
+    require_provenance: bool,
 ) -> None:
     """Verify the active runtime's files and binary; repair: reinstall it, else move the pointer."""
     report.active = active
@@ -385,7 +433,7 @@ def _check_active(
         record_runtime(home.root, active.name, active.path, active.marker)
     if problems and repair:
         if reinstall is None or not _reinstall(active, reinstall, runner, report):
-            _repair(home, report, runner, pointer)
+            _repair(home, report, runner, pointer, require_provenance=require_provenance)
     elif problems:
         report.advice.append("Run `llama-runtime doctor --repair` (or `llama-runtime update`) to recover.")
     else:

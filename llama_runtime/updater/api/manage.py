@@ -409,12 +409,19 @@ def doctor(ctx: UseCaseContext, *, repair: bool, listener: JobListener | None) -
     from llama_runtime.updater.api.doctor import run_doctor
 
     host = ctx.engine.host().to_json()
+    require = ctx.engine.settings.require_provenance
     if not repair:
         return DoctorResult.from_report(run_doctor(ctx.home, host=host))
     reports: list[DoctorReport] = []
 
     def work(progress: ProgressCallback, cancel: CancelCheck) -> tuple[dict[str, object], UpdateOutcome | None]:
-        report = run_doctor(ctx.home, repair=True, host=host, reinstall=_reinstaller(ctx, progress, cancel))
+        report = run_doctor(
+            ctx.home,
+            repair=True,
+            host=host,
+            reinstall=_reinstaller(ctx, progress, cancel),
+            require_provenance=require,
+        )
         reports.append(report)
         return report.to_json(), None
 

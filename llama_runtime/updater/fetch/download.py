@@ -46,6 +46,7 @@ from llama_runtime.updater.fetch.partial import (
     PaceWatch,
     Resume,
     discard_partial,
+    discard_unowned,
     plan_resume,
     read_origin,
     record_origin,
@@ -383,6 +384,8 @@ class _Job:
 
     # -- steps -----------------------------------------------------------------------------
     def _usable_prefix(self) -> Resume:
+        if discard_unowned(self.path):
+            discard_partial(self.path)  # its sidecar describes bytes that are gone
         try:
             on_disk = self.path.stat().st_size
         except FileNotFoundError:

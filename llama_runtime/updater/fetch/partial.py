@@ -15,6 +15,8 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,7 @@ __all__ = [
     "PartialOrigin",
     "Resume",
     "discard_partial",
+    "discard_unowned",
     "plan_resume",
     "read_origin",
     "record_origin",
@@ -133,6 +136,43 @@ def discard_partial(partial: Path) -> None:
     """
     partial.unlink(missing_ok=True)
     sidecar_path(partial).unlink(missing_ok=True)
+
+
+def unowned_reason(path: Path) -> str | None:
+    """Why the file at ``path`` is not a download's own to write through, or ``None`` (also when absent).
+
+    A partial is written in place (appended, ranges written at offsets): only a
+    regular file with one link may be, so bytes never land in a file elsewhere
+    that a symlink points to or a hard link shares.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_nlink > 1:
+        return f"it is a hard link shared with {st.st_nlink - 1} other name(s)"
+    return None
+
+
+def discard_unowned(path: Path) -> bool:
+    """Remove the name ``path`` when :func:`unowned_reason` finds one (never what it points to or shares).
+
+    Returns:
+        Whether it was removed; the download then starts afresh.
+
+    Raises:
+        OSError: The name could not be removed.
+    """
+    reason = unowned_reason(path)
+    if reason is None:
+        return False
+    warn_state(f"The partial download {path} was discarded without being read or written: {reason}.")
+    path.unlink()
+    return True
 
 
 def read_origin(partial: Path) -> PartialOrigin | None:

@@ -53,7 +53,7 @@ from llama_runtime.updater.fetch.download import (
     _WrongRangeError,
     open_range,
 )
-from llama_runtime.updater.fetch.partial import DownloadPace, PaceWatch, strong_etag
+from llama_runtime.updater.fetch.partial import DownloadPace, PaceWatch, discard_unowned, strong_etag
 from llama_runtime.updater.logs import warn_state
 from llama_runtime.updater.release.release import Asset
 
@@ -81,6 +81,8 @@ __all__ = [
 
 _DATA_SUFFIX: Final = ".ranged"
 _STATE_SUFFIX: Final = ".ranges"
+#: Opening the data file never follows a symbolic link (0 where the platform has no such flag).
+_NO_FOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclass
@@ -142,6 +144,8 @@ def discard_ranged(partial: Path) -> None:
 
 def load_record(partial: Path, url: str, size: int) -> tuple[list[Span], str | None] | None:
     """The spans and validator recorded for ``partial`` when they fit this asset and its data file, else ``None``."""
+    if discard_unowned(data_path(partial)):
+        return None
     try:
         raw = read_cache(state_path(partial), warn=warn_state)
         on_disk = data_path(partial).stat().st_size
@@ -325,7 +329,8 @@ class RangedDownload:
         """
         resumed = self._load()
         try:
-            fd = os.open(self.data, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
+            # _load left no link here: a name that is one now is refused, never written through.
+            fd = os.open(self.data, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0) | _NO_FOLLOW, 0o600)
         except OSError:
             discard_ranged(self.partial)
             raise

@@ -292,8 +292,9 @@ def mirror_attestations(client: ReleaseSource, paths: MirrorPaths, sha256: str) 
 def mirror_repository(client: ReleaseSource, paths: MirrorPaths) -> str | None:
     """Store the repository's default branch where clients ask GitHub for it; the branch, if known.
 
-    Clients of the mirror judge an attestation's source ref against it (the
-    signer policy); a sync that cannot learn it leaves what an earlier one stored.
+    It is the mirror's own word, which the signer policy of its clients never keys on
+    (a fork's default branch stays unknown there); a sync that cannot learn it leaves
+    what an earlier one stored.
     """
     branch = client.default_branch()
     if branch is not None:

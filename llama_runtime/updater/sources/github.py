@@ -402,6 +402,8 @@ class GitHubClient:
         self.clock = clock
         self.api_budget = TimeBudget(math.inf if api_deadline is None else api_deadline, clock)
         self.last_rate_limit: RateLimit | None = None
+        # Whether the newest JSON answer carried GitHub's rate-limit headers: the API's own, not a mirror's file.
+        self._answered_by_api = False
         self._held: tuple[float, str] | None = None  # (monotonic deadline, why): see hold_requests
         # Last guard of the token policy: whatever the caller passes, a token
         # never travels in clear text to a host that is not this machine.
@@ -495,16 +497,22 @@ class GitHubClient:
 
         ``GET /repos/{owner}/{repo}`` (GitHub docs, "Get a repository": the
         repository object's ``default_branch``), cached with its ETag like the
-        release reads, so a repeat is a free 304. A mirror stores that JSON at
-        the same route (``mirror sync``); one that does not, a refusal or a
-        body of another shape all mean "unknown": the signer policy then
-        accepts ``master`` and ``main`` and says so, and no install fails here.
+        release reads, so a repeat is a free 304. Only GitHub's own answer
+        (with its rate-limit headers) counts: what a mirror stores there
+        (``mirror sync`` writes it) is what the mirror says about itself, and
+        whoever edits the mirror could widen which branch may sign. A mirror's
+        answer, a refusal or a body of another shape all mean "unknown": the
+        signer policy then accepts ``master`` and ``main`` and says so (and
+        upstream's own is known without asking), and no install fails here.
         """
         url = f"{self.api_url}/repos/{self.repo}"
         try:
             payload = self._get_json(url, f"The repository {self.repo} was not found.")
         except RemoteError as exc:
             log.debug("default branch unknown", repo=self.repo, reason=exc.message)
+            return None
+        if not self._answered_by_api:
+            log.debug("default branch unknown", repo=self.repo, reason="a mirror's answer, not GitHub's")
             return None
         branch = payload.get("default_branch") if isinstance(payload, dict) else None
         return branch if isinstance(branch, str) and is_ref_name(branch) and not branch.startswith("refs/") else None
@@ -713,6 +721,7 @@ class GitHubClient:
         response, raw = send_with_retries(
             self._http, url, headers, attempts=self.attempts, sleep=self.sleep, budget=self.api_budget
         )
+        self._answered_by_api = "x-ratelimit-limit" in response.headers
         quota = rate_limit_of(response)
         if quota is not None:  # a mirror reports none: keep what the API said last
             self.last_rate_limit = quota

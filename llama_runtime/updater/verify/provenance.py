@@ -36,7 +36,7 @@ from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, Pro
 from llama_runtime.updater.config import env_flag
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.release import UPSTREAM_REPOS
-from llama_runtime.updater.verify.signer import Signer, SignerPolicy
+from llama_runtime.updater.verify.signer import Signer, SignerPolicy, trusted_default_branch
 
 __all__ = [
     "Listing",
@@ -448,7 +448,8 @@ class ProvenanceCheck:
             workflow = self.workflow
         return SignerPolicy(
             repository=repo,
-            default_branch=self.default_branches.get(key),
+            # Upstream's is a known fact, whatever a source said.
+            default_branch=trusted_default_branch(repo, self.default_branches.get(key)),
             workflow=workflow,
             signer=self.signers.get(key),
         )

@@ -42,6 +42,7 @@ log = get_logger("llama_runtime.install")
 
 __all__ = [
     "GITHUB_ACTIONS_ISSUER",
+    "KNOWN_DEFAULT_BRANCHES",
     "RENAMED_REPOSITORIES",
     "SLSA_PROVENANCE_V1",
     "UNKNOWN_DEFAULT_BRANCHES",
@@ -55,6 +56,7 @@ __all__ = [
     "policy_violation",
     "signer_from_extensions",
     "statement_violation",
+    "trusted_default_branch",
     "verify_bundle",
 ]
 
@@ -78,6 +80,10 @@ RENAMED_REPOSITORIES: Final = {"ggerganov/llama.cpp": "ggml-org/llama.cpp"}
 #: (offline, ``install-file``, a mirror that does not store it, an API error):
 #: GitHub's default for new repositories since October 2020 and the one before.
 UNKNOWN_DEFAULT_BRANCHES: Final = ("master", "main")
+#: Default branches that are facts rather than answers (by canonical repository): upstream's
+#: signing workflows run on ``master`` (scripts/upstream-facts.json; the canary reports a rename).
+#: What any source says about these repositories is not asked.
+KNOWN_DEFAULT_BRANCHES: Final = {"ggml-org/llama.cpp": "master"}
 #: What actions/attest-build-provenance signs: SLSA provenance in an in-toto statement.
 SLSA_PROVENANCE_V1: Final = "https://slsa.dev/provenance/v1"
 _IN_TOTO_STATEMENTS: Final = frozenset({"https://in-toto.io/Statement/v1", "https://in-toto.io/Statement/v0.1"})
@@ -231,6 +237,14 @@ class SignerPolicy:
 def _canonical(repository: str) -> str:
     folded = repository.casefold()
     return RENAMED_REPOSITORIES.get(folded, folded)
+
+
+def trusted_default_branch(repository: str, reported: str | None) -> str | None:
+    """The default branch the signer policy keys on: a known fact for upstream, else what GitHub reported.
+
+    ``reported`` is GitHub's own answer (``None`` for a mirror's, see ``GitHubClient.default_branch``).
+    """
+    return KNOWN_DEFAULT_BRANCHES.get(_canonical(repository), reported)
 
 
 def policy_violation(signer: Signer, policy: SignerPolicy) -> str | None:

@@ -10,12 +10,14 @@ the update's output (``smoke`` in JSON, one line in text).
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from llama_runtime.runtime.confine import confined_env, scratch_dir
 from llama_runtime.runtime.fsutil import remove_tree_quietly
 from llama_runtime.runtime.inference import InferenceResult, Speed
 from llama_runtime.runtime.layout import InstalledRuntime
@@ -113,7 +115,9 @@ class SmokeRun:
     Args:
         scratch: A directory for the smoke server's state and log (removed afterwards).
         gate: The gate that sends and times the request.
-        env: Environment of the smoke server (None inherits).
+        env: Environment the smoke server's is made from (None: ours); the server runs confined
+            (:mod:`~llama_runtime.runtime.confine`): only what it passes, an empty home and
+            working directory, removed afterwards.
         health_timeout: Seconds the smoke server has to answer /health.
     """
 
@@ -123,25 +127,30 @@ class SmokeRun:
     health_timeout: float = SMOKE_HEALTH_TIMEOUT_SECONDS
 
     def run(self, binary: Path, model: Path) -> InferenceResult:
-        """Start ``binary`` on ``model``, probe it, stop it; never raises for a failed generation."""
+        """Start ``binary`` on ``model`` (confined), probe it, stop it; never raises for a failed generation."""
         directory = self.scratch / f"smoke-{secrets.token_hex(4)}"
         server = ManagedServer(directory)
-        args = smoke_args(model, self.gate.policy.smoke_args)
+        args = smoke_args(model.absolute(), self.gate.policy.smoke_args)
         try:
-            server.start(binary, args, env=self.env)
-            try:
-                if not server.wait_healthy(self.health_timeout):
-                    return InferenceResult(
-                        False, f"it did not answer /health within {self.health_timeout:g} s{_log_tail(server)}"
-                    )
-                url = server.endpoint()
-                if url is None:
-                    return InferenceResult(False, "it did not record a port")
-                return self.gate.measure(url, args)
-            finally:
-                server.stop()
+            with scratch_dir() as home:
+                env = confined_env(os.environ if self.env is None else self.env, home)
+                server.start(binary, args, env=env, cwd=home)
+                try:
+                    return self._measure(server, args)
+                finally:
+                    server.stop()
         finally:
             remove_tree_quietly(directory)  # best effort: never replaces the gate's own outcome
+
+    def _measure(self, server: ManagedServer, args: list[str]) -> InferenceResult:
+        if not server.wait_healthy(self.health_timeout):
+            return InferenceResult(
+                False, f"it did not answer /health within {self.health_timeout:g} s{_log_tail(server)}"
+            )
+        url = server.endpoint()
+        if url is None:
+            return InferenceResult(False, "it did not record a port")
+        return self.gate.measure(url, args)
 
 
 def smoke_check(

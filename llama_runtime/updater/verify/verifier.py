@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from llama_runtime.runtime.binary import ProcessRunner
+from llama_runtime.runtime.confine import confined
 from llama_runtime.runtime.errors import VerificationError
 from llama_runtime.runtime.inference import InferenceResult
 from llama_runtime.runtime.layout import HomeSnapshot, InstalledRuntime
@@ -54,8 +55,9 @@ class Verifier:
 
     Args:
         host: Host facts (a callable so detection runs only when needed, then once).
-        runner: Runs the binary (the process seam).
-        env: Environment for the probed binary.
+        runner: Runs the binary (the process seam); a staged one runs confined
+            (:func:`~llama_runtime.runtime.confine.confined`).
+        env: Environment for the probed binary (a staged one sees only what confinement passes).
         gate: The inference gate's policy; its smoke model, if any, must generate.
         clock: The time recorded with a speed measurement.
         staging_dir: Where smoke runs keep their scratch directory.
@@ -74,6 +76,8 @@ class Verifier:
         self._host_probe = host
         self._host: HostFacts | None = None
         self.runner = runner
+        # A build not yet accepted sees no secret, no home and no descriptor of ours.
+        self.staged_runner = confined(runner)
         self.env = env
         self.gate = gate
         self.clock = clock
@@ -118,7 +122,7 @@ class Verifier:
                 backend=backend,
                 files=list(staged.files),
                 host_has_device=host_has_device(backend, self.host),
-                runner=self.runner,
+                runner=self.staged_runner,
                 env=self.env,
             )
         log.info("binary runs", version=report.version, devices=list(report.devices))
