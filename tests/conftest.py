@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,11 +112,46 @@ def _starts_servers(item: pytest.Item) -> bool:
     return any(call in source for call in _E2E_CALLS)
 
 
+#: Off Linux, why an end-to-end test is skipped: the fake GitHub publishes Linux x64 builds (stand-in
+#: ``#!/bin/sh`` servers or the real Linux llama-server) and the CLI child picks assets for its own host.
+NEEDS_LINUX = (
+    "needs Linux: end-to-end tests publish Linux x64 builds (stand-in shell scripts, the real Linux "
+    "llama-server) and the CLI chooses for its own host; the ubuntu CI jobs run them"
+)
+#: On Windows, why these modules' in-process tests are skipped too: they run ``#!/bin/sh`` stand-in
+#: builds through the process seam, or use what Windows lacks (SIGKILL, FIFOs, ptys, POSIX modes).
+NEEDS_POSIX = (
+    "needs POSIX: runs #!/bin/sh stand-in builds in-process, or uses SIGKILL, FIFOs, ptys or POSIX "
+    "file modes, which Windows lacks; the ubuntu and macOS CI jobs run it"
+)
+_POSIX_MODULES = frozenset(
+    {
+        "test_archive", "test_auto_down", "test_bounded_data", "test_bundle", "test_cache", "test_check_cost",
+        "test_cli_surface", "test_corrupt_state", "test_crash", "test_cuda_companion", "test_deadlines",
+        "test_disk_full", "test_docs_contract", "test_durability", "test_events", "test_events_pipe",
+        "test_everyday_refusals_and_wording", "test_facts", "test_failed_builds", "test_fetch",
+        "test_fingerprints", "test_front_door", "test_gc", "test_gpu_coverage_manifest",
+        "test_home_snapshot", "test_hostile_archives_and_planted_files", "test_hostile_home",
+        "test_hostile_remote", "test_install_file", "test_lifecycle", "test_lock", "test_macho",
+        "test_mirror", "test_mirror_channels", "test_mirror_fetch", "test_mirror_writers",
+        "test_nested_links", "test_no_secret_leaves", "test_offline_inputs", "test_process",
+        "test_progress", "test_provenance_offline", "test_record", "test_retention_and_shared_files",
+        "test_rollback_and_repair", "test_service", "test_single_read_extraction", "test_state_files",
+        "test_stored_request", "test_trial",
+    }
+)  # fmt: skip
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``e2e`` every test that starts a server or a child process, so ``-m "not e2e"`` is the inner loop."""
+    """Mark ``e2e`` every test that starts a server or a child process, so ``-m "not e2e"`` is the inner loop;
+    off Linux, skip (with the reason, counted in the summary) what needs Linux or POSIX."""
     for item in items:
         if item.get_closest_marker("e2e") is None and _starts_servers(item):
             item.add_marker(pytest.mark.e2e)
+        if sys.platform != "linux" and item.get_closest_marker("e2e") is not None:
+            item.add_marker(pytest.mark.skip(reason=NEEDS_LINUX))
+        elif sys.platform == "win32" and item.path.stem in _POSIX_MODULES:
+            item.add_marker(pytest.mark.skip(reason=NEEDS_POSIX))
 
 
 @pytest.fixture(autouse=True)

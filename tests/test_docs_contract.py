@@ -357,3 +357,36 @@ def test_every_module_a_docstring_or_comment_names_exists() -> None:
             if not _resolves(m.group(1) or m.group(2), package)
         ]
     assert not stale, "\n".join(stale)
+
+
+# -- the project's own CI runs the README's test command everywhere -----------------------------
+
+CI_WORKFLOW = ROOT / ".github" / "workflows" / "ci.yml"
+
+
+def test_ci_runs_the_readmes_test_command_on_every_os_and_supported_python() -> None:
+    import tomllib
+
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load(CI_WORKFLOW.read_text())
+    test = workflow["jobs"]["test"]
+    assert set(test["strategy"]["matrix"]["os"]) == {"ubuntu-latest", "macos-latest", "windows-latest"}
+    floor = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert floor == ">=3.11" and test["strategy"]["matrix"]["python"] == ["3.11", "3.12", "3.13"]
+    assert test["strategy"]["fail-fast"] is False, "one OS failing must not hide the others' results"
+    readme_command = next(
+        line for block in re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+        for line in block.splitlines() if line.startswith("bash .ci/")
+    )  # fmt: skip
+    assert any(readme_command in str(step.get("run", "")) for step in test["steps"]), readme_command
+    lint = [str(step.get("run", "")).strip() for step in workflow["jobs"]["lint"]["steps"]]
+    assert "python -m mypy" in lint, "plain mypy: the package, the tests, the scripts and the examples"
+    for check in ("ruff check", "mypy --platform win32", "mypy --platform darwin"):
+        assert any(check in run for run in lint), check
+
+
+def test_pytest_turns_deprecation_warnings_into_errors() -> None:
+    import tomllib
+
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert options["filterwarnings"][0] == "error::DeprecationWarning"
