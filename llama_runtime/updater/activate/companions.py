@@ -41,7 +41,7 @@ from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.assetnames import parse_asset_name
 from llama_runtime.updater.release.release import Asset
 from llama_runtime.updater.stage.archive_rules import check_links_inside
-from llama_runtime.updater.verify.installed import Staged
+from llama_runtime.updater.stage.staged import Staged
 from llama_runtime.updater.verify.provenance import Provenance
 
 __all__ = ["ReusedCompanion", "companion_entry", "companion_key", "find_reusable", "place_reused"]

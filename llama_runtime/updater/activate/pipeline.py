@@ -51,9 +51,10 @@ from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import CancelCheck, Progress, ProgressCallback
 from llama_runtime.updater.release.release import Asset, Release, path_inside
 from llama_runtime.updater.stage.archive import ExtractResult
+from llama_runtime.updater.stage.staged import Staged, extract_staged, new_staging_path
 from llama_runtime.updater.stage.streaming import Fetched, FetchOptions, fetch_asset
 from llama_runtime.updater.verify.attested import ATTESTED_UPSTREAM_BUNDLE_MISSING, remember_attested, was_attested
-from llama_runtime.updater.verify.installed import Staged, extract_staged, marker_from_meta, new_staging_path
+from llama_runtime.updater.verify.installed import marker_from_meta
 from llama_runtime.updater.verify.provenance import (
     Provenance,
     ProvenanceCheck,

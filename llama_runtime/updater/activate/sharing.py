@@ -39,7 +39,7 @@ from typing import Final
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.logs import get_logger
-from llama_runtime.updater.verify.installed import Staged
+from llama_runtime.updater.stage.staged import Staged
 
 __all__ = ["SharingReport", "share_identical"]
 
