@@ -24,8 +24,8 @@ import pytest
 
 from llama_runtime.runtime.fsutil import NotRegularFileError, decimal, read_cache, read_regular
 from llama_runtime.updater.fetch.download import download_name
+from llama_runtime.updater.release.manifest import parse_manifest
 from llama_runtime.updater.release.release import RemoteDataError
-from llama_runtime.updater.sources.resolve import parse_manifest
 from tests.fakegithub import FakeGitHub, Fault
 from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_status_active, cli_process, publish_stand_in, run_json
 
@@ -295,7 +295,7 @@ def test_install_file_bundle_of_deep_json_is_exit_2(
 # -- the one bounded reader ----------------------------------------------------------------------
 
 #: The modules allowed to call json.load(s) themselves: the bounded readers.
-BOUNDED_READERS = {"runtime/fsutil.py", "updater/sources/source.py"}
+BOUNDED_READERS = {"runtime/fsutil.py", "updater/release/remote_json.py"}
 
 
 def test_every_json_read_in_the_package_goes_through_a_bounded_reader() -> None:

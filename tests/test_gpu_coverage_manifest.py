@@ -24,16 +24,15 @@ from llama_runtime.updater.choice.decide import available_builds
 from llama_runtime.updater.choice.facts import host_sms
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.release.channel import ResolvedRelease
-from llama_runtime.updater.release.release import Asset, Release, RemoteDataError
-from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
-from llama_runtime.updater.sources.resolve import (
+from llama_runtime.updater.release.manifest import (
     CHECKSUM_INDEX_ASSET,
     MANIFEST_ASSET,
     parse_checksum_index,
     parse_manifest,
-    peek_latest_build,
-    resolve_tag_remote,
 )
+from llama_runtime.updater.release.release import Asset, Release, RemoteDataError
+from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
+from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_tag_remote
 from tests.fakegithub import FakeGitHub, Fault
 from tests.helpers import HomeGuard, cli_process, run_json, stand_in_server, stand_in_tarball
 

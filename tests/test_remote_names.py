@@ -14,7 +14,7 @@ from llama_runtime.updater.release.release import (
     is_valid_remote_tag,
     path_inside,
 )
-from llama_runtime.updater.sources.source import loads_bounded
+from llama_runtime.updater.release.remote_json import loads_bounded
 
 
 @pytest.mark.parametrize(

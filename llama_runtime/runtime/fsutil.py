@@ -449,7 +449,7 @@ def fsync_tree(root: Path, *, ahead: FlushAhead | None = None) -> None:
 #: which the pretty-printed file on disk can double; every other one is a few KB.
 MAX_RECORD_BYTES: Final[int] = 64 * 1024 * 1024
 #: Deepest nesting accepted. The deepest file is the ETag cache: a release list
-#: (4 levels, see ``updater.sources.source.MAX_JSON_DEPTH``) under two of its
+#: (4 levels, see ``updater.release.remote_json.MAX_JSON_DEPTH``) under two of its
 #: own; 64 leaves room and stays far below the interpreter's recursion limit.
 MAX_RECORD_DEPTH: Final[int] = 64
 # Read size once the file's own size (read first) was not all of it: small, since

@@ -11,7 +11,8 @@ This module is the front: it takes the update lock, gathers the decision core's
 inputs (active marker, release, host facts), and carries the plan out: up to
 date, a switch to an installed runtime, or an install through
 :mod:`.pipeline` (its ``acquire`` section: the assets' bytes), whose steps live one concept each:
-:mod:`~llama_runtime.updater.stage.staged` (the staged tree) and :mod:`~llama_runtime.updater.verify.installed` (its marker),
+:mod:`~llama_runtime.updater.stage.staged` (the staged tree) and
+:mod:`~llama_runtime.updater.verify.installed` (its marker),
 :mod:`~llama_runtime.updater.verify.verifier` (probe, build identity, smoke model) and :mod:`.activation`
 (the pointer flip with a running server).
 

@@ -575,7 +575,7 @@ def _plan_host(
 
 def _metadata_notes(release: Release) -> list[str]:
     """What the release's own build metadata contributed, or why it did not."""
-    from llama_runtime.updater.sources.resolve import MANIFEST_ASSET
+    from llama_runtime.updater.release.manifest import MANIFEST_ASSET
 
     if release.manifest is not None:
         return [f"GPU coverage of its bundles from its {MANIFEST_ASSET}"]

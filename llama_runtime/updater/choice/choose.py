@@ -42,7 +42,7 @@ from llama_runtime.updater.release.release import UPSTREAM_REPOS, Asset, Release
 from llama_runtime.updater.release.tags import parse_tag
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.sources.resolve import ArtifactFacts
+    from llama_runtime.updater.release.manifest import ArtifactFacts
 
 __all__ = ["Ranker", "same_version"]
 

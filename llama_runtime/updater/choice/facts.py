@@ -29,7 +29,7 @@ from llama_runtime.updater.release.release import UPSTREAM_REPOS
 
 if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
-    from llama_runtime.updater.sources.resolve import ArtifactFacts
+    from llama_runtime.updater.release.manifest import ArtifactFacts
 
 __all__ = ["CoverageKey", "cuda_coverage", "host_sms", "rocm_targets"]
 

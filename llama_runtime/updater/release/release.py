@@ -17,7 +17,7 @@ from llama_runtime.runtime.errors import IntegrityError, RemoteError, UserInputE
 from llama_runtime.updater.release.tags import MAX_TAG_LENGTH, parse_tag, validate_tag
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.sources.resolve import BuildManifest
+    from llama_runtime.updater.release.manifest import BuildManifest
 
 __all__ = [
     "MAX_ASSET_NAME_LENGTH",

@@ -40,7 +40,8 @@ from llama_runtime.runtime.errors import NetworkError, RemoteError
 from llama_runtime.updater.credentials import is_loopback_host, redact_url
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.release import RemoteDataError
-from llama_runtime.updater.sources.source import loads_bounded, read_capped, too_slow
+from llama_runtime.updater.release.remote_json import loads_bounded
+from llama_runtime.updater.sources.source import read_capped, too_slow
 
 if TYPE_CHECKING:
     import httpx

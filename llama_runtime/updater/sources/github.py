@@ -63,13 +63,13 @@ from llama_runtime.updater.release.release import (
     printable,
     quote_remote,
 )
+from llama_runtime.updater.release.remote_json import loads_bounded
 from llama_runtime.updater.release.tags import is_release_version
 from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
 from llama_runtime.updater.sources.source import (
     ACCEPT_ENCODING,
     API_BODY_DEADLINE_SECONDS,
     RateLimit,
-    loads_bounded,
     read_capped,
     too_slow,
 )

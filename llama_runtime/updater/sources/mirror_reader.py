@@ -19,9 +19,9 @@ from llama_runtime.runtime.errors import RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import decimal, read_record
 from llama_runtime.updater.credentials import redact_url
 from llama_runtime.updater.release.assetnames import parse_asset_name
+from llama_runtime.updater.release.manifest import BUILD_METADATA_ASSETS
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.tags import parse_tag, validate_tag
-from llama_runtime.updater.sources.resolve import BUILD_METADATA_ASSETS
 from llama_runtime.updater.sources.source import DirectoryListingError
 
 __all__ = ["FileTransport", "file_api_url"]

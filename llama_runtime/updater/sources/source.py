@@ -13,16 +13,15 @@ Invariant: an :class:`AssetHost` adds credentials only to URLs it vouches for
 
 from __future__ import annotations
 
-import json
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol, Self
+from typing import TYPE_CHECKING, Final, Protocol, Self
 
 import httpx
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import NetworkError, RemoteError
-from llama_runtime.runtime.fsutil import decimal, nests_deeper
+from llama_runtime.runtime.fsutil import decimal
 from llama_runtime.updater.release.release import RemoteDataError
 
 if TYPE_CHECKING:
@@ -35,13 +34,11 @@ __all__ = [
     "ACCEPT_ENCODING",
     "API_BODY_DEADLINE_SECONDS",
     "MAX_API_BODY_BYTES",
-    "MAX_JSON_DEPTH",
     "AssetHost",
     "DirectoryListingError",
     "PlainHttp",
     "RateLimit",
     "ReleaseSource",
-    "loads_bounded",
     "read_capped",
     "too_slow",
 ]
@@ -191,10 +188,6 @@ _GZIP_OR_ZLIB_WBITS: Final[int] = 32 + zlib.MAX_WBITS
 #: uploader object is most of it), so a page is ~8 MB. 16 MiB is twice that,
 #: and a gzip bomb stops here instead of at the machine's memory.
 MAX_API_BODY_BYTES: Final[int] = 16 * 1024 * 1024
-#: Deepest JSON nesting accepted. Release JSON is 4 levels deep (list, release,
-#: assets, asset.uploader); 64 leaves room for any field GitHub may add while
-#: staying far below the interpreter's recursion limit.
-MAX_JSON_DEPTH: Final[int] = 64
 #: Longest an API answer may take to arrive in full (seconds). A page of 100 releases is a
 #: few MB; even at 50 KB/s it is in within a minute. A server that drips a byte at a time
 #: (each read inside the read timeout) must not hold the update lock for hours.
@@ -274,23 +267,3 @@ def _too_big(what: str, cap: int) -> RemoteDataError:
         f"The server sent {what} larger than {cap // (1024 * 1024)} MiB once decoded; "
         "no release answer is that big, so it was not read further."
     )
-
-
-def loads_bounded(data: bytes, *, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """Decode JSON ``data`` whose nesting is at most ``max_depth`` levels.
-
-    Raises:
-        ValueError: ``data`` is not JSON (the caller words that one).
-        RemoteDataError: The JSON nests deeper than ``max_depth``.
-    """
-    try:
-        value = json.loads(data)
-    except RecursionError:
-        raise _too_deep(what, max_depth) from None
-    if nests_deeper(value, max_depth):
-        raise _too_deep(what, max_depth)
-    return value
-
-
-def _too_deep(what: str, max_depth: int) -> RemoteDataError:
-    return RemoteDataError(f"The server sent {what} nested more than {max_depth} levels deep; it was not used.")

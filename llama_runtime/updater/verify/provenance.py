@@ -174,7 +174,7 @@ _SLSA_PROVENANCE_PREFIX: Final = "https://slsa.dev/provenance/"
 
 def predicate_type(bundle: dict[str, Any]) -> str | None:
     """The predicate type a DSSE bundle's statement claims (unverified), or ``None`` if unreadable."""
-    from llama_runtime.updater.sources.source import loads_bounded
+    from llama_runtime.updater.release.remote_json import loads_bounded
 
     envelope = bundle.get("dsseEnvelope")
     payload = envelope.get("payload") if isinstance(envelope, dict) else None
