@@ -1,0 +1,45 @@
+"""A registry client for an ``oci://`` URL: its connection pool and the credential for its host."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Final
+
+import httpx
+
+from llama_runtime.updater.sources.oci.auth import find_credential
+from llama_runtime.updater.sources.oci.client import RegistryClient
+from llama_runtime.updater.sources.oci.reference import parse_reference
+
+__all__ = ["open_registry", "registry_client"]
+
+#: Connect timeout (seconds): a dead registry should fail fast, as a dead GitHub does.
+CONNECT_TIMEOUT_SECONDS: Final[float] = 10.0
+#: Read timeout when the caller gives none (seconds).
+READ_TIMEOUT_SECONDS: Final[float] = 60.0
+
+
+def registry_client(url: str, *, read_timeout: float = READ_TIMEOUT_SECONDS) -> RegistryClient:
+    """A client for the repository ``url`` names; the caller closes ``client.http``.
+
+    TLS trusts what httpx trusts, and ``SSL_CERT_FILE``/``SSL_CERT_DIR`` and the
+    proxy variables (``HTTPS_PROXY``, ``NO_PROXY``) are honoured (httpx's ``trust_env``).
+
+    Raises:
+        UserInputError: ``url`` is not a registry reference.
+        RegistryAuthError: A configured credential helper is missing or failed.
+    """
+    ref = parse_reference(url)
+    timeout = httpx.Timeout(read_timeout, connect=min(CONNECT_TIMEOUT_SECONDS, read_timeout))
+    return RegistryClient(ref, httpx.Client(timeout=timeout), find_credential(ref.host))
+
+
+@contextlib.contextmanager
+def open_registry(url: str, *, read_timeout: float = READ_TIMEOUT_SECONDS) -> Iterator[RegistryClient]:
+    """:func:`registry_client`, closed on exit."""
+    client = registry_client(url, read_timeout=read_timeout)
+    try:
+        yield client
+    finally:
+        client.http.close()
