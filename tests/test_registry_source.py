@@ -1,0 +1,187 @@
+"""A registry as the source: update, check, plan, list --available and provenance from a real registry
+(Debian's docker-registry, Distribution 2.8) filled by ``mirror sync --dest oci://…``, upstream stopped."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llama_runtime.updater.sources.oci.client import RegistryClient
+from tests.fakegithub import FakeGitHub
+from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, cli_json
+from tests.registry import Registry
+from tests.test_mirror import publish
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    # Beside the test's tmp_path, not in it: HomeGuard watches tmp_path, and a registry writes its own files.
+    with Registry(tmp_path_factory.mktemp("registry")) as reg:
+        yield reg
+
+
+@pytest.fixture
+def filled(capsys: pytest.CaptureFixture[str], registry: Registry, tmp_path: Path) -> dict[str, Any]:
+    """b7000 and b7001 (v0.1.0, v0.2.0) pushed for linux-x64 cpu; upstream stopped afterwards."""
+    (tmp_path / "src").mkdir()
+    with FakeGitHub() as github:
+        publish(github, tmp_path, "b7000")
+        publish(github, tmp_path, "b7001")
+        code, report = cli_json(
+            capsys, "mirror", "sync", "--dest", registry.url(), "--api-url", github.api_url,
+            "--platform", "linux-x64", "--backend", "cpu", "--newest", "2",
+        )  # fmt: skip
+        assert code == 0, report
+    return report
+
+
+def requests_seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    original = RegistryClient.request
+
+    def counting(self: RegistryClient, method: str, url: str, **kw: Any) -> Any:
+        seen.append((method, url))
+        return original(self, method, url, **kw)
+
+    monkeypatch.setattr(RegistryClient, "request", counting)
+    return seen
+
+
+def test_update_installs_stable_from_the_registry_and_the_marker_keeps_upstream_identity_and_origin(
+    capsys: pytest.CaptureFixture[str], registry: Registry, filled: dict[str, Any], home: Path
+) -> None:
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", registry.url(), "--backend", "cpu")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7001"
+    marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
+    assert (marker["repo"], marker["tag"], marker["release_version"]) == (REPO, "b7001", "v0.2.0")
+    assert marker["digest_verified"] is True
+    assert marker["source"] == f"{registry.url()}@{filled['manifests']['b7001']}"
+    assert_runs(Path(payload["active"]["binary"]))
+
+
+def test_tags_semver_names_plan_list_and_check_read_the_registry(
+    capsys: pytest.CaptureFixture[str],
+    registry: Registry,
+    filled: dict[str, Any],
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = registry.url()
+    code, plan = cli_json(capsys, "plan", "--api-url", url, "--backend", "cpu", "--platform", "linux-x64")
+    assert code == 0 and (plan["tag"], plan["asset"]) == ("b7001", CPU_TAR.format(tag="b7001")), plan
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "v0.1.0")
+    assert code == 0 and payload["active"]["tag"] == "b7000", payload
+    code, listed = cli_json(capsys, "list", "--available", "--home", str(home), "--api-url", url)
+    assert code == 0, listed
+    assert {"b7000", "b7001"} <= {r["tag"] for r in listed["available"]}
+    code, checked = cli_json(capsys, "check", "--home", str(home), "--api-url", url)
+    assert code == 0 and (checked["latest"], checked["update_available"]) == ("b7001", True), checked
+    seen = requests_seen(monkeypatch)
+    code, checked = cli_json(capsys, "check", "--home", str(home), "--api-url", url)
+    assert code == 0 and checked["latest"] == "b7001", checked
+    assert seen == [("HEAD", f"http://{registry.host}/v2/fleet/llama.cpp/manifests/stable")]
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b6999")
+    assert code == 7 and "does not exist" in payload["error"]["message"], payload
+
+
+def test_a_layer_whose_bytes_are_not_its_digest_is_exit_8_and_the_runtime_is_untouched(
+    capsys: pytest.CaptureFixture[str], registry: Registry, filled: dict[str, Any], home: Path, tmp_path: Path
+) -> None:
+    url = registry.url()
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7001")
+    assert code == 0, payload
+    (manifest,) = [p for p in registry.blob_files() if b"b7000" in p.read_bytes() and b'"layers"' in p.read_bytes()]
+    (layer,) = json.loads(manifest.read_text())["layers"]
+    hexdigest = layer["digest"].removeprefix("sha256:")
+    data = registry.root / "data/docker/registry/v2/blobs/sha256" / hexdigest[:2] / hexdigest / "data"
+    data.write_bytes(b"\0" * data.stat().st_size)  # same size, other bytes: a hostile registry
+    guard = HomeGuard(tmp_path, home)
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7000")
+    assert code == 8, payload
+    guard.assert_intact("b7001", capsys=capsys)
+
+
+def test_basic_auth_registry_serves_clients_with_the_tools_variables_and_refuses_others(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "nodocker"))
+    monkeypatch.setenv("LLAMA_RUNTIME_REGISTRY_USERNAME", "ci")
+    monkeypatch.setenv("LLAMA_RUNTIME_REGISTRY_PASSWORD", "pw")
+    (tmp_path / "src").mkdir()
+    with Registry(tmp_path_factory.mktemp("basic"), users={"ci": "pw"}) as registry:
+        with FakeGitHub() as github:
+            publish(github, tmp_path, "b7001")
+            code, report = cli_json(
+                capsys, "mirror", "sync", "--dest", registry.url(), "--api-url", github.api_url,
+                "--platform", "linux-x64", "--backend", "cpu",
+            )  # fmt: skip
+            assert code == 0, report
+        code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", registry.url())
+        assert code == 0 and payload["active"]["tag"] == "b7001", payload
+        monkeypatch.setenv("LLAMA_RUNTIME_REGISTRY_PASSWORD", "wrong")
+        guard = HomeGuard(tmp_path, home)
+        code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", registry.url(), "--tag", "b7000")
+        assert code == 7 and "refused the credential" in payload["error"]["message"], payload
+        assert "wrong" not in json.dumps(payload)
+        guard.assert_intact("b7001", capsys=capsys)
+
+
+def test_require_provenance_verifies_offline_from_the_referrer_bundles(
+    capsys: pytest.CaptureFixture[str], registry: Registry, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_provenance_e2e import BEACON, BEACON_WORKFLOW, real_bundle, remap_subject, sha256_of
+    from tests.test_provenance_offline import DATA, archive
+
+    monkeypatch.setenv("LLAMA_RUNTIME_TRUSTED_ROOT", str(DATA / "staging_trusted_root.json"))
+    monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", BEACON_WORKFLOW)
+    tarball = archive(tmp_path)
+    with FakeGitHub() as upstream:
+        upstream.add_release(BEACON, "b7001", {tarball.name: tarball})
+        upstream.add_attestation(BEACON, sha256_of(tarball), real_bundle())
+        argv = ["mirror", "sync", "--dest", registry.url(), "--api-url", upstream.api_url, "--repo", BEACON]
+        code, report = cli_json(capsys, *argv)
+        assert code == 0, report
+    remap_subject(monkeypatch, sha256_of(tarball))
+    code, payload = cli_json(
+        capsys, "update", "--home", str(home), "--api-url", registry.url(), "--repo", BEACON,
+        "--tag", "b7001", "--require-provenance",
+    )  # fmt: skip
+    assert code == 0, payload
+    provenance = payload["active"]["provenance"]
+    assert (provenance["status"], provenance["workflow"]) == ("verified", BEACON_WORKFLOW)
+    assert "default branch unknown" not in provenance["reason"]
+
+
+def test_require_provenance_without_referrers_is_exit_8_and_the_runtime_is_untouched(
+    capsys: pytest.CaptureFixture[str], registry: Registry, filled: dict[str, Any], home: Path, tmp_path: Path
+) -> None:
+    url = registry.url()
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7001")
+    assert code == 0, payload
+    guard = HomeGuard(tmp_path, home)
+    code, payload = cli_json(
+        capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7000", "--require-provenance"
+    )
+    assert code == 8, payload
+    guard.assert_intact("b7001", capsys=capsys)
+
+
+def test_a_registry_holding_another_repositorys_builds_is_refused(
+    capsys: pytest.CaptureFixture[str], registry: Registry, filled: dict[str, Any], home: Path
+) -> None:
+    code, payload = cli_json(
+        capsys, "update", "--home", str(home), "--api-url", registry.url(), "--repo", "someone/fork", "--tag", "b7001"
+    )
+    assert code == 7 and "holds builds of ggml-org/llama.cpp" in payload["error"]["message"], payload
+    assert not (home / "active.json").exists()
