@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from llama_runtime.updater.sources.oci.client import RegistryClient
+from llama_runtime.updater.sources.oci.reference import parse_reference
 from tests.fakegithub import FakeGitHub
 from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, cli_json
 from tests.registry import Registry
@@ -185,3 +187,34 @@ def test_a_registry_holding_another_repositorys_builds_is_refused(
     )
     assert code == 7 and "holds builds of ggml-org/llama.cpp" in payload["error"]["message"], payload
     assert not (home / "active.json").exists()
+
+
+def test_pin_by_digest_installs_that_manifest_and_a_moved_tag_is_exit_8_with_the_runtime_untouched(
+    capsys: pytest.CaptureFixture[str], registry: Registry, filled: dict[str, Any], home: Path, tmp_path: Path
+) -> None:
+    url, b7000, b7001 = registry.url(), filled["manifests"]["b7000"], filled["manifests"]["b7001"]
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", f"b7001@{b7001}")
+    assert code == 0, payload
+    marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
+    assert (marker["tag"], marker["source"]) == ("b7001", f"{url}@{b7001}")
+    # The registry's b7000 tag is moved to other bytes (re-pushed with b7001's manifest): the pin refuses it.
+    client = RegistryClient(parse_reference(url), httpx.Client(timeout=10))
+    moved = client.get_manifest(b7001)
+    assert moved is not None
+    client.put_manifest("b7000", moved.raw, moved.media_type)
+    guard = HomeGuard(tmp_path, home)
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", f"b7000@{b7000}")
+    assert code == 8 and f"now names {b7001}, not the pinned {b7000}" in payload["error"]["message"], payload
+    guard.assert_intact("b7001", capsys=capsys)
+
+
+def test_a_digest_pin_needs_a_registry_and_a_well_formed_digest(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub
+) -> None:
+    pin = "sha256:" + "a" * 64
+    code, payload = cli_json(
+        capsys, "update", "--home", str(home), "--api-url", github.api_url, "--tag", f"b7000@{pin}"
+    )
+    assert code == 2 and "only a registry source has" in payload["error"]["message"], payload
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--tag", "b7000@sha256:xyz")
+    assert code == 2 and "is not a manifest digest" in payload["error"]["message"], payload

@@ -121,8 +121,12 @@ class RegistrySource:
         A build already read through another tag (``stable`` names it) is not asked
         for again: its manifest is the build's, whichever tag led to it.
         """
-        known = self._builds.get(tag)
-        build = known if known is not None and not is_release_version(tag) else self._build(tag)
+        if "@" in tag:
+            tag, _, pin = tag.partition("@")
+            build = self._pinned(tag, pin)
+        else:
+            known = self._builds.get(tag)
+            build = known if known is not None and not is_release_version(tag) else self._build(tag)
         if is_release_version(tag):
             return self._pointer_release(tag, build)
         if build.release.tag != tag:
@@ -272,6 +276,30 @@ class RegistrySource:
         found = BuildConfig(release, build.versions, build.default_branch, layers)
         self._builds[release.tag] = found
         return found
+
+    def _pinned(self, tag: str, digest: str) -> BuildConfig:
+        """The build the manifest ``digest`` is, while the registry's ``tag`` still names it.
+
+        Raises:
+            ReleaseNotFoundError: The registry has no ``tag``.
+            IntegrityError: ``tag`` now names other bytes (exit 8): a pin is never followed elsewhere.
+        """
+        from llama_runtime.runtime.errors import IntegrityError
+
+        head = self.registry.head_manifest(tag)
+        now = head.digest if head is not None else None
+        if head is None:
+            manifest = self.registry.get_manifest(tag)
+            if manifest is None:
+                raise ReleaseNotFoundError(f"{self.registry.ref.display}:{tag} does not exist.")
+            now = manifest.digest
+        if now != digest:
+            raise IntegrityError(
+                f"{self.registry.ref.display}:{tag} now names {now}, not the pinned {digest}; nothing was installed.",
+                hint="The registry's tag was moved or re-pushed. Pin the new digest after checking it, "
+                "or install by tag alone.",
+            )
+        return self._build(digest)
 
     def _pointer_release(self, version: str, build: BuildConfig) -> Release:
         """The semver release ``version`` as GitHub has it: one ``nightly-tag.txt`` naming the build."""
