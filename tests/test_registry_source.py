@@ -218,3 +218,18 @@ def test_a_digest_pin_needs_a_registry_and_a_well_formed_digest(
     assert code == 2 and "only a registry source has" in payload["error"]["message"], payload
     code, payload = cli_json(capsys, "update", "--home", str(home), "--tag", "b7000@sha256:xyz")
     assert code == 2 and "is not a manifest digest" in payload["error"]["message"], payload
+
+
+def test_a_promoted_channel_tag_is_installed_by_name_and_records_the_build(
+    capsys: pytest.CaptureFixture[str], registry: Registry, filled: dict[str, Any], home: Path
+) -> None:
+    url = registry.url()
+    code, moved = cli_json(capsys, "mirror", "promote", "--dest", url, "--tag", "b7000", "--to", "canary")
+    assert code == 0, moved
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "canary")
+    assert code == 0, payload
+    assert payload["active"]["tag"] == "b7000"
+    code, moved = cli_json(capsys, "mirror", "promote", "--dest", url, "--tag", "b7001", "--to", "canary")
+    assert code == 0, moved
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "canary")
+    assert code == 0 and payload["active"]["tag"] == "b7001", payload

@@ -129,6 +129,8 @@ class RegistrySource:
             build = known if known is not None and not is_release_version(tag) else self._build(tag)
         if is_release_version(tag):
             return self._pointer_release(tag, build)
+        if _build_number(tag) is None:
+            return build.release  # a channel tag (canary, candidate): the build it names now
         if build.release.tag != tag:
             raise RemoteDataError(
                 f"{self.registry.ref.display}:{tag} holds the build {build.release.tag}; a build tag must name "
