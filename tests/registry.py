@@ -2,7 +2,8 @@
 
 ``Registry(tmp, users={"ci": "secret"})`` starts ``docker-registry serve`` on a
 free port with its storage in ``tmp``; with ``users`` it requires HTTP Basic
-from an htpasswd file (bcrypt, made by ``htpasswd -B``). ``.ci/run`` installs
+from an htpasswd file (bcrypt, made by ``htpasswd -B``); ``auth`` is another ``auth:``
+block (a token realm: tests/token_server.py). ``.ci/run`` installs
 both packages; a machine without them skips the tests that need one.
 """
 
@@ -39,12 +40,11 @@ def free_port() -> int:
 class Registry:
     """A running ``docker-registry serve`` with its own storage and config."""
 
-    def __init__(self, root: Path, *, users: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, *, users: dict[str, str] | None = None, auth: str = "") -> None:
         require_registry()
         self.root = root
         self.port = free_port()
         root.mkdir(parents=True, exist_ok=True)
-        auth = ""
         if users:
             htpasswd = root / "htpasswd"
             lines = []

@@ -164,6 +164,28 @@ def test_basic_auth_registry_refuses_anonymous_and_accepts_the_credential(tmp_pa
         assert good.get_blob(digest, 100) == b"authorised"
 
 
+def test_bearer_token_flow_against_distribution_behind_a_token_service(tmp_path: Path) -> None:
+    from tests.token_server import TokenServer
+
+    tokens = TokenServer(tmp_path / "token", {"ci": "s3cret"}, anonymous_pull=True)
+    try:
+        with Registry(tmp_path / "reg", auth=tokens.registry_auth()) as registry:
+            pusher = _client(registry.url(), Credential("ci", "s3cret", "test"))
+            digest = _push(pusher, b"through a token")
+            scopes = [p for p, _a in tokens.requests]
+            assert any("scope=repository%3Afleet%2Fllama.cpp%3Apull%2Cpush" in p for p in scopes), scopes
+            assert all(a == "Basic Y2k6czNjcmV0" for _p, a in tokens.requests)  # the realm gets the credential
+            # An anonymous client earns a pull token and reads; it cannot push.
+            reader = _client(registry.url())
+            assert reader.get_blob(digest, 100) == b"through a token"
+            with pytest.raises(RegistryAuthError, match="refused anonymous access"):
+                _push(reader, b"not allowed")
+            with pytest.raises(RegistryAuthError, match=r"token service .* refused the credential for scope"):
+                _client(registry.url(), Credential("ci", "wrong", "test")).has_blob(digest)
+    finally:
+        tokens.close()
+
+
 def test_credentials_come_from_the_tools_variables_then_docker_config(tmp_path: Path) -> None:
     import base64
 

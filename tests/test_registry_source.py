@@ -233,3 +233,36 @@ def test_a_promoted_channel_tag_is_installed_by_name_and_records_the_build(
     assert code == 0, moved
     code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "canary")
     assert code == 0 and payload["active"]["tag"] == "b7001", payload
+
+
+def test_a_registry_behind_a_token_service_is_pushed_with_a_credential_and_pulled_anonymously(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.token_server import TokenServer
+
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "nodocker"))
+    (tmp_path / "src").mkdir()
+    tokens = TokenServer(tmp_path_factory.mktemp("token"), {"ci": "pw"}, anonymous_pull=True)
+    try:
+        with Registry(tmp_path_factory.mktemp("bearer"), auth=tokens.registry_auth()) as registry:
+            monkeypatch.setenv("LLAMA_RUNTIME_REGISTRY_USERNAME", "ci")
+            monkeypatch.setenv("LLAMA_RUNTIME_REGISTRY_PASSWORD", "pw")
+            with FakeGitHub() as github:
+                publish(github, tmp_path, "b7001")
+                code, report = cli_json(
+                    capsys, "mirror", "sync", "--dest", registry.url(), "--api-url", github.api_url,
+                    "--platform", "linux-x64", "--backend", "cpu",
+                )  # fmt: skip
+                assert code == 0, report
+            monkeypatch.delenv("LLAMA_RUNTIME_REGISTRY_USERNAME")
+            monkeypatch.delenv("LLAMA_RUNTIME_REGISTRY_PASSWORD")
+            code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", registry.url())
+            assert code == 0 and payload["active"]["tag"] == "b7001", payload
+            assert_runs(Path(payload["active"]["binary"]))
+            assert any(a is None for _p, a in tokens.requests)  # the client asked for an anonymous pull token
+    finally:
+        tokens.close()
