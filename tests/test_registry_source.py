@@ -66,6 +66,9 @@ def test_update_installs_stable_from_the_registry_and_the_marker_keeps_upstream_
     assert marker["digest_verified"] is True
     assert marker["source"] == f"{registry.url()}@{filled['manifests']['b7001']}"
     assert_runs(Path(payload["active"]["binary"]))
+    code, status = cli_json(capsys, "status", "--home", str(home))
+    assert code == 0 and status["active"]["source"] == marker["source"], status
+    assert (status["active"]["repo"], status["active"]["tag"]) == (REPO, "b7001")
 
 
 def test_tags_semver_names_plan_list_and_check_read_the_registry(
