@@ -108,6 +108,37 @@ def test_large_blob_goes_up_in_patch_chunks(registry: Registry, monkeypatch: pyt
     assert client.get_blob(digest, max_bytes=len(data)) == data
 
 
+def test_interrupted_chunked_upload_resumes_from_the_registrys_offset(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llama_runtime.runtime.errors import NetworkError
+
+    monkeypatch.setattr(oci_client, "MONOLITHIC_MAX_BYTES", 1000)
+    monkeypatch.setattr(oci_client, "CHUNK_BYTES", 1024)
+    client = _client(registry.url())
+    data = bytes(range(256)) * 16  # 4 chunks
+    original = RegistryClient._patch
+    calls: list[int] = []
+    asked: list[int] = []
+
+    def flaky(self: RegistryClient, location: str, part: bytes, offset: int) -> str:
+        calls.append(offset)
+        if len(calls) == 3:  # the connection drops during the third chunk
+            raise NetworkError("reset")
+        return original(self, location, part, offset)
+
+    def chunks(offset: int):  # type: ignore[no-untyped-def]
+        asked.append(offset)
+        return iter([data[offset:]])
+
+    monkeypatch.setattr(RegistryClient, "_patch", flaky)
+    digest = sha256_digest(data)
+    client.push_blob(digest, len(data), chunks)
+    assert asked == [0, 2048]  # read again from where the registry said it stood
+    assert calls == [0, 1024, 2048, 2048, 3072]
+    assert client.get_blob(digest, len(data)) == data
+
+
 def test_upload_with_a_wrong_digest_is_refused_by_the_registry(registry: Registry) -> None:
     client = _client(registry.url())
     with pytest.raises(RemoteError, match="PUT blob"):

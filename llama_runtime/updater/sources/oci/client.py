@@ -448,16 +448,16 @@ class RegistryClient:
             if progress is not None:
                 progress(size)
             return
-        offset, resumes = 0, 0
-        while offset < size:
+        upload, resumes = _Upload(location), 0
+        while upload.offset < size:
             try:
-                location, offset = self._patch_chunks(location, chunks, offset, size, progress)
+                self._patch_chunks(upload, chunks, size, progress)
             except NetworkError:
                 resumes += 1
                 if resumes > MAX_UPLOAD_RESUMES:
                     raise
-                location, offset = self._upload_offset(location)
-        self._finish_upload(location, digest, b"")
+                upload = self._upload_offset(upload.location)
+        self._finish_upload(upload.location, digest, b"")
 
     def _start_upload(self) -> str:
         response = self.request("POST", f"{self.ref.repository_url}/blobs/uploads/")
@@ -466,22 +466,21 @@ class RegistryClient:
 
     def _patch_chunks(
         self,
-        location: str,
+        upload: _Upload,
         chunks: Callable[[int], Iterator[bytes]],
-        offset: int,
         size: int,
         progress: Callable[[int], None] | None,
-    ) -> tuple[str, int]:
+    ) -> None:
+        """PATCH from ``upload.offset`` to the end; ``upload`` always holds the last location the registry gave."""
         buffer = b""
-        for piece in chunks(offset):
+        for piece in chunks(upload.offset):
             buffer += piece
-            while len(buffer) >= CHUNK_BYTES or (buffer and offset + len(buffer) >= size):
+            while len(buffer) >= CHUNK_BYTES or (buffer and upload.offset + len(buffer) >= size):
                 part, buffer = buffer[:CHUNK_BYTES], buffer[CHUNK_BYTES:]
-                location = self._patch(location, part, offset)
-                offset += len(part)
+                upload.location = self._patch(upload.location, part, upload.offset)
+                upload.offset += len(part)
                 if progress is not None:
-                    progress(offset)
-        return location, offset
+                    progress(upload.offset)
 
     def _patch(self, location: str, part: bytes, offset: int) -> str:
         headers = {
@@ -492,11 +491,14 @@ class RegistryClient:
         self._expect(response, 202, "PATCH blob chunk")
         return urljoin(location, str(response.headers.get("location", location)))
 
-    def _upload_offset(self, location: str) -> tuple[str, int]:
+    def _upload_offset(self, location: str) -> _Upload:
+        """Where an interrupted upload stands (``GET`` its location: ``Range: 0-<last byte>``)."""
         response = self.request("GET", location)
         self._expect(response, 204, "GET upload status")
-        end = response.headers.get("range", "0--1").rpartition("-")[2]
-        return urljoin(location, str(response.headers.get("location", location))), int(end) + 1
+        end = str(response.headers.get("range", "0--1")).rpartition("-")[2]
+        # Distribution answers "0-0" for an empty upload too; a first chunk is never one byte, so it means none.
+        held = int(end) + 1 if end.isdigit() and end != "0" else 0
+        return _Upload(urljoin(location, str(response.headers.get("location", location))), held)
 
     def _finish_upload(self, location: str, digest: str, body: bytes) -> None:
         sep = "&" if "?" in location else "?"
@@ -580,6 +582,14 @@ class RegistryClient:
         raise RemoteError(
             f"The registry {self.ref.host} answered {what} on {self.ref.name} with HTTP {response.status_code}."
         )
+
+
+@dataclass
+class _Upload:
+    """A chunked upload in progress: the location to send to next, and the bytes the registry holds."""
+
+    location: str
+    offset: int = 0
 
 
 def _media(response: httpx.Response) -> str:
