@@ -269,3 +269,42 @@ def test_a_registry_behind_a_token_service_is_pushed_with_a_credential_and_pulle
             assert any(a is None for _p, a in tokens.requests)  # the client asked for an anonymous pull token
     finally:
         tokens.close()
+
+
+def test_a_directory_mirror_can_be_synced_from_the_registry(
+    capsys: pytest.CaptureFixture[str], registry: Registry, filled: dict[str, Any], home: Path, tmp_path: Path
+) -> None:
+    dest = tmp_path / "mirror"
+    code, report = cli_json(capsys, "mirror", "sync", "--dest", str(dest), "--api-url", registry.url())
+    assert code == 0, report
+    assert report["releases"] == ["b7001"] and report["latest_version"] == "v0.2.0"
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", dest.as_uri())
+    assert code == 0 and payload["active"]["tag"] == "b7001", payload
+    assert_runs(Path(payload["active"]["binary"]))
+
+
+def test_a_referrer_of_other_bytes_is_not_used_and_required_provenance_is_exit_8(
+    capsys: pytest.CaptureFixture[str], registry: Registry, filled: dict[str, Any], home: Path, tmp_path: Path
+) -> None:
+    from llama_runtime.updater.sources.oci.artifact import BUNDLE_ARTIFACT_TYPE, bundle_manifest
+    from llama_runtime.updater.sources.oci.client import MANIFEST_MEDIA_TYPE, Descriptor, sha256_digest
+
+    url = registry.url()
+    client = RegistryClient(parse_reference(url), httpx.Client(timeout=10))
+    b7000, b7001 = filled["manifests"]["b7000"], filled["manifests"]["b7001"]
+    # A bundle manifest whose subject is b7001, listed in b7000's referrers index: a referrer of other bytes.
+    bundle = b'{"verificationMaterial":{},"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json"}'
+    client.push_blob(sha256_digest(bundle), len(bundle), lambda offset: iter([bundle[offset:]]))
+    client.push_blob(sha256_digest(b"{}"), 2, lambda offset: iter([b"{}"[offset:]]))
+    blob = Descriptor(BUNDLE_ARTIFACT_TYPE, sha256_digest(bundle), len(bundle))
+    raw = bundle_manifest(blob, Descriptor(MANIFEST_MEDIA_TYPE, b7001, 1), "sha256:" + "0" * 64, "x")
+    digest, _ = client.put_manifest(sha256_digest(raw), raw, MANIFEST_MEDIA_TYPE)
+    client.add_referrer_to_tag(b7000, Descriptor(MANIFEST_MEDIA_TYPE, digest, len(raw), BUNDLE_ARTIFACT_TYPE))
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7001")
+    assert code == 0, payload
+    guard = HomeGuard(tmp_path, home)
+    code, payload = cli_json(
+        capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7000", "--require-provenance"
+    )
+    assert code == 8 and payload["error"]["code"] == "provenance_missing", payload  # not "provenance_failed"
+    guard.assert_intact("b7001", capsys=capsys)

@@ -20,7 +20,9 @@ CONNECT_TIMEOUT_SECONDS: Final[float] = 10.0
 READ_TIMEOUT_SECONDS: Final[float] = 60.0
 
 
-def registry_client(url: str, *, read_timeout: float = READ_TIMEOUT_SECONDS) -> RegistryClient:
+def registry_client(
+    url: str, *, read_timeout: float = READ_TIMEOUT_SECONDS, mounts: dict[str, httpx.BaseTransport] | None = None
+) -> RegistryClient:
     """A client for the repository ``url`` names; the caller closes ``client.http``.
 
     TLS trusts what httpx trusts, and ``SSL_CERT_FILE``/``SSL_CERT_DIR`` and the
@@ -32,7 +34,7 @@ def registry_client(url: str, *, read_timeout: float = READ_TIMEOUT_SECONDS) -> 
     """
     ref = parse_reference(url)
     timeout = httpx.Timeout(read_timeout, connect=min(CONNECT_TIMEOUT_SECONDS, read_timeout))
-    return RegistryClient(ref, httpx.Client(timeout=timeout), find_credential(ref.host))
+    return RegistryClient(ref, httpx.Client(timeout=timeout, mounts=mounts), find_credential(ref.host))
 
 
 @contextlib.contextmanager

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, Self
+
+import httpx
 
 from llama_runtime.runtime.errors import ReleaseNotFoundError, RemoteError
 from llama_runtime.updater.release.channel import NIGHTLY_TAG_ASSET, Channel
@@ -39,8 +42,6 @@ from llama_runtime.updater.sources.oci.artifact import (
 from llama_runtime.updater.sources.oci.client import RegistryClient
 
 if TYPE_CHECKING:
-    import httpx
-
     from llama_runtime.updater.sources.github import EtagCache
     from llama_runtime.updater.sources.source import RateLimit
 
@@ -55,7 +56,8 @@ MAX_LISTED_BUILDS: Final[int] = 30
 MAX_BUNDLE_BYTES: Final[int] = 1024 * 1024
 #: Referrers read per asset: a build's bundles are one or two per asset.
 MAX_REFERRERS: Final[int] = 32
-_POINTER_URL_PREFIX: Final = "oci-pointer:"
+#: The scheme of a semver release's ``nightly-tag.txt``: made here, served by :class:`PointerTransport`.
+POINTER_SCHEME: Final = "oci-pointer"
 
 
 def _build_number(tag: str) -> int | None:
@@ -83,13 +85,21 @@ class RegistrySource:
         etag_cache: Where manifests and configs read by digest are kept (free repeats), if anywhere.
     """
 
-    def __init__(self, registry: RegistryClient, repo: str, *, etag_cache: EtagCache | None = None) -> None:
+    def __init__(
+        self,
+        registry: RegistryClient,
+        repo: str,
+        *,
+        etag_cache: EtagCache | None = None,
+        pointers: dict[str, bytes] | None = None,
+    ) -> None:
         self.registry = registry
         self._repo = repo
         self._etag_cache = etag_cache
         self._manifests: dict[str, str] = {}  # build tag -> manifest digest
         self._subjects: dict[str, str] = {}  # asset sha256 hex -> its build's manifest digest
-        self._pointers: dict[str, bytes] = {}  # pointer URL -> nightly-tag.txt content
+        # pointer URL -> nightly-tag.txt content (shared with the PointerTransport of ``http``, if any)
+        self._pointers: dict[str, bytes] = {} if pointers is None else pointers
         self._default_branch: str | None = None
         self._builds: dict[str, BuildConfig] = {}  # build tag -> the build as read (this process)
 
@@ -306,7 +316,7 @@ class RegistrySource:
     def _pointer_release(self, version: str, build: BuildConfig) -> Release:
         """The semver release ``version`` as GitHub has it: one ``nightly-tag.txt`` naming the build."""
         content = f"{build.release.tag}\n".encode()
-        url = f"{_POINTER_URL_PREFIX}{self.registry.ref.display}:{version}"
+        url = f"{POINTER_SCHEME}://{self.registry.ref.host}/{self.registry.ref.name}/{version}/{NIGHTLY_TAG_ASSET}"
         self._pointers[url] = content
         pointer = Asset(NIGHTLY_TAG_ASSET, len(content), url, "sha256:" + hashlib.sha256(content).hexdigest())
         return Release(self._repo, version, (pointer,), published_at=build.release.published_at)
@@ -373,11 +383,52 @@ def open_registry_source(
     from llama_runtime.runtime.errors import UserInputError
     from llama_runtime.updater.sources.oci.connect import registry_client
 
-    client = registry_client(url, read_timeout=read_timeout)
+    pointers: dict[str, bytes] = {}
+    client = registry_client(
+        url, read_timeout=read_timeout, mounts={f"{POINTER_SCHEME}://": PointerTransport(pointers)}
+    )
     if client.ref.tag is not None or client.ref.digest is not None:
         client.http.close()
         raise UserInputError(
             f"--api-url {url} names a tag or digest; give the repository (oci://HOST/NS/NAME) and choose the "
             "build with --tag or --channel."
         )
-    return RegistrySource(client, repo, etag_cache=etag_cache)
+    return RegistrySource(client, repo, etag_cache=etag_cache, pointers=pointers)
+
+
+class PointerTransport(httpx.BaseTransport):
+    """Serves the ``nightly-tag.txt`` a source made (a directory mirror downloads it like any asset).
+
+    ``Range: bytes=N-`` is honoured, as a resumed download asks; anything else is 404.
+    """
+
+    def __init__(self, pointers: dict[str, bytes]) -> None:
+        self.pointers = pointers
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Answer one GET from the pointers made so far."""
+        content = self.pointers.get(str(request.url))
+        if request.method != "GET" or content is None:
+            return httpx.Response(404, content=b"Not Found")
+        value = request.headers.get("range", "")
+        start = int(value[6:-1]) if value.startswith("bytes=") and value.endswith("-") and value[6:-1].isdigit() else 0
+        if start == 0:
+            headers = {"content-type": "application/octet-stream", "content-length": str(len(content))}
+            return httpx.Response(200, stream=_Bytes(content), headers=headers)
+        if start >= len(content):
+            return httpx.Response(416, content=b"", headers={"content-range": f"bytes */{len(content)}"})
+        headers = {
+            "content-range": f"bytes {start}-{len(content) - 1}/{len(content)}",
+            "content-length": str(len(content) - start),
+        }
+        return httpx.Response(206, stream=_Bytes(content[start:]), headers=headers)
+
+
+class _Bytes(httpx.SyncByteStream):
+    """A body handed over as it would arrive from a server (a stream, not finished content)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.data
