@@ -161,3 +161,19 @@ def test_attestation_bundles_are_pushed_as_referrers_listed_through_the_tag_sche
     assert manifest is not None and manifest.doc["subject"]["digest"] == subject
     (layer,) = manifest.doc["layers"]
     assert json.loads(reg.get_blob(layer["digest"], 1_000_000)) == real_bundle()
+
+
+def test_registry_to_registry_sync_mounts_blobs_and_carries_tags_and_versions(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, registry: Registry
+) -> None:
+    code, first = push(capsys, github, registry.url(), "--newest", "2")
+    assert code == 0, first
+    github.stop()
+    second = registry.url("fleet/copy")
+    code, report = cli_json(capsys, "mirror", "sync", "--dest", second, "--api-url", registry.url(), "--newest", "2")
+    assert code == 0, report
+    assert sorted(report["mounted"]) == sorted(first["uploaded"]) and report["uploaded"] == []
+    copy = RegistryClient(parse_reference(second), httpx.Client(timeout=10))
+    assert {"b7000", "b7001", "v0.1.0", "v0.2.0", "stable"} <= set(copy.tags())
+    head = copy.head_manifest("v0.2.0")
+    assert head is not None and head.digest == report["manifests"]["b7001"]

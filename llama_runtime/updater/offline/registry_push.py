@@ -75,6 +75,7 @@ class PushReport:
     manifests: dict[str, str] = field(default_factory=dict)  # build tag -> manifest digest
     uploaded: list[str] = field(default_factory=list)  # tag/asset whose blob was uploaded
     reused: list[str] = field(default_factory=list)  # tag/asset the registry already held
+    mounted: list[str] = field(default_factory=list)  # tag/asset mounted from the source repository
     uploaded_bytes: int = 0
     versions: list[str] = field(default_factory=list)
     channels: dict[str, str] = field(default_factory=dict)  # channel tag -> build tag
@@ -89,6 +90,7 @@ class PushReport:
             "manifests": self.manifests,
             "uploaded": self.uploaded,
             "reused": self.reused,
+            "mounted": self.mounted,
             "uploaded_bytes": self.uploaded_bytes,
             "versions": self.versions,
             "channels": self.channels,
@@ -256,6 +258,9 @@ class _BuildPush:
         if published is not None and self.registry.has_blob(f"sha256:{published}"):
             self.report.reused.append(f"{tag}/{asset.name}")
             return published
+        if published is not None and self._mounted(f"sha256:{published}"):
+            self.report.mounted.append(f"{tag}/{asset.name}")
+            return published
         path = self._download(tag, asset)
         sha = sha256_file(path)
         digest = f"sha256:{sha}"
@@ -268,6 +273,21 @@ class _BuildPush:
             log.info("pushed", asset=asset.name, bytes=asset.size, digest=digest)
         path.unlink(missing_ok=True)
         return sha
+
+    def _mounted(self, digest: str) -> bool:
+        """Whether ``digest`` was mounted from the upstream repository (a registry source on the same registry).
+
+        distribution-spec "Mounting a blob from another repository": the registry links the blob
+        without a transfer; a registry that will not answers with an upload session instead.
+        """
+        from llama_runtime.updater.sources.oci.source import RegistrySource
+
+        source = self.client
+        if not isinstance(source, RegistrySource) or source.registry.ref.host != self.registry.ref.host:
+            return False
+        if source.registry.ref.name == self.registry.ref.name:
+            return False
+        return self.registry.mount_blob(digest, source.registry.ref.name)
 
     def _download(self, tag: str, asset: Asset) -> Path:
         from llama_runtime.updater.fetch.download import throttled
