@@ -9,8 +9,9 @@ Spec sections followed (opencontainers/distribution-spec ``spec.md``, v1.1):
 and ``/blobs/<digest>``), "Pushing blobs" (POST then PUT ``?digest=``:
 monolithic; POST, PATCH with ``Content-Range``, PUT: chunked; ``?mount=&from=``:
 cross-repository mount), "Pushing manifests" (the ``OCI-Subject`` header),
-"Listing referrers" (``/v2/<name>/referrers/<digest>``, and "Referrers Tag
-Schema" ``<alg>-<hex>`` for registries without that API), "Listing tags"
+"Listing referrers" (``/v2/<name>/referrers/<digest>``; a 404 there means the
+API is unavailable, and "Backwards Compatibility / Unavailable Referrers API"
+defines the referrers tag schema: an index tagged ``<alg>-<hex>``), "Listing tags"
 (``/tags/list`` with ``n``/``last`` and the ``Link`` header).
 
 Invariants:
