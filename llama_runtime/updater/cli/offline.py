@@ -175,7 +175,7 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     if is_oci_url(args.dest):
         from llama_runtime.updater.cli.registry import cmd_sync_registry
 
-        return cmd_sync_registry(args, out)
+        return cmd_sync_registry(args, out, latest=_newest(args), platforms=[_platform(p) for p in args.platform])
     from llama_runtime.runtime.marker import parse_backend
     from llama_runtime.updater.cli.common import engine_for, progress_for, settings_from_args
     from llama_runtime.updater.fetch.cache import human_size

@@ -38,11 +38,13 @@ def cmd_promote(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def cmd_sync_registry(args: argparse.Namespace, out: Output) -> int:
-    """``mirror sync --dest oci://…``: the builds a directory sync would choose, pushed as artifacts."""
+def cmd_sync_registry(args: argparse.Namespace, out: Output, *, latest: int, platforms: list[str]) -> int:
+    """``mirror sync --dest oci://…``: the builds a directory sync would choose, pushed as artifacts.
+
+    ``latest`` and ``platforms`` are ``--newest`` and ``--platform`` as ``mirror sync`` checked them.
+    """
     from llama_runtime.runtime.marker import parse_backend
     from llama_runtime.updater.cli.common import engine_for, progress_for, settings_from_args
-    from llama_runtime.updater.cli.offline import _newest, _platform
     from llama_runtime.updater.fetch.cache import human_size
     from llama_runtime.updater.offline.mirror import MirrorFetch
     from llama_runtime.updater.offline.registry_push import sync_registry
@@ -54,7 +56,6 @@ def cmd_sync_registry(args: argparse.Namespace, out: Output) -> int:
         raise UserInputError("--prune is for a directory mirror; a registry's retention policy removes old tags.")
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
     backends = [parse_backend(b, allow_auto=False, source="--backend") for b in raw_backends]
-    platforms = [_platform(p) for p in args.platform]
     settings = settings_from_args(argparse.Namespace(**{**vars(args), "backend": None}), follow_active_repo=False)
     tag = validate_tag(args.tag) if args.tag is not None else None
     with (
@@ -65,7 +66,7 @@ def cmd_sync_registry(args: argparse.Namespace, out: Output) -> int:
             client,
             registry,
             tag=tag,
-            latest=_newest(args),
+            latest=latest,
             platforms=platforms,
             backends=backends,
             channel=settings.channel or "stable",

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from llama_runtime.updater.release.release import Asset, Release, RemoteDataError, check_asset_name, check_tag
 from llama_runtime.updater.sources.oci.client import MANIFEST_MEDIA_TYPE, Descriptor, parse_descriptor
+from llama_runtime.updater.sources.source import loads_bounded
 
 __all__ = [
     "ARTIFACT_TYPE",
@@ -152,7 +153,7 @@ def parse_build(config: bytes, layers: dict[str, Descriptor], where: str) -> Bui
             missing or names other bytes than the config says.
     """
     try:
-        doc = json.loads(config)
+        doc = loads_bounded(config, what=f"the config of {where}")
     except ValueError:
         raise RemoteDataError(f"The config of {where} is not JSON.") from None
     if not isinstance(doc, dict) or doc.get("schema") != CONFIG_SCHEMA:

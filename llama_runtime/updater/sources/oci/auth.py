@@ -20,7 +20,6 @@ registry host; nothing here writes a file or logs a secret.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 import subprocess
@@ -29,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from llama_runtime.runtime.errors import RemoteError
+from llama_runtime.runtime.errors import RegistryAuthError
+from llama_runtime.runtime.fsutil import DamagedRecordError, parse_record, read_record
 
 __all__ = [
     "Challenge",
@@ -48,10 +48,6 @@ HELPER_TIMEOUT_SECONDS: Final[float] = 30.0
 #: Largest auth file read (bytes): a config.json is a few KB.
 _MAX_AUTH_FILE_BYTES: Final[int] = 1024 * 1024
 _PARAM: Final = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))\s*,?')
-
-
-class RegistryAuthError(RemoteError):
-    """The registry refused the credentials, the scope, or a helper failed (exit 7)."""
 
 
 @dataclass(frozen=True)
@@ -133,9 +129,8 @@ def _auth_files(env: Mapping[str, str]) -> list[Path]:
 
 def _read_config(path: Path) -> dict[str, object] | None:
     try:
-        with path.open("rb") as f:
-            data = json.loads(f.read(_MAX_AUTH_FILE_BYTES))
-    except (OSError, ValueError):
+        data = read_record(path, max_bytes=_MAX_AUTH_FILE_BYTES)
+    except (OSError, DamagedRecordError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -199,7 +194,7 @@ def _from_helper(name: str, host: str) -> Credential | None:
             return None
         raise RegistryAuthError(f"The credential helper {program} failed for {host} (exit {done.returncode}).")
     try:
-        data = json.loads(done.stdout)
+        data = parse_record(done.stdout, what=f"the answer of {program}")
         return Credential(str(data["Username"]), str(data["Secret"]), program)
-    except (ValueError, KeyError, TypeError):
+    except (DamagedRecordError, KeyError, TypeError):
         raise RegistryAuthError(f"The credential helper {program} answered {host} with something not JSON.") from None

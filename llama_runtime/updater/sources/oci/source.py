@@ -21,7 +21,6 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, Self
 
@@ -40,6 +39,7 @@ from llama_runtime.updater.sources.oci.artifact import (
     parse_build,
 )
 from llama_runtime.updater.sources.oci.client import RegistryClient
+from llama_runtime.updater.sources.source import loads_bounded
 
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.github import EtagCache
@@ -79,11 +79,16 @@ def bytes_origin(source: object, release: Release) -> str | None:
 class RegistrySource:
     """A repository of an OCI registry as a :class:`~updater.sources.source.ReleaseSource`.
 
+    Attributes:
+        accepts_digest_pins: ``--tag TAG@sha256:…`` names a manifest here (no other source has one).
+
     Args:
         registry: The registry client; closed with this source.
         repo: The upstream repository the builds must be of (``ggml-org/llama.cpp``).
         etag_cache: Where manifests and configs read by digest are kept (free repeats), if anywhere.
     """
+
+    accepts_digest_pins: Final[bool] = True
 
     def __init__(
         self,
@@ -335,8 +340,8 @@ class RegistrySource:
             return None
         blob = self.registry.get_blob(str(layers[0].get("digest")), MAX_BUNDLE_BYTES)
         try:
-            bundle = json.loads(blob)
-        except ValueError:
+            bundle = loads_bounded(blob, what=f"the bundle {digest}")
+        except (ValueError, RemoteDataError):
             return None
         return bundle if isinstance(bundle, dict) else None
 
@@ -352,7 +357,10 @@ class RegistrySource:
         raw = manifest.encode()
         if "sha256:" + hashlib.sha256(raw).hexdigest() != digest:
             return None  # the cache file was edited: read the registry
-        doc = json.loads(raw)
+        try:
+            doc = loads_bounded(raw, what="a cached manifest")
+        except (ValueError, RemoteDataError):
+            return None
         config_raw = config.encode()
         config_desc, _ = manifest_layers(doc, digest)
         if "sha256:" + hashlib.sha256(config_raw).hexdigest() != config_desc.digest:
