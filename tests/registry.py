@@ -40,7 +40,9 @@ def free_port() -> int:
 class Registry:
     """A running ``docker-registry serve`` with its own storage and config."""
 
-    def __init__(self, root: Path, *, users: dict[str, str] | None = None, auth: str = "") -> None:
+    def __init__(
+        self, root: Path, *, users: dict[str, str] | None = None, auth: str = "", tls: tuple[Path, Path] | None = None
+    ) -> None:
         require_registry()
         self.root = root
         self.port = free_port()
@@ -59,8 +61,11 @@ class Registry:
         self.config.write_text(
             "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
             f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
-            f"http:\n  addr: 127.0.0.1:{self.port}\n{auth}"
+            f"http:\n  addr: 127.0.0.1:{self.port}\n"
+            + (f"  tls:\n    certificate: {tls[0]}\n    key: {tls[1]}\n" if tls else "")
+            + auth
         )
+        self.scheme = "https" if tls else "http"
         self._log = (root / "registry.log").open("wb")
         self.process = subprocess.Popen([REGISTRY_BIN, "serve", str(self.config)], stdout=self._log, stderr=self._log)
         self._wait_ready()
@@ -83,7 +88,8 @@ class Registry:
             if self.process.poll() is not None:
                 raise RuntimeError(f"docker-registry exited: {(self.root / 'registry.log').read_text()[-2000:]}")
             try:
-                if httpx.get(f"http://{self.host}/v2/", timeout=1.0).status_code in (200, 401):
+                answer = httpx.get(f"{self.scheme}://{self.host}/v2/", timeout=1.0, verify=False)
+                if answer.status_code in (200, 401):
                     return
             except httpx.HTTPError:
                 pass

@@ -97,7 +97,7 @@ class Engine:
             cache = JsonFileEtagCache(self.home.cache_dir / ETAG_CACHE_NAME)
         read = self.settings.read_timeout
         api_url, transport = self.settings.api_url, None
-        if api_url.startswith(("oci://", "oci+http://")):
+        if api_url.startswith(("oci://", "oci+http://", "oci+https://")):
             # An OCI registry filled by ``mirror sync --dest oci://…``.
             from llama_runtime.updater.sources.oci.source import open_registry_source
 
@@ -147,7 +147,9 @@ class Engine:
 
         # No source (install-file, use) or a file:// mirror: an offline machine, no trust-root refresh.
         # A registry is the fleet's offline copy too: nothing is asked of the internet.
-        offline = source is None or self.settings.api_url.startswith(("file://", "oci://", "oci+http://"))
+        offline = source is None or self.settings.api_url.startswith(
+            ("file://", "oci://", "oci+http://", "oci+https://")
+        )
         return Installer(
             self.home,
             source=source,

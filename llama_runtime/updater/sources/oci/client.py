@@ -214,6 +214,12 @@ class RegistryClient:
                 request = self.http.build_request(method, url, headers=sent, content=content)
                 response = self.http.send(request, stream=stream, follow_redirects=False)
             except httpx.HTTPError as exc:
+                if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+                    raise NetworkError(
+                        f"The registry {self.ref.host} could not be reached: its TLS certificate is not trusted here.",
+                        hint="Set LLAMA_RUNTIME_CA_BUNDLE (or SSL_CERT_FILE) to the CA bundle it chains to, "
+                        "or install that CA in the operating system's trust store.",
+                    ) from None
                 raise NetworkError(
                     f"The registry {self.ref.host} could not be reached ({type(exc).__name__})."
                 ) from None

@@ -11,6 +11,7 @@ import httpx
 from llama_runtime.updater.sources.oci.auth import find_credential
 from llama_runtime.updater.sources.oci.client import RegistryClient
 from llama_runtime.updater.sources.oci.reference import parse_reference
+from llama_runtime.updater.sources.oci.tls import ssl_context
 
 __all__ = ["open_registry", "registry_client"]
 
@@ -25,8 +26,8 @@ def registry_client(
 ) -> RegistryClient:
     """A client for the repository ``url`` names; the caller closes ``client.http``.
 
-    TLS trusts what httpx trusts, and ``SSL_CERT_FILE``/``SSL_CERT_DIR`` and the
-    proxy variables (``HTTPS_PROXY``, ``NO_PROXY``) are honoured (httpx's ``trust_env``).
+    TLS trusts what :func:`~.tls.ssl_context` says (a CA bundle, the OS trust store);
+    the proxy variables (``HTTPS_PROXY``, ``NO_PROXY``) are honoured (httpx's ``trust_env``).
 
     Raises:
         UserInputError: ``url`` is not a registry reference.
@@ -34,7 +35,9 @@ def registry_client(
     """
     ref = parse_reference(url)
     timeout = httpx.Timeout(read_timeout, connect=min(CONNECT_TIMEOUT_SECONDS, read_timeout))
-    return RegistryClient(ref, httpx.Client(timeout=timeout, mounts=mounts), find_credential(ref.host))
+    verify = True if ref.plain_http else ssl_context()
+    http = httpx.Client(timeout=timeout, mounts=mounts, verify=verify)
+    return RegistryClient(ref, http, find_credential(ref.host))
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ Pure: no IO.
 
 Invariant: a registry is spoken to over HTTPS, except a loopback host (a
 registry on this machine) or an ``oci+http://`` reference, which asks for
-plain HTTP explicitly.
+plain HTTP explicitly; ``oci+https://`` asks for TLS even on loopback.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from llama_runtime.runtime.errors import UserInputError
 __all__ = ["OCI_SCHEMES", "Reference", "is_oci_url", "parse_reference", "valid_tag"]
 
 #: URL schemes naming a registry: TLS, and plain HTTP asked for explicitly.
-OCI_SCHEMES: Final[tuple[str, ...]] = ("oci://", "oci+http://")
+OCI_SCHEMES: Final[tuple[str, ...]] = ("oci://", "oci+http://", "oci+https://")
 # distribution-spec "Pulling manifests": <name> and <reference> grammars.
 _NAME_COMPONENT: Final = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*")
 _TAG: Final = re.compile(r"[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}")
@@ -102,7 +102,7 @@ def parse_reference(url: str) -> Reference:
     components = path.split("/")
     if len(path) > _MAX_NAME_CHARS or not all(_NAME_COMPONENT.fullmatch(c) for c in components):
         raise _bad(url, "the repository name must be lowercase letters and digits separated by '.', '_', '-' or '/'")
-    plain = scheme == "oci+http://" or _is_loopback(host)
+    plain = scheme == "oci+http://" or (scheme == "oci://" and _is_loopback(host))  # oci+https://: TLS always
     return Reference(host=host, name=path, tag=tag, digest=digest or None, plain_http=plain)
 
 
