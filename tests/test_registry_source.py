@@ -308,3 +308,25 @@ def test_a_referrer_of_other_bytes_is_not_used_and_required_provenance_is_exit_8
     )
     assert code == 8 and payload["error"]["code"] == "provenance_missing", payload  # not "provenance_failed"
     guard.assert_intact("b7001", capsys=capsys)
+
+
+def test_doctor_repair_reinstalls_a_damaged_runtime_from_the_registry(
+    capsys: pytest.CaptureFixture[str],
+    registry: Registry,
+    filled: dict[str, Any],
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = registry.url()
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7001")
+    assert code == 0, payload
+    binary = Path(payload["active"]["binary"])
+    binary.write_bytes(b"\0" * binary.stat().st_size)  # damaged in place
+    seen = requests_seen(monkeypatch)
+    code, report = cli_json(capsys, "doctor", "--home", str(home), "--api-url", url, "--repair")
+    assert code == 0, report
+    assert any(method == "HEAD" and "/manifests/b7001" in u for method, u in seen), seen  # asked the registry
+    code, status = cli_json(capsys, "status", "--home", str(home))
+    assert code == 0 and status["active"]["tag"] == "b7001", status
+    assert_runs(Path(status["active"]["binary"]))
+    assert status["active"]["source"] == f"{url}@{filled['manifests']['b7001']}"
