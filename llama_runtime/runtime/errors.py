@@ -270,6 +270,12 @@ class NetworkError(RemoteError):
     code = "network_error"
 
 
+class RegistryAuthError(RemoteError):
+    """An OCI registry refused the credential or the scope (401, 403), or its credential helper failed."""
+
+    code = "registry_auth"
+
+
 class IntegrityError(LlamaRuntimeError):
     """The downloaded or supplied bytes cannot be trusted."""
 

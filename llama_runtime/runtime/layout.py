@@ -226,6 +226,7 @@ class InstalledRuntime:
             "channel": self.marker.channel or None,
             "digest_verified": self.marker.digest_verified,
             "asset": self.marker.asset,
+            "source": self.marker.source,  # where the bytes came from: download, file, oci://host/name@sha256:…
             "provenance": provenance_summary(self.marker),
         }
 

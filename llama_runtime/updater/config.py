@@ -194,8 +194,10 @@ def resolve_settings(
     env = os.environ if env is None else env
     home_path = _home_setting(home, env)
     url = (api_url or env.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
-    if not url.startswith(("https://", "http://", "file://")) or not addressable(url):
-        raise UserInputError(f"Malformed API URL '{url}'. Use an http(s):// or file:// URL.")
+    if url.startswith(("oci://", "oci+http://", "oci+https://")):
+        pass  # an OCI registry: its grammar is checked where it is opened (sources.oci.reference)
+    elif not url.startswith(("https://", "http://", "file://")) or not addressable(url):
+        raise UserInputError(f"Malformed API URL '{url}'. Use an http(s)://, file:// or oci:// URL.")
     repo_value = validate_repo(
         repo
         or env.get("LLAMA_RUNTIME_REPO", "").strip()

@@ -99,6 +99,11 @@ class Engine:
             cache = JsonFileEtagCache(self.home.cache_dir / ETAG_CACHE_NAME)
         read = self.settings.read_timeout
         api_url, transport = self.settings.api_url, None
+        if api_url.startswith(("oci://", "oci+http://", "oci+https://")):
+            # An OCI registry filled by ``mirror sync --dest oci://…``.
+            from llama_runtime.updater.sources.oci.source import open_registry_source
+
+            return open_registry_source(api_url, self.settings.repo, etag_cache=cache, read_timeout=read)
         if api_url.startswith("file://"):
             # A mirror directory (``llama-runtime mirror sync``), read without a server.
             from llama_runtime.updater.sources.mirror_reader import FileTransport, file_api_url
@@ -144,7 +149,10 @@ class Engine:
         from llama_runtime.updater.verify.provenance import ProvenanceCheck
 
         # No source (install-file, use) or a file:// mirror: an offline machine, no trust-root refresh.
-        offline = source is None or self.settings.api_url.startswith("file://")
+        # A registry is the fleet's offline copy too: nothing is asked of the internet.
+        offline = source is None or self.settings.api_url.startswith(
+            ("file://", "oci://", "oci+http://", "oci+https://")
+        )
         return Installer(
             self.home,
             source=source,

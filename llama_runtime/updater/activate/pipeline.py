@@ -444,6 +444,9 @@ class InstallPipeline:
         warnings.extend(self.acquirer.provenance_check.warnings_for(release.repo))
         checkpoint("after_download")
         meta = download_meta(release, choice, planned.backend_request, downloads, planned.identity, reused)
+        from llama_runtime.updater.sources.oci.source import bytes_origin
+
+        meta["source"] = bytes_origin(self.acquirer.source, release) or meta["source"]  # a registry's manifest
         try:
             staged = self._check_provenance(release, choice, fetched[0], downloads, meta, emit, reused)
             outcome = self.install_archives(

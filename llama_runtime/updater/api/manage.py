@@ -301,6 +301,7 @@ class JobRecords(Protocol):
 
 #: A semver release tag missing parts or written ``V…``: upstream's make-release-desc.sh takes
 #: "plain semver tags (v<maj>.<min>.<pat>)" only (PR #27485), so these name no release.
+_DIGEST_PIN: Final = re.compile(r"sha256:[0-9a-f]{64}")
 _PARTIAL_SEMVER: Final = re.compile(r"^(?:[vV][0-9]+(?:\.[0-9]+)?|V[0-9]+\.[0-9]+\.[0-9]+)$")
 
 
@@ -312,6 +313,11 @@ def user_tag(tag: str) -> str:
     """
     from llama_runtime.updater.release.tags import validate_tag
 
+    tag, at, pin = tag.partition("@")  # TAG@sha256:<hex>: a manifest digest pin (registry sources)
+    if at and not _DIGEST_PIN.fullmatch(pin):
+        raise UserInputError(
+            f"'{pin[:80]}' is not a manifest digest; pin a build as TAG@sha256:<64 lowercase hex digits>."
+        )
     cleaned = validate_tag(tag)
     if cleaned.isdigit() or (cleaned[:1] == "B" and cleaned[1:].isdigit()):  # 7000, B7000
         meant = f"b{cleaned.lstrip('B')}"
@@ -325,7 +331,7 @@ def user_tag(tag: str) -> str:
             "a lower-case v (e.g. v0.3.0); builds are tagged bNNNN (e.g. b7000).",
             hint="`llama-runtime list --available` shows the published builds and their releases.",
         )
-    return cleaned
+    return f"{cleaned}@{pin}" if at else cleaned
 
 
 def select(ctx: UseCaseContext, tag: str, repo: str | None) -> InstalledRuntime:

@@ -34,3 +34,17 @@ def platform_filter(value: str) -> str:
     if os_name not in {"linux", "windows", "macos", "android"} or arch not in {"x64", "arm64", "s390x"}:
         raise UserInputError(f"Unknown platform '{value}'. Use OS-ARCH, e.g. linux-x64 or windows-arm64.")
     return value
+
+
+def registry_repository(dest: str) -> str:
+    """``dest`` as a registry repository URL; a tag or digest there is refused (they are options here).
+
+    Raises:
+        UserInputError: Not an ``oci://`` repository, or one with a tag or digest.
+    """
+    from llama_runtime.updater.sources.oci.reference import parse_reference
+
+    ref = parse_reference(dest)
+    if ref.tag is not None or ref.digest is not None:
+        raise UserInputError(f"--dest {dest} names a tag or digest; give the repository only (oci://HOST/NS/NAME).")
+    return dest

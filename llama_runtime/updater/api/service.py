@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.offline.export import ExportResult
     from llama_runtime.updater.offline.mirror import MirrorReport
+    from llama_runtime.updater.offline.registry_push import Promotion, PushReport
     from llama_runtime.updater.progress import ProgressCallback
     from llama_runtime.updater.release.channel import Channel
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -643,6 +644,77 @@ class RuntimeUpdater:
                 # Fetched as `update` fetches: parallel ranges, one pass.
                 fetch=MirrorFetch(FetchOptions(parallel=engine.settings.parallel_downloads), progress),
             )
+
+    @front_door
+    def registry_sync(
+        self,
+        dest: str,
+        *,
+        tag: str | None = None,
+        newest: int = 1,
+        platforms: Sequence[str] = (),
+        backends: Sequence[str] = (),
+        progress: ProgressCallback | None = None,
+    ) -> PushReport:
+        """Push the builds a mirror sync would choose to an OCI registry, each as one artifact.
+
+        Every layer is upstream's original bytes (its digest the published sha256), each
+        asset's attestations go along as referrers, and the build, semver and channel tags
+        move last. A blob the registry already has is not downloaded or uploaded again.
+
+        Args:
+            dest: ``oci://HOST[:PORT]/NAMESPACE/NAME`` (the repository only: no tag or digest).
+            tag, newest, platforms, backends, progress: As :meth:`mirror_sync`.
+
+        Raises:
+            UserInputError: ``dest`` is not a registry repository, or a malformed filter.
+            RegistryAuthError: The registry refused the credentials.
+            RemoteError: Network, GitHub or registry failures.
+        """
+        from llama_runtime.runtime.marker import parse_backend
+        from llama_runtime.updater.api.mirror_args import platform_filter, registry_repository
+        from llama_runtime.updater.offline.mirror import MirrorFetch
+        from llama_runtime.updater.offline.registry_push import sync_registry
+        from llama_runtime.updater.release.tags import validate_tag
+        from llama_runtime.updater.sources.oci.connect import open_registry
+        from llama_runtime.updater.stage.streaming import FetchOptions
+
+        engine = self._core
+        wanted = [parse_backend(b, allow_auto=False, source="--backend") for b in backends]
+        filters = [platform_filter(p) for p in platforms]
+        checked_tag = validate_tag(tag) if tag is not None else None
+        with (
+            open_registry(registry_repository(dest), read_timeout=engine.settings.read_timeout) as registry,
+            engine.open_source(etag_cache=False, api_deadline=False) as client,
+        ):
+            return sync_registry(
+                client,
+                registry,
+                tag=checked_tag,
+                latest=newest,
+                platforms=filters,
+                backends=wanted,
+                channel=self.channel or "stable",
+                fetch=MirrorFetch(FetchOptions(parallel=engine.settings.parallel_downloads), progress),
+            )
+
+    @front_door
+    def registry_promote(self, dest: str, tag: str, channel: str) -> Promotion:
+        """Move the channel tag ``channel`` of the registry repository ``dest`` to the pushed build ``tag``.
+
+        Returns:
+            The repository, build, channel and the manifest digest the channel tag now names.
+
+        Raises:
+            UserInputError: ``dest`` is not a registry repository, or ``tag`` was never pushed there.
+            RegistryAuthError, RemoteError: The registry refused or failed.
+        """
+        from llama_runtime.updater.api.mirror_args import registry_repository
+        from llama_runtime.updater.offline.registry_push import Promotion, promote
+        from llama_runtime.updater.sources.oci.connect import open_registry
+
+        with open_registry(registry_repository(dest)) as registry:
+            return Promotion(registry.ref.display, tag, channel, promote(registry, tag, channel))
 
     @front_door
     def gate_settings(self, policy: GatePolicy | None = None) -> GatePolicy:

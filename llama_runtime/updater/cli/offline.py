@@ -35,10 +35,13 @@ def register(add: AddParser) -> dict[str, Handler]:
     add_require_provenance(p)
     p = add("export", "write the active runtime and its marker as one bundle for `install-file`")
     p.add_argument("--output", "-o", required=True, metavar="FILE", help="the bundle to write (.tar.gz)")
-    mirror = add("mirror", "mirror releases into a static directory that --api-url can point at")
+    mirror = add("mirror", "mirror releases into a static directory or an OCI registry that --api-url can point at")
     actions = mirror.add_subparsers(dest="mirror_action", metavar="ACTION", required=True)
     p = actions.add_parser("sync", help="fetch what is new, re-check what is there", epilog=GLOBAL_EPILOG)
     _sync_flags(p)
+    from llama_runtime.updater.cli.registry import promote_flags
+
+    promote_flags(actions.add_parser("promote", help="move a registry's channel tag to a pushed build"))
     p = add(
         "gc",
         "remove inactive runtimes beyond the newest N, stale staging, old partial downloads "
@@ -57,7 +60,9 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
     from llama_runtime.updater.cli.main import channel_names, completes, concrete_backend_names, platform_names
 
     quiet = argparse.SUPPRESS  # never override a value given before ``sync``
-    p.add_argument("--dest", required=True, metavar="DIR", help="the mirror directory")
+    p.add_argument(
+        "--dest", required=True, metavar="DIR|oci://HOST/NS/NAME", help="the mirror directory, or an OCI registry"
+    )
     which = p.add_mutually_exclusive_group()
     which.add_argument("--tag", help="mirror exactly this release")
     which.add_argument("--newest", type=int, default=None, metavar="N", help="mirror the N newest builds (default 1)")
@@ -144,7 +149,18 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
-    """``mirror sync --dest DIR [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``."""
+    """``mirror sync --dest DIR|oci://… [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``,
+    ``mirror promote --dest oci://… --tag T --to CHANNEL``."""
+    from llama_runtime.updater.sources.oci.reference import is_oci_url
+
+    if args.mirror_action == "promote":
+        from llama_runtime.updater.cli.registry import cmd_promote
+
+        return cmd_promote(args, out)
+    if is_oci_url(args.dest):
+        from llama_runtime.updater.cli.registry import cmd_sync_registry
+
+        return cmd_sync_registry(args, out, latest=_newest(args))
     from llama_runtime.updater.cli.common import progress_for, settings_from_args, updater_for
     from llama_runtime.updater.fetch.cache import human_size
 

@@ -74,7 +74,8 @@ def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
         return f"{label}: none"
     m = runtime.marker
     named = f"{m.release_version} (build {m.tag})" if m.release_version else m.tag
-    return f"{label}: {m.repo} {named} ({m.backend}) at {runtime.path}"
+    origin = f" from {m.source}" if m.source.startswith("oci") else ""  # a registry: upstream identity and origin
+    return f"{label}: {m.repo} {named} ({m.backend}){origin} at {runtime.path}"
 
 
 def override_info() -> dict[str, Any] | None:

@@ -684,3 +684,15 @@ def _size_matches(path: Path | None, size: object) -> bool:
         return path is not None and isinstance(size, int) and path.stat().st_size == size
     except OSError:
         return False
+
+
+def wanted_releases(
+    client: ReleaseSource, tag: str | None, count: int, channel: Channel
+) -> tuple[list[Release], list[Release], tuple[str, ...]]:
+    """What a sync mirrors, for any destination: the builds, the semver releases naming them, and notes."""
+    return _wanted(client, tag, count, channel)
+
+
+def chosen_assets(client: ReleaseSource, release: Release, platforms: list[str], backends: list[str]) -> list[Asset]:
+    """The assets of ``release`` a sync mirrors under the filters (raises ``BackendUnavailableError``: none)."""
+    return _chosen(client, release, platforms, backends)

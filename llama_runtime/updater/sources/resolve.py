@@ -447,6 +447,13 @@ def resolve_tag_remote(client: ReleaseSource, tag: str) -> ResolvedRelease:
         IntegrityError: Its ``nightly-tag.txt`` breaks the rules or fails its published digest.
         RateLimitError, NetworkError, RemoteError: GitHub failed.
     """
+    if "@" in tag and not getattr(client, "accepts_digest_pins", False):  # only a registry pins manifests
+        from llama_runtime.runtime.errors import UserInputError
+
+        raise UserInputError(
+            f"--tag {tag} pins a manifest digest, which only a registry source has; "
+            "use --api-url oci://HOST/NS/NAME, or the tag alone."
+        )
     return resolve_fetched(client, client.get_release(tag))
 
 

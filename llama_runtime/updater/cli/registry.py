@@ -1,0 +1,62 @@
+"""The registry forms of ``mirror``: ``sync --dest oci://…`` and ``promote`` (parsers built at start-up: light)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from llama_runtime.runtime.errors import UserInputError
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.cli.output import Output
+
+
+def promote_flags(p: argparse.ArgumentParser) -> None:
+    """Flags of ``mirror promote``."""
+    quiet = argparse.SUPPRESS
+    p.add_argument("--dest", required=True, metavar="oci://HOST/NS/NAME", help="the registry repository")
+    p.add_argument("--tag", required=True, help="the build already pushed, e.g. b7000")
+    p.add_argument("--to", required=True, metavar="CHANNEL", help="the channel tag to move: stable, canary, …")
+    for flag in ("--json", "--log-json", "-q", "--no-progress"):
+        p.add_argument(flag, action="store_true", default=quiet, help=quiet)
+    p.add_argument("--home", default=quiet, help=quiet)
+    p.add_argument("--api-url", default=quiet, help=quiet)
+
+
+def cmd_promote(args: argparse.Namespace, out: Output) -> int:
+    """``mirror promote --dest oci://… --tag T --to CHANNEL``."""
+    from llama_runtime.updater.cli.common import settings_from_args, updater_for
+
+    settings = settings_from_args(argparse.Namespace(**{**vars(args), "backend": None}), follow_active_repo=False)
+    moved = updater_for(settings).registry_promote(args.dest, args.tag, args.to)
+    out.result(moved.to_json(), [f"{moved.dest}:{moved.channel} now names {moved.tag} ({moved.digest})."])
+    return 0
+
+
+def cmd_sync_registry(args: argparse.Namespace, out: Output, *, latest: int) -> int:
+    """``mirror sync --dest oci://…``: the builds a directory sync would choose, pushed as artifacts."""
+    from llama_runtime.updater.cli.common import progress_for, settings_from_args, updater_for
+    from llama_runtime.updater.fetch.cache import human_size
+
+    if args.prune:
+        raise UserInputError("--prune is for a directory mirror; a registry's retention policy removes old tags.")
+    raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
+    settings = settings_from_args(argparse.Namespace(**{**vars(args), "backend": None}), follow_active_repo=False)
+    bar = progress_for(args)
+    try:
+        report = updater_for(settings).registry_sync(
+            args.dest, tag=args.tag, newest=latest, platforms=args.platform, backends=raw_backends, progress=bar
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    channels = ", ".join(f"{c} -> {b}" for c, b in report.channels.items()) or "none moved"
+    lines = [
+        f"Pushed {settings.repo} {', '.join(report.releases)} to {report.dest}: {len(report.uploaded)} uploaded "
+        f"({human_size(report.uploaded_bytes)}), {len(report.reused)} already there, "
+        f"{len(report.attestations)} with build attestations; channel tags: {channels}.",
+        f"Clients: --api-url {report.dest} (or LLAMA_RUNTIME_GITHUB_API={report.dest}).",
+    ]
+    lines += [] if args.quiet else [f"warning: {w}" for w in report.warnings]
+    out.result(report.to_json(), lines)
+    return 0

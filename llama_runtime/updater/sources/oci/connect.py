@@ -1,0 +1,50 @@
+"""A registry client for an ``oci://`` URL: its connection pool and the credential for its host."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Final
+
+import httpx
+
+from llama_runtime.updater.sources.oci.auth import find_credential
+from llama_runtime.updater.sources.oci.client import RegistryClient
+from llama_runtime.updater.sources.oci.reference import parse_reference
+from llama_runtime.updater.sources.oci.tls import ssl_context
+
+__all__ = ["open_registry", "registry_client"]
+
+#: Connect timeout (seconds): a dead registry should fail fast, as a dead GitHub does.
+CONNECT_TIMEOUT_SECONDS: Final[float] = 10.0
+#: Read timeout when the caller gives none (seconds).
+READ_TIMEOUT_SECONDS: Final[float] = 60.0
+
+
+def registry_client(
+    url: str, *, read_timeout: float = READ_TIMEOUT_SECONDS, mounts: dict[str, httpx.BaseTransport] | None = None
+) -> RegistryClient:
+    """A client for the repository ``url`` names; the caller closes ``client.http``.
+
+    TLS trusts what :func:`~.tls.ssl_context` says (a CA bundle, the OS trust store);
+    the proxy variables (``HTTPS_PROXY``, ``NO_PROXY``) are honoured (httpx's ``trust_env``).
+
+    Raises:
+        UserInputError: ``url`` is not a registry reference.
+        RegistryAuthError: A configured credential helper is missing or failed.
+    """
+    ref = parse_reference(url)
+    timeout = httpx.Timeout(read_timeout, connect=min(CONNECT_TIMEOUT_SECONDS, read_timeout))
+    verify = True if ref.plain_http else ssl_context()
+    http = httpx.Client(timeout=timeout, mounts=mounts, verify=verify)
+    return RegistryClient(ref, http, find_credential(ref.host))
+
+
+@contextlib.contextmanager
+def open_registry(url: str, *, read_timeout: float = READ_TIMEOUT_SECONDS) -> Iterator[RegistryClient]:
+    """:func:`registry_client`, closed on exit."""
+    client = registry_client(url, read_timeout=read_timeout)
+    try:
+        yield client
+    finally:
+        client.http.close()

@@ -1,0 +1,442 @@
+"""An OCI registry filled by ``mirror sync --dest oci://…``, read as a :class:`ReleaseSource`.
+
+The rest of the updater sees GitHub's shapes: a build tag (``b7000``) is the
+build release its config describes, each asset downloadable from its blob
+URL with the layer digest as its published sha256; a semver tag (``v0.6.0``)
+is a semver release whose ``nightly-tag.txt`` names the build its manifest is
+(the registry tag *is* the pointer, so its content is made here, with its
+digest); the ``stable`` tag is ``releases/latest``. Channels, choice,
+verification and exit codes are therefore the ones GitHub gets.
+
+Invariants:
+    * Nothing read from the registry is used before its digest is checked:
+      manifests by the client, configs against the manifest, assets by the
+      download against the layer digest, bundles by the signer policy.
+    * The releases keep the upstream identity (``ggml-org/llama.cpp``); a
+      registry holding another repository's builds is refused, not relabelled.
+    * A repeated ``check`` costs one request: the manifest HEAD of ``stable``,
+      whose digest names a config kept in the ETag cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Final, Self
+
+import httpx
+
+from llama_runtime.runtime.errors import ReleaseNotFoundError, RemoteError
+from llama_runtime.updater.release.channel import NIGHTLY_TAG_ASSET, Channel
+from llama_runtime.updater.release.release import Asset, Release, RemoteDataError
+from llama_runtime.updater.release.remote_json import loads_bounded
+from llama_runtime.updater.release.tags import is_release_version
+from llama_runtime.updater.sources.oci.artifact import (
+    ASSET_DIGEST_ANNOTATION,
+    BUNDLE_ARTIFACT_TYPE,
+    MAX_CONFIG_BYTES,
+    BuildConfig,
+    manifest_layers,
+    parse_build,
+)
+from llama_runtime.updater.sources.oci.client import RegistryClient
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.sources.github import EtagCache
+    from llama_runtime.updater.sources.source import RateLimit
+
+__all__ = ["RegistrySource", "bytes_origin"]
+
+#: The channel tag ``releases/latest`` stands for.
+STABLE_TAG: Final = "stable"
+#: Builds read for one listing page (each costs a manifest GET, and a config GET the first time):
+#: ``list --available`` and nightly resolution need the newest few, not a registry's history.
+MAX_LISTED_BUILDS: Final[int] = 30
+#: Largest Sigstore bundle read (bytes): a bundle with its certificate chain is ~10 KB.
+MAX_BUNDLE_BYTES: Final[int] = 1024 * 1024
+#: Referrers read per asset: a build's bundles are one or two per asset.
+MAX_REFERRERS: Final[int] = 32
+#: The scheme of a semver release's ``nightly-tag.txt``: made here, served by :class:`PointerTransport`.
+POINTER_SCHEME: Final = "oci-pointer"
+
+
+def _build_number(tag: str) -> int | None:
+    """The build ``N`` of a build tag (``bN``, a fork's decorated build); ``None`` for any other tag."""
+    from llama_runtime.runtime.errors import UserInputError
+    from llama_runtime.updater.release.tags import parse_tag
+
+    try:
+        return parse_tag(tag).build
+    except UserInputError:
+        return None
+
+
+def bytes_origin(source: object, release: Release) -> str | None:
+    """Where ``release``'s bytes came from when ``source`` is a registry (``oci://host/name@sha256:…``)."""
+    return source.origin_of(release) if isinstance(source, RegistrySource) else None
+
+
+class RegistrySource:
+    """A repository of an OCI registry as a :class:`~updater.sources.source.ReleaseSource`.
+
+    Attributes:
+        accepts_digest_pins: ``--tag TAG@sha256:…`` names a manifest here (no other source has one).
+
+    Args:
+        registry: The registry client; closed with this source.
+        repo: The upstream repository the builds must be of (``ggml-org/llama.cpp``).
+        etag_cache: Where manifests and configs read by digest are kept (free repeats), if anywhere.
+    """
+
+    accepts_digest_pins: Final[bool] = True
+
+    def __init__(
+        self,
+        registry: RegistryClient,
+        repo: str,
+        *,
+        etag_cache: EtagCache | None = None,
+        pointers: dict[str, bytes] | None = None,
+    ) -> None:
+        self.registry = registry
+        self._repo = repo
+        self._etag_cache = etag_cache
+        self._manifests: dict[str, str] = {}  # build tag -> manifest digest
+        self._subjects: dict[str, str] = {}  # asset sha256 hex -> its build's manifest digest
+        # pointer URL -> nightly-tag.txt content (shared with the PointerTransport of ``http``, if any)
+        self._pointers: dict[str, bytes] = {} if pointers is None else pointers
+        self._default_branch: str | None = None
+        self._builds: dict[str, BuildConfig] = {}  # build tag -> the build as read (this process)
+
+    # -- AssetHost ------------------------------------------------------------------------------------------
+
+    @property
+    def repo(self) -> str:
+        """The upstream repository, as the marker records it."""
+        return self._repo
+
+    @property
+    def http(self) -> httpx.Client:
+        """The registry's connection pool."""
+        return self.registry.http
+
+    def auth_headers_for(self, url: str) -> dict[str, str]:
+        """The registry's authorization, for its own origin only (never a blob redirect's CDN)."""
+        return self.registry.auth_headers_for(url)
+
+    def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
+        """The asset's blob URL, with the registry's authorization."""
+        return asset.download_url, {"Accept": "application/octet-stream", **self.auth_headers_for(asset.download_url)}
+
+    # -- ReleaseSource --------------------------------------------------------------------------------------
+
+    def get_release(self, tag: str) -> Release:
+        """The build tagged ``tag``, or the semver release ``tag`` (a pointer to the build its tag names).
+
+        A build already read through another tag (``stable`` names it) is not asked
+        for again: its manifest is the build's, whichever tag led to it.
+        """
+        if "@" in tag:
+            tag, _, pin = tag.partition("@")
+            build = self._pinned(tag, pin)
+        else:
+            known = self._builds.get(tag)
+            build = known if known is not None and not is_release_version(tag) else self._build(tag)
+        if is_release_version(tag):
+            return self._pointer_release(tag, build)
+        if _build_number(tag) is None:
+            return build.release  # a channel tag (canary, candidate): the build it names now
+        if build.release.tag != tag:
+            raise RemoteDataError(
+                f"{self.registry.ref.display}:{tag} holds the build {build.release.tag}; a build tag must name "
+                "its own build."
+            )
+        return build.release
+
+    def latest_published(self) -> Release:
+        """What ``stable`` names: its highest semver release, else the build itself as a stable release."""
+        build = self._build(STABLE_TAG)
+        versions = [v for v in build.versions if is_release_version(v)]
+        if versions:
+            from llama_runtime.updater.release.tags import highest_version
+
+            return self._pointer_release(highest_version(versions) or versions[-1], build)
+        return Release(
+            build.release.repo,
+            build.release.tag,
+            build.release.assets,
+            prerelease=False,
+            published_at=build.release.published_at,
+            target_commitish=build.release.target_commitish,
+        )
+
+    def latest_release(self, channel: str = "stable") -> Release:
+        """The build ``channel`` calls latest, resolved as for GitHub."""
+        from llama_runtime.updater.sources.resolve import resolve_latest_remote
+
+        resolved: Channel = "nightly" if channel == "nightly" else "stable"
+        return resolve_latest_remote(self, resolved).release
+
+    def recent_releases(self, per_page: int = 100, page: int = 1) -> list[Release]:
+        """The newest builds the registry holds (by build number), with the semver releases naming them."""
+        numbered = [(n, t) for t in self.registry.tags() if (n := _build_number(t)) is not None]
+        numbered = [(n, t) for n, t in numbered if not is_release_version(t)]
+        size = min(per_page, MAX_LISTED_BUILDS)
+        chosen = sorted(numbered, reverse=True)[(page - 1) * size : page * size]
+        releases: list[Release] = []
+        for _n, tag in chosen:
+            build = self._build(tag)
+            releases.append(build.release)
+            releases += [self._pointer_release(v, build) for v in build.versions if is_release_version(v)]
+        return releases
+
+    def version_tags(self) -> list[str]:
+        """The registry's semver tags."""
+        return [t for t in self.registry.tags() if is_release_version(t)]
+
+    def default_branch(self) -> str | None:
+        """The upstream's default branch as the sync recorded it (the signer policy judges refs by it)."""
+        return self._default_branch
+
+    def attestations(self, sha256: str) -> object:
+        """The Sigstore bundles pushed as referrers of the build holding ``sha256``, as GitHub's API shape."""
+        subject = self._subjects.get(sha256)
+        if subject is None:
+            return []
+        found: list[dict[str, Any]] = []
+        for referrer in self.registry.referrers(subject, BUNDLE_ARTIFACT_TYPE)[:MAX_REFERRERS]:
+            named = (referrer.annotations or {}).get(ASSET_DIGEST_ANNOTATION)
+            if named is not None and named != f"sha256:{sha256}":
+                continue  # another asset's bundle
+            bundle = self._bundle(referrer.digest, subject)
+            if bundle is not None:
+                found.append({"bundle": bundle})
+        return {"attestations": found} if found else []
+
+    def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
+        """A pointer's content, or a small blob, checked against its digest."""
+        from llama_runtime.runtime.errors import IntegrityError
+
+        if asset.download_url in self._pointers:
+            return self._pointers[asset.download_url]
+        if asset.size > max_bytes:
+            raise IntegrityError(f"{asset.name} is larger than {max_bytes} bytes; refusing to read it.")
+        return self.registry.get_blob(asset.digest or "", max_bytes)
+
+    def origin_of(self, release: Release) -> str | None:
+        """``oci://host/name@sha256:…``: the manifest ``release``'s bytes were read from."""
+        digest = self._manifests.get(release.tag)
+        return f"{self.registry.ref.display}@{digest}" if digest else None
+
+    @property
+    def etag_cache(self) -> EtagCache | None:
+        """Manifests and configs kept by digest, and ``nightly-tag.txt`` reads."""
+        return self._etag_cache
+
+    @property
+    def last_rate_limit(self) -> RateLimit | None:
+        """Registries send no GitHub rate-limit headers."""
+        return None
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self.registry.http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading builds -------------------------------------------------------------------------------------
+
+    def _build(self, reference: str) -> BuildConfig:
+        """The build ``reference`` (a tag or digest) names: one HEAD when its manifest is cached, else GETs."""
+        where = f"{self.registry.ref.display}:{reference}"
+        head = self.registry.head_manifest(reference)
+        cached = self._cached(head.digest) if head is not None else None
+        if cached is not None:
+            digest, manifest_doc, config = cached
+        else:
+            manifest = self.registry.get_manifest(reference)
+            if manifest is None:
+                raise ReleaseNotFoundError(
+                    f"{where} does not exist; `mirror sync --dest {self.registry.ref.display}`"
+                    " pushes builds, `mirror promote` moves channel tags."
+                )
+            digest, manifest_doc = manifest.digest, manifest.doc
+            config_desc, _ = manifest_layers(manifest_doc, where)
+            config = self.registry.get_blob(config_desc.digest, MAX_CONFIG_BYTES)
+            self._remember(digest, manifest.raw, config)
+        _config, layers = manifest_layers(manifest_doc, where)
+        build = parse_build(config, layers, where)
+        if build.release.repo.lower() != self._repo.lower():
+            raise RemoteError(
+                f"{self.registry.ref.display} holds builds of {build.release.repo}, not {self._repo}; "
+                f"pass --repo {build.release.repo} to use them."
+            )
+        assets = tuple(
+            Asset(a.name, a.size, self.registry.blob_url(a.digest or ""), a.digest) for a in build.release.assets
+        )
+        release = Release(
+            self._repo,
+            build.release.tag,
+            assets,
+            prerelease=build.release.prerelease,
+            published_at=build.release.published_at,
+            target_commitish=build.release.target_commitish,
+        )
+        self._manifests[release.tag] = digest
+        for asset in assets:
+            self._subjects[(asset.digest or "").removeprefix("sha256:")] = digest
+        self._default_branch = build.default_branch or self._default_branch
+        found = BuildConfig(release, build.versions, build.default_branch, layers)
+        self._builds[release.tag] = found
+        return found
+
+    def _pinned(self, tag: str, digest: str) -> BuildConfig:
+        """The build the manifest ``digest`` is, while the registry's ``tag`` still names it.
+
+        Raises:
+            ReleaseNotFoundError: The registry has no ``tag``.
+            IntegrityError: ``tag`` now names other bytes (exit 8): a pin is never followed elsewhere.
+        """
+        from llama_runtime.runtime.errors import IntegrityError
+
+        head = self.registry.head_manifest(tag)
+        now = head.digest if head is not None else None
+        if head is None:
+            manifest = self.registry.get_manifest(tag)
+            if manifest is None:
+                raise ReleaseNotFoundError(f"{self.registry.ref.display}:{tag} does not exist.")
+            now = manifest.digest
+        if now != digest:
+            raise IntegrityError(
+                f"{self.registry.ref.display}:{tag} now names {now}, not the pinned {digest}; nothing was installed.",
+                hint="The registry's tag was moved or re-pushed. Pin the new digest after checking it, "
+                "or install by tag alone.",
+            )
+        return self._build(digest)
+
+    def _pointer_release(self, version: str, build: BuildConfig) -> Release:
+        """The semver release ``version`` as GitHub has it: one ``nightly-tag.txt`` naming the build."""
+        content = f"{build.release.tag}\n".encode()
+        url = f"{POINTER_SCHEME}://{self.registry.ref.host}/{self.registry.ref.name}/{version}/{NIGHTLY_TAG_ASSET}"
+        self._pointers[url] = content
+        pointer = Asset(NIGHTLY_TAG_ASSET, len(content), url, "sha256:" + hashlib.sha256(content).hexdigest())
+        return Release(self._repo, version, (pointer,), published_at=build.release.published_at)
+
+    def _bundle(self, digest: str, subject: str) -> dict[str, Any] | None:
+        """The bundle of the referrer ``digest``, when it refers to ``subject`` and holds one bundle."""
+        manifest = self.registry.get_manifest(digest)
+        if manifest is None:
+            return None
+        doc = manifest.doc
+        subject_doc = doc.get("subject")
+        layers = doc.get("layers")
+        if not isinstance(subject_doc, dict) or subject_doc.get("digest") != subject:
+            return None  # a referrer of other bytes: never used for these
+        if not isinstance(layers, list) or len(layers) != 1 or not isinstance(layers[0], dict):
+            return None
+        blob = self.registry.get_blob(str(layers[0].get("digest")), MAX_BUNDLE_BYTES)
+        try:
+            bundle = loads_bounded(blob, what=f"the bundle {digest}")
+        except (ValueError, RemoteDataError):
+            return None
+        return bundle if isinstance(bundle, dict) else None
+
+    def _cached(self, digest: str) -> tuple[str, dict[str, Any], bytes] | None:
+        if self._etag_cache is None:
+            return None
+        hit = self._etag_cache.get(self._cache_key(digest))
+        if hit is None or hit[0] != digest or not isinstance(hit[1], dict):
+            return None
+        manifest, config = hit[1].get("manifest"), hit[1].get("config")
+        if not isinstance(manifest, str) or not isinstance(config, str):
+            return None
+        raw = manifest.encode()
+        if "sha256:" + hashlib.sha256(raw).hexdigest() != digest:
+            return None  # the cache file was edited: read the registry
+        try:
+            doc = loads_bounded(raw, what="a cached manifest")
+        except (ValueError, RemoteDataError):
+            return None
+        config_raw = config.encode()
+        config_desc, _ = manifest_layers(doc, digest)
+        if "sha256:" + hashlib.sha256(config_raw).hexdigest() != config_desc.digest:
+            return None
+        return digest, doc, config_raw
+
+    def _remember(self, digest: str, raw: bytes, config: bytes) -> None:
+        if self._etag_cache is None:
+            return
+        try:
+            self._etag_cache.put(self._cache_key(digest), digest, {"manifest": raw.decode(), "config": config.decode()})
+        except (UnicodeDecodeError, OSError):
+            return
+
+    def _cache_key(self, digest: str) -> str:
+        return f"{self.registry.ref.display}@{digest}"
+
+
+def open_registry_source(
+    url: str, repo: str, *, etag_cache: EtagCache | None = None, read_timeout: float = 60.0
+) -> RegistrySource:
+    """A :class:`RegistrySource` for ``--api-url oci://HOST/NS/NAME``; the caller closes it.
+
+    Raises:
+        UserInputError: ``url`` is not a repository reference (a tag or digest in it is refused:
+            ``--tag`` says which build).
+    """
+    from llama_runtime.runtime.errors import UserInputError
+    from llama_runtime.updater.sources.oci.connect import registry_client
+
+    pointers: dict[str, bytes] = {}
+    client = registry_client(
+        url, read_timeout=read_timeout, mounts={f"{POINTER_SCHEME}://": PointerTransport(pointers)}
+    )
+    if client.ref.tag is not None or client.ref.digest is not None:
+        client.http.close()
+        raise UserInputError(
+            f"--api-url {url} names a tag or digest; give the repository (oci://HOST/NS/NAME) and choose the "
+            "build with --tag or --channel."
+        )
+    return RegistrySource(client, repo, etag_cache=etag_cache, pointers=pointers)
+
+
+class PointerTransport(httpx.BaseTransport):
+    """Serves the ``nightly-tag.txt`` a source made (a directory mirror downloads it like any asset).
+
+    ``Range: bytes=N-`` is honoured, as a resumed download asks; anything else is 404.
+    """
+
+    def __init__(self, pointers: dict[str, bytes]) -> None:
+        self.pointers = pointers
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Answer one GET from the pointers made so far."""
+        content = self.pointers.get(str(request.url))
+        if request.method != "GET" or content is None:
+            return httpx.Response(404, content=b"Not Found")
+        value = request.headers.get("range", "")
+        start = int(value[6:-1]) if value.startswith("bytes=") and value.endswith("-") and value[6:-1].isdigit() else 0
+        if start == 0:
+            headers = {"content-type": "application/octet-stream", "content-length": str(len(content))}
+            return httpx.Response(200, stream=_Bytes(content), headers=headers)
+        if start >= len(content):
+            return httpx.Response(416, content=b"", headers={"content-range": f"bytes */{len(content)}"})
+        headers = {
+            "content-range": f"bytes {start}-{len(content) - 1}/{len(content)}",
+            "content-length": str(len(content) - start),
+        }
+        return httpx.Response(206, stream=_Bytes(content[start:]), headers=headers)
+
+
+class _Bytes(httpx.SyncByteStream):
+    """A body handed over as it would arrive from a server (a stream, not finished content)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.data
