@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.decide import Available
     from llama_runtime.updater.offline.export import ExportResult
     from llama_runtime.updater.offline.mirror import MirrorReport
+    from llama_runtime.updater.offline.registry_push import Promotion, PushReport
     from llama_runtime.updater.progress import Progress, ProgressCallback
     from llama_runtime.updater.release.release import RemoteDataError
     from llama_runtime.updater.sources.source import DirectoryListingError, ReleaseSource
@@ -121,6 +122,8 @@ _EXPORTS: dict[str, str] = {
     "RollbackResult": "llama_runtime.updater.api.manage",
     "ExportResult": "llama_runtime.updater.offline.export",
     "MirrorReport": "llama_runtime.updater.offline.mirror",
+    "Promotion": "llama_runtime.updater.offline.registry_push",
+    "PushReport": "llama_runtime.updater.offline.registry_push",
     "StatusResult": "llama_runtime.updater.api.inventory",
     "ListResult": "llama_runtime.updater.api.inventory",
     "RuntimeEntry": "llama_runtime.updater.api.inventory",
@@ -243,8 +246,10 @@ __all__ = [
     "ProcessRunner",
     "Progress",
     "ProgressCallback",
+    "Promotion",
     "ProvenanceError",
     "ProvenanceMissingError",
+    "PushReport",
     "RateLimitError",
     "Ready",
     "RegistryAuthError",
