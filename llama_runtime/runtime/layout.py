@@ -227,6 +227,7 @@ class InstalledRuntime:
             "digest_verified": self.marker.digest_verified,
             "asset": self.marker.asset,
             "provenance": provenance_summary(self.marker),
+            "device_warning": self.marker.device_warning or None,
         }
 
 

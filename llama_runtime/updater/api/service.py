@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         DoctorResult,
         GcResult,
         JobRecords,
+        PinResult,
         PlanResult,
         RemoveResult,
         RollbackResult,
@@ -328,6 +329,7 @@ class RuntimeUpdater:
         wait: float = 0.0,
         operation: str = "update",
         listener: JobListener | None = None,
+        allow_no_device: bool = False,
     ) -> UpdateJob:
         """Run an update here, as the home's job others follow; returns the job once it is over.
 
@@ -344,12 +346,19 @@ class RuntimeUpdater:
             wait: Seconds to wait for another update to finish.
             operation: Who asks (recorded in the job and the lock owner).
             listener: Called with every state of the job.
+            allow_no_device: Install an explicit GPU backend's build that lists no device of it
+                (a machine image made on another host), with a warning ``status`` keeps showing.
+
+        A ``tag`` pins it once installed (:meth:`pin`): later plain updates and checks stay on it.
 
         Raises:
             BusyError: Another update still runs after ``wait`` seconds.
             UserInputError: A malformed tag, backend or CUDA version, or a bad ``wait``.
         """
+        from dataclasses import replace
+
         request = self._request(tag, backend, cuda_version, require_digest, self._backend_request)
+        request = replace(request, allow_no_device=allow_no_device)
         return self._run_update(request, wait=wait, operation=operation, listener=listener)
 
     def _request(
@@ -378,6 +387,7 @@ class RuntimeUpdater:
             cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
             require_digest=require_digest,
             channel=self.channel,
+            pin=tag is not None,  # a person's (or app's) tag is a pin; the scheduled check asks its own way
         )
 
     def _run_update(
@@ -466,6 +476,27 @@ class RuntimeUpdater:
         return run_check(self, apply=apply, wait=wait, listener=listener)
 
     # -- the runtime manager -------------------------------------------------------
+
+    def pin(self, tag: str | None = None) -> PinResult:
+        """Pin ``tag`` (default: the active build): ``check --apply``, scheduled jobs and plain updates keep it.
+
+        Raises:
+            UserInputError: A malformed tag, or none given and nothing active.
+            BusyError: An update holds the lock.
+        """
+        from llama_runtime.updater.api.manage import pin
+
+        return pin(self, tag)
+
+    def unpin(self) -> PinResult:
+        """Remove the pin: the next plain update or scheduled check moves to the newest build again.
+
+        Raises:
+            BusyError: An update holds the lock.
+        """
+        from llama_runtime.updater.api.manage import unpin
+
+        return unpin(self)
 
     def use(self, tag: str, *, repo: str | None = None, progress: ProgressCallback | None = None) -> UpdateOutcome:
         """Activate an installed runtime (no download), verified and switched like an update.

@@ -50,6 +50,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     busy = home.lock_path.exists() and UpdateLock(home.lock_path).is_held()
     speeds, speed_lines = speed_table(active, previous, home.root)
     skipped = load_failed(home.root)
+    pinned, pin_lines = _pin_state(home)
     disk = home_disk_use(home.root, [r.path for r in installed])
     payload = {
         "active": active.to_json() if active else None,
@@ -63,6 +64,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         "speeds": speeds,
         "skipped_builds": [dataclasses.asdict(b) for b in skipped],
         "trial": {**trial.to_json(), "owner_running": owner_alive(trial)} if trial else None,
+        "pinned": pinned,
     }
     lines = [_runtime_line("active", active)]
     if active is None:
@@ -70,6 +72,9 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     else:
         lines.append(f"binary: {active.binary}")
         lines.append(provenance_line(active))
+        if active.marker.device_warning:
+            lines.append(f"warning: {active.marker.device_warning}")
+    lines += pin_lines
     if previous:
         lines.append(_runtime_line("previous", previous) + "  (`llama-runtime rollback` goes back to it)")
     shared = sum(u.shared_bytes for u in disk.runtimes.values())
@@ -92,6 +97,23 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         lines.append(f"skipped (failed here; `update --tag {build.tag}` retries): {build.describe()}")
     out.result(payload, lines)
     return 0
+
+
+def _pin_state(home: Home) -> tuple[dict[str, str] | None, list[str]]:
+    """The contract's ``pinned`` object and its line; a damaged pin file is said, never a failed ``status``."""
+    from llama_runtime.runtime.errors import CorruptStateError
+    from llama_runtime.runtime.pin import load_pin
+
+    try:
+        pin = load_pin(home.root)
+    except CorruptStateError as exc:
+        return None, [f"warning: {exc.message} {exc.hint or ''}".rstrip()]
+    if pin is None:
+        return None, []
+    return pin.to_json(), [
+        f"pinned: {pin.repo} {pin.tag} (`check --apply`, scheduled jobs and a plain `update` stay on it; "
+        "`llama-runtime unpin` releases it)"
+    ]
 
 
 def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
