@@ -68,6 +68,15 @@ def test_a_plain_update_stays_on_the_pin_and_says_how_to_move(
     guard.assert_intact("b7000", capsys=capsys)
 
 
+def test_plan_in_a_pinned_home_shows_the_pinned_build_as_update_would(
+    capsys: pytest.CaptureFixture[str], pinned_home: Path, github: FakeGitHub
+) -> None:
+    code, plan = run_json(capsys, pinned_home, github.api_url, "plan")
+    assert code == 0, plan
+    assert (plan["tag"], plan["action"]) == ("b7000", "up_to_date")
+    assert any("unpin" in w for w in plan["warnings"]), plan["warnings"]
+
+
 def test_the_scheduled_job_through_the_api_never_leaves_a_pin(pinned_home: Path, github: FakeGitHub) -> None:
     guard = HomeGuard(None, pinned_home)
     updater = RuntimeUpdater(pinned_home, api_url=github.api_url)

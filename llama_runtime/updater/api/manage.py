@@ -557,7 +557,8 @@ def plan(
     host_file: Path | None,
 ) -> PlanResult:
     """The release, asset and action ``update`` would take, and why; downloads nothing."""
-    from llama_runtime.updater.choice.decide import UpdateRequest, channel_request, decide
+    from llama_runtime.runtime.pin import pinned_tag
+    from llama_runtime.updater.choice.decide import UpdateRequest, channel_request, decide, held_request
     from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
     from llama_runtime.updater.verify.installed import active_state
 
@@ -572,12 +573,18 @@ def plan(
         backend=updater._backend_request,
         cuda_version=cuda_line,
         channel=updater.channel,
+        # Like update: a plain request on this machine stays on the home's pin.
+        pinned=None if platform or host_file else pinned_tag(updater.home.root, updater.repo),
     )
+    request, held = held_request(request)
     channel = channel_request(request, active.marker if active else None)
     with updater._core.open_source(etag_cache=False) as client:
+        tag = request.tag
         resolved = resolve_tag_remote(client, tag) if tag else resolve_latest_remote(client, channel)
     decision = decide(request, active, resolved.release, host)
     decision.raise_if_refused()
+    if held is not None:
+        decision = dataclasses.replace(decision, warnings=(*decision.warnings, held))
     return _plan_result(resolved, decision, channel, host)
 
 

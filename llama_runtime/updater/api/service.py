@@ -330,6 +330,7 @@ class RuntimeUpdater:
         operation: str = "update",
         listener: JobListener | None = None,
         allow_no_device: bool = False,
+        pin: bool = False,
     ) -> UpdateJob:
         """Run an update here, as the home's job others follow; returns the job once it is over.
 
@@ -349,7 +350,8 @@ class RuntimeUpdater:
             allow_no_device: Install an explicit GPU backend's build that lists no device of it
                 (a machine image made on another host), with a warning ``status`` keeps showing.
 
-        A ``tag`` pins it once installed (:meth:`pin`): later plain updates and checks stay on it.
+            pin: Pin ``tag`` once installed, as ``llama-runtime update --tag`` does (:meth:`pin`): later
+                plain updates and checks stay on it.
 
         Raises:
             BusyError: Another update still runs after ``wait`` seconds.
@@ -358,7 +360,7 @@ class RuntimeUpdater:
         from dataclasses import replace
 
         request = self._request(tag, backend, cuda_version, require_digest, self._backend_request)
-        request = replace(request, allow_no_device=allow_no_device)
+        request = replace(request, allow_no_device=allow_no_device, pin=pin and tag is not None)
         return self._run_update(request, wait=wait, operation=operation, listener=listener)
 
     def _request(
@@ -387,7 +389,6 @@ class RuntimeUpdater:
             cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
             require_digest=require_digest,
             channel=self.channel,
-            pin=tag is not None,  # a person's (or app's) tag is a pin; the scheduled check asks its own way
         )
 
     def _run_update(

@@ -91,6 +91,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
                 operation="update",
                 listener=listener,
                 allow_no_device=args.allow_no_device,
+                pin=tag is not None,  # `update --tag` pins; the scheduled check asks its own way
             )
         if job.exception is not None:
             raise job.exception
