@@ -112,8 +112,8 @@ def test_pin_without_a_tag_pins_the_active_build_and_the_api_does_the_same(
     assert code == 0 and payload["pinned"] == {"repo": REPO, "tag": "b7000"}, payload
     validate("pin", payload)
     assert updater.pin("b7001").pinned == Pin(REPO, "b7001")
-    result = updater.check(apply=True)  # held at b7001, which is newer: the check moves nothing
-    assert result.update_available is False
+    result = updater.check(apply=True)  # the newer build is the pinned one: the check goes to the pin
+    assert (result.applied, result.held, result.pinned) == (True, None, "b7001")
 
 
 def test_pin_with_nothing_active_and_no_tag_is_bad_input(capsys: pytest.CaptureFixture[str], home: Path) -> None:
@@ -169,3 +169,13 @@ def test_the_scheduled_decision_holds_a_newer_build_behind_a_pin() -> None:
     held = decide(UpdateRequest(REPO, pinned="b7000"), active, _release("b7001"), host, mode="upgrade_only")
     assert (free.action, free.held) == ("install", None)
     assert (held.action, held.held) == ("up_to_date", "b7001")
+
+
+def test_a_build_held_by_a_pin_that_failed_here_is_not_tried_again_by_a_plain_update() -> None:
+    host = host_for_platform("linux-x64")
+    release = _release("b7000")
+    failed = {(REPO, "b7000", CPU_TAR.format(tag="b7000")): "--version exited 1"}
+    held, _ = held_request(UpdateRequest(REPO, pinned="b7000"))
+    asked = UpdateRequest(REPO, tag="b7000")
+    assert decide(held, None, release, host, failed=failed).action == "refuse"  # skipped, not downloaded again
+    assert decide(asked, None, release, host, failed=failed).action == "install"  # asked for by tag: tried again

@@ -112,8 +112,9 @@ class UpdateRequest:
     release (``v0.3.0``, resolved to its build before :func:`decide`).
     ``pinned`` is the home's pinned tag for ``repo`` (read by the caller);
     ``pin``: a success pins ``tag`` (a person's ``update --tag``, never the
-    scheduled job's). ``allow_no_device``: an explicit GPU backend whose build
-    lists no device of it is installed with a warning instead of refused.
+    scheduled job's); ``held``: ``tag`` is the pin's, not asked for (:func:`held_request`).
+    ``allow_no_device``: an explicit GPU backend whose build lists no device of it is
+    installed with a warning instead of refused.
     """
 
     repo: str
@@ -125,6 +126,7 @@ class UpdateRequest:
     pinned: str | None = None
     pin: bool = False
     allow_no_device: bool = False
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,7 @@ def held_request(request: UpdateRequest) -> tuple[UpdateRequest, str | None]:
         f"{pinned} is pinned, so a plain update stays on it; "
         f"`llama-runtime unpin` releases it, `llama-runtime update --tag TAG` moves it to TAG."
     )
-    return replace(request, tag=pinned), note
+    return replace(request, tag=pinned, held=True), note
 
 
 def settled(request: UpdateRequest, active: ActiveState | None, *, stored: str | None = None) -> Plan | None:
@@ -376,7 +378,8 @@ def _failed_before(
 ) -> str | None:
     """The skip sentence when ``choice`` failed verification here and was not asked for by tag."""
     reason = failed.get((release.repo, release.tag, choice.asset.name))
-    if reason is None or request.tag is not None or request.allow_no_device:
+    # Asked for by tag (not only held there by a pin), it is tried again.
+    if reason is None or (request.tag is not None and not request.held) or request.allow_no_device:
         return None
     return (
         f"{release.tag} ({choice.backend}) failed verification on this machine before ({reason}); "
@@ -401,7 +404,7 @@ def _upgrade_only(
         _, reason = upgrade_verdict(marker, request.repo, release.tag, False, backend=wanted)
         return Plan("refuse", wanted, release, reason=reason, error=exc)
     available, reason = upgrade_verdict(marker, request.repo, release.tag, True, backend=wanted)
-    if available and request.pinned is not None:
+    if available and request.pinned is not None and request.pinned != release.tag:
         held = (
             f"{release.tag} is available but held: {request.pinned} is pinned. "
             f"`llama-runtime unpin` releases it; `llama-runtime update --tag {release.tag}` moves to it."
