@@ -179,3 +179,16 @@ def test_a_build_held_by_a_pin_that_failed_here_is_not_tried_again_by_a_plain_up
     asked = UpdateRequest(REPO, tag="b7000")
     assert decide(held, None, release, host, failed=failed).action == "refuse"  # skipped, not downloaded again
     assert decide(asked, None, release, host, failed=failed).action == "install"  # asked for by tag: tried again
+
+
+def test_a_semver_pin_naming_the_newer_build_lets_check_apply_move_to_it(
+    capsys: pytest.CaptureFixture[str], pinned_home: Path, github: FakeGitHub
+) -> None:
+    code, checked = run_json(capsys, pinned_home, github.api_url, "check")
+    assert code == 0 and checked["latest"] == "b7001", checked
+    version = checked["latest_version"]
+    assert version is not None, "the fake GitHub names each build by a semver release"
+    assert run_json(capsys, pinned_home, None, "pin", version)[0] == 0
+    code, applied = run_json(capsys, pinned_home, github.api_url, "check", "--apply")
+    assert code == 0 and (applied["applied"], applied["held"]) == (True, None), applied
+    assert applied["outcome"]["active"]["tag"] == "b7001"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.clock import when_text
@@ -179,6 +179,8 @@ def run_check(updater: RuntimeUpdater, *, apply: bool, wait: float, listener: Jo
     )
     channel = channel_request(request, marker)
     latest = _ask_latest(updater._core, backoff, channel, marker, clock)
+    if pinned is not None and pinned == latest.version:  # a semver pin names this very build
+        request = replace(request, pinned=latest.tag)
     available, reason, backend, held = _decide(updater, request, marker, latest)
     reason = _with_problem(reason, problem, available, marker)
     if not (apply and available):
