@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.inference import InferenceResult, Speed, probe_inference
     from llama_runtime.runtime.layout import InstalledRuntime, UnsafeHomeError
     from llama_runtime.runtime.marker import FileRecord, InstallMarker
+    from llama_runtime.runtime.pin import Pin
     from llama_runtime.runtime.server import ServerControl
     from llama_runtime.updater.activate.attempts import Attempt, CandidatesFailedError, UpdateOutcome
     from llama_runtime.updater.activate.gc import GcItem
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
         DoctorResult,
         GcResult,
         JobRecords,
+        PinResult,
         PlanCandidate,
         PlanResult,
         RemoveResult,
@@ -116,6 +118,8 @@ _EXPORTS: dict[str, str] = {
     "DoctorCheck": "llama_runtime.updater.api.manage",
     "DoctorResult": "llama_runtime.updater.api.manage",
     "GcResult": "llama_runtime.updater.api.manage",
+    "PinResult": "llama_runtime.updater.api.manage",
+    "Pin": "llama_runtime.runtime.pin",
     "PlanCandidate": "llama_runtime.updater.api.manage",
     "PlanResult": "llama_runtime.updater.api.manage",
     "RemoveResult": "llama_runtime.updater.api.manage",
@@ -239,6 +243,8 @@ __all__ = [
     "NetworkError",
     "NotReady",
     "NothingActiveError",
+    "Pin",
+    "PinResult",
     "PlanCandidate",
     "PlanResult",
     "PortInUseError",

@@ -74,6 +74,8 @@ def b7000_home(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path:
     publish_stand_in(github, tmp_path, "b7000")
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "cpu")
     assert code == 0, payload
+    code, payload = run_json(capsys, home, None, "unpin")  # `update --tag` pins; later updates may move on
+    assert code == 0, payload
     return home
 
 

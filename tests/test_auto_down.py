@@ -136,6 +136,7 @@ def test_auto_whose_first_choice_lists_no_device_installs_the_next_candidate_and
     assert [(b.tag, b.asset) for b in load_failed(home)] == [("b7000", cuda_name)]
 
     # Not retried forever: the next plain update skips the CUDA build that failed here, without a download.
+    assert run_json(capsys, home, None, "unpin")[0] == 0  # `update --tag` pinned b7000: unpinned, update resolves
     code, again = run_json(capsys, home, github.api_url, "update")
     assert code == 0, again
     validate("update", again)

@@ -47,6 +47,7 @@ def installed(capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: 
     for tag in ("b7000", "b7001"):
         code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "cpu")
         assert code == 0, payload
+    assert run_json(capsys, home, None, "unpin")[0] == 0  # later updates ask for the newest build again
     return home
 
 

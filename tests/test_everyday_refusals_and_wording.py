@@ -46,7 +46,9 @@ def _as_host(monkeypatch: pytest.MonkeyPatch, **facts: Any) -> None:
 
 def _publish_cuda(github: FakeGitHub, tmp_path: Path, tag: str) -> str:
     name = CUDA_TAR.format(tag=tag)
-    archive = stand_in_tarball(tmp_path / f"{tag}-cuda.tar.gz", tag=tag, script=stand_in_server(f"version: {tag[1:]}"))
+    # It lists a CUDA device, as a real build does where the driver turns out usable (asked for by name, it must).
+    script = stand_in_server(f"version: {tag[1:]}", devices="  CUDA0: stand-in GPU\\n")
+    archive = stand_in_tarball(tmp_path / f"{tag}-cuda.tar.gz", tag=tag, script=script)
     github.add_release(REPO, tag, {name: archive})
     return name
 

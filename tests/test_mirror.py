@@ -133,6 +133,7 @@ def test_update_and_latest_resolution_work_from_the_mirror_with_upstream_stopped
     code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--tag", "b7000")
     assert code == 0, payload
     assert (payload["active"]["tag"], payload["previous"]["tag"]) == ("b7000", "b7001")
+    assert cli_json(capsys, "unpin", "--home", str(home))[0] == 0  # `update --tag` pinned b7000
     code, checked = cli_json(capsys, "check", "--home", str(home), "--api-url", url)
     assert code == 0, checked
     assert (checked["installed"], checked["latest"], checked["update_available"]) == ("b7000", "b7001", True)

@@ -38,6 +38,7 @@ def installed_from(capsys: pytest.CaptureFixture[str], url: str, home: Path, *ex
     code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--backend", "cpu", *extra)
     assert code == 0, payload
     assert_runs(Path(payload["active"]["binary"]))
+    assert cli_json(capsys, "unpin", "--home", str(home))[0] == 0  # `update --tag` pins; later updates move on
     return payload
 
 

@@ -223,6 +223,7 @@ def test_check_apply_keeps_only_the_retention_count(
     home = tmp_path / "home"
     publish(github, tmp_path, "b7000")
     update(capsys, home, github, "b7000")
+    assert run_json(capsys, home, None, "unpin")[0] == 0  # `update --tag` pinned it; later updates move on
     monkeypatch.setenv("LLAMA_RUNTIME_KEEP", "2")
     for tag in TAGS[1:]:
         publish(github, tmp_path, tag)

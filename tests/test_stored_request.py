@@ -15,7 +15,7 @@ from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.sources.github import GitHubClient
 from tests.fakegithub import FakeGitHub
-from tests.helpers import REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
+from tests.helpers import REPO, HomeGuard, assert_runs, run_json, stand_in_server, stand_in_tarball
 
 LINUX_VULKAN_HOST = HostFacts(os="linux", arch="x64", sources=(("os", "test"),))
 CUDA_HOST = HostFacts(os="linux", arch="x64", cuda_driver_version="12.4", sources=(("cuda", "test"),))
@@ -28,7 +28,10 @@ def _installer(home: Path, github: FakeGitHub, host: HostFacts) -> Installer:
 def _publish(github: FakeGitHub, tmp_path: Path, tag: str, names: dict[str, tuple[str, ...]]) -> None:
     assets: dict[str, bytes | Path] = {}
     for name, libs in names.items():
-        assets[name] = stand_in_tarball(tmp_path / f"{tag}-{len(assets)}.tar.gz", tag=tag, libs=libs)
+        # A GPU build asked for by name must list a device of its backend (verify.check_requested_device).
+        devices = "  Vulkan0: stand-in GPU\\n" if "ggml-vulkan" in libs else ""
+        script = stand_in_server(f"version: {tag[1:]} (stand-in)", devices=devices)
+        assets[name] = stand_in_tarball(tmp_path / f"{tag}-{len(assets)}.tar.gz", tag=tag, libs=libs, script=script)
     github.add_release(REPO, tag, assets)
 
 
@@ -107,7 +110,10 @@ def _no_device_check_runner(argv, timeout, env):  # type: ignore[no-untyped-def]
     from llama_runtime.runtime.binary import ProcessResult, run_process
 
     if argv[-1] == "--list-devices":
-        name = "CUDA0: stand-in" if "cuda" in argv[0] else "Vulkan0: stand-in"
+        from pathlib import Path
+
+        cuda = any(Path(argv[0]).parent.glob("libggml-cuda.so*"))
+        name = "CUDA0: stand-in" if cuda else "Vulkan0: stand-in"
         return ProcessResult(0, f"Available devices:\n  {name}\n")
     return run_process(argv, timeout, env)
 
@@ -188,6 +194,7 @@ def test_without_repo_update_and_check_stay_on_the_fork_the_active_runtime_came_
         github.add_release(repo, tag, {f"llama-{tag}-bin-ubuntu-x64.tar.gz": archive})
     code, done = run_json(capsys, home, github.api_url, "update", "--repo", fork, "--tag", "b7000", "--backend", "cpu")
     assert code == 0, done
+    assert run_json(capsys, home, None, "unpin")[0] == 0  # `update --tag` pinned b7000
     code, checked = run_json(capsys, home, github.api_url, "check")
     assert code == 0, checked
     assert (checked["latest"], checked["update_available"]) == ("b7001", True)  # the fork's newest, not b7005

@@ -47,6 +47,7 @@ def installed_b7000(
     publish_real(github, real_vulkan_tarball, "b7000")
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7000", "--backend", "vulkan")
     assert code == 0, payload
+    assert run_json(capsys, home, None, "unpin")[0] == 0  # `update --tag` pinned it; later updates move on
     return payload
 
 
@@ -364,6 +365,7 @@ def test_latest_older_than_the_active_build_is_never_installed_by_a_plain_update
     publish_stand_in(github, tmp_path, "b7005")
     code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7005", "--backend", "cpu")
     assert code == 0, payload
+    assert run_json(capsys, home, None, "unpin")[0] == 0  # `update --tag` pinned it; later updates move on
     # a mirror that lags behind: its newest release is older than what runs here
     with FakeGitHub() as lagging:
         lagging.add_release(

@@ -228,6 +228,7 @@ class InstalledRuntime:
             "asset": self.marker.asset,
             "source": self.marker.source,  # where the bytes came from: download, file, oci://host/name@sha256:…
             "provenance": provenance_summary(self.marker),
+            "device_warning": self.marker.device_warning or None,
         }
 
 

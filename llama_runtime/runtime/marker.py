@@ -220,6 +220,9 @@ class InstallMarker:
     #: The build whose install supplied this runtime's CUDA companion files (reused, not
     #: downloaded: ``updater.activate.companions``); empty when they came from their own archive.
     companion_from: str = ""
+    #: Why this build serves its requested GPU backend with no device of it (installed with
+    #: ``--allow-no-device``); empty when it lists one, or was not asked for by name.
+    device_warning: str = ""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -397,8 +400,13 @@ def parse_marker(payload: object, path: Path) -> InstallMarker:
         build_check=str(payload.get("build_check") or ""),
         attempts=_attempts(payload.get("attempts")),
         companion_from=str(payload.get("companion_from") or ""),
+        device_warning=str(payload.get("device_warning") or "")[:_MAX_DEVICE_WARNING_CHARS],
         schema_version=schema if isinstance(schema, int) else SCHEMA_VERSION,
     )
+
+
+#: One sentence for people; a longer one is not ours.
+_MAX_DEVICE_WARNING_CHARS: Final = 500
 
 
 def _sequence(raw: object) -> int:

@@ -229,6 +229,8 @@ class UpdateOutcome:
     attempts: tuple[Attempt, ...] = ()
     #: What the smoke model showed before activation (None when none is configured).
     smoke: SmokeReport | None = None
+    #: The tag this update pinned the home to (``update --tag``), or None.
+    pinned: str | None = None
 
     def to_json(self) -> dict[str, object]:
         """The ``update`` object of the CLI contract."""
@@ -242,4 +244,5 @@ class UpdateOutcome:
             "gate": self.server.gate_json() if self.server else None,
             "attempts": [a.to_json() for a in self.attempts],
             "smoke": self.smoke.to_json() if self.smoke else None,
+            "pinned": self.pinned,
         }

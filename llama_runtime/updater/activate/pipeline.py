@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,7 +63,7 @@ from llama_runtime.updater.verify.provenance import (
     with_build_commit,
 )
 from llama_runtime.updater.verify.verifier import Verifier, at_stage
-from llama_runtime.updater.verify.verify import Expected, read_back_marker
+from llama_runtime.updater.verify.verify import Expected, check_requested_device, read_back_marker
 
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -620,7 +620,16 @@ class InstallPipeline:
         verified = self.verifier.verify_staged(
             tree, tag=str(meta["tag"]), backend=str(meta["backend"]), active=active, emit=emit, warnings=warnings
         )
-        return marker_from_meta(
+        device_warning = None
+        if meta.get("explicit_backend"):  # asked for by name: no device of it is a failure, never a CPU fallback
+            with at_stage("device check"):
+                device_warning = check_requested_device(
+                    str(meta["backend_request"]),
+                    str(meta["backend"]),
+                    verified.report.devices,
+                    allow_no_device=bool(meta.get("allow_no_device")),
+                )
+        marker = marker_from_meta(
             meta,
             tree,
             verified,
@@ -628,6 +637,10 @@ class InstallPipeline:
             sequence=sequence,
             host=self.verifier.host.to_json(),
         )
+        if device_warning is None:
+            return marker
+        warnings.append(device_warning)
+        return replace(marker, device_warning=device_warning)
 
 
 def _record_companions(tree: Staged, meta: dict[str, object], reused: Sequence[ReusedCompanion]) -> None:

@@ -47,6 +47,7 @@ from llama_runtime.runtime.failed_builds import load_failed
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import AUTO, provenance_summary
+from llama_runtime.runtime.pin import pinned_tag
 from llama_runtime.runtime.server import ServerControl
 from llama_runtime.runtime.trial import finish_abandoned_trial, read_trial
 from llama_runtime.updater.activate.activation import Activation
@@ -59,14 +60,15 @@ from llama_runtime.updater.activate.attempts import (
 )
 from llama_runtime.updater.activate.gc import clean_leftovers
 from llama_runtime.updater.activate.pipeline import Acquirer, InstallPipeline, PlannedInstall, StoragePolicy
+from llama_runtime.updater.activate.standing import keep_standing
 from llama_runtime.updater.activate.swap import SwitchReport
 from llama_runtime.updater.choice.decide import (
     ActiveState,
     Plan,
     UpdateRequest,
-    backend_request,
     channel_request,
     decide,
+    held_request,
     settled,
 )
 from llama_runtime.updater.choice.host import HostFacts
@@ -197,7 +199,12 @@ class Installer:
             # Read the state under the lock, once: another process may have
             # installed this very release while we waited.
             snapshot = self.read_state()
+            # The pin is read once, under the lock: a plain request in a pinned home asks for the pinned tag.
+            request, held = held_request(replace(request, pinned=pinned_tag(self.home.root, request.repo)))
             outcome = self._update_locked(request, snapshot, progress or silent, cancel or (lambda: False))
+            outcome = keep_standing(self.home.root, request, outcome)
+            if held is not None:
+                outcome = replace(outcome, warnings=(*outcome.warnings, held))
             return with_recovery(replace(outcome, smoke=self.verifier.smoke_report), recovered)
 
     def finish_trial(self, emit: ProgressCallback) -> str | None:
@@ -249,7 +256,13 @@ class Installer:
         plan.raise_if_refused()
         if plan.action == "up_to_date" and active is not None:
             return UpdateOutcome("up_to_date", active, snapshot.previous(), tuple(warnings))
-        identity = {"release_version": resolved.version if resolved else None, "channel": channel}
+        identity = {
+            "release_version": resolved.version if resolved else None,
+            "channel": channel,
+            # Not marker fields: how the pipeline's device check treats a backend asked for by name.
+            "explicit_backend": request.backend not in (None, AUTO),
+            "allow_no_device": request.allow_no_device,
+        }
         walk = _Walk(request, snapshot, state, active, replaced, identity)
         return self._walk_down(plan, walk, emit, cancel, warnings)
 
@@ -407,10 +420,9 @@ class Installer:
         The backend request is the active runtime's, as for any update; the rule is
         the decision core's :func:`settled`, asked about each installed runtime.
         """
-        wanted, _ = backend_request(request, active.marker if active else None)
-        pinned = replace(request, backend=wanted)
+        stored = active.marker.backend_request if active else AUTO
         for runtime in reversed(snapshot.others(active)):  # newest first
-            if settled(pinned, active_state(runtime, snapshot)) is not None:
+            if settled(request, active_state(runtime, snapshot), stored=stored) is not None:
                 return runtime
         return None
 

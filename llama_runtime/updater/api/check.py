@@ -12,16 +12,18 @@ Invariants:
       is damaged (never a downgrade); the damage is reported in ``problem``.
     * The decision and ``apply`` use one backend request: the updater's
       explicit backend, else the active runtime's stored request.
+    * A pin holds: a newer build is reported as ``held``, never applied.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.clock import when_text
 from llama_runtime.runtime.errors import RateLimitError, RemoteError, UserInputError
+from llama_runtime.runtime.pin import pinned_tag
 from llama_runtime.updater.api.backoff import (
     DEFAULT_BACKOFF_SECONDS,
     MAX_BACKOFF_SECONDS,
@@ -83,6 +85,8 @@ class CheckResult:
             or ``None``; the decision still compares against its recorded tag.
         warnings: Releases passed over to find ``latest``, and why (a stable
             release still being cut, a build still uploading), for people.
+        pinned: The tag the home is pinned to (``llama-runtime pin``), or ``None``.
+        held: The newer build the pin holds back (then ``update_available`` is false).
     """
 
     installed: str | None
@@ -96,6 +100,8 @@ class CheckResult:
     outcome: UpdateOutcome | None = None
     problem: str | None = None
     warnings: list[str] = field(default_factory=list)
+    pinned: str | None = None
+    held: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``check`` object of the CLI contract."""
@@ -156,10 +162,13 @@ def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobLis
         return _skipped(installed, not_before, problem, now)
     if apply and not wait:
         refuse_if_locked(home, ctx.jobs)
-    request = UpdateRequest(repo=ctx.repo, backend=ctx.explicit_backend, channel=ctx.channel)
+    pinned = pinned_tag(home.root, ctx.repo)
+    request = UpdateRequest(repo=ctx.repo, backend=ctx.explicit_backend, channel=ctx.channel, pinned=pinned)
     channel = channel_request(request, marker)
     latest = _ask_latest(ctx.engine, backoff, channel, marker, clock)
-    available, reason, backend = _decide(ctx, request, marker, latest)
+    if pinned is not None and pinned == latest.version:  # a semver pin names this very build
+        request = replace(request, pinned=latest.tag)
+    available, reason, backend, held = _decide(ctx, request, marker, latest)
     reason = _with_problem(reason, problem, available, marker)
     if not (apply and available):
         return CheckResult(
@@ -171,6 +180,8 @@ def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobLis
             reason=reason,
             problem=problem,
             warnings=list(latest.warnings),
+            pinned=pinned,
+            held=held,
         )
     outcome = _apply(ctx, latest, backend, channel, wait, listener)
     return CheckResult(
@@ -184,6 +195,7 @@ def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobLis
         outcome=outcome,
         problem=problem,
         warnings=list(latest.warnings),
+        pinned=pinned,
     )
 
 
@@ -238,16 +250,16 @@ def _latest_for_check(
 
 def _decide(
     ctx: UseCaseContext, request: UpdateRequest, marker: InstallMarker | None, latest: _Latest
-) -> tuple[bool, str, str]:
-    """``(update available, why, the backend request an update uses)``: the one decision's answer."""
+) -> tuple[bool, str, str, str | None]:
+    """``(update available, why, the backend request an update uses, the build a pin holds back)``."""
     from llama_runtime.runtime.failed_builds import load_failed
 
     if latest.release is None:  # the channel's build is the active one: nothing newer to look up
-        return False, f"{latest.tag} is the newest release.", backend_request(request, marker)[0]
+        return False, f"{latest.tag} is the newest release.", backend_request(request, marker)[0], None
     active = ActiveState(marker) if marker is not None else None
     failed = {b.key: b.reason for b in load_failed(ctx.home.root)}
     plan = decide(request, active, latest.release, ctx.engine.host(), mode="upgrade_only", failed=failed)
-    return plan.action == "install", plan.reason, plan.backend_request
+    return plan.action == "install", plan.reason, plan.backend_request, plan.held
 
 
 def _with_problem(reason: str, problem: str | None, available: bool, marker: InstallMarker | None) -> str:

@@ -438,6 +438,11 @@ def _check_active(
         report.advice.append("Run `llama-runtime doctor --repair` (or `llama-runtime update`) to recover.")
     else:
         _advise_unrecorded(active, report)
+        if active.marker.device_warning:  # installed with --allow-no-device: never "everything checks out"
+            report.advice.append(
+                f"{active.marker.device_warning}. Reinstall it on a machine with that device, or "
+                f"`llama-runtime update --backend auto --tag {active.marker.tag}` to detect what this one has."
+            )
 
 
 def _advise_unrecorded(active: InstalledRuntime, report: DoctorReport) -> None:

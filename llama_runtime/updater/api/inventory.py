@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.failed_builds import FailedBuild
     from llama_runtime.runtime.fingerprint import RuntimeCheck
     from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
+    from llama_runtime.runtime.pin import Pin
     from llama_runtime.runtime.trial import Trial
     from llama_runtime.updater.choice.decide import Available
     from llama_runtime.updater.choice.host import HostFacts
@@ -198,6 +199,8 @@ class StatusResult:
         speeds: Each model's measured speeds (tokens/s): ``{"active": {model: figures}, "previous": …}``.
         skipped_builds: Builds that failed verification here; ``update`` skips them.
         trial: The switch on trial, if any.
+        pinned: The build the home is pinned to, if any.
+        pin_problem: Why the pin file could not be read (damaged), if so.
     """
 
     home: Path
@@ -210,6 +213,8 @@ class StatusResult:
     speeds: Mapping[str, Mapping[str, Any]]
     skipped_builds: tuple[FailedBuild, ...]
     trial: TrialInfo | None
+    pinned: Pin | None = None
+    pin_problem: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` object."""
@@ -225,6 +230,7 @@ class StatusResult:
             "speeds": {key: dict(value) for key, value in self.speeds.items()},
             "skipped_builds": [dataclasses.asdict(b) for b in self.skipped_builds],
             "trial": self.trial.to_json() if self.trial else None,
+            "pinned": self.pinned.to_json() if self.pinned else None,
         }
 
 
@@ -335,7 +341,19 @@ def status_of(home: Home) -> StatusResult:
         speeds=speed_figures(active, previous, home.root),
         skipped_builds=load_failed(home.root),
         trial=TrialInfo.of(trial, owner_running=owner_alive(trial)) if trial else None,
+        **_pin_of(home),
     )
+
+
+def _pin_of(home: Home) -> dict[str, Any]:
+    """``pinned`` and ``pin_problem`` of :class:`StatusResult`: a damaged pin file is said, never a failed status."""
+    from llama_runtime.runtime.errors import CorruptStateError
+    from llama_runtime.runtime.pin import load_pin
+
+    try:
+        return {"pinned": load_pin(home.root)}
+    except CorruptStateError as exc:
+        return {"pin_problem": f"{exc.message} {exc.hint or ''}".rstrip()}
 
 
 def list_home(home: Home) -> tuple[ListResult, InstalledRuntime | None, list[InstalledRuntime]]:

@@ -21,6 +21,7 @@ from llama_runtime.runtime.fsutil import is_disk_full
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime
+    from llama_runtime.runtime.pin import Pin
     from llama_runtime.updater.activate.attempts import UpdateOutcome
     from llama_runtime.updater.activate.gc import GcItem, GcReport
     from llama_runtime.updater.activate.swap import SwitchReport
@@ -38,6 +39,7 @@ __all__ = [
     "DoctorResult",
     "GcResult",
     "JobRecords",
+    "PinResult",
     "PlanCandidate",
     "PlanResult",
     "RemoveResult",
@@ -45,10 +47,12 @@ __all__ = [
     "doctor",
     "gc",
     "install_file",
+    "pin",
     "plan",
     "remove",
     "rollback",
     "select",
+    "unpin",
     "use",
     "user_tag",
 ]
@@ -103,6 +107,43 @@ class RemoveResult:
     def to_json(self) -> dict[str, object]:
         """The ``remove`` object of the CLI contract."""
         return {"removed": self.removed.to_json(), "freed_bytes": self.freed_bytes}
+
+
+@dataclass(frozen=True)
+class PinResult:
+    """The home's pin after ``pin`` or ``unpin`` (:meth:`RuntimeUpdater.pin`, :meth:`RuntimeUpdater.unpin`).
+
+    Attributes:
+        pinned: The pinned build now, or ``None``.
+        before: The pinned tag before (``None``: nothing was pinned).
+        active: The active runtime's tag, if any (a pin need not be active yet).
+    """
+
+    pinned: Pin | None
+    before: str | None
+    active: str | None
+
+    def to_json(self) -> dict[str, object]:
+        """The ``pin``/``unpin`` object of the CLI contract."""
+        return {
+            "pinned": self.pinned.to_json() if self.pinned is not None else None,
+            "before": self.before,
+            "active": self.active,
+        }
+
+    def lines(self) -> list[str]:
+        """The result in sentences."""
+        if self.pinned is None:
+            was = f"{self.before} is no longer pinned" if self.before else "Nothing was pinned"
+            return [f"{was}: `check --apply`, scheduled jobs and a plain `update` move to the newest build."]
+        tag = self.pinned.tag
+        lines = [
+            f"Pinned {self.pinned.repo} {tag}: `check --apply`, scheduled jobs and a plain `update` stay on it; "
+            "`llama-runtime unpin` releases it."
+        ]
+        if self.active != tag:
+            lines.append(f"{tag} is not active yet: `llama-runtime update` installs it.")
+        return lines
 
 
 @dataclass(frozen=True)
@@ -359,6 +400,61 @@ def rollback(ctx: UseCaseContext) -> RollbackResult:
     return RollbackResult(active, previous, server)
 
 
+def pin(ctx: UseCaseContext, tag: str | None) -> PinResult:
+    """Pin ``tag`` (the active build when ``None``), under the update lock so no update is halfway.
+
+    Raises:
+        UserInputError: ``tag`` is malformed, or none was given and nothing is active.
+        BusyError: An update holds the lock.
+    """
+    from llama_runtime.runtime.lock import NO_WAIT
+    from llama_runtime.runtime.pin import Pin, load_pin, save_pin
+    from llama_runtime.updater.api.ready import active_marker
+
+    ctx.home.ensure()
+    with ctx.engine.installer().lock.hold("pin", timeout=NO_WAIT):
+        marker, _problem = active_marker(ctx.home)
+        chosen = user_tag(tag) if tag is not None else (marker.tag if marker is not None else None)
+        if chosen is None:
+            raise UserInputError(
+                "Nothing is active to pin; name the build to pin.", hint="e.g. `llama-runtime pin b7000`."
+            )
+        repo = marker.repo if tag is None and marker is not None else ctx.repo
+        before = _pin_or_none(ctx.home.root)
+        save_pin(ctx.home.root, Pin(repo, chosen))
+        return PinResult(load_pin(ctx.home.root), before, marker.tag if marker is not None else None)
+
+
+def unpin(ctx: UseCaseContext) -> PinResult:
+    """Remove the home's pin (a damaged pin file too), under the update lock.
+
+    Raises:
+        BusyError: An update holds the lock.
+    """
+    from llama_runtime.runtime.lock import NO_WAIT
+    from llama_runtime.runtime.pin import clear_pin
+    from llama_runtime.updater.api.ready import active_marker
+
+    ctx.home.ensure()
+    with ctx.engine.installer().lock.hold("unpin", timeout=NO_WAIT):
+        before = _pin_or_none(ctx.home.root)
+        clear_pin(ctx.home.root)
+        marker, _problem = active_marker(ctx.home)
+        return PinResult(None, before, marker.tag if marker is not None else None)
+
+
+def _pin_or_none(home_root: Path) -> str | None:
+    """The pinned tag, or ``None`` when there is none or the pin file is damaged (about to be replaced)."""
+    from llama_runtime.runtime.errors import CorruptStateError
+    from llama_runtime.runtime.pin import load_pin
+
+    try:
+        found = load_pin(home_root)
+    except CorruptStateError:
+        return None
+    return found.tag if found is not None else None
+
+
 def remove(ctx: UseCaseContext, tag: str, repo: str | None) -> RemoveResult:
     """Delete the installed ``tag``; the active and the previous runtime are refused."""
     from llama_runtime.updater.activate.gc import remove_runtime
@@ -490,7 +586,8 @@ def plan(
     host_file: Path | None,
 ) -> PlanResult:
     """The release, asset and action ``update`` would take, and why; downloads nothing."""
-    from llama_runtime.updater.choice.decide import UpdateRequest, channel_request, decide
+    from llama_runtime.runtime.pin import pinned_tag
+    from llama_runtime.updater.choice.decide import UpdateRequest, channel_request, decide, held_request
     from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
     from llama_runtime.updater.verify.installed import active_state
 
@@ -505,12 +602,18 @@ def plan(
         backend=ctx.backend_request,
         cuda_version=cuda_line,
         channel=ctx.channel,
+        # Like update: a plain request on this machine stays on the home's pin.
+        pinned=None if platform or host_file else pinned_tag(ctx.home.root, ctx.repo),
     )
+    request, held = held_request(request)
     channel = channel_request(request, active.marker if active else None)
     with ctx.engine.open_source(etag_cache=False) as client:
+        tag = request.tag
         resolved = resolve_tag_remote(client, tag) if tag else resolve_latest_remote(client, channel)
     decision = decide(request, active, resolved.release, host)
     decision.raise_if_refused()
+    if held is not None:
+        decision = dataclasses.replace(decision, warnings=(*decision.warnings, held))
     return _plan_result(resolved, decision, channel, host)
 
 

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         DoctorResult,
         GcResult,
         JobRecords,
+        PinResult,
         PlanResult,
         RemoveResult,
         RollbackResult,
@@ -336,6 +337,8 @@ class RuntimeUpdater:
         wait: float = 0.0,
         operation: str = "update",
         listener: JobListener | None = None,
+        allow_no_device: bool = False,
+        pin: bool = False,
     ) -> UpdateJob:
         """Run an update here, as the home's job others follow; returns the job once it has succeeded.
 
@@ -354,6 +357,11 @@ class RuntimeUpdater:
             wait: Seconds to wait for another update to finish.
             operation: Who asks (recorded in the job and the lock owner).
             listener: Called with every state of the job.
+            allow_no_device: Install an explicit GPU backend's build that lists no device of it
+                (a machine image made on another host), with a warning ``status`` keeps showing.
+
+            pin: Pin ``tag`` once installed, as ``llama-runtime update --tag`` does (:meth:`pin`): later
+                plain updates and checks stay on it.
 
         Raises:
             BusyError: Another update still runs after ``wait`` seconds.
@@ -361,7 +369,10 @@ class RuntimeUpdater:
             LlamaRuntimeError: The error that ended the job (a ``CancelledError`` when it was
                 cancelled); the active runtime is unchanged.
         """
+        from dataclasses import replace
+
         request = self._request(tag, backend, cuda_version, require_digest, self._backend_request)
+        request = replace(request, allow_no_device=allow_no_device, pin=pin and tag is not None)
         return self._runner().run_here(request, wait=wait, operation=operation, listener=listener)
 
     def _request(
@@ -489,6 +500,29 @@ class RuntimeUpdater:
         return dataclasses.replace(result, available=found, repo=engine.settings.repo)
 
     # -- the runtime manager -------------------------------------------------------
+
+    @front_door
+    def pin(self, tag: str | None = None) -> PinResult:
+        """Pin ``tag`` (default: the active build): ``check --apply``, scheduled jobs and plain updates keep it.
+
+        Raises:
+            UserInputError: A malformed tag, or none given and nothing active.
+            BusyError: An update holds the lock.
+        """
+        from llama_runtime.updater.api.manage import pin
+
+        return pin(self._context(), tag)
+
+    @front_door
+    def unpin(self) -> PinResult:
+        """Remove the pin: the next plain update or scheduled check moves to the newest build again.
+
+        Raises:
+            BusyError: An update holds the lock.
+        """
+        from llama_runtime.updater.api.manage import unpin
+
+        return unpin(self._context())
 
     @front_door
     def use(self, tag: str, *, repo: str | None = None, progress: ProgressCallback | None = None) -> UpdateOutcome:

@@ -125,6 +125,8 @@ class Ranker:
 
     def verdict(self, info: AssetInfo) -> tuple[tuple[object, ...] | None, str]:
         """``(sort key, why)``; a ``None`` key means the host cannot use it."""
+        if not self.auto and (missing := _surely_missing(info.backend, self.host)) is not None:
+            return None, missing  # refused before a download whose device check could only fail
         variant: tuple[object, ...] | None = _variant_rank(info, self.host)
         if variant is None:
             return None, f"needs the {info.variant} instruction set, which this CPU lacks"
@@ -292,6 +294,17 @@ def _host_can_run(backend: str, host: HostFacts) -> str | None:
     }
     ok, why = checks.get(backend, (False, "only installed on request"))
     return None if ok else why
+
+
+#: What a GPU backend's build needs of the host, in people's words (CUDA names its driver in ``_cuda``).
+_NEEDS: Final[dict[str, str]] = {"rocm": "ROCm GPU", "vulkan": "Vulkan driver", "sycl": "Level Zero GPU"}
+
+
+def _surely_missing(backend: str, host: HostFacts) -> str | None:
+    """Why an explicitly requested ``backend`` cannot run here when detection is sure, else ``None``."""
+    need = _NEEDS.get(backend)
+    why = host.sure_absent(backend) if need is not None else None
+    return f"no {need} detected ({why})" if why is not None else None
 
 
 def choose_asset(release: Release, host: HostFacts, request: str, cuda_version: str | None = None) -> Choice:

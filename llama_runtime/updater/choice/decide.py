@@ -15,16 +15,23 @@ The inputs::
 
 The rules, in order (``mode="update"``, what a person asked for):
 
+0. A plain request (no tag) in a home pinned to a tag asks for that tag
+   (:func:`held_request`): only ``unpin`` or an explicit ``--tag`` moves a pin.
 1. The backend request is the request's own (explicit), else the active
    runtime's stored one, else ``auto`` (:func:`backend_request`); the channel
    the same way, else ``stable`` (:func:`channel_request`), before resolving.
-2. A pinned tag that the intact active runtime already is, for that backend
+2. A tag that the intact active runtime already is, for that backend
    request, is up to date — the installer asks :func:`settled` before any
    network; :func:`decide` gives the same answer with the asset attached.
+   An explicit ``auto`` is never settled early: it detects afresh at any tag.
+   An explicit backend settles when the active build is of that backend (the
+   caller then records the request); another backend is installed.
 3. The asset comes from :func:`~.choose.choose_asset`. A stored (not explicit)
-   request that can no longer be served falls back to ``auto`` with a
-   warning; an explicit or ``auto`` request that cannot be served is refused.
-4. A stored request never trades a working GPU runtime for a CPU build.
+   request that can no longer be served, or that detection is sure this host
+   cannot serve (no ROCm GPU, no Vulkan loader), is re-detected as ``auto``
+   with a note; an explicit or ``auto`` request that cannot be served is refused.
+4. A stored request never trades a working GPU runtime for a CPU build (a
+   runtime whose GPU detection is sure is absent is not a working one).
 5. The same repo, tag, backend and asset as the intact active runtime is up
    to date; so is a "latest" that is older than the active build (a lagging
    mirror): never a downgrade unless the tag is pinned.
@@ -34,7 +41,8 @@ The rules, in order (``mode="update"``, what a person asked for):
 ``mode="upgrade_only"`` (the scheduled check) answers a narrower question:
 is the release a strictly newer build of the active repository with a build
 for the backend request? It never falls back, never installs across
-repositories and never installs an unorderable tag.
+repositories, never installs an unorderable tag and never leaves a pin (a
+newer build is then reported as held).
 """
 
 from __future__ import annotations
@@ -75,6 +83,7 @@ __all__ = [
     "build_number",
     "channel_request",
     "decide",
+    "held_request",
     "highest_build_tag",
     "newest_releases",
     "pick_latest",
@@ -101,6 +110,11 @@ class UpdateRequest:
     runtime's stored request is used, or ``auto``. ``channel`` likewise
     (:func:`channel_request`). ``tag`` is a build (``b7000``) or a semver
     release (``v0.3.0``, resolved to its build before :func:`decide`).
+    ``pinned`` is the home's pinned tag for ``repo`` (read by the caller);
+    ``pin``: a success pins ``tag`` (a person's ``update --tag``, never the
+    scheduled job's); ``held``: ``tag`` is the pin's, not asked for (:func:`held_request`).
+    ``allow_no_device``: an explicit GPU backend whose build lists no device of it is
+    installed with a warning instead of refused.
     """
 
     repo: str
@@ -109,6 +123,10 @@ class UpdateRequest:
     cuda_version: str | None = None
     require_digest: bool = False
     channel: str | None = None
+    pinned: str | None = None
+    pin: bool = False
+    allow_no_device: bool = False
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,6 +157,7 @@ class Plan:
         reason: Why, in one sentence.
         error: For ``refuse``: the error to report (its exit code is the contract's).
         switch_to: For ``switch``: the installed runtime's name.
+        held: For the scheduled check: the newer build a pin holds back.
     """
 
     action: Action
@@ -149,6 +168,7 @@ class Plan:
     reason: str = ""
     error: LlamaRuntimeError | None = None
     switch_to: str | None = None
+    held: str | None = None
 
     @property
     def changes(self) -> bool:
@@ -187,19 +207,38 @@ def channel_request(request: UpdateRequest, active: InstallMarker | None) -> Cha
     return DEFAULT_CHANNEL
 
 
-def settled(request: UpdateRequest, active: ActiveState | None) -> Plan | None:
+def held_request(request: UpdateRequest) -> tuple[UpdateRequest, str | None]:
+    """A plain request in a pinned home asks for the pinned tag; the note says how to move.
+
+    A request with a tag of its own (a person's ``--tag``) is not held: it moves the pin.
+    """
+    if request.tag is not None or request.pinned is None:
+        return request, None
+    pinned = request.pinned
+    note = (
+        f"{pinned} is pinned, so a plain update stays on it; "
+        f"`llama-runtime unpin` releases it, `llama-runtime update --tag TAG` moves it to TAG."
+    )
+    return replace(request, tag=pinned, held=True), note
+
+
+def settled(request: UpdateRequest, active: ActiveState | None, *, stored: str | None = None) -> Plan | None:
     """``up_to_date`` when a pinned tag is already the intact active runtime, else ``None``.
 
-    Decided without the release, so the caller asks no network.
+    Decided without the release, so the caller asks no network. ``stored`` is the backend
+    request that stands when the request gives none (default: ``active``'s own).
     """
     if active is None or not active.intact or request.tag is None:
         return None
-    wanted, _ = backend_request(request, active.marker)
     marker = active.marker
+    explicit = request.backend is not None
+    wanted = request.backend if request.backend is not None else (stored or marker.backend_request)
     # A semver tag is settled by the release the active runtime was installed as.
     if marker.repo != request.repo or request.tag not in (marker.tag, marker.release_version):
         return None
-    if marker.backend == wanted or (wanted == "auto" and marker.backend_request == "auto"):
+    # An explicit auto detects afresh: the host may have gained (or lost) a GPU.
+    stored_auto = not explicit and marker.backend_request == "auto"
+    if (wanted == "auto" and stored_auto) or (wanted != "auto" and marker.backend == wanted):
         return Plan("up_to_date", wanted, reason=f"{marker.tag} ({marker.backend}) is already active.")
     return None
 
@@ -248,7 +287,7 @@ def decide(
         )
     if early is not None:
         return replace(early, release=release, choice=choice, warnings=tuple(warnings))
-    refusal = _gpu_to_cpu_refusal(marker, release, choice, explicit)
+    refusal = _gpu_to_cpu_refusal(marker, release, choice, explicit, host)
     if refusal is not None:
         return Plan("refuse", wanted, release, choice, tuple(warnings), refusal.message, error=refusal)
     return _plan_for_choice(request, active, release, choice, wanted, warnings, installed, failed or {})
@@ -297,16 +336,19 @@ def _choose(
         if explicit or wanted == "auto":
             raise
         warnings.append(
-            f"The stored backend request '{wanted}' can no longer be served ({exc.message}); falling back to auto."
+            f"The stored backend request '{wanted}' can no longer be served ({exc.message}); "
+            "re-detected: falling back to auto."
         )
         return choose_asset(release, host, "auto", cuda_version=cuda_version), "auto"
 
 
 def _gpu_to_cpu_refusal(
-    active: InstallMarker | None, release: Release, choice: Choice, explicit: bool
+    active: InstallMarker | None, release: Release, choice: Choice, explicit: bool, host: HostFacts
 ) -> BackendUnavailableError | None:
     if explicit or active is None or not is_gpu_backend(active.backend) or is_gpu_backend(choice.backend):
         return None
+    if host.sure_absent(active.backend) is not None:
+        return None  # no driver or device at all: the GPU runtime is not a working one here
     return BackendUnavailableError(
         f"Refusing to replace the working {active.backend} runtime "
         f"({active.tag}) with a {choice.backend} build of {release.tag}: "
@@ -336,7 +378,8 @@ def _failed_before(
 ) -> str | None:
     """The skip sentence when ``choice`` failed verification here and was not asked for by tag."""
     reason = failed.get((release.repo, release.tag, choice.asset.name))
-    if reason is None or request.tag is not None:
+    # Asked for by tag (not only held there by a pin), it is tried again.
+    if reason is None or (request.tag is not None and not request.held) or request.allow_no_device:
         return None
     return (
         f"{release.tag} ({choice.backend}) failed verification on this machine before ({reason}); "
@@ -361,6 +404,12 @@ def _upgrade_only(
         _, reason = upgrade_verdict(marker, request.repo, release.tag, False, backend=wanted)
         return Plan("refuse", wanted, release, reason=reason, error=exc)
     available, reason = upgrade_verdict(marker, request.repo, release.tag, True, backend=wanted)
+    if available and request.pinned is not None and request.pinned != release.tag:
+        held = (
+            f"{release.tag} is available but held: {request.pinned} is pinned. "
+            f"`llama-runtime unpin` releases it; `llama-runtime update --tag {release.tag}` moves to it."
+        )
+        return Plan("up_to_date", wanted, release, choice, reason=held, held=release.tag)
     skip = _failed_before(request, release, choice, failed) if available else None
     if skip is not None:
         return Plan("up_to_date", wanted, release, choice, (skip,), reason=skip)

@@ -55,6 +55,9 @@ class HostFacts:
             ("nvidia-smi missing, no /dev/nvidia*"); ``None`` when it was not probed or may be.
         nvidia_unsure: Why detection cannot tell (a container with ``/dev/nvidia0`` but no
             ``nvidia-smi``); the device check after install decides.
+        absent: ``(backend, why)`` for each other GPU backend (``rocm``, ``vulkan``, ``sycl``)
+            that detection is sure cannot run here (no driver or loader at all); not probed or
+            unsure backends are not listed. See :meth:`sure_absent`.
 
     ``None`` (or empty) means unknown, and unknown never means "can run it".
     """
@@ -79,6 +82,13 @@ class HostFacts:
     glibc_version: str | None = None
     no_nvidia_driver: str | None = None
     nvidia_unsure: str | None = None
+    absent: tuple[tuple[str, str], ...] = ()
+
+    def sure_absent(self, backend: str) -> str | None:
+        """Why detection is sure ``backend`` has no driver or device here, else ``None`` (maybe it has)."""
+        if backend == "cuda":
+            return self.no_nvidia_driver
+        return next((why for name, why in self.absent if name == backend), None)
 
     @property
     def platform(self) -> str:

@@ -322,6 +322,33 @@ def probe_rocm(probe: ProbePass) -> tuple[bool, tuple[str, ...]]:
     return False, ()
 
 
+def sure_absent_backends(probe: ProbePass, vulkan: bool, rocm: bool, sycl: bool) -> tuple[tuple[str, str], ...]:
+    """The GPU backends (other than CUDA) that detection is sure have nothing to run on here (Linux).
+
+    Sure means no trace of the stack at all, as for CUDA: a hidden device, or neither the
+    tool nor the library or device node the build needs. A trace without a device (an ICD
+    file, ``/dev/kfd``) is unsure: the build's own device check after install decides.
+    """
+    found: list[tuple[str, str]] = []
+    if not rocm:
+        hidden = next((v for v in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if _hides(probe.env, v)), None)
+        if hidden is not None:
+            found.append(("rocm", f"{hidden} hides every GPU"))
+        elif not probe.files.exists("/dev/kfd"):
+            found.append(("rocm", "no rocminfo, hipinfo or amd-smi GPU, no /dev/kfd"))
+    files = probe.files
+    if not vulkan and not files.find_library("vulkan") and not any(files.exists(p) for p in _VULKAN_LOADERS):
+        found.append(("vulkan", "no Vulkan loader (libvulkan)"))
+    if not sycl and not files.find_library("ze_loader"):
+        found.append(("sycl", "no Level Zero loader (libze_loader)"))
+    return tuple(found)
+
+
+def _hides(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name)
+    return value is not None and value.strip() in {"", "-1"}
+
+
 # -- platform_facts: OS and runtime versions a build may need, beyond GPUs and CPU flags. ------------------------
 
 #: Runs a probe command; its standard output, or ``None`` when it failed or is missing.
@@ -483,6 +510,7 @@ def detect_host(
         glibc_version=extra.glibc_version,
         no_nvidia_driver=nvidia.absent if os_name == "linux" else None,
         nvidia_unsure=nvidia.unsure,
+        absent=sure_absent_backends(probe, vulkan, rocm, extra.sycl) if os_name == "linux" else (),
     )
 
 

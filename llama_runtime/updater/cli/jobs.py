@@ -83,6 +83,8 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     latest = f"{result.latest_version} (build {result.latest})" if result.latest_version else result.latest
     switched = result.outcome is not None and result.outcome.result == "switched"
     lines = [_check_line(result.installed, latest, result.update_available, result.applied, switched=switched)]
+    if result.held:
+        lines = [f"Held at {result.installed}: {latest} is available, but {result.pinned} is pinned."]
     if result.skipped:
         lines = [f"Skipped: {result.reason}"]
     elif result.reason:

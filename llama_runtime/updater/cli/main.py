@@ -183,6 +183,7 @@ AddParser = Callable[[str, str], argparse.ArgumentParser]
 COMMAND_MODULES: list[str] = [
     "llama_runtime.updater.cli.status",
     "llama_runtime.updater.cli.update",
+    "llama_runtime.updater.cli.pin",
     "llama_runtime.updater.cli.lifecycle",
     "llama_runtime.updater.cli.offline",
     "llama_runtime.updater.cli.jobs",

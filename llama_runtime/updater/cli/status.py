@@ -19,6 +19,7 @@ from llama_runtime.updater.cli.common import provenance_line, settings_from_args
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime
     from llama_runtime.runtime.server import ManagedServer
+    from llama_runtime.updater.api.inventory import StatusResult
     from llama_runtime.updater.cli.main import AddParser, Handler
     from llama_runtime.updater.cli.output import Output
 
@@ -44,6 +45,9 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     else:
         lines.append(f"binary: {active.binary}")
         lines.append(provenance_line(active))
+        if active.marker.device_warning:
+            lines.append(f"warning: {active.marker.device_warning}")
+    lines += _pin_lines(status)
     if previous:
         lines.append(_runtime_line("previous", previous) + "  (`llama-runtime rollback` goes back to it)")
     shared = sum(entry.shared_bytes for entry in status.installed)
@@ -67,6 +71,18 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         lines.append(f"skipped (failed here; `update --tag {build.tag}` retries): {build.describe()}")
     out.result(status.to_json(), lines)
     return 0
+
+
+def _pin_lines(status: StatusResult) -> list[str]:
+    """The pin's line; a damaged pin file is said, never a failed ``status``."""
+    if status.pin_problem is not None:
+        return [f"warning: {status.pin_problem}"]
+    if status.pinned is None:
+        return []
+    return [
+        f"pinned: {status.pinned.repo} {status.pinned.tag} (`check --apply`, scheduled jobs and a plain `update` "
+        "stay on it; `llama-runtime unpin` releases it)"
+    ]
 
 
 def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:

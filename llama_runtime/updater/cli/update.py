@@ -48,6 +48,11 @@ def _register_update(add: AddParser) -> dict[str, Handler]:
     which.add_argument("--latest", action="store_true", help="the newest release (default)")
     p.add_argument("--cuda-version", help="CUDA line to prefer, e.g. 12 or 12.4")
     p.add_argument("--require-digest", action="store_true", help="refuse assets without a published sha256")
+    p.add_argument(
+        "--allow-no-device",
+        action="store_true",
+        help="install an explicit --backend's build even if it lists no such device here (a machine image)",
+    )
     add_require_provenance(p)
     add_storage_flags(p)
     p.add_argument(
@@ -86,6 +91,8 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
                 wait=duration_arg(args.wait, "--wait"),
                 operation="update",
                 listener=listener,
+                allow_no_device=args.allow_no_device,
+                pin=tag is not None,  # `update --tag` pins; the scheduled check asks its own way
             )
     except BusyError:
         if out.events is not None and tag is None:
@@ -119,6 +126,11 @@ def _report(outcome: UpdateOutcome, args: argparse.Namespace, out: Output) -> No
     payload = outcome.to_json()
     payload["warnings"] = warnings
     lines = outcome_lines(outcome) + ([] if args.quiet else [f"warning: {w}" for w in warnings])
+    if outcome.pinned is not None:
+        lines.append(
+            f"Pinned {outcome.pinned}: `check --apply`, scheduled jobs and a plain `update` stay on it; "
+            "`llama-runtime unpin` releases it."
+        )
     out.result(payload, lines)
 
 

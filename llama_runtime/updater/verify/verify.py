@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from llama_runtime.runtime.binary import (
+    DEVICE_PREFIX,
     LIST_DEVICES_TIMEOUT_SECONDS,
     VERSION_TIMEOUT_SECONDS,
     ProcessRunner,
@@ -30,7 +31,14 @@ from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.host_detect import version_tuple
 from llama_runtime.updater.release.tags import parse_tag
 
-__all__ = ["UNKNOWN_BUILDS", "BinaryIdentity", "BuildCheck", "check_build", "parse_version_output"]
+__all__ = [
+    "UNKNOWN_BUILDS",
+    "BinaryIdentity",
+    "BuildCheck",
+    "check_build",
+    "check_requested_device",
+    "parse_version_output",
+]
 
 
 # -- verify ------------------------------------------------------------------------------------------------------
@@ -143,6 +151,38 @@ def probe_binary(
             f"(devices: {shown}) although this machine has one"
         )
     return BinaryReport(version=version, devices=devices)
+
+
+#: How people write the device families whose ``--list-devices`` prefix is spelt otherwise.
+_DEVICE_LABEL: Final[dict[str, str]] = {"openvino": "OpenVINO", "opencl": "OpenCL"}
+
+
+def check_requested_device(request: str, backend: str, devices: Sequence[str], *, allow_no_device: bool) -> str | None:
+    """A GPU backend asked for by name must list a device of it: never a silent CPU fallback.
+
+    Args:
+        request: The explicit backend request (``auto`` is never checked: it chose by detection).
+        backend: The concrete backend the build serves.
+        devices: What its ``--list-devices`` printed.
+        allow_no_device: Install anyway (a machine image provisioned on another host).
+
+    Returns:
+        ``None`` when a device is listed (or nothing was asked by name); with ``allow_no_device``,
+        the warning to keep on the runtime's record.
+
+    Raises:
+        VerificationError: No device of ``backend`` is listed and ``allow_no_device`` is false.
+    """
+    if request == "auto" or not is_gpu_backend(backend) or devices_of(backend, devices):
+        return None
+    label = _DEVICE_LABEL.get(backend) or DEVICE_PREFIX.get(backend, (backend,))[0]
+    message = f"requested {request} but the installed build lists no {label} device"
+    if not allow_no_device:
+        raise VerificationError(
+            message,
+            hint=f"Check the {label} driver, or pass --allow-no-device to install it for another machine.",
+        )
+    return f"{message}; installed anyway (--allow-no-device): it runs on the CPU here"
 
 
 def check_macos_minimum(binary: Path, host: HostFacts) -> None:
