@@ -528,7 +528,7 @@ def remove_runtime(home: Home, name: str, *, scan_processes: ProcessScan | None 
     return report.removed[0]
 
 
-#: Prefix of the ETag cache's temp files (updater.github.JsonFileEtagCache).
+#: Prefix of the ETag cache's temp files (updater.sources.github.JsonFileEtagCache).
 _ETAG_TMP_PREFIX: Final = ".etag-"
 
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import httpx
 
@@ -69,6 +69,7 @@ from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_l
 from llama_runtime.updater.sources.source import (
     ACCEPT_ENCODING,
     API_BODY_DEADLINE_SECONDS,
+    EtagCache,
     RateLimit,
     read_capped,
     too_slow,
@@ -281,18 +282,6 @@ def decode_json(response: httpx.Response, raw: bytes) -> Any:
 #: Largest the cache file grows (bytes of JSON). Past it the entries written longest ago go first:
 #: a fork's manifests are cached per release (up to 1 MiB each), and a cache is no archive.
 MAX_CACHE_BYTES: Final[int] = 16 * 1024 * 1024
-
-
-class EtagCache(Protocol):
-    """Stores the last ETag and JSON body per URL so a repeat is a free 304."""
-
-    def get(self, url: str) -> tuple[str, Any] | None:
-        """The stored ``(etag, decoded JSON)`` for ``url``, if any."""
-        ...
-
-    def put(self, url: str, etag: str, body: Any) -> None:
-        """Remember ``etag`` and the decoded JSON ``body`` for ``url``."""
-        ...
 
 
 class JsonFileEtagCache:

@@ -14,8 +14,9 @@ Invariant: an :class:`AssetHost` adds credentials only to URLs it vouches for
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Protocol, Self
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self
 
 import httpx
 
@@ -28,14 +29,15 @@ if TYPE_CHECKING:
     import httpx
 
     from llama_runtime.updater.release.release import Asset, Release
-    from llama_runtime.updater.sources.github import EtagCache
 
 __all__ = [
     "ACCEPT_ENCODING",
     "API_BODY_DEADLINE_SECONDS",
     "MAX_API_BODY_BYTES",
     "AssetHost",
+    "AssetTransport",
     "DirectoryListingError",
+    "EtagCache",
     "PlainHttp",
     "RateLimit",
     "ReleaseSource",
@@ -70,11 +72,43 @@ class RateLimit:
     reset: int | None
 
 
+class EtagCache(Protocol):
+    """Stores the last ETag and JSON body per key, so a repeated question is a free conditional answer.
+
+    A source keeps its answers here (GitHub: per URL, a free 304; a registry: per manifest), and
+    ``resolve`` the small metadata files it read, keyed by their published fingerprint.
+    """
+
+    def get(self, url: str) -> tuple[str, Any] | None:
+        """The stored ``(etag, decoded JSON)`` for ``url``, if any."""
+        ...
+
+    def put(self, url: str, etag: str, body: Any) -> None:
+        """Remember ``etag`` and the decoded JSON ``body`` for ``url``."""
+        ...
+
+
+class AssetTransport(Protocol):
+    """What a download needs of a source's HTTP client: a request built, then sent and streamed.
+
+    Redirects are followed by the download itself (it decides, hop by hop, which
+    headers may travel), so nothing here follows them.
+    """
+
+    def build_request(self, method: str, url: str, *, headers: Mapping[str, str]) -> httpx.Request:
+        """A request for ``url`` with ``headers``, carrying the client's timeouts."""
+        ...
+
+    def send(self, request: httpx.Request, *, stream: bool, follow_redirects: bool) -> httpx.Response:
+        """Send ``request``; the body stays unread when ``stream``."""
+        ...
+
+
 class AssetHost(Protocol):
-    """Fetches asset bytes: a connection pool and the headers one URL may carry."""
+    """Fetches asset bytes: a transport and the headers one URL may carry."""
 
     @property
-    def http(self) -> httpx.Client:
+    def http(self) -> AssetTransport:
         """The connection pool (with its timeouts) downloads use."""
         ...
 

@@ -42,8 +42,7 @@ from llama_runtime.updater.sources.oci.artifact import (
 from llama_runtime.updater.sources.oci.client import RegistryClient
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.sources.github import EtagCache
-    from llama_runtime.updater.sources.source import RateLimit
+    from llama_runtime.updater.sources.source import EtagCache, RateLimit
 
 __all__ = ["RegistrySource", "bytes_origin"]
 
