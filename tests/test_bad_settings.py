@@ -180,3 +180,15 @@ def test_a_malformed_provenance_pin_only_warns_for_a_command_that_verifies_no_bu
     code, payload = run_json(capsys, b7000_home, github.api_url, "status")
     assert code == 0, payload
     HomeGuard(b7000_home.parent, b7000_home).assert_intact("b7000")
+
+
+def test_a_malformed_provenance_pin_is_exit_2_for_a_doctor_repair_that_may_reinstall(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, b7000_home: Path, github: FakeGitHub
+) -> None:
+    guard = HomeGuard(b7000_home.parent, b7000_home)
+    monkeypatch.setenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", "not a workflow")
+    code, payload = run_json(capsys, b7000_home, github.api_url, "doctor", "--repair")
+    assert code == 2, payload
+    assert "LLAMA_RUNTIME_PROVENANCE_WORKFLOW" in payload["error"]["message"]
+    monkeypatch.delenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW")
+    guard.assert_intact("b7000", capsys=capsys)
