@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,31 @@ def test_a_malformed_provenance_pin_is_exit_2_for_a_doctor_repair_that_may_reins
     assert "LLAMA_RUNTIME_PROVENANCE_WORKFLOW" in payload["error"]["message"]
     monkeypatch.delenv("LLAMA_RUNTIME_PROVENANCE_WORKFLOW")
     guard.assert_intact("b7000", capsys=capsys)
+
+
+#: The modules that may read the process's environment, and why: the settings (read once, at start, from
+#: the env given, else the process's), and what is about the process itself rather than the update.
+PROCESS_ENV_READERS = {
+    "updater/config.py": "the settings, read once",
+    "runtime/binary.py": "LLAMA_SERVER_PATH: the binary this machine's apps run",
+    "updater/choice/host_detect.py": "host facts (CUDA_VISIBLE_DEVICES ...)",
+    "updater/cli/main.py": "LLAMA_RUNTIME_DEBUG and shell completion",
+    "updater/cli/status.py": "the managed server's port",
+    "updater/checkpoints.py": "crash-test checkpoints",
+    "updater/logs.py": "NO_COLOR",
+}
+
+
+def test_only_the_settings_and_process_level_modules_read_the_process_environment() -> None:
+    package = Path(__file__).resolve().parent.parent / "llama_runtime"
+    readers = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+                and node.attr in {"environ", "environb", "getenv", "getenvb"}
+            ):
+                readers.add(path.relative_to(package).as_posix())
+    assert readers <= set(PROCESS_ENV_READERS), sorted(readers - set(PROCESS_ENV_READERS))
