@@ -274,9 +274,9 @@ def resolve_settings(
     Every setting of the invocation is read here, once, from ``env`` (default: the process's):
     nothing later reads the environment, so a malformed value fails before any request.
 
-    ``verifies``: the command verifies builds (``update``, ``check``, ``install-file``), so a
-    malformed ``LLAMA_RUNTIME_REQUIRE_PROVENANCE`` is exit 2 (never silently off); any other
-    command warns and ignores it.
+    ``verifies``: the command verifies builds (``update``, ``check``, ``install-file``,
+    ``doctor --repair``), so a malformed ``LLAMA_RUNTIME_REQUIRE_PROVENANCE`` or provenance
+    opt-in is exit 2 (never silently off); any other command warns and ignores it.
 
     ``follow_active_repo``: without ``--repo``/``LLAMA_RUNTIME_REPO``, use the
     repository the active runtime came from (``update``, ``check``, ``plan``);
