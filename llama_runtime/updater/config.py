@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.fsutil import decimal
@@ -58,7 +58,89 @@ PARALLEL_DOWNLOADS_ENV: Final = "LLAMA_RUNTIME_PARALLEL_DOWNLOADS"
 DEFAULT_RETAIN: Final = 3
 RETAIN_ENV: Final = "LLAMA_RUNTIME_KEEP"
 
+_T = TypeVar("_T")
+
+#: Below 1 KiB/s a 100 MB asset would take more than a day: the link is
+#: stalled, not slow (curl's --speed-limit idea; its users pick similar values).
+MIN_RATE_BYTES_PER_SECOND: Final[float] = 1024.0
+#: The rate is averaged over a minute, so a short stall (a Wi-Fi roam, a CDN
+#: hiccup) never ends a healthy download.
+MIN_RATE_WINDOW_SECONDS: Final[float] = 60.0
+#: One asset may take at most 6 hours over all attempts: the largest asset
+#: (~400 MB) still fits at ~20 KB/s, and a server that drips just above the
+#: minimum rate cannot hold the update lock for days.
+DOWNLOAD_DEADLINE_SECONDS: Final[float] = 6 * 3600.0
+
 _REPO = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
+
+
+@dataclass(frozen=True)
+class DownloadPace:
+    """The limits one download is held to: a download that drips is a failed download.
+
+    Attributes:
+        min_rate: Bytes per second a download must average over ``window`` (0: no minimum).
+        window: Seconds the rate is averaged over.
+        deadline: Seconds one asset may take over all its attempts.
+    """
+
+    min_rate: float = MIN_RATE_BYTES_PER_SECOND
+    window: float = MIN_RATE_WINDOW_SECONDS
+    deadline: float = DOWNLOAD_DEADLINE_SECONDS
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> DownloadPace:
+        """The limits with ``env``'s overrides.
+
+        Raises:
+            UserInputError: A value is not a positive number (``LLAMA_RUNTIME_MIN_RATE`` may be 0: off).
+        """
+        return cls(
+            min_rate=env_number(
+                env, "LLAMA_RUNTIME_MIN_RATE", MIN_RATE_BYTES_PER_SECOND, unit="bytes per second", zero_ok=True
+            ),
+            window=env_number(env, "LLAMA_RUNTIME_MIN_RATE_WINDOW", MIN_RATE_WINDOW_SECONDS),
+            deadline=env_number(env, "LLAMA_RUNTIME_DOWNLOAD_DEADLINE", DOWNLOAD_DEADLINE_SECONDS),
+        )
+
+
+@dataclass(frozen=True)
+class ProvenanceSettings:
+    """The provenance check's opt-ins from the environment, parsed (plain data; ``verify`` builds the check).
+
+    Attributes:
+        trusted_root: A Sigstore ``trusted_root.json`` to use instead of the production one
+            (``LLAMA_RUNTIME_TRUSTED_ROOT``).
+        offline: Never refresh the trust root over the network (``LLAMA_RUNTIME_TRUST_ROOT_OFFLINE``).
+        workflow: The deprecated bare ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW`` pin (every fork).
+        workflows: Per-repository pins, casefolded ``owner/name`` -> the signing workflow's path
+            (``LLAMA_RUNTIME_PROVENANCE_WORKFLOW``).
+        signers: Reusable workflows, casefolded ``owner/name`` -> ``o/n/.github/workflows/x.yml``
+            (``LLAMA_RUNTIME_PROVENANCE_SIGNER``).
+    """
+
+    trusted_root: Path | None = None
+    offline: bool = False
+    workflow: str | None = None
+    workflows: Mapping[str, str] = field(default_factory=dict)
+    signers: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ProvenanceSettings:
+        """The opt-ins ``env`` names.
+
+        Raises:
+            UserInputError: A value is not of its documented form (exit 2), naming the variable.
+        """
+        root = env.get("LLAMA_RUNTIME_TRUSTED_ROOT", "").strip()
+        bare, workflows = parse_workflows(env.get("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", ""))
+        return cls(
+            trusted_root=Path(root).expanduser() if root else None,
+            offline=env_flag(env, "LLAMA_RUNTIME_TRUST_ROOT_OFFLINE"),
+            workflow=bare,
+            workflows=workflows,
+            signers=parse_signers(env.get("LLAMA_RUNTIME_PROVENANCE_SIGNER", "")),
+        )
 
 
 @dataclass(frozen=True)
@@ -85,6 +167,12 @@ class Settings:
         keep: Runtimes each successful update keeps (``--keep`` / ``LLAMA_RUNTIME_KEEP``; 0 keeps all).
         fresh_companion: Download a CUDA companion even when an installed runtime's
             verified copy of it could be reused (``--fresh-companion``).
+        repo_explicit: The repository was given (flag or environment), not followed or defaulted.
+        pace: The limits every download is held to (``LLAMA_RUNTIME_MIN_RATE``,
+            ``LLAMA_RUNTIME_MIN_RATE_WINDOW``, ``LLAMA_RUNTIME_DOWNLOAD_DEADLINE``).
+        provenance: The provenance check's opt-ins (``LLAMA_RUNTIME_TRUSTED_ROOT``,
+            ``LLAMA_RUNTIME_TRUST_ROOT_OFFLINE``, ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW``,
+            ``LLAMA_RUNTIME_PROVENANCE_SIGNER``).
     """
 
     home: Path
@@ -102,6 +190,9 @@ class Settings:
     parallel_downloads: int = DEFAULT_PARALLEL_DOWNLOADS
     keep: int = DEFAULT_RETAIN
     fresh_companion: bool = False
+    repo_explicit: bool = False
+    pace: DownloadPace = DownloadPace()
+    provenance: ProvenanceSettings = ProvenanceSettings()
 
 
 def validate_repo(repo: str) -> str:
@@ -180,9 +271,12 @@ def resolve_settings(
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
 
-    ``verifies``: the command verifies builds (``update``, ``check``, ``install-file``), so a
-    malformed ``LLAMA_RUNTIME_REQUIRE_PROVENANCE`` is exit 2 (never silently off); any other
-    command warns and ignores it.
+    Every setting of the invocation is read here, once, from ``env`` (default: the process's):
+    nothing later reads the environment, so a malformed value fails before any request.
+
+    ``verifies``: the command verifies builds (``update``, ``check``, ``install-file``,
+    ``doctor --repair``), so a malformed ``LLAMA_RUNTIME_REQUIRE_PROVENANCE`` or provenance
+    opt-in is exit 2 (never silently off); any other command warns and ignores it.
 
     ``follow_active_repo``: without ``--repo``/``LLAMA_RUNTIME_REPO``, use the
     repository the active runtime came from (``update``, ``check``, ``plan``);
@@ -198,12 +292,8 @@ def resolve_settings(
         pass  # an OCI registry: its grammar is checked where it is opened (sources.oci.reference)
     elif not url.startswith(("https://", "http://", "file://")) or not addressable(url):
         raise UserInputError(f"Malformed API URL '{url}'. Use an http(s)://, file:// or oci:// URL.")
-    repo_value = validate_repo(
-        repo
-        or env.get("LLAMA_RUNTIME_REPO", "").strip()
-        or (_active_repo(home_path) if follow_active_repo else None)
-        or DEFAULT_REPO
-    )
+    given_repo = repo or env.get("LLAMA_RUNTIME_REPO", "").strip()
+    repo_value = validate_repo(given_repo or (_active_repo(home_path) if follow_active_repo else None) or DEFAULT_REPO)
     backend_value, explicit = _backend_setting(backend, env)
     channel_value = _channel_request(channel, env)
     return Settings(
@@ -216,11 +306,17 @@ def resolve_settings(
         read_timeout=_seconds(env, "LLAMA_RUNTIME_READ_TIMEOUT", READ_TIMEOUT_SECONDS),
         health_timeout=_seconds(env, "LLAMA_RUNTIME_HEALTH_TIMEOUT", SERVER_READY_TIMEOUT_SECONDS),
         api_deadline=_seconds(env, "LLAMA_RUNTIME_API_DEADLINE", API_DEADLINE_SECONDS),
-        require_provenance=require_provenance or _require_provenance(env, verifies=verifies),
+        require_provenance=require_provenance
+        or _only_if_verifying(lambda: env_flag(env, REQUIRE_PROVENANCE_ENV), False, verifies=verifies),
         channel=channel_value,
         parallel_downloads=download_parallelism(env),
         keep=retain_setting(keep, env),
         fresh_companion=fresh_companion,
+        repo_explicit=bool(given_repo),
+        pace=DownloadPace.from_env(env),
+        provenance=_only_if_verifying(
+            lambda: ProvenanceSettings.from_env(env), ProvenanceSettings(), verifies=verifies
+        ),
     )
 
 
@@ -317,17 +413,17 @@ def retain_setting(flag: str | None, env: Mapping[str, str]) -> int:
     return int(value)
 
 
-def _require_provenance(env: Mapping[str, str], *, verifies: bool) -> bool:
-    """``LLAMA_RUNTIME_REQUIRE_PROVENANCE``; a typo is exit 2 where it matters, a warning where it cannot."""
+def _only_if_verifying(read: Callable[[], _T], default: _T, *, verifies: bool) -> _T:
+    """A provenance setting: a typo is exit 2 where it matters, a warning (and ``default``) where it cannot."""
     try:
-        return env_flag(env, REQUIRE_PROVENANCE_ENV)
+        return read()
     except UserInputError as exc:
         if verifies:
             raise
         from llama_runtime.updater.logs import get_logger
 
         get_logger("llama_runtime.config").warning(f"{exc.message} Ignored: this command verifies no build.")
-        return False
+        return default
 
 
 def download_parallelism(env: Mapping[str, str]) -> int:
@@ -346,3 +442,73 @@ def download_parallelism(env: Mapping[str, str]) -> int:
             f"(one stream) to {MAX_PARALLEL_DOWNLOADS}."
         )
     return count
+
+
+# -- provenance_env: The signer opt-ins of the environment, parsed and checked (pure). -----------------
+
+# GitHub's own name rules: an owner is letters, digits and inner hyphens (at most 39);
+# a repository name letters, digits, '.', '-' and '_' (not '.' or '..').
+_GH_REPO: Final = r"[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?(?:$|/|=))[A-Za-z0-9._-]{1,100}"
+# Workflows live in .github/workflows/ as .yml or .yaml files (GitHub docs, "Workflow syntax").
+_WORKFLOW: Final = r"\.github/workflows/[A-Za-z0-9._-]+\.ya?ml"
+_REPO_RE: Final = re.compile(rf"^{_GH_REPO}$")
+_WORKFLOW_RE: Final = re.compile(rf"^{_WORKFLOW}$")
+_SIGNER_RE: Final = re.compile(rf"^{_GH_REPO}/{_WORKFLOW}$")
+_WORKFLOW_FORM: Final = (
+    "LLAMA_RUNTIME_PROVENANCE_WORKFLOW=OWNER/NAME=.github/workflows/FILE.yml (several separated by commas)"
+)
+_SIGNER_FORM: Final = (
+    "LLAMA_RUNTIME_PROVENANCE_SIGNER=OWNER/NAME=SIGNER-OWNER/SIGNER-NAME/.github/workflows/FILE.yml "
+    "(several separated by commas)"
+)
+
+
+def _items(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _pair(item: str, right: re.Pattern[str], form: str, env: str) -> tuple[str, str]:
+    repo, _, target = (part.strip() for part in item.partition("="))
+    if not _REPO_RE.match(repo) or not right.match(target):
+        raise UserInputError(f"{env} has {item!r}, which is not of the form {form}.")
+    return repo.casefold(), target
+
+
+def parse_workflows(value: str) -> tuple[str | None, dict[str, str]]:
+    """The bare (deprecated) workflow pin and the per-repository pins of ``value``.
+
+    Raises:
+        UserInputError: An item is neither ``owner/name=path`` nor a bare path,
+            two bare paths are given, or one repository is pinned twice.
+    """
+    env = "LLAMA_RUNTIME_PROVENANCE_WORKFLOW"
+    bare: str | None = None
+    pins: dict[str, str] = {}
+    for item in _items(value):
+        if "=" not in item:
+            if not _WORKFLOW_RE.match(item) or bare is not None:
+                raise UserInputError(f"{env} has {item!r}, which is not of the form {_WORKFLOW_FORM}.")
+            bare = item
+            continue
+        repo, workflow = _pair(item, _WORKFLOW_RE, _WORKFLOW_FORM, env)
+        if repo in pins:
+            raise UserInputError(f"{env} pins {repo} twice; give one workflow per repository ({_WORKFLOW_FORM}).")
+        pins[repo] = workflow
+    return bare, pins
+
+
+def parse_signers(value: str) -> dict[str, str]:
+    """The reusable-workflow opt-ins of ``value``: casefolded ``owner/name`` -> ``o/n/.github/workflows/x.yml``.
+
+    Raises:
+        UserInputError: An item is not ``owner/name=o/n/.github/workflows/x.yml``,
+            or one repository is named twice.
+    """
+    env = "LLAMA_RUNTIME_PROVENANCE_SIGNER"
+    signers: dict[str, str] = {}
+    for item in _items(value):
+        repo, signer = _pair(item, _SIGNER_RE, _SIGNER_FORM, env)
+        if repo in signers:
+            raise UserInputError(f"{env} names {repo} twice; give one signer per repository ({_SIGNER_FORM}).")
+        signers[repo] = signer
+    return signers

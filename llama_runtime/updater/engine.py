@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
     from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.stage.streaming import FetchOptions
     from llama_runtime.updater.verify.gate import GatePolicy
 
 __all__ = ["Engine", "Seams"]
@@ -145,7 +146,6 @@ class Engine:
         from llama_runtime.runtime.clock import utc_iso
         from llama_runtime.updater.activate.pipeline import StoragePolicy
         from llama_runtime.updater.activate.transaction import Installer
-        from llama_runtime.updater.stage.streaming import FetchOptions
         from llama_runtime.updater.verify.provenance import ProvenanceCheck
 
         # No source (install-file, use) or a file:// mirror: an offline machine, no trust-root refresh.
@@ -162,10 +162,18 @@ class Engine:
             server=self.server(),
             health_timeout=self.settings.health_timeout,
             gate=self.gate_policy(),
-            provenance=ProvenanceCheck.from_env(require=self.settings.require_provenance, offline=offline),
-            fetch_options=FetchOptions(parallel=self.settings.parallel_downloads),
+            provenance=ProvenanceCheck.from_settings(
+                self.settings.provenance, require=self.settings.require_provenance, offline=offline
+            ),
+            fetch_options=self.fetch_options(),
             storage=StoragePolicy(keep=self.settings.keep, fresh_companion=self.settings.fresh_companion),
         )
+
+    def fetch_options(self) -> FetchOptions:
+        """How every download of this invocation is fetched: its parallel ranges and its pace."""
+        from llama_runtime.updater.stage.streaming import FetchOptions
+
+        return FetchOptions(parallel=self.settings.parallel_downloads, pace=self.settings.pace)
 
     def gate_policy(self) -> GatePolicy:
         """The inference gate's policy: the settings' own, else what the home stores (``gate.json``)."""

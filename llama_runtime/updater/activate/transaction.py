@@ -133,7 +133,7 @@ class Installer:
         storage: StoragePolicy | None = None,
     ) -> None:
         self.home = home
-        self.provenance = provenance or ProvenanceCheck.from_env()
+        self.provenance = provenance or ProvenanceCheck()
         self.source = source
         self.clock = clock
         self.lock = UpdateLock(home.lock_path)

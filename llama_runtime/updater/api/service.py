@@ -28,7 +28,6 @@ Locking policy per caller:
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -158,10 +157,9 @@ class RuntimeUpdater:
             return Engine(settings, seams)
 
         def file_repo() -> str:
-            from llama_runtime.updater.config import DEFAULT_REPO, validate_repo
+            from llama_runtime.updater.config import DEFAULT_REPO
 
-            given = repo or (os.environ if env is None else env).get("LLAMA_RUNTIME_REPO", "").strip()
-            return validate_repo(given or DEFAULT_REPO)
+            return settings.repo if settings.repo_explicit else DEFAULT_REPO
 
         self._bind(settings, Home(settings.home), build_engine, file_repo)
 
@@ -658,7 +656,6 @@ class RuntimeUpdater:
         from llama_runtime.updater.api.mirror_args import mirror_dest, platform_filter
         from llama_runtime.updater.offline.mirror import MirrorFetch, sync_mirror
         from llama_runtime.updater.release.tags import validate_tag
-        from llama_runtime.updater.stage.streaming import FetchOptions
 
         engine = self._core
         wanted = [parse_backend(b, allow_auto=False, source="--backend") for b in backends]
@@ -676,7 +673,7 @@ class RuntimeUpdater:
                 prune=prune,
                 channel=self.channel or "stable",
                 # Fetched as `update` fetches: parallel ranges, one pass.
-                fetch=MirrorFetch(FetchOptions(parallel=engine.settings.parallel_downloads), progress),
+                fetch=MirrorFetch(engine.fetch_options(), progress),
             )
 
     @front_door

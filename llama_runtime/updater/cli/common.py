@@ -217,7 +217,8 @@ def settings_from_args(args: argparse.Namespace, *, follow_active_repo: bool = T
         follow_active_repo=follow_active_repo,
         keep=getattr(args, "retain", None),
         fresh_companion=bool(getattr(args, "fresh_companion", False)),
-        verifies=hasattr(args, "require_provenance"),  # only the verbs that verify take the flag
+        # The verbs that verify take the flag; a repair may reinstall (and so verify) the active build.
+        verifies=hasattr(args, "require_provenance") or bool(getattr(args, "repair", False)),
     )
 
 

@@ -9,7 +9,6 @@ is neither active nor the rollback target; ``which`` prints one path for scripts
 from __future__ import annotations
 
 import argparse
-import os
 from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.errors import NothingActiveError, UserInputError
@@ -19,6 +18,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.inventory import RuntimeEntry
     from llama_runtime.updater.cli.main import AddParser, Handler
     from llama_runtime.updater.cli.output import Output
+    from llama_runtime.updater.config import Settings
 
 
 # -- lifecycle ---------------------------------------------------------------------------------------------------
@@ -49,10 +49,9 @@ def _register_lifecycle(add: AddParser) -> dict[str, Handler]:
     return {"list": cmd_list, "use": cmd_use, "remove": cmd_remove, "which": cmd_which}
 
 
-def _repo_filter(args: argparse.Namespace) -> str | None:
+def _repo_filter(settings: Settings) -> str | None:
     """The repository to match installed runtimes against, only when one was asked for."""
-    given = args.repo or os.environ.get("LLAMA_RUNTIME_REPO", "").strip()
-    return given or None
+    return settings.repo if settings.repo_explicit else None
 
 
 def cmd_use(args: argparse.Namespace, out: Output) -> int:
@@ -60,10 +59,11 @@ def cmd_use(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.updater.cli.common import outcome_lines, progress_for, settings_from_args, updater_for
     from llama_runtime.updater.cli.gateopts import with_gate
 
-    updater = updater_for(with_gate(args, settings_from_args(args)))
+    settings = with_gate(args, settings_from_args(args))
+    updater = updater_for(settings)
     bar = progress_for(args)
     try:
-        outcome = updater.use(args.tag, repo=_repo_filter(args), progress=out.events or bar)
+        outcome = updater.use(args.tag, repo=_repo_filter(settings), progress=out.events or bar)
     finally:
         if bar is not None:
             bar.close()
@@ -77,7 +77,8 @@ def cmd_remove(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime.updater.cli.common import settings_from_args, updater_for
     from llama_runtime.updater.fetch.cache import human_size
 
-    result = updater_for(settings_from_args(args)).remove(args.tag, repo=_repo_filter(args))
+    settings = settings_from_args(args)
+    result = updater_for(settings).remove(args.tag, repo=_repo_filter(settings))
     m, where = result.removed.marker, result.removed.path
     out.result(
         result.to_json(),

@@ -294,7 +294,7 @@ def download_asset(
         cancel: Polled between chunks; ``True`` stops the download.
         sleep: Backoff sleep, injectable for tests.
         attempts: Tries for resets, truncation, timeouts and 5xx.
-        pace: Minimum rate and overall deadline (default: from the environment);
+        pace: Minimum rate and overall deadline (default: the built-in limits, never the environment's);
             a download below it fails with :class:`NetworkError`, keeping the bytes.
         on_disk: Told the bytes on disk after each chunk, so a reader can follow
             the file while it grows (see :mod:`updater.fetch.download`).
@@ -312,7 +312,7 @@ def download_asset(
             partial and its sidecar are deleted first.
     """
     job = _Job(source, asset, dest_partial, max_bytes, expected_size, expected_sha256, on_disk)
-    job.watch = PaceWatch(pace if pace is not None else DownloadPace.from_env(os.environ))
+    job.watch = PaceWatch(pace if pace is not None else DownloadPace())
     return _with_retries(job, progress, cancel, sleep=sleep, attempts=attempts)
 
 

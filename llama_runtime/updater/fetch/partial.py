@@ -17,14 +17,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.fsutil import read_cache, write_record
-from llama_runtime.updater.config import env_number
+from llama_runtime.updater.config import (  # the limits are settings, read once; re-exported here
+    DOWNLOAD_DEADLINE_SECONDS,
+    MIN_RATE_BYTES_PER_SECOND,
+    MIN_RATE_WINDOW_SECONDS,
+    DownloadPace,
+)
 from llama_runtime.updater.credentials import url_record
 from llama_runtime.updater.logs import warn_state
 
@@ -211,41 +215,6 @@ def record_origin(partial: Path, url: str, size: int | None, response: httpx.Res
 
 
 # -- pace: A download that drips is a failed download: a minimum rate and an overall deadline. -------------------
-
-#: Below 1 KiB/s a 100 MB asset would take more than a day: the link is
-#: stalled, not slow (curl's --speed-limit idea; its users pick similar values).
-MIN_RATE_BYTES_PER_SECOND: Final[float] = 1024.0
-#: The rate is averaged over a minute, so a short stall (a Wi-Fi roam, a CDN
-#: hiccup) never ends a healthy download.
-MIN_RATE_WINDOW_SECONDS: Final[float] = 60.0
-#: One asset may take at most 6 hours over all attempts: the largest asset
-#: (~400 MB) still fits at ~20 KB/s, and a server that drips just above the
-#: minimum rate cannot hold the update lock for days.
-DOWNLOAD_DEADLINE_SECONDS: Final[float] = 6 * 3600.0
-
-
-@dataclass(frozen=True)
-class DownloadPace:
-    """The limits one download is held to."""
-
-    min_rate: float = MIN_RATE_BYTES_PER_SECOND
-    window: float = MIN_RATE_WINDOW_SECONDS
-    deadline: float = DOWNLOAD_DEADLINE_SECONDS
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> DownloadPace:
-        """The limits with the environment's overrides.
-
-        Raises:
-            UserInputError: A value is not a positive number (``LLAMA_RUNTIME_MIN_RATE`` may be 0: off).
-        """
-        return cls(
-            min_rate=env_number(
-                env, "LLAMA_RUNTIME_MIN_RATE", MIN_RATE_BYTES_PER_SECOND, unit="bytes per second", zero_ok=True
-            ),
-            window=env_number(env, "LLAMA_RUNTIME_MIN_RATE_WINDOW", MIN_RATE_WINDOW_SECONDS),
-            deadline=env_number(env, "LLAMA_RUNTIME_DOWNLOAD_DEADLINE", DOWNLOAD_DEADLINE_SECONDS),
-        )
 
 
 class PaceWatch:

@@ -280,7 +280,7 @@ class RangedDownload:
         progress: Called with ``(bytes on disk, size)``.
         cancel: Polled between chunks.
         sleep: Backoff sleep, injectable for tests.
-        pace: Minimum rate per range and overall deadline (default: from the environment).
+        pace: Minimum rate per range and overall deadline (default: the built-in limits, never the environment's).
         digest: Where a reader of :attr:`growing` that reads it all (an extractor's
             :class:`HashingReader`) hands over the digest; ``None``: read it here.
     """
@@ -310,7 +310,7 @@ class RangedDownload:
         self.progress = progress
         self.cancel = cancel
         self.sleep = sleep
-        self.pace = pace if pace is not None else DownloadPace.from_env(os.environ)
+        self.pace = pace if pace is not None else DownloadPace()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._errors: list[BaseException] = []

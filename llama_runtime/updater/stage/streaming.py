@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
@@ -43,7 +43,7 @@ from llama_runtime.updater.fetch.download import (
     StreamRestarted,
     download_asset,
 )
-from llama_runtime.updater.fetch.partial import discard_partial
+from llama_runtime.updater.fetch.partial import DownloadPace, discard_partial
 from llama_runtime.updater.fetch.ranges import (
     DEFAULT_PARALLEL,
     MIN_PARALLEL_BYTES,
@@ -73,11 +73,13 @@ class FetchOptions:
         parallel: Concurrent ranges for a large asset; 1 fetches one stream.
         min_parallel_bytes: Smallest asset fetched as ranges.
         stream_extract: Extract a ``.tar.gz`` while it downloads.
+        pace: The minimum rate and deadline each download is held to (the invocation's settings).
     """
 
     parallel: int = DEFAULT_PARALLEL
     min_parallel_bytes: int = MIN_PARALLEL_BYTES
     stream_extract: bool = True
+    pace: DownloadPace = field(default_factory=DownloadPace)
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,14 @@ def fetch_asset(
         # With an extractor following the file, its pass over the bytes is the digest's too.
         digest = DigestPass() if stream_into is not None else None
         ranged = RangedDownload(
-            source, asset, partial, parallel=options.parallel, progress=progress, cancel=cancel, digest=digest
+            source,
+            asset,
+            partial,
+            parallel=options.parallel,
+            progress=progress,
+            cancel=cancel,
+            digest=digest,
+            pace=options.pace,
         )
         fetched = _follow(ranged.growing, ranged.run, stream_into, asset.name, cancel, digest)
         if fetched is not None:
@@ -156,6 +165,7 @@ def fetch_asset(
             expected_sha256=asset.sha256,
             progress=progress,
             cancel=cancel,
+            pace=options.pace,
             on_disk=growing.advance,
         )
 

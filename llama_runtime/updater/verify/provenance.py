@@ -25,15 +25,14 @@ Invariants:
 from __future__ import annotations
 
 import base64
-import os
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, ProvenanceMissingError, UserInputError
-from llama_runtime.updater.config import env_flag
+from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, ProvenanceMissingError
+from llama_runtime.updater.config import ProvenanceSettings, env_flag, parse_signers, parse_workflows
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.release import UPSTREAM_REPOS
 from llama_runtime.updater.verify.signer import Signer, SignerPolicy, trusted_default_branch
@@ -52,76 +51,6 @@ __all__ = [
     "record_each_provenance",
     "with_build_commit",
 ]
-
-
-# -- provenance_env: The signer opt-ins of the environment, parsed and checked (pure). ---------------------------
-
-# GitHub's own name rules: an owner is letters, digits and inner hyphens (at most 39);
-# a repository name letters, digits, '.', '-' and '_' (not '.' or '..').
-_REPO: Final = r"[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?(?:$|/|=))[A-Za-z0-9._-]{1,100}"
-# Workflows live in .github/workflows/ as .yml or .yaml files (GitHub docs, "Workflow syntax").
-_WORKFLOW: Final = r"\.github/workflows/[A-Za-z0-9._-]+\.ya?ml"
-_REPO_RE: Final = re.compile(rf"^{_REPO}$")
-_WORKFLOW_RE: Final = re.compile(rf"^{_WORKFLOW}$")
-_SIGNER_RE: Final = re.compile(rf"^{_REPO}/{_WORKFLOW}$")
-_WORKFLOW_FORM: Final = (
-    "LLAMA_RUNTIME_PROVENANCE_WORKFLOW=OWNER/NAME=.github/workflows/FILE.yml (several separated by commas)"
-)
-_SIGNER_FORM: Final = (
-    "LLAMA_RUNTIME_PROVENANCE_SIGNER=OWNER/NAME=SIGNER-OWNER/SIGNER-NAME/.github/workflows/FILE.yml "
-    "(several separated by commas)"
-)
-
-
-def _items(value: str) -> list[str]:
-    return [item.strip() for item in value.split(",") if item.strip()]
-
-
-def _pair(item: str, right: re.Pattern[str], form: str, env: str) -> tuple[str, str]:
-    repo, _, target = (part.strip() for part in item.partition("="))
-    if not _REPO_RE.match(repo) or not right.match(target):
-        raise UserInputError(f"{env} has {item!r}, which is not of the form {form}.")
-    return repo.casefold(), target
-
-
-def parse_workflows(value: str) -> tuple[str | None, dict[str, str]]:
-    """The bare (deprecated) workflow pin and the per-repository pins of ``value``.
-
-    Raises:
-        UserInputError: An item is neither ``owner/name=path`` nor a bare path,
-            two bare paths are given, or one repository is pinned twice.
-    """
-    env = "LLAMA_RUNTIME_PROVENANCE_WORKFLOW"
-    bare: str | None = None
-    pins: dict[str, str] = {}
-    for item in _items(value):
-        if "=" not in item:
-            if not _WORKFLOW_RE.match(item) or bare is not None:
-                raise UserInputError(f"{env} has {item!r}, which is not of the form {_WORKFLOW_FORM}.")
-            bare = item
-            continue
-        repo, workflow = _pair(item, _WORKFLOW_RE, _WORKFLOW_FORM, env)
-        if repo in pins:
-            raise UserInputError(f"{env} pins {repo} twice; give one workflow per repository ({_WORKFLOW_FORM}).")
-        pins[repo] = workflow
-    return bare, pins
-
-
-def parse_signers(value: str) -> dict[str, str]:
-    """The reusable-workflow opt-ins of ``value``: casefolded ``owner/name`` -> ``o/n/.github/workflows/x.yml``.
-
-    Raises:
-        UserInputError: An item is not ``owner/name=o/n/.github/workflows/x.yml``,
-            or one repository is named twice.
-    """
-    env = "LLAMA_RUNTIME_PROVENANCE_SIGNER"
-    signers: dict[str, str] = {}
-    for item in _items(value):
-        repo, signer = _pair(item, _SIGNER_RE, _SIGNER_FORM, env)
-        if repo in signers:
-            raise UserInputError(f"{env} names {repo} twice; give one signer per repository ({_SIGNER_FORM}).")
-        signers[repo] = signer
-    return signers
 
 
 # -- provenance --------------------------------------------------------------------------------------------------
@@ -398,34 +327,34 @@ class ProvenanceCheck:
     default_branches: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_env(
-        cls, env: Mapping[str, str] | None = None, *, require: bool = False, offline: bool = False
+    def from_settings(
+        cls, settings: ProvenanceSettings, *, require: bool = False, offline: bool = False
     ) -> ProvenanceCheck:
-        """The check the environment asks for; ``require`` is the ``--require-provenance`` flag.
+        """The check the invocation's settings ask for; ``require`` and ``offline`` add to them."""
+        return cls(
+            require=require,
+            workflow=settings.workflow,
+            trusted_root=settings.trusted_root,
+            offline=offline or settings.offline,
+            workflows=settings.workflows,
+            signers=settings.signers,
+        )
 
-        ``LLAMA_RUNTIME_REQUIRE_PROVENANCE=1`` requires it too;
-        ``LLAMA_RUNTIME_TRUSTED_ROOT=FILE`` names a trust root (air-gapped fleets,
-        a private Sigstore); ``LLAMA_RUNTIME_TRUST_ROOT_OFFLINE=1`` skips the
-        refresh (a fleet behind a LAN mirror); ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW``
-        pins the signing workflow per repository (``owner/name=.github/workflows/x.yml``,
-        comma-separated; a bare path is the deprecated pin for every fork);
-        ``LLAMA_RUNTIME_PROVENANCE_SIGNER`` lets a reusable workflow of another
-        repository sign for one (``owner/name=o/n/.github/workflows/x.yml``).
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], *, require: bool = False, offline: bool = False) -> ProvenanceCheck:
+        """The check ``env`` asks for (the variables :class:`~updater.config.ProvenanceSettings` reads).
+
+        ``LLAMA_RUNTIME_REQUIRE_PROVENANCE=1`` requires it too; ``require`` is the
+        ``--require-provenance`` flag. Production code builds the check from the
+        invocation's settings instead (:meth:`from_settings`): the environment is read once.
 
         Raises:
-            UserInputError: A value is not of those forms (exit 2).
+            UserInputError: A value is not of its documented form (exit 2).
         """
-
-        env = os.environ if env is None else env
-        root = env.get("LLAMA_RUNTIME_TRUSTED_ROOT", "").strip()
-        bare, workflows = parse_workflows(env.get("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", ""))
-        return cls(
+        return cls.from_settings(
+            ProvenanceSettings.from_env(env),
             require=require or env_flag(env, "LLAMA_RUNTIME_REQUIRE_PROVENANCE"),
-            workflow=bare,
-            trusted_root=Path(root).expanduser() if root else None,
-            offline=offline or env_flag(env, "LLAMA_RUNTIME_TRUST_ROOT_OFFLINE"),
-            workflows=workflows,
-            signers=parse_signers(env.get("LLAMA_RUNTIME_PROVENANCE_SIGNER", "")),
+            offline=offline,
         )
 
     def knowing_default_branch(self, repo: str, branch: str | None) -> ProvenanceCheck:
