@@ -12,6 +12,7 @@ active runtime unchanged and running (HomeGuard).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +215,7 @@ def test_doctor_repair_never_points_at_a_runtime_with_a_damaged_marker(
     # the only runtime that verifies is b7000.
     server_of(home, three["b7002"]).unlink()
     damage_marker(home, three["b7001"], kind)
+    shutil.rmtree(home / "cache" / "assets")  # nothing to reinstall b7002 from: the pointer must move
     code, report = run_json(capsys, home, None, "doctor", "--repair")
     assert code == 0 and report["repaired"] is not None, report
     assert pointer(home)["active"] == three["b7000"]

@@ -474,10 +474,10 @@ class InstallPipeline:
             raise
         for f in fetched:
             self.acquirer.keep(f)
-        self._retain(warnings)
+        self.retain(warnings)
         return outcome
 
-    def _retain(self, warnings: list[str]) -> None:
+    def retain(self, warnings: list[str]) -> None:
         """Trim the home to the kept runtimes after a successful install; trouble only warns (it is done)."""
         from llama_runtime.runtime.errors import LlamaRuntimeError
         from llama_runtime.updater.activate.gc import retain_after_update

@@ -345,10 +345,22 @@ def reinstall_from_cache(installer: Installer, damaged: InstalledRuntime) -> Upd
         active = _active(installer, snapshot)
         if active is not None and (damage(active, hash_binary=True, snapshot=snapshot) or active.name == damaged.name):
             active = None  # a damaged runtime is no rollback target
-        archives = [c.path for c in cached]
-        return installer.pipeline.install_archives(
-            archives, meta, active=active, emit=silent, cancel=lambda: False, warnings=[], snapshot=snapshot
+        for c in cached:
+            log.info("taken from the download cache (its sha256 checked)", asset=c.name, sha256=c.sha256)
+        warnings: list[str] = []
+        outcome = installer.pipeline.install_archives(
+            [c.path for c in cached],
+            meta,
+            active=active,
+            emit=silent,
+            cancel=lambda: False,
+            warnings=warnings,
+            snapshot=snapshot,
         )
+        installer.pipeline.retain(warnings)  # as after any install: the damaged copy is no longer kept
+        for warning in warnings:
+            log.warning("repair", warning=warning)
+        return outcome
 
 
 def _cached(installer: Installer, wanted: list[tuple[str, str]]) -> list[Carried] | None:
