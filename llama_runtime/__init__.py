@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         RegistryAuthError,
         ReleaseIncompleteError,
         ReleaseNotFoundError,
+        RemoteDataError,
         RemoteError,
         ServerAlreadyRunningError,
         ServerStartError,
@@ -90,13 +91,13 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.ready import EnsureResult, NotReady, Ready
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.choice.decide import Available
+    from llama_runtime.updater.config import GatePolicy
     from llama_runtime.updater.offline.export import ExportResult
     from llama_runtime.updater.offline.mirror import MirrorReport
     from llama_runtime.updater.offline.registry_push import Promotion, PushReport
     from llama_runtime.updater.progress import Progress, ProgressCallback
-    from llama_runtime.updater.release.release import RemoteDataError
     from llama_runtime.updater.sources.source import DirectoryListingError, ReleaseSource
-    from llama_runtime.updater.verify.gate import GatePolicy, load_gate_settings, save_gate_settings
+    from llama_runtime.updater.verify.gate import load_gate_settings, save_gate_settings
     from llama_runtime.updater.verify.signer import SigstoreMissingError
     from llama_runtime.updater.verify.smoke import SmokeReport
 
@@ -155,9 +156,9 @@ _EXPORTS: dict[str, str] = {
     "UnsafeHomeError": "llama_runtime.runtime.layout",
     "CandidatesFailedError": "llama_runtime.updater.activate.attempts",
     "SigstoreMissingError": "llama_runtime.updater.verify.signer",
-    "RemoteDataError": "llama_runtime.updater.release.release",
+    "RemoteDataError": "llama_runtime.runtime.errors",
     # The inference gate: the check itself, and the settings every later update applies.
-    "GatePolicy": "llama_runtime.updater.verify.gate",
+    "GatePolicy": "llama_runtime.updater.config",
     "InferenceResult": "llama_runtime.runtime.inference",
     "Speed": "llama_runtime.runtime.inference",
     "probe_inference": "llama_runtime.runtime.inference",

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from llama_runtime.runtime.errors import RemoteDataError
 from llama_runtime.runtime.fsutil import NotRegularFileError, decimal, read_cache, read_regular
 from llama_runtime.updater.fetch.download import download_name
 from llama_runtime.updater.release.manifest import parse_manifest
-from llama_runtime.updater.release.release import RemoteDataError
 from tests.fakegithub import FakeGitHub, Fault
 from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_status_active, cli_process, publish_stand_in, run_json
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.errors import NetworkError, ProvenanceMissingError, RemoteError
-from llama_runtime.updater.release.release import RemoteDataError
+from llama_runtime.runtime.errors import NetworkError, ProvenanceMissingError, RemoteDataError, RemoteError
 from llama_runtime.updater.sources import bundle_url
 from llama_runtime.updater.sources.bundle_url import (
     ResolvedAttestations,

@@ -20,11 +20,11 @@ import pytest
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.inference import Speed, completion_request, parse_completion, probe_inference
 from llama_runtime.updater.cli.gateopts import positive_seconds
+from llama_runtime.updater.config import GatePolicy
 from llama_runtime.updater.verify.busy import OtherWork
 from llama_runtime.updater.verify.gate import (
     CPU_FACTOR,
     FIRST_TOKEN_BASE_SECONDS,
-    GatePolicy,
     answer_warnings,
     api_key,
     args_fingerprint,

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.errors import BackendUnavailableError
+from llama_runtime.runtime.errors import BackendUnavailableError, RemoteDataError
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.decide import available_builds
 from llama_runtime.updater.choice.facts import host_sms
@@ -30,7 +30,7 @@ from llama_runtime.updater.release.manifest import (
     parse_checksum_index,
     parse_manifest,
 )
-from llama_runtime.updater.release.release import Asset, Release, RemoteDataError
+from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_tag_remote
 from tests.fakegithub import FakeGitHub, Fault

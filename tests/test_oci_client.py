@@ -13,8 +13,7 @@ from typing import ClassVar
 import httpx
 import pytest
 
-from llama_runtime.runtime.errors import DigestMismatchError, RemoteError, UserInputError
-from llama_runtime.updater.release.release import RemoteDataError
+from llama_runtime.runtime.errors import DigestMismatchError, RemoteDataError, RemoteError, UserInputError
 from llama_runtime.updater.sources.oci import client as oci_client
 from llama_runtime.updater.sources.oci.auth import Credential, RegistryAuthError, find_credential, parse_challenge
 from llama_runtime.updater.sources.oci.client import (

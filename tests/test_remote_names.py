@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from llama_runtime.runtime.errors import RemoteDataError
 from llama_runtime.updater.credentials import redact_text, redact_url, token_for
 from llama_runtime.updater.release.release import (
-    RemoteDataError,
     check_asset_name,
     check_tag,
     is_valid_remote_tag,

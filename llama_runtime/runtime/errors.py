@@ -284,6 +284,12 @@ class IntegrityError(LlamaRuntimeError):
     fault = "remote"
 
 
+class RemoteDataError(IntegrityError):
+    """The release server sent data that breaks the rules (a name that is not a plain name)."""
+
+    code = "remote_data_invalid"
+
+
 class DigestMismatchError(IntegrityError):
     """sha256 of the bytes differs from the published digest."""
 

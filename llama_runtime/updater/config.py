@@ -9,13 +9,14 @@ each carries its unit and why it has the value it has.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.fsutil import decimal
@@ -23,7 +24,6 @@ from llama_runtime.runtime.marker import parse_backend
 
 if TYPE_CHECKING:
     from llama_runtime.updater.release.channel import Channel
-    from llama_runtime.updater.verify.gate import GatePolicy
 
 DEFAULT_API_URL: Final = "https://api.github.com"
 DEFAULT_REPO: Final = "ggml-org/llama.cpp"
@@ -141,6 +141,46 @@ class ProvenanceSettings:
             workflows=workflows,
             signers=parse_signers(env.get("LLAMA_RUNTIME_PROVENANCE_SIGNER", "")),
         )
+
+
+# -- the inference gate's policy: how a switch is judged (verify.gate carries it out). ---------------------------
+
+#: Below this drop two runs of the same build differ by noise alone: on a real
+#: model on a GPU repeated 16-token timings vary by a few percent; 20 % is a
+#: change a user notices (and a regression reported upstream is usually 30 %+).
+DEFAULT_MAX_SLOWDOWN: Final = 0.20
+#: Timed requests per measurement: five medians out one slow or lucky request, and cost
+#: ~0.1 s on the tiny model (16 tokens each at ~700 tokens/s on a CPU).
+GATE_SAMPLES: Final = 5
+OnSlowdown = Literal["warn", "rollback"]
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """How a switch is judged.
+
+    Attributes:
+        enabled: Run the completion request after a switch with a loaded model.
+        timeout: Seconds one check has in all (its samples included); None: scaled to the
+            model and device (:func:`check_limits`).
+        samples: Timed requests per measurement, after the check's own request (the medians count).
+        max_slowdown: Largest tolerated drop of tokens/s (0.2 = 20 %); None: never compare.
+        on_slowdown: What a larger drop does.
+        smoke_model: A small GGUF the staged build must run before activation.
+        smoke_args: The user's server arguments for the smoke run (device, ``-ngl``, threads, context).
+    """
+
+    enabled: bool = True
+    timeout: float | None = None
+    samples: int = GATE_SAMPLES
+    max_slowdown: float | None = DEFAULT_MAX_SLOWDOWN
+    on_slowdown: OnSlowdown = "warn"
+    smoke_model: Path | None = None
+    smoke_args: tuple[str, ...] = ()
+
+    def with_slowdown(self, max_slowdown: float | None, on_slowdown: OnSlowdown) -> GatePolicy:
+        """A copy with another slowdown rule."""
+        return dataclasses.replace(self, max_slowdown=max_slowdown, on_slowdown=on_slowdown)
 
 
 @dataclass(frozen=True)

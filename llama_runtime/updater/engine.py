@@ -29,10 +29,9 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.server import ServerControl
     from llama_runtime.updater.activate.transaction import Installer
     from llama_runtime.updater.choice.host import HostFacts
-    from llama_runtime.updater.config import Settings
+    from llama_runtime.updater.config import GatePolicy, Settings
     from llama_runtime.updater.sources.source import ReleaseSource
     from llama_runtime.updater.stage.streaming import FetchOptions
-    from llama_runtime.updater.verify.gate import GatePolicy
 
 __all__ = ["Engine", "Seams"]
 

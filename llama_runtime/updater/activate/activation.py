@@ -30,9 +30,10 @@ from llama_runtime.runtime.trial import ServerToRestore, Trial, begin_trial, end
 from llama_runtime.updater.activate.attempts import UpdateOutcome
 from llama_runtime.updater.activate.swap import ServerSwitch, SwitchReport, describe, switch_with_server
 from llama_runtime.updater.checkpoints import checkpoint
+from llama_runtime.updater.config import GatePolicy
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import ProgressCallback, silent
-from llama_runtime.updater.verify.gate import GatePolicy, InferenceGate
+from llama_runtime.updater.verify.gate import InferenceGate
 
 log = get_logger("llama_runtime.install")
 

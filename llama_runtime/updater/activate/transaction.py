@@ -72,14 +72,13 @@ from llama_runtime.updater.choice.decide import (
     settled,
 )
 from llama_runtime.updater.choice.host import HostFacts
-from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
+from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS, GatePolicy
 from llama_runtime.updater.fetch.cache import AssetCache
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import CancelCheck, Progress, ProgressCallback, silent
 from llama_runtime.updater.release.channel import Channel, ResolvedRelease
 from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 from llama_runtime.updater.stage.streaming import FetchOptions
-from llama_runtime.updater.verify.gate import GatePolicy
 from llama_runtime.updater.verify.installed import active_state, describe
 from llama_runtime.updater.verify.provenance import ProvenanceCheck
 from llama_runtime.updater.verify.verifier import Verifier

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     )
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import HostFacts
-    from llama_runtime.updater.config import Settings
+    from llama_runtime.updater.config import GatePolicy, Settings
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.offline.export import ExportResult
     from llama_runtime.updater.offline.mirror import MirrorReport
@@ -66,7 +66,6 @@ if TYPE_CHECKING:
     from llama_runtime.updater.progress import ProgressCallback
     from llama_runtime.updater.release.channel import Channel
     from llama_runtime.updater.sources.source import ReleaseSource
-    from llama_runtime.updater.verify.gate import GatePolicy
 
 __all__ = ["RuntimeUpdater"]
 

@@ -16,8 +16,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.inference import Speed
     from llama_runtime.runtime.layout import InstalledRuntime
     from llama_runtime.updater.activate.swap import SwitchReport
-    from llama_runtime.updater.config import Settings
-    from llama_runtime.updater.verify.gate import GatePolicy
+    from llama_runtime.updater.config import GatePolicy, Settings
 
 
 def add_gate_arguments(parser: argparse.ArgumentParser, *, smoke: bool) -> None:

@@ -133,7 +133,7 @@ def cmd_job(args: argparse.Namespace, out: Output) -> int:
             out.result({"job": state.to_json(), "cancel_requested": False}, [f"Job {job.id} is already {state.phase}."])
         return 0
     if args.action == "wait" and out.events is not None:
-        from llama_runtime.updater.cli.events import follow_events
+        from llama_runtime.updater.cli.follow import follow_events
 
         return follow_events(job, out, timeout)
     if args.action == "wait":

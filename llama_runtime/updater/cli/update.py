@@ -96,7 +96,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
             )
     except BusyError:
         if out.events is not None and tag is None:
-            from llama_runtime.updater.cli.events import attach_events
+            from llama_runtime.updater.cli.follow import attach_events
 
             return attach_events(updater, out, busy=updater.busy_error())
         raise updater.busy_error() from None

@@ -355,8 +355,9 @@ def _checked_names(marker: InstallMarker, archive: Path) -> InstallMarker:
     Raises:
         IntegrityError: A name breaks them (exit 8).
     """
+    from llama_runtime.runtime.errors import RemoteDataError
     from llama_runtime.updater.config import validate_repo
-    from llama_runtime.updater.release.release import RemoteDataError, check_asset_name, check_tag
+    from llama_runtime.updater.release.release import check_asset_name, check_tag
 
     try:
         validate_repo(marker.repo)

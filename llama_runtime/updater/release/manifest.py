@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from llama_runtime.runtime.errors import RemoteDataError
 from llama_runtime.runtime.fsutil import decimal
-from llama_runtime.updater.release.release import RemoteDataError
 from llama_runtime.updater.release.remote_json import loads_bounded
 
 __all__ = [

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from llama_runtime.runtime.errors import IntegrityError, RemoteError, UserInputError, printable
+from llama_runtime.runtime.errors import IntegrityError, RemoteDataError, RemoteError, UserInputError, printable
 from llama_runtime.updater.release.tags import MAX_TAG_LENGTH, parse_tag, validate_tag
 
 if TYPE_CHECKING:
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_ASSET_NAME_LENGTH",
     "UPSTREAM_REPOS",
-    "RemoteDataError",
     "check_asset_name",
     "check_release",
     "check_tag",
@@ -202,12 +201,6 @@ _ASSET_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 # Upstream semver releases since Aug 2026 (``v1.2.3``), with an optional pre-release/build
 # suffix; forks also publish two-part versions (``v1.1``).
 _SEMVER_RELEASE: Final = re.compile(r"^v\d+(?:\.\d+){1,3}(?:[-+][0-9A-Za-z.]+)?$")
-
-
-class RemoteDataError(IntegrityError):
-    """The release server sent data that breaks the rules (a name that is not a plain name)."""
-
-    code = "remote_data_invalid"
 
 
 def quote_remote(value: object) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from llama_runtime.runtime.errors import RemoteDataError
 from llama_runtime.runtime.fsutil import nests_deeper
-from llama_runtime.updater.release.release import RemoteDataError
 
 __all__ = ["MAX_JSON_DEPTH", "loads_bounded"]
 

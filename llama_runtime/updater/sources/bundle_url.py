@@ -36,10 +36,9 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.errors import NetworkError, RemoteError
+from llama_runtime.runtime.errors import NetworkError, RemoteDataError, RemoteError
 from llama_runtime.updater.credentials import is_loopback_host, redact_url
 from llama_runtime.updater.logs import get_logger
-from llama_runtime.updater.release.release import RemoteDataError
 from llama_runtime.updater.release.remote_json import loads_bounded
 from llama_runtime.updater.sources.source import read_capped, too_slow
 

@@ -39,6 +39,7 @@ from llama_runtime.runtime.errors import (
     NetworkError,
     RateLimitError,
     ReleaseNotFoundError,
+    RemoteDataError,
     RemoteError,
 )
 from llama_runtime.runtime.fsutil import read_cache, write_record
@@ -55,7 +56,6 @@ from llama_runtime.updater.logs import get_logger, redact_with, warn_state
 from llama_runtime.updater.release.release import (
     Asset,
     Release,
-    RemoteDataError,
     check_release,
     is_ref_name,
     is_valid_remote_tag,

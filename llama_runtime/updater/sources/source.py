@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, Self
 import httpx
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.errors import NetworkError, RemoteError
+from llama_runtime.runtime.errors import NetworkError, RemoteDataError, RemoteError
 from llama_runtime.runtime.fsutil import decimal
-from llama_runtime.updater.release.release import RemoteDataError
 
 if TYPE_CHECKING:
     import httpx

@@ -30,13 +30,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.fsutil import read_cache, write_record
 from llama_runtime.runtime.inference import GATE_TOKENS, InferenceResult, Speed, probe_inference
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.listen import arg_value
+from llama_runtime.updater.config import GatePolicy
 from llama_runtime.updater.logs import get_logger, warn_state
 from llama_runtime.updater.verify.busy import OtherWork, busy_drop
 from llama_runtime.updater.verify.measures import Measure, load_measure, store_measure
@@ -45,16 +46,9 @@ from llama_runtime.updater.verify.measures import Measure, load_measure, store_m
 
 log = get_logger("llama_runtime.gate")
 
-#: Below this drop two runs of the same build differ by noise alone: on a real
-#: model on a GPU repeated 16-token timings vary by a few percent; 20 % is a
-#: change a user notices (and a regression reported upstream is usually 30 %+).
-DEFAULT_MAX_SLOWDOWN: Final = 0.20
 #: The first four bytes of every GGUF file (ggml's gguf.h, GGUF_MAGIC).
 GGUF_MAGIC: Final = b"GGUF"
 
-#: Timed requests per measurement: five medians out one slow or lucky request, and cost
-#: ~0.1 s on the tiny model (16 tokens each at ~700 tokens/s on a CPU).
-GATE_SAMPLES: Final = 5
 #: A drop must also show against the median of the old runtime's last this many measurements:
 #: then one lucky figure just before its server stopped (a 2-core machine's speed moves by 10-30%
 #: over tens of seconds) cannot roll back a build of the same speed.
@@ -89,39 +83,10 @@ CPU_FACTOR: Final = 4.0
 #: A model named by repository (-hf) has no size before its download: assume a mid-size one (8B at Q8).
 UNKNOWN_MODEL_GIB: Final = 8.0
 
-OnSlowdown = Literal["warn", "rollback"]
 _MODEL_PATH_FLAGS: Final = ("-m", "--model")
 _MODEL_REPO_FLAGS: Final = ("-hf", "--hf-repo", "-mu", "--model-url", "-dr", "--docker-repo")
 # Arguments that change where a server listens, not how fast it computes.
 _ADDRESS_FLAGS: Final = frozenset({"--host", "--port", "--api-key", "--api-key-file"})
-
-
-@dataclass(frozen=True)
-class GatePolicy:
-    """How a switch is judged.
-
-    Attributes:
-        enabled: Run the completion request after a switch with a loaded model.
-        timeout: Seconds one check has in all (its samples included); None: scaled to the
-            model and device (:func:`check_limits`).
-        samples: Timed requests per measurement, after the check's own request (the medians count).
-        max_slowdown: Largest tolerated drop of tokens/s (0.2 = 20 %); None: never compare.
-        on_slowdown: What a larger drop does.
-        smoke_model: A small GGUF the staged build must run before activation.
-        smoke_args: The user's server arguments for the smoke run (device, ``-ngl``, threads, context).
-    """
-
-    enabled: bool = True
-    timeout: float | None = None
-    samples: int = GATE_SAMPLES
-    max_slowdown: float | None = DEFAULT_MAX_SLOWDOWN
-    on_slowdown: OnSlowdown = "warn"
-    smoke_model: Path | None = None
-    smoke_args: tuple[str, ...] = ()
-
-    def with_slowdown(self, max_slowdown: float | None, on_slowdown: OnSlowdown) -> GatePolicy:
-        """A copy with another slowdown rule."""
-        return dataclasses.replace(self, max_slowdown=max_slowdown, on_slowdown=on_slowdown)
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from llama_runtime.runtime.inference import InferenceResult, Speed
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.listen import arg_value
 from llama_runtime.runtime.server import ManagedServer
+from llama_runtime.updater.config import GatePolicy
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.verify.gate import (
-    GatePolicy,
     InferenceGate,
     Verdict,
     args_fingerprint,

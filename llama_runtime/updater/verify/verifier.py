@@ -21,10 +21,11 @@ from llama_runtime.runtime.errors import VerificationError
 from llama_runtime.runtime.inference import InferenceResult
 from llama_runtime.runtime.layout import HomeSnapshot, InstalledRuntime
 from llama_runtime.updater.choice.host import HostFacts
+from llama_runtime.updater.config import GatePolicy
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import Progress, ProgressCallback
 from llama_runtime.updater.stage.staged import Staged
-from llama_runtime.updater.verify.gate import GatePolicy, InferenceGate, args_fingerprint, validate_gguf
+from llama_runtime.updater.verify.gate import InferenceGate, args_fingerprint, validate_gguf
 from llama_runtime.updater.verify.installed import Verified, verify_installed
 from llama_runtime.updater.verify.smoke import (
     SmokeReport,

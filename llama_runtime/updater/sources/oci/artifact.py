@@ -19,7 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from llama_runtime.updater.release.release import Asset, Release, RemoteDataError, check_asset_name, check_tag
+from llama_runtime.runtime.errors import RemoteDataError
+from llama_runtime.updater.release.release import Asset, Release, check_asset_name, check_tag
 from llama_runtime.updater.release.remote_json import loads_bounded
 from llama_runtime.updater.sources.oci.client import MANIFEST_MEDIA_TYPE, Descriptor, parse_descriptor
 

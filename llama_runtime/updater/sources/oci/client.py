@@ -35,8 +35,7 @@ from urllib.parse import urlencode, urljoin, urlsplit
 
 import httpx
 
-from llama_runtime.runtime.errors import DigestMismatchError, NetworkError, RemoteError
-from llama_runtime.updater.release.release import RemoteDataError
+from llama_runtime.runtime.errors import DigestMismatchError, NetworkError, RemoteDataError, RemoteError
 from llama_runtime.updater.release.remote_json import loads_bounded
 from llama_runtime.updater.sources.oci.auth import (
     Credential,

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Final, Self
 
 import httpx
 
-from llama_runtime.runtime.errors import ReleaseNotFoundError, RemoteError
+from llama_runtime.runtime.errors import ReleaseNotFoundError, RemoteDataError, RemoteError
 from llama_runtime.updater.release.channel import NIGHTLY_TAG_ASSET, Channel
-from llama_runtime.updater.release.release import Asset, Release, RemoteDataError
+from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.remote_json import loads_bounded
 from llama_runtime.updater.release.tags import is_release_version
 from llama_runtime.updater.sources.oci.artifact import (
