@@ -61,6 +61,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -271,7 +272,13 @@ class FakeGitHub:
     """GitHub releases API + CDN on two local ports. Use as a context manager."""
 
     def __init__(
-        self, scheme: str = "2026", token: str | None = None, *, rate_cap: int | None = None, auto_cut: bool = True
+        self,
+        scheme: str = "2026",
+        token: str | None = None,
+        *,
+        rate_cap: int | None = None,
+        auto_cut: bool = True,
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         if scheme not in ("2026", "legacy"):
             raise ValueError(f"unknown publishing scheme {scheme!r}")
@@ -300,6 +307,13 @@ class FakeGitHub:
         self._lock = threading.Lock()
         self._api = _Server(self, "api")
         self._blob = _Server(self, "blob")
+        #: HTTPS with this certificate and key (both hosts), as github.com and its CDN serve.
+        self._scheme = "https" if tls else "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            for srv in (self._api, self._blob):
+                srv.socket = context.wrap_socket(srv.socket, server_side=True)
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -324,7 +338,7 @@ class FakeGitHub:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._api.server_address[1]}"
+        return f"{self._scheme}://127.0.0.1:{self._api.server_address[1]}"
 
     @property
     def api_url(self) -> str:
@@ -332,7 +346,7 @@ class FakeGitHub:
 
     @property
     def blob_url(self) -> str:
-        return f"http://localhost:{self._blob.server_address[1]}"
+        return f"{self._scheme}://localhost:{self._blob.server_address[1]}"
 
     # -- test setup ------------------------------------------------------------------------
     def add_release(

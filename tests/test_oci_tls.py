@@ -17,7 +17,7 @@ from cryptography.x509.oid import NameOID
 from llama_runtime.runtime.errors import NetworkError, UserInputError
 from llama_runtime.updater.sources.oci.client import sha256_digest
 from llama_runtime.updater.sources.oci.connect import open_registry
-from llama_runtime.updater.sources.oci.tls import CA_BUNDLE_VAR
+from llama_runtime.updater.sources.tls import CA_BUNDLE_VAR
 from tests.registry import Registry
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +28,7 @@ def _name(common: str) -> x509.Name:
 
 
 def make_ca_and_server(root: Path) -> tuple[Path, Path, Path]:
-    """A CA, and a certificate for 127.0.0.1 it signed: (ca.pem, server.pem, server.key)."""
+    """A CA, and a certificate for 127.0.0.1 and localhost it signed: (ca.pem, server.pem, server.key)."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (
@@ -43,7 +43,8 @@ def make_ca_and_server(root: Path) -> tuple[Path, Path, Path]:
         x509.CertificateBuilder().subject_name(_name("127.0.0.1")).issuer_name(ca.subject)
         .public_key(key.public_key()).serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.SubjectAlternativeName([
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), False)
         .sign(ca_key, hashes.SHA256())
     )  # fmt: skip
     root.mkdir(parents=True, exist_ok=True)

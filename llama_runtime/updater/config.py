@@ -213,6 +213,8 @@ class Settings:
         provenance: The provenance check's opt-ins (``LLAMA_RUNTIME_TRUSTED_ROOT``,
             ``LLAMA_RUNTIME_TRUST_ROOT_OFFLINE``, ``LLAMA_RUNTIME_PROVENANCE_WORKFLOW``,
             ``LLAMA_RUNTIME_PROVENANCE_SIGNER``).
+        ca_bundle: A PEM file of the CAs HTTPS servers are trusted by (``--ca-bundle`` /
+            ``LLAMA_RUNTIME_CA_BUNDLE``); ``None``: OpenSSL's variables, else the OS store and certifi.
     """
 
     home: Path
@@ -233,6 +235,7 @@ class Settings:
     repo_explicit: bool = False
     pace: DownloadPace = DownloadPace()
     provenance: ProvenanceSettings = ProvenanceSettings()
+    ca_bundle: str | None = None
 
 
 def validate_repo(repo: str) -> str:
@@ -308,6 +311,7 @@ def resolve_settings(
     keep: str | None = None,
     fresh_companion: bool = False,
     verifies: bool = True,
+    ca_bundle: str | None = None,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
 
@@ -357,7 +361,27 @@ def resolve_settings(
         provenance=_only_if_verifying(
             lambda: ProvenanceSettings.from_env(env), ProvenanceSettings(), verifies=verifies
         ),
+        ca_bundle=_ca_bundle_setting(ca_bundle, env),
     )
+
+
+def _ca_bundle_setting(flag: str | None, env: Mapping[str, str]) -> str | None:
+    """``--ca-bundle``, else ``LLAMA_RUNTIME_CA_BUNDLE``: a file that exists (its PEM is read on connecting).
+
+    Raises:
+        UserInputError: The file named is not there.
+    """
+    given = (flag or "").strip()
+    source = "--ca-bundle" if given else "LLAMA_RUNTIME_CA_BUNDLE"
+    value = given or env.get("LLAMA_RUNTIME_CA_BUNDLE", "").strip()
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise UserInputError(
+            f"{source} {value} is not a file; give the PEM file of the CAs your servers' certificates chain to."
+        )
+    return str(path)
 
 
 def _home_setting(home: str | Path | None, env: Mapping[str, str]) -> Path:

@@ -25,6 +25,8 @@ from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.layout import Home
 
 if TYPE_CHECKING:
+    import ssl
+
     from llama_runtime.runtime.binary import ProcessRunner
     from llama_runtime.runtime.server import ServerControl
     from llama_runtime.updater.activate.transaction import Installer
@@ -103,7 +105,9 @@ class Engine:
             # An OCI registry filled by ``mirror sync --dest oci://…``.
             from llama_runtime.updater.sources.oci.source import open_registry_source
 
-            return open_registry_source(api_url, self.settings.repo, etag_cache=cache, read_timeout=read)
+            return open_registry_source(
+                api_url, self.settings.repo, etag_cache=cache, read_timeout=read, ca_bundle=self.settings.ca_bundle
+            )
         if api_url.startswith("file://"):
             # A mirror directory (``llama-runtime mirror sync``), read without a server.
             from llama_runtime.updater.sources.mirror_reader import FileTransport, file_api_url
@@ -118,7 +122,14 @@ class Engine:
             etag_cache=cache,
             timeout=httpx.Timeout(read, connect=min(CONNECT_TIMEOUT_SECONDS, read)),
             api_deadline=self.settings.api_deadline if api_deadline else None,
+            verify=self.tls() if transport is None else True,
         )
+
+    def tls(self) -> ssl.SSLContext | bool:
+        """What HTTPS connections trust: ``--ca-bundle``, OpenSSL's variables, else the OS store and certifi."""
+        from llama_runtime.updater.sources.tls import ssl_context
+
+        return ssl_context(ca_bundle=self.settings.ca_bundle)
 
     def host(self) -> HostFacts:
         """Host facts, detected once per engine."""

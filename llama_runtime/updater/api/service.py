@@ -109,6 +109,8 @@ class RuntimeUpdater:
         server: The app's own llama-server (a :class:`~runtime.server.ServerControl`)
             to stop, switch and restart around an activation; by default the
             server ``llama-runtime server start`` manages in this home.
+        ca_bundle: A PEM file of the CAs HTTPS servers are trusted by (else ``LLAMA_RUNTIME_CA_BUNDLE``,
+            OpenSSL's variables, the OS trust store).
         require_provenance: Refuse assets without a verified build attestation
             (also ``LLAMA_RUNTIME_REQUIRE_PROVENANCE=1``).
         env: The environment to read settings from (default ``os.environ``).
@@ -134,6 +136,7 @@ class RuntimeUpdater:
         server: ServerControl | None = None,
         env: Mapping[str, str] | None = None,
         require_provenance: bool = False,
+        ca_bundle: str | None = None,
     ) -> None:
         from llama_runtime.updater.config import resolve_settings
 
@@ -146,6 +149,7 @@ class RuntimeUpdater:
             require_provenance=require_provenance,
             env=env,
             channel=channel,
+            ca_bundle=ca_bundle,
         )
 
         def build_engine() -> Engine:
@@ -714,7 +718,11 @@ class RuntimeUpdater:
         filters = [platform_filter(p) for p in platforms]
         checked_tag = validate_tag(tag) if tag is not None else None
         with (
-            open_registry(registry_repository(dest), read_timeout=engine.settings.read_timeout) as registry,
+            open_registry(
+                registry_repository(dest),
+                read_timeout=engine.settings.read_timeout,
+                ca_bundle=engine.settings.ca_bundle,
+            ) as registry,
             engine.open_source(etag_cache=False, api_deadline=False) as client,
         ):
             return sync_registry(
@@ -743,7 +751,7 @@ class RuntimeUpdater:
         from llama_runtime.updater.offline.registry_push import Promotion, promote
         from llama_runtime.updater.sources.oci.connect import open_registry
 
-        with open_registry(registry_repository(dest)) as registry:
+        with open_registry(registry_repository(dest), ca_bundle=self._core.settings.ca_bundle) as registry:
             return Promotion(registry.ref.display, tag, channel, promote(registry, tag, channel))
 
     @front_door

@@ -252,6 +252,12 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         "--api-url", default=default, help=shown("GitHub API base or mirror (LLAMA_RUNTIME_GITHUB_API)")
     )
     parser.add_argument("--repo", default=default, help=shown("OWNER/NAME to take releases from (LLAMA_RUNTIME_REPO)"))
+    parser.add_argument(
+        "--ca-bundle",
+        default=default,
+        metavar="PEM",
+        help=shown("the CAs HTTPS servers are trusted by (LLAMA_RUNTIME_CA_BUNDLE; default: the OS store)"),
+    )
     backend = parser.add_argument(
         "--backend", default=default, help=shown("auto, cpu, cuda, vulkan, rocm, metal, … (LLAMA_RUNTIME_BACKEND)")
     )

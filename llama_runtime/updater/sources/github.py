@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -218,6 +219,12 @@ def _origin(url: str) -> str:
 
 
 def _could_not_connect(api: str, exc: httpx.HTTPError) -> NetworkError:
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return NetworkError(
+            f"Could not connect to the API at {api}: its TLS certificate is not trusted here.",
+            hint="Pass --ca-bundle (or set LLAMA_RUNTIME_CA_BUNDLE, or SSL_CERT_FILE) to the CA bundle it chains to "
+            "(a TLS-inspecting proxy's CA), or install that CA in the operating system's trust store.",
+        )
     return NetworkError(
         f"Could not connect to the API at {api} ({type(exc).__name__}); check the network connection and try again."
     )
@@ -360,6 +367,7 @@ class GitHubClient:
         user_agent: ``User-Agent`` for every request (GitHub requires one).
         timeout: httpx timeouts; connect 10 s, read 30 s by default.
         etag_cache: Where ETags and bodies persist for conditional requests.
+        verify: What HTTPS certificates are trusted (:func:`~.tls.ssl_context`; httpx's certifi by default).
         sleep: Backoff sleep, injectable so tests never wait.
         attempts: Tries for 5xx and connection errors.
         clock: Deadlines of small downloads and attestation bundles.
@@ -377,6 +385,7 @@ class GitHubClient:
         user_agent: str = DEFAULT_USER_AGENT,
         timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
         etag_cache: EtagCache | None = None,
+        verify: ssl.SSLContext | bool = True,
         sleep: Callable[[float], None] = time.sleep,
         attempts: int = ATTEMPTS,
         clock: Clock = SYSTEM_CLOCK,
@@ -407,6 +416,7 @@ class GitHubClient:
             transport=transport,
             timeout=timeout,
             headers={"User-Agent": user_agent},
+            verify=verify,
         )
 
     @property

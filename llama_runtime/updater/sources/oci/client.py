@@ -217,7 +217,8 @@ class RegistryClient:
                 if "CERTIFICATE_VERIFY_FAILED" in str(exc):
                     raise NetworkError(
                         f"The registry {self.ref.host} could not be reached: its TLS certificate is not trusted here.",
-                        hint="Set LLAMA_RUNTIME_CA_BUNDLE (or SSL_CERT_FILE) to the CA bundle it chains to, "
+                        hint="Pass --ca-bundle (or set LLAMA_RUNTIME_CA_BUNDLE, or SSL_CERT_FILE) to the CA bundle "
+                        "it chains to, "
                         "or install that CA in the operating system's trust store.",
                     ) from None
                 raise NetworkError(

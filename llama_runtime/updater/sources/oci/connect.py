@@ -11,7 +11,7 @@ import httpx
 from llama_runtime.updater.sources.oci.auth import find_credential
 from llama_runtime.updater.sources.oci.client import RegistryClient
 from llama_runtime.updater.sources.oci.reference import parse_reference
-from llama_runtime.updater.sources.oci.tls import ssl_context
+from llama_runtime.updater.sources.tls import ssl_context
 
 __all__ = ["open_registry", "registry_client"]
 
@@ -22,11 +22,15 @@ READ_TIMEOUT_SECONDS: Final[float] = 60.0
 
 
 def registry_client(
-    url: str, *, read_timeout: float = READ_TIMEOUT_SECONDS, mounts: dict[str, httpx.BaseTransport] | None = None
+    url: str,
+    *,
+    read_timeout: float = READ_TIMEOUT_SECONDS,
+    mounts: dict[str, httpx.BaseTransport] | None = None,
+    ca_bundle: str | None = None,
 ) -> RegistryClient:
     """A client for the repository ``url`` names; the caller closes ``client.http``.
 
-    TLS trusts what :func:`~.tls.ssl_context` says (a CA bundle, the OS trust store);
+    TLS trusts what :func:`~llama_runtime.updater.sources.tls.ssl_context` says (a CA bundle, the OS trust store);
     the proxy variables (``HTTPS_PROXY``, ``NO_PROXY``) are honoured (httpx's ``trust_env``).
 
     Raises:
@@ -35,15 +39,17 @@ def registry_client(
     """
     ref = parse_reference(url)
     timeout = httpx.Timeout(read_timeout, connect=min(CONNECT_TIMEOUT_SECONDS, read_timeout))
-    verify = True if ref.plain_http else ssl_context()
+    verify = True if ref.plain_http else ssl_context(ca_bundle=ca_bundle)
     http = httpx.Client(timeout=timeout, mounts=mounts, verify=verify)
     return RegistryClient(ref, http, find_credential(ref.host))
 
 
 @contextlib.contextmanager
-def open_registry(url: str, *, read_timeout: float = READ_TIMEOUT_SECONDS) -> Iterator[RegistryClient]:
+def open_registry(
+    url: str, *, read_timeout: float = READ_TIMEOUT_SECONDS, ca_bundle: str | None = None
+) -> Iterator[RegistryClient]:
     """:func:`registry_client`, closed on exit."""
-    client = registry_client(url, read_timeout=read_timeout)
+    client = registry_client(url, read_timeout=read_timeout, ca_bundle=ca_bundle)
     try:
         yield client
     finally:

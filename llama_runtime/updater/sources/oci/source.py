@@ -379,7 +379,12 @@ class RegistrySource:
 
 
 def open_registry_source(
-    url: str, repo: str, *, etag_cache: EtagCache | None = None, read_timeout: float = 60.0
+    url: str,
+    repo: str,
+    *,
+    etag_cache: EtagCache | None = None,
+    read_timeout: float = 60.0,
+    ca_bundle: str | None = None,
 ) -> RegistrySource:
     """A :class:`RegistrySource` for ``--api-url oci://HOST/NS/NAME``; the caller closes it.
 
@@ -392,7 +397,7 @@ def open_registry_source(
 
     pointers: dict[str, bytes] = {}
     client = registry_client(
-        url, read_timeout=read_timeout, mounts={f"{POINTER_SCHEME}://": PointerTransport(pointers)}
+        url, read_timeout=read_timeout, mounts={f"{POINTER_SCHEME}://": PointerTransport(pointers)}, ca_bundle=ca_bundle
     )
     if client.ref.tag is not None or client.ref.digest is not None:
         client.http.close()
