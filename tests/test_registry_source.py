@@ -330,3 +330,31 @@ def test_doctor_repair_reinstalls_a_damaged_runtime_from_the_registry(
     assert code == 0 and status["active"]["tag"] == "b7001", status
     assert_runs(Path(status["active"]["binary"]))
     assert status["active"]["source"] == f"{url}@{filled['manifests']['b7001']}"
+
+
+def test_canary_hosts_follow_a_promoted_channel_and_check_apply_moves_with_it(
+    capsys: pytest.CaptureFixture[str], registry: Registry, filled: dict[str, Any], home: Path
+) -> None:
+    url = registry.url()
+    assert cli_json(capsys, "mirror", "promote", "--dest", url, "--tag", "b7000", "--to", "candidate")[0] == 0
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--channel", "candidate")
+    assert code == 0 and payload["active"]["tag"] == "b7000", payload
+    code, checked = cli_json(capsys, "check", "--home", str(home), "--api-url", url)
+    assert code == 0 and checked["update_available"] is False, checked  # the channel is remembered: b7000
+    assert cli_json(capsys, "mirror", "promote", "--dest", url, "--tag", "b7001", "--to", "candidate")[0] == 0
+    code, applied = cli_json(capsys, "check", "--apply", "--home", str(home), "--api-url", url)
+    assert code == 0 and applied["update_available"] is True, applied
+    code, status = cli_json(capsys, "status", "--home", str(home))
+    assert code == 0 and status["active"]["tag"] == "b7001", status
+    assert_runs(Path(status["active"]["binary"]))
+
+
+def test_a_registry_channel_asked_of_github_is_exit_2_saying_where_channels_live(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub
+) -> None:
+    code, payload = cli_json(
+        capsys, "update", "--home", str(home), "--api-url", github.api_url, "--channel", "candidate"
+    )
+    assert code == 2, payload
+    assert "registry source (--api-url oci://" in payload["error"]["message"], payload
+    assert github.requests == []

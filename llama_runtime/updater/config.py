@@ -297,6 +297,10 @@ def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
     return env_number(env, key, default)
 
 
+#: The API URLs of an OCI registry source (``mirror sync --dest`` fills it).
+OCI_URL_PREFIXES: Final = ("oci://", "oci+http://", "oci+https://")
+
+
 def resolve_settings(
     *,
     home: str | Path | None = None,
@@ -332,14 +336,14 @@ def resolve_settings(
     env = os.environ if env is None else env
     home_path = _home_setting(home, env)
     url = (api_url or env.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
-    if url.startswith(("oci://", "oci+http://", "oci+https://")):
+    if url.startswith(OCI_URL_PREFIXES):
         pass  # an OCI registry: its grammar is checked where it is opened (sources.oci.reference)
     elif not url.startswith(("https://", "http://", "file://")) or not addressable(url):
         raise UserInputError(f"Malformed API URL '{url}'. Use an http(s)://, file:// or oci:// URL.")
     given_repo = repo or env.get("LLAMA_RUNTIME_REPO", "").strip()
     repo_value = validate_repo(given_repo or (_active_repo(home_path) if follow_active_repo else None) or DEFAULT_REPO)
     backend_value, explicit = _backend_setting(backend, env)
-    channel_value = _channel_request(channel, env)
+    channel_value = _channel_request(channel, env, registry=url.startswith(OCI_URL_PREFIXES))
     return Settings(
         home=home_path,
         api_url=url,
@@ -427,15 +431,18 @@ def _active_repo(home: Path) -> str | None:
         return None
 
 
-def _channel_request(flag: str | None, env: Mapping[str, str]) -> Channel | None:
-    """The channel asked for by flag, else by environment; ``None`` keeps the active runtime's."""
+def _channel_request(flag: str | None, env: Mapping[str, str], *, registry: bool = False) -> Channel | None:
+    """The channel asked for by flag, else by environment; ``None`` keeps the active runtime's.
+
+    ``registry``: the source is an OCI registry, whose own channel tags are channels too.
+    """
     if flag is None and not env.get("LLAMA_RUNTIME_CHANNEL", "").strip():
         return None  # the common case imports nothing of the release model (start-up cost)
     from llama_runtime.updater.release.channel import parse_channel
 
     if flag is not None:
-        return parse_channel(flag, "--channel")
-    return parse_channel(env["LLAMA_RUNTIME_CHANNEL"], "LLAMA_RUNTIME_CHANNEL")
+        return parse_channel(flag, "--channel", registry=registry)
+    return parse_channel(env["LLAMA_RUNTIME_CHANNEL"], "LLAMA_RUNTIME_CHANNEL", registry=registry)
 
 
 #: Refuses a build without verified provenance when on; read by the verbs that verify builds.

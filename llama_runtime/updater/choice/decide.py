@@ -200,10 +200,12 @@ def channel_request(request: UpdateRequest, active: InstallMarker | None) -> Cha
     Raises:
         UserInputError: The request's (or the marker's) channel is not a channel.
     """
+    # A registry channel tag passed the settings' check, or was stored by an install from a registry:
+    # the source says whether it has such a tag (resolve.resolve_latest_remote).
     if request.channel is not None:
-        return parse_channel(request.channel)
+        return parse_channel(request.channel, registry=True)
     if active is not None and active.channel:
-        return parse_channel(active.channel, "the active runtime's marker")
+        return parse_channel(active.channel, "the active runtime's marker", registry=True)
     return DEFAULT_CHANNEL
 
 

@@ -43,9 +43,13 @@ from llama_runtime.updater.release.assetnames import parse_asset_name
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.tags import compare_tags, highest_version, is_release_version, parse_tag
 
-Channel = Literal["stable", "nightly"]
-CHANNELS: Final[tuple[Channel, ...]] = ("stable", "nightly")
+#: What "latest" means: ``stable`` or ``nightly`` anywhere, or, on an OCI registry source, a channel
+#: tag its admin moves (``mirror promote --to candidate``): the build that tag names now.
+Channel = str
+CHANNELS: Final[tuple[Literal["stable", "nightly"], ...]] = ("stable", "nightly")
 DEFAULT_CHANNEL: Final[Channel] = "stable"
+#: A registry channel tag: a plain tag name that is neither a build (``bN``) nor a semver release.
+_REGISTRY_CHANNEL: Final = re.compile(r"^[a-z][a-z0-9._-]{0,63}$")
 
 #: The one asset of an upstream semver release (make-release.yml, PR #27485).
 NIGHTLY_TAG_ASSET: Final[str] = "nightly-tag.txt"
@@ -93,8 +97,8 @@ class StableFallback:
     build: Release | None = None
 
 
-def parse_channel(value: str, source: str = "--channel") -> Channel:
-    """``stable`` or ``nightly`` (case and blanks ignored).
+def parse_channel(value: str, source: str = "--channel", *, registry: bool = False) -> Channel:
+    """``stable`` or ``nightly`` (case and blanks ignored); with ``registry``, also a channel tag of the registry.
 
     Raises:
         UserInputError: Anything else; the message lists the valid channels.
@@ -103,10 +107,24 @@ def parse_channel(value: str, source: str = "--channel") -> Channel:
     for channel in CHANNELS:
         if cleaned == channel:
             return channel
+    if registry and is_registry_channel(cleaned):
+        return cleaned
+    where = (
+        "; a registry source (--api-url oci://…) also follows a channel tag such as candidate or canary"
+        if not registry
+        else "; or a channel tag of the registry (lowercase letters, digits, '.', '_', '-'; not a build or version)"
+    )
     raise UserInputError(
         f"Unknown channel {value!r} (from {source}); use 'stable' (the newest release, e.g. v0.3.0, "
-        "resolved to its build) or 'nightly' (the newest bNNNN build)."
+        f"resolved to its build) or 'nightly' (the newest bNNNN build){where}."
     )
+
+
+def is_registry_channel(name: str) -> bool:
+    """Whether ``name`` can be a registry's own channel tag (not stable/nightly, a build or a version)."""
+    if name in CHANNELS or not _REGISTRY_CHANNEL.match(name) or is_release_version(name):
+        return False
+    return not (name.startswith("b") and name[1:].isdigit())
 
 
 def _has_binaries(release: Release) -> bool:
@@ -507,6 +525,7 @@ __all__ = [
     "fallback_stable",
     "follow_fallback",
     "follow_pointer",
+    "is_registry_channel",
     "missing_pointer",
     "older_versions",
     "parse_channel",

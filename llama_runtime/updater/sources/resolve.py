@@ -44,9 +44,11 @@ from llama_runtime.runtime.errors import (
     ReleaseNotFoundError,
     RemoteError,
     SizeMismatchError,
+    UserInputError,
 )
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.channel import (
+    CHANNELS,
     MAX_NIGHTLY_TAG_BYTES,
     MAX_STABLE_FALLBACKS,
     Channel,
@@ -457,6 +459,21 @@ def resolve_tag_remote(client: ReleaseSource, tag: str) -> ResolvedRelease:
     return resolve_fetched(client, client.get_release(tag))
 
 
+def _registry_channel(client: ReleaseSource, channel: Channel) -> ResolvedRelease:
+    """The build a registry's channel tag (``candidate``, ``canary``) names now.
+
+    Raises:
+        UserInputError: The source is no registry: only a registry has channels of its own.
+        ReleaseNotFoundError: The registry holds no such tag.
+    """
+    if not getattr(client, "accepts_channel_tags", False):
+        raise UserInputError(
+            f"The channel {channel!r} is a registry channel; this source has only 'stable' and 'nightly'.",
+            hint="Use --channel stable or nightly, or --api-url oci://HOST/NS/NAME for a registry that holds it.",
+        )
+    return resolve_fetched(client, client.get_release(channel))
+
+
 def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRelease:
     """The build ``channel`` calls latest, fetched with the fewest requests.
 
@@ -466,6 +483,8 @@ def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRe
         IntegrityError: A ``nightly-tag.txt`` breaks the rules or fails its published digest.
         RateLimitError, NetworkError, RemoteError: GitHub failed.
     """
+    if channel not in CHANNELS:
+        return _registry_channel(client, channel)
     if channel == "nightly":
         try:
             page = client.recent_releases(per_page=NIGHTLY_PER_PAGE)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Self
 import httpx
 
 from llama_runtime.runtime.errors import ReleaseNotFoundError, RemoteDataError, RemoteError
-from llama_runtime.updater.release.channel import NIGHTLY_TAG_ASSET, Channel
+from llama_runtime.updater.release.channel import NIGHTLY_TAG_ASSET
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.remote_json import loads_bounded
 from llama_runtime.updater.release.tags import is_release_version
@@ -80,6 +80,7 @@ class RegistrySource:
 
     Attributes:
         accepts_digest_pins: ``--tag TAG@sha256:…`` names a manifest here (no other source has one).
+        accepts_channel_tags: ``--channel NAME`` follows a channel tag ``mirror promote`` moves here.
 
     Args:
         registry: The registry client; closed with this source.
@@ -88,6 +89,7 @@ class RegistrySource:
     """
 
     accepts_digest_pins: Final[bool] = True
+    accepts_channel_tags: Final[bool] = True
 
     def __init__(
         self,
@@ -173,8 +175,7 @@ class RegistrySource:
         """The build ``channel`` calls latest, resolved as for GitHub."""
         from llama_runtime.updater.sources.resolve import resolve_latest_remote
 
-        resolved: Channel = "nightly" if channel == "nightly" else "stable"
-        return resolve_latest_remote(self, resolved).release
+        return resolve_latest_remote(self, channel).release
 
     def recent_releases(self, per_page: int = 100, page: int = 1) -> list[Release]:
         """The newest builds the registry holds (by build number), with the semver releases naming them."""
