@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     import psutil
 
-__all__ = ["paths_in_use", "pid_alive", "process_start_ticks"]
+__all__ = ["paths_in_use", "pid_alive", "process_runs", "process_start_ticks"]
 
 #: The largest pid any OS hands out (Linux caps at 2**22, Windows and macOS stay in 32 bits);
 #: a larger number in a record is damage, never a process.
@@ -109,6 +109,47 @@ def process_start_ticks(pid: int) -> int | None:
     try:
         return round(psutil.Process(pid).create_time() * _TICKS_PER_SECOND)
     except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+        return None
+
+
+def process_runs(pid: int, binary: Path) -> bool | None:
+    """Whether ``pid`` runs ``binary``: its executable, or the script its interpreter runs.
+
+    A script started as ``llama-server`` shows as ``sh <path>``, so the first
+    two words of the command line count as well as the executable.
+
+    Returns:
+        None when the OS will not say (another user's process, a platform psutil cannot read).
+    """
+    if not 0 < pid <= MAX_PID:
+        return False
+    names = _exe_and_command(pid)
+    if names is None:
+        return None
+    want = os.path.realpath(binary)
+    return any(name and os.path.realpath(name) == want for name in names)
+
+
+def _exe_and_command(pid: int) -> list[str] | None:
+    """The executable and the first two command-line words of ``pid``, or None when they cannot be read."""
+    if _PROC_STAT:
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                words = handle.read(64 * 1024).split(b"\0")[:2]
+        except FileNotFoundError:
+            return []  # gone: it runs nothing
+        except OSError:
+            return None
+        return [exe, *(os.fsdecode(w) for w in words)]
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return [proc.exe(), *proc.cmdline()[:2]]
+    except psutil.NoSuchProcess:
+        return []
+    except (psutil.Error, OSError):
         return None
 
 

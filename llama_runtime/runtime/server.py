@@ -65,7 +65,7 @@ from llama_runtime.runtime.listen import (
     probe_unix_health,
     with_listen_args,
 )
-from llama_runtime.runtime.procinfo import MAX_PID, pid_alive, process_start_ticks
+from llama_runtime.runtime.procinfo import MAX_PID, pid_alive, process_runs, process_start_ticks
 
 # -- server_record: Which process is our server: ``server.json`` and the children this process s... --------------
 
@@ -158,7 +158,22 @@ class ServerRecord:
         # Every record we write has a creation time: a record without it
         # (hand-written, planted) proves nothing, and a different one means the
         # pid was recycled by an unrelated process. Neither may be signalled.
-        return state.proc_start == current
+        return state.proc_start == current and self.runs_installed_server(state)
+
+    def runs_installed_server(self, state: ServerState) -> bool:
+        """Whether the recorded binary is a runtime's under this home's ``runtimes/`` and the pid runs it.
+
+        A record is a file: pid and creation time can be copied from any of
+        the user's processes, so only one running an installed llama-server
+        of this home may be signalled as ours.
+        """
+        from llama_runtime.runtime.layout import RUNTIMES_DIR_NAME
+
+        runtimes = os.path.abspath(self.path.parent.parent / RUNTIMES_DIR_NAME)
+        binary = os.path.abspath(state.binary)
+        if os.path.commonpath([runtimes, binary]) != runtimes or binary == runtimes:
+            return False
+        return process_runs(state.pid, state.binary) is not False
 
     def running(self) -> ServerState | None:
         """The record when its process is alive, else None."""
