@@ -20,6 +20,7 @@ from llama_runtime.updater.cli.common import home_for, provenance_line, read_act
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime
     from llama_runtime.runtime.server import ManagedServer
+    from llama_runtime.runtime.trial import Trial
     from llama_runtime.updater.cli.main import AddParser, Handler, Output
 
 
@@ -62,7 +63,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         "home": str(home.root),
         "speeds": speeds,
         "skipped_builds": [dataclasses.asdict(b) for b in skipped],
-        "trial": {**trial.to_json(), "owner_running": owner_alive(trial)} if trial else None,
+        "trial": _trial_json(home, trial),
     }
     lines = [_runtime_line("active", active)]
     if active is None:
@@ -88,10 +89,40 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     if trial is not None:
         after = "its check is running" if owner_alive(trial) else "the next update, use or rollback reverts it"
         lines.append(f"trial: {trial.describe()} ({after}).")
+        if server_down_after(home, trial):
+            lines.append(server_down_line(trial))
     for build in skipped:
         lines.append(f"skipped (failed here; `update --tag {build.tag}` retries): {build.describe()}")
     out.result(payload, lines)
     return 0
+
+
+def _trial_json(home: Home, trial: Trial | None) -> dict[str, object] | None:
+    """The ``trial`` object of ``status``: the record, whether its owner runs, whether the server is down."""
+    from llama_runtime.runtime.trial import owner_alive
+
+    if trial is None:
+        return None
+    return {**trial.to_json(), "owner_running": owner_alive(trial), "server_down": server_down_after(home, trial)}
+
+
+def server_down_after(home: Home, trial: Trial) -> bool:
+    """Whether the managed server a dead switch stopped is still down (nothing brought it back yet)."""
+    from llama_runtime.runtime.server import ManagedServer
+    from llama_runtime.runtime.trial import owner_alive
+
+    if trial.server is None or not trial.server.managed or owner_alive(trial):
+        return False
+    return not ManagedServer(home.server_dir).is_running()
+
+
+def server_down_line(trial: Trial) -> str:
+    """The sentence saying the managed server is down because a switch was interrupted, and what brings it back."""
+    return (
+        f"server: llama-server is down: the switch to {trial.name} was interrupted after stopping it; "
+        f"`llama-runtime server restart` (or the next update, use, rollback or gc) starts {trial.before_name} "
+        "again with its last arguments."
+    )
 
 
 def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
@@ -143,22 +174,49 @@ def cmd_server(args: argparse.Namespace, out: Output) -> int:
 
     home = home_for(settings_from_args(args))
     server = ManagedServer(home.server_dir, port=default_port())
+    if args.action == "status":
+        return _status(out, home, server)
+    # A switch that died midway is finished first: the checked build, never the one on trial, is served.
+    given = bool(getattr(args, "server_args", []))
+    recovered = finish_trial(home, restart_server=args.action == "restart" and not given)
     if args.action in ("start", "restart"):
-        return _start(args, out, home, server, restart=args.action == "restart")
-    if args.action == "stop":
-        was = server.status()
-        # The switch lock, not the update lock: a download must not block this.
-        with UpdateLock(home.switch_lock_path).hold("server stop", timeout=BUTTON_WAIT_SECONDS):
-            server.stop(args.timeout)
-        lines = [f"Stopped llama-server (pid {was.pid})." if was.running else "No managed llama-server was running."]
-        out.result({"stopped": was.running, "pid": was.pid}, lines)
-        return 0
-    return _status(out, home, server)
+        return _start(args, out, home, server, restart=args.action == "restart", recovered=recovered)
+    was = server.status()
+    # The switch lock, not the update lock: a download must not block this.
+    with UpdateLock(home.switch_lock_path).hold("server stop", timeout=BUTTON_WAIT_SECONDS):
+        server.stop(args.timeout)
+    lines = [f"Stopped llama-server (pid {was.pid})." if was.running else "No managed llama-server was running."]
+    payload: dict[str, object] = {"stopped": was.running, "pid": was.pid, "recovered": recovered}
+    out.result(payload, [f"warning: {recovered}"] * bool(recovered) + lines)
+    return 0
 
 
-def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedServer, *, restart: bool) -> int:
+def finish_trial(home: Home, *, restart_server: bool) -> str | None:
+    """Finish a switch whose process died before its verdict (runtime.trial); the sentence saying so, or None.
+
+    Taken under the update lock, briefly: an update holding it finishes the
+    trial itself first, and the server verbs read the checked pointer anyway.
+    """
+    from llama_runtime.runtime.errors import BusyError
+    from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+    from llama_runtime.runtime.trial import finish_abandoned_trial, owner_alive, read_trial, trial_path
+
+    trial = read_trial(home)
+    if (trial is None and not trial_path(home).exists()) or (trial is not None and owner_alive(trial)):
+        return None
+    try:
+        with UpdateLock(home.lock_path).hold("server", timeout=BUTTON_WAIT_SECONDS):
+            return finish_abandoned_trial(home, restart_server=restart_server)
+    except BusyError:
+        return None
+
+
+def _start(
+    args: argparse.Namespace, out: Output, home: Home, server: ManagedServer, *, restart: bool, recovered: str | None
+) -> int:
     from llama_runtime.runtime.binary import server_override
     from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+    from llama_runtime.runtime.trial import checked_pointer
 
     server_args = list(getattr(args, "server_args", []))
     # The caller's directory: relative paths in the arguments mean what they meant there.
@@ -166,7 +224,7 @@ def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedSer
     # Under the switch lock, which an update holds only while it switches runtimes (never
     # while it downloads): the switch must not miss this server, nor this start its pointer.
     with UpdateLock(home.switch_lock_path).hold(f"server {args.action}", timeout=BUTTON_WAIT_SECONDS):
-        pointer = home.read_pointer()
+        pointer, _trial = checked_pointer(home, home.read_pointer())
         if not pointer.active:
             raise UserInputError("No runtime is active yet; run `llama-runtime update` first.")
         runtime = home.load(pointer.active)
@@ -178,7 +236,7 @@ def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedSer
     status = server.status()
     if not healthy and not status.running:
         _raise_exited(server, runtime.marker.tag, server_args)
-    lines = [
+    lines = [f"warning: {recovered}"] * bool(recovered) + [
         f"{'Restarted' if restart else 'Started'} llama-server {runtime.marker.tag} ({runtime.marker.backend}), "
         f"pid {status.pid}, "
         f"on {_where(status.host, status.port)}" + ("" if healthy else " (not healthy yet; see its log)"),
@@ -190,6 +248,7 @@ def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedSer
     payload = status.to_json()
     payload["healthy"] = healthy
     payload["runtime"] = runtime.to_json()
+    payload["recovered"] = recovered
     out.result(payload, lines)
     return 0 if healthy else 6
 
@@ -250,6 +309,7 @@ def _raise_exited(server: ManagedServer, tag: str, server_args: list[str]) -> No
 
 def _status(out: Output, home: Home, server: ManagedServer) -> int:
     from llama_runtime.runtime.errors import CorruptStateError
+    from llama_runtime.runtime.trial import read_trial
 
     status = server.status()
     payload = status.to_json()
@@ -260,7 +320,11 @@ def _status(out: Output, home: Home, server: ManagedServer) -> int:
         except CorruptStateError:
             runtime = None
     payload["runtime"] = runtime.to_json() if runtime else None
-    if not status.running:
+    trial = None if status.running else read_trial(home)
+    payload["down_after_switch"] = trial.name if trial is not None and server_down_after(home, trial) else None
+    if trial is not None and payload["down_after_switch"]:
+        lines = [server_down_line(trial)]
+    elif not status.running:
         lines = ["No managed llama-server is running. Start one with `llama-runtime server start -- ARGS`."]
     else:
         what = f"{runtime.marker.tag} ({runtime.marker.backend})" if runtime else str(status.binary)
