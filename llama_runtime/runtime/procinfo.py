@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     import psutil
 
-__all__ = ["paths_in_use", "pid_alive", "process_runs", "process_start_ticks"]
+__all__ = ["paths_in_use", "pid_alive", "process_carries", "process_runs", "process_start_ticks"]
 
 #: The largest pid any OS hands out (Linux caps at 2**22, Windows and macOS stay in 32 bits);
 #: a larger number in a record is damage, never a process.
@@ -128,6 +128,33 @@ def process_runs(pid: int, binary: Path) -> bool | None:
         return None
     want = os.path.realpath(binary)
     return any(name and os.path.realpath(name) == want for name in names)
+
+
+def process_carries(pid: int, key: str, value: str) -> bool | None:
+    """Whether ``pid``'s environment holds ``key=value`` (set when it was started, kept across ``exec``).
+
+    Returns:
+        None when the OS will not say (another user's process, a platform psutil cannot read).
+    """
+    if not 0 < pid <= MAX_PID:
+        return False
+    if _PROC_STAT:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                entries = handle.read().split(b"\0")
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return None
+        return os.fsencode(f"{key}={value}") in entries
+    import psutil
+
+    try:
+        return psutil.Process(pid).environ().get(key) == value
+    except psutil.NoSuchProcess:
+        return False
+    except (psutil.Error, OSError):
+        return None
 
 
 def _exe_and_command(pid: int) -> list[str] | None:
