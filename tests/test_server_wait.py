@@ -12,7 +12,10 @@ default wait. Every failure leaves the active runtime as it was, and it runs.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -185,3 +188,27 @@ def test_the_real_llama_server_started_with_the_default_wait_is_healthy_and_exit
     assert code == 0 and started["healthy"] is True, started
     assert started["waited_seconds"] == 300
     assert "b7000" in started["runtime"]["name"]
+
+
+def test_a_start_whose_server_another_command_stops_says_so_and_does_not_blame_llama_server(
+    capsys: pytest.CaptureFixture[str], home: Path, installed: Home
+) -> None:
+    frozen = HomeGuard(None, installed.root)
+    argv = [sys.executable, "-m", "llama_runtime", "server", "start", "--home", str(home), "--json"]
+    child = subprocess.Popen([*argv, "--", "--stand-in-load", "600"], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ManagedServer(installed.server_dir).is_running():
+            assert time.monotonic() < deadline and child.poll() is None, "the start never recorded its server"
+            time.sleep(0.05)
+        code, stopped = run_json(capsys, home, None, "server", "stop")
+        assert code == 0 and stopped["stopped"] is True, stopped
+        out, _ = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    payload = json.loads(out)
+    assert child.returncode == 3, payload
+    assert "was stopped by another llama-runtime command" in payload["error"]["message"]
+    assert "exited" not in payload["error"]["message"]
+    frozen.assert_intact("b7000", capsys=capsys)

@@ -624,6 +624,15 @@ class ManagedServer(ServerControl):
 
     # -- for the CLI ---------------------------------------------------------------
 
+    def settled_record(self) -> ServerState | None:
+        """``server.json`` once no other process is starting or stopping the server (under the server lock).
+
+        Raises:
+            BusyError: Another process kept starting or stopping it for the whole lock timeout.
+        """
+        with self._server_lock():
+            return self.record.read()
+
     def exit_status(self) -> int | None:
         """The exit status of the newest server this object started, once it ended (else None)."""
         return self.record.newest_exit_status()

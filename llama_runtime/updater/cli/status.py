@@ -398,10 +398,24 @@ def default_port(env: Mapping[str, str] | None = None) -> int | None:
 
 
 def _raise_exited(server: ManagedServer, tag: str, server_args: list[str]) -> NoReturn:
-    """llama-server ended right after starting: report what it said, in its own words."""
-    from llama_runtime.runtime.errors import ServerStartError
+    """llama-server ended right after starting: report what it said, in its own words.
+
+    Raises:
+        BusyError: Another command stopped it (its record is gone or names another server).
+        ServerStartError: It exited by itself.
+    """
+    from llama_runtime.runtime.errors import BusyError, ServerStartError
 
     code = server.exit_status()
+    ours = next(reversed(server.record.children), None)
+    state = server.settled_record()  # a stop under way is waited for: it removes the record last
+    if ours is not None and (state is None or state.pid != ours):
+        # Only a stop removes or replaces the record of a live start: llama-server did not fail.
+        raise BusyError(
+            f"llama-server {tag} (pid {ours}) was stopped by another llama-runtime command "
+            "(`server stop`, `server restart` or an update's switch) while this start waited for /health.",
+            hint="`llama-runtime server status` shows what runs now.",
+        )
     said = server.log_tail()
     errors = [line for line in said if "error" in line.lower()] or said[-2:]
     with contextlib.suppress(LlamaRuntimeError):
