@@ -21,6 +21,7 @@ import pytest
 
 from llama_runtime.runtime.inference import probe_inference
 from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.listen import free_port
 from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.runtime.trial import TRIAL_FILE, read_trial
 from llama_runtime.updater.checkpoints import SWITCH_CHECKPOINTS
@@ -226,3 +227,30 @@ def test_server_start_after_a_killed_switch_runs_the_checked_build_with_the_argu
     assert code == 0, cleaned
     assert ManagedServer(Home(home).server_dir).status().pid == pid
     assert_b7000_serves(home, running)
+
+
+def test_gc_after_a_killed_switch_restarts_b7000_with_the_arguments_the_user_started_last(
+    serving_b7000: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tiny_model: Path,
+) -> None:
+    done = run_killed(home, github, "during_completion_check", "update", "--tag", "b7001", "--backend", "vulkan")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    trial = read_trial(Home(home))
+    assert trial is not None
+    # The user restarted the server meanwhile with new arguments, the way an older llama-runtime (or an app
+    # driving ManagedServer) did: on the build on trial, the trial left unfinished.
+    server = ManagedServer(Home(home).server_dir)
+    binary = server.current_binary()
+    assert binary is not None and "b7001" in str(binary)
+    server.stop()
+    server.start(binary, ["-m", str(tiny_model), *CPU_ARGS, "--ctx-size", "320", "--port", str(free_port())])
+    assert server.wait_healthy(120)
+    latest = server.current_args()
+
+    code, cleaned = run_json(capsys, home, github.api_url, "gc")
+    assert code == 0, cleaned
+    assert not (home / TRIAL_FILE).exists()
+    assert_b7000_serves(home, latest)
