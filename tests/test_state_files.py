@@ -222,3 +222,32 @@ def test_a_server_record_copying_a_live_process_identity_is_never_signalled(
     assert code == 0, payload
     assert live_process.poll() is None, "server stop signalled a process the record only claimed"
     frozen.assert_intact("b7000", capsys=capsys)
+
+
+def test_which_never_names_a_build_on_trial_even_when_nothing_was_checked_before_it(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    installed: Home,
+    live_process: subprocess.Popen[bytes],
+) -> None:
+    frozen = HomeGuard(None, installed.root)
+    current = installed.read_pointer().active or ""
+    record = {
+        "schema": 1,
+        "runtime": current,
+        "name": "b7000 (cpu)",
+        "before": {"active": None, "previous": None},
+        "before_name": "no managed runtime",
+        "server": None,
+        "pid": live_process.pid,  # its switch is still running: nothing has been checked yet
+        "proc_start": process_start_ticks(live_process.pid),
+        "since": 0.0,
+    }
+    (installed.root / "trial.json").write_text(json.dumps(record))
+    code, payload = run_json(capsys, home, github.api_url, "which")
+    assert code == 5, payload
+    code, payload = run_json(capsys, home, github.api_url, "status")
+    assert code == 0 and payload["active"] is None and payload["trial"]["owner_running"] is True, payload
+    (installed.root / "trial.json").unlink()
+    frozen.assert_intact("b7000", capsys=capsys)
