@@ -141,12 +141,12 @@ def process_carries(pid: int, key: str, value: str) -> bool | None:
     if _PROC_STAT:
         try:
             with open(f"/proc/{pid}/environ", "rb") as handle:
-                entries = handle.read().split(b"\0")
-        except FileNotFoundError:
-            return False
+                data = handle.read()
         except OSError:
-            return None
-        return os.fsencode(f"{key}={value}") in entries
+            return None if os.path.exists(f"/proc/{pid}") else False
+        if not data:
+            return None  # an exiting process (its memory already released) shows no environment
+        return os.fsencode(f"{key}={value}") in data.split(b"\0")
     import psutil
 
     try:
@@ -164,10 +164,10 @@ def _exe_and_command(pid: int) -> list[str] | None:
             exe = os.readlink(f"/proc/{pid}/exe")
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 words = handle.read(64 * 1024).split(b"\0")[:2]
-        except FileNotFoundError:
-            return []  # gone: it runs nothing
         except OSError:
-            return None
+            # Gone: it runs nothing. Still there (an exiting process has no executable link any
+            # more, another user's cannot be read): unknown.
+            return None if os.path.exists(f"/proc/{pid}") else []
         return [exe, *(os.fsdecode(w) for w in words)]
     import psutil
 

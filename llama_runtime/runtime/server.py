@@ -104,6 +104,9 @@ class ServerRecord:
         self.path = Path(server_dir) / STATE_NAME
         #: Children this process launched, by pid (dicts keep insertion order: the last is the newest).
         self.children: dict[int, subprocess.Popen[bytes]] = {}
+        #: (pid, creation time) of recorded processes seen running our binary: an exiting process
+        #: can no longer show what it runs, and stays ours until it is gone.
+        self._verified: set[tuple[int, int]] = set()
 
     def read(self) -> ServerState | None:
         """The record, or None when there is none or it is not ours."""
@@ -161,7 +164,14 @@ class ServerRecord:
         # Every record we write has a creation time: a record without it
         # (hand-written, planted) proves nothing, and a different one means the
         # pid was recycled by an unrelated process. Neither may be signalled.
-        return state.proc_start == current and self.runs_installed_server(state)
+        if state.proc_start != current:
+            return False
+        if (state.pid, current) in self._verified:
+            return True
+        if not self.runs_installed_server(state):
+            return False
+        self._verified.add((state.pid, current))
+        return True
 
     def runs_installed_server(self, state: ServerState) -> bool:
         """Whether the recorded binary is a runtime's under this home's ``runtimes/`` and the pid runs it.
