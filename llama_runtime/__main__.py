@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from llama_runtime.updater.cli.main import main
+from llama_runtime.updater.cli.entry import run
 
-raise SystemExit(main())
+raise SystemExit(run())

@@ -106,3 +106,52 @@ def test_ctrl_c_before_anything_changed_names_the_runtime_still_active(
     assert code == 130
     assert "b7000 (cpu) is active" in capsys.readouterr().err
     guard.assert_intact("b7000")
+
+
+#: Runs the command the way ARGV[1] names (the console script's file, or ``-m llama_runtime``) with the
+#: import of the command itself held up, so that a signal lands while the command is still loading.
+_HELD_IMPORT = """
+import importlib.abc, runpy, sys, time
+how, home = sys.argv[1], sys.argv[2]
+
+class HeldImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "llama_runtime.updater.cli.main":
+            print("importing", flush=True)
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, HeldImport())
+sys.argv = ["llama-runtime", "status", "--home", home]
+if how == "module":
+    runpy.run_module("llama_runtime", run_name="__main__", alter_sys=True)
+else:
+    runpy.run_path(how, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("how", ["module", "console_script"])
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["sigint", "sigterm"])
+def test_a_signal_while_the_command_loads_ends_with_the_shells_status_and_no_traceback(
+    how: str, signum: int, status: int, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    entry = how if how == "module" else str(Path(sys.executable).with_name("llama-runtime"))
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HELD_IMPORT, entry, str(tmp_path / "home")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "importing"
+        child.send_signal(signum)
+        _out, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == status, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert not (tmp_path / "home").exists()  # nothing was done

@@ -160,6 +160,31 @@ def test_use_names_what_is_installed_when_the_tag_is_not(
     assert "update --tag b6999" in payload["error"]["hint"]
 
 
+def test_use_whose_build_gc_removes_before_it_takes_the_lock_says_it_is_no_longer_installed(
+    cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llama_runtime.updater.activate.transaction import Installer
+
+    frozen = HomeGuard(None, cpu_builds)
+    home = Home(cpu_builds)
+    b7000 = next(r for r in home.installed() if r.marker.tag == "b7000")
+    finish = Installer.finish_trial
+
+    def removed_meanwhile(self: Installer, emit: object) -> str | None:
+        # What `gc` or `remove` in another process did between use's look-up and its lock.
+        if b7000.path.is_dir():
+            shutil.rmtree(b7000.path)
+        return finish(self, emit)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Installer, "finish_trial", removed_meanwhile)
+    code, payload = run_json(capsys, cpu_builds, github.api_url, "use", "b7000")
+    assert code == 2, payload
+    assert payload["error"]["message"].startswith("b7000 is no longer installed"), payload
+    assert "doctor" not in json.dumps(payload)
+    frozen.runtimes = {k: v for k, v in frozen.runtimes.items() if not k.startswith(b7000.name)}
+    frozen.assert_intact("b7002", capsys=capsys)
+
+
 def test_use_asks_which_one_when_a_tag_is_installed_from_two_repositories(
     cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path
 ) -> None:

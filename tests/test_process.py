@@ -161,6 +161,10 @@ def test_another_instance_sees_the_detached_server_and_can_stop_it(
 ) -> None:
     models = tmp_path / "models"
     models.mkdir()
+    runtime = tmp_path / "home" / "runtimes" / "real"  # an installed runtime of the home: the build, linked
+    runtime.parent.mkdir(parents=True)
+    runtime.symlink_to(real_server_binary.parent)
+    real_server_binary = runtime / real_server_binary.name
     starter = servers()
     starter.start(real_server_binary, ["--models-dir", str(models)])
     assert starter.wait_healthy(HEALTHY_WITHIN_SECONDS)
@@ -319,7 +323,9 @@ def test_stop_with_nothing_recorded_is_a_no_op(servers: Callable[..., ManagedSer
 
 @posix_only
 def test_second_start_while_running_is_refused(servers: Callable[..., ManagedServer], tmp_path: Path) -> None:
-    binary = stand_in(tmp_path / "sleeper", "exec sleep 60")
+    runtime = tmp_path / "home" / "runtimes" / "sleeper"
+    runtime.mkdir(parents=True)
+    binary = stand_in(runtime / "llama-server", "sleep 60")
     server = servers()
     server.start(binary, [])
     first = server.state_path.read_bytes()

@@ -134,3 +134,120 @@ def test_server_verbs_are_not_blocked_by_an_update_that_holds_the_update_lock(
         code, payload = run_json(capsys, home, github.api_url, "server", "status")
         assert code == 0, payload
     frozen.assert_intact("b7000")
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _write_trial(home: Home, *, before: dict[str, Any], server: dict[str, Any] | None, runtime: str) -> None:
+    record = {
+        "schema": 1,
+        "runtime": runtime,
+        "name": "b7001 (cpu)",
+        "before": before,
+        "before_name": "b7000 (cpu)",
+        "server": server,
+        "pid": _dead_pid(),
+        "proc_start": 1,
+        "since": 0.0,
+    }
+    (home.root / "trial.json").write_text(json.dumps(record))
+
+
+def test_a_trial_record_naming_any_binary_never_runs_it_when_gc_finishes_the_trial(
+    capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, installed: Home, tmp_path: Path
+) -> None:
+    frozen = HomeGuard(None, installed.root)
+    ran = tmp_path / "planted-ran"
+    planted = tmp_path / "planted.sh"
+    planted.write_text(f"#!/bin/sh\n: > '{ran}'\nsleep 30\n")
+    planted.chmod(0o755)
+    active = installed.read_pointer()
+    _write_trial(
+        installed,
+        before={"active": active.active, "previous": active.previous},
+        server={"binary": str(planted), "args": [], "cwd": None, "managed": True},
+        runtime=active.active or "",
+    )
+    code, payload = run_json(capsys, home, github.api_url, "gc")
+    assert code == 0, payload
+    assert not ran.exists(), "gc ran the binary a trial record named"
+    assert not (installed.root / "trial.json").exists()
+    frozen.assert_intact("b7000", capsys=capsys)
+
+
+@pytest.mark.parametrize("name", ["..", ".", "../../x", "not-installed-b6999"])
+def test_a_trial_record_naming_no_installed_runtime_never_reaches_the_pointer(
+    name: str, capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, installed: Home
+) -> None:
+    frozen = HomeGuard(None, installed.root)
+    current = installed.read_pointer().active or ""
+    _write_trial(installed, before={"active": name, "previous": None}, server=None, runtime=current)
+    code, payload = run_json(capsys, home, github.api_url, "which")
+    assert code == 0 and "b7000" in payload["binary"], payload
+    code, payload = run_json(capsys, home, github.api_url, "gc")
+    assert code == 0, payload
+    assert json.loads((installed.root / "active.json").read_text())["active"] == current
+    frozen.assert_intact("b7000", capsys=capsys)
+    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "cpu")
+    assert code == 0, payload
+
+
+@pytest.mark.parametrize("binary", ["python", "installed"])
+def test_a_server_record_copying_a_live_process_identity_is_never_signalled(
+    binary: str,
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    installed: Home,
+    live_process: subprocess.Popen[bytes],
+) -> None:
+    frozen = HomeGuard(None, installed.root)
+    named = sys.executable if binary == "python" else str(installed.load(installed.read_pointer().active or "").binary)
+    record: dict[str, object] = {
+        "pid": live_process.pid,
+        "proc_start": process_start_ticks(live_process.pid),
+        "binary": named,
+        "args": [],
+        "port": 1,
+    }
+    installed.server_dir.mkdir(parents=True, exist_ok=True)
+    (installed.server_dir / "server.json").write_text(json.dumps(record))
+    code, payload = run_json(capsys, home, github.api_url, "server", "status")
+    assert code == 0 and payload["running"] is False, payload
+    code, payload = run_json(capsys, home, github.api_url, "server", "stop")
+    assert code == 0, payload
+    assert live_process.poll() is None, "server stop signalled a process the record only claimed"
+    frozen.assert_intact("b7000", capsys=capsys)
+
+
+def test_which_never_names_a_build_on_trial_even_when_nothing_was_checked_before_it(
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    installed: Home,
+    live_process: subprocess.Popen[bytes],
+) -> None:
+    frozen = HomeGuard(None, installed.root)
+    current = installed.read_pointer().active or ""
+    record = {
+        "schema": 1,
+        "runtime": current,
+        "name": "b7000 (cpu)",
+        "before": {"active": None, "previous": None},
+        "before_name": "no managed runtime",
+        "server": None,
+        "pid": live_process.pid,  # its switch is still running: nothing has been checked yet
+        "proc_start": process_start_ticks(live_process.pid),
+        "since": 0.0,
+    }
+    (installed.root / "trial.json").write_text(json.dumps(record))
+    code, payload = run_json(capsys, home, github.api_url, "which")
+    assert code == 5, payload
+    code, payload = run_json(capsys, home, github.api_url, "status")
+    assert code == 0 and payload["active"] is None and payload["trial"]["owner_running"] is True, payload
+    (installed.root / "trial.json").unlink()
+    frozen.assert_intact("b7000", capsys=capsys)

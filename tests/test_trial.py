@@ -21,6 +21,7 @@ import pytest
 
 from llama_runtime.runtime.inference import probe_inference
 from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.listen import free_port
 from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.runtime.trial import TRIAL_FILE, read_trial
 from llama_runtime.updater.checkpoints import SWITCH_CHECKPOINTS
@@ -161,3 +162,95 @@ def test_ensure_hands_out_the_last_checked_runtime_while_a_switch_is_on_trial(
     ready = RuntimeUpdater(home=home).ensure()
     assert ready.ready and "b7000" in ready.runtime.name
     assert ready.trial is not None and "b7001" in ready.trial
+
+
+def _server_runs(home: Path) -> bool:
+    return ManagedServer(Home(home).server_dir).is_running()
+
+
+@pytest.mark.parametrize("point", SWITCH_CHECKPOINTS)
+def test_server_restart_after_a_killed_switch_brings_back_b7000_with_its_last_arguments(
+    point: str,
+    serving_b7000: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+) -> None:
+    args = ManagedServer(Home(home).server_dir).current_args()
+    done = run_killed(home, github, point, "update", "--tag", "b7001", "--backend", "vulkan")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    down = not _server_runs(home)
+
+    # status and which name the checked build, and status says whether the switch left the server down.
+    code, shown = run_json(capsys, home, github.api_url, "status")
+    assert code == 0 and "b7000" in shown["active"]["name"], shown
+    assert shown["trial"]["server_down"] is down
+    code, which = run_json(capsys, home, github.api_url, "which")
+    assert code == 0 and "b7000" in which["binary"] and "b7001" not in which["binary"]
+    code, said = run_json(capsys, home, github.api_url, "server", "status")
+    assert code == 0 and (said["down_after_switch"] is not None) is down, said
+
+    code, restarted = run_json(capsys, home, github.api_url, "server", "restart", "--timeout", "120")
+    assert code == 0 and restarted["healthy"] is True, restarted
+    assert "b7000" in restarted["runtime"]["name"]
+    assert restarted["recovered"].startswith("The switch to b7001 (vulkan) ")
+    assert not (home / TRIAL_FILE).exists()
+    assert_b7000_serves(home, args)
+
+
+def test_server_start_after_a_killed_switch_runs_the_checked_build_with_the_arguments_given(
+    serving_b7000: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tiny_model: Path,
+) -> None:
+    done = run_killed(home, github, "after_server_stop", "update", "--tag", "b7001", "--backend", "vulkan")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert not _server_runs(home)
+    code, shown = run_json(capsys, home, github.api_url, "status")
+    assert code == 0 and shown["trial"]["server_down"] is True
+
+    new_args = ["-m", str(tiny_model), *CPU_ARGS, "--ctx-size", "256"]
+    code, started = run_json(capsys, home, github.api_url, "server", "start", "--timeout", "120", "--", *new_args)
+    assert code == 0 and started["healthy"] is True, started
+    assert "b7000" in started["runtime"]["name"] and "b7000" in started["runtime_name"]
+    assert not (home / TRIAL_FILE).exists()
+    pointer = json.loads((home / "active.json").read_text())
+    assert "b7000" in pointer["active"]
+    running = ManagedServer(Home(home).server_dir).current_args()
+    assert running[: len(new_args)] == new_args
+
+    # The next locking command has nothing left to revert: the user's server keeps running untouched.
+    pid = started["pid"]
+    code, cleaned = run_json(capsys, home, github.api_url, "gc")
+    assert code == 0, cleaned
+    assert ManagedServer(Home(home).server_dir).status().pid == pid
+    assert_b7000_serves(home, running)
+
+
+def test_gc_after_a_killed_switch_restarts_b7000_with_the_arguments_the_user_started_last(
+    serving_b7000: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    home: Path,
+    github: FakeGitHub,
+    tiny_model: Path,
+) -> None:
+    done = run_killed(home, github, "during_completion_check", "update", "--tag", "b7001", "--backend", "vulkan")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    trial = read_trial(Home(home))
+    assert trial is not None
+    # The user restarted the server meanwhile with new arguments, the way an older llama-runtime (or an app
+    # driving ManagedServer) did: on the build on trial, the trial left unfinished.
+    server = ManagedServer(Home(home).server_dir)
+    binary = server.current_binary()
+    assert binary is not None and "b7001" in str(binary)
+    server.stop()
+    server.start(binary, ["-m", str(tiny_model), *CPU_ARGS, "--ctx-size", "320", "--port", str(free_port())])
+    assert server.wait_healthy(120)
+    latest = server.current_args()
+
+    code, cleaned = run_json(capsys, home, github.api_url, "gc")
+    assert code == 0, cleaned
+    assert not (home / TRIAL_FILE).exists()
+    assert_b7000_serves(home, latest)

@@ -417,6 +417,11 @@ class Home:
         return found
 
 
+def is_runtime_name(name: str) -> bool:
+    """Whether ``name`` can be a directory under ``runtimes/`` (one plain component, never ``..``)."""
+    return _is_plain_name(name)
+
+
 def _is_plain_name(name: str) -> bool:
     return bool(name) and name not in {".", ".."} and _UNSAFE_NAME_CHARS.search(name) is None
 

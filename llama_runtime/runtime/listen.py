@@ -278,12 +278,26 @@ HEALTH_PROBE_TIMEOUT_SECONDS: Final = 2.0
 _ERROR_BODY_BYTES: Final = 4096
 
 
+#: What llama-server says on every route while it loads its model: HTTP 503 with
+#: ``{"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}``
+#: (llama.cpp ``tools/server/server.cpp``, the server-state middleware, through
+#: ``format_error_response(..., ERROR_TYPE_UNAVAILABLE)``).
+LOADING_MESSAGE: Final = "Loading model"
+
+
 @dataclass(frozen=True)
 class Health:
-    """One /health answer: ``ok`` only for HTTP 200."""
+    """One /health answer: ``ok`` only for HTTP 200.
+
+    Attributes:
+        ok: HTTP 200.
+        detail: What the answer was, for people.
+        loading: llama-server said it is still loading its model (alive, not yet ready).
+    """
 
     ok: bool
     detail: str
+    loading: bool = False
 
 
 def http_netloc(host: str, port: int) -> str:
@@ -304,7 +318,9 @@ def probe_health(host: str, port: int, timeout: float) -> Health:
         with opener.open(f"http://{netloc}/health", timeout=max(timeout, 0.01)) as response:
             return Health(ok=response.status == 200, detail=f"HTTP {response.status}")
     except urllib.error.HTTPError as exc:
-        return Health(ok=False, detail=f"HTTP {exc.code}: {_error_message(exc)}")
+        message = _error_message(exc)
+        loading = exc.code == 503 and message == LOADING_MESSAGE
+        return Health(ok=False, detail=f"HTTP {exc.code}: {message}", loading=loading)
     except (urllib.error.URLError, OSError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         return Health(ok=False, detail=f"no answer from {netloc}: {reason}")

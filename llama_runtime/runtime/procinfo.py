@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     import psutil
 
-__all__ = ["paths_in_use", "pid_alive", "process_start_ticks"]
+__all__ = ["paths_in_use", "pid_alive", "process_carries", "process_runs", "process_start_ticks"]
 
 #: The largest pid any OS hands out (Linux caps at 2**22, Windows and macOS stay in 32 bits);
 #: a larger number in a record is damage, never a process.
@@ -112,6 +112,74 @@ def process_start_ticks(pid: int) -> int | None:
     try:
         return round(psutil.Process(pid).create_time() * _TICKS_PER_SECOND)
     except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+        return None
+
+
+def process_runs(pid: int, binary: Path) -> bool | None:
+    """Whether ``pid`` runs ``binary``: its executable, or the script its interpreter runs.
+
+    A script started as ``llama-server`` shows as ``sh <path>``, so the first
+    two words of the command line count as well as the executable.
+
+    Returns:
+        None when the OS will not say (another user's process, a platform psutil cannot read).
+    """
+    if not 0 < pid <= MAX_PID:
+        return False
+    names = _exe_and_command(pid)
+    if names is None:
+        return None
+    want = os.path.realpath(binary)
+    return any(name and os.path.realpath(name) == want for name in names)
+
+
+def process_carries(pid: int, key: str, value: str) -> bool | None:
+    """Whether ``pid``'s environment holds ``key=value`` (set when it was started, kept across ``exec``).
+
+    Returns:
+        None when the OS will not say (another user's process, a platform psutil cannot read).
+    """
+    if not 0 < pid <= MAX_PID:
+        return False
+    if _PROC_STAT:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return None if os.path.exists(f"/proc/{pid}") else False
+        if not data:
+            return None  # an exiting process (its memory already released) shows no environment
+        return os.fsencode(f"{key}={value}") in data.split(b"\0")
+    import psutil
+
+    try:
+        return psutil.Process(pid).environ().get(key) == value
+    except psutil.NoSuchProcess:
+        return False
+    except (psutil.Error, OSError):
+        return None
+
+
+def _exe_and_command(pid: int) -> list[str] | None:
+    """The executable and the first two command-line words of ``pid``, or None when they cannot be read."""
+    if _PROC_STAT:
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                words = handle.read(64 * 1024).split(b"\0")[:2]
+        except OSError:
+            # Gone: it runs nothing. Still there (an exiting process has no executable link any
+            # more, another user's cannot be read): unknown.
+            return None if os.path.exists(f"/proc/{pid}") else []
+        return [exe, *(os.fsdecode(w) for w in words)]
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return [proc.exe(), *proc.cmdline()[:2]]
+    except psutil.NoSuchProcess:
+        return []
+    except (psutil.Error, OSError):
         return None
 
 

@@ -12,6 +12,9 @@ Invariants:
 
 * ``server.json`` is removed only once the process is gone, so a failed stop
   leaves the record that lets the next attempt find the process again.
+* A recorded pid is ours only while its creation time matches and it runs the
+  recorded binary, an installed runtime's under this home's ``runtimes/`` (or
+  carries :data:`SERVER_MARK_ENV`): a record is a file, and nothing else is signalled.
 * Healthy means our process (pid and start time) is itself a listener of the
   address that answered ``/health``: an answer from whoever else took the port
   is never ours. A port already in use refuses the start before anything runs.
@@ -66,7 +69,7 @@ from llama_runtime.runtime.listen import (
     with_listen_args,
 )
 from llama_runtime.runtime.lock import READ_ONLY_ERRNOS
-from llama_runtime.runtime.procinfo import MAX_PID, pid_alive, process_start_ticks
+from llama_runtime.runtime.procinfo import MAX_PID, pid_alive, process_carries, process_runs, process_start_ticks
 
 # -- server_record: Which process is our server: ``server.json`` and our own children. ---------------------------
 
@@ -102,6 +105,9 @@ class ServerRecord:
         self.path = Path(server_dir) / STATE_NAME
         #: Children this process launched, by pid (dicts keep insertion order: the last is the newest).
         self.children: dict[int, subprocess.Popen[bytes]] = {}
+        #: (pid, creation time) of recorded processes seen running our binary: an exiting process
+        #: can no longer show what it runs, and stays ours until it is gone.
+        self._verified: set[tuple[int, int]] = set()
 
     def read(self) -> ServerState | None:
         """The record, or None when there is none or it is not ours."""
@@ -159,7 +165,35 @@ class ServerRecord:
         # Every record we write has a creation time: a record without it
         # (hand-written, planted) proves nothing, and a different one means the
         # pid was recycled by an unrelated process. Neither may be signalled.
-        return state.proc_start == current
+        if state.proc_start != current:
+            return False
+        if (state.pid, current) in self._verified:
+            return True
+        if not self.runs_installed_server(state):
+            return False
+        self._verified.add((state.pid, current))
+        return True
+
+    def runs_installed_server(self, state: ServerState) -> bool:
+        """Whether the recorded binary is a runtime's under this home's ``runtimes/`` and the pid runs it.
+
+        A record is a file: pid and creation time can be copied from any of
+        the user's processes, so only one running an installed llama-server
+        of this home may be signalled as ours.
+        """
+        from llama_runtime.runtime.layout import RUNTIMES_DIR_NAME
+
+        home = os.path.abspath(self.path.parent.parent)
+        runtimes = os.path.join(home, RUNTIMES_DIR_NAME)
+        binary = os.path.abspath(state.binary)
+        if os.path.commonpath([runtimes, binary]) != runtimes or binary == runtimes:
+            return False
+        runs = process_runs(state.pid, state.binary)
+        if runs:
+            return True
+        # A llama-server started through a wrapper that execs it runs another file, but keeps our mark.
+        marked = process_carries(state.pid, SERVER_MARK_ENV, home)
+        return bool(marked) or (runs is None and marked is None)
 
     def running(self) -> ServerState | None:
         """The record when its process is alive, else None."""
@@ -224,12 +258,18 @@ else:
     HARD_KILL = signal.SIGKILL
 
 
+#: Set in the managed server's environment to the home it belongs to: the process
+#: keeps it across an ``exec``, and no process started otherwise carries it.
+SERVER_MARK_ENV: Final = "LLAMA_RUNTIME_SERVER_HOME"
+
+
 def spawn_detached(
     binary: Path, args: Sequence[str], env: Mapping[str, str] | None, cwd: Path, log_path: Path
 ) -> subprocess.Popen[bytes]:
     """Launch ``binary args`` in its own session, stdout and stderr to ``log_path``.
 
-    The previous log is kept as ``<log>.1``.
+    The previous log is kept as ``<log>.1``; the child's environment gets
+    :data:`SERVER_MARK_ENV` (the home: ``log_path``'s grandparent).
 
     Raises:
         ServerStartError: The binary could not be executed.
@@ -243,7 +283,7 @@ def spawn_detached(
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=dict(env) if env is not None else None,
+                env={**(os.environ if env is None else env), SERVER_MARK_ENV: str(log_path.parent.parent.absolute())},
                 cwd=str(cwd),
                 close_fds=True,
                 # A new session/process group: Ctrl-C in the CLI's terminal
@@ -470,6 +510,8 @@ class ManagedServer(ServerControl):
         # The working directory of the server stopped last: a restart (an update's
         # switch) runs in it again, so relative arguments keep their meaning.
         self._restart_cwd: Path | None = None
+        #: The last answer of the last :meth:`wait_healthy` that was not 200 (None: none yet).
+        self.last_health: Health | None = None
 
     # -- ServerControl -------------------------------------------------------
 
@@ -554,11 +596,17 @@ class ManagedServer(ServerControl):
             self._restart_cwd = state.cwd
             self.record.forget(state.pid)
 
-    def wait_healthy(self, timeout: float) -> bool:
+    def wait_healthy(self, timeout: float, *, on_answer: Callable[[Health], None] | None = None) -> bool:
         """Poll ``/health`` until our process answers 200 (True), or it exits or
         ``timeout`` seconds pass (False). An answer from another process on the
-        same port does not count."""
+        same port does not count.
+
+        Args:
+            timeout: Seconds to wait in all; a server still loading its model is waited for that long.
+            on_answer: Called with every answer that is not 200 (``loading`` while the model loads).
+        """
         deadline = self._clock() + timeout
+        self.last_health = None
         while True:
             state = self.record.running()
             if state is None:
@@ -567,6 +615,10 @@ class ManagedServer(ServerControl):
             answer = self._health(state, min(HEALTH_PROBE_TIMEOUT_SECONDS, remaining))
             if answer is not None and answer.ok:
                 return True
+            if answer is not None:
+                self.last_health = answer
+                if on_answer is not None:
+                    on_answer(answer)
             if self._clock() >= deadline:
                 return False
             self._sleep(POLL_INTERVAL_SECONDS)
@@ -589,6 +641,15 @@ class ManagedServer(ServerControl):
         return f"http://{http_netloc(state.host, state.port)}"
 
     # -- for the CLI ---------------------------------------------------------------
+
+    def settled_record(self) -> ServerState | None:
+        """``server.json`` once no other process is starting or stopping the server (under the server lock).
+
+        Raises:
+            BusyError: Another process kept starting or stopping it for the whole lock timeout.
+        """
+        with self._server_lock():
+            return self.record.read()
 
     def exit_status(self) -> int | None:
         """The exit status of the newest server this object started, once it ended (else None)."""

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.fsutil import read_record, write_record
-from llama_runtime.runtime.layout import Home, Pointer
+from llama_runtime.runtime.layout import Home, Pointer, is_runtime_name
 
 if TYPE_CHECKING:
+    from llama_runtime.runtime.layout import InstalledRuntime
     from llama_runtime.runtime.server import ManagedServer
 
 __all__ = [
@@ -161,12 +162,23 @@ def end_trial(home: Home) -> None:
 
 
 def read_trial(home: Home) -> Trial | None:
-    """The trial on record, or None (also for a damaged record: it names nothing to trust)."""
+    """The trial on record, or None (also for a damaged record, or one whose ``before`` names no
+    installed runtime: it names nothing to trust)."""
     try:
         payload = read_record(trial_path(home), max_bytes=_MAX_TRIAL_BYTES)
     except (OSError, ValueError):
         return None
-    return _parse(payload)
+    trial = _parse(payload)
+    if trial is not None and trial.before.active is not None and not _has_marker(home, trial.before.active):
+        return None  # names no installed runtime to go back to: nothing to trust
+    return trial
+
+
+def _has_marker(home: Home, name: str) -> bool:
+    """Whether ``runtimes/<name>`` holds an install marker (one stat: readers stay within their budget)."""
+    from llama_runtime.runtime.marker import MARKER_NAME
+
+    return (home.runtime_path(name) / MARKER_NAME).is_file()
 
 
 def _parse(payload: object) -> Trial | None:
@@ -182,7 +194,8 @@ def _parse(payload: object) -> Trial | None:
     if not isinstance(before, dict) or not isinstance(runtime, str) or type(pid) is not int:
         return None
     names = (before.get("active"), before.get("previous"))
-    if not all(n is None or (isinstance(n, str) and n and "/" not in n and "\\" not in n) for n in names):
+    # Names go into the pointer and paths under runtimes/: each one plain directory name, like the pointer's.
+    if not is_runtime_name(runtime) or not all(n is None or (isinstance(n, str) and is_runtime_name(n)) for n in names):
         return None
     return Trial(
         runtime=runtime,
@@ -229,20 +242,28 @@ def checked_pointer(home: Home, pointer: Pointer) -> tuple[Pointer, Trial | None
         pointer: The pointer as read from ``active.json``.
     """
     trial = read_trial(home)
-    if trial is None or trial.before.active is None:
+    if trial is None:
         return pointer, trial
-    return trial.before, trial
+    return trial.before, trial  # also "nothing": a build on trial is never handed out, even as the first one
 
 
 # -- recovery -----------------------------------------------------------------------
 
 
-def finish_abandoned_trial(home: Home, *, health_timeout: float = RESTORE_HEALTH_SECONDS) -> str | None:
+def finish_abandoned_trial(
+    home: Home, *, health_timeout: float = RESTORE_HEALTH_SECONDS, restart_server: bool = True
+) -> str | None:
     """Revert a trial whose owner is gone; a sentence saying what was done, or None.
 
     The caller holds the update lock (no live switch can be under way then,
     unless its owner still runs: that trial is left alone). The switch lock is
     taken while the server is put back, as every switch does.
+
+    Args:
+        home: The home whose trial record is finished.
+        health_timeout: Seconds the restarted server has to answer /health.
+        restart_server: False for a caller that starts or stops the server itself
+            (``server start|stop``): the build on trial is stopped, nothing is started.
     """
     trial = read_trial(home)
     if trial is None:
@@ -255,7 +276,7 @@ def finish_abandoned_trial(home: Home, *, health_timeout: float = RESTORE_HEALTH
     from llama_runtime.runtime.server import SERVER_LOCK_TIMEOUT_SECONDS
 
     with UpdateLock(home.switch_lock_path).hold("trial revert", timeout=SERVER_LOCK_TIMEOUT_SECONDS):
-        served = _put_back(home, trial, health_timeout)
+        served = _put_back(home, trial, health_timeout, restart_server)
         end_trial(home)
     return (
         f"The switch to {trial.name} (pid {trial.pid}) ended before its check gave a verdict; "
@@ -263,28 +284,51 @@ def finish_abandoned_trial(home: Home, *, health_timeout: float = RESTORE_HEALTH
     )
 
 
-def _put_back(home: Home, trial: Trial, health_timeout: float) -> str:
+def _put_back(home: Home, trial: Trial, health_timeout: float, restart_server: bool) -> str:
     """Write the pointer from before the switch and restart its server; the server's part of the sentence."""
-    from llama_runtime.runtime.server import ManagedServer
-
     current = _read_pointer_or_none(home)
-    if trial.before.active is not None and not home.runtime_path(trial.before.active).is_dir():
-        return f", but its directory is gone; the pointer was left at {current.active if current else 'nothing'}"
-    if current != trial.before:
-        home.write_pointer(trial.before)
+    before = _installed_or_none(home, trial.before.active)
+    if trial.before.active is not None and before is None:
+        where = current.active if current else "nothing"
+        return f", but it is no longer an installed runtime; the pointer was left at {where}"
+    previous = trial.before.previous
+    if previous is not None and _installed_or_none(home, previous) is None:
+        previous = None  # a rollback target that is gone is no target
+    pointer = Pointer(active=trial.before.active, previous=previous)
+    if current != pointer:
+        home.write_pointer(pointer)
     restore = trial.server
-    if restore is None:
+    if restore is None or before is None:
         return ""
     if not restore.managed:
         return "; restart your app's llama-server on it"
+    return _serve_checked(home, before, restore, health_timeout, restart_server)
+
+
+def _serve_checked(
+    home: Home, before: InstalledRuntime, restore: ServerToRestore, health_timeout: float, restart_server: bool
+) -> str:
+    """The managed server back on the checked ``before``, with the user's last arguments.
+
+    The binary is always the checked runtime's own, never the one the record
+    names: a record is a file anyone who can write the home can craft. The
+    arguments are those of the server running now (a start after the switch
+    was interrupted is the user's latest word), else those the switch stopped.
+    """
+    from llama_runtime.runtime.server import ManagedServer
+
     server = ManagedServer(home.server_dir)
-    if server.is_running():
-        if server.current_binary() == restore.binary and tuple(server.current_args()) == restore.args:
-            return " (its llama-server was still running)"
+    running = server.record.running()
+    if running is not None and running.binary == before.binary:
+        return " (its llama-server was still running)"
+    args, cwd = (list(running.args), running.cwd) if running is not None else (list(restore.args), restore.cwd)
+    if running is not None:
         server.stop()  # the build on trial: it never passed its check
+    if not restart_server:
+        return "; the llama-server of the build on trial was stopped" if running is not None else ""
     said = ""
     for attempt in range(RESTART_ATTEMPTS):
-        said = _restart(server, restore, health_timeout)
+        said = _restart(server, before, args, cwd, health_timeout)
         if said.startswith(" and restarted") or server.is_running():
             return said
         if attempt + 1 < RESTART_ATTEMPTS:
@@ -292,16 +336,30 @@ def _put_back(home: Home, trial: Trial, health_timeout: float) -> str:
     return said
 
 
-def _restart(server: ManagedServer, restore: ServerToRestore, health_timeout: float) -> str:
-    """Start the server from before the switch once; the server's part of the sentence."""
+def _restart(
+    server: ManagedServer, before: InstalledRuntime, args: list[str], cwd: Path | None, health_timeout: float
+) -> str:
+    """Start the checked runtime's server once; the server's part of the sentence."""
     try:
-        server.start(restore.binary, list(restore.args), cwd=restore.cwd)
+        server.start(before.binary, args, runtime_name=before.name, cwd=cwd)
     except Exception as exc:  # the pointer is back either way; say what the server did
         reason = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         return f"; its llama-server did not start again ({reason})"
     if server.wait_healthy(health_timeout):
         return " and restarted its llama-server with the arguments it had"
     return "; its llama-server was started again but did not answer /health"
+
+
+def _installed_or_none(home: Home, name: str | None) -> InstalledRuntime | None:
+    """The installed runtime ``name`` (its directory under ``runtimes/`` with a valid marker), else None."""
+    from llama_runtime.runtime.errors import CorruptStateError
+
+    if name is None or not is_runtime_name(name):
+        return None
+    try:
+        return home.load(name)
+    except CorruptStateError:
+        return None
 
 
 def _read_pointer_or_none(home: Home) -> Pointer | None:

@@ -18,6 +18,7 @@ a running process uses is ever replaced (Windows cannot replace a running .exe).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from llama_runtime.runtime.errors import SwitchError, VerificationError
 from llama_runtime.runtime.layout import InstalledRuntime
-from llama_runtime.runtime.server import ServerControl
+from llama_runtime.runtime.server import ManagedServer, ServerControl
 from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.config import SERVER_READY_TIMEOUT_SECONDS
 from llama_runtime.updater.logs import get_logger
@@ -33,6 +34,7 @@ from llama_runtime.updater.progress import Progress, ProgressCallback, silent
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.inference import Speed
+    from llama_runtime.runtime.listen import Health
     from llama_runtime.updater.verify.gate import InferenceGate, Verdict
 
 log = get_logger("llama_runtime.swap")
@@ -41,6 +43,8 @@ log = get_logger("llama_runtime.swap")
 BASELINE_HEALTH_SECONDS: Final = 2.0
 #: SIGTERM grace before SIGKILL when quiescing the old server.
 STOP_TIMEOUT_SECONDS: Final = 10.0
+#: Seconds between the progress events saying the new server still loads its model.
+LOADING_NOTICE_SECONDS: Final = 10.0
 
 # Arguments that make llama-server load a model at start-up (so a restart reloads it).
 _MODEL_FLAGS: Final = frozenset({"-m", "--model", "-hf", "--hf-repo", "-mu", "--model-url", "-dr", "--docker-repo"})
@@ -191,7 +195,7 @@ class ServerSwitch:
         checkpoint("during_health_wait")
         failure, reason = "unhealthy", ""
         self.emit(Progress("health", message=f"waiting for llama-server {describe(new)} to answer /health"))
-        if self.server.wait_healthy(self.health_timeout):
+        if self._wait_healthy(new):
             verdict = self._gate(new, running, current)
             if verdict is None or verdict.ok:
                 log.info("llama-server healthy on the new runtime", binary=str(new.binary))
@@ -207,6 +211,20 @@ class ServerSwitch:
             return NewServer("unhealthy_still_running", reason)
         return NewServer("failed_gate" if failure == "failed_gate" else "unhealthy", reason=reason)
 
+    def _wait_healthy(self, new: InstalledRuntime) -> bool:
+        """Wait for the new server's /health, saying while it loads its model (the managed server says so)."""
+        if not isinstance(self.server, ManagedServer):
+            return self.server.wait_healthy(self.health_timeout)
+        said: list[float] = []
+        clock = time.monotonic
+
+        def loading(answer: Health) -> None:
+            if answer.loading and (not said or clock() - said[-1] >= LOADING_NOTICE_SECONDS):
+                said.append(clock())
+                self.emit(Progress("health", message=f"llama-server {describe(new)} is loading its model"))
+
+        return self.server.wait_healthy(self.health_timeout, on_answer=loading)
+
     def _why_not_healthy(self) -> str:
         """Why the new server never answered: it exited (with its last words), or it kept silent."""
         try:
@@ -214,7 +232,10 @@ class ServerSwitch:
         except Exception:  # cannot tell: say what is known
             exited = False
         if not exited:
-            return f"it did not answer /health within {self.health_timeout:.0f} s"
+            last = self.server.last_health if isinstance(self.server, ManagedServer) else None
+            return f"it did not answer /health within {self.health_timeout:.0f} s" + (
+                f" (its last answer: {last.detail})" if last is not None else ""
+            )
         # The managed server keeps its log; an app's own server control may not (the protocol does not ask).
         tail = getattr(self.server, "log_tail", None)
         words = [line for line in (tail() if callable(tail) else []) if isinstance(line, str)][-2:]

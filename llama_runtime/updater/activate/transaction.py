@@ -435,9 +435,15 @@ class Installer:
     # -- switching to what is installed ---------------------------------------
 
     def use(
-        self, name: str, *, progress: ProgressCallback | None = None, lock_timeout: float = NO_WAIT
+        self, name: str | Callable[[], str], *, progress: ProgressCallback | None = None, lock_timeout: float = NO_WAIT
     ) -> UpdateOutcome:
         """Activate the installed runtime ``name`` (no download), verified like a fresh install.
+
+        Args:
+            name: The runtime's directory name, or what finds it, called under the lock (``gc`` or
+                ``remove`` may delete a runtime between a look-up and the lock).
+            progress: Receives the verification's progress events.
+            lock_timeout: Seconds to wait for the update lock.
 
         Raises:
             CorruptStateError: ``name`` is no longer a complete runtime.
@@ -450,7 +456,7 @@ class Installer:
             recovered = self.finish_trial(emit)
             self.verifier.smoke_report = None
             snapshot = HomeSnapshot.read(self.home)
-            target = snapshot.load(name)
+            target = snapshot.load(name() if callable(name) else name)
             active = self._active_for_replacement(snapshot)
             if active is not None and active.name == target.name and not snapshot.problems(active, hash_binary=True):
                 return with_recovery(UpdateOutcome("up_to_date", active, snapshot.previous()), recovered)

@@ -148,6 +148,8 @@ class TrialInfo:
         pid: The process carrying the switch out.
         since: When the trial began (seconds since the epoch).
         owner_running: Whether that process still runs (``status`` only, else ``None``).
+        server_down: The managed server this switch stopped is still down, and its owner is gone
+            (nothing brought it back yet: ``server restart`` or the next update, use, rollback or gc does).
         record: The stored trial record (the ``trial`` object of ``status``/``list`` output).
     """
 
@@ -158,9 +160,10 @@ class TrialInfo:
     since: float
     owner_running: bool | None
     record: Mapping[str, Any] = dataclasses.field(repr=False)
+    server_down: bool = False
 
     @classmethod
-    def of(cls, trial: Trial, *, owner_running: bool | None = None) -> TrialInfo:
+    def of(cls, trial: Trial, *, owner_running: bool | None = None, server_down: bool = False) -> TrialInfo:
         """The public view of a stored trial."""
         return cls(
             runtime=trial.runtime,
@@ -170,6 +173,7 @@ class TrialInfo:
             since=trial.since,
             owner_running=owner_running,
             record=MappingProxyType(trial.to_json()),
+            server_down=server_down,
         )
 
     def describe(self) -> str:
@@ -181,6 +185,7 @@ class TrialInfo:
         payload = dict(self.record)
         if self.owner_running is not None:
             payload["owner_running"] = self.owner_running
+            payload["server_down"] = self.server_down
         return payload
 
 
@@ -340,9 +345,23 @@ def status_of(home: Home) -> StatusResult:
         update_running=home.lock_path.exists() and UpdateLock(home.lock_path).is_held(),
         speeds=speed_figures(active, previous, home.root),
         skipped_builds=load_failed(home.root),
-        trial=TrialInfo.of(trial, owner_running=owner_alive(trial)) if trial else None,
+        trial=(
+            TrialInfo.of(trial, owner_running=owner_alive(trial), server_down=server_down_after(home, trial))
+            if trial
+            else None
+        ),
         **_pin_of(home),
     )
+
+
+def server_down_after(home: Home, trial: Trial) -> bool:
+    """Whether the managed server a dead switch stopped is still down (nothing brought it back yet)."""
+    from llama_runtime.runtime.server import ManagedServer
+    from llama_runtime.runtime.trial import owner_alive
+
+    if trial.server is None or not trial.server.managed or owner_alive(trial):
+        return False
+    return not ManagedServer(home.server_dir).is_running()
 
 
 def _pin_of(home: Home) -> dict[str, Any]:

@@ -389,9 +389,24 @@ def select(ctx: UseCaseContext, tag: str, repo: str | None) -> InstalledRuntime:
 
 
 def use(ctx: UseCaseContext, tag: str, repo: str | None, progress: ProgressCallback | None) -> UpdateOutcome:
-    """Activate the installed ``tag`` through the same verification and server switch as an update."""
-    target = select(ctx, tag, repo)
-    return ctx.engine.installer().use(target.name, progress=progress)
+    """Activate the installed ``tag`` through the same verification and server switch as an update.
+
+    The tag is looked up before the lock (a bad or unknown tag is refused at once) and again under
+    it: ``gc`` or ``remove`` may have deleted the runtime while this waited.
+    """
+    select(ctx, tag, repo)
+
+    def again_under_the_lock() -> str:
+        try:
+            return select(ctx, tag, repo).name
+        except UserInputError as exc:
+            raise UserInputError(
+                f"{tag} is no longer installed: it was removed (by `gc` or `remove`) while `use` waited; "
+                f"the active runtime is unchanged. {exc.message}",
+                hint=f"`llama-runtime list` shows what is installed; `update --tag {tag}` installs it again.",
+            ) from None
+
+    return ctx.engine.installer().use(again_under_the_lock, progress=progress)
 
 
 def rollback(ctx: UseCaseContext) -> RollbackResult:

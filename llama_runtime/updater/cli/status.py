@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
-from collections.abc import Mapping
+import sys
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -18,7 +21,9 @@ from llama_runtime.updater.cli.common import provenance_line, settings_from_args
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime
+    from llama_runtime.runtime.listen import Health
     from llama_runtime.runtime.server import ManagedServer
+    from llama_runtime.runtime.trial import Trial
     from llama_runtime.updater.api.inventory import StatusResult
     from llama_runtime.updater.cli.main import AddParser, Handler
     from llama_runtime.updater.cli.output import Output
@@ -67,6 +72,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
     if status.trial is not None:
         after = "its check is running" if status.trial.owner_running else "the next update, use or rollback reverts it"
         lines.append(f"trial: {status.trial.describe()} ({after}).")
+        if status.trial.server_down:
+            lines.append(server_down_line(status.trial.name, status.trial.before_name))
     for build in status.skipped_builds:
         lines.append(f"skipped (failed here; `update --tag {build.tag}` retries): {build.describe()}")
     out.result(status.to_json(), lines)
@@ -83,6 +90,22 @@ def _pin_lines(status: StatusResult) -> list[str]:
         f"pinned: {status.pinned.repo} {status.pinned.tag} (`check --apply`, scheduled jobs and a plain `update` "
         "stay on it; `llama-runtime unpin` releases it)"
     ]
+
+
+def server_down_after(home: Home, trial: Trial) -> bool:
+    """Whether the managed server a dead switch stopped is still down (nothing brought it back yet)."""
+    from llama_runtime.updater.api.inventory import server_down_after as down
+
+    return down(home, trial)
+
+
+def server_down_line(name: str, before_name: str) -> str:
+    """The sentence saying the managed server is down because a switch was interrupted, and what brings it back."""
+    return (
+        f"server: llama-server is down: the switch to {name} was interrupted after stopping it; "
+        f"`llama-runtime server restart` (or the next update, use, rollback or gc) starts {before_name} "
+        "again with its last arguments."
+    )
 
 
 def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
@@ -107,6 +130,12 @@ def override_info() -> dict[str, Any] | None:
 #: llama-server's own default port (``--port``, tools/server/README.md), so that a
 #: managed server is where every llama.cpp client looks first.
 LLAMA_SERVER_DEFAULT_PORT: Final[int] = 8080
+#: Seconds ``server start`` waits for /health (``--wait``, ``LLAMA_RUNTIME_SERVER_WAIT``). A server
+#: that maps a large model from a slow disk, or a Vulkan build compiling its shader cache cold (47 s
+#: seen on a desktop GPU), is loading, not failing; one that exits is reported at once anyway.
+SERVER_WAIT_DEFAULT_SECONDS: Final[float] = 300.0
+#: Seconds between the lines saying llama-server is still loading: alive, not chatty.
+LOADING_NOTICE_SECONDS: Final[float] = 10.0
 
 
 def _register_server(add: AddParser) -> dict[str, Handler]:
@@ -116,10 +145,46 @@ def _register_server(add: AddParser) -> dict[str, Handler]:
     p.add_argument(
         "--timeout",
         type=float,
-        default=10.0,
-        help="stop: seconds before SIGKILL; start: seconds to wait for /health (restart: both)",
+        default=None,
+        help="stop: seconds before SIGKILL (default 10); start/restart: the same as --wait, when --wait is not given",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="start/restart: seconds to wait for /health while llama-server loads its model "
+        f"(LLAMA_RUNTIME_SERVER_WAIT; default {SERVER_WAIT_DEFAULT_SECONDS:.0f})",
     )
     return {"server": cmd_server}
+
+
+def server_wait(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> float:
+    """Seconds ``server start|restart`` waits for /health: ``--wait``, ``--timeout``, the environment, 300.
+
+    Raises:
+        UserInputError: The value is not a positive number of seconds (exit 2).
+    """
+    from llama_runtime.updater.config import env_number
+
+    for flag in ("wait", "timeout"):
+        given = getattr(args, flag, None)
+        if given is not None:
+            if not math.isfinite(given) or given <= 0:
+                raise UserInputError(f"--{flag} must be a positive number of seconds, not {given:g}.")
+            return float(given)
+    return env_number(os.environ if env is None else env, "LLAMA_RUNTIME_SERVER_WAIT", SERVER_WAIT_DEFAULT_SECONDS)
+
+
+def _stop_timeout(args: argparse.Namespace) -> float:
+    from llama_runtime.runtime.server import DEFAULT_STOP_TIMEOUT_SECONDS
+
+    given = args.timeout
+    if given is None:
+        return DEFAULT_STOP_TIMEOUT_SECONDS
+    if not math.isfinite(given) or given < 0:
+        raise UserInputError(f"--timeout must be 0 or a positive number of seconds, not {given:g}.")
+    return float(given)
 
 
 def cmd_server(args: argparse.Namespace, out: Output) -> int:
@@ -129,23 +194,65 @@ def cmd_server(args: argparse.Namespace, out: Output) -> int:
 
     home = home_for(settings_from_args(args))
     server = ManagedServer(home.server_dir, port=default_port())
+    stop_timeout = _stop_timeout(args)
+    wait = server_wait(args) if args.action in ("start", "restart") else 0.0
+    if args.action == "status":
+        return _status(out, home, server)
+    # A switch that died midway is finished first: the checked build, never the one on trial, is served.
+    given = bool(getattr(args, "server_args", []))
+    recovered = finish_trial(home, restart_server=args.action == "restart" and not given)
     if args.action in ("start", "restart"):
-        return _start(args, out, home, server, restart=args.action == "restart")
-    if args.action == "stop":
-        was = server.status()
-        # The switch lock, not the update lock: a download must not block this.
-        # hold_for_reading: a read-only home cannot take the lock, and no start can happen there meanwhile.
-        with UpdateLock(home.switch_lock_path).hold_for_reading("server stop", timeout=BUTTON_WAIT_SECONDS):
-            server.stop(args.timeout)
-        lines = [f"Stopped llama-server (pid {was.pid})." if was.running else "No managed llama-server was running."]
-        out.result({"stopped": was.running, "pid": was.pid}, lines)
-        return 0
-    return _status(out, home, server)
+        timing = (stop_timeout, wait)
+        return _start(args, out, home, server, timing, restart=args.action == "restart", recovered=recovered)
+    was = server.status()
+    # The switch lock, not the update lock: a download must not block this.
+    # hold_for_reading: a read-only home cannot take the lock, and no start can happen there meanwhile.
+    with UpdateLock(home.switch_lock_path).hold_for_reading("server stop", timeout=BUTTON_WAIT_SECONDS):
+        server.stop(stop_timeout)
+    lines = [f"Stopped llama-server (pid {was.pid})." if was.running else "No managed llama-server was running."]
+    payload: dict[str, object] = {"stopped": was.running, "pid": was.pid, "recovered": recovered}
+    out.result(payload, [f"warning: {recovered}"] * bool(recovered) + lines)
+    return 0
 
 
-def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedServer, *, restart: bool) -> int:
+def finish_trial(home: Home, *, restart_server: bool) -> str | None:
+    """Finish a switch whose process died before its verdict (runtime.trial); the sentence saying so, or None.
+
+    Taken under the update lock, briefly: an update holding it finishes the
+    trial itself first, and the server verbs read the checked pointer anyway.
+    """
+    from llama_runtime.runtime.errors import BusyError
+    from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+    from llama_runtime.runtime.trial import finish_abandoned_trial, owner_alive, read_trial, trial_path
+
+    trial = read_trial(home)
+    if (trial is None and not trial_path(home).exists()) or (trial is not None and owner_alive(trial)):
+        return None
+    try:
+        with UpdateLock(home.lock_path).hold("server", timeout=BUTTON_WAIT_SECONDS):
+            return finish_abandoned_trial(home, restart_server=restart_server)
+    except BusyError:
+        return None
+
+
+def _start(
+    args: argparse.Namespace,
+    out: Output,
+    home: Home,
+    server: ManagedServer,
+    timing: tuple[float, float],
+    *,
+    restart: bool,
+    recovered: str | None,
+) -> int:
+    """``server start|restart``: the checked build on the arguments given; exit 0 only once it is healthy.
+
+    Args:
+        timing: Seconds before SIGKILL when stopping (restart), and seconds to wait for /health.
+    """
     from llama_runtime.runtime.binary import server_override
     from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
+    from llama_runtime.runtime.trial import checked_pointer
 
     server_args = list(getattr(args, "server_args", []))
     # The caller's directory: relative paths in the arguments mean what they meant there.
@@ -153,32 +260,79 @@ def _start(args: argparse.Namespace, out: Output, home: Home, server: ManagedSer
     # Under the switch lock, which an update holds only while it switches runtimes (never
     # while it downloads): the switch must not miss this server, nor this start its pointer.
     with UpdateLock(home.switch_lock_path).hold(f"server {args.action}", timeout=BUTTON_WAIT_SECONDS):
-        pointer = home.read_pointer()
+        pointer, _trial = checked_pointer(home, home.read_pointer())
         if not pointer.active:
             raise UserInputError("No runtime is active yet; run `llama-runtime update` first.")
         runtime = home.load(pointer.active)
         if restart:
             server_args, cwd = _restart_args(server, server_args, cwd)
-            server.stop(args.timeout)
+            server.stop(timing[0])
         server.start(runtime.binary, server_args, runtime_name=runtime.name, cwd=cwd)
-    healthy = server.wait_healthy(args.timeout)
+    notice = LoadingNotice(timing[1], quiet=args.quiet or out.as_json)
+    healthy = server.wait_healthy(timing[1], on_answer=notice)
     status = server.status()
     if not healthy and not status.running:
         _raise_exited(server, runtime.marker.tag, server_args)
-    lines = [
+    lines = [f"warning: {recovered}"] * bool(recovered) + [
         f"{'Restarted' if restart else 'Started'} llama-server {runtime.marker.tag} ({runtime.marker.backend}), "
-        f"pid {status.pid}, "
-        f"on {_where(status.host, status.port)}" + ("" if healthy else " (not healthy yet; see its log)"),
+        f"pid {status.pid}, on {_where(status.host, status.port)}"
+        + ("" if healthy else f"; it did not answer /health within {timing[1]:g} s"),
         f"log: {server.log_path}",
     ]
+    if not healthy:
+        lines += _still_starting(server)
     override = server_override()
     if override is not None:
         lines.append(f"warning: LLAMA_SERVER_PATH={override} is set; apps using it run that binary instead.")
     payload = status.to_json()
     payload["healthy"] = healthy
     payload["runtime"] = runtime.to_json()
+    payload["recovered"] = recovered
+    payload["waited_seconds"] = timing[1]
+    payload["log_tail"] = [] if healthy else server.log_tail()
+    if not healthy and server.last_health is not None:
+        payload["health_detail"] = server.last_health.detail
     out.result(payload, lines)
     return 0 if healthy else 6
+
+
+class LoadingNotice:
+    """The progress line while llama-server loads its model: on stderr, every few seconds, never with --json.
+
+    Args:
+        wait: Seconds the command waits in all (said in the line).
+        quiet: Say nothing (``--quiet``, ``--json``).
+        clock: Monotonic seconds.
+    """
+
+    def __init__(self, wait: float, *, quiet: bool, clock: Callable[[], float] = time.monotonic) -> None:
+        self.wait = wait
+        self.quiet = quiet
+        self._clock = clock
+        self._began = clock()
+        self._said_at: float | None = None
+
+    def __call__(self, answer: Health) -> None:
+        now = self._clock()
+        if self.quiet or not answer.loading:
+            return
+        if self._said_at is not None and now - self._said_at < LOADING_NOTICE_SECONDS:
+            return
+        self._said_at = now
+        sys.stderr.write(
+            f"llama-server is loading its model ({now - self._began:.0f} s so far; waiting up to {self.wait:g} s)...\n"
+        )
+        sys.stderr.flush()
+
+
+def _still_starting(server: ManagedServer) -> list[str]:
+    """What a server that outlived the wait last said: its /health answer and its log's last lines."""
+    last = server.last_health
+    lines = [
+        f"It is still running; its last answer was {last.detail if last else 'nothing'}. "
+        "`llama-runtime server status` says when it is healthy; `--wait SECONDS` waits longer."
+    ]
+    return lines + [f"  log: {line}" for line in server.log_tail()]
 
 
 def _restart_args(server: ManagedServer, given: list[str], cwd: Path | None) -> tuple[list[str], Path | None]:
@@ -219,10 +373,24 @@ def default_port(env: Mapping[str, str] | None = None) -> int | None:
 
 
 def _raise_exited(server: ManagedServer, tag: str, server_args: list[str]) -> NoReturn:
-    """llama-server ended right after starting: report what it said, in its own words."""
-    from llama_runtime.runtime.errors import ServerStartError
+    """llama-server ended right after starting: report what it said, in its own words.
+
+    Raises:
+        BusyError: Another command stopped it (its record is gone or names another server).
+        ServerStartError: It exited by itself.
+    """
+    from llama_runtime.runtime.errors import BusyError, ServerStartError
 
     code = server.exit_status()
+    ours = next(reversed(server.record.children), None)
+    state = server.settled_record()  # a stop under way is waited for: it removes the record last
+    if ours is not None and (state is None or state.pid != ours):
+        # Only a stop removes or replaces the record of a live start: llama-server did not fail.
+        raise BusyError(
+            f"llama-server {tag} (pid {ours}) was stopped by another llama-runtime command "
+            "(`server stop`, `server restart` or an update's switch) while this start waited for /health.",
+            hint="`llama-runtime server status` shows what runs now.",
+        )
     said = server.log_tail()
     errors = [line for line in said if "error" in line.lower()] or said[-2:]
     with contextlib.suppress(LlamaRuntimeError):
@@ -237,6 +405,7 @@ def _raise_exited(server: ManagedServer, tag: str, server_args: list[str]) -> No
 
 def _status(out: Output, home: Home, server: ManagedServer) -> int:
     from llama_runtime.runtime.errors import CorruptStateError
+    from llama_runtime.runtime.trial import read_trial
 
     status = server.status()
     payload = status.to_json()
@@ -247,7 +416,11 @@ def _status(out: Output, home: Home, server: ManagedServer) -> int:
         except CorruptStateError:
             runtime = None
     payload["runtime"] = runtime.to_json() if runtime else None
-    if not status.running:
+    trial = None if status.running else read_trial(home)
+    payload["down_after_switch"] = trial.name if trial is not None and server_down_after(home, trial) else None
+    if trial is not None and payload["down_after_switch"]:
+        lines = [server_down_line(trial.name, trial.before_name)]
+    elif not status.running:
         lines = ["No managed llama-server is running. Start one with `llama-runtime server start -- ARGS`."]
     else:
         what = f"{runtime.marker.tag} ({runtime.marker.backend})" if runtime else str(status.binary)
