@@ -208,6 +208,7 @@ PROCESS_ENV_READERS = {
     "runtime/confine.py": "the allow-listed part of what a build not yet accepted would inherit (GPU selection)",
     "updater/verify/smoke.py": "the same allow-list, for the staged build's smoke run",
     "updater/sources/oci/auth.py": "registry credentials where container tools keep them (DOCKER_CONFIG, ...)",
+    "runtime/server.py": "the managed llama-server runs with the user's environment (plus its home's mark)",
     "updater/sources/tls.py": "the machine's CA bundle (SSL_CERT_FILE), as every TLS client here reads it",
 }
 
