@@ -41,8 +41,8 @@ from llama_runtime.runtime.binary import ProcessResult, run_process  # noqa: E40
 from llama_runtime.runtime.diskuse import home_disk_use  # noqa: E402
 from llama_runtime.runtime.fsutil import tree_size  # noqa: E402
 from llama_runtime.runtime.layout import Home  # noqa: E402
+from llama_runtime.updater.activate.installer import Installer  # noqa: E402
 from llama_runtime.updater.activate.pipeline import StoragePolicy  # noqa: E402
-from llama_runtime.updater.activate.transaction import Installer  # noqa: E402
 from llama_runtime.updater.api.service import RuntimeUpdater  # noqa: E402
 from llama_runtime.updater.choice.decide import UpdateRequest  # noqa: E402
 from llama_runtime.updater.choice.host import HostFacts  # noqa: E402

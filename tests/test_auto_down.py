@@ -27,7 +27,7 @@ from llama_runtime.updater.activate.attempts import (
     CandidatesFailedError,
     next_plan,
 )
-from llama_runtime.updater.activate.transaction import Installer
+from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.cli.main import main

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from llama_runtime.runtime.binary import ProcessResult, run_process
 from llama_runtime.runtime.layout import Home
-from llama_runtime.updater.activate.transaction import Installer
+from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.sources.github import GitHubClient

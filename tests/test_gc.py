@@ -25,7 +25,7 @@ from llama_runtime.updater.activate.gc import (
     runtimes_to_remove,
     stale_staging,
 )
-from llama_runtime.updater.activate.transaction import Installer
+from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
 from tests.helpers import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_tarball

@@ -19,7 +19,7 @@ import pytest
 
 from llama_runtime.runtime.errors import UnsafeArchiveError
 from llama_runtime.runtime.layout import Home
-from llama_runtime.updater.activate.transaction import Installer
+from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.sources.github import GitHubClient
 from tests.archives import build_release_archive

@@ -163,7 +163,7 @@ def test_use_names_what_is_installed_when_the_tag_is_not(
 def test_use_whose_build_gc_removes_before_it_takes_the_lock_says_it_is_no_longer_installed(
     cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llama_runtime.updater.activate.transaction import Installer
+    from llama_runtime.updater.activate.installer import Installer
 
     frozen = HomeGuard(None, cpu_builds)
     home = Home(cpu_builds)

@@ -21,7 +21,7 @@ import pytest
 
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.marker import MARKER_NAME
-from llama_runtime.updater.activate.transaction import Installer
+from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
 from tests.fakegithub import FakeGitHub

@@ -22,7 +22,7 @@ from llama_runtime.runtime.errors import VerificationError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.listen import Endpoint, free_port, listen_endpoints
 from llama_runtime.runtime.server import ManagedServer
-from llama_runtime.updater.activate.transaction import Installer
+from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.sources.github import GitHubClient

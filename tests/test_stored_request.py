@@ -9,7 +9,7 @@ import pytest
 
 from llama_runtime.runtime.errors import BackendUnavailableError
 from llama_runtime.runtime.layout import Home
-from llama_runtime.updater.activate.transaction import Installer
+from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.cli.main import main

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from llama_runtime.runtime.binary import ProcessRunner
     from llama_runtime.runtime.server import ServerControl
-    from llama_runtime.updater.activate.transaction import Installer
+    from llama_runtime.updater.activate.installer import Installer
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import GatePolicy, Settings
     from llama_runtime.updater.sources.source import ReleaseSource
@@ -154,8 +154,8 @@ class Engine:
         """The install transaction over this home (``source`` for updates, none for local work)."""
         from llama_runtime.runtime.binary import run_process
         from llama_runtime.runtime.clock import utc_iso
+        from llama_runtime.updater.activate.installer import Installer
         from llama_runtime.updater.activate.pipeline import StoragePolicy
-        from llama_runtime.updater.activate.transaction import Installer
         from llama_runtime.updater.verify.provenance import ProvenanceCheck
 
         # No source (install-file, use) or a file:// mirror: an offline machine, no trust-root refresh.

@@ -5,7 +5,7 @@ installed into staging — its ``--version``/``--list-devices`` run (the device
 check), the build number it reports, the completion check (the smoke model, or
 the inference gate of a running server) — the update tries the build the
 chooser ranks next, in the same update and under the same lock
-(:meth:`~updater.activate.transaction.Installer.update`). Every try is an
+(:meth:`~updater.activate.installer.Installer.update`). Every try is an
 :class:`Attempt`: in the update's result (``attempts``), in the marker of the
 runtime that won, and in the error that ends the update when none did.
 
@@ -215,7 +215,7 @@ def _failed_before(
 
 @dataclass(frozen=True)
 class UpdateOutcome:
-    """The result of :meth:`~llama_runtime.updater.activate.transaction.Installer.update`.
+    """The result of :meth:`~llama_runtime.updater.activate.installer.Installer.update`.
 
     ``attempts`` are the candidate builds the update tried, in order, the last one
     the build that ended it (see :mod:`.attempts`); empty when nothing was tried.

@@ -40,7 +40,7 @@ from llama_runtime.runtime.fsutil import is_disk_full, remove_tree_quietly, sha2
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker
 from llama_runtime.updater.activate.attempts import UpdateOutcome
-from llama_runtime.updater.activate.transaction import Installer
+from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
 from llama_runtime.updater.fetch.cache import check_free_space, disk_full_error
 from llama_runtime.updater.logs import get_logger

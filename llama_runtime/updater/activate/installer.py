@@ -1,4 +1,4 @@
-"""The install transaction: stage, verify, write the marker, activate, or roll back.
+"""The Installer: the one orchestrator of update, use and rollback, each as one transaction.
 
 The sequence (each step finishes before the next; nothing is published early)::
 
