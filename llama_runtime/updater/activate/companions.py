@@ -78,7 +78,7 @@ class ReusedCompanion:
             return Provenance("verified", reason)
         return Provenance("absent" if status == "absent" else "unverified", reason)
 
-    def meta_entry(self) -> dict[str, object]:
+    def facts_entry(self) -> dict[str, object]:
         """The new marker's ``extra_assets`` entry: the asset named, and where its files came from.
 
         The donor's recorded attestation of the archive travels with it, so an

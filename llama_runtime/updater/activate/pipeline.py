@@ -54,7 +54,8 @@ from llama_runtime.updater.stage.archive import ExtractResult
 from llama_runtime.updater.stage.staged import Staged, extract_staged, new_staging_path
 from llama_runtime.updater.stage.streaming import Fetched, FetchOptions, fetch_asset
 from llama_runtime.updater.verify.attested import ATTESTED_UPSTREAM_BUNDLE_MISSING, remember_attested, was_attested
-from llama_runtime.updater.verify.installed import marker_from_meta
+from llama_runtime.updater.verify.install_facts import InstallFacts
+from llama_runtime.updater.verify.installed import marker_from_facts
 from llama_runtime.updater.verify.provenance import (
     Provenance,
     ProvenanceCheck,
@@ -68,7 +69,7 @@ from llama_runtime.updater.verify.verify import Expected, check_requested_device
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import ReleaseSource
 
-__all__ = ["Acquirer", "InstallPipeline", "PlannedInstall", "StoragePolicy", "download_meta"]
+__all__ = ["Acquirer", "InstallPipeline", "PlannedInstall", "StoragePolicy", "download_facts"]
 
 
 # -- acquire: A release's assets for one install: space, download or cache, digests. -----------------------------
@@ -76,41 +77,41 @@ __all__ = ["Acquirer", "InstallPipeline", "PlannedInstall", "StoragePolicy", "do
 log = get_logger("llama_runtime.install")
 
 
-def download_meta(
+def download_facts(
     release: Release,
     choice: Choice,
     backend_request: str,
     downloads: list[DownloadResult],
     identity: Mapping[str, object] | None,
     reused: Sequence[ReusedCompanion] = (),
-) -> dict[str, object]:
+) -> InstallFacts:
     """The marker fields of a downloaded install (``downloads``: the main asset first, then its companions).
 
     ``reused`` are the companions not downloaded (their files come from an installed runtime):
     ``downloads`` holds only the others.
     """
     fetched = [a for a in choice.extra_assets if a.name not in {r.asset.name for r in reused}]
-    return {
-        "repo": release.repo,
-        "tag": release.tag,
-        "backend": choice.backend,
-        "backend_request": backend_request,
-        "asset": choice.asset.name,
-        "size": downloads[0].size,
-        "sha256": downloads[0].sha256,
-        "digest_verified": all(d.digest_verified for d in downloads),
-        "source": "download",
-        "reason": choice.reason,
-        **(identity or {}),
-        "extra_assets": (
+    facts = InstallFacts(
+        repo=release.repo,
+        tag=release.tag,
+        backend=choice.backend,
+        backend_request=backend_request,
+        asset=choice.asset.name,
+        size=downloads[0].size,
+        sha256=downloads[0].sha256,
+        digest_verified=all(d.digest_verified for d in downloads),
+        source="download",
+        reason=choice.reason,
+        extra_assets=(
             *(
                 {"name": a.name, "size": d.size, "sha256": d.sha256}
                 for a, d in zip(fetched, downloads[1:], strict=True)
             ),
-            *(r.meta_entry() for r in reused),
+            *(r.facts_entry() for r in reused),
         ),
-        **({"companion_from": reused[0].donor.marker.tag} if reused else {}),
-    }
+        companion_from=reused[0].donor.marker.tag if reused else "",
+    )
+    return facts.with_identity(identity)
 
 
 class Acquirer:
@@ -443,15 +444,16 @@ class InstallPipeline:
         downloads = [f.download for f in fetched]
         warnings.extend(self.acquirer.provenance_check.warnings_for(release.repo))
         checkpoint("after_download")
-        meta = download_meta(release, choice, planned.backend_request, downloads, planned.identity, reused)
+        facts = download_facts(release, choice, planned.backend_request, downloads, planned.identity, reused)
         from llama_runtime.updater.sources.oci.source import bytes_origin
 
-        meta["source"] = bytes_origin(self.acquirer.source, release) or meta["source"]  # a registry's manifest
+        # A registry's manifest, when the bytes came from one.
+        facts = replace(facts, source=bytes_origin(self.acquirer.source, release) or facts.source)
         try:
-            staged = self._check_provenance(release, choice, fetched[0], downloads, meta, emit, reused)
+            facts, staged = self._check_provenance(release, choice, fetched[0], downloads, facts, emit, reused)
             outcome = self.install_archives(
                 [d.path for d in downloads],
-                meta,
+                facts,
                 active=active,
                 emit=emit,
                 cancel=cancel,
@@ -512,15 +514,15 @@ class InstallPipeline:
         choice: Choice,
         main: Fetched,
         downloads: list[DownloadResult],
-        meta: dict[str, object],
+        facts: InstallFacts,
         emit: ProgressCallback,
         reused: Sequence[ReusedCompanion] = (),
-    ) -> tuple[Path, ExtractResult] | None:
-        """Record the downloads' provenance in ``meta``; then a streamed extraction becomes a staged candidate.
+    ) -> tuple[InstallFacts, tuple[Path, ExtractResult] | None]:
+        """Record the downloads' provenance in ``facts``; then a streamed extraction becomes a staged candidate.
 
         Returns:
-            The staging directory the main archive now lies in, with what its
-            extraction wrote; ``None`` when it was not extracted while it downloaded.
+            ``facts`` with the provenance recorded; the staging directory the main archive now
+            lies in, with what its extraction wrote (``None`` when it was not extracted while it downloaded).
         """
         unpacking = self.acquirer.unpacking_path(choice.asset)
         try:
@@ -529,13 +531,13 @@ class InstallPipeline:
             assets = (choice.asset, *(a for a in choice.extra_assets if a.name not in skipped))
             each = self.acquirer.provenance(release.repo, assets, downloads)
             result = combine([*each, *((r.name, r.provenance()) for r in reused)])
-            meta["provenance"] = with_build_commit(result, release.target_commitish).to_marker()
-            record_each_provenance(meta, each[1:], keep={r.asset.name for r in reused})
+            facts = replace(facts, provenance=with_build_commit(result, release.target_commitish).to_marker())
+            facts = record_each_provenance(facts, each[1:], keep={r.asset.name for r in reused})
             if main.extracted is None:
-                return None
+                return facts, None
             staging = new_staging_path(self.home)
             os.replace(unpacking, staging)  # digest (and provenance) checked: now a candidate
-            return staging, main.extracted
+            return facts, (staging, main.extracted)
         except BaseException:
             remove_tree_quietly(unpacking)
             raise
@@ -543,7 +545,7 @@ class InstallPipeline:
     def install_archives(
         self,
         archives: list[Path],
-        meta: dict[str, object],
+        facts: InstallFacts,
         *,
         active: InstalledRuntime | None,
         emit: ProgressCallback,
@@ -555,7 +557,7 @@ class InstallPipeline:
     ) -> UpdateOutcome:
         """Extract ``archives`` (main first), place ``reused`` companion files, verify, write the marker and activate.
 
-        The caller holds the update lock. ``meta`` carries the marker fields
+        The caller holds the update lock. ``facts`` carry the marker fields
         that describe where the archives came from. ``staged`` is a staging
         directory the main archive was already extracted into (while it
         downloaded, its digest checked since), with what that wrote.
@@ -568,14 +570,14 @@ class InstallPipeline:
             emit(Progress("verify", message="extracting"))
             main = staged[1] if staged is not None else None
             with at_stage("extraction"):
-                tree = extract_staged(archives, staging, str(meta["asset"]), cancel, main)
-                _record_companions(tree, meta, reused)
+                tree = extract_staged(archives, staging, facts.asset, cancel, main)
+                facts = _record_companions(tree, facts, reused)
             checkpoint("after_extract")
             log.info("extracted", files=len(tree.files), bytes=sum(r.size for r in tree.files.values()))
-            _stop_if_cancelled(cancel, meta)
+            _stop_if_cancelled(cancel, facts)
             self._share(tree, snapshot, warnings)
-            marker = self._verified_marker(tree, meta, active, emit, warnings, snapshot.next_sequence())
-            _stop_if_cancelled(cancel, meta)  # verification can take long; the flip has not begun
+            marker = self._verified_marker(tree, facts, active, emit, warnings, snapshot.next_sequence())
+            _stop_if_cancelled(cancel, facts)  # verification can take long; the flip has not begun
             fsync_tree(staging, ahead=tree.ahead)
             write_marker(staging, marker)
             checkpoint("after_marker")
@@ -591,7 +593,7 @@ class InstallPipeline:
             remove_tree_quietly(staging)  # best effort: never hides the error on its way out
             if is_disk_full(exc):
                 needed = sum(a.stat().st_size for a in archives) * EXTRACTED_SIZE_FACTOR
-                raise disk_full_error(self.home.root, needed, f"llama.cpp {meta['tag']}") from exc
+                raise disk_full_error(self.home.root, needed, f"llama.cpp {facts.tag}") from exc
             raise
 
     def _share(self, tree: Staged, snapshot: HomeSnapshot, warnings: list[str]) -> None:
@@ -607,7 +609,7 @@ class InstallPipeline:
     def _verified_marker(
         self,
         tree: Staged,
-        meta: dict[str, object],
+        facts: InstallFacts,
         active: InstalledRuntime | None,
         emit: ProgressCallback,
         warnings: list[str],
@@ -618,19 +620,19 @@ class InstallPipeline:
         ``sequence`` is one more than any installed runtime's: the install order no clock can upset.
         """
         verified = self.verifier.verify_staged(
-            tree, tag=str(meta["tag"]), backend=str(meta["backend"]), active=active, emit=emit, warnings=warnings
+            tree, tag=facts.tag, backend=facts.backend, active=active, emit=emit, warnings=warnings
         )
         device_warning = None
-        if meta.get("explicit_backend"):  # asked for by name: no device of it is a failure, never a CPU fallback
+        if facts.explicit_backend:  # asked for by name: no device of it is a failure, never a CPU fallback
             with at_stage("device check"):
                 device_warning = check_requested_device(
-                    str(meta["backend_request"]),
-                    str(meta["backend"]),
+                    facts.backend_request,
+                    facts.backend,
                     verified.report.devices,
-                    allow_no_device=bool(meta.get("allow_no_device")),
+                    allow_no_device=facts.allow_no_device,
                 )
-        marker = marker_from_meta(
-            meta,
+        marker = marker_from_facts(
+            facts,
             tree,
             verified,
             installed_at=self.clock(),
@@ -643,15 +645,15 @@ class InstallPipeline:
         return replace(marker, device_warning=device_warning)
 
 
-def _record_companions(tree: Staged, meta: dict[str, object], reused: Sequence[ReusedCompanion]) -> None:
-    """Place the reused companion files, and record each companion's files in its ``extra_assets`` entry.
+def _record_companions(tree: Staged, facts: InstallFacts, reused: Sequence[ReusedCompanion]) -> InstallFacts:
+    """Place the reused companion files; ``facts`` with each companion's files in its ``extra_assets`` entry.
 
-    The entries of downloaded companions come first, in the archives' order (``download_meta``).
+    The entries of downloaded companions come first, in the archives' order (``download_facts``).
     """
     for reuse in reused:
         placed, _links = place_reused(reuse, tree)
         tree.files.update(placed)
-    entries = [dict(e) for e in meta.get("extra_assets", ())]  # type: ignore[attr-defined]
+    entries = [dict(e) for e in facts.extra_assets]
     bin_dir = tree.binary.parent
     for entry, (files, links) in zip(entries, tree.companions, strict=False):
 
@@ -661,10 +663,10 @@ def _record_companions(tree: Staged, meta: dict[str, object], reused: Sequence[R
         entry.update(
             companion_entry({beside(r): f for r, f in files.items()}, {beside(r): t for r, t in links.items()})
         )
-    meta["extra_assets"] = tuple(entries)
+    return replace(facts, extra_assets=tuple(entries))
 
 
-def _stop_if_cancelled(cancel: CancelCheck, meta: dict[str, object]) -> None:
+def _stop_if_cancelled(cancel: CancelCheck, facts: InstallFacts) -> None:
     """A cancel is honoured until activation begins (docs/events.md): nothing is activated then."""
     if cancel():
-        raise CancelledError(f"The update to {meta['tag']} was cancelled before activation; nothing was activated.")
+        raise CancelledError(f"The update to {facts.tag} was cancelled before activation; nothing was activated.")

@@ -47,6 +47,7 @@ from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.offline.export import read_bundle_marker, repack_bundle
 from llama_runtime.updater.progress import silent
 from llama_runtime.updater.release.assetnames import AssetInfo, parse_asset_name
+from llama_runtime.updater.verify.install_facts import InstallFacts
 from llama_runtime.updater.verify.installed import damage, find_build, verify_files
 from llama_runtime.updater.verify.provenance import (
     Provenance,
@@ -106,8 +107,8 @@ def normalize_sha256(value: str | None) -> str | None:
     return hexpart
 
 
-def archive_meta(request: InstallFileRequest, info: AssetInfo | None, host_platform: str) -> dict[str, object]:
-    """Marker fields for a plain release archive, from the request and its name.
+def archive_facts(request: InstallFileRequest, info: AssetInfo | None, host_platform: str) -> InstallFacts:
+    """Marker fields for a plain release archive, from the request and its name (its bytes not read yet).
 
     Raises:
         UserInputError: No tag or backend can be told, or the name contradicts the flags.
@@ -127,18 +128,18 @@ def archive_meta(request: InstallFileRequest, info: AssetInfo | None, host_platf
     backend = requested or (info.backend if info else None)
     if backend is None:
         raise UserInputError(f"Cannot tell the backend of {name} from its name; pass --backend (e.g. --backend cpu).")
-    return {
-        "repo": request.repo or request.default_repo,
-        "tag": tag,
-        "backend": backend,
-        "backend_request": requested or "auto",
-        "asset": name,
-        "source": "file",
-        "reason": f"installed from the file {request.archive}",
-    }
+    return InstallFacts(
+        repo=request.repo or request.default_repo,
+        tag=tag,
+        backend=backend,
+        backend_request=requested or "auto",
+        asset=name,
+        source="file",
+        reason=f"installed from the file {request.archive}",
+    )
 
 
-def bundle_meta(request: InstallFileRequest, marker: InstallMarker) -> dict[str, object]:
+def bundle_facts(request: InstallFileRequest, marker: InstallMarker) -> InstallFacts:
     """Marker fields for a bundle: its own marker's, checked against any flags given.
 
     Raises:
@@ -150,26 +151,26 @@ def bundle_meta(request: InstallFileRequest, marker: InstallMarker) -> dict[str,
     for flag, (asked, held) in given.items():
         if asked is not None and asked != held:
             raise UserInputError(f"The bundle {request.archive.name} holds {held}, not {asked}; drop or fix {flag}.")
-    return {
-        "repo": marker.repo,
-        "tag": marker.tag,
-        "backend": marker.backend,
-        "backend_request": marker.backend_request,
-        "asset": marker.asset,
-        "size": marker.size,
-        "sha256": marker.sha256,
-        "source": "bundle",
-        "extra_assets": marker.extra_assets,
-        "reason": f"restored from the bundle {request.archive} (first installed from {marker.source})",
-    }
+    return InstallFacts(
+        repo=marker.repo,
+        tag=marker.tag,
+        backend=marker.backend,
+        backend_request=marker.backend_request,
+        asset=marker.asset,
+        size=marker.size,
+        sha256=marker.sha256,
+        source="bundle",
+        extra_assets=marker.extra_assets,
+        reason=f"restored from the bundle {request.archive} (first installed from {marker.source})",
+    )
 
 
-def is_same_install(active: InstalledRuntime | None, meta: dict[str, object]) -> bool:
+def is_same_install(active: InstalledRuntime | None, facts: InstallFacts) -> bool:
     """Whether ``active`` already is this repo/tag/backend built from the same bytes."""
     if active is None:
         return False
     m = active.marker
-    return (m.repo, m.tag, m.backend, m.sha256) == (meta["repo"], meta["tag"], meta["backend"], meta["sha256"])
+    return (m.repo, m.tag, m.backend, m.sha256) == (facts.repo, facts.tag, facts.backend, facts.sha256)
 
 
 #: The reason of an export that carries its runtime's files but not the archive they came from.
@@ -191,13 +192,13 @@ class Carried:
 def file_provenance(
     check: ProvenanceCheck,
     request: InstallFileRequest,
-    meta: dict[str, object],
+    facts: InstallFacts,
     bundled: InstallMarker | None,
     archives: Sequence[Carried],
     *,
     carried: bool = False,
-) -> Provenance:
-    """The provenance of a file install, checked offline before anything is extracted.
+) -> InstallFacts:
+    """``facts`` with the provenance of a file install, checked offline before anything is extracted.
 
     Every archive that will be extracted (``archives``, main first) is judged
     against its own attestation and the sha256 of its bytes: ``--bundle`` or the
@@ -212,15 +213,14 @@ def file_provenance(
         ProvenanceError: A given or recorded attestation does not verify.
         ProvenanceMissingError: Provenance is required and an archive has none verified.
     """
-    asset, repo = str(meta["asset"]), str(meta["repo"])
+    asset, repo = facts.asset, facts.repo
     if bundled is not None and not carried:
-        record_each_provenance(meta, [])
-        return check.not_checked(asset, REPACKED)
+        return replace(record_each_provenance(facts, []), provenance=check.not_checked(asset, REPACKED).to_marker())
     main = _main_provenance(check, request, repo, bundled, archives[0])
     recorded = {str(e.get("name", "")): e.get("provenance") for e in (bundled.extra_assets if bundled else ())}
     extras = [(a.name, _companion_provenance(check, repo, a, recorded.get(a.name))) for a in archives[1:]]
-    record_each_provenance(meta, extras)
-    return combine([(asset, main), *extras])
+    result = combine([(asset, main), *extras])
+    return replace(record_each_provenance(facts, extras), provenance=result.to_marker())
 
 
 def _main_provenance(
@@ -271,9 +271,9 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
     expected_sha = normalize_sha256(request.sha256)
     bundled = read_bundle_marker(archive)
     if bundled is not None:
-        meta = bundle_meta(request, bundled)
+        facts = bundle_facts(request, bundled)
     else:
-        meta = archive_meta(request, parse_asset_name(archive.name), installer.host.platform)
+        facts = archive_facts(request, parse_asset_name(archive.name), installer.host.platform)
     home = installer.home
     home.ensure()
     with installer.lock.hold("install-file"):
@@ -290,28 +290,25 @@ def install_file(installer: Installer, request: InstallFileRequest) -> UpdateOut
                     f"{archive} does not match --sha256 (expected {expected_sha}, got {copy.sha256}); "
                     "nothing was installed."
                 )
-            meta["digest_verified"] = expected_sha is not None
-            carried_archives, carried = _archives(copy, bundled, meta, work)
-            provenance = file_provenance(
-                installer.provenance, request, meta, bundled, carried_archives, carried=carried
-            )
+            facts = replace(facts, digest_verified=expected_sha is not None)
+            facts, carried_archives, carried = _archives(copy, bundled, facts, work)
+            facts = file_provenance(installer.provenance, request, facts, bundled, carried_archives, carried=carried)
             archives = [a.path for a in carried_archives]
-            meta["provenance"] = provenance.to_marker()
             if active is not None and damage(active, hash_binary=True, snapshot=snapshot):
                 active = None  # reinstalled from these bytes; a damaged runtime is no rollback target
-            if is_same_install(active, meta):
+            if is_same_install(active, facts):
                 assert active is not None
                 if not verify_files(active, snapshot.sha256):  # "these very bytes": every file, by hash
                     return UpdateOutcome("up_to_date", active, snapshot.previous())
                 active = None
-            there = _installed_copy(snapshot, meta, active)
+            there = _installed_copy(snapshot, facts, active)
             if there is not None and installer.reverify(there, silent, snapshot):
                 return installer.activate_installed(there, active, silent, [], verified=True, snapshot=snapshot)
             outcome = installer.pipeline.install_archives(
-                archives, meta, active=active, emit=silent, cancel=lambda: False, warnings=[], snapshot=snapshot
+                archives, facts, active=active, emit=silent, cancel=lambda: False, warnings=[], snapshot=snapshot
             )
-            if provenance.status == "verified":
-                _keep_attested(installer, archives, meta)
+            if facts.provenance.get("status") == "verified":
+                _keep_attested(installer, archives, facts)
             return outcome
         finally:
             remove_tree_quietly(work)  # best effort: never hides the install's own outcome
@@ -338,10 +335,13 @@ def reinstall_from_cache(installer: Installer, damaged: InstalledRuntime) -> Upd
         if cached is None:
             return None
         request = InstallFileRequest(cached[0].path, default_repo=m.repo)
-        meta = {**bundle_meta(request, m), "source": m.source, "reason": "reinstalled from the cached release archives"}
-        meta["digest_verified"] = bool(m.digest_verified)
-        provenance = file_provenance(installer.provenance, request, meta, m, cached, carried=True)
-        meta["provenance"] = provenance.to_marker()
+        facts = replace(
+            bundle_facts(request, m),
+            source=m.source,
+            reason="reinstalled from the cached release archives",
+            digest_verified=bool(m.digest_verified),
+        )
+        facts = file_provenance(installer.provenance, request, facts, m, cached, carried=True)
         active = _active(installer, snapshot)
         if active is not None and (damage(active, hash_binary=True, snapshot=snapshot) or active.name == damaged.name):
             active = None  # a damaged runtime is no rollback target
@@ -350,7 +350,7 @@ def reinstall_from_cache(installer: Installer, damaged: InstalledRuntime) -> Upd
         warnings: list[str] = []
         outcome = installer.pipeline.install_archives(
             [c.path for c in cached],
-            meta,
+            facts,
             active=active,
             emit=silent,
             cancel=lambda: False,
@@ -378,31 +378,28 @@ def _cached(installer: Installer, wanted: list[tuple[str, str]]) -> list[Carried
 
 
 def _archives(
-    copy: _Copy, bundled: InstallMarker | None, meta: dict[str, object], work: Path
-) -> tuple[list[Carried], bool]:
-    """What to extract (main first), and whether these are the release archives themselves.
+    copy: _Copy, bundled: InstallMarker | None, facts: InstallFacts, work: Path
+) -> tuple[InstallFacts, list[Carried], bool]:
+    """``facts`` so far, what to extract (main first), and whether these are the release archives themselves.
 
-    A plain archive is itself. An export is taken apart (its files checked against
-    its marker): when it carries the release archives its marker names, those are
-    extracted, as the first install did; otherwise its files are (repacked).
+    A plain archive is itself (its size and sha256 join ``facts``; a bundle's come from
+    its marker). An export is taken apart (its files checked against its marker): when
+    it carries the release archives its marker names, those are extracted, as the first
+    install did; otherwise its files are (repacked).
     """
     if bundled is None:
-        meta["size"], meta["sha256"] = copy.size, copy.sha256
-        return [Carried(copy.path.name, copy.path, copy.sha256)], True
+        hashed = replace(facts, size=copy.size, sha256=copy.sha256)
+        return hashed, [Carried(copy.path.name, copy.path, copy.sha256)], True
     repacked = repack_bundle(copy.path, bundled, work / "bundle-files" / copy.path.name)
     originals = repacked.attested_archives(bundled)
     if originals is None:
-        return [Carried(bundled.asset, repacked.files, "")], False
-    return [Carried(name, path, sha256) for name, (path, sha256) in originals], True
+        return facts, [Carried(bundled.asset, repacked.files, "")], False
+    return facts, [Carried(name, path, sha256) for name, (path, sha256) in originals], True
 
 
-def _keep_attested(installer: Installer, archives: list[Path], meta: dict[str, object]) -> None:
+def _keep_attested(installer: Installer, archives: list[Path], facts: InstallFacts) -> None:
     """Keep the verified archives in the asset cache (named by their sha256), so an ``export`` can carry them."""
-    extras = meta.get("extra_assets")
-    digests = [str(meta["sha256"])]
-    digests += (
-        [str(e.get("sha256", "")) for e in extras if isinstance(e, dict)] if isinstance(extras, list | tuple) else []
-    )
+    digests = [str(facts.sha256), *(str(e.get("sha256", "")) for e in facts.extra_assets)]
     for path, sha256 in zip(archives, digests, strict=False):
         try:
             with path.open("rb") as fh:
@@ -413,12 +410,12 @@ def _keep_attested(installer: Installer, archives: list[Path], meta: dict[str, o
 
 
 def _installed_copy(
-    snapshot: HomeSnapshot, meta: dict[str, object], active: InstalledRuntime | None
+    snapshot: HomeSnapshot, facts: InstallFacts, active: InstalledRuntime | None
 ) -> InstalledRuntime | None:
     """An installed runtime built from these very bytes (switched to instead of a second copy)."""
-    key = (str(meta["repo"]).lower(), str(meta["tag"]), str(meta["backend"]), str(meta["asset"]))
+    key = (facts.repo.lower(), facts.tag, facts.backend, facts.asset)
     there = find_build(snapshot.runtimes, key, exclude=active.name if active else None, snapshot=snapshot)
-    return there if there is not None and there.marker.sha256 == meta["sha256"] else None
+    return there if there is not None and there.marker.sha256 == facts.sha256 else None
 
 
 #: ``install-file -`` reads the archive from standard input.

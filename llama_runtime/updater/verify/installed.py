@@ -26,6 +26,7 @@ from llama_runtime.runtime.marker import (
     install_order,
 )
 from llama_runtime.updater.stage.staged import Staged
+from llama_runtime.updater.verify.install_facts import InstallFacts
 from llama_runtime.updater.verify.verify import (
     BinaryIdentity,
     BinaryReport,
@@ -46,7 +47,7 @@ __all__ = [
     "damage",
     "describe",
     "find_build",
-    "marker_from_meta",
+    "marker_from_facts",
     "select_installed",
     "verify_files",
     "verify_installed",
@@ -222,10 +223,6 @@ def _fingerprint_damage(runtime: InstalledRuntime, snapshot: HomeSnapshot | None
     return found.damage
 
 
-def _text_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
 @dataclass(frozen=True)
 class Verified:
     """What verifying the staged tree found, for its marker."""
@@ -236,8 +233,8 @@ class Verified:
     speeds: dict[str, dict[str, object]]
 
 
-def marker_from_meta(
-    meta: dict[str, object],
+def marker_from_facts(
+    facts: InstallFacts,
     staged: Staged,
     verified: Verified,
     *,
@@ -245,32 +242,34 @@ def marker_from_meta(
     sequence: int,
     host: dict[str, object],
 ) -> InstallMarker:
-    """The install marker of ``staged``: ``meta`` says where it came from, ``verified`` what it is."""
+    """The install marker of ``staged``: ``facts`` say where it came from, ``verified`` what it is."""
+    if facts.size is None or facts.sha256 is None:
+        raise AssertionError(f"unreachable: {facts.asset} is verified before its bytes were hashed")
     return InstallMarker(
-        repo=str(meta["repo"]),
-        tag=str(meta["tag"]),
-        backend=str(meta["backend"]),
-        backend_request=str(meta["backend_request"]),
-        asset=str(meta["asset"]),
-        size=int(str(meta["size"])),
-        sha256=str(meta["sha256"]),
-        digest_verified=bool(meta["digest_verified"]),
+        repo=facts.repo,
+        tag=facts.tag,
+        backend=facts.backend,
+        backend_request=facts.backend_request,
+        asset=facts.asset,
+        size=facts.size,
+        sha256=facts.sha256,
+        digest_verified=facts.digest_verified,
         installed_at=installed_at,
         sequence=sequence,
         binary=staged.binary_rel,
         version=verified.report.version,
         devices=verified.report.devices,
         files=staged.files,
-        source=str(meta.get("source", "download")),
-        extra_assets=tuple(meta.get("extra_assets", ())),  # type: ignore[arg-type]
+        source=facts.source,
+        extra_assets=tuple(dict(e) for e in facts.extra_assets),
         host=host,
-        reason=str(meta.get("reason", "")),
+        reason=facts.reason,
         speeds=verified.speeds,
-        provenance=dict(meta.get("provenance") or {}),  # type: ignore[call-overload]
-        release_version=_text_or_none(meta.get("release_version")),
-        channel=str(meta.get("channel") or ""),
+        provenance=dict(facts.provenance),
+        release_version=facts.release_version,
+        channel=facts.channel,
         reported_build=verified.identity.build,
         build_check=verified.build_check,
-        attempts=tuple(meta.get("attempts", ())),  # type: ignore[arg-type]
-        companion_from=str(meta.get("companion_from") or ""),
+        attempts=tuple(dict(a) for a in facts.attempts),
+        companion_from=facts.companion_from,
     )

@@ -35,6 +35,7 @@ from llama_runtime.runtime.errors import LlamaRuntimeError, ProvenanceError, Pro
 from llama_runtime.updater.config import ProvenanceSettings, env_flag, parse_signers, parse_workflows
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.release.release import UPSTREAM_REPOS
+from llama_runtime.updater.verify.install_facts import InstallFacts
 from llama_runtime.updater.verify.signer import Signer, SignerPolicy, trusted_default_branch
 
 __all__ = [
@@ -282,9 +283,9 @@ def combine(results: Sequence[tuple[str, Provenance]]) -> Provenance:
 
 
 def record_each_provenance(
-    meta: dict[str, object], results: Sequence[tuple[str, Provenance]], *, keep: Collection[str] = ()
-) -> None:
-    """Record each companion archive's own result (with its bundle) in its ``extra_assets`` entry of ``meta``.
+    facts: InstallFacts, results: Sequence[tuple[str, Provenance]], *, keep: Collection[str] = ()
+) -> InstallFacts:
+    """``facts`` with each companion archive's own result (with its bundle) in its ``extra_assets`` entry.
 
     What an entry said before is replaced, not merged: an entry's provenance is
     only ever what was checked here against these bytes, never what an
@@ -292,14 +293,14 @@ def record_each_provenance(
     record comes from this home's own verified install (a reused companion).
     """
     judged = dict(results)
-    entries = [dict(e) for e in meta.get("extra_assets", ())]  # type: ignore[attr-defined]
+    entries = [dict(e) for e in facts.extra_assets]
     for entry in entries:
         result = judged.get(str(entry.get("name", "")))
         if result is not None:
             entry["provenance"] = result.to_marker()
         elif entry.get("name") not in keep:
             entry.pop("provenance", None)
-    meta["extra_assets"] = tuple(entries)
+    return replace(facts, extra_assets=tuple(entries))
 
 
 @dataclass(frozen=True)
