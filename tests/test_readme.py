@@ -235,8 +235,9 @@ CLI = str(Path(sys.executable).parent / "llama-runtime")
 
 def activation_line() -> str:
     """The setup block's line that puts ``llama-runtime`` on ``PATH``, with the checkout's venv as the README's."""
-    line = next(line for line in marked("setup").body.splitlines() if line.startswith(". .venv/bin/activate"))
-    return line.replace(".venv", sys.prefix, 1)
+    line = next(line for line in marked("setup").body.splitlines() if ". .venv/bin/activate" in line)
+    assert line.startswith("python3 -m venv .venv && . .venv/bin/activate &&"), line  # the first command activates
+    return f". {sys.prefix}/bin/activate"
 
 
 def walkthrough_env(home: Path, api_url: str) -> dict[str, str]:
