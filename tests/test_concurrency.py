@@ -178,7 +178,6 @@ def test_job_wait_that_times_out_while_the_job_runs_exits_3_saying_it_gave_up(ho
     """`job wait --timeout N` exited 0 while the job still ran."""
     button = spawn(home, github, "start")
     wait_for_download(home)
-    guard = HomeGuard(None, home)
     gave_up = cli(home, github, "job", "wait", "--timeout", "0.2", "--json")
     assert gave_up.returncode == 3, gave_up.stderr
     payload = json.loads(gave_up.stdout)
@@ -188,8 +187,8 @@ def test_job_wait_that_times_out_while_the_job_runs_exits_3_saying_it_gave_up(ho
     assert events.returncode == 3, events.stderr
     last = json.loads(events.stdout.splitlines()[-1])
     assert last["type"] == "error" and last["error"]["code"] == "busy" and last["job"]["running"]
-    guard.assert_intact(None)
-    assert_active(home, "b7000")  # the waiter gave up; the runtime it left is the one that ran
+    # The waiter gave up and left the job alone: the job runs on to its own end (it may have
+    # activated b7001 by now, so the pointer is not frozen here).
     assert lines_of(button)[-1]["phase"] == "done"
     finished = cli(home, github, "job", "wait", "--timeout", "30", "--json")
     assert finished.returncode == 0 and json.loads(finished.stdout)["job"]["phase"] == "done"
