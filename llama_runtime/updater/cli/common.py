@@ -7,13 +7,12 @@ import argparse
 import contextlib
 from typing import TYPE_CHECKING
 
-from llama_runtime.runtime.errors import LlamaRuntimeError, RemoteError, UserInputError
+from llama_runtime import LlamaRuntimeError, RemoteError, UserInputError
 from llama_runtime.updater.cli.gateopts import gate_lines
 
 if TYPE_CHECKING:
+    from llama_runtime import RuntimeUpdater, UpdateOutcome
     from llama_runtime.runtime.layout import Home, InstalledRuntime
-    from llama_runtime.updater.activate.attempts import UpdateOutcome
-    from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.cli.progressbar import TerminalProgress
     from llama_runtime.updater.config import Settings
@@ -239,14 +238,14 @@ def engine_for(settings: Settings) -> Engine:
 
 def updater_for(settings: Settings) -> RuntimeUpdater:
     """The front door over the engine ``settings`` configure: every verb that changes a home goes through it."""
-    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime import RuntimeUpdater
 
     return RuntimeUpdater._from_settings(settings)
 
 
 def has_active(home: Home) -> bool:
     """Whether the pointer names a runtime (a damaged pointer counts: something was there)."""
-    from llama_runtime.runtime.errors import CorruptStateError
+    from llama_runtime import CorruptStateError
 
     try:
         return home.read_pointer().active is not None

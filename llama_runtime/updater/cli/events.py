@@ -42,12 +42,10 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, Final
 
-from llama_runtime.runtime.errors import BusyError
+from llama_runtime import BusyError
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.errors import LlamaRuntimeError
-    from llama_runtime.updater.api.job_store import JobState
-    from llama_runtime.updater.progress import Progress
+    from llama_runtime import JobState, LlamaRuntimeError, Progress
 
 #: A progress bar redraws about ten times a second; more lines only cost the app parsing.
 MAX_PROGRESS_PER_SECOND: Final[float] = 10.0

@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING, Any
 from llama_runtime.updater.cli.events import BUSY_EXIT, gave_up_error
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.errors import LlamaRuntimeError
-    from llama_runtime.updater.api.jobs import UpdateJob
-    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime import LlamaRuntimeError, RuntimeUpdater, UpdateJob
     from llama_runtime.updater.cli.output import Output
 
 __all__ = ["attach_events", "follow_events"]

@@ -13,9 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from llama_runtime.runtime.inference import Speed
-    from llama_runtime.runtime.layout import InstalledRuntime
-    from llama_runtime.updater.activate.swap import SwitchReport
+    from llama_runtime import InstalledRuntime, Speed, SwitchReport
     from llama_runtime.updater.config import GatePolicy, Settings
 
 
@@ -111,7 +109,7 @@ def positive_seconds(value: str, flag: str) -> float | None:
     """
     import math
 
-    from llama_runtime.runtime.errors import UserInputError
+    from llama_runtime import UserInputError
 
     text = str(value).strip().lower()
     if text == "auto":
@@ -136,7 +134,7 @@ def split_args(text: str, flag: str) -> tuple[str, ...]:
     """
     import shlex
 
-    from llama_runtime.runtime.errors import UserInputError
+    from llama_runtime import UserInputError
 
     try:
         parts = shlex.split(text)

@@ -12,12 +12,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from llama_runtime.runtime.errors import BusyError
+from llama_runtime import BusyError
 from llama_runtime.updater.cli.common import add_events_flag, cancel_on_signals
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.api.job_store import JobError
-    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime import JobError, RuntimeUpdater
     from llama_runtime.updater.cli.main import AddParser, Handler
     from llama_runtime.updater.cli.output import Output
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from llama_runtime.runtime.errors import NothingActiveError, UserInputError
+from llama_runtime import NothingActiveError, UserInputError
 from llama_runtime.updater.cli.common import add_events_flag, settings_from_args, updater_for
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.api.inventory import RuntimeEntry
+    from llama_runtime import RuntimeEntry
     from llama_runtime.updater.cli.main import AddParser, Handler
     from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.config import Settings

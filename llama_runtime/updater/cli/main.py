@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeGuard
 
-from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError
+from llama_runtime import LlamaRuntimeError, UserInputError
 from llama_runtime.updater.checkpoints import arm_stack_dump
 from llama_runtime.updater.cli.common import GLOBAL_EPILOG
 from llama_runtime.updater.cli.output import Output
@@ -136,7 +136,7 @@ def _exit_code_for(exc: Exception | KeyboardInterrupt, out: Output, args: argpar
         out.error(io_error)
         return io_error.exit_code
     if isinstance(exc, KeyboardInterrupt):
-        from llama_runtime.runtime.errors import CancelledError
+        from llama_runtime import CancelledError
         from llama_runtime.updater.cli.common import describe_active_now
 
         # The truth, read from the pointer now: a Ctrl-C after the flip changed it.

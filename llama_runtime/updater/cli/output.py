@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from llama_runtime.runtime.errors import printable
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.errors import LlamaRuntimeError
+    from llama_runtime import LlamaRuntimeError
     from llama_runtime.updater.cli.events import EventStream
 
 __all__ = ["Output"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from llama_runtime.runtime.errors import UserInputError
+from llama_runtime import UserInputError
 
 if TYPE_CHECKING:
     from llama_runtime.updater.cli.output import Output

@@ -15,16 +15,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from llama_runtime.runtime.errors import LlamaRuntimeError, UserInputError
+from llama_runtime import LlamaRuntimeError, UserInputError
 from llama_runtime.runtime.fsutil import decimal
 from llama_runtime.updater.cli.common import provenance_line, settings_from_args, updater_for
 
 if TYPE_CHECKING:
+    from llama_runtime import StatusResult
     from llama_runtime.runtime.layout import Home, InstalledRuntime
     from llama_runtime.runtime.listen import Health
     from llama_runtime.runtime.server import ManagedServer
     from llama_runtime.runtime.trial import Trial
-    from llama_runtime.updater.api.inventory import StatusResult
     from llama_runtime.updater.cli.main import AddParser, Handler
     from llama_runtime.updater.cli.output import Output
 
@@ -221,7 +221,7 @@ def finish_trial(home: Home, *, restart_server: bool) -> str | None:
     Taken under the update lock, briefly: an update holding it finishes the
     trial itself first, and the server verbs read the checked pointer anyway.
     """
-    from llama_runtime.runtime.errors import BusyError
+    from llama_runtime import BusyError
     from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
     from llama_runtime.runtime.trial import finish_abandoned_trial, owner_alive, read_trial, trial_path
 
@@ -379,7 +379,7 @@ def _raise_exited(server: ManagedServer, tag: str, server_args: list[str]) -> No
         BusyError: Another command stopped it (its record is gone or names another server).
         ServerStartError: It exited by itself.
     """
-    from llama_runtime.runtime.errors import BusyError, ServerStartError
+    from llama_runtime import BusyError, ServerStartError
 
     code = server.exit_status()
     ours = next(reversed(server.record.children), None)
@@ -404,7 +404,7 @@ def _raise_exited(server: ManagedServer, tag: str, server_args: list[str]) -> No
 
 
 def _status(out: Output, home: Home, server: ManagedServer) -> int:
-    from llama_runtime.runtime.errors import CorruptStateError
+    from llama_runtime import CorruptStateError
     from llama_runtime.runtime.trial import read_trial
 
     status = server.status()

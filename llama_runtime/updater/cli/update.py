@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llama_runtime.runtime.errors import BusyError, LlamaRuntimeError
+from llama_runtime import BusyError, LlamaRuntimeError
 from llama_runtime.updater.cli.common import (
     add_events_flag,
     add_require_provenance,
@@ -27,8 +27,7 @@ from llama_runtime.updater.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.activate.attempts import UpdateOutcome
-    from llama_runtime.updater.api.manage import PlanResult
+    from llama_runtime import PlanResult, UpdateOutcome
     from llama_runtime.updater.cli.main import AddParser, Handler
     from llama_runtime.updater.cli.output import Output
 
