@@ -11,6 +11,8 @@ from llama_runtime import LlamaRuntimeError, RemoteError, UserInputError
 from llama_runtime.updater.cli.gateopts import gate_lines
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from llama_runtime import RuntimeUpdater, UpdateOutcome
     from llama_runtime.runtime.layout import Home, InstalledRuntime
     from llama_runtime.updater.cli.output import Output
@@ -125,6 +127,17 @@ def progress_for(args: argparse.Namespace) -> TerminalProgress | None:
     from llama_runtime.updater.cli.progressbar import terminal_progress
 
     return terminal_progress()
+
+
+@contextlib.contextmanager
+def progress_bar(args: argparse.Namespace) -> Iterator[TerminalProgress | None]:
+    """:func:`progress_for`, its line finished when the work ends, however it ends."""
+    bar = progress_for(args)
+    try:
+        yield bar
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def outcome_lines(outcome: UpdateOutcome) -> list[str]:

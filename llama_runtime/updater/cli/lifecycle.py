@@ -56,17 +56,13 @@ def _repo_filter(settings: Settings) -> str | None:
 
 def cmd_use(args: argparse.Namespace, out: Output) -> int:
     """``use TAG``: switch to an installed runtime."""
-    from llama_runtime.updater.cli.common import outcome_lines, progress_for, settings_from_args, updater_for
+    from llama_runtime.updater.cli.common import outcome_lines, progress_bar, settings_from_args, updater_for
     from llama_runtime.updater.cli.gateopts import with_gate
 
     settings = with_gate(args, settings_from_args(args))
     updater = updater_for(settings)
-    bar = progress_for(args)
-    try:
+    with progress_bar(args) as bar:
         outcome = updater.use(args.tag, repo=_repo_filter(settings), progress=out.events or bar)
-    finally:
-        if bar is not None:
-            bar.close()
     lines = outcome_lines(outcome) + ([] if args.quiet else [f"warning: {w}" for w in outcome.warnings])
     out.result(outcome.to_json(), lines)
     return 0

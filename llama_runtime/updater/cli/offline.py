@@ -161,14 +161,13 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
         from llama_runtime.updater.cli.registry import cmd_sync_registry
 
         return cmd_sync_registry(args, out, latest=_newest(args))
-    from llama_runtime.updater.cli.common import progress_for, settings_from_args, updater_for
+    from llama_runtime.updater.cli.common import progress_bar, settings_from_args, updater_for
     from llama_runtime.updater.fetch.cache import human_size
 
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
     # A mirror is the fleet's, not this machine's: without --repo it is ggml-org's, whatever runs here.
     settings = settings_from_args(argparse.Namespace(**{**vars(args), "backend": None}), follow_active_repo=False)
-    bar = progress_for(args)
-    try:
+    with progress_bar(args) as bar:
         report = updater_for(settings).mirror_sync(
             args.dest,
             tag=args.tag,
@@ -178,9 +177,6 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
             prune=args.prune,
             progress=bar,
         )
-    finally:
-        if bar is not None:
-            bar.close()
     lines = [
         f"Mirrored {settings.repo} {', '.join(report.releases)} into {report.dest}: "
         f"{len(report.fetched)} fetched ({human_size(report.fetched_bytes)}), {len(report.reused)} re-checked, "

@@ -35,21 +35,17 @@ def cmd_promote(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_sync_registry(args: argparse.Namespace, out: Output, *, latest: int) -> int:
     """``mirror sync --dest oci://…``: the builds a directory sync would choose, pushed as artifacts."""
-    from llama_runtime.updater.cli.common import progress_for, settings_from_args, updater_for
+    from llama_runtime.updater.cli.common import progress_bar, settings_from_args, updater_for
     from llama_runtime.updater.fetch.cache import human_size
 
     if args.prune:
         raise UserInputError("--prune is for a directory mirror; a registry's retention policy removes old tags.")
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
     settings = settings_from_args(argparse.Namespace(**{**vars(args), "backend": None}), follow_active_repo=False)
-    bar = progress_for(args)
-    try:
+    with progress_bar(args) as bar:
         report = updater_for(settings).registry_sync(
             args.dest, tag=args.tag, newest=latest, platforms=args.platform, backends=raw_backends, progress=bar
         )
-    finally:
-        if bar is not None:
-            bar.close()
     channels = ", ".join(f"{c} -> {b}" for c, b in report.channels.items()) or "none moved"
     lines = [
         f"Pushed {settings.repo} {', '.join(report.releases)} to {report.dest}: {len(report.uploaded)} uploaded "
