@@ -7,12 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import signal
 import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -41,14 +42,59 @@ class Sleeps:
         self.calls.append(seconds)
 
 
+#: The stand-in's server mode (``llama-server -m MODEL --port N``): /health, and /completion streamed
+#: as llama-server streams it, answering the compute check's model as the real build does
+#: (``llama_runtime.updater.verify.compute.EXPECTED_ANSWER``). Standard library only, so it starts
+#: in the sandbox with ``python -I -S``.
+STAND_IN_SERVER_PY: Final = r"""
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+args = sys.argv[1:]
+host = args[args.index("--host") + 1] if "--host" in args else "127.0.0.1"
+port = int(args[args.index("--port") + 1])
+ANSWER = "abcdefghijklmnopqrstuvwxyz"
+def event(payload):
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"status":"ok"}'
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        count = int(request.get("n_predict", 16))
+        self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
+        for letter in ANSWER[:count]:
+            self.wfile.write(event({"content": letter, "stop": False}))
+        timings = {"prompt_n": 24, "prompt_ms": 2.0, "prompt_per_second": 12000.0,
+                   "predicted_n": count, "predicted_ms": 8.0, "predicted_per_second": 2000.0}
+        self.wfile.write(event({"content": "", "stop": True, "tokens_predicted": count, "timings": timings}))
+    def log_message(self, *a):
+        pass
+HTTPServer((host, port), Handler).serve_forever()
+"""
+
+
 def stand_in_server(version: str = "version: 7000 (abc123)", *, devices: str = "", exit_code: int = 0) -> bytes:
-    """A shell-script llama-server for fast unit tests (never the only proof)."""
+    """A shell-script llama-server for fast unit tests (never the only proof).
+
+    ``--version`` and ``--list-devices`` answer as told; with ``-m`` (a server, as the compute check
+    starts one) a build that runs (``exit_code`` 0) serves :data:`STAND_IN_SERVER_PY`.
+    """
+    serve = (
+        f'case " $* " in *" -m "*) exec {shlex.quote(sys.executable)} -I -S '
+        f'-c {shlex.quote(STAND_IN_SERVER_PY)} "$@" ;; '
+        "esac\n"
+        if exit_code == 0
+        else ""
+    )
     return (
         "#!/bin/sh\n"
         'case "$1" in\n'
         f"  --version) echo '{version}' >&2; exit {exit_code} ;;\n"
         f"  --list-devices) printf 'Available devices:\\n{devices}'; exit 0 ;;\n"
         "esac\n"
+        f"{serve}"
         f"exit {exit_code}\n"
     ).encode()
 

@@ -205,6 +205,7 @@ PROCESS_ENV_READERS = {
     "updater/cli/status.py": "the managed server's port",
     "updater/checkpoints.py": "crash-test checkpoints",
     "updater/logs.py": "NO_COLOR",
+    "runtime/sandbox.py": "HOME (what the sandbox hides) and PATH (where bwrap is), of this process",
     "runtime/confine.py": "the allow-listed part of what a build not yet accepted would inherit (GPU selection)",
     "updater/verify/smoke.py": "the same allow-list, for the staged build's smoke run",
     "updater/sources/oci/auth.py": "registry credentials where container tools keep them (DOCKER_CONFIG, ...)",

@@ -527,3 +527,16 @@ def test_other_work_counts_each_process_seen_at_both_ends_by_its_own_growth() ->
     unknown = OtherWork(sample=refused)
     unknown.start()
     assert unknown.share() is None
+
+
+def test_streamed_answer_that_opens_with_keep_alive_comments_is_read_as_a_stream() -> None:
+    # llama-server writes ":" comment lines while a slow prompt is evaluated, before the first event.
+    body = (
+        b":\n\n:\n\n"
+        b'data: {"content":"a","stop":false}\n\n'
+        b'data: {"content":"b","stop":false}\n\n'
+        b'data: {"content":"","stop":true,"tokens_predicted":2,'
+        b'"timings":{"prompt_per_second":10.0,"predicted_per_second":5.0}}\n\n'
+    )
+    result = parse_completion(200, body)
+    assert result.ok and result.content == "ab", result

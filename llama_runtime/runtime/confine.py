@@ -14,10 +14,12 @@ Invariants:
 * That directory is also its working directory, and it is removed afterwards.
 * Its stdin is ``/dev/null`` and it inherits no other descriptor (``close_fds``).
 * What is passed selects and finds devices, the way the server will later run; it is the
-  user's own configuration, never a credential. The GPU drivers' shader caches stay the
-  user's (:func:`shader_caches`): a build compiles its kernels once, not on every check,
-  and the smoke model measures the speed the accepted server will have. Once a build is accepted, the managed server
-  runs with the user's environment and arguments.
+  user's own configuration, never a credential. The GPU drivers' shader caches are the
+  sandbox's own (:func:`shader_caches`), never the user's. Once a build is accepted, the
+  managed server runs with the user's environment and arguments.
+* The environment is the first layer only: the run itself happens in the host's sandbox
+  (:mod:`~llama_runtime.runtime.sandbox`), which hides the files and processes the
+  environment filter cannot.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from llama_runtime.runtime.binary import ProcessResult, ProcessRunner, run_process
+from llama_runtime.runtime.sandbox import Confinement, Sandbox
 
 __all__ = [
     "PASSED_NAMES",
@@ -39,6 +42,7 @@ __all__ = [
     "SHADER_CACHE_NAMES",
     "confined",
     "confined_env",
+    "library_dirs",
     "scratch_dir",
     "shader_caches",
 ]
@@ -94,7 +98,9 @@ SCRATCH_NAMES: Final = (
 )
 
 
-#: The drivers' shader-cache settings, passed as they are when set.
+#: The drivers' shader-cache settings. A build not yet accepted never gets the user's own caches
+#: (a hostile one could poison what the accepted server later loads): they point at the sandbox's
+#: cache, kept apart for such runs, or at the scratch directory.
 SHADER_CACHE_NAMES: Final = frozenset(
     {
         "MESA_SHADER_CACHE_DIR",
@@ -109,24 +115,18 @@ SHADER_CACHE_NAMES: Final = frozenset(
 )
 
 
-def shader_caches(env: Mapping[str, str]) -> dict[str, str]:
-    """Where the GPU drivers keep compiled shaders for the user of ``env``, named explicitly (pure).
+def shader_caches(cache: Path) -> dict[str, str]:
+    """The drivers' shader caches, all under ``cache`` (pure).
 
-    The empty home would otherwise hide them: Mesa (lavapipe, RADV, ANV) keeps
-    ``$XDG_CACHE_HOME/mesa_shader_cache`` (else ``~/.cache``), NVIDIA's driver
-    ``$XDG_CACHE_HOME/nvidia`` and CUDA ``~/.nv/ComputeCache``. Without them the
-    software Vulkan device compiles every pipeline again (seconds to a minute).
-    Only these directories are named; nothing else of the home is.
+    Mesa (lavapipe, RADV, ANV) adds ``mesa_shader_cache`` itself, NVIDIA's driver and CUDA are
+    given their own folders. Without a kept cache the software Vulkan device compiles every
+    pipeline again on every check (seconds to a minute).
     """
-    found = {name: value for name, value in env.items() if name.upper() in SHADER_CACHE_NAMES}
-    home = env.get("HOME") or env.get("USERPROFILE")
-    cache_root = env.get("XDG_CACHE_HOME") or (str(Path(home) / ".cache") if home else None)
-    if cache_root:
-        found.setdefault("MESA_SHADER_CACHE_DIR", cache_root)  # Mesa adds mesa_shader_cache itself
-        found.setdefault("__GL_SHADER_DISK_CACHE_PATH", str(Path(cache_root) / "nvidia"))
-    if home:
-        found.setdefault("CUDA_CACHE_PATH", str(Path(home) / ".nv" / "ComputeCache"))
-    return found
+    return {
+        "MESA_SHADER_CACHE_DIR": str(cache),
+        "__GL_SHADER_DISK_CACHE_PATH": str(cache / "nvidia"),
+        "CUDA_CACHE_PATH": str(cache / "cuda"),
+    }
 
 
 def passes(name: str) -> bool:
@@ -135,10 +135,13 @@ def passes(name: str) -> bool:
     return upper in PASSED_NAMES or upper.startswith(PASSED_PREFIXES)
 
 
-def confined_env(env: Mapping[str, str], scratch: Path) -> dict[str, str]:
-    """``env`` reduced to what a build not yet accepted may see, its home and temp at ``scratch`` (pure)."""
+def confined_env(env: Mapping[str, str], scratch: Path, shader_cache: Path | None = None) -> dict[str, str]:
+    """``env`` reduced to what a build not yet accepted may see, its home and temp at ``scratch`` (pure).
+
+    The drivers' shader caches are ``shader_cache`` (the sandbox's own), else inside ``scratch``.
+    """
     kept = {name: value for name, value in env.items() if passes(name)}
-    kept.update(shader_caches(env))
+    kept.update(shader_caches(shader_cache or scratch / ".cache"))
     kept.update(dict.fromkeys(SCRATCH_NAMES, str(scratch)))
     return kept
 
@@ -153,18 +156,31 @@ def scratch_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def confined(runner: ProcessRunner) -> ProcessRunner:
-    """``runner`` as a build not yet accepted is run: the confined environment, in a scratch directory.
+def library_dirs(env: Mapping[str, str]) -> tuple[Path, ...]:
+    """The absolute folders of ``env``'s ``LD_LIBRARY_PATH``: the user's driver and toolkit libraries."""
+    value = env.get("LD_LIBRARY_PATH", "")
+    return tuple(Path(p) for p in value.split(os.pathsep) if p and os.path.isabs(p))
 
-    :func:`~llama_runtime.runtime.binary.run_process` also starts the child in the scratch
-    directory; another runner (a test's stand-in, which starts nothing) gets the environment.
+
+def confined(runner: ProcessRunner, sandbox: Sandbox, readable: Sequence[Path] = ()) -> ProcessRunner:
+    """``runner`` as a build not yet accepted is run: in ``sandbox``, the confined environment, a scratch directory.
+
+    ``readable`` are the paths the run may read besides the system (the staged build). With
+    :func:`~llama_runtime.runtime.binary.run_process` the command runs in the sandbox; another
+    runner (a test's stand-in, which starts nothing) gets the environment alone.
     """
 
     def run(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None) -> ProcessResult:
+        given = os.environ if env is None else env
         with scratch_dir() as scratch:
-            safe = confined_env(os.environ if env is None else env, scratch)
-            if runner is run_process:
-                return run_process(argv, timeout, safe, cwd=scratch)
-            return runner(argv, timeout, safe)
+            safe = confined_env(given, scratch, sandbox.shader_cache)
+            if runner is not run_process:
+                return runner(argv, timeout, safe)
+            rules = Confinement(
+                scratch=scratch,
+                readable=(*readable, *library_dirs(given)),
+                shader_cache=sandbox.shader_cache,
+            )
+            return sandbox.run(argv, timeout, safe, rules)
 
     return run

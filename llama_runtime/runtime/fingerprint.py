@@ -12,7 +12,8 @@ are *damage*: a same-size garbage ``llama-server`` is no longer "ready".
 
 Invariants:
 
-* The marker is the trust; this file only caches checks made against it. A
+* The marker, vouched for by the home's trust record (``runtime.trust``), is the trust; this
+  file only caches checks made against it. A
   missing, damaged or foreign file reads as no stamps, which costs hashes once,
   never a wrong answer.
 * A stamp is recorded only from a stat taken before the bytes were hashed (or
@@ -35,6 +36,7 @@ from typing import Final, NamedTuple
 
 from llama_runtime.runtime.fsutil import read_record, sha256_file, write_record
 from llama_runtime.runtime.marker import InstallMarker
+from llama_runtime.runtime.trust import trust_problems
 
 __all__ = ["FINGERPRINTS_NAME", "Fingerprints", "RuntimeCheck", "Stamp", "check_runtime", "record_runtime"]
 
@@ -105,7 +107,8 @@ class Fingerprints:
         hasher = digest or sha256_file
         known = self.runtimes.get(name, {})
         fresh: dict[str, Stamp] = {}
-        damage: list[str] = []
+        # First what the trust record says: a changed marker vouches for nothing below it.
+        damage: list[str] = trust_problems(root)
         suspect: list[str] = []
         records = dict(marker.files)
         if marker.binary not in records and not (root / marker.binary).is_file():

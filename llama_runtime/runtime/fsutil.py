@@ -302,6 +302,10 @@ def _remove_tree_once(path: Path) -> None:
 
 
 def _listing(fd: int) -> list[tuple[str, bool]]:
+    # An accepted runtime's folders are read-only (runtime.trust): its owner may still empty it.
+    st = os.fstat(fd)
+    if not st.st_mode & stat.S_IWUSR and st.st_uid == os.geteuid():
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
     with os.scandir(fd) as entries:
         return [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
 
@@ -310,12 +314,16 @@ def _remove_tree_by_path(path: Path) -> None:
     """Windows (no ``dir_fd``): the same post-order walk with paths."""
     order: list[str] = []
     for top, _dirs, files in walk_tree(path):
+        with contextlib.suppress(OSError):
+            os.chmod(top, stat.S_IRWXU)  # a read-only folder of an accepted runtime
         for name in files:
             full = os.path.join(top, name)
             with contextlib.suppress(FileNotFoundError):
                 if os.path.isdir(full) and os.path.islink(full):
                     os.rmdir(full)  # a directory junction/link: remove the link only
                 else:
+                    with contextlib.suppress(OSError):
+                        os.chmod(full, stat.S_IWRITE)  # Windows refuses to delete a read-only file
                     os.unlink(full)
         order.append(top)
     for top in reversed(order):

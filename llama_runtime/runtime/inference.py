@@ -136,7 +136,7 @@ class InferenceResult:
 
 def parse_completion(status: int, body: bytes) -> InferenceResult:
     """Judge one ``/completion`` answer, streamed (server-sent events) or one JSON object (pure; no IO)."""
-    if body.lstrip()[:6] in (b"data: ", b"data:{", b"error:"):
+    if _is_event_stream(body):
         return _parse_stream(status, body)
     try:
         payload = parse_record(body, what="the completion answer")
@@ -149,6 +149,19 @@ def parse_completion(status: int, body: bytes) -> InferenceResult:
     if status != 200 or "error" in payload:
         return InferenceResult(False, f"HTTP {status}: {_error_text(payload)}")
     return _judge_answer(payload, ())
+
+
+def _is_event_stream(body: bytes) -> bool:
+    """Whether ``body`` is server-sent events: its first line that is not a comment is an event.
+
+    llama-server sends a comment line (``:``) to keep the connection open while a slow prompt is
+    evaluated, so a stream may begin with one or more of them.
+    """
+    for line in body.lstrip().splitlines():
+        if not line.strip() or line.startswith(b":"):
+            continue
+        return line[:6] in (b"data: ", b"data:{", b"error:")
+    return False
 
 
 def _parse_stream(status: int, body: bytes) -> InferenceResult:

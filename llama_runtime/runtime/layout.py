@@ -263,6 +263,8 @@ class Home:
         self.jobs_dir = self.root / "jobs"
         self.cache_dir = self.root / "cache"
         self.server_dir = self.root / "server"
+        #: What the updater accepted, outside every runtime folder (:mod:`llama_runtime.runtime.trust`).
+        self.trust_dir = self.root / "trust"
         self.pointer_path = self.root / POINTER_NAME
         self.lock_path = self.locks_dir / "update.lock"
         # Held only while a running server is switched between runtimes, so the
@@ -280,6 +282,7 @@ class Home:
             self.jobs_dir,
             self.cache_dir,
             self.server_dir,
+            self.trust_dir,
         )
 
     def check_safe(self) -> None:
@@ -291,7 +294,11 @@ class Home:
         """
         # Deep: the tool makes no link at any depth there. runtimes/, staging/ and downloads/ hold
         # extracted trees with links of their own; their entries are checked, not what is inside.
-        check_home(self.root, self.subdirs, deep=(self.locks_dir, self.jobs_dir, self.cache_dir, self.server_dir))
+        check_home(
+            self.root,
+            self.subdirs,
+            deep=(self.locks_dir, self.jobs_dir, self.cache_dir, self.server_dir, self.trust_dir),
+        )
 
     def ensure(self) -> None:
         """Check the home is safely ours, then create the directories (idempotent).
@@ -563,9 +570,12 @@ class HomeSnapshot:
         """:func:`runtime.marker.file_problems` of ``runtime``, checked once per level and kept."""
         key = (runtime.name, level, hash_binary)
         if key not in self._problems:
-            self._problems[key] = file_problems(
-                runtime.path, runtime.marker, level, hash_binary=hash_binary, digest=self.sha256
-            )
+            from llama_runtime.runtime.trust import trust_problems
+
+            self._problems[key] = [
+                *trust_problems(runtime.path),
+                *file_problems(runtime.path, runtime.marker, level, hash_binary=hash_binary, digest=self.sha256),
+            ]
         return list(self._problems[key])
 
     def intact(self, name: str | None) -> str | None:

@@ -203,7 +203,7 @@ def _kind(endpoint: Endpoint) -> str:
 
 
 def listens_on(pid: int, endpoint: Endpoint) -> bool:
-    """Whether process ``pid`` itself holds a listening socket on ``endpoint``.
+    """Whether process ``pid`` (or a process it started) holds a listening socket on ``endpoint``.
 
     Reads only the process's own sockets (psutil), which a user may always
     do for their own processes.
@@ -211,13 +211,20 @@ def listens_on(pid: int, endpoint: Endpoint) -> bool:
     import psutil  # deferred: only process control needs it
 
     try:
-        connections = psutil.Process(pid).net_connections(kind=_kind(endpoint))
+        process = psutil.Process(pid)
+        # A server run in a sandbox listens from below its launcher (bubblewrap, the confined launcher).
+        tree = [process, *process.children(recursive=True)]
     except (psutil.Error, OSError):
         return False
-    for conn in connections:
-        listening = endpoint.kind == "unix" or conn.status == psutil.CONN_LISTEN
-        if listening and _matches(endpoint, conn.laddr):
-            return True
+    for member in tree:
+        try:
+            connections = member.net_connections(kind=_kind(endpoint))
+        except (psutil.Error, OSError):
+            continue
+        for conn in connections:
+            listening = endpoint.kind == "unix" or conn.status == psutil.CONN_LISTEN
+            if listening and _matches(endpoint, conn.laddr):
+                return True
     return False
 
 

@@ -223,6 +223,9 @@ class InstallMarker:
     #: Why this build serves its requested GPU backend with no device of it (installed with
     #: ``--allow-no-device``); empty when it lists one, or was not asked for by name.
     device_warning: str = ""
+    #: What the compute check did before this build was accepted (``updater.verify.compute``): the
+    #: model, its answer and time, or ``{"skipped": why}``. Empty for runtimes installed before it.
+    compute_check: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -401,6 +404,7 @@ def parse_marker(payload: object, path: Path) -> InstallMarker:
         attempts=_attempts(payload.get("attempts")),
         companion_from=str(payload.get("companion_from") or ""),
         device_warning=str(payload.get("device_warning") or "")[:_MAX_DEVICE_WARNING_CHARS],
+        compute_check=compute if isinstance(compute := payload.get("compute_check"), dict) else {},
         schema_version=schema if isinstance(schema, int) else SCHEMA_VERSION,
     )
 

@@ -264,12 +264,18 @@ SERVER_MARK_ENV: Final = "LLAMA_RUNTIME_SERVER_HOME"
 
 
 def spawn_detached(
-    binary: Path, args: Sequence[str], env: Mapping[str, str] | None, cwd: Path, log_path: Path
+    binary: Path,
+    args: Sequence[str],
+    env: Mapping[str, str] | None,
+    cwd: Path,
+    log_path: Path,
+    wrap: Callable[[list[str]], list[str]] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Launch ``binary args`` in its own session, stdout and stderr to ``log_path``.
 
     The previous log is kept as ``<log>.1``; the child's environment gets
-    :data:`SERVER_MARK_ENV` (the home: ``log_path``'s grandparent).
+    :data:`SERVER_MARK_ENV` (the home: ``log_path``'s grandparent). ``wrap`` turns the
+    command line into the one that runs it (a sandbox's).
 
     Raises:
         ServerStartError: The binary could not be executed.
@@ -278,8 +284,9 @@ def spawn_detached(
         os.replace(log_path, log_path.with_name(log_path.name + ".1"))
     try:
         with open(log_path, "wb") as log:
+            command = [str(binary), *args]
             return subprocess.Popen(
-                [str(binary), *args],
+                wrap(command) if wrap is not None else command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -527,6 +534,7 @@ class ManagedServer(ServerControl):
         runtime_name: str | None = None,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> None:
         """Launch ``binary args`` detached from this process and record it.
 
@@ -542,6 +550,8 @@ class ManagedServer(ServerControl):
             cwd: The caller's directory, where relative arguments point; None
                 reuses the directory of the server stopped last, else this
                 process's. One inside the home is replaced by ``server/work``.
+            wrap: Turns the command line into the one that runs it: a build not yet
+                accepted runs in the sandbox (:mod:`~llama_runtime.runtime.sandbox`).
 
         Raises:
             ServerAlreadyRunningError: A managed server already runs.
@@ -560,7 +570,7 @@ class ManagedServer(ServerControl):
             self._refuse_taken_addresses(full_args)
             self.server_dir.mkdir(parents=True, exist_ok=True)
             workdir = self._workdir(cwd)
-            child = spawn_detached(binary, full_args, env, workdir, self.log_path)
+            child = spawn_detached(binary, full_args, env, workdir, self.log_path, wrap)
             try:
                 self.record.write(
                     child,

@@ -23,6 +23,7 @@ from llama_runtime.runtime.fsutil import decimal
 from llama_runtime.runtime.marker import parse_backend
 
 if TYPE_CHECKING:
+    from llama_runtime.runtime.sandbox import SandboxMode
     from llama_runtime.updater.release.channel import Channel
 
 DEFAULT_API_URL: Final = "https://api.github.com"
@@ -215,6 +216,10 @@ class Settings:
             ``LLAMA_RUNTIME_PROVENANCE_SIGNER``).
         ca_bundle: A PEM file of the CAs HTTPS servers are trusted by (``--ca-bundle`` /
             ``LLAMA_RUNTIME_CA_BUNDLE``); ``None``: OpenSSL's variables, else the OS store and certifi.
+        sandbox: ``auto`` runs builds not yet accepted in the strongest sandbox this host offers;
+            ``require`` refuses a host with none (``LLAMA_RUNTIME_SANDBOX``).
+        compute_check: Run the shipped model on the build's device on every switch
+            (``--no-compute-check``: False, recorded in the marker).
     """
 
     home: Path
@@ -236,6 +241,8 @@ class Settings:
     pace: DownloadPace = DownloadPace()
     provenance: ProvenanceSettings = ProvenanceSettings()
     ca_bundle: str | None = None
+    sandbox: SandboxMode = "auto"
+    compute_check: bool = True
 
 
 def validate_repo(repo: str) -> str:
@@ -316,6 +323,7 @@ def resolve_settings(
     fresh_companion: bool = False,
     verifies: bool = True,
     ca_bundle: str | None = None,
+    compute_check: bool = True,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
 
@@ -366,6 +374,26 @@ def resolve_settings(
             lambda: ProvenanceSettings.from_env(env), ProvenanceSettings(), verifies=verifies
         ),
         ca_bundle=_ca_bundle_setting(ca_bundle, env),
+        sandbox=_sandbox_setting(env),
+        compute_check=compute_check,
+    )
+
+
+def _sandbox_setting(env: Mapping[str, str]) -> SandboxMode:
+    """``LLAMA_RUNTIME_SANDBOX``: ``auto`` (default) or ``require``.
+
+    Raises:
+        UserInputError: Any other value (exit 2), naming the valid ones.
+    """
+    from llama_runtime.runtime.sandbox import SANDBOX_MODES
+
+    raw = env.get("LLAMA_RUNTIME_SANDBOX", "").strip().lower() or "auto"
+    for mode in SANDBOX_MODES:
+        if raw == mode:
+            return mode
+    raise UserInputError(
+        f"Invalid LLAMA_RUNTIME_SANDBOX={raw!r}; use auto (the strongest sandbox this host offers) or require "
+        "(refuse a host that offers none)."
     )
 
 

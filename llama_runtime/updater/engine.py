@@ -154,6 +154,7 @@ class Engine:
         """The install transaction over this home (``source`` for updates, none for local work)."""
         from llama_runtime.runtime.binary import run_process
         from llama_runtime.runtime.clock import utc_iso
+        from llama_runtime.runtime.sandbox import sandbox_for
         from llama_runtime.updater.activate.installer import Installer
         from llama_runtime.updater.activate.pipeline import StoragePolicy
         from llama_runtime.updater.verify.provenance import ProvenanceCheck
@@ -177,6 +178,8 @@ class Engine:
             ),
             fetch_options=self.fetch_options(),
             storage=StoragePolicy(keep=self.settings.keep, fresh_companion=self.settings.fresh_companion),
+            sandbox=sandbox_for(self.home.root, self.settings.sandbox),
+            compute_check=self.settings.compute_check,
         )
 
     def fetch_options(self) -> FetchOptions:

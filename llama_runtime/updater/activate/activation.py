@@ -27,6 +27,7 @@ from llama_runtime.runtime.marker import InstallMarker
 from llama_runtime.runtime.procinfo import process_start_ticks
 from llama_runtime.runtime.server import SERVER_LOCK_TIMEOUT_SECONDS, ManagedServer, ServerControl
 from llama_runtime.runtime.trial import ServerToRestore, Trial, begin_trial, end_trial
+from llama_runtime.runtime.trust import accept_runtime, has_record
 from llama_runtime.updater.activate.attempts import UpdateOutcome
 from llama_runtime.updater.activate.swap import ServerSwitch, SwitchReport, describe, switch_with_server
 from llama_runtime.updater.checkpoints import checkpoint
@@ -90,6 +91,7 @@ class Activation:
         os.replace(staging, final)
         fsync_directory(self.home.runtimes_dir)
         installed = InstalledRuntime(name=name, path=final, marker=marker)
+        accept_runtime(self.home.root, name, final)  # before any stamp: the modes change ctimes
         record_runtime(self.home.root, name, final, marker)  # its bytes were verified in staging
         # Over a damaged active runtime, the intact previous one stays the rollback target.
         previous = active.name if active else snapshot.intact(old_pointer.previous)
@@ -128,6 +130,8 @@ class Activation:
         previous = active.name if active else snapshot.intact(old_pointer.previous)
         if previous == target.name:  # nothing was active: the target stops being the rollback target
             previous = None
+        if not has_record(self.home.root, target.name):  # installed before trust records: every file was just hashed
+            accept_runtime(self.home.root, target.name, target.path)
         record_runtime(self.home.root, target.name, target.path, target.marker)  # the caller hashed every file
         report = self.switch(target, active, old_pointer, Pointer(active=target.name, previous=previous), emit=emit)
         log.info("switched", tag=target.marker.tag, backend=target.marker.backend, runtime=target.name)

@@ -47,6 +47,7 @@ from llama_runtime.runtime.fsutil import ATOMIC_TMP_SUFFIX, remove_tree
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.marker import marker_path
 from llama_runtime.runtime.trial import finish_abandoned_trial
+from llama_runtime.runtime.trust import forget_trust, make_writable
 from llama_runtime.updater.checkpoints import checkpoint
 from llama_runtime.updater.logs import get_logger
 
@@ -426,7 +427,9 @@ def _remove(home: Home, item: GcItem, report: GcReport) -> None:
         if item.kind == "runtime":
             # One rename takes it out of runtimes/ before any file goes.
             target = home.staging_dir / f"gc-{item.path.name}-{secrets.token_hex(4)}"
+            make_writable(item.path)  # moving a folder rewrites its "..": its read-only mode would refuse
             os.replace(item.path, target)
+            forget_trust(home.root, item.path.name)
         remove_tree(target)
     except OSError as exc:
         report.failed.append(f"{item.path}: {exc.strerror or exc}")

@@ -48,6 +48,7 @@ from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import AUTO, provenance_summary
 from llama_runtime.runtime.pin import pinned_tag
+from llama_runtime.runtime.sandbox import Sandbox, sandbox_for
 from llama_runtime.runtime.server import ServerControl
 from llama_runtime.runtime.trial import finish_abandoned_trial, read_trial
 from llama_runtime.updater.activate.activation import Activation
@@ -113,6 +114,9 @@ class Installer:
         provenance: How build attestations are checked (default: from the environment).
         fetch_options: Ranges and streaming extraction (default: 4 ranges, streamed tar.gz).
         storage: Sharing identical files, companion reuse and retention (default: share, keep all).
+        sandbox: Where builds not yet accepted run (default: this host's strongest, hiding the
+            user's home and this one).
+        compute_check: Run the shipped model on every switch unless a smoke model replaces it.
     """
 
     def __init__(
@@ -130,6 +134,8 @@ class Installer:
         provenance: ProvenanceCheck | None = None,
         fetch_options: FetchOptions | None = None,
         storage: StoragePolicy | None = None,
+        sandbox: Sandbox | None = None,
+        compute_check: bool = True,
     ) -> None:
         self.home = home
         self.provenance = provenance or ProvenanceCheck()
@@ -138,7 +144,14 @@ class Installer:
         self.lock = UpdateLock(home.lock_path)
         self.cache = AssetCache.of(home)
         self.verifier = Verifier(
-            host=host, runner=runner, env=env, gate=gate, clock=clock, staging_dir=home.staging_dir
+            host=host,
+            runner=runner,
+            env=env,
+            gate=gate,
+            clock=clock,
+            staging_dir=home.staging_dir,
+            sandbox=sandbox or sandbox_for(home),
+            compute_check=compute_check,
         )
         self.activation = Activation(home, server=server, gate=gate, clock=clock, health_timeout=health_timeout)
         self.acquirer = Acquirer(
@@ -502,7 +515,9 @@ class Installer:
             emit(Progress("verify", message=f"verifying the installed {describe(target)}"))
             self.verifier.verify_installed(target, snapshot)
         name = f"{target.marker.tag} ({target.marker.backend})"
-        self.verifier.smoke(target.binary, name, active, emit, warnings)
+        self.verifier.smoke(
+            target.binary, name, active, emit, warnings, root=target.path, backend=target.marker.backend
+        )
         self.verifier.keep_smoke_figure(target)  # in the home's state: an installed runtime is never written
         emit(Progress("activate", message="activating"))
         return self.activation.activate_installed(target, active, warnings, snapshot=snapshot, emit=emit)

@@ -13,8 +13,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.layout import InstalledRuntime
-from llama_runtime.runtime.marker import write_marker
 from llama_runtime.runtime.pin import Pin, save_pin
+from llama_runtime.runtime.trust import rewrite_accepted_marker
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,14 +31,14 @@ def keep_standing(home_root: Path, request: UpdateRequest, outcome: UpdateOutcom
     Raises:
         OSError: The marker or the pin could not be written (each is replaced atomically).
     """
-    outcome = _record_backend(request, outcome)
+    outcome = _record_backend(home_root, request, outcome)
     if not (request.pin and request.tag):
         return outcome
     save_pin(home_root, Pin(request.repo, request.tag))
     return replace(outcome, pinned=request.tag)
 
 
-def _record_backend(request: UpdateRequest, outcome: UpdateOutcome) -> UpdateOutcome:
+def _record_backend(home_root: Path, request: UpdateRequest, outcome: UpdateOutcome) -> UpdateOutcome:
     """The active runtime with ``request``'s explicit backend as its stored request (an install wrote it already)."""
     active, wanted = outcome.active, request.backend
     if wanted is None or active.marker.backend_request == wanted:
@@ -46,5 +46,5 @@ def _record_backend(request: UpdateRequest, outcome: UpdateOutcome) -> UpdateOut
     if wanted != "auto" and active.marker.backend != wanted:
         return outcome  # kept another backend's build (one that failed here before): nothing to record
     marker = replace(active.marker, backend_request=wanted)
-    write_marker(active.path, marker)
+    rewrite_accepted_marker(home_root, active, marker)
     return replace(outcome, active=InstalledRuntime(active.name, active.path, marker))

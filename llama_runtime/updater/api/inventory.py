@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.fingerprint import RuntimeCheck
     from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
     from llama_runtime.runtime.pin import Pin
+    from llama_runtime.runtime.sandbox import SandboxSupport
     from llama_runtime.runtime.trial import Trial
     from llama_runtime.updater.choice.decide import Available
     from llama_runtime.updater.choice.host import HostFacts
@@ -206,6 +207,7 @@ class StatusResult:
         trial: The switch on trial, if any.
         pinned: The build the home is pinned to, if any.
         pin_problem: Why the pin file could not be read (damaged), if so.
+        sandbox: The sandbox a new build's first runs get on this host (``runtime.sandbox``).
     """
 
     home: Path
@@ -220,6 +222,7 @@ class StatusResult:
     trial: TrialInfo | None
     pinned: Pin | None = None
     pin_problem: str | None = None
+    sandbox: SandboxSupport | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` object."""
@@ -236,6 +239,7 @@ class StatusResult:
             "skipped_builds": [dataclasses.asdict(b) for b in self.skipped_builds],
             "trial": self.trial.to_json() if self.trial else None,
             "pinned": self.pinned.to_json() if self.pinned else None,
+            "sandbox": self.sandbox.to_json() if self.sandbox else None,
         }
 
 
@@ -325,6 +329,7 @@ def status_of(home: Home) -> StatusResult:
     from llama_runtime.runtime.diskuse import home_disk_use
     from llama_runtime.runtime.failed_builds import load_failed
     from llama_runtime.runtime.lock import UpdateLock
+    from llama_runtime.runtime.sandbox import detect_sandbox
     from llama_runtime.runtime.trial import owner_alive, read_trial
 
     pointer, active = read_active(home)
@@ -351,6 +356,7 @@ def status_of(home: Home) -> StatusResult:
             else None
         ),
         **_pin_of(home),
+        sandbox=detect_sandbox(),
     )
 
 

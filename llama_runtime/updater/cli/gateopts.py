@@ -32,6 +32,12 @@ def add_gate_arguments(parser: argparse.ArgumentParser, *, smoke: bool) -> None:
     )
     parser.add_argument("--no-gate", action="store_true", help="switch a running server on /health alone")
     parser.add_argument(
+        "--no-compute-check",
+        action="store_true",
+        help="skip running the shipped check model on the build's device before it is accepted "
+        "(recorded in its marker; docs/inference-gate.md)",
+    )
+    parser.add_argument(
         "--gate-timeout",
         metavar="SECONDS",
         help="overall time limit of one completion check, seconds above 0 up to 3600, or auto "
@@ -98,7 +104,11 @@ def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
 
 def with_gate(args: argparse.Namespace, settings: Settings) -> Settings:
     """``settings`` carrying this command's gate policy (stored settings, then its flags)."""
-    return dataclasses.replace(settings, gate=policy_from_args(args, Path(settings.home).expanduser().absolute()))
+    return dataclasses.replace(
+        settings,
+        gate=policy_from_args(args, Path(settings.home).expanduser().absolute()),
+        compute_check=settings.compute_check and not getattr(args, "no_compute_check", False),
+    )
 
 
 def positive_seconds(value: str, flag: str) -> float | None:

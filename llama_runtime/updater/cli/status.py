@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from llama_runtime import StatusResult
     from llama_runtime.runtime.layout import Home, InstalledRuntime
     from llama_runtime.runtime.listen import Health
+    from llama_runtime.runtime.sandbox import SandboxSupport
     from llama_runtime.runtime.server import ManagedServer
     from llama_runtime.runtime.trial import Trial
     from llama_runtime.updater.cli.main import AddParser, Handler
@@ -67,6 +68,8 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
             f"override: LLAMA_SERVER_PATH={override.path} ({override.version or 'does not run'}) is in force; "
             "apps run that binary, not the managed one."
         )
+    if status.sandbox is not None:
+        lines.append(sandbox_line(status.sandbox))
     if status.update_running:
         lines.append("An update is running right now.")
     if status.trial is not None:
@@ -78,6 +81,12 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         lines.append(f"skipped (failed here; `update --tag {build.tag}` retries): {build.describe()}")
     out.result(status.to_json(), lines)
     return 0
+
+
+def sandbox_line(support: SandboxSupport) -> str:
+    """``sandbox: bubblewrap (bwrap at /usr/bin/bwrap)``, with how to get a stronger one."""
+    stronger = f"; for a stronger one, {support.stronger}" if support.stronger else ""
+    return f"sandbox for a new build's first runs: {support.level} ({support.detail}{stronger})"
 
 
 def _pin_lines(status: StatusResult) -> list[str]:

@@ -13,7 +13,7 @@ from disk, and the binary run with ``--version`` and ``--list-devices``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,7 @@ from llama_runtime.runtime.marker import (
     file_problems,
     install_order,
 )
+from llama_runtime.runtime.trust import trust_problems
 from llama_runtime.updater.stage.staged import Staged
 from llama_runtime.updater.verify.install_facts import InstallFacts
 from llama_runtime.updater.verify.verify import (
@@ -146,7 +147,7 @@ def verify_files(runtime: InstalledRuntime, digest: Callable[[Path], str] | None
 
     ``digest`` computes a file's sha256 (``HomeSnapshot.sha256``: each file hashed once per operation).
     """
-    return file_problems(runtime.path, runtime.marker, "sha256", digest=digest)
+    return [*trust_problems(runtime.path), *file_problems(runtime.path, runtime.marker, "sha256", digest=digest)]
 
 
 def verify_installed(
@@ -196,7 +197,10 @@ def damage(runtime: InstalledRuntime, *, hash_binary: bool = False, snapshot: Ho
     """
     if snapshot is not None:
         return snapshot.problems(runtime, "size", hash_binary=hash_binary)
-    return file_problems(runtime.path, runtime.marker, "size", hash_binary=hash_binary)
+    return [
+        *trust_problems(runtime.path),
+        *file_problems(runtime.path, runtime.marker, "size", hash_binary=hash_binary),
+    ]
 
 
 def active_state(runtime: InstalledRuntime, snapshot: HomeSnapshot | None = None) -> ActiveState:
@@ -231,6 +235,8 @@ class Verified:
     identity: BinaryIdentity
     build_check: BuildCheck
     speeds: dict[str, dict[str, object]]
+    #: What the compute check did (``updater.verify.compute``), for the marker.
+    compute_check: dict[str, object] = field(default_factory=dict)
 
 
 def marker_from_facts(
@@ -272,4 +278,5 @@ def marker_from_facts(
         build_check=verified.build_check,
         attempts=tuple(dict(a) for a in facts.attempts),
         companion_from=facts.companion_from,
+        compute_check=dict(verified.compute_check),
     )

@@ -13,15 +13,17 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from llama_runtime.runtime.confine import confined_env, scratch_dir
+from llama_runtime.runtime.confine import confined_env, library_dirs, scratch_dir
+from llama_runtime.runtime.exits import exit_meaning
 from llama_runtime.runtime.fsutil import remove_tree_quietly
 from llama_runtime.runtime.inference import InferenceResult, Speed
 from llama_runtime.runtime.layout import InstalledRuntime
-from llama_runtime.runtime.listen import arg_value
+from llama_runtime.runtime.listen import arg_value, free_port
+from llama_runtime.runtime.sandbox import Confinement, Sandbox
 from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.updater.config import GatePolicy
 from llama_runtime.updater.logs import get_logger
@@ -110,47 +112,82 @@ class SmokeReport:
 
 @dataclass(frozen=True)
 class SmokeRun:
-    """Runs one binary on the smoke model on a private port and asks for the gate's completion.
+    """Runs one binary on a model on a private port, in the sandbox, and asks for the gate's completion.
 
     Args:
         scratch: A directory for the smoke server's state and log (removed afterwards).
         gate: The gate that sends and times the request.
-        env: Environment the smoke server's is made from (None: ours); the server runs confined
-            (:mod:`~llama_runtime.runtime.confine`): only what it passes, an empty home and
+        sandbox: Where the server runs (:mod:`~llama_runtime.runtime.sandbox`): its files,
+            processes and network confined, none of the user's secrets or files in reach.
+        env: Environment the smoke server's is made from (None: ours); only what
+            :mod:`~llama_runtime.runtime.confine` passes reaches it, with an empty home and
             working directory, removed afterwards.
         health_timeout: Seconds the smoke server has to answer /health.
     """
 
     scratch: Path
     gate: InferenceGate
+    sandbox: Sandbox = field(default_factory=Sandbox)
     env: Mapping[str, str] | None = None
     health_timeout: float = SMOKE_HEALTH_TIMEOUT_SECONDS
 
-    def run(self, binary: Path, model: Path) -> InferenceResult:
-        """Start ``binary`` on ``model`` (confined), probe it, stop it; never raises for a failed generation."""
+    def run(
+        self, binary: Path, model: Path, *, args: Sequence[str] | None = None, root: Path | None = None
+    ) -> InferenceResult:
+        """Start ``binary`` on ``model`` (sandboxed), probe it, stop it; never raises for a failed generation.
+
+        Args:
+            binary: The llama-server to run.
+            model: The GGUF it loads (the only file of the user's it may read).
+            args: Its server arguments (default: the smoke model's, :func:`smoke_args`).
+            root: The runtime folder it may read (default: the binary's folder).
+        """
         directory = self.scratch / f"smoke-{secrets.token_hex(4)}"
-        server = ManagedServer(directory)
-        args = smoke_args(model.absolute(), self.gate.policy.smoke_args)
+        port = free_port()
+        server = ManagedServer(directory, port=port)
+        full = list(args) if args is not None else smoke_args(model.absolute(), self.gate.policy.smoke_args)
+        given = os.environ if self.env is None else self.env
         try:
             with scratch_dir() as home:
-                env = confined_env(os.environ if self.env is None else self.env, home)
-                server.start(binary, args, env=env, cwd=home)
+                rules = Confinement(
+                    scratch=home,
+                    readable=(root or binary.parent, model.absolute(), *library_dirs(given)),
+                    network="loopback",
+                    bind_port=port,
+                    shader_cache=self.sandbox.shader_cache,
+                )
+                env = confined_env(given, home, self.sandbox.shader_cache)
+                server.start(binary, full, env=env, cwd=home, wrap=lambda argv: self.sandbox.wrap(argv, rules))
                 try:
-                    return self._measure(server, args)
+                    return self._measure(server, full, rules)
                 finally:
                     server.stop()
         finally:
             remove_tree_quietly(directory)  # best effort: never replaces the gate's own outcome
 
-    def _measure(self, server: ManagedServer, args: list[str]) -> InferenceResult:
+    def _measure(self, server: ManagedServer, args: list[str], rules: Confinement) -> InferenceResult:
         if not server.wait_healthy(self.health_timeout):
-            return InferenceResult(
-                False, f"it did not answer /health within {self.health_timeout:g} s{_log_tail(server)}"
-            )
+            return InferenceResult(False, self._why_not_up(server, rules))
         url = server.endpoint()
         if url is None:
             return InferenceResult(False, "it did not record a port")
-        return self.gate.measure(url, args)
+        result = self.gate.measure(url, args)
+        if result.ok:
+            return result
+        ended = server.exit_status()
+        if ended is not None:  # it died answering: the crash is the news, not the dropped connection
+            return InferenceResult(False, f"it died computing: {self._ended(server, ended, rules)}")
+        return result
+
+    def _why_not_up(self, server: ManagedServer, rules: Confinement) -> str:
+        ended = server.exit_status()
+        if ended is None:
+            return f"it did not answer /health within {self.health_timeout:g} s{_log_tail(server)}"
+        return f"it died loading the model: {self._ended(server, ended, rules)}"
+
+    def _ended(self, server: ManagedServer, code: int, rules: Confinement) -> str:
+        code = self.sandbox.returncode(code, rules)
+        return exit_meaning(code, "\n".join(server.log_tail(lines=40, max_bytes=65536)))
 
 
 def smoke_check(

@@ -11,6 +11,7 @@ subclass) and changes nothing; the caller discards what it staged.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,11 +21,20 @@ from llama_runtime.runtime.confine import confined
 from llama_runtime.runtime.errors import VerificationError
 from llama_runtime.runtime.inference import InferenceResult
 from llama_runtime.runtime.layout import HomeSnapshot, InstalledRuntime
+from llama_runtime.runtime.sandbox import Sandbox
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.config import GatePolicy
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import Progress, ProgressCallback
 from llama_runtime.updater.stage.staged import Staged
+from llama_runtime.updater.verify.compute import (
+    ComputeOutcome,
+    check_model,
+    compute_args,
+    judge_answer,
+    passed_record,
+    skipped_record,
+)
 from llama_runtime.updater.verify.gate import InferenceGate, args_fingerprint, validate_gguf
 from llama_runtime.updater.verify.installed import Verified, verify_installed
 from llama_runtime.updater.verify.smoke import (
@@ -63,6 +73,9 @@ class Verifier:
         gate: The inference gate's policy; its smoke model, if any, must generate.
         clock: The time recorded with a speed measurement.
         staging_dir: Where smoke runs keep their scratch directory.
+        sandbox: The sandbox every run of a build not yet accepted goes through.
+        compute_check: Run the shipped model on every switch when no smoke model replaces it
+            (``--no-compute-check``: False, recorded in the marker).
     """
 
     def __init__(
@@ -74,18 +87,23 @@ class Verifier:
         gate: GatePolicy | None,
         clock: Callable[[], str],
         staging_dir: Path,
+        sandbox: Sandbox | None = None,
+        compute_check: bool = True,
     ) -> None:
         self._host_probe = host
         self._host: HostFacts | None = None
         self.runner = runner
-        # A build not yet accepted sees no secret, no home and no descriptor of ours.
-        self.staged_runner = confined(runner)
+        #: Where builds not yet accepted run: no secret, no home, no process or file of ours in reach.
+        self.sandbox = sandbox or Sandbox()
+        self.compute_check = compute_check
         self.env = env
         self.gate = gate
         self.clock = clock
         self.staging_dir = staging_dir
         #: What the smoke model showed in the newest verification (for the update's output).
         self.smoke_report: SmokeReport | None = None
+        #: What computed in the newest verification, for the marker (``compute_check``).
+        self.compute_record: dict[str, object] = {}
         self._smoke_result: tuple[str, str, InferenceResult] | None = None
 
     @property
@@ -124,7 +142,7 @@ class Verifier:
                 backend=backend,
                 files=list(staged.files),
                 host_has_device=host_has_device(backend, self.host),
-                runner=self.staged_runner,
+                runner=confined(self.runner, self.sandbox, readable=(staged.directory,)),
                 env=self.env,
             )
         log.info("binary runs", version=report.version, devices=list(report.devices))
@@ -132,8 +150,15 @@ class Verifier:
         # The binary itself must be the build that was asked for (exit 6 otherwise).
         with at_stage("build check"):
             build_check = check_build(tag, identity)
-        speeds = self.smoke(staged.binary, f"{tag} ({backend})", active, emit, warnings)
-        return Verified(report=report, identity=identity, build_check=build_check, speeds=speeds)
+        name = f"{tag} ({backend})"
+        speeds = self.smoke(staged.binary, name, active, emit, warnings, root=staged.directory, backend=backend)
+        return Verified(
+            report=report,
+            identity=identity,
+            build_check=build_check,
+            speeds=speeds,
+            compute_check=self.compute_record,
+        )
 
     def verify_installed(self, target: InstalledRuntime, snapshot: HomeSnapshot | None = None) -> None:
         """Check an installed runtime as strictly as a fresh install (files, marker, probe).
@@ -158,18 +183,35 @@ class Verifier:
         active: InstalledRuntime | None,
         emit: ProgressCallback,
         warnings: list[str],
+        *,
+        root: Path | None = None,
+        backend: str = "cpu",
     ) -> dict[str, dict[str, object]]:
-        """Run the smoke model on ``binary`` (staged, or installed and about to be used).
+        """Compute with ``binary`` (staged, or installed and about to be used) before it serves.
+
+        The user's smoke model when there is one, else the compute check's shipped model
+        (:mod:`.compute`) unless it was turned off; what ran is kept in :attr:`compute_record`.
+
+        Args:
+            binary: The llama-server.
+            name: ``tag (backend)``, for messages.
+            active: The runtime active now (the smoke model's speed baseline).
+            emit: Progress.
+            warnings: Where warnings go.
+            root: The runtime folder the run may read (default: the binary's folder).
+            backend: The backend the build serves (the compute check puts every layer on its device).
 
         Returns:
             The speed record for the runtime's marker.
 
         Raises:
-            VerificationError: It did not generate, or is slower than allowed.
+            VerificationError: It did not generate, computed a wrong answer, or is slower than allowed.
         """
         if self.gate is None or self.gate.smoke_model is None:
+            self.compute_record = self._compute_check(binary, name, root, backend, emit)
             return {}
         model = self.gate.smoke_model
+        self.compute_record = {"model": model.name, "by": "the smoke model (--smoke-model)"}
         beside = live_server_beside(self.staging_dir.parent, self.gate)
         if beside is not None:
             warnings.append(
@@ -178,7 +220,9 @@ class Verifier:
                 "with --smoke-args '--device ...')."
             )
         emit(Progress("verify", message=f"generating with {model.name}"))
-        smoke = SmokeRun(self.staging_dir, InferenceGate(self.gate, clock=self.clock), env=self.env)
+        smoke = SmokeRun(
+            self.staging_dir, InferenceGate(self.gate, clock=self.clock), sandbox=self.sandbox, env=self.env
+        )
         verdict, record, result = smoke_check(
             smoke, binary, new_name=name, active=active, policy=self.gate, clock=self.clock
         )
@@ -199,6 +243,35 @@ class Verifier:
             raise error
         warnings.extend(verdict.warnings)
         return record
+
+    def _compute_check(
+        self, binary: Path, name: str, root: Path | None, backend: str, emit: ProgressCallback
+    ) -> dict[str, object]:
+        """Run the shipped model on ``binary``'s device and compare its answer (:mod:`.compute`).
+
+        Raises:
+            VerificationError: It died or answered wrongly (stage ``compute check``).
+        """
+        if not self.compute_check:
+            return skipped_record("turned off (--no-compute-check)")
+        model = check_model()
+        emit(Progress("verify", message="computing on the check model"))
+        smoke = SmokeRun(
+            self.staging_dir,
+            InferenceGate(self.gate or GatePolicy(), clock=self.clock),
+            sandbox=self.sandbox,
+            env=self.env,
+        )
+        started = time.monotonic()
+        result = smoke.run(binary, model, args=compute_args(model, backend), root=root)
+        outcome = ComputeOutcome(result.ok, result.reason, result.content, time.monotonic() - started)
+        why = result.reason if not result.ok else judge_answer(result.content)
+        if why:
+            error = VerificationError(f"The runtime {name} failed the compute check: {why}.")
+            error.stage = "compute check"
+            raise error
+        log.info("compute check passed", answer=result.content, seconds=round(outcome.seconds or 0.0, 3))
+        return passed_record(outcome, backend)
 
     def keep_smoke_figure(self, target: InstalledRuntime) -> None:
         """Keep the newest smoke result of the installed ``target`` in the home's state (never in its directory)."""

@@ -26,6 +26,7 @@ from llama_runtime.runtime.binary import (
     parse_devices,
 )
 from llama_runtime.runtime.errors import CorruptStateError, MacOSTooOldError, UserInputError, VerificationError
+from llama_runtime.runtime.exits import describe_run
 from llama_runtime.runtime.marker import InstallMarker, is_gpu_backend, read_marker
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.choice.host_detect import version_tuple
@@ -103,11 +104,6 @@ def read_back_marker(runtime_dir: Path, expected: Expected) -> InstallMarker:
     return marker
 
 
-def _last_line(output: str) -> str:
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "no output"
-
-
 def probe_binary(
     binary: Path,
     *,
@@ -136,7 +132,7 @@ def probe_binary(
         raise VerificationError(f"the new llama-server did not answer --version within {VERSION_TIMEOUT_SECONDS:.0f} s")
     if result.returncode != 0:
         raise VerificationError(
-            f"the new llama-server does not run: --version exited {result.returncode} ({_last_line(result.output)})"
+            f"the new llama-server does not run: {describe_run('--version', result.returncode, result.output)}"
         )
     version = result.output.strip()
     gpu = is_gpu_backend(backend)
