@@ -12,7 +12,7 @@ server) goes through :class:`Sandbox`. The strongest level the host offers is us
     the GPU nodes a backend needs (``/dev/dri``, ``/dev/nvidia*``, ``/dev/kfd``).
 ``landlock``
     Linux without bubblewrap, kernel 5.13+: a Landlock ruleset that allows reads of the system's
-    directories, the staged build and the model only, writes of the scratch directory only, no
+    directories, llama-runtime's own Python installation, the staged build and the model only, writes of the scratch directory only, no
     TCP but the server's own port (ABI 4+), and no signals or abstract sockets outside the run
     (ABI 6+). Landlock also refuses reading another process's ``/proc/<pid>/environ``.
 ``sandbox-exec``
@@ -332,7 +332,7 @@ class Sandbox:
         }
         if landlock:
             spec.update(
-                read=[*_system_read(), *(str(p) for p in rules.readable)],
+                read=[*_system_read(), *(str(p) for p in rules.readable), *_interpreter_paths()],
                 write=[str(rules.scratch), *([str(rules.shader_cache)] if rules.shader_cache else [])],
                 devices=[*PLAIN_DEVICES, *_gpu_devices()],
                 bind_port=rules.bind_port if rules.network == "loopback" else None,

@@ -150,7 +150,7 @@ class Installer:
             gate=gate,
             clock=clock,
             staging_dir=home.staging_dir,
-            sandbox=sandbox or sandbox_for(home),
+            sandbox=sandbox or sandbox_for(home.root),
             compute_check=compute_check,
         )
         self.activation = Activation(home, server=server, gate=gate, clock=clock, health_timeout=health_timeout)
