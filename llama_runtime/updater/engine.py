@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.net.origin import is_oci_url
 
 if TYPE_CHECKING:
     import ssl
@@ -41,6 +42,8 @@ __all__ = ["Engine", "Seams"]
 CONNECT_TIMEOUT_SECONDS: Final[float] = 10.0
 #: Name of the ETag cache in ``<home>/cache`` (conditional requests cost no quota).
 ETAG_CACHE_NAME: Final = "etags.json"
+#: Name of the registry token cache in ``<home>/cache`` (a repeated check is one request).
+TOKEN_CACHE_NAME: Final = "registry-tokens.json"
 
 
 @dataclass(frozen=True)
@@ -101,13 +104,14 @@ class Engine:
             cache = JsonFileEtagCache(self.home.cache_dir / ETAG_CACHE_NAME)
         read = self.settings.read_timeout
         api_url, transport = self.settings.api_url, None
-        if api_url.startswith(("oci://", "oci+http://", "oci+https://")):
+        if is_oci_url(api_url):
             # An OCI registry filled by ``mirror sync --dest oci://…``.
-            from llama_runtime.updater.sources.oci.source import open_registry_source
+            from llama_runtime.updater.sources.oci.source import POINTER_SCHEME, PointerTransport, open_registry_source
 
-            return open_registry_source(
-                api_url, self.settings.repo, etag_cache=cache, read_timeout=read, ca_bundle=self.settings.ca_bundle
-            )
+            pointers: dict[str, bytes] = {}
+            mounts = {f"{POINTER_SCHEME}://": PointerTransport(pointers)}
+            registry = self._registry_client(api_url, api_deadline=api_deadline, tokens=etag_cache, mounts=mounts)
+            return open_registry_source(registry, self.settings.repo, etag_cache=cache, pointers=pointers)
         if api_url.startswith("file://"):
             # A mirror directory (``llama-runtime mirror sync``), read without a server.
             from llama_runtime.updater.sources.mirror_reader import FileTransport, file_api_url
@@ -127,7 +131,7 @@ class Engine:
 
     def tls(self) -> ssl.SSLContext | bool:
         """What HTTPS connections trust: ``--ca-bundle``, OpenSSL's variables, else the OS store and certifi."""
-        from llama_runtime.updater.sources.tls import ssl_context
+        from llama_runtime.updater.net.tls import ssl_context
 
         return ssl_context(ca_bundle=self.settings.ca_bundle)
 
@@ -160,9 +164,7 @@ class Engine:
 
         # No source (install-file, use) or a file:// mirror: an offline machine, no trust-root refresh.
         # A registry is the fleet's offline copy too: nothing is asked of the internet.
-        offline = source is None or self.settings.api_url.startswith(
-            ("file://", "oci://", "oci+http://", "oci+https://")
-        )
+        offline = source is None or self.settings.api_url.startswith("file://") or is_oci_url(self.settings.api_url)
         return Installer(
             self.home,
             source=source,

@@ -53,6 +53,7 @@ from llama_runtime.updater.fetch.partial import (
     sidecar_path,
     strong_etag,
 )
+from llama_runtime.updater.net.session import Credentials, Session
 from llama_runtime.updater.release.release import Asset
 
 if TYPE_CHECKING:
@@ -83,10 +84,6 @@ __all__ = [
 
 # -- asset_request: One GET of a release asset's bytes: redirects, ranges, validators. ---------------------------
 
-# GitHub uses two hops (github.com → CDN); more than a few means a loop.
-_MAX_REDIRECTS: Final[int] = 5
-_REDIRECT_STATUSES: Final[frozenset[int]] = frozenset({301, 302, 303, 307, 308})
-
 
 def network_error(asset_name: str, what: str, *, kept: bool = True) -> NetworkError:
     """A failed transfer of ``asset_name``, saying whether its partial file is kept for resuming."""
@@ -109,8 +106,9 @@ class AssetRequest:
     """
 
     def __init__(self, source: AssetHost, asset: Asset, path: Path) -> None:
-        self.http = source.http
-        self.auth = source.auth_headers_for
+        # One try per open: the download's own loop retries, resuming from the bytes it holds.
+        self.net = Session(source.http, who=f"the host of {asset.name}", attempts=1)
+        self.credentials: Credentials = source
         self.first_url = source.asset_request(asset)[0]
         self.asset = asset
         self.path = path
@@ -119,37 +117,30 @@ class AssetRequest:
     def open(self, offset: int, if_range: str | None, end: int | None = None) -> Iterator[httpx.Response]:
         """The streamed response for bytes ``offset``..``end`` (all from ``offset`` when ``end`` is None).
 
+        Redirects are the network layer's (credentials only to the source's own origin).
+
         Raises:
             NetworkError: Transport failures, 5xx, 429, a wrong range.
             RemoteError: 4xx, or a redirect loop.
         """
-        url = self.first_url
-        for _hop in range(_MAX_REDIRECTS + 1):
-            # identity: the stored bytes are the asset's bytes, never a transfer encoding of them.
-            headers = {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
-            headers.update(self.auth(url))
-            if offset or end is not None:
-                headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
-                if if_range is not None:
-                    headers["If-Range"] = if_range
-            try:
-                request = self.http.build_request("GET", url, headers=headers)
-                response = self.http.send(request, stream=True, follow_redirects=False)
-            except httpx.HTTPError as exc:
-                raise self.network_error(f"could not connect ({type(exc).__name__})") from exc
-            try:
-                if response.status_code in _REDIRECT_STATUSES:
-                    url = str(response.url.join(response.headers.get("location", "")))
-                    continue
-                self._check_status(response, offset, if_range)
-                yield response
-                return
-            finally:
-                response.close()
-        raise RemoteError(
-            f"Downloading {self.asset.name} redirected more than {_MAX_REDIRECTS} times; "
-            "the server is in a redirect loop."
-        )
+        # identity: the stored bytes are the asset's bytes, never a transfer encoding of them.
+        headers = {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
+        if offset or end is not None:
+            headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
+            if if_range is not None:
+                headers["If-Range"] = if_range
+        try:
+            response = self.net.send("GET", self.first_url, headers=headers, stream=True, credentials=self.credentials)
+        except NetworkError as exc:
+            cause = exc.__cause__
+            error = self.network_error(f"could not connect ({type(cause).__name__ if cause else exc.message})")
+            error.hint = exc.hint  # the one TLS hint, when the certificate was the cause
+            raise error from exc
+        try:
+            self._check_status(response, offset, if_range)
+            yield response
+        finally:
+            response.close()
 
     def network_error(self, what: str, *, kept: bool = True) -> NetworkError:
         """A failed transfer of this asset (see :func:`network_error`)."""

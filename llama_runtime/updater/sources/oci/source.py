@@ -380,33 +380,28 @@ class RegistrySource:
 
 
 def open_registry_source(
-    url: str,
+    registry: RegistryClient,
     repo: str,
     *,
     etag_cache: EtagCache | None = None,
-    read_timeout: float = 60.0,
-    ca_bundle: str | None = None,
+    pointers: dict[str, bytes] | None = None,
 ) -> RegistrySource:
-    """A :class:`RegistrySource` for ``--api-url oci://HOST/NS/NAME``; the caller closes it.
+    """A :class:`RegistrySource` over ``registry`` (``--api-url oci://HOST/NS/NAME``); the caller closes it.
+
+    ``pointers`` is shared with the :class:`PointerTransport` mounted on ``registry``'s pool, if any.
 
     Raises:
-        UserInputError: ``url`` is not a repository reference (a tag or digest in it is refused:
-            ``--tag`` says which build).
+        UserInputError: ``registry`` names a tag or digest (``--tag`` says which build).
     """
     from llama_runtime.runtime.errors import UserInputError
-    from llama_runtime.updater.sources.oci.connect import registry_client
 
-    pointers: dict[str, bytes] = {}
-    client = registry_client(
-        url, read_timeout=read_timeout, mounts={f"{POINTER_SCHEME}://": PointerTransport(pointers)}, ca_bundle=ca_bundle
-    )
-    if client.ref.tag is not None or client.ref.digest is not None:
-        client.http.close()
+    if registry.ref.tag is not None or registry.ref.digest is not None:
+        registry.http.close()
         raise UserInputError(
-            f"--api-url {url} names a tag or digest; give the repository (oci://HOST/NS/NAME) and choose the "
-            "build with --tag or --channel."
+            f"--api-url {registry.ref.display} names a tag or digest; give the repository (oci://HOST/NS/NAME) and "
+            "choose the build with --tag or --channel."
         )
-    return RegistrySource(client, repo, etag_cache=etag_cache, pointers=pointers)
+    return RegistrySource(registry, repo, etag_cache=etag_cache, pointers=pointers)
 
 
 class PointerTransport(httpx.BaseTransport):
