@@ -17,7 +17,8 @@ importing this module costs nothing of httpx, the installer or process control.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -28,11 +29,14 @@ from llama_runtime.updater.net.origin import is_oci_url
 if TYPE_CHECKING:
     import ssl
 
+    import httpx
+
     from llama_runtime.runtime.binary import ProcessRunner
     from llama_runtime.runtime.server import ServerControl
     from llama_runtime.updater.activate.installer import Installer
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import GatePolicy, Settings
+    from llama_runtime.updater.sources.oci.client import RegistryClient
     from llama_runtime.updater.sources.source import ReleaseSource
     from llama_runtime.updater.stage.streaming import FetchOptions
 
@@ -127,6 +131,39 @@ class Engine:
             timeout=httpx.Timeout(read, connect=min(CONNECT_TIMEOUT_SECONDS, read)),
             api_deadline=self.settings.api_deadline if api_deadline else None,
             verify=self.tls() if transport is None else True,
+        )
+
+    @contextlib.contextmanager
+    def open_registry(self, url: str) -> Iterator[RegistryClient]:
+        """A client of the registry repository ``url`` (a push's destination), closed on exit.
+
+        The settings' read timeout, CA bundle and token cache are the ones a registry source gets;
+        every request keeps its own bounds (a push pages every build), as ``mirror sync`` does.
+        """
+        client = self._registry_client(url, api_deadline=False, tokens=True)
+        try:
+            yield client
+        finally:
+            client.http.close()
+
+    def _registry_client(
+        self, url: str, *, api_deadline: bool, tokens: bool, mounts: dict[str, httpx.BaseTransport] | None = None
+    ) -> RegistryClient:
+        from llama_runtime.updater.sources.oci.auth import JsonFileTokenCache
+        from llama_runtime.updater.sources.oci.connect import registry_client
+
+        cache = None
+        if tokens:
+            self.home.ensure()
+            cache = JsonFileTokenCache(self.home.cache_dir / TOKEN_CACHE_NAME, self.seams.clock)
+        return registry_client(
+            url,
+            read_timeout=self.settings.read_timeout,
+            ca_bundle=self.settings.ca_bundle,
+            deadline=self.settings.api_deadline if api_deadline else None,
+            clock=self.seams.clock,
+            tokens=cache,
+            mounts=mounts,
         )
 
     def tls(self) -> ssl.SSLContext | bool:

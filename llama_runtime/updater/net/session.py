@@ -170,6 +170,7 @@ class Session:
         credentials: Credentials | None = None,
         repeatable: bool | None = None,
         attempts: int | None = None,
+        follow_redirects: bool = True,
     ) -> httpx.Response:
         """The final answer to ``method url``: redirects walked, transient failures tried again.
 
@@ -179,6 +180,8 @@ class Session:
             repeatable: Whether the request may be sent again (default: the method is idempotent);
                 an upload POST/PATCH the registry answers with a fresh location is, by its caller.
             attempts: Tries for this request (default: the session's; 1 for no retry).
+            follow_redirects: Walk redirects (else a redirect is the answer: a pre-signed URL's host
+                that redirects is not what was listed).
 
         Raises:
             NetworkError: No connection on any try, or the budget ran out.
@@ -191,7 +194,7 @@ class Session:
         with self.budget.spending():
             while True:
                 try:
-                    response = self._walk(method, url, headers or {}, content, stream, creds)
+                    response = self._walk(method, url, headers or {}, content, stream, creds, follow_redirects)
                 except _TryFailed as exc:
                     failed += 1
                     if failed >= tries or not self.budget.allows_retry(failed):
@@ -281,6 +284,7 @@ class Session:
         content: bytes | None,
         stream: bool,
         credentials: Credentials,
+        follow: bool,
     ) -> httpx.Response:
         """One try: the request and the redirects it is answered with, credentials asked per hop."""
         first = url
@@ -288,7 +292,7 @@ class Session:
             if not same_origin(url, first):  # whatever the caller put in its headers stays on its origin
                 headers = {k: v for k, v in headers.items() if k.lower() not in _ORIGIN_BOUND_HEADERS}
             response = self._send_once(method, url, headers, content, stream, credentials)
-            if response.status_code not in _REDIRECT_STATUSES or method not in ("GET", "HEAD"):
+            if not follow or response.status_code not in _REDIRECT_STATUSES or method not in ("GET", "HEAD"):
                 return response
             location = response.headers.get("location", "")
             response.close()
@@ -302,9 +306,7 @@ class Session:
                     "from HTTPS; that was refused."
                 )
             url = target
-        raise RemoteError(
-            f"{_cap_first(self._who(url))} redirected in a loop: more than {MAX_REDIRECTS} redirects."
-        )
+        raise RemoteError(f"{_cap_first(self._who(url))} redirected in a loop: more than {MAX_REDIRECTS} redirects.")
 
     def _send_once(
         self,

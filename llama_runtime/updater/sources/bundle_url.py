@@ -37,9 +37,10 @@ from urllib.parse import urlsplit
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import NetworkError, RemoteDataError, RemoteError
-from llama_runtime.updater.credentials import is_loopback_host, redact_url
+from llama_runtime.updater.credentials import redact_url
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.net.body import read_capped, too_slow
+from llama_runtime.updater.net.origin import is_loopback_host
 from llama_runtime.updater.release.remote_json import loads_bounded
 
 if TYPE_CHECKING:
@@ -188,7 +189,9 @@ def fetch_bundle(
         raise too_slow(what, deadline_s)
     try:
         # The pre-signed URL alone authorises the read: no credentials, one try (the deadline is shared).
-        response = net.send("GET", url, headers={"Accept-Encoding": "gzip"}, stream=True, attempts=1)
+        response = net.send(
+            "GET", url, headers={"Accept-Encoding": "gzip"}, stream=True, attempts=1, follow_redirects=False
+        )
         try:
             if response.status_code != 200:
                 raise RemoteError(f"{what} could not be fetched (HTTP {response.status_code})")
