@@ -531,7 +531,8 @@ class RegistryClient:
         self._finish_upload(upload.location, digest, b"")
 
     def _start_upload(self) -> str:
-        response = self.request("POST", f"{self.ref.repository_url}/blobs/uploads/")
+        # Repeatable: a session a failed POST may have opened is abandoned, and the registry expires it.
+        response = self.request("POST", f"{self.ref.repository_url}/blobs/uploads/", repeatable=True)
         self._expect(response, 202, "POST blob upload")
         return urljoin(self.ref.repository_url + "/", str(response.headers.get("location", "")))
 
