@@ -98,7 +98,8 @@ class FaultProxy:
     def _rule_for(self, method: str, path: str) -> Rule | None:
         with self._lock:
             for rule in self.rules:
-                if rule.method == method and re.search(rule.path, path) and (rule.times is None or rule.used < rule.times):
+                left = rule.times is None or rule.used < rule.times
+                if rule.method == method and re.search(rule.path, path) and left:
                     rule.used += 1
                     return rule
         return None

@@ -33,6 +33,7 @@ from llama_runtime.updater.sources.oci.auth import Credential, JsonFileTokenCach
 from llama_runtime.updater.sources.oci.client import RegistryClient, sha256_digest
 from llama_runtime.updater.sources.oci.reference import parse_reference
 from tests.fakeclock import FakeClock
+from tests.faultproxy import FaultProxy
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -402,3 +403,92 @@ def test_the_registry_token_cache_file_is_the_owners_only(tmp_path: Path) -> Non
     cache.put("k", "tok", 60)
     assert cache.get("k") == "tok" and (tmp_path / "t.json").stat().st_mode & 0o077 == 0
     assert json.loads((tmp_path / "t.json").read_text())["k"]["expires_at"] == 70
+
+
+# -- end to end: a real registry behind a fault proxy ---------------------------------------------------------------
+
+
+@pytest.fixture
+def proxied(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FaultProxy]:
+    """A real registry holding b7001 (linux-x64 cpu), behind a fault proxy; upstream stopped afterwards."""
+    from tests.fakegithub import FakeGitHub
+    from tests.helpers import cli_json
+    from tests.registry import Registry
+    from tests.test_mirror import publish
+
+    (tmp_path / "src").mkdir()
+    with Registry(tmp_path_factory.mktemp("registry")) as reg:
+        with FakeGitHub() as github:
+            publish(github, tmp_path, "b7001")
+            code, report = cli_json(
+                capsys, "mirror", "sync", "--dest", reg.url(), "--api-url", github.api_url,
+                "--platform", "linux-x64", "--backend", "cpu",
+            )  # fmt: skip
+            assert code == 0, report
+        with FaultProxy(f"http://{reg.host}") as proxy:
+            yield proxy
+
+
+def _check(capsys: pytest.CaptureFixture[str], home: Path, proxy: FaultProxy) -> tuple[int, dict[str, Any]]:
+    from tests.helpers import cli_json
+
+    return cli_json(capsys, "check", "--home", str(home), "--api-url", f"oci://{proxy.host}/fleet/llama.cpp")
+
+
+@pytest.mark.e2e
+def test_a_registry_502_on_the_manifest_is_retried_as_githubs_is(
+    capsys: pytest.CaptureFixture[str], proxied: FaultProxy, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.faultproxy import Rule
+
+    monkeypatch.setattr("llama_runtime.runtime.clock.RETRY_BACKOFF_SECONDS", 0.0)
+    proxied.add(Rule("HEAD", r"/manifests/stable$", 502))
+    code, payload = _check(capsys, home, proxied)
+    assert code == 0 and payload["latest"] == "b7001", payload
+    assert len(proxied.requests("HEAD", r"/manifests/stable$")) == 2
+    assert all(s.headers["user-agent"].startswith("llama-runtime/") for s in proxied.seen)
+
+
+@pytest.mark.e2e
+def test_a_registry_429_is_rate_limited_recorded_and_the_next_check_is_skipped(
+    capsys: pytest.CaptureFixture[str], proxied: FaultProxy, home: Path
+) -> None:
+    from tests.faultproxy import Rule
+
+    proxied.add(Rule("HEAD", r"/manifests/stable$", 429, {"Retry-After": "120"}))
+    code, payload = _check(capsys, home, proxied)
+    assert code == 7 and payload["error"]["code"] == "rate_limited", payload
+    assert "120" in payload["error"]["message"]
+    stored = json.loads((home / "cache" / "ratelimit.json").read_text())
+    asked = len(proxied.seen)
+    code, skipped = _check(capsys, home, proxied)
+    assert code == 0 and skipped["skipped"] == "rate_limited", skipped
+    assert skipped["not_before"] == stored["not_before"] and len(proxied.seen) == asked
+
+
+@pytest.mark.e2e
+def test_a_registry_blob_redirected_to_a_cdn_naming_a_hostile_realm_sends_it_nothing(
+    capsys: pytest.CaptureFixture[str],
+    proxied: FaultProxy,
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from tests.faultproxy import FaultProxy, Rule
+    from tests.helpers import cli_json
+
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "nodocker"))
+    monkeypatch.setenv("LLAMA_RUNTIME_REGISTRY_USERNAME", "ci")
+    monkeypatch.setenv("LLAMA_RUNTIME_REGISTRY_PASSWORD", "s3cret")
+    with FaultProxy("http://127.0.0.1:9") as realm, FaultProxy("http://127.0.0.1:9") as cdn:
+        cdn.add(Rule("GET", r"", 401, {"WWW-Authenticate": f'Bearer realm="{realm.url}/token"'}, times=None))
+        proxied.add(Rule("GET", r"/blobs/sha256:", 307, {"Location": f"{cdn.url}/blob"}, times=None))
+        code, payload = cli_json(
+            capsys, "update", "--home", str(home), "--api-url", f"oci://{proxied.host}/fleet/llama.cpp",
+            "--backend", "cpu",
+        )  # fmt: skip
+        assert code == 7, payload
+        assert realm.seen == [] and all("authorization" not in s.headers for s in cdn.seen)
+    assert not (home / "runtimes").exists() or not any((home / "runtimes").iterdir())
