@@ -135,7 +135,7 @@ CLI_NOT_YET_BEHIND_THE_FRONT_DOOR: dict[str, frozenset[str]] = {
         }
     ),
     # human_size; whether --dest names a registry (oci://…)
-    "offline": frozenset({"llama_runtime.updater.fetch.cache", "llama_runtime.updater.sources.oci.reference"}),
+    "offline": frozenset({"llama_runtime.updater.fetch.cache", "llama_runtime.updater.net.origin"}),
     "registry": frozenset({"llama_runtime.updater.fetch.cache"}),  # human_size
     "progressbar": frozenset(
         {"llama_runtime.runtime.clock", "llama_runtime.updater.fetch.cache", "llama_runtime.updater.progress"}

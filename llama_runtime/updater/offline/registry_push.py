@@ -272,7 +272,7 @@ class _BuildPush:
         if published is not None and self.registry.has_blob(f"sha256:{published}"):
             self.report.reused.append(f"{tag}/{asset.name}")
             return published
-        if published is not None and self._mounted(f"sha256:{published}"):
+        if published is not None and self._mounted(asset, f"sha256:{published}"):
             self.report.mounted.append(f"{tag}/{asset.name}")
             return published
         path = self._download(tag, asset)
@@ -288,20 +288,22 @@ class _BuildPush:
         path.unlink(missing_ok=True)
         return sha
 
-    def _mounted(self, digest: str) -> bool:
-        """Whether ``digest`` was mounted from the upstream repository (a registry source on the same registry).
+    def _mounted(self, asset: Asset, digest: str) -> bool:
+        """Whether ``digest`` was mounted from the repository ``asset`` is a blob of (on this very registry).
 
         distribution-spec "Mounting a blob from another repository": the registry links the blob
-        without a transfer; a registry that will not answers with an upload session instead.
+        without a transfer; a registry that will not answers with an upload session instead. Whether
+        the asset lives there is its URL's: ``/v2/<name>/blobs/<digest>`` on the registry's own origin.
         """
-        from llama_runtime.updater.sources.oci.source import RegistrySource
+        from llama_runtime.updater.net.origin import same_origin
 
-        source = self.client
-        if not isinstance(source, RegistrySource) or source.registry.ref.host != self.registry.ref.host:
+        if not same_origin(asset.download_url, self.registry.origin):
             return False
-        if source.registry.ref.name == self.registry.ref.name:
+        _v2, found, rest = asset.download_url.partition(f"{self.registry.origin}/v2/")
+        name = rest.rpartition("/blobs/")[0] if found else ""
+        if not name or name == self.registry.ref.name:
             return False
-        return self.registry.mount_blob(digest, source.registry.ref.name)
+        return self.registry.mount_blob(digest, name)
 
     def _download(self, tag: str, asset: Asset) -> Path:
         from llama_runtime.updater.fetch.download import throttled

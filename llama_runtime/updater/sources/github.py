@@ -198,6 +198,10 @@ class GitHubClient:
             backoff and slow answers included (``None``: no overall bound, only each request's).
     """
 
+    #: GitHub has no manifests to pin and no channels but ``stable`` and ``nightly``.
+    accepts_digest_pins: Final[bool] = False
+    accepts_channel_tags: Final[bool] = False
+
     def __init__(
         self,
         api_url: str,
@@ -418,6 +422,10 @@ class GitHubClient:
             )
 
         return resolve_bundle_urls(answer, fetch)
+
+    def origin_of(self, release: Release) -> str | None:
+        """Nothing beyond the repository and tag: a release's assets are named by them."""
+        return None
 
     def latest_release(self, channel: str = "stable") -> Release:
         """The build release ``channel`` calls latest (see :func:`updater.sources.resolve.resolve_latest_remote`).

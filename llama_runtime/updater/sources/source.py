@@ -95,7 +95,15 @@ class AssetHost(Protocol):
 
 
 class ReleaseSource(AssetHost, Protocol):
-    """A repository's releases, and the host their assets come from."""
+    """A repository's releases, and the host their assets come from.
+
+    Attributes:
+        accepts_digest_pins: ``--tag TAG@sha256:…`` names a manifest here (a registry's builds have one).
+        accepts_channel_tags: Channels besides ``stable`` and ``nightly`` are tags here (``mirror promote``).
+    """
+
+    accepts_digest_pins: bool
+    accepts_channel_tags: bool
 
     @property
     def repo(self) -> str:
@@ -108,6 +116,11 @@ class ReleaseSource(AssetHost, Protocol):
 
     def latest_release(self, channel: str = "stable") -> Release:
         """The build release ``channel`` calls latest (see :mod:`updater.release.channel`)."""
+        ...
+
+    def origin_of(self, release: Release) -> str | None:
+        """Where ``release``'s bytes were read from when the source can name it exactly
+        (a registry's ``oci://host/name@sha256:…``); ``None``: the repository and tag say it."""
         ...
 
     def attestations(self, sha256: str) -> object:

@@ -44,7 +44,7 @@ from llama_runtime.updater.sources.oci.client import RegistryClient
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import EtagCache, RateLimit
 
-__all__ = ["RegistrySource", "bytes_origin"]
+__all__ = ["RegistrySource"]
 
 #: The channel tag ``releases/latest`` stands for.
 STABLE_TAG: Final = "stable"
@@ -68,11 +68,6 @@ def _build_number(tag: str) -> int | None:
         return parse_tag(tag).build
     except UserInputError:
         return None
-
-
-def bytes_origin(source: object, release: Release) -> str | None:
-    """Where ``release``'s bytes came from when ``source`` is a registry (``oci://host/name@sha256:…``)."""
-    return source.origin_of(release) if isinstance(source, RegistrySource) else None
 
 
 class RegistrySource:
