@@ -492,3 +492,40 @@ def test_a_registry_blob_redirected_to_a_cdn_naming_a_hostile_realm_sends_it_not
         assert code == 7, payload
         assert realm.seen == [] and all("authorization" not in s.headers for s in cdn.seen)
     assert not (home / "runtimes").exists() or not any((home / "runtimes").iterdir())
+
+
+# -- downloads ---------------------------------------------------------------------------------------------------
+
+
+def _asset_host(handler: Handler) -> Any:
+    from llama_runtime.updater.sources.source import PlainHttp
+
+    return PlainHttp(httpx.Client(transport=httpx.MockTransport(handler), timeout=10))
+
+
+def test_a_download_waits_out_a_short_retry_after_and_a_long_one_is_rate_limited(tmp_path: Path) -> None:
+    import hashlib
+
+    from llama_runtime.updater.fetch.download import download_asset
+    from llama_runtime.updater.release.release import Asset
+
+    body = b"asset bytes"
+    asset = Asset("a.bin", len(body), "https://cdn.example/a.bin", "sha256:" + hashlib.sha256(body).hexdigest())
+    clock, answers = FakeClock(), [(429, "3"), (200, None)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        status, after = answers.pop(0)
+        return httpx.Response(
+            status,
+            stream=_Stream(iter([body] if status == 200 else [])),
+            headers={"Retry-After": after} if after else {},
+        )
+
+    sha = hashlib.sha256(body).hexdigest()
+    checks: dict[str, Any] = {"max_bytes": 1000, "expected_size": len(body), "expected_sha256": sha}
+    download_asset(_asset_host(handler), asset, tmp_path / "a.partial", sleep=clock.sleep, **checks)
+    assert clock.now == 3.0 and answers == []  # 1 s backoff + 2 s more: the server's 3 s, not 12 GETs
+    answers[:] = [(429, "120"), (200, None)]
+    with pytest.raises(RateLimitError) as caught:
+        download_asset(_asset_host(handler), asset, tmp_path / "b.partial", sleep=clock.sleep, **checks)
+    assert caught.value.retry_after == 120 and answers == [(200, None)]

@@ -53,6 +53,13 @@ from llama_runtime.updater.fetch.partial import (
     sidecar_path,
     strong_etag,
 )
+from llama_runtime.updater.net.limits import (
+    MAX_RETRY_WAIT_SECONDS,
+    AskedToWait,
+    extra_wait,
+    rate_limit_refusal,
+    retry_after_seconds,
+)
 from llama_runtime.updater.net.session import Credentials, Session
 from llama_runtime.updater.release.release import Asset
 
@@ -162,8 +169,15 @@ class AssetRequest:
         if status == 416:
             discard_partial(self.path)
             raise self.network_error("the server refused to resume the partial file", kept=False)
-        if status == 429 or status >= 500:
-            raise self.network_error(f"the server answered HTTP {status}")
+        if status in (403, 429) or status >= 500:
+            asked = retry_after_seconds(response)
+            if status == 403 or (asked is not None and asked > MAX_RETRY_WAIT_SECONDS):
+                limited = rate_limit_refusal(response, f"The host of {self.asset.name}")
+                if limited is not None:  # a wait for the scheduler, not for this command
+                    raise limited
+            if status != 403:
+                what = network_error(self.asset.name, f"the server answered HTTP {status}").message
+                raise AskedToWait(what, retry_after=asked)
         raise RemoteError(
             f"Could not download {self.asset.name}: the server answered HTTP {status} "
             f"for {redact_url(str(response.url))}."
@@ -312,13 +326,17 @@ def _with_retries(
 ) -> DownloadResult:
     """Run ``job`` until it finishes, retrying a network failure with backoff (each retry resumes)."""
     assert job.watch is not None
-    for last in tries(sleep, attempts=attempts):
+    wait_asked = 0.0
+    for failed, last in enumerate(tries(sleep, attempts=attempts)):
+        if failed:
+            sleep(wait_asked)  # a server's Retry-After beyond the backoff tries() just waited
         job.watch.new_attempt()
         try:
             return job.run(progress, cancel)
-        except NetworkError:
+        except NetworkError as exc:
             if last:
                 raise
+            wait_asked = extra_wait(exc, failed + 1)
         except OSError as exc:
             if is_disk_full(exc):
                 discard_partial(job.path)  # the space is what is missing: keeping it holds on to it

@@ -55,6 +55,7 @@ from llama_runtime.updater.fetch.download import (
 )
 from llama_runtime.updater.fetch.partial import DownloadPace, PaceWatch, discard_unowned, strong_etag
 from llama_runtime.updater.logs import warn_state
+from llama_runtime.updater.net.limits import extra_wait
 from llama_runtime.updater.release.release import Asset
 
 if TYPE_CHECKING:
@@ -390,7 +391,10 @@ class RangedDownload:
     def _worker(self, fd: int, span: Span) -> None:
         # Each connection is held to the minimum rate; the deadline counts from the first attempt.
         watch = PaceWatch(self.pace)
-        for last in tries(self.sleep):
+        wait_asked = 0.0
+        for failed, last in enumerate(tries(self.sleep)):
+            if failed:
+                self.sleep(wait_asked)  # a server's Retry-After beyond the backoff tries() just waited
             watch.new_attempt()
             try:
                 self._fetch_span(fd, span, watch)
@@ -399,6 +403,7 @@ class RangedDownload:
                 if last or self._stop.is_set():
                     self._fail(exc)
                     return
+                wait_asked = extra_wait(exc, failed + 1)
             except BaseException as exc:
                 self._fail(exc)
                 return

@@ -12,15 +12,25 @@ from typing import Final
 
 import httpx
 
-from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.errors import RateLimitError
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock, backoff_seconds
+from llama_runtime.runtime.errors import NetworkError, RateLimitError
 from llama_runtime.runtime.fsutil import decimal
 
-__all__ = ["DEFAULT_RATE_LIMIT_SECONDS", "rate_limit_refusal", "retry_after_seconds"]
+__all__ = [
+    "DEFAULT_RATE_LIMIT_SECONDS",
+    "MAX_RETRY_WAIT_SECONDS",
+    "AskedToWait",
+    "extra_wait",
+    "rate_limit_refusal",
+    "retry_after_seconds",
+]
 
 #: How long to stay away after a 429 that names no time (seconds): GitHub's own advice for a
 #: secondary limit, "wait for at least one minute", is as good a default as any server gives.
 DEFAULT_RATE_LIMIT_SECONDS: Final[int] = 60
+#: Longest ``Retry-After`` waited out within one command (seconds): a longer one is a rate limit the
+#: scheduler honours (``rate_limited``, the next check skipped), not a command that hangs.
+MAX_RETRY_WAIT_SECONDS: Final[float] = 10.0
 #: Longest ``Retry-After`` taken at its word (seconds): a day; a longer one is a day.
 MAX_RETRY_AFTER_SECONDS: Final[int] = 24 * 3600
 
@@ -56,3 +66,23 @@ def rate_limit_refusal(response: httpx.Response, who: str, clock: Clock = SYSTEM
         reset_at=clock.time() + seconds,
         hint="The next scheduled check waits until then.",
     )
+
+
+class AskedToWait(NetworkError):
+    """A transient refusal (5xx, 429) whose server named a short wait: the next try comes after it.
+
+    Args:
+        message: The sentence for people.
+        retry_after: Seconds the server asked to wait (``None``: it named none; the backoff applies).
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def extra_wait(exc: BaseException, failed: int) -> float:
+    """Seconds to wait beyond the backoff after the ``failed``-th try ended in ``exc`` (its ``Retry-After``)."""
+    if not isinstance(exc, AskedToWait) or exc.retry_after is None or exc.retry_after > MAX_RETRY_WAIT_SECONDS:
+        return 0.0
+    return max(0.0, exc.retry_after - backoff_seconds(failed))

@@ -38,10 +38,10 @@ from llama_runtime.runtime.clock import (
     TimeBudget,
     backoff_seconds,
 )
-from llama_runtime.runtime.errors import NetworkError, RemoteError
+from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
 from llama_runtime.updater.net.body import API_BODY_DEADLINE_SECONDS, MAX_API_BODY_BYTES, read_capped
 from llama_runtime.updater.net.identity import user_agent
-from llama_runtime.updater.net.limits import retry_after_seconds
+from llama_runtime.updater.net.limits import MAX_RETRY_WAIT_SECONDS, retry_after_seconds
 from llama_runtime.updater.net.origin import may_carry_credentials, origin_of, same_origin
 from llama_runtime.updater.net.tls import TLS_TRUST_HINT, is_untrusted_certificate
 
@@ -61,9 +61,6 @@ IDEMPOTENT_METHODS: Final[frozenset[str]] = frozenset({"GET", "HEAD", "OPTIONS",
 #: Request headers that hold secrets of one origin: never carried to another by a redirect.
 _ORIGIN_BOUND_HEADERS: Final[frozenset[str]] = frozenset({"authorization", "proxy-authorization", "cookie"})
 _REDIRECT_STATUSES: Final[frozenset[int]] = frozenset({301, 302, 303, 307, 308})
-#: Longest ``Retry-After`` waited out within one command (seconds): a longer one is a rate limit the
-#: scheduler honours (``rate_limited``, the next check skipped), not a command that hangs.
-MAX_RETRY_WAIT_SECONDS: Final[float] = 10.0
 #: Shortest wait for one read (seconds): 0 would mean "never wait" to the socket layer.
 MIN_READ_SECONDS: Final[float] = 0.001
 
@@ -152,6 +149,15 @@ class Session:
         self.sleep = sleep
         self.clock = clock
         self.deadline_name = deadline_name
+        self._held: tuple[float, str] | None = None  # (monotonic deadline, why): see hold
+
+    def hold(self, seconds: float, why: str) -> None:
+        """Refuse every request for ``seconds`` with :class:`RateLimitError` saying ``why``.
+
+        A rate-limit back-off an earlier refusal stored, from whichever server: asking again before
+        it ends spends what the server said was gone (and a secondary limit grows with each ask).
+        """
+        self._held = (self.clock.monotonic() + seconds, why)
 
     def close(self) -> None:
         """Release the pool."""
@@ -184,9 +190,12 @@ class Session:
                 that redirects is not what was listed).
 
         Raises:
+            RateLimitError: A stored back-off (:meth:`hold`) still runs: nothing was sent.
             NetworkError: No connection on any try, or the budget ran out.
             RemoteError: A redirect loop, or a redirect from HTTPS to another scheme.
         """
+        if self._held is not None and (left := self._held[0] - self.clock.monotonic()) > 0:
+            raise RateLimitError(self._held[1], retry_after=left, hint="Nothing was asked; nothing changed.")
         retry = method in IDEMPOTENT_METHODS if repeatable is None else repeatable
         tries = (attempts or self.attempts) if retry else 1
         creds = credentials or _NONE

@@ -229,7 +229,6 @@ class GitHubClient:
         self.last_rate_limit: RateLimit | None = None
         # Whether the newest JSON answer carried GitHub's rate-limit headers: the API's own, not a mirror's file.
         self._answered_by_api = False
-        self._held: tuple[float, str] | None = None  # (monotonic deadline, why): see hold_requests
         # Last guard of the token policy: whatever the caller passes, a token
         # never travels in clear text to a host that is not this machine.
         self._token = checked_token(token) if token and may_send_token(self.api_url) else None
@@ -275,7 +274,7 @@ class GitHubClient:
         A rate-limit back-off stored by an earlier refusal: asking again before it ends
         spends quota GitHub said was gone (and a secondary limit grows with each ask).
         """
-        self._held = (self.clock.monotonic() + seconds, why)
+        self.net.hold(seconds, why)
 
     # -- public verbs ----------------------------------------------------------------------
     def get_release(self, tag: str) -> Release:
@@ -518,8 +517,6 @@ class GitHubClient:
         return response.status_code == 404 and "x-ratelimit-limit" in response.headers
 
     def _get_json(self, url: str, not_found: str, *, use_cache: bool = True) -> Any:
-        if self._held is not None and (left := self._held[0] - self.clock.monotonic()) > 0:
-            raise RateLimitError(self._held[1], retry_after=left, hint="Nothing was asked; nothing changed.")
         cached = self.etag_cache.get(url) if self.etag_cache and use_cache else None
         headers = {
             "Accept": "application/vnd.github+json",

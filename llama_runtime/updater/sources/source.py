@@ -161,6 +161,10 @@ class ReleaseSource(AssetHost, Protocol):
         """The rate-limit headers of the last answer (``None``: none sent, e.g. a mirror)."""
         ...
 
+    def hold_requests(self, seconds: float, why: str) -> None:
+        """Ask the server nothing for ``seconds`` (a rate-limit back-off stored by an earlier refusal)."""
+        ...
+
     def close(self) -> None:
         """Release the connection pool."""
         ...

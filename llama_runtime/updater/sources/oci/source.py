@@ -228,6 +228,10 @@ class RegistrySource:
         """Manifests and configs kept by digest, and ``nightly-tag.txt`` reads."""
         return self._etag_cache
 
+    def hold_requests(self, seconds: float, why: str) -> None:
+        """Ask the registry nothing for ``seconds`` (a stored rate-limit back-off): the network layer's hold."""
+        self.registry.net.hold(seconds, why)
+
     @property
     def last_rate_limit(self) -> RateLimit | None:
         """Registries send no GitHub rate-limit headers."""
