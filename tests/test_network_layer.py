@@ -529,3 +529,54 @@ def test_a_download_waits_out_a_short_retry_after_and_a_long_one_is_rate_limited
     with pytest.raises(RateLimitError) as caught:
         download_asset(_asset_host(handler), asset, tmp_path / "b.partial", sleep=clock.sleep, **checks)
     assert caught.value.retry_after == 120 and answers == [(200, None)]
+
+
+def test_an_interrupted_ranged_download_saves_its_record_and_resumes_to_the_byte(tmp_path: Path) -> None:
+    import hashlib
+    import os
+    import signal
+    import threading
+
+    from llama_runtime.updater.fetch.ranges import RangedDownload, load_record
+    from llama_runtime.updater.release.release import Asset
+
+    body = bytes(range(256)) * 4096  # 1 MiB in 4 KiB chunks: far below the 8 MiB periodic save
+    asset = Asset("a.bin", len(body), "https://cdn.example/a.bin", "sha256:" + hashlib.sha256(body).hexdigest())
+    asked: list[int] = []
+    release = threading.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        first, _, last = request.headers["range"].removeprefix("bytes=").partition("-")
+        start, end = int(first), int(last)
+        asked.append(start)
+        part = body[start : end + 1]
+        chunks = [part[i : i + 4096] for i in range(0, len(part), 4096)]
+
+        def slow() -> Iterator[bytes]:
+            for n, chunk in enumerate(chunks):
+                if n == 8:
+                    release.wait(0.5)  # the rest waits: the interrupt comes with 32 KiB of each range on disk
+                yield chunk
+
+        headers = {"Content-Range": f"bytes {start}-{end}/{len(body)}", "ETag": '"v1"'}
+        return httpx.Response(206, stream=_Stream(slow()), headers=headers)
+
+    interrupted = [False]
+
+    def progress(done: int, total: int | None) -> None:
+        if done >= 2 * 8 * 4096 and not interrupted[0]:
+            interrupted[0] = True
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C (the CLI turns SIGTERM into the same interrupt)
+
+    partial = tmp_path / "a.partial"
+    with pytest.raises(KeyboardInterrupt):
+        RangedDownload(_asset_host(handler), asset, partial, parallel=2, progress=progress).run()
+    release.set()
+    recorded = load_record(partial, asset.download_url, asset.size)
+    assert recorded is not None, "the ranges record was not saved on the interrupt"
+    saved = sum(s.done for s in recorded[0])
+    assert saved >= 2 * 8 * 4096
+    asked.clear()
+    result = RangedDownload(_asset_host(handler), asset, partial, parallel=2).run()
+    assert result is not None and partial.read_bytes() == body
+    assert sorted(asked) == sorted(s.next for s in recorded[0])  # resumed at the recorded bytes, not from 0

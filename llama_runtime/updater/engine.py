@@ -113,7 +113,7 @@ class Engine:
             from llama_runtime.updater.sources.oci.source import POINTER_SCHEME, PointerTransport, open_registry_source
 
             pointers: dict[str, bytes] = {}
-            mounts = {f"{POINTER_SCHEME}://": PointerTransport(pointers)}
+            mounts: dict[str, httpx.BaseTransport] = {f"{POINTER_SCHEME}://": PointerTransport(pointers)}
             registry = self._registry_client(api_url, api_deadline=api_deadline, tokens=etag_cache, mounts=mounts)
             return open_registry_source(registry, self.settings.repo, etag_cache=cache, pointers=pointers)
         if api_url.startswith("file://"):

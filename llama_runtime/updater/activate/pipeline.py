@@ -446,7 +446,8 @@ class InstallPipeline:
         checkpoint("after_download")
         facts = download_facts(release, choice, planned.backend_request, downloads, planned.identity, reused)
         # A registry's manifest, when the bytes came from one.
-        facts = replace(facts, source=self.acquirer.source.origin_of(release) or facts.source)
+        source = self.acquirer.source
+        facts = replace(facts, source=(source.origin_of(release) if source is not None else None) or facts.source)
         try:
             facts, staged = self._check_provenance(release, choice, fetched[0], downloads, facts, emit, reused)
             outcome = self.install_archives(

@@ -205,6 +205,8 @@ MIN_PARALLEL_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_PARALLEL: Final = DEFAULT_PARALLEL_DOWNLOADS
 #: Bytes between two saves of the per-range record (a save is one small rename).
 _SAVE_EVERY_BYTES: Final = 8 * 1024 * 1024
+#: Longest wait for a worker to notice an interrupt (seconds): it stops after the chunk in hand.
+_STOP_JOIN_SECONDS: Final[float] = 5.0
 #: Read size of the digest's pass over the reassembled file.
 _HASH_READ_BYTES: Final = 1024 * 1024
 
@@ -365,8 +367,18 @@ class RangedDownload:
         ]
         for worker in workers:
             worker.start()
-        for worker in workers:
-            worker.join()
+        try:
+            for worker in workers:
+                worker.join()
+        except BaseException:
+            # Ctrl-C, or SIGTERM (the CLI makes it the same interrupt): every byte on disk stays usable,
+            # so the workers stop and the record is saved before the interrupt goes on; a rerun resumes
+            # to the byte instead of from the last periodic save.
+            self._stop.set()
+            for worker in workers:
+                worker.join(timeout=_STOP_JOIN_SECONDS)
+            self._save()
+            raise
         if self._errors:
             self.growing.fail()
             digest.wait()

@@ -95,15 +95,17 @@ class AssetHost(Protocol):
 
 
 class ReleaseSource(AssetHost, Protocol):
-    """A repository's releases, and the host their assets come from.
+    """A repository's releases, and the host their assets come from."""
 
-    Attributes:
-        accepts_digest_pins: ``--tag TAG@sha256:…`` names a manifest here (a registry's builds have one).
-        accepts_channel_tags: Channels besides ``stable`` and ``nightly`` are tags here (``mirror promote``).
-    """
+    @property
+    def accepts_digest_pins(self) -> bool:
+        """Whether ``--tag TAG@sha256:…`` names a manifest here (a registry's builds have one)."""
+        ...
 
-    accepts_digest_pins: bool
-    accepts_channel_tags: bool
+    @property
+    def accepts_channel_tags(self) -> bool:
+        """Whether channels besides ``stable`` and ``nightly`` are tags here (``mirror promote`` moves them)."""
+        ...
 
     @property
     def repo(self) -> str:
