@@ -328,7 +328,7 @@ def _with_retries(
     assert job.watch is not None
     wait_asked = 0.0
     for failed, last in enumerate(tries(sleep, attempts=attempts)):
-        if failed:
+        if failed and wait_asked:
             sleep(wait_asked)  # a server's Retry-After beyond the backoff tries() just waited
         job.watch.new_attempt()
         try:

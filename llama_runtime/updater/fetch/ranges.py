@@ -405,7 +405,7 @@ class RangedDownload:
         watch = PaceWatch(self.pace)
         wait_asked = 0.0
         for failed, last in enumerate(tries(self.sleep)):
-            if failed:
+            if failed and wait_asked:
                 self.sleep(wait_asked)  # a server's Retry-After beyond the backoff tries() just waited
             watch.new_attempt()
             try:
