@@ -580,3 +580,54 @@ def test_an_interrupted_ranged_download_saves_its_record_and_resumes_to_the_byte
     result = RangedDownload(_asset_host(handler), asset, partial, parallel=2).run()
     assert result is not None and partial.read_bytes() == body
     assert sorted(asked) == sorted(s.next for s in recorded[0])  # resumed at the recorded bytes, not from 0
+
+
+# -- scratch and abandoned uploads -----------------------------------------------------------------------------------
+
+
+def test_an_interrupted_pushs_scratch_dir_is_found_by_the_next_run_and_removed_when_done(tmp_path: Path) -> None:
+    import os
+
+    from llama_runtime.updater.fetch.scratch import PREFIX, STALE_AFTER_SECONDS, scratch_dir
+
+    with pytest.raises(KeyboardInterrupt), scratch_dir("oci://reg/a", root=tmp_path) as first:
+        (first / "b7001-a.tar.gz.part").write_bytes(b"half")
+        raise KeyboardInterrupt
+    with scratch_dir("oci://reg/a", root=tmp_path) as again:
+        assert again == first and (again / "b7001-a.tar.gz.part").read_bytes() == b"half"
+    assert not first.exists()
+    stale = tmp_path / (PREFIX + "0123456789abcdef")
+    stale.mkdir()
+    os.utime(stale, (0, 0))
+    with scratch_dir("oci://reg/b", root=tmp_path) as other:
+        assert other != first and not stale.exists()
+    assert STALE_AFTER_SECONDS >= 24 * 3600
+
+
+def test_a_scratch_name_that_is_a_link_is_not_used(tmp_path: Path) -> None:
+    from llama_runtime.updater.fetch.scratch import scratch_dir
+
+    with scratch_dir("oci://reg/a", root=tmp_path) as first:
+        name = first
+    (tmp_path / "elsewhere").mkdir()
+    name.symlink_to(tmp_path / "elsewhere")
+    with scratch_dir("oci://reg/a", root=tmp_path) as used:
+        assert used != name and used.parent == tmp_path
+    assert (tmp_path / "elsewhere").is_dir()
+
+
+def test_a_failed_upload_closes_its_session() -> None:
+    calls: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append((request.method, request.url.path))
+        if request.method == "POST":
+            return httpx.Response(202, headers={"Location": "/v2/a/b/blobs/uploads/u1"})
+        if request.method == "PUT":
+            return httpx.Response(400)
+        return httpx.Response(204)
+
+    client = registry("oci://reg.example/a/b", handler, FakeClock())
+    with pytest.raises(RemoteError, match="PUT blob"):
+        client.push_blob(sha256_digest(b"abc"), 3, lambda offset: iter([b"abc"[offset:]]))
+    assert calls[-1] == ("DELETE", "/v2/a/b/blobs/uploads/u1")

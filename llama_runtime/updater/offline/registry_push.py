@@ -21,8 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.errors import RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import sha256_file
+from llama_runtime.updater.fetch.scratch import scratch_dir
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import Progress
 from llama_runtime.updater.release.channel import Channel, pointer_asset
@@ -130,7 +129,7 @@ def sync_registry(
     report = PushReport(dest=registry.ref.display, warnings=list(notes))
     named = _versions_by_build(client, versions)
     branch = client.default_branch()
-    with _scratch() as scratch:
+    with scratch_dir(registry.ref.repository_url) as scratch:  # an interrupted push resumes its download there
         for build in builds:
             assets = chosen_assets(client, build, platforms or [], backends or [])
             pusher = _BuildPush(client, registry, scratch, fetch or MirrorFetch(), report)
@@ -210,14 +209,6 @@ def _move_tag(registry: RegistryClient, tag: str, digest: str) -> None:
 
 
 @contextlib.contextmanager
-def _scratch() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="llama-runtime-push-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 class _BuildPush:
     """One build's push: blobs, config, manifest, referrers (tags are the caller's)."""
 

@@ -513,6 +513,22 @@ class RegistryClient:
             RemoteError: The registry refused the upload (a digest mismatch included).
         """
         location = self._start_upload()
+        try:
+            self._send_blob(location, digest, size, chunks, progress)
+        except BaseException:
+            # The registry would keep the abandoned session until it expires it: close it now (best effort).
+            with contextlib.suppress(Exception):
+                self.request("DELETE", location).close()
+            raise
+
+    def _send_blob(
+        self,
+        location: str,
+        digest: str,
+        size: int,
+        chunks: Callable[[int], Iterator[bytes]],
+        progress: Callable[[int], None] | None,
+    ) -> None:
         if size <= MONOLITHIC_MAX_BYTES:
             body = b"".join(chunks(0))
             self._finish_upload(location, digest, body)
