@@ -631,3 +631,20 @@ def test_a_failed_upload_closes_its_session() -> None:
     with pytest.raises(RemoteError, match="PUT blob"):
         client.push_blob(sha256_digest(b"abc"), 3, lambda offset: iter([b"abc"[offset:]]))
     assert calls[-1] == ("DELETE", "/v2/a/b/blobs/uploads/u1")
+
+
+@pytest.mark.e2e
+def test_requests_name_the_active_runtime_unless_the_detail_is_turned_off(
+    capsys: pytest.CaptureFixture[str], proxied: FaultProxy, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.helpers import cli_json
+
+    url = f"oci://{proxied.host}/fleet/llama.cpp"
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--backend", "cpu")
+    assert code == 0 and payload["active"]["tag"] == "b7001", payload
+    assert _check(capsys, home, proxied)[0] == 0
+    agent = proxied.seen[-1].headers["user-agent"]
+    assert agent.startswith(f"llama-runtime/{__version__} (") and agent.endswith("; build b7001; backend cpu)"), agent
+    monkeypatch.setenv(DETAIL_VAR, "0")
+    assert _check(capsys, home, proxied)[0] == 0
+    assert proxied.seen[-1].headers["user-agent"] == f"llama-runtime/{__version__}"

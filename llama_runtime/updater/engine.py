@@ -98,6 +98,7 @@ class Engine:
         """
         if self.seams.source_factory is not None:
             return self.seams.source_factory()
+        self._describe_runtime()
         import httpx
 
         from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
@@ -133,6 +134,21 @@ class Engine:
             verify=self.tls() if transport is None else True,
         )
 
+    def _describe_runtime(self) -> None:
+        """Name the active runtime (build, backend) in the User-Agent's detail; nothing when none is readable."""
+        from llama_runtime.runtime.errors import LlamaRuntimeError
+        from llama_runtime.updater.net.identity import describe_runtime
+
+        build = backend = None
+        try:
+            pointer = self.home.read_pointer() if self.home.root.is_dir() else None
+            if pointer is not None and pointer.active:
+                marker = self.home.load(pointer.active).marker
+                build, backend = marker.tag, marker.backend
+        except (LlamaRuntimeError, OSError, ValueError):
+            pass  # a damaged home names no runtime; the request goes out all the same
+        describe_runtime(build=build, backend=backend)
+
     @contextlib.contextmanager
     def open_registry(self, url: str) -> Iterator[RegistryClient]:
         """A client of the registry repository ``url`` (a push's destination), closed on exit.
@@ -140,6 +156,7 @@ class Engine:
         The settings' read timeout, CA bundle and token cache are the ones a registry source gets;
         every request keeps its own bounds (a push pages every build), as ``mirror sync`` does.
         """
+        self._describe_runtime()
         client = self._registry_client(url, api_deadline=False, tokens=True)
         try:
             yield client

@@ -18,7 +18,6 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Iterator
@@ -208,7 +207,6 @@ def _move_tag(registry: RegistryClient, tag: str, digest: str) -> None:
     registry.put_manifest(tag, manifest.raw, manifest.media_type)
 
 
-@contextlib.contextmanager
 class _BuildPush:
     """One build's push: blobs, config, manifest, referrers (tags are the caller's)."""
 
