@@ -648,3 +648,27 @@ def test_requests_name_the_active_runtime_unless_the_detail_is_turned_off(
     monkeypatch.setenv(DETAIL_VAR, "0")
     assert _check(capsys, home, proxied)[0] == 0
     assert proxied.seen[-1].headers["user-agent"] == f"llama-runtime/{__version__}"
+
+
+def test_mirror_sync_to_a_registry_honours_the_settings_deadline_and_minimum_rate(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from llama_runtime.updater.offline import registry_push
+    from tests.helpers import cli_json
+
+    seen: list[Any] = []
+
+    def capture(client: Any, registry: Any, **kw: Any) -> Any:
+        seen.append((kw["fetch"].options.pace, registry.net.http.timeout.read))
+        raise RemoteError("captured")
+
+    monkeypatch.setattr(registry_push, "sync_registry", capture)
+    monkeypatch.setenv("LLAMA_RUNTIME_DOWNLOAD_DEADLINE", "5")
+    monkeypatch.setenv("LLAMA_RUNTIME_MIN_RATE", "123")
+    monkeypatch.setenv("LLAMA_RUNTIME_READ_TIMEOUT", "7")
+    code, payload = cli_json(
+        capsys, "mirror", "sync", "--dest", "oci://127.0.0.1:9/fleet/llama.cpp", "--api-url", "https://gh.invalid"
+    )
+    assert code == 7 and payload["error"]["message"] == "captured", payload
+    ((pace, read),) = seen
+    assert (pace.deadline, pace.min_rate, read) == (5.0, 123.0, 7.0)
