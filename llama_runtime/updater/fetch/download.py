@@ -55,7 +55,6 @@ from llama_runtime.updater.fetch.partial import (
 )
 from llama_runtime.updater.net.limits import (
     MAX_RETRY_WAIT_SECONDS,
-    AskedToWait,
     extra_wait,
     rate_limit_refusal,
     retry_after_seconds,
@@ -177,7 +176,7 @@ class AssetRequest:
                     raise limited
             if status != 403:
                 what = network_error(self.asset.name, f"the server answered HTTP {status}").message
-                raise AskedToWait(what, retry_after=asked)
+                raise NetworkError(what, retry_after=asked)
         raise RemoteError(
             f"Could not download {self.asset.name}: the server answered HTTP {status} "
             f"for {redact_url(str(response.url))}."

@@ -19,7 +19,6 @@ from llama_runtime.runtime.fsutil import decimal
 __all__ = [
     "DEFAULT_RATE_LIMIT_SECONDS",
     "MAX_RETRY_WAIT_SECONDS",
-    "AskedToWait",
     "extra_wait",
     "rate_limit_refusal",
     "retry_after_seconds",
@@ -68,21 +67,8 @@ def rate_limit_refusal(response: httpx.Response, who: str, clock: Clock = SYSTEM
     )
 
 
-class AskedToWait(NetworkError):
-    """A transient refusal (5xx, 429) whose server named a short wait: the next try comes after it.
-
-    Args:
-        message: The sentence for people.
-        retry_after: Seconds the server asked to wait (``None``: it named none; the backoff applies).
-    """
-
-    def __init__(self, message: str, *, retry_after: float | None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
 def extra_wait(exc: BaseException, failed: int) -> float:
     """Seconds to wait beyond the backoff after the ``failed``-th try ended in ``exc`` (its ``Retry-After``)."""
-    if not isinstance(exc, AskedToWait) or exc.retry_after is None or exc.retry_after > MAX_RETRY_WAIT_SECONDS:
+    if not isinstance(exc, NetworkError) or exc.retry_after is None or exc.retry_after > MAX_RETRY_WAIT_SECONDS:
         return 0.0
     return max(0.0, exc.retry_after - backoff_seconds(failed))

@@ -190,7 +190,8 @@ class GitHubClient:
         user_agent: ``User-Agent`` for every request (GitHub requires one).
         timeout: httpx timeouts; connect 10 s, read 30 s by default.
         etag_cache: Where ETags and bodies persist for conditional requests.
-        verify: What HTTPS certificates are trusted (:func:`~.tls.ssl_context`; httpx's certifi by default).
+        verify: What HTTPS certificates are trusted (:func:`~llama_runtime.updater.net.tls.ssl_context`;
+            httpx's certifi by default).
         sleep: Backoff sleep, injectable so tests never wait.
         attempts: Tries for 5xx and connection errors.
         clock: Deadlines of small downloads and attestation bundles.

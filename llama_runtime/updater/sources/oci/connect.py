@@ -36,7 +36,7 @@ def registry_client(
 ) -> RegistryClient:
     """A client for the repository ``url`` names; the caller closes ``client.http``.
 
-    TLS trusts what :func:`~llama_runtime.updater.sources.tls.ssl_context` says (a CA bundle, the OS trust store);
+    TLS trusts what :func:`~llama_runtime.updater.net.tls.ssl_context` says (a CA bundle, the OS trust store);
     the proxy variables (``HTTPS_PROXY``, ``NO_PROXY``) are honoured (httpx's ``trust_env``).
     ``deadline`` (the settings' API deadline) bounds all its requests together, retries included.
 
