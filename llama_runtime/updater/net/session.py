@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -107,6 +106,16 @@ class OriginCredential:
 
 
 _NONE: Final = NoCredentials()
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What one request sends, whichever URL a redirect leads it to."""
+
+    method: str
+    headers: Mapping[str, str]
+    content: bytes | None
+    stream: bool
 
 
 class _TryFailed(Exception):
@@ -199,16 +208,15 @@ class Session:
         retry = method in IDEMPOTENT_METHODS if repeatable is None else repeatable
         tries = (attempts or self.attempts) if retry else 1
         creds = credentials or _NONE
+        ask = _Ask(method, dict(headers or {}), content, stream)
         failed = 0
         with self.budget.spending():
             while True:
                 try:
-                    response = self._walk(method, url, headers or {}, content, stream, creds, follow_redirects)
+                    response = self._walk(ask, url, creds, follow_redirects)
                 except _TryFailed as exc:
                     failed += 1
-                    if failed >= tries or not self.budget.allows_retry(failed):
-                        raise exc.error from exc.__cause__
-                    self.sleep(backoff_seconds(failed))
+                    self._wait_or_raise(exc, failed, tries)
                     continue
                 failed += 1
                 wait = self._wait_before_retry(response, failed)
@@ -245,28 +253,15 @@ class Session:
                     return response, self._read(response, url, what, cap)
                 except _TryFailed as exc:
                     failed += 1
-                    if failed >= tries or not self.budget.allows_retry(failed):
-                        raise exc.error from exc.__cause__
-                    self.sleep(backoff_seconds(failed))
+                    self._wait_or_raise(exc, failed, tries)
                 finally:
                     response.close()
 
-    @contextmanager
-    def stream(
-        self,
-        method: str,
-        url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        credentials: Credentials | None = None,
-        attempts: int | None = None,
-    ) -> Iterator[httpx.Response]:
-        """:meth:`send` with the body left to read, closed on exit."""
-        response = self.send(method, url, headers=headers, stream=True, credentials=credentials, attempts=attempts)
-        try:
-            yield response
-        finally:
-            response.close()
+    def _wait_or_raise(self, failed_try: _TryFailed, failed: int, tries: int) -> None:
+        """Wait the backoff before the next try, or raise what the person reads when no try is left."""
+        if failed >= tries or not self.budget.allows_retry(failed):
+            raise failed_try.error from failed_try.__cause__
+        self.sleep(backoff_seconds(failed))
 
     def _wait_before_retry(self, response: httpx.Response, failed: int) -> float | None:
         """How long to wait before trying again after ``response``; ``None``: it is the answer.
@@ -285,23 +280,15 @@ class Session:
 
     # -- one try ----------------------------------------------------------------------------------------------
 
-    def _walk(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        content: bytes | None,
-        stream: bool,
-        credentials: Credentials,
-        follow: bool,
-    ) -> httpx.Response:
+    def _walk(self, ask: _Ask, url: str, credentials: Credentials, follow: bool) -> httpx.Response:
         """One try: the request and the redirects it is answered with, credentials asked per hop."""
         first = url
         for _hop in range(MAX_REDIRECTS + 1):
             if not same_origin(url, first):  # whatever the caller put in its headers stays on its origin
-                headers = {k: v for k, v in headers.items() if k.lower() not in _ORIGIN_BOUND_HEADERS}
-            response = self._send_once(method, url, headers, content, stream, credentials)
-            if not follow or response.status_code not in _REDIRECT_STATUSES or method not in ("GET", "HEAD"):
+                kept = {k: v for k, v in ask.headers.items() if k.lower() not in _ORIGIN_BOUND_HEADERS}
+                ask = _Ask(ask.method, kept, ask.content, ask.stream)
+            response = self._send_once(ask, url, credentials)
+            if not follow or response.status_code not in _REDIRECT_STATUSES or ask.method not in ("GET", "HEAD"):
                 return response
             location = response.headers.get("location", "")
             response.close()
@@ -317,23 +304,15 @@ class Session:
             url = target
         raise RemoteError(f"{_cap_first(self._who(url))} redirected in a loop: more than {MAX_REDIRECTS} redirects.")
 
-    def _send_once(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        content: bytes | None,
-        stream: bool,
-        credentials: Credentials,
-    ) -> httpx.Response:
+    def _send_once(self, ask: _Ask, url: str, credentials: Credentials) -> httpx.Response:
         left = self.budget.left()
         if left <= 0:
             raise _TryFailed(self._no_time_left(url))
-        sent = {"User-Agent": user_agent(), **headers, **credentials.auth_headers_for(url)}
+        sent = {"User-Agent": user_agent(), **ask.headers, **credentials.auth_headers_for(url)}
         timeout = _clipped(self.http.timeout, left)
         try:
-            request = self.http.build_request(method, url, headers=sent, content=content, timeout=timeout)
-            return self.http.send(request, stream=stream, follow_redirects=False)
+            request = self.http.build_request(ask.method, url, headers=sent, content=ask.content, timeout=timeout)
+            return self.http.send(request, stream=ask.stream, follow_redirects=False)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise _TryFailed(self._could_not_connect(url, exc)) from exc
         except httpx.ReadTimeout as exc:
