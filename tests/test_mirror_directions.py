@@ -53,3 +53,20 @@ def test_registry_to_directory_and_back_to_another_registry(
     sync(capsys, registry.url("fleet/from-dir"), registry.url("fleet/third"))  # registry → registry
     installs(capsys, tmp_path / "home2", registry.url("fleet/third"), "b7001")
     installs(capsys, tmp_path / "home3", directory.as_uri(), "b7001")
+
+
+def test_a_registrys_semver_release_copies_to_a_directory_with_its_pointer(
+    capsys: pytest.CaptureFixture[str], registry: Registry, tmp_path: Path
+) -> None:
+    (tmp_path / "src").mkdir()
+    with FakeGitHub() as github:
+        publish(github, tmp_path, "b7000")
+        publish(github, tmp_path, "b7001")
+        sync(capsys, github.api_url, registry.url())
+    directory = tmp_path / "dir"
+    code, report = cli_json(capsys, "mirror", "sync", "--dest", str(directory), "--api-url", registry.url())
+    assert code == 0, report  # stable: the semver release and its nightly-tag.txt, which the registry holds as a tag
+    pointer = mirrored_file(directory, "v0.2.0", "nightly-tag.txt")
+    assert pointer.read_text().strip() == "b7001"
+    code, payload = cli_json(capsys, "plan", "--api-url", directory.as_uri(), "--tag", "v0.2.0", "--backend", "cpu")
+    assert code == 0 and payload["tag"] == "b7001", payload

@@ -29,8 +29,6 @@ from llama_runtime.updater.net.origin import is_oci_url
 if TYPE_CHECKING:
     import ssl
 
-    import httpx
-
     from llama_runtime.runtime.binary import ProcessRunner
     from llama_runtime.runtime.server import ServerControl
     from llama_runtime.updater.activate.installer import Installer
@@ -111,12 +109,10 @@ class Engine:
         api_url, transport = self.settings.api_url, None
         if is_oci_url(api_url):
             # An OCI registry filled by ``mirror sync --dest oci://…``.
-            from llama_runtime.updater.sources.oci.source import POINTER_SCHEME, PointerTransport, open_registry_source
+            from llama_runtime.updater.sources.oci.source import open_registry_source
 
-            pointers: dict[str, bytes] = {}
-            mounts: dict[str, httpx.BaseTransport] = {f"{POINTER_SCHEME}://": PointerTransport(pointers)}
-            registry = self._registry_client(api_url, api_deadline=api_deadline, tokens=etag_cache, mounts=mounts)
-            return open_registry_source(registry, self.settings.repo, etag_cache=cache, pointers=pointers)
+            registry = self._registry_client(api_url, api_deadline=api_deadline, tokens=etag_cache)
+            return open_registry_source(registry, self.settings.repo, etag_cache=cache)
         if api_url.startswith("file://"):
             # A mirror directory (``llama-runtime mirror sync``), read without a server.
             from llama_runtime.updater.sources.mirror_reader import FileTransport, file_api_url
@@ -163,9 +159,7 @@ class Engine:
         finally:
             client.http.close()
 
-    def _registry_client(
-        self, url: str, *, api_deadline: bool, tokens: bool, mounts: dict[str, httpx.BaseTransport] | None = None
-    ) -> RegistryClient:
+    def _registry_client(self, url: str, *, api_deadline: bool, tokens: bool) -> RegistryClient:
         from llama_runtime.updater.sources.oci.auth import JsonFileTokenCache
         from llama_runtime.updater.sources.oci.connect import registry_client
 
@@ -180,7 +174,6 @@ class Engine:
             deadline=self.settings.api_deadline if api_deadline else None,
             clock=self.seams.clock,
             tokens=cache,
-            mounts=mounts,
         )
 
     def tls(self) -> ssl.SSLContext | bool:

@@ -453,6 +453,10 @@ class GitHubClient:
             return asset.api_url, {**headers, **self.auth_headers_for(asset.api_url)}
         return asset.download_url, headers
 
+    def held_bytes(self, asset: Asset) -> bytes | None:
+        """Nothing: every asset of a release is fetched."""
+        return None
+
     def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
         """The whole body of a small asset (``nightly-tag.txt``), at most ``max_bytes``.
 

@@ -93,6 +93,11 @@ class AssetHost(Protocol):
         """The URL to fetch ``asset`` from first, and its headers (a private repository's API URL)."""
         ...
 
+    def held_bytes(self, asset: Asset) -> bytes | None:
+        """The bytes of ``asset`` when the source holds them itself, nothing to fetch (a registry's
+        ``nightly-tag.txt``, made from its tag); ``None``: they are fetched from :meth:`asset_request`."""
+        ...
+
 
 class ReleaseSource(AssetHost, Protocol):
     """A repository's releases, and the host their assets come from."""
@@ -198,3 +203,7 @@ class PlainHttp:
     def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
         """``browser_download_url``, without credentials."""
         return asset.download_url, {"Accept": "application/octet-stream"}
+
+    def held_bytes(self, asset: Asset) -> bytes | None:
+        """Nothing: every asset is fetched."""
+        return None

@@ -21,7 +21,6 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, Self
 
 import httpx
@@ -55,7 +54,8 @@ MAX_LISTED_BUILDS: Final[int] = 30
 MAX_BUNDLE_BYTES: Final[int] = 1024 * 1024
 #: Referrers read per asset: a build's bundles are one or two per asset.
 MAX_REFERRERS: Final[int] = 32
-#: The scheme of a semver release's ``nightly-tag.txt``: made here, served by :class:`PointerTransport`.
+#: The scheme naming a semver release's ``nightly-tag.txt``: made here (:meth:`RegistrySource.held_bytes`),
+#: never fetched.
 POINTER_SCHEME: Final = "oci-pointer"
 
 
@@ -92,15 +92,13 @@ class RegistrySource:
         repo: str,
         *,
         etag_cache: EtagCache | None = None,
-        pointers: dict[str, bytes] | None = None,
     ) -> None:
         self.registry = registry
         self._repo = repo
         self._etag_cache = etag_cache
         self._manifests: dict[str, str] = {}  # build tag -> manifest digest
         self._subjects: dict[str, str] = {}  # asset sha256 hex -> its build's manifest digest
-        # pointer URL -> nightly-tag.txt content (shared with the PointerTransport of ``http``, if any)
-        self._pointers: dict[str, bytes] = {} if pointers is None else pointers
+        self._pointers: dict[str, bytes] = {}  # pointer URL -> nightly-tag.txt content
         self._default_branch: str | None = None
         self._builds: dict[str, BuildConfig] = {}  # build tag -> the build as read (this process)
 
@@ -119,6 +117,10 @@ class RegistrySource:
     def auth_headers_for(self, url: str) -> dict[str, str]:
         """The registry's authorization, for its own origin only (never a blob redirect's CDN)."""
         return self.registry.auth_headers_for(url)
+
+    def held_bytes(self, asset: Asset) -> bytes | None:
+        """A semver release's ``nightly-tag.txt``: made here from the tag, never fetched."""
+        return self._pointers.get(asset.download_url)
 
     def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
         """The asset's blob URL, with the registry's authorization."""
@@ -383,11 +385,8 @@ def open_registry_source(
     repo: str,
     *,
     etag_cache: EtagCache | None = None,
-    pointers: dict[str, bytes] | None = None,
 ) -> RegistrySource:
     """A :class:`RegistrySource` over ``registry`` (``--api-url oci://HOST/NS/NAME``); the caller closes it.
-
-    ``pointers`` is shared with the :class:`PointerTransport` mounted on ``registry``'s pool, if any.
 
     Raises:
         UserInputError: ``registry`` names a tag or digest (``--tag`` says which build).
@@ -400,42 +399,4 @@ def open_registry_source(
             f"--api-url {registry.ref.display} names a tag or digest; give the repository (oci://HOST/NS/NAME) and "
             "choose the build with --tag or --channel."
         )
-    return RegistrySource(registry, repo, etag_cache=etag_cache, pointers=pointers)
-
-
-class PointerTransport(httpx.BaseTransport):
-    """Serves the ``nightly-tag.txt`` a source made (a directory mirror downloads it like any asset).
-
-    ``Range: bytes=N-`` is honoured, as a resumed download asks; anything else is 404.
-    """
-
-    def __init__(self, pointers: dict[str, bytes]) -> None:
-        self.pointers = pointers
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        """Answer one GET from the pointers made so far."""
-        content = self.pointers.get(str(request.url))
-        if request.method != "GET" or content is None:
-            return httpx.Response(404, content=b"Not Found")
-        value = request.headers.get("range", "")
-        start = int(value[6:-1]) if value.startswith("bytes=") and value.endswith("-") and value[6:-1].isdigit() else 0
-        if start == 0:
-            headers = {"content-type": "application/octet-stream", "content-length": str(len(content))}
-            return httpx.Response(200, stream=_Bytes(content), headers=headers)
-        if start >= len(content):
-            return httpx.Response(416, content=b"", headers={"content-range": f"bytes */{len(content)}"})
-        headers = {
-            "content-range": f"bytes {start}-{len(content) - 1}/{len(content)}",
-            "content-length": str(len(content) - start),
-        }
-        return httpx.Response(206, stream=_Bytes(content[start:]), headers=headers)
-
-
-class _Bytes(httpx.SyncByteStream):
-    """A body handed over as it would arrive from a server (a stream, not finished content)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def __iter__(self) -> Iterator[bytes]:
-        yield self.data
+    return RegistrySource(registry, repo, etag_cache=etag_cache)
