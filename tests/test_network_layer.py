@@ -329,6 +329,26 @@ def test_a_502_on_a_manifest_is_retried_and_a_long_429_is_rate_limited() -> None
     assert caught.value.code == "rate_limited" and caught.value.retry_after == 120 and caught.value.exit_code == 7
 
 
+def test_a_manifest_whose_transfer_breaks_off_is_read_again() -> None:
+    import json as _json
+
+    doc = _json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json"}).encode()
+    clock, broken = FakeClock(), [True]
+
+    def cut() -> Iterator[bytes]:
+        yield doc[:10]
+        raise httpx.ReadError("connection reset by peer")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        headers = {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}
+        if broken and broken.pop():
+            return httpx.Response(200, stream=_Stream(cut()), headers=headers)
+        return httpx.Response(200, stream=_Stream(iter([doc])), headers=headers)
+
+    manifest = registry("oci://reg.example/a/b", handler, clock).get_manifest("stable")
+    assert manifest is not None and manifest.raw == doc and clock.now == 1.0
+
+
 def test_upload_put_and_post_are_retried_on_one_502() -> None:
     clock, faults = FakeClock(), {"POST": 1, "PUT": 1}
     calls: list[str] = []

@@ -38,7 +38,7 @@ import httpx
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock, TimeBudget
 from llama_runtime.runtime.errors import DigestMismatchError, NetworkError, RemoteDataError, RemoteError
-from llama_runtime.updater.net.body import MAX_ERROR_BODY_BYTES, read_capped
+from llama_runtime.updater.net.body import MAX_ERROR_BODY_BYTES
 from llama_runtime.updater.net.limits import rate_limit_refusal
 from llama_runtime.updater.net.origin import may_carry_credentials, origin_of, same_origin
 from llama_runtime.updater.net.session import OriginCredential, Session
@@ -234,6 +234,23 @@ class RegistryClient:
         self._refuse_unusable(method, response)
         return response
 
+    def read(self, url: str, cap: int, what: str, *, accept: str | None = None) -> tuple[httpx.Response, bytes]:
+        """A GET's (closed) answer and its body, read under ``cap``; the auth challenge answered once.
+
+        A transfer that breaks off mid-body is tried again, as a failed connection is.
+
+        Raises:
+            RemoteDataError: The body is larger than ``cap``.
+            RegistryAuthError, RateLimitError, NetworkError, RemoteError: As :meth:`request`.
+        """
+        headers = {"Accept": accept} if accept else {}
+        for attempt in range(2):
+            response, body = self.net.fetch(url, headers=headers, credentials=self._authorization, cap=cap, what=what)
+            if response.status_code != 401 or attempt == 1 or not self._answer_challenge(response):
+                break
+        self._refuse_unusable("GET", response)
+        return response, body
+
     def _refuse_unusable(self, method: str, response: httpx.Response) -> None:
         """Raise what a refusal means (auth, rate limit, a server that kept failing); else return."""
         status = response.status_code
@@ -373,15 +390,14 @@ class RegistryClient:
             RemoteDataError: Too big, too deep, not JSON, of a media type not asked
                 for, or (by digest) not the bytes named.
         """
-        with contextlib.closing(
-            self.request("GET", self._manifest_url(reference), headers={"Accept": _MANIFEST_ACCEPT}, stream=True)
-        ) as response:
-            if response.status_code == 404:
-                return None
-            self._expect(response, 200, f"GET manifest {reference}")
-            raw = read_capped(response, cap=MAX_MANIFEST_BYTES, what=f"the manifest {reference}")
-            media = _media(response)
-            sent_digest = response.headers.get("docker-content-digest")
+        response, raw = self.read(
+            self._manifest_url(reference), MAX_MANIFEST_BYTES, f"the manifest {reference}", accept=_MANIFEST_ACCEPT
+        )
+        if response.status_code == 404:
+            return None
+        self._expect(response, 200, f"GET manifest {reference}")
+        media = _media(response)
+        sent_digest = response.headers.get("docker-content-digest")
         digest = sha256_digest(raw)
         if reference.startswith("sha256:") and digest != reference:
             raise DigestMismatchError(
@@ -609,17 +625,12 @@ class RegistryClient:
         url = f"{self.ref.repository_url}/referrers/{digest}"
         if artifact_type:
             url += "?" + urlencode({"artifactType": artifact_type})
-        with contextlib.closing(
-            self.request("GET", url, headers={"Accept": INDEX_MEDIA_TYPE}, stream=True)
-        ) as response:
-            if response.status_code == 200 and _media(response) == INDEX_MEDIA_TYPE:
-                raw = read_capped(response, cap=MAX_MANIFEST_BYTES, what=f"the referrers of {digest}")
-                doc: dict[str, Any] | None = self._manifest_json(raw, f"referrers/{digest}")
-            elif response.status_code in (404, 400, 405):
-                doc = None
-            else:
-                self._expect(response, 200, f"GET referrers {digest}")
-                doc = None
+        response, raw = self.read(url, MAX_MANIFEST_BYTES, f"the referrers of {digest}", accept=INDEX_MEDIA_TYPE)
+        doc: dict[str, Any] | None = None
+        if response.status_code == 200 and _media(response) == INDEX_MEDIA_TYPE:
+            doc = self._manifest_json(raw, f"referrers/{digest}")
+        elif response.status_code not in (404, 400, 405):
+            self._expect(response, 200, f"GET referrers {digest}")
         if doc is None:
             index = self.get_manifest(referrers_tag(digest))
             doc = index.doc if index is not None and index.media_type == INDEX_MEDIA_TYPE else {"manifests": []}
@@ -647,12 +658,11 @@ class RegistryClient:
         for _page in range(MAX_TAG_PAGES):
             if url is None:
                 break
-            with contextlib.closing(self.request("GET", url, stream=True)) as response:
-                if response.status_code == 404:
-                    return found
-                self._expect(response, 200, "GET tags")
-                raw = read_capped(response, cap=MAX_MANIFEST_BYTES, what="the tag list")
-                link = response.headers.get("link", "")
+            response, raw = self.read(url, MAX_MANIFEST_BYTES, "the tag list")
+            if response.status_code == 404:
+                return found
+            self._expect(response, 200, "GET tags")
+            link = response.headers.get("link", "")
             try:
                 doc = loads_bounded(raw, what="the tag list")
             except ValueError:
