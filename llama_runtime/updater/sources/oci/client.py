@@ -18,9 +18,11 @@ Invariants:
     * Every blob and manifest read is checked against its digest before it is
       used, and read with a size cap; a manifest must come back with one of the
       media types asked for.
-    * Credentials go to the registry's own origin (and a token to the realm
-      that issued it is never needed): a redirect to another origin is followed
-      without them, and a redirect from HTTPS to another scheme is refused.
+    * Every request goes through the one network layer (:mod:`updater.net`): its
+      redirects, retries, ``Retry-After``, caps, deadline, TLS hint and User-Agent.
+    * Credentials are bound to an origin: Basic and bearer tokens to the registry's
+      own, Basic to the token realm only when the registry's own 401 named it; never
+      to a redirect's host, never in clear text over a network.
 """
 
 from __future__ import annotations
