@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import math
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ __all__ = [
     "NoCredentials",
     "OriginCredential",
     "Session",
+    "connection_pool",
 ]
 
 #: Redirects followed per request: GitHub uses two hops (github.com, then its CDN), a registry one.
@@ -62,6 +64,25 @@ _ORIGIN_BOUND_HEADERS: Final[frozenset[str]] = frozenset({"authorization", "prox
 _REDIRECT_STATUSES: Final[frozenset[int]] = frozenset({301, 302, 303, 307, 308})
 #: Shortest wait for one read (seconds): 0 would mean "never wait" to the socket layer.
 MIN_READ_SECONDS: Final[float] = 0.001
+
+
+def connection_pool(
+    *,
+    timeout: httpx.Timeout,
+    verify: ssl.SSLContext | bool,
+    transport: httpx.BaseTransport | None = None,
+    mounts: Mapping[str, httpx.BaseTransport] | None = None,
+) -> httpx.Client:
+    """The one way a pool is made: the TLS trust given (:func:`~.tls.ssl_context`), the proxy variables
+    honoured (httpx's ``trust_env``), nothing followed by itself (redirects are :class:`Session`'s)."""
+    return httpx.Client(
+        transport=transport,
+        mounts=dict(mounts) if mounts else None,
+        timeout=timeout,
+        verify=verify,
+        follow_redirects=False,
+        headers={"User-Agent": user_agent()},
+    )
 
 
 class Credentials(Protocol):

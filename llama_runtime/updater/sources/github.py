@@ -34,7 +34,6 @@ from typing import Any, Final
 
 import httpx
 
-from llama_runtime._version import __version__
 from llama_runtime.runtime.clock import RETRY_ATTEMPTS, SYSTEM_CLOCK, Clock, TimeBudget
 from llama_runtime.runtime.errors import (
     NetworkError,
@@ -55,7 +54,7 @@ from llama_runtime.updater.credentials import (
 )
 from llama_runtime.updater.logs import get_logger, redact_with, warn_state
 from llama_runtime.updater.net.body import ACCEPT_ENCODING
-from llama_runtime.updater.net.session import OriginCredential, Session
+from llama_runtime.updater.net.session import OriginCredential, Session, connection_pool
 from llama_runtime.updater.release.release import (
     Asset,
     Release,
@@ -174,7 +173,6 @@ _PER_PAGE: Final[int] = 100
 SMALL_ASSET_DEADLINE_SECONDS: Final[float] = 60.0
 
 
-DEFAULT_USER_AGENT: Final[str] = f"llama-runtime/{__version__}"
 log = get_logger("llama_runtime.github")
 
 
@@ -187,7 +185,6 @@ class GitHubClient:
         token: Sent as ``Authorization: Bearer`` to the API origin only.
         transport: httpx transport override (a ``file://`` mirror's
             :class:`~updater.sources.mirror_reader.FileTransport`, tests).
-        user_agent: ``User-Agent`` for every request (GitHub requires one).
         timeout: httpx timeouts; connect 10 s, read 30 s by default.
         etag_cache: Where ETags and bodies persist for conditional requests.
         verify: What HTTPS certificates are trusted (:func:`~llama_runtime.updater.net.tls.ssl_context`;
@@ -210,7 +207,6 @@ class GitHubClient:
         *,
         token: str | None = None,
         transport: httpx.BaseTransport | None = None,
-        user_agent: str = DEFAULT_USER_AGENT,
         timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
         etag_cache: EtagCache | None = None,
         verify: ssl.SSLContext | bool = True,
@@ -241,7 +237,8 @@ class GitHubClient:
         self._credential = OriginCredential(self.api_url, secret) if secret else None
         redact_library_logs()  # signed CDN and bundle URLs never reach a log line in clear
         redact_with(redact_text)  # nor any of ours, whatever field names them
-        http = httpx.Client(transport=transport, timeout=timeout, headers={"User-Agent": user_agent}, verify=verify)
+        # Every request says llama-runtime/<version> (GitHub requires a User-Agent): the network layer's.
+        http = connection_pool(transport=transport, timeout=_as_timeout(timeout), verify=verify)
         self.net = Session(http, who="the API", budget=self.api_budget, attempts=attempts, sleep=sleep, clock=clock)
         self._http = http
 
@@ -581,6 +578,10 @@ class GitHubClient:
                 f"GitHub kept failing with HTTP {status} after {self.attempts} attempts; try again later."
             )
         raise RemoteError(f"GitHub answered HTTP {status} for {self.repo} releases.")
+
+
+def _as_timeout(timeout: httpx.Timeout | float) -> httpx.Timeout:
+    return timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
 
 
 def _absolute_urls(release: Release, json_url: str) -> Release:

@@ -10,6 +10,7 @@ from typing import Final
 import httpx
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock, TimeBudget
+from llama_runtime.updater.net.session import connection_pool
 from llama_runtime.updater.net.tls import ssl_context
 from llama_runtime.updater.sources.oci.auth import TokenCache, find_credential
 from llama_runtime.updater.sources.oci.client import RegistryClient
@@ -47,7 +48,7 @@ def registry_client(
     ref = parse_reference(url)
     timeout = httpx.Timeout(read_timeout, connect=min(CONNECT_TIMEOUT_SECONDS, read_timeout))
     verify = True if ref.plain_http else ssl_context(ca_bundle=ca_bundle)
-    http = httpx.Client(timeout=timeout, mounts=mounts, verify=verify)
+    http = connection_pool(timeout=timeout, mounts=mounts, verify=verify)
     budget = TimeBudget(deadline, clock) if deadline is not None else None
     return RegistryClient(ref, http, find_credential(ref.host), budget=budget, clock=clock, sleep=sleep, tokens=tokens)
 
