@@ -575,7 +575,7 @@ def test_an_interrupted_ranged_download_saves_its_record_and_resumes_to_the_byte
         def slow() -> Iterator[bytes]:
             for n, chunk in enumerate(chunks):
                 if n == 8:
-                    release.wait(0.5)  # the rest waits: the interrupt comes with 32 KiB of each range on disk
+                    release.wait(2)  # the rest waits: the interrupt comes with 32 KiB of each range on disk
                 yield chunk
 
         headers = {"Content-Range": f"bytes {start}-{end}/{len(body)}", "ETag": '"v1"'}

@@ -365,9 +365,9 @@ class RangedDownload:
             for i, span in enumerate(self._spans)
             if not span.complete
         ]
-        for worker in workers:
-            worker.start()
         try:
+            for worker in workers:
+                worker.start()
             for worker in workers:
                 worker.join()
         except BaseException:
@@ -376,7 +376,8 @@ class RangedDownload:
             # to the byte instead of from the last periodic save.
             self._stop.set()
             for worker in workers:
-                worker.join(timeout=_STOP_JOIN_SECONDS)
+                if worker.is_alive():
+                    worker.join(timeout=_STOP_JOIN_SECONDS)
             self._save()
             raise
         if self._errors:

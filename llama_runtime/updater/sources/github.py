@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Self
 
 import httpx
 
@@ -197,8 +197,8 @@ class GitHubClient:
     """
 
     #: GitHub has no manifests to pin and no channels but ``stable`` and ``nightly``.
-    accepts_digest_pins: Final[bool] = False
-    accepts_channel_tags: Final[bool] = False
+    accepts_digest_pins: ClassVar[bool] = False
+    accepts_channel_tags: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -256,7 +256,7 @@ class GitHubClient:
         """Release the connection pool."""
         self._http.close()
 
-    def __enter__(self) -> GitHubClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

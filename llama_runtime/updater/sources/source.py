@@ -14,7 +14,7 @@ Invariant: an :class:`AssetHost` adds credentials only to URLs it vouches for
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 import httpx
 
@@ -102,15 +102,10 @@ class AssetHost(Protocol):
 class ReleaseSource(AssetHost, Protocol):
     """A repository's releases, and the host their assets come from."""
 
-    @property
-    def accepts_digest_pins(self) -> bool:
-        """Whether ``--tag TAG@sha256:…`` names a manifest here (a registry's builds have one)."""
-        ...
-
-    @property
-    def accepts_channel_tags(self) -> bool:
-        """Whether channels besides ``stable`` and ``nightly`` are tags here (``mirror promote`` moves them)."""
-        ...
+    #: Whether ``--tag TAG@sha256:…`` names a manifest here (a registry's builds have one).
+    accepts_digest_pins: ClassVar[bool]
+    #: Whether channels besides ``stable`` and ``nightly`` are tags here (``mirror promote`` moves them).
+    accepts_channel_tags: ClassVar[bool]
 
     @property
     def repo(self) -> str:

@@ -220,8 +220,9 @@ class RegistryClient:
             NetworkError: The registry could not be reached, or kept failing with 5xx.
             RemoteError: A redirect loop, or a redirect from HTTPS to plain HTTP.
         """
-        for attempt in range(2):
-            response = self.net.send(
+
+        def send() -> httpx.Response:
+            return self.net.send(
                 method,
                 url,
                 headers=headers or {},
@@ -230,9 +231,11 @@ class RegistryClient:
                 credentials=self._authorization,
                 repeatable=repeatable,
             )
-            if response.status_code != 401 or attempt == 1 or not self._answer_challenge(response):
-                break
+
+        response = send()
+        if response.status_code == 401 and self._answer_challenge(response):
             response.close()
+            response = send()
         self._refuse_unusable(method, response)
         return response
 
@@ -246,10 +249,9 @@ class RegistryClient:
             RegistryAuthError, RateLimitError, NetworkError, RemoteError: As :meth:`request`.
         """
         headers = {"Accept": accept} if accept else {}
-        for attempt in range(2):
+        response, body = self.net.fetch(url, headers=headers, credentials=self._authorization, cap=cap, what=what)
+        if response.status_code == 401 and self._answer_challenge(response):
             response, body = self.net.fetch(url, headers=headers, credentials=self._authorization, cap=cap, what=what)
-            if response.status_code != 401 or attempt == 1 or not self._answer_challenge(response):
-                break
         self._refuse_unusable("GET", response)
         return response, body
 

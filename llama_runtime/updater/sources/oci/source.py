@@ -21,7 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
 import httpx
 
@@ -83,8 +83,8 @@ class RegistrySource:
         etag_cache: Where manifests and configs read by digest are kept (free repeats), if anywhere.
     """
 
-    accepts_digest_pins: Final[bool] = True
-    accepts_channel_tags: Final[bool] = True
+    accepts_digest_pins: ClassVar[bool] = True
+    accepts_channel_tags: ClassVar[bool] = True
 
     def __init__(
         self,
