@@ -692,3 +692,43 @@ def test_mirror_sync_to_a_registry_honours_the_settings_deadline_and_minimum_rat
     assert code == 7 and payload["error"]["message"] == "captured", payload
     ((pace, read),) = seen
     assert (pace.deadline, pace.min_rate, read) == (5.0, 123.0, 7.0)
+
+
+def test_an_interrupted_chunked_upload_is_resumed_in_its_open_session_by_the_next_push(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llama_runtime.updater.sources.oci import client as oci_client
+
+    monkeypatch.setattr(oci_client, "MONOLITHIC_MAX_BYTES", 4)
+    monkeypatch.setattr(oci_client, "CHUNK_BYTES", 4)
+    data = b"0123456789ab"
+    held: list[bytes] = []
+    calls: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append((request.method, request.headers.get("content-range", "")))
+        if request.method == "POST":
+            return httpx.Response(202, headers={"Location": "/v2/a/b/blobs/uploads/u1"})
+        if request.method == "PATCH":
+            held.append(request.content)
+            return httpx.Response(202, headers={"Location": "/v2/a/b/blobs/uploads/u1"})
+        if request.method == "GET":
+            return httpx.Response(204, headers={"Range": f"0-{len(b''.join(held)) - 1}"})
+        assert b"".join(held) == data
+        return httpx.Response(201)
+
+    def interrupted(offset: int) -> Iterator[bytes]:
+        yield data[offset : offset + 4]
+        yield data[offset + 4 : offset + 8]
+        raise KeyboardInterrupt  # Ctrl-C with 8 of 12 bytes sent
+
+    session = tmp_path / "blob.upload"
+    digest = sha256_digest(data)
+    client = registry("oci://reg.example/a/b", handler, FakeClock())
+    with pytest.raises(KeyboardInterrupt):
+        client.push_blob(digest, len(data), interrupted, session=session)
+    assert session.is_file() and ("DELETE", "") not in calls
+    calls.clear()
+    client.push_blob(digest, len(data), lambda offset: iter([data[offset:]]), session=session)
+    assert [m for m, _ in calls] == ["GET", "PATCH", "PUT"] and calls[1][1] == "8-11"
+    assert not session.exists()

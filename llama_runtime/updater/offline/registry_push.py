@@ -270,7 +270,13 @@ class _BuildPush:
         if self.registry.has_blob(digest):
             self.report.reused.append(f"{tag}/{asset.name}")
         else:
-            self.registry.push_blob(digest, asset.size, _reader(path), progress=self._progress(asset))
+            self.registry.push_blob(
+                digest,
+                asset.size,
+                _reader(path),
+                progress=self._progress(asset),
+                session=self.scratch / f"{sha}.upload",
+            )
             self.report.uploaded.append(f"{tag}/{asset.name}")
             self.report.uploaded_bytes += asset.size
             log.info("pushed", asset=asset.name, bytes=asset.size, digest=digest)

@@ -33,6 +33,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlencode, urljoin
 
@@ -40,6 +41,7 @@ import httpx
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock, TimeBudget
 from llama_runtime.runtime.errors import DigestMismatchError, NetworkError, RemoteDataError, RemoteError
+from llama_runtime.runtime.fsutil import DamagedRecordError, read_record, write_record
 from llama_runtime.updater.net.body import MAX_ERROR_BODY_BYTES
 from llama_runtime.updater.net.limits import rate_limit_refusal
 from llama_runtime.updater.net.origin import may_carry_credentials, origin_of, same_origin
@@ -523,39 +525,71 @@ class RegistryClient:
         size: int,
         chunks: Callable[[int], Iterator[bytes]],
         progress: Callable[[int], None] | None = None,
+        *,
+        session: Path | None = None,
     ) -> None:
         """Upload the blob ``digest`` of ``size`` bytes, read by ``chunks(offset)`` from ``offset`` on.
 
         Small blobs go in one PUT; large ones as PATCH chunks, an interrupted
         upload resumed from the offset the registry reports (``Range``).
 
+        Args:
+            session: Where a chunked upload that fails or is interrupted records its open session,
+                so the next push of this blob resumes it from what the registry holds (a session
+                the registry no longer knows starts over). Without it, or for a one-PUT blob, a
+                failed upload's session is closed instead.
+
         Raises:
             RemoteError: The registry refused the upload (a digest mismatch included).
         """
-        location = self._start_upload()
+        upload = self._resumed_session(session, digest) or _Upload(self._start_upload())
         try:
-            self._send_blob(location, digest, size, chunks, progress)
+            self._send_blob(upload, digest, size, chunks, progress)
         except BaseException:
-            # The registry would keep the abandoned session until it expires it: close it now (best effort).
-            with contextlib.suppress(Exception):
-                self.request("DELETE", location).close()
+            if session is not None and size > MONOLITHIC_MAX_BYTES:
+                with contextlib.suppress(OSError):
+                    write_record(session, {"digest": digest, "location": upload.location})
+            else:  # the registry would keep the abandoned session until it expires it (best effort)
+                with contextlib.suppress(Exception):
+                    self.request("DELETE", upload.location).close()
             raise
+        if session is not None:
+            session.unlink(missing_ok=True)
+
+    def _resumed_session(self, session: Path | None, digest: str) -> _Upload | None:
+        """The open upload of ``digest`` an earlier push recorded at ``session``, where the registry has it."""
+        if session is None:
+            return None
+        try:
+            record = read_record(session)
+        except (OSError, DamagedRecordError):
+            return None
+        location = record.get("location") if isinstance(record, dict) else None
+        if not isinstance(location, str) or record.get("digest") != digest or not same_origin(location, self.origin):
+            session.unlink(missing_ok=True)
+            return None
+        try:
+            return self._upload_offset(location)
+        except RemoteError:  # expired, or never there: a new session
+            session.unlink(missing_ok=True)
+            return None
 
     def _send_blob(
         self,
-        location: str,
+        upload: _Upload,
         digest: str,
         size: int,
         chunks: Callable[[int], Iterator[bytes]],
         progress: Callable[[int], None] | None,
     ) -> None:
+        """Send the blob from ``upload.offset``; ``upload`` always holds the registry's latest location."""
         if size <= MONOLITHIC_MAX_BYTES:
             body = b"".join(chunks(0))
-            self._finish_upload(location, digest, body)
+            self._finish_upload(upload.location, digest, body)
             if progress is not None:
                 progress(size)
             return
-        upload, resumes = _Upload(location), 0
+        resumes = 0
         while upload.offset < size:
             try:
                 self._patch_chunks(upload, chunks, size, progress)
@@ -563,7 +597,8 @@ class RegistryClient:
                 resumes += 1
                 if resumes > MAX_UPLOAD_RESUMES:
                     raise
-                upload = self._upload_offset(upload.location)
+                held = self._upload_offset(upload.location)
+                upload.location, upload.offset = held.location, held.offset
         self._finish_upload(upload.location, digest, b"")
 
     def _start_upload(self) -> str:
