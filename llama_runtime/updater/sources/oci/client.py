@@ -312,6 +312,8 @@ class RegistryClient:
             return changed
         if challenge.scheme != "bearer" or "realm" not in challenge.params:
             return False
+        if self._credential is not None:
+            self._refuse_cleartext(self.origin)  # a token earned with it would cross the network in clear
         scope = challenge.params.get("scope", "")
         token = self._tokens.get(scope) or self._fetch_token(challenge.params)
         self._tokens[scope] = token
