@@ -149,11 +149,12 @@ class Engine:
     def open_registry(self, url: str) -> Iterator[RegistryClient]:
         """A client of the registry repository ``url`` (a push's destination), closed on exit.
 
-        The settings' read timeout, CA bundle and token cache are the ones a registry source gets;
-        every request keeps its own bounds (a push pages every build), as ``mirror sync`` does.
+        The settings' read timeout and CA bundle are the ones a registry source gets; every request
+        keeps its own bounds (a push pages every build), and the home is left alone (no token cache),
+        as ``mirror sync`` does.
         """
         self._describe_runtime()
-        client = self._registry_client(url, api_deadline=False, tokens=True)
+        client = self._registry_client(url, api_deadline=False, tokens=False)
         try:
             yield client
         finally:
