@@ -359,3 +359,39 @@ def test_a_directory_air_gap_keeps_provenance(
         code, payload = update(capsys, home, inner.url(), attested, "--require-provenance")
         assert code == 0, payload
         assert payload["active"]["provenance"]["status"] == "verified"
+
+
+# -- what an interrupted or starved sync says -------------------------------------------------------------------
+
+
+def test_an_interrupted_registry_sync_says_the_mirror_keeps_complete_builds_not_a_backend_error(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llama_runtime.updater.offline import registry_push
+
+    def interrupted(*_args: object) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(registry_push._BuildPush, "push", interrupted)
+    code, err = cli_json(capsys, "mirror", "sync", "--dest", registry.url(), "--api-url", github.api_url, *cpu())
+    assert code == 130, err
+    message = err["error"]["message"]
+    assert "keeps every build that was complete" in message and "Unknown backend" not in message, message
+
+
+def test_a_full_tmpdir_during_a_registry_sync_is_exit_4_about_tmpdir_not_the_runtime(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from llama_runtime.updater.offline import registry_push
+
+    def full(*_args: object) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(registry_push._BuildPush, "_download", full)
+    code, err = cli_json(capsys, "mirror", "sync", "--dest", registry.url(), "--api-url", github.api_url, *cpu())
+    assert code == 4, err
+    message = err["error"]["message"] + err["error"].get("hint", "")
+    assert "TMPDIR" in message and "gc" not in message and "active runtime" not in message, message
+    assert client(registry).tags() == []  # nothing tagged

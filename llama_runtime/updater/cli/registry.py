@@ -10,6 +10,12 @@ from llama_runtime import UserInputError
 if TYPE_CHECKING:
     from llama_runtime.updater.cli.output import Output
 
+#: What an interrupted ``mirror sync``/``promote`` says: it never touches this machine's runtime.
+MIRROR_INTERRUPTED = (
+    "Interrupted; the mirror keeps every build that was complete (tags move last, after everything they "
+    "name), and this machine's runtime was not touched. Run the same `mirror` command again."
+)
+
 
 def promote_flags(p: argparse.ArgumentParser) -> None:
     """Flags of ``mirror promote``."""

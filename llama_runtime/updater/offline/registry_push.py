@@ -11,7 +11,7 @@ Invariants:
       provenance referrers are in the registry, so a client never sees a tag
       naming a half-pushed build.
     * One build, one manifest: the manifest is computed from the build's own
-      facts and asset bytes only (:func:`~..sources.oci.artifact.config_json`),
+      facts and asset bytes only (:func:`~llama_runtime.updater.sources.oci.artifact.config_json`),
       so every path that pushes the same assets gives the same digest, and a
       sync that adds nothing writes nothing (every tag is asked with a HEAD
       before it would be written).
@@ -22,7 +22,7 @@ Invariants:
       another writer moved it, the merge is computed again from what it names.
     * Channels belong to the admin once promoted: the sync moves a channel tag
       only while it still names what the previous sync put there (the channel
-      record, :data:`~..sources.oci.artifact.CHANNELS_TAG`), and says so when
+      record, :data:`~llama_runtime.updater.sources.oci.artifact.CHANNELS_TAG`), and says so when
       it leaves one alone.
     * A blob the registry holds is never uploaded again (a HEAD first), and an
       asset whose upstream digest the registry holds is not even downloaded.
@@ -412,9 +412,22 @@ class _Held:
 
 @contextlib.contextmanager
 def _scratch() -> Iterator[Path]:
+    """A scratch directory for the downloads (in ``TMPDIR``); a full disk there is said as such."""
+    from llama_runtime.runtime.errors import DiskSpaceError
+    from llama_runtime.runtime.fsutil import is_disk_full
+
     path = Path(tempfile.mkdtemp(prefix="llama-runtime-push-"))
     try:
         yield path
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        raise DiskSpaceError(
+            f"The disk holding {path.parent} (TMPDIR) filled up while `mirror sync` downloaded an asset to push; "
+            "nothing was tagged for that build and the registry keeps every build that was complete.",
+            hint="Free space there, or point TMPDIR at a larger disk, and run `mirror sync` again "
+            "(blobs already in the registry are not sent again).",
+        ) from None
     finally:
         shutil.rmtree(path, ignore_errors=True)
 
