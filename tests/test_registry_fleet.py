@@ -395,3 +395,55 @@ def test_a_full_tmpdir_during_a_registry_sync_is_exit_4_about_tmpdir_not_the_run
     message = err["error"]["message"] + err["error"].get("hint", "")
     assert "TMPDIR" in message and "gc" not in message and "active runtime" not in message, message
     assert client(registry).tags() == []  # nothing tagged
+
+
+# -- canaries follow, fleets roll back --------------------------------------------------------------------------
+
+
+def test_a_canary_machine_follows_its_channel_with_check_apply(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, registry: Registry, home: Path
+) -> None:
+    url = registry.url()
+    sync(capsys, github.api_url, url, "--newest", "2", *cpu())
+    code, _ = cli_json(capsys, "mirror", "promote", "--dest", url, "--tag", "b7000", "--to", "canary")
+    assert code == 0
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url, "--channel", "canary")
+    assert code == 0 and payload["active"]["tag"] == "b7000", payload
+    code, _ = cli_json(capsys, "mirror", "promote", "--dest", url, "--tag", "b7001", "--to", "canary")
+    assert code == 0
+    code, checked = cli_json(capsys, "check", "--home", str(home), "--api-url", url, "--apply")
+    assert code == 0 and checked["latest"] == "b7001" and checked["applied"] is True, checked
+    code, status = cli_json(capsys, "status", "--home", str(home))
+    assert code == 0 and status["active"]["tag"] == "b7001", status
+
+
+def test_a_fleet_rolled_back_by_one_promote_is_followed_only_by_follow_exact_reusing_the_previous_runtime(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, registry: Registry, home: Path
+) -> None:
+    from tests.helpers import assert_runs
+
+    url = registry.url()
+    first = sync(capsys, github.api_url, url, "--newest", "2", *cpu())
+    base = ("--home", str(home), "--api-url", url)
+    code, payload = cli_json(capsys, "update", *base, "--tag", "b7000")
+    assert code == 0, payload
+    code, _ = cli_json(capsys, "unpin", "--home", str(home))
+    assert code == 0
+    code, checked = cli_json(capsys, "check", *base, "--apply")
+    assert code == 0 and checked["applied"] is True, checked
+    code, moved = cli_json(capsys, "mirror", "promote", "--dest", url, "--tag", "b7000", "--to", "stable")
+    assert code == 0 and moved["digest"] == first["manifests"]["b7000"], moved
+    # The default: never a downgrade.
+    code, checked = cli_json(capsys, "check", *base, "--apply")
+    assert code == 0 and checked["update_available"] is False and "never downgrading" in checked["reason"], checked
+    # --follow exact: the channel is followed down, to the runtime already installed (nothing downloaded).
+    layer = json.loads(client(registry).get_manifest("b7000").raw)["layers"][0]["digest"]  # type: ignore[union-attr]
+    seen = len(registry.requests())
+    code, checked = cli_json(capsys, "check", *base, "--apply", "--follow", "exact")
+    assert code == 0 and checked["applied"] is True, checked
+    code, status = cli_json(capsys, "status", "--home", str(home))
+    assert code == 0 and status["active"]["tag"] == "b7000", status
+    assert not [p for m, p in registry.requests()[seen:] if m == "GET" and layer in p]
+    assert_runs(Path(status["active"]["binary"]))
+    code, err = cli_json(capsys, "check", *base, "--follow", "down")
+    assert code == 2 and "--follow" in err["error"]["message"], err

@@ -402,6 +402,7 @@ class RuntimeUpdater:
             cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
             require_digest=require_digest,
             channel=self.channel,
+            follow_exact=self._core.settings.follow_exact,
         )
 
     @front_door

@@ -289,6 +289,15 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
     completes(channel, channel_names)
     parser.add_argument(
+        "--follow",
+        default=default,
+        choices=("newer", "exact"),
+        help=shown(
+            "newer: never a downgrade without a tag; exact: follow the channel back down too, "
+            "a fleet rolled back by moving its channel tag (LLAMA_RUNTIME_FOLLOW; default newer)"
+        ),
+    )
+    parser.add_argument(
         "-q",
         "--quiet",
         action="store_true",
