@@ -327,23 +327,39 @@ def test_an_index_listing_bundles_without_artifact_type_still_verifies(
     assert payload["active"]["provenance"]["status"] == "verified"
 
 
-def test_skopeo_sync_all_across_an_air_gap_keeps_provenance(
-    capsys: pytest.CaptureFixture[str], registry: Registry, attested: str, home: Path, tmp_path: Path
+@pytest.mark.parametrize("how", ["sync --all", "copy --all of every tag"])
+def test_skopeo_across_an_air_gap_keeps_provenance_and_digests(
+    capsys: pytest.CaptureFixture[str], registry: Registry, attested: str, home: Path, tmp_path: Path, how: str
 ) -> None:
     import shutil
 
     skopeo = shutil.which("skopeo")
     if skopeo is None:
         pytest.skip("skopeo is not installed (apt-get install skopeo)")
+    plain = ["--src-tls-verify=false", "--dest-tls-verify=false"]
     with Registry(tmp_path / "inner") as inner:
         source = f"{registry.host}/fleet/llama.cpp"
-        done = subprocess.run(
-            [skopeo, "sync", "--all", "--src-tls-verify=false", "--dest-tls-verify=false", "--src", "docker",
-             "--dest", "docker", source, f"{inner.host}/airgap"],
-            capture_output=True, text=True, timeout=CLI_PROCESS_TIMEOUT_SECONDS,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
+        if how.startswith("sync"):
+            commands = [[skopeo, "sync", "--all", *plain, "--src", "docker", "--dest", "docker", source,
+                         f"{inner.host}/airgap"]]  # fmt: skip
+        else:
+            commands = [
+                [
+                    skopeo,
+                    "copy",
+                    "--all",
+                    *plain,
+                    f"docker://{source}:{tag}",
+                    f"docker://{inner.host}/airgap/llama.cpp:{tag}",
+                ]
+                for tag in client(registry).tags()
+            ]
+        for command in commands:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=CLI_PROCESS_TIMEOUT_SECONDS)
+            assert done.returncode == 0, done.stderr
         inner.garbage_collect()
+        outer_digests = digests(client(registry))
+        assert digests(client(inner, "airgap/llama.cpp"))["b7001"] == outer_digests["b7001"]
         code, payload = update(capsys, home, inner.url("airgap/llama.cpp"), attested, "--require-provenance")
         assert code == 0, payload
         assert payload["active"]["provenance"]["status"] == "verified"
@@ -447,3 +463,22 @@ def test_a_fleet_rolled_back_by_one_promote_is_followed_only_by_follow_exact_reu
     assert_runs(Path(status["active"]["binary"]))
     code, err = cli_json(capsys, "check", *base, "--follow", "down")
     assert code == 2 and "--follow" in err["error"]["message"], err
+
+
+def test_channels_names_which_channel_tags_a_sync_moves(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, registry: Registry
+) -> None:
+    from tests.test_mirror import WIN
+
+    archives = {
+        CPU_TAR.format(tag="b7002"): b"cpu",
+        VULKAN_TAR.format(tag="b7002"): b"vk",
+        WIN.format(tag="b7002"): b"w",
+    }
+    github.add_release(REPO, "b7002", archives, stable=False)  # a nightly build no release names yet
+    url = registry.url()
+    flags = ("--channel", "nightly", "--channels", "stable,nightly", "--newest", "2")
+    report = sync(capsys, github.api_url, url, *flags, *cpu())
+    assert report["channels"] == {"nightly": "b7002", "stable": "b7001"}, (report["releases"], report["warnings"])
+    now = digests(client(registry))
+    assert (now["nightly"], now["stable"]) == (now["b7002"], now["b7001"])

@@ -190,17 +190,24 @@ def sync_registry(
     moves = {v: b for b, vs in named.items() for v in vs if b in report.manifests}
     report.versions = sorted(moves)
     wanted = ([channel] if tag is None else []) if channels is None else channels
-    targets = _channel_targets(client, builds, wanted, channel) if builds else {}
+    targets = _channel_targets(builds, named, wanted, channel) if builds else {}
     moves.update(_owned_channels(registry, targets, report))
     tags.point(moves)
     _record_channels(registry, {c: moves[c] for c in targets if c in moves}, report)
     return report
 
 
-def _channel_targets(client: ReleaseSource, builds: list[Release], wanted: list[str], channel: str) -> dict[str, str]:
-    """Channel tag -> the build the sync would point it at: the newest build for ``nightly``,
-    the build ``stable`` resolves to (the sync's first build when it resolved ``stable``)."""
+def _channel_targets(
+    builds: list[Release], named: dict[str, list[str]], wanted: list[str], channel: str
+) -> dict[str, str]:
+    """Channel tag -> the build the sync would point it at.
+
+    The channel the sync resolved names its first build; ``nightly`` the newest build pushed;
+    ``stable`` the build the highest semver release pushed names (else the newest non-prerelease
+    build, as a fork's ``releases/latest``).
+    """
     from llama_runtime.updater.choice.decide import any_build_number
+    from llama_runtime.updater.release.tags import highest_version
 
     targets: dict[str, str] = {}
     for name in wanted:
@@ -209,8 +216,13 @@ def _channel_targets(client: ReleaseSource, builds: list[Release], wanted: list[
         elif name == "nightly":
             targets[name] = max(builds, key=lambda b: any_build_number(b.tag) or 0).tag
         elif name == "stable":
+            pushed = {b.tag for b in builds}
+            by_version = {v: b for b, vs in named.items() if b in pushed for v in vs}
+            top = highest_version(by_version)
             stable = [b for b in builds if not b.prerelease]
-            if stable:
+            if top is not None:
+                targets[name] = by_version[top]
+            elif stable:
                 targets[name] = max(stable, key=lambda b: any_build_number(b.tag) or 0).tag
     return targets
 
