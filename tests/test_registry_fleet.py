@@ -482,3 +482,49 @@ def test_channels_names_which_channel_tags_a_sync_moves(
     assert report["channels"] == {"nightly": "b7002", "stable": "b7001"}, (report["releases"], report["warnings"])
     now = digests(client(registry))
     assert (now["nightly"], now["stable"]) == (now["b7002"], now["b7001"])
+
+
+# -- the same, on the registries a company runs: TLS from a private CA with htpasswd, and a token service --------
+
+
+@pytest.fixture(params=["tls-htpasswd", "bearer"])
+def secured(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Registry, str]]:
+    """A registry as a company runs it, and its URL; the sync job's credential in the environment."""
+    from tests.test_oci_tls import make_ca_and_server
+    from tests.token_server import TokenServer
+
+    root = tmp_path_factory.mktemp(request.param)
+    monkeypatch.setenv("DOCKER_CONFIG", str(root / "nodocker"))
+    monkeypatch.setenv("LLAMA_RUNTIME_REGISTRY_USERNAME", "ci")
+    monkeypatch.setenv("LLAMA_RUNTIME_REGISTRY_PASSWORD", "pw")
+    if request.param == "tls-htpasswd":
+        ca, cert, key = make_ca_and_server(root / "pki")
+        monkeypatch.setenv("LLAMA_RUNTIME_CA_BUNDLE", str(ca))
+        with Registry(root / "registry", users={"ci": "pw"}, tls=(cert, key), access_log=True) as registry:
+            yield registry, f"oci+https://{registry.host}/fleet/llama.cpp"
+        return
+    tokens = TokenServer(root / "token", {"ci": "pw"}, anonymous_pull=True)
+    try:
+        with Registry(root / "registry", auth=tokens.registry_auth(), access_log=True) as registry:
+            yield registry, registry.url()
+    finally:
+        tokens.close()
+
+
+def test_on_a_secured_registry_a_no_op_sync_writes_nothing_and_a_promotion_holds(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, secured: tuple[Registry, str], tmp_path: Path
+) -> None:
+    registry, url = secured
+    first = sync(capsys, github.api_url, url, "--newest", "2", *cpu())
+    writes = len(registry.writes())
+    again = sync(capsys, github.api_url, url, "--newest", "2", *cpu())
+    assert again["written"] == [] and again["manifests"] == first["manifests"], again
+    assert registry.writes()[writes:] == []
+    code, moved = cli_json(capsys, "mirror", "promote", "--dest", url, "--tag", "b7000", "--to", "stable")
+    assert code == 0, moved
+    publish(github, tmp_path, "b7002")
+    report = sync(capsys, github.api_url, url, *cpu())
+    assert report["channels"] == {} and "stable" in report["channels_held"], report
+    assert report["manifests"]["b7002"] and moved["digest"] == first["manifests"]["b7000"]
