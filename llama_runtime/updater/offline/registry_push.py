@@ -192,7 +192,8 @@ def sync_registry(
     wanted = ([channel] if tag is None else []) if channels is None else channels
     targets = _channel_targets(builds, named, wanted, channel) if builds else {}
     moves.update(_owned_channels(registry, targets, report))
-    tags.point(moves)
+    # A build merged into by another writer meanwhile: report what its tag names now.
+    report.manifests.update(tags.point(moves))
     _record_channels(registry, {c: moves[c] for c in targets if c in moves}, report)
     return report
 
@@ -391,8 +392,9 @@ class _Tags:
         self.report.written.append(tag)
         return True
 
-    def point(self, moves: dict[str, str]) -> None:
-        """Make each tag of ``moves`` name what its build tag names (tag -> build tag), until that holds.
+    def point(self, moves: dict[str, str]) -> dict[str, str]:
+        """Make each tag of ``moves`` name what its build tag names (tag -> build tag), until that holds;
+        returns the digest each of those build tags names then.
 
         Another writer may merge into a build meanwhile: after a settling pause every
         tag is checked again against its build tag, and moved again when the build moved.
@@ -406,7 +408,7 @@ class _Tags:
                     raise RemoteError(f"{self.registry.ref.display} lost the build {build} before {tag} was moved.")
                 wrote = self.move(tag, digest) or wrote
             if not wrote:
-                return
+                return {b: d for b, d in builds.items() if d is not None}
             self.sleep(SETTLE_S)
         raise RemoteError(
             f"The tags of {self.registry.ref.display} kept moving while this sync pointed them; "
