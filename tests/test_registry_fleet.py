@@ -138,6 +138,16 @@ def test_a_second_backend_keeps_the_first_ones_layer_and_bundle(
     sync(capsys, github.api_url, registry.url(), "--tag", "b7001", "--platform", "linux-x64", "--backend", "vulkan")
     assert layer_names(reg, "b7001") == sorted(shas)
     assert bundle_assets(reg, "b7001") == sorted(f"sha256:{s}" for s in shas.values())
+    # Each bundle's layer is titled (`oras pull` names the file by it), and each bundle manifest has its tag.
+    head = reg.head_manifest("b7001")
+    assert head is not None
+    kept = [t for t in reg.tags() if t.startswith(head.digest.replace(":", "-") + ".") and t.endswith(".att")]
+    assert len(kept) == 2
+    for referrer in reg.referrers(head.digest, BUNDLE_TYPE):
+        manifest = reg.get_manifest(referrer.digest)
+        assert manifest is not None
+        (layer,) = manifest.doc["layers"]
+        assert layer["annotations"]["org.opencontainers.image.title"].endswith(".tar.gz.sigstore.json")
 
 
 def test_a_tagged_sync_after_a_newest_sync_leaves_every_digest_unchanged_and_writes_nothing(
