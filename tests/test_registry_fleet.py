@@ -102,6 +102,16 @@ def attest_both(github: FakeGitHub, tmp_path: Path, tag: str) -> dict[str, str]:
     return shas
 
 
+def nightly_build(github: FakeGitHub, tmp_path: Path, tag: str) -> None:
+    """Publish ``tag`` as upstream publishes a build no semver release names (yet)."""
+    from tests.helpers import stand_in_tarball
+    from tests.test_mirror import WIN
+
+    cpu_tar = stand_in_tarball(tmp_path / "src" / CPU_TAR.format(tag=tag), tag=tag)
+    archives = {CPU_TAR.format(tag=tag): cpu_tar, VULKAN_TAR.format(tag=tag): b"vk", WIN.format(tag=tag): b"w"}
+    github.add_release(REPO, tag, archives, stable=False)
+
+
 # -- pushes that merge ------------------------------------------------------------------------------------------
 
 
@@ -476,7 +486,7 @@ def test_a_fleet_rolled_back_by_one_promote_is_followed_only_by_follow_exact_reu
 
 
 def test_channels_names_which_channel_tags_a_sync_moves(
-    capsys: pytest.CaptureFixture[str], github: FakeGitHub, registry: Registry
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, registry: Registry, tmp_path: Path
 ) -> None:
     from tests.test_mirror import WIN
 
@@ -538,3 +548,21 @@ def test_on_a_secured_registry_a_no_op_sync_writes_nothing_and_a_promotion_holds
     report = sync(capsys, github.api_url, url, *cpu())
     assert report["channels"] == {} and "stable" in report["channels_held"], report
     assert report["manifests"]["b7002"] and moved["digest"] == first["manifests"]["b7000"]
+
+
+def test_a_release_cut_after_its_build_was_pushed_adds_a_tag_and_moves_no_digest(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, registry: Registry, home: Path, tmp_path: Path
+) -> None:
+    url = registry.url()
+    nightly_build(github, tmp_path, "b7002")
+    nightly = sync(capsys, github.api_url, url, "--channel", "nightly", "--channels", "none", *cpu())
+    assert nightly["releases"] == ["b7002"]
+    github.cut_version(REPO, "v0.3.0", "b7002")  # make-release.yml, a day later
+    stable = sync(capsys, github.api_url, url, *cpu())
+    assert stable["manifests"]["b7002"] == nightly["manifests"]["b7002"], stable
+    assert stable["versions"] == ["v0.3.0"] and stable["channels"] == {"stable": "b7002"}
+    assert sorted(stable["written"]) == ["llama-runtime.channels", "stable", "v0.3.0"]
+    code, payload = cli_json(capsys, "update", "--home", str(home), "--api-url", url)
+    assert code == 0 and payload["active"]["tag"] == "b7002", payload
+    marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
+    assert marker["release_version"] == "v0.3.0"  # read from the registry's v0.3.0 tag, not the config
