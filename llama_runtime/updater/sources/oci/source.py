@@ -194,7 +194,8 @@ class RegistrySource:
         chosen = sorted(numbered, reverse=True)[(page - 1) * size : page * size]
         builds = [self._build(tag) for _n, tag in chosen]
         by_digest: dict[str, list[str]] = {}
-        for version in self._probed_versions():
+        listed = {self._manifests.get(b.release.tag, "") for b in builds}
+        for version in self._probed_versions(within=listed):
             by_digest.setdefault(self._named[version], []).append(version)
         releases: list[Release] = []
         for build in builds:
@@ -359,8 +360,13 @@ class RegistrySource:
             self._tags = self.registry.tags()
         return self._tags
 
-    def _probed_versions(self, stop_at: str | None = None) -> list[str]:
-        """The newest semver tags, each asked which manifest it names (highest first; up to ``stop_at``)."""
+    def _probed_versions(self, stop_at: str | None = None, within: set[str] | None = None) -> list[str]:
+        """The newest semver tags, each asked which manifest it names, highest first.
+
+        Stops after the one naming ``stop_at``, or after the first naming a manifest not
+        ``within`` (releases name ever newer builds: a release naming a build older than a
+        page of the newest builds is followed only by releases naming older ones).
+        """
         from packaging.version import Version
 
         semver = [t for t in self._all_tags() if is_release_version(t)]
@@ -372,6 +378,8 @@ class RegistrySource:
                 self._named[version] = head.digest if head is not None else ""
             probed.append(version)
             if stop_at is not None and self._named[version] == stop_at:
+                break
+            if within is not None and self._named[version] not in within:
                 break
         return probed
 
