@@ -566,3 +566,19 @@ def test_a_release_cut_after_its_build_was_pushed_adds_a_tag_and_moves_no_digest
     assert code == 0 and payload["active"]["tag"] == "b7002", payload
     marker = json.loads(Path(payload["active"]["marker_path"]).read_text())
     assert marker["release_version"] == "v0.3.0"  # read from the registry's v0.3.0 tag, not the config
+
+
+def test_tags_naming_a_build_follow_it_when_it_gains_a_backend(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, registry: Registry
+) -> None:
+    url = registry.url()
+    sync(capsys, github.api_url, url, "--newest", "2", *cpu())
+    code, _ = cli_json(capsys, "mirror", "promote", "--dest", url, "--tag", "b7001", "--to", "canary")
+    assert code == 0
+    report = sync(capsys, github.api_url, url, "--tag", "b7001", "--platform", "linux-x64", "--backend", "vulkan")
+    now = digests(client(registry))
+    assert now["b7001"] == report["manifests"]["b7001"]
+    assert now["v0.2.0"] == now["stable"] == now["canary"] == now["b7001"]  # vulkan machines get vulkan
+    both = sorted([CPU_TAR.format(tag="b7001"), VULKAN_TAR.format(tag="b7001")])
+    assert layer_names(client(registry), "stable") == both
+    assert now["v0.1.0"] == now["b7000"]

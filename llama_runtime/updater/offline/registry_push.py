@@ -180,6 +180,7 @@ def sync_registry(
     report = PushReport(dest=registry.ref.display, warnings=list(notes))
     named = _versions_by_build(client, versions)
     tags = _Tags(registry, report, sleep)
+    replaced: dict[str, str] = {}  # a build's manifest before this run merged into it -> the build tag
     with _scratch() as scratch:
         for build in builds:
             assets = chosen_assets(client, build, platforms or [], backends or [])
@@ -187,11 +188,14 @@ def sync_registry(
             digest = pusher.push(build, assets)
             report.releases.append(build.tag)
             report.manifests[build.tag] = digest
+            if pusher.before is not None and pusher.before != digest:
+                replaced[pusher.before] = build.tag
     moves = {v: b for b, vs in named.items() for v in vs if b in report.manifests}
     report.versions = sorted(moves)
     wanted = ([channel] if tag is None else []) if channels is None else channels
     targets = _channel_targets(builds, named, wanted, channel) if builds else {}
     moves.update(_owned_channels(registry, targets, report))
+    moves.update(_following(registry, replaced, moves))
     # A build merged into by another writer meanwhile: report what its tag names now.
     report.manifests.update(tags.point(moves))
     _record_channels(registry, {c: moves[c] for c in targets if c in moves}, report)
@@ -256,6 +260,28 @@ def _owned_channels(registry: RegistryClient, targets: dict[str, str], report: P
             report.channels[name] = build
     report.warnings += list(report.held.values())
     return owned
+
+
+def _following(registry: RegistryClient, replaced: dict[str, str], moves: dict[str, str]) -> dict[str, str]:
+    """The other tags that named a manifest this run merged into (tag -> its build): they follow the build.
+
+    A semver release or a channel (promoted ones too) named the build; after the build gained
+    an asset, leaving them on the older manifest would withhold that asset from their clients.
+    """
+    if not replaced:
+        return {}
+    from llama_runtime.updater.choice.decide import any_build_number
+
+    follow: dict[str, str] = {}
+    for tag in registry.tags():
+        if tag in moves or reserved_tag(tag) is not None:
+            continue
+        if any_build_number(tag) is not None and not is_release_version(tag):
+            continue  # a build tag names its own build
+        digest = registry.digest_of(tag)
+        if digest in replaced:
+            follow[tag] = replaced[digest]
+    return follow
 
 
 def _read_channels(registry: RegistryClient) -> dict[str, ChannelRecord]:
@@ -461,6 +487,7 @@ class _BuildPush:
         self.client, self.registry, self.scratch, self.fetch, self.report = client, registry, scratch, fetch, report
         self.tags = tags
         self._blobs: dict[str, str] = {}  # asset name -> sha256 hex, blobs this run made sure of
+        self.before: str | None = None  # what the build tag named when this run first read it
 
     def push(self, build: Release, assets: list[Asset]) -> str:
         """Make the build tag name a manifest holding ``assets`` and everything it held; its digest.
@@ -475,6 +502,8 @@ class _BuildPush:
         """
         for attempt in range(_MAX_COMMIT_ATTEMPTS + 1):
             named, held = self._held(build.tag)
+            if attempt == 0:
+                self.before = named
             missing = [a for a in assets if not _holds(held, a)]
             if held is not None and not missing:
                 subject = Descriptor(MANIFEST_MEDIA_TYPE, held.manifest.digest, len(held.manifest.raw))
