@@ -55,7 +55,7 @@ def real_bin_dir() -> Path | None:
     if wheel is None:
         return None
     backend = cpu_backend()
-    return wheel if backend is None else _composed(wheel, backend)
+    return wheel if backend is None else composed_build(wheel, backend)
 
 
 def wheel_bin_dir() -> Path | None:
@@ -153,7 +153,7 @@ def describe_real_build() -> str:
 
 
 @functools.cache
-def _composed(wheel: Path, backend: Path) -> Path:
+def composed_build(wheel: Path, backend: Path) -> Path:
     """The wheel's build with ``backend`` as its ``libggml-cpu``, composed once per pair of inputs.
 
     Files are hard links where the filesystem allows (copies elsewhere), the soname aliases symbolic

