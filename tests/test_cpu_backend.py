@@ -31,7 +31,7 @@ from tests.realbuild import (
 from tests.registry import free_port
 from tests.tinymodel import write_tiny_llama
 
-pytestmark = [pytest.mark.real_binary]
+pytestmark = [pytest.mark.real_binary, pytest.mark.e2e]
 
 #: Tokens asked of each build: enough that a wrong kernel shows, few enough for a blink on a CPU.
 TOKENS = 8
