@@ -102,12 +102,17 @@ class CpuBackendMissing(RuntimeError):
 
 def host_runs_wheel_cpu() -> bool:
     """Whether this CPU has every AVX-512 extension the wheel's ``libggml-cpu`` is compiled with."""
+    return not missing_cpu_flags()
+
+
+def missing_cpu_flags() -> list[str]:
+    """The wheel's AVX-512 extensions this CPU lacks (Linux: /proc/cpuinfo; all of them where unreadable)."""
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
-        return False
+        return sorted(WHEEL_CPU_FLAGS)
     flags = next((line.split() for line in text.splitlines() if line.startswith("flags")), [])
-    return set(flags) >= WHEEL_CPU_FLAGS
+    return sorted(WHEEL_CPU_FLAGS - set(flags))
 
 
 def cpu_backend() -> Path | None:
@@ -130,11 +135,10 @@ def cpu_backend() -> Path | None:
     if library.is_file():
         return library
     raise CpuBackendMissing(
-        "this CPU lacks AVX-512 extensions ("
-        + ", ".join(sorted(WHEEL_CPU_FLAGS))
-        + ") that the libggml-cpu of the test extra's llama-server needs to compute "
-        "(it dies of SIGILL on its first model): run `bash scripts/build_cpu_backend.sh` (about 2 minutes on "
-        f"2 cores; .ci/run does it), or set {CPU_BACKEND_ENV}=wheel to run the wheel's build as it is"
+        f"this CPU lacks {', '.join(missing_cpu_flags())}, which the libggml-cpu of the test extra's "
+        "llama-server needs to compute (it dies of SIGILL on its first model): run "
+        "`bash scripts/build_cpu_backend.sh` (about 2 minutes on 2 cores; .ci/run does it), "
+        f"or set {CPU_BACKEND_ENV}=wheel to run the wheel's build as it is"
     )
 
 
