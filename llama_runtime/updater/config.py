@@ -215,6 +215,8 @@ class Settings:
             ``LLAMA_RUNTIME_PROVENANCE_SIGNER``).
         ca_bundle: A PEM file of the CAs HTTPS servers are trusted by (``--ca-bundle`` /
             ``LLAMA_RUNTIME_CA_BUNDLE``); ``None``: OpenSSL's variables, else the OS store and certifi.
+        follow_exact: Follow the channel down as well as up (``--follow exact`` /
+            ``LLAMA_RUNTIME_FOLLOW=exact``); default ``newer``: never a downgrade without a tag.
     """
 
     home: Path
@@ -236,6 +238,7 @@ class Settings:
     pace: DownloadPace = DownloadPace()
     provenance: ProvenanceSettings = ProvenanceSettings()
     ca_bundle: str | None = None
+    follow_exact: bool = False
 
 
 def validate_repo(repo: str) -> str:
@@ -316,6 +319,7 @@ def resolve_settings(
     fresh_companion: bool = False,
     verifies: bool = True,
     ca_bundle: str | None = None,
+    follow: str | None = None,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
 
@@ -366,7 +370,29 @@ def resolve_settings(
             lambda: ProvenanceSettings.from_env(env), ProvenanceSettings(), verifies=verifies
         ),
         ca_bundle=_ca_bundle_setting(ca_bundle, env),
+        follow_exact=_follow_setting(follow, env),
     )
+
+
+#: How a client follows its channel: ``newer`` only (the default), or ``exact`` (down too).
+FOLLOW_MODES: Final = ("newer", "exact")
+
+
+def _follow_setting(flag: str | None, env: Mapping[str, str]) -> bool:
+    """``--follow``, else ``LLAMA_RUNTIME_FOLLOW``: whether the channel is followed down too.
+
+    Raises:
+        UserInputError: Neither ``newer`` nor ``exact`` (exit 2).
+    """
+    given = (flag or "").strip()
+    source = "--follow" if given else "LLAMA_RUNTIME_FOLLOW"
+    value = (given or env.get("LLAMA_RUNTIME_FOLLOW", "").strip() or "newer").lower()
+    if value not in FOLLOW_MODES:
+        raise UserInputError(
+            f"Invalid {source} {value!r}; use newer (never a downgrade without a tag) or exact "
+            "(follow the channel wherever it is moved, back down too)."
+        )
+    return value == "exact"
 
 
 def _ca_bundle_setting(flag: str | None, env: Mapping[str, str]) -> str | None:
