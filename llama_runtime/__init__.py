@@ -20,6 +20,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from llama_runtime._version import __version__
+
 if TYPE_CHECKING:
     from llama_runtime.runtime.binary import ProcessResult, ProcessRunner
     from llama_runtime.runtime.clock import Clock
@@ -89,9 +91,12 @@ if TYPE_CHECKING:
         RollbackResult,
     )
     from llama_runtime.updater.api.ready import EnsureResult, NotReady, Ready
+    from llama_runtime.updater.api.server import RuntimeServer, ServerReport, ServerStopped
     from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime.updater.api.vocabulary import Vocabulary
     from llama_runtime.updater.choice.decide import Available
-    from llama_runtime.updater.config import GatePolicy
+    from llama_runtime.updater.config import GatePolicy, Settings
+    from llama_runtime.updater.logs import configure_logging
     from llama_runtime.updater.offline.export import ExportResult
     from llama_runtime.updater.offline.mirror import MirrorReport
     from llama_runtime.updater.offline.registry_push import Promotion, PushReport
@@ -115,6 +120,12 @@ _EXPORTS: dict[str, str] = {
     "JobRecords": "llama_runtime.updater.api.manage",
     "JobListener": "llama_runtime.updater.api.job_store",
     "RuntimeUpdater": "llama_runtime.updater.api.service",
+    "Settings": "llama_runtime.updater.config",
+    "RuntimeServer": "llama_runtime.updater.api.server",
+    "ServerReport": "llama_runtime.updater.api.server",
+    "ServerStopped": "llama_runtime.updater.api.server",
+    "Vocabulary": "llama_runtime.updater.api.vocabulary",
+    "configure_logging": "llama_runtime.updater.logs",
     "UpdateJob": "llama_runtime.updater.api.jobs",
     "DoctorCheck": "llama_runtime.updater.api.manage",
     "DoctorResult": "llama_runtime.updater.api.manage",
@@ -268,12 +279,16 @@ __all__ = [
     "RemoveResult",
     "RollbackResult",
     "RuntimeEntry",
+    "RuntimeServer",
     "RuntimeUpdater",
     "ServerAlreadyRunningError",
     "ServerControl",
     "ServerOverride",
+    "ServerReport",
     "ServerStartError",
     "ServerStopError",
+    "ServerStopped",
+    "Settings",
     "SigstoreMissingError",
     "SizeMismatchError",
     "SmokeReport",
@@ -289,6 +304,9 @@ __all__ = [
     "UpdateOutcome",
     "UserInputError",
     "VerificationError",
+    "Vocabulary",
+    "__version__",
+    "configure_logging",
     "load_gate_settings",
     "probe_inference",
     "save_gate_settings",

@@ -237,6 +237,54 @@ class Settings:
     provenance: ProvenanceSettings = ProvenanceSettings()
     ca_bundle: str | None = None
 
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        home: str | Path | None = None,
+        api_url: str | None = None,
+        repo: str | None = None,
+        backend: str | None = None,
+        token: str | None = None,
+        require_provenance: bool = False,
+        env: Mapping[str, str] | None = None,
+        channel: str | None = None,
+        follow_active_repo: bool = True,
+        keep: str | None = None,
+        fresh_companion: bool = False,
+        verifies: bool = True,
+        ca_bundle: str | None = None,
+    ) -> Settings:
+        """Every setting of one invocation: the values given, over ``env`` (default ``os.environ``), over defaults.
+
+        Each value is validated here, once; ``RuntimeUpdater.from_settings`` takes the result.
+
+        Args:
+            follow_active_repo: Without ``repo``/``LLAMA_RUNTIME_REPO``, use the repository the
+                active runtime came from (as ``update``, ``check`` and ``plan`` do).
+            keep: Runtimes each update keeps, as text (``--keep``; default ``LLAMA_RUNTIME_KEEP``, else 3).
+            verifies: The caller verifies builds: a malformed provenance opt-in is then an error,
+                never silently off.
+
+        Raises:
+            UserInputError: A value is malformed (unknown backend, bad repo, URL or number).
+        """
+        return resolve_settings(
+            home=home,
+            api_url=api_url,
+            repo=repo,
+            backend=backend,
+            token=token,
+            require_provenance=require_provenance,
+            env=env,
+            channel=channel,
+            follow_active_repo=follow_active_repo,
+            keep=keep,
+            fresh_companion=fresh_companion,
+            verifies=verifies,
+            ca_bundle=ca_bundle,
+        )
+
 
 def validate_repo(repo: str) -> str:
     """``owner/name`` or a :class:`UserInputError` saying what is valid."""

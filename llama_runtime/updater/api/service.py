@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         RemoveResult,
         RollbackResult,
     )
+    from llama_runtime.updater.api.server import RuntimeServer
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import GatePolicy, Settings
@@ -164,26 +165,38 @@ class RuntimeUpdater:
 
             return settings.repo if settings.repo_explicit else DEFAULT_REPO
 
-        self._bind(settings, Home(settings.home), build_engine, file_repo)
+        self._bind(settings, Home(settings.home), build_engine, file_repo, env)
 
     @classmethod
-    def _from_settings(cls, settings: Settings) -> RuntimeUpdater:
-        """An updater over settings the caller resolved (the CLI: its flags, over the environment).
+    @front_door
+    def from_settings(cls, settings: Settings, *, env: Mapping[str, str] | None = None) -> RuntimeUpdater:
+        """An updater over settings already resolved (:meth:`Settings.resolve`: flags over the environment).
 
-        The engine is built on first use, as for an app's updater; ``install-file``'s settings do
-        not follow the active runtime's repository, so their repo is also the file's default origin.
+        The engine is built on first use, as for an updater built from arguments; these settings
+        do not follow the active runtime's repository, so their repo is also ``install_file``'s
+        default origin.
+
+        Args:
+            settings: What :meth:`Settings.resolve` returned.
+            env: The environment the managed server's settings are read from (default ``os.environ``).
         """
         from llama_runtime.updater.engine import Engine
 
         updater = cls.__new__(cls)
-        updater._bind(settings, Home(settings.home), lambda: Engine(settings), lambda: settings.repo)
+        updater._bind(settings, Home(settings.home), lambda: Engine(settings), lambda: settings.repo, env)
         return updater
 
     def _bind(
-        self, settings: Settings, home: Home, build_engine: Callable[[], Engine], file_repo: Callable[[], str]
+        self,
+        settings: Settings,
+        home: Home,
+        build_engine: Callable[[], Engine],
+        file_repo: Callable[[], str],
+        env: Mapping[str, str] | None,
     ) -> None:
         # The engine is built on first use: start-up (``ensure``) needs only the home.
         self._build_engine = build_engine
+        self._env = env
         self._file_repo = file_repo
         self._engine: Engine | None = None
         self.home = home
@@ -213,6 +226,24 @@ class RuntimeUpdater:
         Built on first use: a start-up without jobs never loads them.
         """
         return self._job_store
+
+    @property
+    @front_door
+    def server(self) -> RuntimeServer:
+        """The llama-server this home manages: ``start``, ``stop``, ``restart``, ``status``, ``wait``.
+
+        Its port (``LLAMA_RUNTIME_SERVER_PORT``, else 8080) and its wait for ``/health``
+        (``LLAMA_RUNTIME_SERVER_WAIT``, else 300 s) are read from the updater's environment.
+
+        Raises:
+            UserInputError: One of those variables is malformed.
+        """
+        import os
+
+        from llama_runtime.updater.api.server import RuntimeServer, server_port, server_wait
+
+        env = os.environ if self._env is None else self._env
+        return RuntimeServer(self.home, port=server_port(env), wait=server_wait(env))
 
     @property
     def _job_store(self) -> JobStore:

@@ -55,10 +55,10 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     """``llama-runtime check [--apply] [--jitter DURATION] [--wait SECONDS]``."""
     import random
 
-    from llama_runtime.updater.api.check import parse_duration
+    from llama_runtime import Vocabulary
     from llama_runtime.updater.cli.common import duration_arg, progress_for
 
-    jitter = parse_duration(args.jitter) if args.jitter else 0.0
+    jitter = Vocabulary.duration(args.jitter) if args.jitter else 0.0
     wait = duration_arg(args.wait, "--wait")
     updater = updater_from_args(args)
     if jitter:

@@ -27,7 +27,7 @@ from llama_runtime.updater.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from llama_runtime import PlanResult, UpdateOutcome
+    from llama_runtime import PlanResult, RuntimeUpdater, UpdateOutcome
     from llama_runtime.updater.cli.main import AddParser, Handler
     from llama_runtime.updater.cli.output import Output
 
@@ -69,16 +69,15 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
     # The files the imports below are about to read, asked for at once (cold page cache). Here, not
     # before the parser: there the thread slowed warm runs (see the module).
     start_readahead()
-    from llama_runtime.updater.choice.host import parse_cuda_version
-    from llama_runtime.updater.cli.common import updater_for
+    from llama_runtime import Vocabulary
     from llama_runtime.updater.cli.gateopts import with_gate
 
     settings = with_gate(args, settings_from_args(args))  # bad input is exit 2 before anything changes
     tag = tag_or_none(args.tag)
     if args.cuda_version is not None:
-        parse_cuda_version(args.cuda_version)  # exit 2 before any wait or job
+        Vocabulary.cuda_version(args.cuda_version)  # exit 2 before any wait or job
     updater = updater_for(settings)
-    had_active = has_active(updater.home)
+    had_active = has_active(updater)
     bar = progress_for(args)
     listener = out.events if out.events is not None else bar
     try:
@@ -107,20 +106,17 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
             bar.close()
     if job.outcome is None:
         raise LlamaRuntimeError(f"The update job {job.id} ended without a result ({job.state().phase}).")
-    _report(job.outcome, args, out)
+    _report(job.outcome, updater, args, out)
     return 0
 
 
-def _report(outcome: UpdateOutcome, args: argparse.Namespace, out: Output) -> None:
+def _report(outcome: UpdateOutcome, updater: RuntimeUpdater, args: argparse.Namespace, out: Output) -> None:
     """The update's result, with a warning when ``LLAMA_SERVER_PATH`` keeps apps on another binary."""
-    from llama_runtime.updater.cli.status import override_info
-
     warnings = list(outcome.warnings)
-    override = override_info()
+    override = updater.status().override
     if override:
         warnings.append(
-            f"LLAMA_SERVER_PATH={override['path']} is set: apps keep running that binary, "
-            "not the runtime just installed."
+            f"LLAMA_SERVER_PATH={override.path} is set: apps keep running that binary, not the runtime just installed."
         )
     payload = outcome.to_json()
     payload["warnings"] = warnings
