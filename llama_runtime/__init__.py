@@ -95,7 +95,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.api.service import RuntimeUpdater
     from llama_runtime.updater.api.vocabulary import Vocabulary
     from llama_runtime.updater.choice.decide import Available
-    from llama_runtime.updater.config import GatePolicy, Settings
+    from llama_runtime.updater.config import DownloadPace, GatePolicy, ProvenanceSettings, Settings
     from llama_runtime.updater.logs import configure_logging
     from llama_runtime.updater.offline.export import ExportResult
     from llama_runtime.updater.offline.mirror import MirrorReport
@@ -121,11 +121,14 @@ _EXPORTS: dict[str, str] = {
     "JobListener": "llama_runtime.updater.api.job_store",
     "RuntimeUpdater": "llama_runtime.updater.api.service",
     "Settings": "llama_runtime.updater.config",
+    "DownloadPace": "llama_runtime.updater.config",
+    "ProvenanceSettings": "llama_runtime.updater.config",
     "RuntimeServer": "llama_runtime.updater.api.server",
     "ServerReport": "llama_runtime.updater.api.server",
     "ServerStopped": "llama_runtime.updater.api.server",
     "Vocabulary": "llama_runtime.updater.api.vocabulary",
     "configure_logging": "llama_runtime.updater.logs",
+    "__version__": "llama_runtime._version",
     "UpdateJob": "llama_runtime.updater.api.jobs",
     "DoctorCheck": "llama_runtime.updater.api.manage",
     "DoctorResult": "llama_runtime.updater.api.manage",
@@ -229,6 +232,7 @@ __all__ = [
     "DiskSpaceError",
     "DoctorCheck",
     "DoctorResult",
+    "DownloadPace",
     "EnsureResult",
     "ExportResult",
     "FailedBuild",
@@ -267,6 +271,7 @@ __all__ = [
     "Promotion",
     "ProvenanceError",
     "ProvenanceMissingError",
+    "ProvenanceSettings",
     "PushReport",
     "RateLimitError",
     "Ready",

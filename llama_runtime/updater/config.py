@@ -52,6 +52,13 @@ API_DEADLINE_SECONDS: Final[float] = 30.0
 DEFAULT_PARALLEL_DOWNLOADS: Final = 4
 #: More connections only add load on the host; 16 is far past where a capped CDN stops scaling.
 MAX_PARALLEL_DOWNLOADS: Final = 16
+#: llama-server's own default port (``--port``, tools/server/README.md), so that a
+#: managed server is where every llama.cpp client looks first.
+LLAMA_SERVER_DEFAULT_PORT: Final[int] = 8080
+#: Seconds a managed server's start waits for /health (``LLAMA_RUNTIME_SERVER_WAIT``). A server
+#: that maps a large model from a slow disk, or a Vulkan build compiling its shader cache cold (47 s
+#: seen on a desktop GPU), is loading, not failing; one that exits is reported at once anyway.
+SERVER_WAIT_DEFAULT_SECONDS: Final[float] = 300.0
 PARALLEL_DOWNLOADS_ENV: Final = "LLAMA_RUNTIME_PARALLEL_DOWNLOADS"
 #: Runtimes each successful update keeps (``--keep``/``LLAMA_RUNTIME_KEEP``): the
 #: active, the previous (the rollback target) and the newest other build; 0 keeps every runtime.
@@ -133,6 +140,12 @@ class ProvenanceSettings:
             UserInputError: A value is not of its documented form (exit 2), naming the variable.
         """
         root = env.get("LLAMA_RUNTIME_TRUSTED_ROOT", "").strip()
+        if root and not Path(root).expanduser().is_file():
+            # Checked here, not when a verification first needs it: a typo never waits for a download.
+            raise UserInputError(
+                f"LLAMA_RUNTIME_TRUSTED_ROOT={root[:200]} is not a file; give the path of a Sigstore "
+                "trusted_root.json, or unset it to use Sigstore's production trust root."
+            )
         bare, workflows = parse_workflows(env.get("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", ""))
         return cls(
             trusted_root=Path(root).expanduser() if root else None,
@@ -215,6 +228,9 @@ class Settings:
             ``LLAMA_RUNTIME_PROVENANCE_SIGNER``).
         ca_bundle: A PEM file of the CAs HTTPS servers are trusted by (``--ca-bundle`` /
             ``LLAMA_RUNTIME_CA_BUNDLE``); ``None``: OpenSSL's variables, else the OS store and certifi.
+        server_port: The port the managed llama-server binds when its arguments name none
+            (``LLAMA_RUNTIME_SERVER_PORT``, else llama-server's own 8080; ``None``: any free port).
+        server_wait: Seconds a managed server's start waits for ``/health`` (``LLAMA_RUNTIME_SERVER_WAIT``).
     """
 
     home: Path
@@ -228,7 +244,7 @@ class Settings:
     api_deadline: float = API_DEADLINE_SECONDS
     gate: GatePolicy | None = None
     require_provenance: bool = False
-    channel: Channel | None = None  # None: keep the active runtime's stored channel (else stable)
+    channel: str | None = None  # a Channel; None: keep the active runtime's stored channel (else stable)
     parallel_downloads: int = DEFAULT_PARALLEL_DOWNLOADS
     keep: int = DEFAULT_RETAIN
     fresh_companion: bool = False
@@ -236,6 +252,8 @@ class Settings:
     pace: DownloadPace = DownloadPace()
     provenance: ProvenanceSettings = ProvenanceSettings()
     ca_bundle: str | None = None
+    server_port: int | None = LLAMA_SERVER_DEFAULT_PORT
+    server_wait: float = SERVER_WAIT_DEFAULT_SECONDS
 
     @classmethod
     def resolve(
@@ -414,7 +432,26 @@ def resolve_settings(
             lambda: ProvenanceSettings.from_env(env), ProvenanceSettings(), verifies=verifies
         ),
         ca_bundle=_ca_bundle_setting(ca_bundle, env),
+        server_port=_server_port(env),
+        server_wait=env_number(env, "LLAMA_RUNTIME_SERVER_WAIT", SERVER_WAIT_DEFAULT_SECONDS),
     )
+
+
+def _server_port(env: Mapping[str, str]) -> int | None:
+    """``LLAMA_RUNTIME_SERVER_PORT``, else llama-server's own default; ``None`` for ``0`` (any free port).
+
+    Raises:
+        UserInputError: The variable is not a port number.
+    """
+    raw = env.get("LLAMA_RUNTIME_SERVER_PORT", "").strip()
+    if not raw:
+        return LLAMA_SERVER_DEFAULT_PORT
+    port = decimal(raw)
+    if port is None or port > 65535:
+        raise UserInputError(
+            f"LLAMA_RUNTIME_SERVER_PORT={raw[:40]!r} is not a port; use 1-65535, or 0 for any free port."
+        )
+    return port or None
 
 
 def _ca_bundle_setting(flag: str | None, env: Mapping[str, str]) -> str | None:

@@ -103,11 +103,24 @@ class CheckResult:
     pinned: str | None = None
     held: str | None = None
 
+    @property
+    def plain_update(self) -> str | None:
+        """While pinned, what a plain ``update`` would do, in words (``None`` without a pin)."""
+        if self.pinned is None:
+            return None
+        if self.installed == self.pinned:
+            return f"a plain `update` stays on the pinned {self.pinned}; `llama-runtime unpin` lets it move again"
+        was = f"from {self.installed} " if self.installed else ""
+        return (
+            f"a plain `update` moves {was}to the pinned {self.pinned}; `llama-runtime unpin` lets it follow the newest"
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The ``check`` object of the CLI contract."""
         payload = {f.name: getattr(self, f.name) for f in fields(self)}
         payload["outcome"] = self.outcome.to_json() if self.outcome is not None else None
         payload["warnings"] = list(self.warnings)
+        payload["plain_update"] = self.plain_update
         return payload
 
 

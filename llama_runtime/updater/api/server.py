@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NoReturn
@@ -27,50 +27,10 @@ if TYPE_CHECKING:
     from llama_runtime.runtime.layout import Home, InstalledRuntime
     from llama_runtime.runtime.server import ManagedServer, ServerStatus
 
-__all__ = ["LLAMA_SERVER_DEFAULT_PORT", "RuntimeServer", "ServerReport", "ServerStopped", "server_port", "server_wait"]
+__all__ = ["RuntimeServer", "ServerReport", "ServerStopped"]
 
-#: llama-server's own default port (``--port``, tools/server/README.md), so that a
-#: managed server is where every llama.cpp client looks first.
-LLAMA_SERVER_DEFAULT_PORT: Final[int] = 8080
-#: Seconds a start waits for /health (``LLAMA_RUNTIME_SERVER_WAIT``). A server that maps a
-#: large model from a slow disk, or a Vulkan build compiling its shader cache cold (47 s seen
-#: on a desktop GPU), is loading, not failing; one that exits is reported at once anyway.
-SERVER_WAIT_DEFAULT_SECONDS: Final[float] = 300.0
 #: Lines of llama-server's log a report carries when it did not become healthy.
 LOG_TAIL_LINES: Final[int] = 5
-
-
-def server_port(env: Mapping[str, str]) -> int | None:
-    """The port a start binds without ``--port``: llama-server's own default, 8080.
-
-    ``LLAMA_RUNTIME_SERVER_PORT`` overrides it (``0``: any free port, for tests and for
-    machines where 8080 is taken; returned as ``None``).
-
-    Raises:
-        UserInputError: The variable is not a port number.
-    """
-    from llama_runtime.runtime.fsutil import decimal
-
-    raw = env.get("LLAMA_RUNTIME_SERVER_PORT", "").strip()
-    if not raw:
-        return LLAMA_SERVER_DEFAULT_PORT
-    port = decimal(raw)
-    if port is None or port > 65535:
-        raise UserInputError(
-            f"LLAMA_RUNTIME_SERVER_PORT={raw[:40]!r} is not a port; use 1-65535, or 0 for any free port."
-        )
-    return port or None
-
-
-def server_wait(env: Mapping[str, str]) -> float:
-    """Seconds a start waits for /health: ``LLAMA_RUNTIME_SERVER_WAIT``, else 300.
-
-    Raises:
-        UserInputError: The value is not a positive number of seconds.
-    """
-    from llama_runtime.updater.config import env_number
-
-    return env_number(env, "LLAMA_RUNTIME_SERVER_WAIT", SERVER_WAIT_DEFAULT_SECONDS)
 
 
 def _positive(seconds: float, name: str, *, zero_ok: bool = False) -> float:

@@ -165,11 +165,11 @@ class RuntimeUpdater:
 
             return settings.repo if settings.repo_explicit else DEFAULT_REPO
 
-        self._bind(settings, Home(settings.home), build_engine, file_repo, env)
+        self._bind(settings, Home(settings.home), build_engine, file_repo)
 
     @classmethod
     @front_door
-    def from_settings(cls, settings: Settings, *, env: Mapping[str, str] | None = None) -> RuntimeUpdater:
+    def from_settings(cls, settings: Settings) -> RuntimeUpdater:
         """An updater over settings already resolved (:meth:`Settings.resolve`: flags over the environment).
 
         The engine is built on first use, as for an updater built from arguments; these settings
@@ -178,12 +178,11 @@ class RuntimeUpdater:
 
         Args:
             settings: What :meth:`Settings.resolve` returned.
-            env: The environment the managed server's settings are read from (default ``os.environ``).
         """
         from llama_runtime.updater.engine import Engine
 
         updater = cls.__new__(cls)
-        updater._bind(settings, Home(settings.home), lambda: Engine(settings), lambda: settings.repo, env)
+        updater._bind(settings, Home(settings.home), lambda: Engine(settings), lambda: settings.repo)
         return updater
 
     def _bind(
@@ -192,11 +191,10 @@ class RuntimeUpdater:
         home: Home,
         build_engine: Callable[[], Engine],
         file_repo: Callable[[], str],
-        env: Mapping[str, str] | None,
     ) -> None:
         # The engine is built on first use: start-up (``ensure``) needs only the home.
         self._build_engine = build_engine
-        self._env = env
+        self._settings = settings
         self._file_repo = file_repo
         self._engine: Engine | None = None
         self.home = home
@@ -233,17 +231,11 @@ class RuntimeUpdater:
         """The llama-server this home manages: ``start``, ``stop``, ``restart``, ``status``, ``wait``.
 
         Its port (``LLAMA_RUNTIME_SERVER_PORT``, else 8080) and its wait for ``/health``
-        (``LLAMA_RUNTIME_SERVER_WAIT``, else 300 s) are read from the updater's environment.
-
-        Raises:
-            UserInputError: One of those variables is malformed.
+        (``LLAMA_RUNTIME_SERVER_WAIT``, else 300 s) are settings, read with the others.
         """
-        import os
+        from llama_runtime.updater.api.server import RuntimeServer
 
-        from llama_runtime.updater.api.server import RuntimeServer, server_port, server_wait
-
-        env = os.environ if self._env is None else self._env
-        return RuntimeServer(self.home, port=server_port(env), wait=server_wait(env))
+        return RuntimeServer(self.home, port=self._settings.server_port, wait=self._settings.server_wait)
 
     @property
     def _job_store(self) -> JobStore:
@@ -534,16 +526,25 @@ class RuntimeUpdater:
     # -- the runtime manager -------------------------------------------------------
 
     @front_door
-    def pin(self, tag: str | None = None) -> PinResult:
+    def pin(self, tag: str | None = None, *, force: bool = False) -> PinResult:
         """Pin ``tag`` (default: the active build): ``check --apply``, scheduled jobs and plain updates keep it.
+
+        A tag not installed here is resolved first, as :meth:`plan` resolves it; ``result.checked`` says how.
+
+        Args:
+            tag: The build to pin; ``None``: the active one.
+            force: Pin a tag the release source cannot confirm right now (offline, a mirror not synced yet).
 
         Raises:
             UserInputError: A malformed tag, or none given and nothing active.
+            ReleaseNotFoundError: The source does not list ``tag`` (without ``force``).
+            BackendUnavailableError: No asset of it fits this machine (without ``force``).
+            RemoteError: The source cannot be asked (without ``force``).
             BusyError: An update holds the lock.
         """
         from llama_runtime.updater.api.manage import pin
 
-        return pin(self._context(), tag)
+        return pin(self._context(), tag, force=force)
 
     @front_door
     def unpin(self) -> PinResult:

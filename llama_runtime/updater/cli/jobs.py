@@ -83,7 +83,9 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     switched = result.outcome is not None and result.outcome.result == "switched"
     lines = [_check_line(result.installed, latest, result.update_available, result.applied, switched=switched)]
     if result.held:
-        lines = [f"Held at {result.installed}: {latest} is available, but {result.pinned} is pinned."]
+        lines = [f"Held: {latest} is available, but {result.pinned} is pinned; {result.plain_update}."]
+    elif result.pinned is not None and not result.applied:
+        lines = [f"Pinned to {result.pinned} (the newest release is {latest}); {result.plain_update}."]
     if result.skipped:
         lines = [f"Skipped: {result.reason}"]
     elif result.reason:
