@@ -128,12 +128,14 @@ class PinResult:
 
     def to_json(self) -> dict[str, object]:
         """The ``pin``/``unpin`` object of the CLI contract (``active``: the active build's tag)."""
-        return {
+        payload: dict[str, object] = {
             "pinned": self.pinned.to_json() if self.pinned is not None else None,
             "before": self.before,
             "active": self.active.marker.tag if self.active is not None else None,
-            "checked": self.checked,
         }
+        if self.checked is not None:
+            payload["checked"] = self.checked
+        return payload
 
     def lines(self) -> list[str]:
         """The result in sentences."""
