@@ -279,13 +279,13 @@ def test_gc_dry_run_names_what_it_would_remove_and_removes_nothing(
         github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): cpu_build(tmp_path, tag)})
         assert two_installed.start_update(tag=tag).wait(JOB_SECONDS).phase == "done"
     guard = HomeGuard(None, home)
-    dry = two_installed.gc(keep=0, dry_run=True)
+    dry = two_installed.gc(keep=2, dry_run=True)
     assert isinstance(dry, GcResult) and dry.dry_run and dry.freed_bytes > 0
     removed_tags = {item.tag for item in dry.removed if item.kind == "runtime"}
     # Each update already kept only 3 runtimes: b7000 went with b7300's install.
     assert removed_tags == {"b7100"}
     guard.assert_intact("b7300")
-    done = two_installed.gc(keep=0)
+    done = two_installed.gc(keep=2)
     assert {item.tag for item in done.removed if item.kind == "runtime"} == removed_tags
     assert done.to_json()["freed_bytes"] == done.freed_bytes
     assert sorted(r.marker.tag for r in two_installed.home.installed()) == ["b7200", "b7300"]

@@ -561,11 +561,11 @@ def install_file(
 
 def gc(ctx: UseCaseContext, *, keep: int | None, dry_run: bool, cache_only: bool) -> GcResult:
     """Remove old runtimes, downloads and leftovers (or, ``dry_run``, say what would go)."""
-    from llama_runtime.updater.activate.gc import DEFAULT_KEEP, collect_garbage
+    from llama_runtime.updater.activate.gc import collect_garbage
 
-    report = collect_garbage(
-        ctx.home, keep=DEFAULT_KEEP if keep is None else keep, dry_run=dry_run, cache_only=cache_only
-    )
+    # One meaning of N for gc and update: runtimes kept in all (activate.gc.others_to_keep).
+    count = ctx.engine.settings.keep if keep is None else keep
+    report = collect_garbage(ctx.home, keep=count, dry_run=dry_run, cache_only=cache_only)
     return GcResult.from_report(report)
 
 

@@ -810,7 +810,9 @@ class RuntimeUpdater:
         """Remove old runtimes, stale downloads and leftovers; the active and previous are always kept.
 
         Args:
-            keep: Newest runtimes to keep besides active and previous (default 1).
+            keep: Runtimes to keep in all, as ``update``'s ``--keep`` counts them: the active, the
+                previous and the newest others up to ``keep`` (0 keeps every runtime; 1 is refused,
+                the previous one is always kept); default the updater's (``LLAMA_RUNTIME_KEEP``, else 3).
             dry_run: Only say what would be removed.
             cache_only: Only downloads and leftovers, no runtime.
         """

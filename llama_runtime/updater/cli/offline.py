@@ -47,7 +47,13 @@ def register(add: AddParser) -> dict[str, Handler]:
         "remove inactive runtimes beyond the newest N, stale staging, old partial downloads "
         "and cached assets no remaining runtime uses",
     )
-    p.add_argument("--keep", type=int, default=None, metavar="N", help="inactive runtimes to keep (default 2)")
+    p.add_argument(
+        "--keep",
+        dest="retain",
+        metavar="N",
+        help="runtimes to keep in all, as update's --keep counts them: the active, the previous and the newest "
+        "others (default 3; 0 keeps all; LLAMA_RUNTIME_KEEP)",
+    )
     p.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
     p.add_argument(
         "--cache", action="store_true", help="only trim the download cache (assets no installed runtime uses)"
@@ -201,7 +207,7 @@ def cmd_gc(args: argparse.Namespace, out: Output) -> int:
     from llama_runtime import Vocabulary
     from llama_runtime.updater.cli.common import settings_from_args, updater_for
 
-    report = updater_for(settings_from_args(args)).gc(keep=args.keep, dry_run=args.dry_run, cache_only=args.cache)
+    report = updater_for(settings_from_args(args)).gc(dry_run=args.dry_run, cache_only=args.cache)
     verb = "Would free" if report.dry_run else "Freed"
     lines = [f"{verb} {Vocabulary.size(report.freed_bytes)}."]
     lines += [f"  {'would remove' if report.dry_run else 'removed'} {i.kind} {i.path}" for i in report.removed]
