@@ -59,7 +59,7 @@ if TYPE_CHECKING:
         UserInputError,
         VerificationError,
     )
-    from llama_runtime.runtime.failed_builds import FailedBuild
+    from llama_runtime.runtime.failed_builds import FailedBuild, SkippedBuild
     from llama_runtime.runtime.inference import InferenceResult, Speed, probe_inference
     from llama_runtime.runtime.layout import InstalledRuntime, UnsafeHomeError
     from llama_runtime.runtime.marker import FileRecord, InstallMarker
@@ -150,6 +150,7 @@ _EXPORTS: dict[str, str] = {
     "ServerOverride": "llama_runtime.updater.api.inventory",
     "TrialInfo": "llama_runtime.updater.api.inventory",
     "FailedBuild": "llama_runtime.runtime.failed_builds",
+    "SkippedBuild": "llama_runtime.runtime.failed_builds",
     "Available": "llama_runtime.updater.choice.decide",
     "UpdateOutcome": "llama_runtime.updater.activate.attempts",
     "Progress": "llama_runtime.updater.progress",
@@ -296,6 +297,7 @@ __all__ = [
     "Settings",
     "SigstoreMissingError",
     "SizeMismatchError",
+    "SkippedBuild",
     "SmokeReport",
     "Speed",
     "StatusResult",

@@ -152,6 +152,7 @@ def test_a_server_wait_that_is_no_positive_number_of_seconds_is_a_usage_error_an
     assert code == 2, payload
     assert "LLAMA_RUNTIME_SERVER_WAIT" in payload["error"]["message"] or "--wait" in payload["error"]["message"]
     assert not ManagedServer(installed.server_dir).is_running()
+    monkeypatch.delenv("LLAMA_RUNTIME_SERVER_WAIT", raising=False)  # a setting: every command refuses it
     frozen.assert_intact("b7000", capsys=capsys)
 
 

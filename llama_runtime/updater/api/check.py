@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.clock import when_text
 from llama_runtime.runtime.errors import RateLimitError, RemoteError, UserInputError
+from llama_runtime.runtime.failed_builds import SkippedBuild
 from llama_runtime.runtime.pin import pinned_tag
 from llama_runtime.updater.api.backoff import (
     DEFAULT_BACKOFF_SECONDS,
@@ -87,6 +88,8 @@ class CheckResult:
             release still being cut, a build still uploading), for people.
         pinned: The tag the home is pinned to (``llama-runtime pin``), or ``None``.
         held: The newer build the pin holds back (then ``update_available`` is false).
+        skipped_build: The newest build, passed over because it failed verification here before
+            (``update --retry-skipped`` tries it again); then ``update_available`` is false.
     """
 
     installed: str | None
@@ -102,6 +105,7 @@ class CheckResult:
     warnings: list[str] = field(default_factory=list)
     pinned: str | None = None
     held: str | None = None
+    skipped_build: SkippedBuild | None = None
 
     @property
     def plain_update(self) -> str | None:
@@ -121,6 +125,7 @@ class CheckResult:
         payload["outcome"] = self.outcome.to_json() if self.outcome is not None else None
         payload["warnings"] = list(self.warnings)
         payload["plain_update"] = self.plain_update
+        payload["skipped_build"] = self.skipped_build.to_json() if self.skipped_build else None
         return payload
 
 
@@ -181,7 +186,7 @@ def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobLis
     latest = _ask_latest(ctx.engine, backoff, channel, marker, clock)
     if pinned is not None and pinned == latest.version:  # a semver pin names this very build
         request = replace(request, pinned=latest.tag)
-    available, reason, backend, held = _decide(ctx, request, marker, latest)
+    available, reason, backend, held, skipped = _decide(ctx, request, marker, latest)
     reason = _with_problem(reason, problem, available, marker)
     if not (apply and available):
         return CheckResult(
@@ -195,6 +200,7 @@ def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobLis
             warnings=list(latest.warnings),
             pinned=pinned,
             held=held,
+            skipped_build=skipped,
         )
     outcome = _apply(ctx, latest, backend, channel, wait, listener)
     return CheckResult(
@@ -263,16 +269,16 @@ def _latest_for_check(
 
 def _decide(
     ctx: UseCaseContext, request: UpdateRequest, marker: InstallMarker | None, latest: _Latest
-) -> tuple[bool, str, str, str | None]:
-    """``(update available, why, the backend request an update uses, the build a pin holds back)``."""
+) -> tuple[bool, str, str, str | None, SkippedBuild | None]:
+    """``(update available, why, the backend request an update uses, the build a pin holds back, a skipped build)``."""
     from llama_runtime.runtime.failed_builds import load_failed
 
     if latest.release is None:  # the channel's build is the active one: nothing newer to look up
-        return False, f"{latest.tag} is the newest release.", backend_request(request, marker)[0], None
+        return False, f"{latest.tag} is the newest release.", backend_request(request, marker)[0], None, None
     active = ActiveState(marker) if marker is not None else None
     failed = {b.key: b.reason for b in load_failed(ctx.home.root)}
     plan = decide(request, active, latest.release, ctx.engine.host(), mode="upgrade_only", failed=failed)
-    return plan.action == "install", plan.reason, plan.backend_request, plan.held
+    return plan.action == "install", plan.reason, plan.backend_request, plan.held, plan.skipped
 
 
 def _with_problem(reason: str, problem: str | None, available: bool, marker: InstallMarker | None) -> str:

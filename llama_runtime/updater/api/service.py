@@ -363,6 +363,7 @@ class RuntimeUpdater:
         listener: JobListener | None = None,
         allow_no_device: bool = False,
         pin: bool = False,
+        retry_skipped: bool = False,
     ) -> UpdateJob:
         """Run an update here, as the home's job others follow; returns the job once it has succeeded.
 
@@ -386,6 +387,8 @@ class RuntimeUpdater:
 
             pin: Pin ``tag`` once installed, as ``llama-runtime update --tag`` does (:meth:`pin`): later
                 plain updates and checks stay on it.
+            retry_skipped: Try the newest build again even though it failed verification here before
+                (``job.outcome.skipped`` names such a build when an update passes it over).
 
         Raises:
             BusyError: Another update still runs after ``wait`` seconds.
@@ -396,7 +399,9 @@ class RuntimeUpdater:
         from dataclasses import replace
 
         request = self._request(tag, backend, cuda_version, require_digest, self._backend_request)
-        request = replace(request, allow_no_device=allow_no_device, pin=pin and tag is not None)
+        request = replace(
+            request, allow_no_device=allow_no_device, pin=pin and tag is not None, retry_skipped=retry_skipped
+        )
         return self._runner().run_here(request, wait=wait, operation=operation, listener=listener)
 
     def _request(

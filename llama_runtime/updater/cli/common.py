@@ -127,14 +127,21 @@ def progress_bar(args: argparse.Namespace) -> Iterator[TerminalProgress | None]:
 def outcome_lines(outcome: UpdateOutcome) -> list[str]:
     """What ``update``, ``use`` and ``install-file`` say about the runtime they activated."""
     m = outcome.active.marker
+    if outcome.skipped is not None:  # not "up to date": the newest build was passed over
+        return [
+            *attempt_lines(outcome),
+            f"Not updated: {outcome.skipped.sentence()}",
+            f"{m.repo} {m.tag} ({m.backend}) stays active.",
+        ]
     if outcome.result == "up_to_date":
-        return [*attempt_lines(outcome), f"Already up to date: {m.repo} {m.tag} ({m.backend}) is active."]
+        why = [f"why: {outcome.reason}"] if outcome.reason else []
+        return [*attempt_lines(outcome), f"Already up to date: {m.repo} {m.tag} ({m.backend}) is active.", *why]
     if outcome.result == "switched":
         lines = [f"Switched to {m.repo} {m.tag} ({m.backend}), already installed: nothing was downloaded."]
     else:
         named = f"{m.release_version} (build {m.tag})" if m.release_version else m.tag
         lines = [f"Installed {m.repo} {named} ({m.backend}) and made it active."]
-    lines = [*attempt_lines(outcome), *lines]
+    lines = [*attempt_lines(outcome), *lines] + ([f"why: {outcome.reason}"] if outcome.reason else [])
     if outcome.previous:
         p = outcome.previous.marker
         lines.append(f"The previous runtime {p.tag} ({p.backend}) is kept: `llama-runtime rollback` returns to it.")

@@ -86,7 +86,9 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
         lines = [f"Held: {latest} is available, but {result.pinned} is pinned; {result.plain_update}."]
     elif result.pinned is not None and not result.applied:
         lines = [f"Pinned to {result.pinned} (the newest release is {latest}); {result.plain_update}."]
-    if result.skipped:
+    if result.skipped_build is not None and not result.applied:
+        lines = [f"Not updated: {result.skipped_build.sentence()}"]
+    elif result.skipped:
         lines = [f"Skipped: {result.reason}"]
     elif result.reason:
         lines.append(result.reason)

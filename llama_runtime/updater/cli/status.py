@@ -67,7 +67,7 @@ def cmd_status(args: argparse.Namespace, out: Output) -> int:
         if status.trial.server_down:
             lines.append(server_down_line(status.trial.name, status.trial.before_name))
     for build in status.skipped_builds:
-        lines.append(f"skipped (failed here; `update --tag {build.tag}` retries): {build.describe()}")
+        lines.append(f"skipped (failed here; `update --retry-skipped` retries): {build.describe()}")
     out.result(status.to_json(), lines)
     return 0
 

@@ -52,6 +52,11 @@ def _register_update(add: AddParser) -> dict[str, Handler]:
         action="store_true",
         help="install an explicit --backend's build even if it lists no such device here (a machine image)",
     )
+    p.add_argument(
+        "--retry-skipped",
+        action="store_true",
+        help="try the newest build again although it failed verification here before (status lists such builds)",
+    )
     add_require_provenance(p)
     add_storage_flags(p)
     p.add_argument(
@@ -90,6 +95,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
                 operation="update",
                 listener=listener,
                 allow_no_device=args.allow_no_device,
+                retry_skipped=args.retry_skipped,
                 pin=tag is not None,  # `update --tag` pins; the scheduled check asks its own way
             )
     except BusyError:
