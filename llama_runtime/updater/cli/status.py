@@ -99,7 +99,8 @@ def _runtime_line(label: str, runtime: InstalledRuntime | None) -> str:
     m = runtime.marker
     named = f"{m.release_version} (build {m.tag})" if m.release_version else m.tag
     origin = f" from {m.source}" if m.source.startswith("oci") else ""  # a registry: upstream identity and origin
-    return f"{label}: {m.repo} {named} ({m.backend}){origin} at {runtime.path}"
+    channel = f", channel {m.channel}" if m.channel else ""  # what a plain update follows
+    return f"{label}: {m.repo} {named} ({m.backend}{channel}){origin} at {runtime.path}"
 
 
 # -- server: ``llama-runtime server start [-- ARGS…] | stop | restart | status``: a client of ``RuntimeUpdater.server``.
