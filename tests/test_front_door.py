@@ -34,6 +34,7 @@ from llama_runtime import (
     UpdateOutcome,
     UserInputError,
 )
+from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.engine import Engine
@@ -225,7 +226,7 @@ def test_rollback_while_another_process_holds_the_lock_is_busy_and_changes_nothi
     two_installed: RuntimeUpdater, home: Path
 ) -> None:
     guard = HomeGuard(None, home)
-    with UpdateLock(two_installed.home.lock_path).hold("test"), pytest.raises(BusyError):
+    with UpdateLock(Home(two_installed.home).lock_path).hold("test"), pytest.raises(BusyError):
         two_installed.rollback()
     guard.assert_intact("b7100")
 
@@ -242,7 +243,7 @@ def test_remove_of_the_previous_runtime_is_refused_and_of_an_older_one_frees_it(
     result = two_installed.remove("b7000")
     assert isinstance(result, RemoveResult) and result.removed.marker.tag == "b7000" and result.freed_bytes > 0
     assert not result.removed.path.exists()
-    assert sorted(r.marker.tag for r in two_installed.home.installed()) == ["b7100", "b7200"]
+    assert sorted(e.runtime.marker.tag for e in two_installed.status().installed) == ["b7100", "b7200"]
     assert active_tag(two_installed) == "b7200"
 
 
@@ -288,7 +289,7 @@ def test_gc_dry_run_names_what_it_would_remove_and_removes_nothing(
     done = two_installed.gc(keep=2)
     assert {item.tag for item in done.removed if item.kind == "runtime"} == removed_tags
     assert done.to_json()["freed_bytes"] == done.freed_bytes
-    assert sorted(r.marker.tag for r in two_installed.home.installed()) == ["b7200", "b7300"]
+    assert sorted(e.runtime.marker.tag for e in two_installed.status().installed) == ["b7200", "b7300"]
     assert_runs(two_installed.ensure().runtime.binary)  # type: ignore[union-attr]
 
 
@@ -327,7 +328,7 @@ def test_doctor_repair_while_an_update_holds_the_lock_is_busy_and_changes_nothin
 ) -> None:
     guard = HomeGuard(None, home)
     before = two_installed.jobs.current()
-    with UpdateLock(two_installed.home.lock_path).hold("update"), pytest.raises(BusyError):
+    with UpdateLock(Home(two_installed.home).lock_path).hold("update"), pytest.raises(BusyError):
         two_installed.doctor(repair=True)
     assert two_installed.jobs.current() == before  # no job was claimed for the refused repair
     guard.assert_intact("b7100")
@@ -337,7 +338,7 @@ def test_doctor_repair_while_an_update_holds_the_lock_is_busy_and_changes_nothin
 
 
 def test_plan_names_the_newest_build_and_downloads_nothing(two_installed: RuntimeUpdater, github: FakeGitHub) -> None:
-    github.add_release(REPO, "b7400", {CPU_TAR.format(tag="b7400"): cpu_build(two_installed.home.root, "b7400")})
+    github.add_release(REPO, "b7400", {CPU_TAR.format(tag="b7400"): cpu_build(two_installed.home, "b7400")})
     del github.requests[:]
     plan = two_installed.plan()
     assert isinstance(plan, PlanResult) and plan.tag == "b7400" and plan.asset == CPU_TAR.format(tag="b7400")

@@ -197,17 +197,48 @@ class RuntimeUpdater:
         self._settings = settings
         self._file_repo = file_repo
         self._engine: Engine | None = None
-        self.home = home
-        self.repo = settings.repo
+        self._home = home
+        self._repo = settings.repo
         # "auto" keeps the active runtime's stored request (the decision's rule).
-        self.backend = settings.backend if settings.backend_explicit else "auto"
+        self._backend = settings.backend if settings.backend_explicit else "auto"
         # What an explicitly given backend asks (``auto`` included: choose afresh); ``None`` keeps
         # the active runtime's stored request. ``update`` and ``plan`` go by this, as the CLI always did.
         self._backend_request: str | None = settings.backend if settings.backend_explicit else None
-        self.api_url = settings.api_url
-        self.token = settings.token
-        self.channel: Channel | None = settings.channel
+        self._api_url = settings.api_url
+        self._channel: Channel | None = settings.channel
         self._jobs: JobStore | None = None
+
+    # -- what the updater was made with (read-only) --------------------------------
+
+    @property
+    @front_door
+    def home(self) -> Path:
+        """The home's directory: ``home``, else ``LLAMA_RUNTIME_HOME``, else the platform's user data dir."""
+        return self._home.root
+
+    @property
+    @front_door
+    def repo(self) -> str:
+        """``owner/name`` releases come from."""
+        return self._repo
+
+    @property
+    @front_door
+    def backend(self) -> str:
+        """The backend asked for, or ``auto`` (keep the active runtime's stored request)."""
+        return self._backend
+
+    @property
+    @front_door
+    def channel(self) -> str | None:
+        """``stable`` or ``nightly`` as asked for; ``None`` keeps the active runtime's stored channel."""
+        return self._channel
+
+    @property
+    @front_door
+    def api_url(self) -> str:
+        """The release source: GitHub's REST API, a mirror (``https://``, ``file://``) or a registry (``oci://``)."""
+        return self._api_url
 
     @property
     def _core(self) -> Engine:
@@ -235,14 +266,14 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.server import RuntimeServer
 
-        return RuntimeServer(self.home, port=self._settings.server_port, wait=self._settings.server_wait)
+        return RuntimeServer(self._home, port=self._settings.server_port, wait=self._settings.server_wait)
 
     @property
     def _job_store(self) -> JobStore:
         if self._jobs is None:
             from llama_runtime.updater.api.job_store import JobStore
 
-            self._jobs = JobStore(self.home)
+            self._jobs = JobStore(self._home)
         return self._jobs
 
     # -- collaborators -----------------------------------------------------------
@@ -252,7 +283,7 @@ class RuntimeUpdater:
         """Whether an update holds the lock or a job runs now (probes the lock; never waits)."""
         from llama_runtime.runtime.lock import UpdateLock
 
-        if UpdateLock(self.home.lock_path).is_held():
+        if UpdateLock(self._home.lock_path).is_held():
             return True
         current = self._job_store.current()
         return current is not None and current.running
@@ -276,18 +307,18 @@ class RuntimeUpdater:
         Raises:
             LlamaRuntimeError: Only from the install that ``install_if_missing`` asked for.
         """
-        runtime, code, problem = diagnose_active(self.home)
+        runtime, code, problem = diagnose_active(self._home)
         running = self.update_running()
         if runtime is not None or running or not install_if_missing:
-            return ensure_result(runtime, running, problem, code=code, trial=trial_on_record(self.home))
+            return ensure_result(runtime, running, problem, code=code, trial=trial_on_record(self._home))
         # A damaged runtime is repaired as the same build, not upgraded behind the app's back.
-        marker, _ = active_marker(self.home)
-        same = marker.tag if marker is not None and marker.repo == self.repo else None
+        marker, _ = active_marker(self._home)
+        same = marker.tag if marker is not None and marker.repo == self._repo else None
         job = self.start_update(tag=same, operation="startup")
         job.wait()
         if job.exception is not None:
             raise job.exception
-        runtime, code, problem = diagnose_active(self.home)
+        runtime, code, problem = diagnose_active(self._home)
         return ensure_result(runtime, False, problem, code=code, installed=runtime is not None)
 
     # -- the button ----------------------------------------------------------------
@@ -339,7 +370,7 @@ class RuntimeUpdater:
 
         lock_timeout = validate_seconds(lock_timeout, "lock timeout")
         request = self._request(
-            tag, backend, cuda_version, require_digest, None if self.backend == "auto" else self.backend
+            tag, backend, cuda_version, require_digest, None if self._backend == "auto" else self._backend
         )
         return self._runner().start(
             request,
@@ -423,13 +454,13 @@ class RuntimeUpdater:
         from llama_runtime.updater.choice.host import parse_cuda_version
 
         return UpdateRequest(
-            repo=self.repo,
+            repo=self._repo,
             # The CLI's check, before any request: "7000" is "did you mean b7000?" here too.
             tag=user_tag(tag) if tag is not None else None,
             backend=parse_backend(backend) if backend is not None else default_backend,
             cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
             require_digest=require_digest,
-            channel=self.channel,
+            channel=self._channel,
         )
 
     @front_door
@@ -437,7 +468,7 @@ class RuntimeUpdater:
         """Who updates this home now, in one sentence: the lock's holder and its job's progress."""
         from llama_runtime.updater.api.jobs import busy_error
 
-        return busy_error(self.home, self._job_store)
+        return busy_error(self._home, self._job_store)
 
     def _context(self) -> UseCaseContext:
         """What the use cases are given: the engine, the job store and this updater's defaults."""
@@ -446,17 +477,17 @@ class RuntimeUpdater:
         return UseCaseContext(
             engine=self._core,
             jobs=self._job_store,
-            repo=self.repo,
-            backend=self.backend,
+            repo=self._repo,
+            backend=self._backend,
             backend_request=self._backend_request,
-            channel=self.channel,
+            channel=self._channel,
             file_repo=self._file_repo,
         )
 
     def _runner(self) -> JobRunner:
         from llama_runtime.updater.api.jobs import JobRunner
 
-        return JobRunner(self.home, self._job_store, self._core)
+        return JobRunner(self._home, self._job_store, self._core)
 
     # -- the scheduler -------------------------------------------------------------
 
@@ -499,7 +530,7 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.inventory import status_of
 
-        return status_of(self.home)
+        return status_of(self._home)
 
     @front_door
     def list(self, *, available: bool = False, limit: int = 10) -> ListResult:
@@ -520,7 +551,7 @@ class RuntimeUpdater:
 
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise UserInputError(f"limit must be 1 or more, not {limit}.")
-        result, active, installed = list_home(self.home)
+        result, active, installed = list_home(self._home)
         if not available:
             return result
         engine = self._core
@@ -657,7 +688,7 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.offline.export import export_bundle
 
-        return export_bundle(self.home, Path(output))
+        return export_bundle(self._home, Path(output))
 
     @front_door
     def mirror_sync(
@@ -701,7 +732,7 @@ class RuntimeUpdater:
         wanted = [parse_backend(b, allow_auto=False, source="--backend") for b in backends]
         filters = [platform_filter(p) for p in platforms]
         checked_tag = validate_tag(tag) if tag is not None else None
-        where = mirror_dest(Path(dest), self.home.root)
+        where = mirror_dest(Path(dest), self._home.root)
         with engine.open_source(etag_cache=False, api_deadline=False) as client:
             return sync_mirror(
                 client,
@@ -711,7 +742,7 @@ class RuntimeUpdater:
                 platforms=filters,
                 backends=wanted,
                 prune=prune,
-                channel=self.channel or "stable",
+                channel=self._channel or "stable",
                 # Fetched as `update` fetches: parallel ranges, one pass.
                 fetch=MirrorFetch(engine.fetch_options(), progress),
             )
@@ -769,7 +800,7 @@ class RuntimeUpdater:
                 latest=newest,
                 platforms=filters,
                 backends=wanted,
-                channel=self.channel or "stable",
+                channel=self._channel or "stable",
                 fetch=MirrorFetch(FetchOptions(parallel=engine.settings.parallel_downloads), progress),
             )
 
@@ -807,8 +838,8 @@ class RuntimeUpdater:
         from llama_runtime.updater.verify.gate import load_gate_settings, save_gate_settings
 
         if policy is not None:
-            save_gate_settings(self.home.root, policy)
-        return load_gate_settings(self.home.root)
+            save_gate_settings(self._home.root, policy)
+        return load_gate_settings(self._home.root)
 
     @front_door
     def gc(self, *, keep: int | None = None, dry_run: bool = False, cache_only: bool = False) -> GcResult:

@@ -235,20 +235,22 @@ def has_active(updater: RuntimeUpdater) -> bool:
     """Whether the pointer names a runtime (a damaged pointer counts: something was there)."""
     from llama_runtime import CorruptStateError
 
-    try:
-        found = updater.ensure()
+    try:  # status reads the pointer and the home's layout, never the job records (a read sets those aside)
+        return updater.status().active is not None
     except CorruptStateError:
         return True
-    return found.ready or found.code != "nothing_installed"
 
 
 def describe_active_now(args: argparse.Namespace | None) -> str:
-    """Which runtime the pointer names right now, as words; never raises."""
+    """Which runtime is active right now, as words; never raises."""
     try:
         if args is None:
             raise LookupError("no home yet")
-        home = updater_for(settings_from_args(args)).home
-    except Exception as exc:  # bad settings: the interruption is still the news
+        active = updater_for(settings_from_args(args)).status().active
+    except Exception as exc:  # bad settings or a damaged home: the interruption is still the news
         reason = getattr(exc, "message", None) or type(exc).__name__
         return f"the active runtime could not be read ({reason}); `llama-runtime status` shows it"
-    return home.describe_active()
+    if active is None:
+        return "no runtime is active"
+    m = active.marker
+    return f"{m.repo} {m.tag} ({m.backend}) is active"
