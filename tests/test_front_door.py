@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 import llama_runtime
+import llama_runtime.errors
+import llama_runtime.types
 from llama_runtime import (
     BusyError,
     DoctorResult,
@@ -98,8 +100,12 @@ def _classes_in(annotation: Any) -> list[type]:
     return found
 
 
+#: The public surface: the top level, the parts of results, and the whole exception tree.
+PUBLIC = (*llama_runtime.__all__, *llama_runtime.types.__all__, *llama_runtime.errors.__all__)
+
+
 def _leaks(classes: list[type], where: str) -> list[str]:
-    exported = {id(getattr(llama_runtime, name)) for name in llama_runtime.__all__}
+    exported = {id(getattr(llama_runtime, name)) for name in PUBLIC}
     return [
         f"{where}: {cls.__module__}.{cls.__qualname__}"
         for cls in classes
@@ -109,7 +115,7 @@ def _leaks(classes: list[type], where: str) -> list[str]:
 
 def _hints(obj: Any) -> dict[str, Any]:
     module = importlib.import_module(obj.__module__)
-    namespace = {**vars(module), **{name: getattr(llama_runtime, name) for name in llama_runtime.__all__}}
+    namespace = {**vars(module), **{name: getattr(llama_runtime, name) for name in PUBLIC}}
     return typing.get_type_hints(obj, globalns=namespace)
 
 
@@ -123,7 +129,7 @@ def test_public_methods_and_exported_results_name_only_exported_types() -> None:
         if callable(target):
             for param, hint in _hints(target).items():
                 leaks += _leaks(_classes_in(hint), f"RuntimeUpdater.{name}({param})")
-    pending = [getattr(llama_runtime, n) for n in llama_runtime.__all__]
+    pending = [getattr(llama_runtime, n) for n in PUBLIC]
     while pending:
         cls = pending.pop()
         if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or cls in checked:
@@ -157,6 +163,8 @@ def test_every_llama_runtime_error_class_is_exported_from_the_package() -> None:
                     missing.append(f"{info.name}.{name}")
     assert missing == []
     assert set(llama_runtime.__all__) == set(llama_runtime._EXPORTS)
+    assert set(llama_runtime.errors.__all__) == set(llama_runtime.errors._EXPORTS)
+    assert set(llama_runtime.types.__all__) == set(llama_runtime.types._EXPORTS)
 
 
 # -- JobState: typed, with deprecated dict-style reads ---------------------------------

@@ -36,7 +36,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("llama_runtime.updater.cli",),
 )
 #: Package __init__ modules and the public facade sit outside the layering.
-OUTSIDE = ("llama_runtime", "llama_runtime.__main__", "llama_runtime.updater")
+OUTSIDE = (
+    "llama_runtime",
+    "llama_runtime.__main__",
+    "llama_runtime.errors",
+    "llama_runtime.types",
+    "llama_runtime.updater",
+)
 
 
 def part_of(module: str) -> tuple[int, str] | None:
