@@ -68,8 +68,11 @@ def test_lock_waits_up_to_its_timeout_then_succeeds_when_released(tmp_path: Path
     child = _hold_in_child(lock_path)
     subprocess.Popen([sys.executable, "-c", f"import os,time,signal; time.sleep(0.5); os.kill({child.pid}, 9)"])
     try:
-        with UpdateLock(lock_path).hold("scheduler", timeout=30):
-            pass
+        lock = UpdateLock(lock_path)
+        with lock.hold("scheduler", timeout=30):
+            owner = lock.owner()
+            assert owner is not None and (owner.pid, owner.operation) == (os.getpid(), "scheduler")
+            assert child.wait(timeout=30) == -9  # taken once the holder was gone, not beside it
     finally:
         child.kill()
         child.wait()
