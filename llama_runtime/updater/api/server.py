@@ -54,7 +54,7 @@ class ServerReport:
     Attributes:
         running, pid, binary, args, host, port, runtime_name, started_at: What the record says
             and whether its process runs (``host`` is a socket path when ``port`` is None).
-        healthy: Whether ``/health`` answered 200.
+        healthy: Whether ``/health`` answered 200 (``None`` for a server that is not running).
         health_detail: Its last answer otherwise.
         runtime: The installed runtime it runs, when known.
         recovered: The sentence saying an interrupted switch was finished first, if one was.
@@ -72,8 +72,8 @@ class ServerReport:
     host: str | None
     port: int | None
     runtime_name: str | None
-    started_at: float | None
-    healthy: bool
+    started_at: str | None
+    healthy: bool | None
     health_detail: str | None
     runtime: InstalledRuntime | None
     log_path: Path
@@ -324,7 +324,7 @@ class RuntimeServer:
         status: ServerStatus,
         runtime: InstalledRuntime | None,
         *,
-        healthy: bool,
+        healthy: bool | None,
         health_detail: str | None = None,
         recovered: str | None = None,
         down_after_switch: str | None = None,
