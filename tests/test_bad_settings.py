@@ -82,7 +82,7 @@ def test_install_file_from_an_endless_pipe_stops_at_the_asset_cap(
 
 
 def test_provenance_check_reads_its_yes_no_variables_like_the_settings() -> None:
-    from llama_runtime.runtime.errors import UserInputError
+    from llama_runtime import UserInputError
     from llama_runtime.updater.verify.provenance import ProvenanceCheck
 
     assert ProvenanceCheck.from_env({"LLAMA_RUNTIME_TRUST_ROOT_OFFLINE": "yes"}).offline

@@ -6,14 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import (
-    DigestMismatchError,
-    IntegrityError,
-    ReleaseIncompleteError,
-    ReleaseNotFoundError,
-    SizeMismatchError,
-    UserInputError,
-)
+from llama_runtime import IntegrityError, UserInputError
+from llama_runtime.errors import DigestMismatchError, ReleaseIncompleteError, ReleaseNotFoundError, SizeMismatchError
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.release.channel import (
     StableFallback,

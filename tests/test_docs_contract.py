@@ -211,7 +211,7 @@ def exported_exceptions() -> dict[str, type[BaseException]]:
 
 def render_tree(classes: dict[str, type[BaseException]]) -> str:
     """The tree as docs/api.md draws it: one class a line, children by name, its exit code and code."""
-    from llama_runtime.runtime.errors import LlamaRuntimeError
+    from llama_runtime import LlamaRuntimeError
 
     lines: list[str] = []
 
@@ -240,7 +240,7 @@ def test_every_public_error_class_is_exported_from_llama_runtime() -> None:
     import pkgutil
 
     import llama_runtime
-    from llama_runtime.runtime.errors import LlamaRuntimeError
+    from llama_runtime import LlamaRuntimeError
 
     for module in pkgutil.walk_packages(llama_runtime.__path__, "llama_runtime."):
         if not module.name.endswith("__main__"):

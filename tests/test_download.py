@@ -14,14 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llama_runtime.runtime.errors import (
-    CancelledError,
-    DigestMismatchError,
-    DiskSpaceError,
-    NetworkError,
-    RemoteError,
-    SizeMismatchError,
-)
+from llama_runtime import CancelledError, DiskSpaceError, RemoteError
+from llama_runtime.errors import DigestMismatchError, NetworkError, SizeMismatchError
 from llama_runtime.updater.fetch.cache import check_free_space, human_size
 from llama_runtime.updater.fetch.download import DownloadResult, download_asset
 from llama_runtime.updater.fetch.partial import PartialOrigin, Resume, plan_resume, sidecar_path

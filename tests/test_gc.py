@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import CorruptStateError, UserInputError
+from llama_runtime import CorruptStateError, UserInputError
 from llama_runtime.runtime.fsutil import tree_size
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
@@ -292,7 +292,7 @@ def test_gc_with_a_pointer_naming_a_missing_runtime_removes_no_runtime(home: Hom
 
 
 def _runtime(name: str, stamp: str) -> InstalledRuntime:
-    from llama_runtime.runtime.marker import InstallMarker
+    from llama_runtime.types import InstallMarker
 
     marker = InstallMarker(REPO, name, "cpu", "auto", "a.tar.gz", 1, "0" * 64, False, stamp, "llama-server")
     return InstalledRuntime(name, Path("/nowhere") / name, marker)

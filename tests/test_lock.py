@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import BusyError
+from llama_runtime import BusyError
 from llama_runtime.runtime.lock import UpdateLock
 
 _HOLDER = """

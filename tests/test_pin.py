@@ -160,7 +160,7 @@ def test_a_plain_request_in_a_pinned_home_asks_for_the_pinned_tag() -> None:
 
 
 def test_the_scheduled_decision_holds_a_newer_build_behind_a_pin() -> None:
-    from llama_runtime.runtime.marker import InstallMarker
+    from llama_runtime.types import InstallMarker
 
     marker = InstallMarker(REPO, "b7000", "cpu", "auto", CPU_TAR.format(tag="b7000"), 1, "0" * 64, True, "t", "b")
     host = host_for_platform("linux-x64")

@@ -16,13 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from llama_runtime import BusyError, JobState, RuntimeUpdater, UserInputError
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.errors import BusyError, UserInputError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.procinfo import process_start_ticks
-from llama_runtime.updater.api.job_store import JobResult, JobState
-from llama_runtime.updater.api.service import RuntimeUpdater
+from llama_runtime.types import JobResult
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli.main import main
 from tests.archives import build_release_archive
