@@ -235,7 +235,7 @@ def test_an_app_drives_the_managed_server_through_runtime_updater_server_as_the_
         assert server.wait(5) is True
         again = server.restart(wait=60)  # no arguments: the ones it runs with
         assert again.healthy and again.pid != started.pid and list(again.args) == list(started.args)
-        with pytest.raises(UserInputError, match="positive number of seconds"):
+        with pytest.raises(UserInputError, match="finite number of seconds"):
             server.start(wait=float("nan"))
     finally:
         stopped = server.stop(timeout=5)

@@ -207,6 +207,10 @@ class InstalledRuntime:
         """Absolute path of ``llama-server`` in this runtime."""
         return self.path / self.marker.binary
 
+    def describe(self) -> str:
+        """``owner/name bNNNN (backend)``: the runtime in words, as messages name it."""
+        return f"{self.marker.repo} {self.marker.tag} ({self.marker.backend})"
+
     @property
     def provenance(self) -> dict[str, Any]:
         """The contract's ``provenance`` object: ``status`` (verified, absent, unverified), ``reason``, the signer."""
@@ -400,8 +404,7 @@ class Home:
             pointer = self.read_pointer()
             if not pointer.active:
                 return "no runtime is active"
-            marker = self.load(pointer.active).marker
-            return f"{marker.repo} {marker.tag} ({marker.backend}) is active"
+            return f"{self.load(pointer.active).describe()} is active"
         except Exception as exc:  # the interruption is the news; this is only context
             reason = getattr(exc, "message", None) or type(exc).__name__
             return f"the active runtime could not be read ({reason}); `llama-runtime status` shows it"

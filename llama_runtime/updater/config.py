@@ -550,6 +550,13 @@ def env_flag(env: Mapping[str, str], name: str) -> bool:
     raise UserInputError(f"{name}={env[name]!r} is not a yes/no value. Use 1, true, yes or on (0, false, no or off).")
 
 
+#: What ``--keep N`` accepts, said the same by every verb that takes it (update, check, gc).
+KEEP_RULE: Final = (
+    "use 0 (keep every runtime) or a whole number of 2 or more "
+    "(runtimes kept in all; the active and the previous one are always among them)"
+)
+
+
 def retain_setting(flag: str | None, env: Mapping[str, str]) -> int:
     """How many runtimes an update keeps: ``--keep``, else ``LLAMA_RUNTIME_KEEP``, else 3.
 
@@ -562,10 +569,7 @@ def retain_setting(flag: str | None, env: Mapping[str, str]) -> int:
         return DEFAULT_RETAIN
     # 1 would promise what never happens: the rollback target is always kept.
     if not value.isdigit() or int(value) == 1:
-        raise UserInputError(
-            f"{source}={raw!r} is not valid: use 0 (keep every runtime) or a whole number of 2 or more "
-            "(runtimes each update keeps; the active and the previous one are always among them)."
-        )
+        raise UserInputError(f"{source}={raw!r} is not valid: {KEEP_RULE}.")
     return int(value)
 
 

@@ -332,13 +332,11 @@ def collect_garbage(
     """
     from llama_runtime.runtime.errors import UserInputError
     from llama_runtime.runtime.procinfo import pid_alive
+    from llama_runtime.updater.config import KEEP_RULE
 
     if keep < 0 or keep == 1:
         # 1 would promise what never happens: the rollback target is always kept.
-        raise UserInputError(
-            f"--keep {keep} is not valid: use 0 (keep every runtime) or a whole number of 2 or more "
-            "(runtimes kept in all; the active and the previous one are always among them)."
-        )
+        raise UserInputError(f"--keep {keep} is not valid: {KEEP_RULE}.")
     report = GcReport(dry_run=dry_run)
     lock = UpdateLock(home.lock_path)
     if not dry_run:

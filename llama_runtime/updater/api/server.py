@@ -8,7 +8,6 @@ trial, is what a start serves. ``llama-runtime server …`` is a thin client of 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,18 +32,18 @@ __all__ = ["RuntimeServer", "ServerReport", "ServerStopped"]
 LOG_TAIL_LINES: Final[int] = 5
 
 
-def _positive(seconds: float, name: str, *, zero_ok: bool = False) -> float:
-    """``seconds`` checked: a finite number above 0 (or 0 with ``zero_ok``).
+def _seconds(value: float, what: str, *, zero_ok: bool) -> float:
+    """``value`` as seconds (:func:`~updater.api.jobs.validate_seconds`), above 0 unless ``zero_ok``.
 
     Raises:
-        UserInputError: It is not (the message names ``name``).
+        UserInputError: Not such a number (the message names ``what``).
     """
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise UserInputError(f"{name} must be a number of seconds, not {type(seconds).__name__}.")
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero_ok):
-        what = "0 or a positive" if zero_ok else "a positive"
-        raise UserInputError(f"{name} must be {what} number of seconds, not {seconds:g}.")
-    return float(seconds)
+    from llama_runtime.updater.api.jobs import validate_seconds
+
+    seconds = validate_seconds(value, what)
+    if seconds == 0 and not zero_ok:
+        raise UserInputError(f"Invalid {what} 0; use a positive number of seconds.")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -269,7 +268,7 @@ class RuntimeServer:
         Raises:
             UserInputError: A negative or non-finite ``timeout``.
         """
-        seconds = _positive(timeout, "timeout", zero_ok=True)
+        seconds = _seconds(timeout, "timeout", zero_ok=True)
         return self._server.wait_healthy(seconds, on_answer=_loading_callback(on_loading))
 
     # -- internals ---------------------------------------------------------------------------------------------
@@ -289,7 +288,7 @@ class RuntimeServer:
         from llama_runtime.runtime.trial import checked_pointer
 
         restart = restart_timeout is not False
-        seconds = _positive(wait, "wait") if wait is not None else self._wait
+        seconds = _seconds(wait, "wait", zero_ok=False) if wait is not None else self._wait
         stop_seconds = self._stop_timeout(None if isinstance(restart_timeout, bool) else restart_timeout)
         server = self._server
         with UpdateLock(self._home.switch_lock_path).hold(
@@ -380,7 +379,7 @@ class RuntimeServer:
     def _stop_timeout(given: float | None) -> float:
         from llama_runtime.runtime.server import DEFAULT_STOP_TIMEOUT_SECONDS
 
-        return DEFAULT_STOP_TIMEOUT_SECONDS if given is None else _positive(given, "timeout", zero_ok=True)
+        return DEFAULT_STOP_TIMEOUT_SECONDS if given is None else _seconds(given, "timeout", zero_ok=True)
 
     def _finish_trial(self, *, restart_server: bool) -> str | None:
         """Finish a switch whose process died before its verdict (runtime.trial); the sentence saying so, or None.

@@ -250,7 +250,4 @@ def describe_active_now(args: argparse.Namespace | None) -> str:
     except Exception as exc:  # bad settings or a damaged home: the interruption is still the news
         reason = getattr(exc, "message", None) or type(exc).__name__
         return f"the active runtime could not be read ({reason}); `llama-runtime status` shows it"
-    if active is None:
-        return "no runtime is active"
-    m = active.marker
-    return f"{m.repo} {m.tag} ({m.backend}) is active"
+    return f"{active.describe()} is active" if active is not None else "no runtime is active"
