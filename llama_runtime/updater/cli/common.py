@@ -184,16 +184,17 @@ def provenance_line(runtime: InstalledRuntime) -> str:
     return f"provenance: {p['status']} ({p.get('reason')}){built}"
 
 
-def explain_failure(exc: LlamaRuntimeError, *, had_active: bool) -> None:
+def explain_failure(exc: LlamaRuntimeError, updater: RuntimeUpdater) -> None:
     """Add the hint a person wants after a failed update, unless the error carries one.
 
     With a runtime active, that it still is; on a first run, that nothing is
     installed yet, and for a network or remote failure where an offline machine
-    gets a runtime from.
+    gets a runtime from. Read after the failure, which never changes the active
+    runtime: so an update that succeeds pays nothing for it.
     """
     if exc.hint is not None:
         return
-    if had_active:
+    if has_active(updater):
         exc.hint = "Nothing changed: the runtime that was active is still active."
     elif isinstance(exc, RemoteError):
         exc.hint = f"Nothing was installed. {OFFLINE_HINT}"
@@ -232,12 +233,10 @@ def updater_for(settings: Settings) -> RuntimeUpdater:
 
 
 def has_active(updater: RuntimeUpdater) -> bool:
-    """Whether the pointer names a runtime (a damaged pointer counts: something was there)."""
-    from llama_runtime import CorruptStateError
-
+    """Whether the pointer names a runtime (a damaged pointer or home counts: something was there)."""
     try:  # status reads the pointer and the home's layout, never the job records (a read sets those aside)
         return updater.status().active is not None
-    except CorruptStateError:
+    except LlamaRuntimeError:  # a damaged pointer or home: something was there
         return True
 
 

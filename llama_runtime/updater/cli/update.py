@@ -18,7 +18,6 @@ from llama_runtime.updater.cli.common import (
     cancel_on_signals,
     duration_arg,
     explain_failure,
-    has_active,
     outcome_lines,
     progress_for,
     settings_from_args,
@@ -82,7 +81,6 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
     if args.cuda_version is not None:
         Vocabulary.cuda_version(args.cuda_version)  # exit 2 before any wait or job
     updater = updater_for(settings)
-    had_active = has_active(updater)
     bar = progress_for(args)
     listener = out.events if out.events is not None else bar
     try:
@@ -105,7 +103,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
             return attach_events(updater, out, busy=updater.busy_error())
         raise updater.busy_error() from None
     except LlamaRuntimeError as exc:
-        explain_failure(exc, had_active=had_active)
+        explain_failure(exc, updater)
         raise
     finally:
         if bar is not None:
