@@ -231,6 +231,8 @@ class Settings:
         server_port: The port the managed llama-server binds when its arguments name none
             (``LLAMA_RUNTIME_SERVER_PORT``, else llama-server's own 8080; ``None``: any free port).
         server_wait: Seconds a managed server's start waits for ``/health`` (``LLAMA_RUNTIME_SERVER_WAIT``).
+        follow_exact: Follow the channel down as well as up (``--follow exact`` /
+            ``LLAMA_RUNTIME_FOLLOW=exact``); default ``newer``: never a downgrade without a tag.
     """
 
     home: Path
@@ -255,6 +257,8 @@ class Settings:
     server_port: int | None = LLAMA_SERVER_DEFAULT_PORT
     server_wait: float = SERVER_WAIT_DEFAULT_SECONDS
 
+    follow_exact: bool = False
+
     @classmethod
     def resolve(
         cls,
@@ -272,6 +276,7 @@ class Settings:
         fresh_companion: bool = False,
         verifies: bool = True,
         ca_bundle: str | None = None,
+        follow: str | None = None,
     ) -> Settings:
         """Every setting of one invocation: the values given, over ``env`` (default ``os.environ``), over defaults.
 
@@ -283,6 +288,8 @@ class Settings:
             keep: Runtimes each update keeps, as text (``--keep``; default ``LLAMA_RUNTIME_KEEP``, else 3).
             verifies: The caller verifies builds: a malformed provenance opt-in is then an error,
                 never silently off.
+            follow: ``newer`` (never a downgrade without a tag) or ``exact`` (``--follow``;
+                default ``LLAMA_RUNTIME_FOLLOW``, else ``newer``).
 
         Raises:
             UserInputError: A value is malformed (unknown backend, bad repo, URL or number).
@@ -301,6 +308,7 @@ class Settings:
             fresh_companion=fresh_companion,
             verifies=verifies,
             ca_bundle=ca_bundle,
+            follow=follow,
         )
 
 
@@ -382,6 +390,7 @@ def resolve_settings(
     fresh_companion: bool = False,
     verifies: bool = True,
     ca_bundle: str | None = None,
+    follow: str | None = None,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
 
@@ -434,6 +443,7 @@ def resolve_settings(
         ca_bundle=_ca_bundle_setting(ca_bundle, env),
         server_port=_server_port(env),
         server_wait=env_number(env, "LLAMA_RUNTIME_SERVER_WAIT", SERVER_WAIT_DEFAULT_SECONDS),
+        follow_exact=_follow_setting(follow, env),
     )
 
 
@@ -452,6 +462,27 @@ def _server_port(env: Mapping[str, str]) -> int | None:
             f"LLAMA_RUNTIME_SERVER_PORT={raw[:40]!r} is not a port; use 1-65535, or 0 for any free port."
         )
     return port or None
+
+
+#: How a client follows its channel: ``newer`` only (the default), or ``exact`` (down too).
+FOLLOW_MODES: Final = ("newer", "exact")
+
+
+def _follow_setting(flag: str | None, env: Mapping[str, str]) -> bool:
+    """``--follow``, else ``LLAMA_RUNTIME_FOLLOW``: whether the channel is followed down too.
+
+    Raises:
+        UserInputError: Neither ``newer`` nor ``exact`` (exit 2).
+    """
+    given = (flag or "").strip()
+    source = "--follow" if given else "LLAMA_RUNTIME_FOLLOW"
+    value = (given or env.get("LLAMA_RUNTIME_FOLLOW", "").strip() or "newer").lower()
+    if value not in FOLLOW_MODES:
+        raise UserInputError(
+            f"Invalid {source} {value!r}; use newer (never a downgrade without a tag) or exact "
+            "(follow the channel wherever it is moved, back down too)."
+        )
+    return value == "exact"
 
 
 def _ca_bundle_setting(flag: str | None, env: Mapping[str, str]) -> str | None:

@@ -181,7 +181,13 @@ def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobLis
     if apply and not wait:
         refuse_if_locked(home, ctx.jobs)
     pinned = pinned_tag(home.root, ctx.repo)
-    request = UpdateRequest(repo=ctx.repo, backend=ctx.explicit_backend, channel=ctx.channel, pinned=pinned)
+    request = UpdateRequest(
+        repo=ctx.repo,
+        backend=ctx.explicit_backend,
+        channel=ctx.channel,
+        pinned=pinned,
+        follow_exact=ctx.engine.settings.follow_exact,
+    )
     channel = channel_request(request, marker)
     latest = _ask_latest(ctx.engine, backoff, channel, marker, clock)
     if pinned is not None and pinned == latest.version:  # a semver pin names this very build

@@ -461,6 +461,7 @@ class RuntimeUpdater:
             cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
             require_digest=require_digest,
             channel=self._channel,
+            follow_exact=self._core.settings.follow_exact,
         )
 
     @front_door
@@ -757,6 +758,7 @@ class RuntimeUpdater:
         platforms: Sequence[str] = (),
         backends: Sequence[str] = (),
         progress: ProgressCallback | None = None,
+        channels: Sequence[str] | None = None,
     ) -> PushReport:
         """Push the builds a mirror sync would choose to an OCI registry, each as one artifact.
 
@@ -767,6 +769,8 @@ class RuntimeUpdater:
         Args:
             dest: ``oci://HOST[:PORT]/NAMESPACE/NAME`` (the repository only: no tag or digest).
             tag, newest, platforms, backends, progress: As :meth:`mirror_sync`.
+            channels: The channel tags the sync may move (``[]``: none; ``None``: the channel
+                resolved); each only while the previous sync put it where it is.
 
         Raises:
             UserInputError: ``dest`` is not a registry repository, or a malformed filter.
@@ -801,12 +805,16 @@ class RuntimeUpdater:
                 platforms=filters,
                 backends=wanted,
                 channel=self._channel or "stable",
+                channels=None if channels is None else list(channels),
                 fetch=MirrorFetch(FetchOptions(parallel=engine.settings.parallel_downloads), progress),
             )
 
     @front_door
-    def registry_promote(self, dest: str, tag: str, channel: str) -> Promotion:
+    def registry_promote(self, dest: str, tag: str | None, channel: str, *, to_sync: bool = False) -> Promotion:
         """Move the channel tag ``channel`` of the registry repository ``dest`` to the pushed build ``tag``.
+
+        The promotion is recorded in the registry: a scheduled ``mirror sync`` leaves the
+        channel there. ``to_sync`` hands the channel back to the sync instead.
 
         Returns:
             The repository, build, channel and the manifest digest the channel tag now names.
@@ -820,7 +828,8 @@ class RuntimeUpdater:
         from llama_runtime.updater.sources.oci.connect import open_registry
 
         with open_registry(registry_repository(dest), ca_bundle=self._core.settings.ca_bundle) as registry:
-            return Promotion(registry.ref.display, tag, channel, promote(registry, tag, channel))
+            digest = promote(registry, tag, channel, to_sync=to_sync)
+            return Promotion(registry.ref.display, tag or "", channel, digest, to_sync)
 
     @front_door
     def gate_settings(self, policy: GatePolicy | None = None) -> GatePolicy:

@@ -115,7 +115,9 @@ class UpdateRequest:
     ``pin``: a success pins ``tag`` (a person's ``update --tag``, never the
     scheduled job's); ``held``: ``tag`` is the pin's, not asked for (:func:`held_request`).
     ``allow_no_device``: an explicit GPU backend whose build lists no device of it is
-    installed with a warning instead of refused.
+    installed with a warning instead of refused. ``follow_exact``: the channel is followed
+    wherever it goes, down too (a fleet rolled back by moving its channel tag); otherwise an
+    older build than the active one is never installed without a tag.
     """
 
     repo: str
@@ -129,6 +131,7 @@ class UpdateRequest:
     allow_no_device: bool = False
     held: bool = False
     retry_skipped: bool = False
+    follow_exact: bool = False
 
 
 @dataclass(frozen=True)
@@ -313,7 +316,7 @@ def _plan_for_choice(
     if active is not None and active.intact:
         if _same_build(active.marker, release, choice):
             return Plan("up_to_date", wanted, release, choice, tuple(warnings), f"{release.tag} is already active.")
-        if request.tag is None and _newer_than(active.marker, release, choice):
+        if request.tag is None and not request.follow_exact and _newer_than(active.marker, release, choice):
             kept = active.marker.tag
             warnings.append(
                 f"The newest release {release.tag} is older than the active {kept}; "
@@ -409,7 +412,9 @@ def _upgrade_only(
     except BackendUnavailableError as exc:
         _, reason = upgrade_verdict(marker, request.repo, release.tag, False, backend=wanted)
         return Plan("refuse", wanted, release, reason=reason, error=exc)
-    available, reason = upgrade_verdict(marker, request.repo, release.tag, True, backend=wanted)
+    available, reason = upgrade_verdict(
+        marker, request.repo, release.tag, True, backend=wanted, follow_exact=request.follow_exact
+    )
     if available and request.pinned is not None and request.pinned != release.tag:
         held = (
             f"{release.tag} is available but held: {request.pinned} is pinned. "
@@ -429,10 +434,12 @@ def upgrade_verdict(
     has_backend_build: bool,
     *,
     backend: str | None = None,
+    follow_exact: bool = False,
 ) -> tuple[bool, str]:
     """Whether ``latest_tag`` is a strictly newer build for ``active``, and why.
 
     ``backend`` names the backend request the build was looked up for (wording only).
+    ``follow_exact``: an older build of the same repository is taken too (the channel moved back).
     """
     if not has_backend_build:
         wanted = backend or (active.backend if active else "the requested backend")
@@ -449,7 +456,17 @@ def upgrade_verdict(
         return True, f"{latest_tag} is newer than the active {active.tag}."
     if active.tag == latest_tag:
         return False, f"{active.tag} is the newest release."
+    if follow_exact and _orderable(active.tag, latest_tag):
+        return True, f"The channel names {latest_tag}, older than the active {active.tag}; following it back down."
     return False, f"{latest_tag} is not newer than the active {active.tag}; never downgrading."
+
+
+def _orderable(a: str, b: str) -> bool:
+    """Whether the two tags have an order (an unorderable pair is never followed down)."""
+    try:
+        return compare_tags(parse_tag(a), parse_tag(b)) is not None
+    except UserInputError:
+        return False
 
 
 # -- latest ------------------------------------------------------------------------------------------------------

@@ -222,6 +222,7 @@ def settings_from_args(args: argparse.Namespace, *, follow_active_repo: bool = T
         # The verbs that verify take the flag; a repair may reinstall (and so verify) the active build.
         verifies=hasattr(args, "require_provenance") or bool(getattr(args, "repair", False)),
         ca_bundle=getattr(args, "ca_bundle", None),
+        follow=getattr(args, "follow", None),
     )
 
 

@@ -140,7 +140,12 @@ def _exit_code_for(exc: Exception | KeyboardInterrupt, out: Output, args: argpar
         from llama_runtime.updater.cli.common import describe_active_now
 
         # The truth, read from the pointer now: a Ctrl-C after the flip changed it.
-        interrupted = CancelledError(f"Interrupted; {describe_active_now(args)}.")
+        if args is not None and getattr(args, "command", None) == "mirror":  # touches no runtime of this home
+            from llama_runtime.updater.cli.registry import MIRROR_INTERRUPTED
+
+            interrupted = CancelledError(MIRROR_INTERRUPTED)
+        else:
+            interrupted = CancelledError(f"Interrupted; {describe_active_now(args)}.")
         with contextlib.suppress(OSError):
             out.error(interrupted)
         return interrupted.exit_code
@@ -283,6 +288,15 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         ),
     )
     completes(channel, channel_names)
+    parser.add_argument(
+        "--follow",
+        default=default,
+        choices=("newer", "exact"),
+        help=shown(
+            "newer: never a downgrade without a tag; exact: follow the channel back down too, "
+            "a fleet rolled back by moving its channel tag (LLAMA_RUNTIME_FOLLOW; default newer)"
+        ),
+    )
     parser.add_argument(
         "-q",
         "--quiet",

@@ -96,13 +96,17 @@ def _sync_flags(p: argparse.ArgumentParser) -> None:
     hidden = argparse.SUPPRESS
     p.add_argument("--home", default=quiet, help=hidden)
     p.add_argument("--api-url", default=quiet, help=hidden)
-    for flag in ("--json", "--log-json", "-q", "--no-progress"):
+    for flag in ("--json", "--log-json", "--no-progress"):
         p.add_argument(flag, action="store_true", default=quiet, help=hidden)
+    p.add_argument("-q", "--quiet", dest="quiet", action="store_true", default=quiet, help=hidden)
     p.add_argument("-v", "--verbose", action="count", default=quiet, help=hidden)
     channel = p.add_argument(
         "--channel", default=quiet, help="what --newest means: stable or nightly (LLAMA_RUNTIME_CHANNEL)"
     )
     completes(channel, channel_names)
+    from llama_runtime.updater.cli.registry import sync_flags
+
+    sync_flags(p)
 
 
 def cmd_install_file(args: argparse.Namespace, out: Output) -> int:

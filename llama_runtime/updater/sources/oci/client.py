@@ -303,6 +303,17 @@ class RegistryClient:
         size = int(response.headers.get("content-length") or 0)
         return Descriptor(_media(response), digest, size)
 
+    def digest_of(self, reference: str) -> str | None:
+        """The digest of the manifest tag or digest ``reference`` names now; ``None`` when nothing.
+
+        One HEAD; a GET only from a registry that sends no digest on HEAD.
+        """
+        head = self.head_manifest(reference)
+        if head is not None:
+            return head.digest
+        manifest = self.get_manifest(reference)
+        return manifest.digest if manifest is not None else None
+
     def get_manifest(self, reference: str) -> Manifest | None:
         """The manifest or index ``reference`` names, checked; ``None`` when there is none.
 
@@ -544,21 +555,26 @@ class RegistryClient:
             index = self.get_manifest(referrers_tag(digest))
             doc = index.doc if index is not None and index.media_type == INDEX_MEDIA_TYPE else {"manifests": []}
         found = [parse_descriptor(d, f"the referrers of {digest}") for d in _list(doc.get("manifests"))]
-        return [d for d in found if artifact_type is None or d.artifact_type == artifact_type]
+        # A descriptor without artifactType is kept (copying tools drop the field); the caller
+        # judges it by the referrer manifest's own artifactType.
+        return [d for d in found if artifact_type is None or d.artifact_type in (artifact_type, None)]
 
-    def add_referrer_to_tag(self, subject: str, referrer: Descriptor) -> None:
+    def add_referrer_to_tag(self, subject: str, referrer: Descriptor) -> bool:
         """Add ``referrer`` to the referrers tag of ``subject`` (registries without the referrers API).
 
-        Read, extend, write: a second writer between the two may lose an entry,
-        which the next sync writes again (the referrer itself stays).
+        Read, extend, write; whether it wrote. Entries already listed are kept, so
+        referrers merge, never replace. A second writer between the read and the
+        write may lose an entry, which its next sync writes again (the referrer
+        itself stays, kept by its own tag).
         """
         tag = referrers_tag(subject)
         index = self.get_manifest(tag)
         entries = _list(index.doc.get("manifests")) if index is not None else []
         if any(isinstance(e, dict) and e.get("digest") == referrer.digest for e in entries):
-            return
+            return False
         doc = {"schemaVersion": 2, "mediaType": INDEX_MEDIA_TYPE, "manifests": [*entries, referrer.to_json()]}
         self.put_manifest(tag, json.dumps(doc, separators=(",", ":")).encode(), INDEX_MEDIA_TYPE)
+        return True
 
     def tags(self) -> list[str]:
         """Every tag of the repository (pages followed through ``Link``, at most :data:`MAX_TAG_PAGES`)."""

@@ -16,10 +16,17 @@ Invariants:
       registry holding another repository's builds is refused, not relabelled.
     * A repeated ``check`` costs one request: the manifest HEAD of ``stable``,
       whose digest names a config kept in the ETag cache.
+    * What the registry says about the upstream repository never counts: its
+      default branch is unknown here, as for a directory mirror (the signer
+      policy then accepts ``master``/``main``, and upstream's own is a fact).
+    * Which semver release names a build is the registry's ``vX.Y.Z`` tag naming
+      the build's manifest, not its config: a release cut after the build was
+      pushed gets a tag and leaves the build's digest where it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, Self
@@ -57,6 +64,9 @@ MAX_BUNDLE_BYTES: Final[int] = 1024 * 1024
 MAX_REFERRERS: Final[int] = 32
 #: The scheme of a semver release's ``nightly-tag.txt``: made here, served by :class:`PointerTransport`.
 POINTER_SCHEME: Final = "oci-pointer"
+#: Semver tags asked (one HEAD each, highest first) for which of them name a build: a release
+#: names a build pushed shortly before it, so the newest few cover the builds clients ask for.
+MAX_VERSION_PROBES: Final[int] = 32
 
 
 def _build_number(tag: str) -> int | None:
@@ -106,8 +116,9 @@ class RegistrySource:
         self._subjects: dict[str, str] = {}  # asset sha256 hex -> its build's manifest digest
         # pointer URL -> nightly-tag.txt content (shared with the PointerTransport of ``http``, if any)
         self._pointers: dict[str, bytes] = {} if pointers is None else pointers
-        self._default_branch: str | None = None
         self._builds: dict[str, BuildConfig] = {}  # build tag -> the build as read (this process)
+        self._tags: list[str] | None = None  # the repository's tags (read once per process)
+        self._named: dict[str, str] = {}  # semver tag -> the manifest digest it names (asked this process)
 
     # -- AssetHost ------------------------------------------------------------------------------------------
 
@@ -157,11 +168,9 @@ class RegistrySource:
     def latest_published(self) -> Release:
         """What ``stable`` names: its highest semver release, else the build itself as a stable release."""
         build = self._build(STABLE_TAG)
-        versions = [v for v in build.versions if is_release_version(v)]
-        if versions:
-            from llama_runtime.updater.release.tags import highest_version
-
-            return self._pointer_release(highest_version(versions) or versions[-1], build)
+        version = self._highest_version(build)
+        if version is not None:
+            return self._pointer_release(version, build)
         return Release(
             build.release.repo,
             build.release.tag,
@@ -179,39 +188,68 @@ class RegistrySource:
 
     def recent_releases(self, per_page: int = 100, page: int = 1) -> list[Release]:
         """The newest builds the registry holds (by build number), with the semver releases naming them."""
-        numbered = [(n, t) for t in self.registry.tags() if (n := _build_number(t)) is not None]
+        numbered = [(n, t) for t in self._all_tags() if (n := _build_number(t)) is not None]
         numbered = [(n, t) for n, t in numbered if not is_release_version(t)]
         size = min(per_page, MAX_LISTED_BUILDS)
         chosen = sorted(numbered, reverse=True)[(page - 1) * size : page * size]
+        builds = [self._build(tag) for _n, tag in chosen]
+        by_digest: dict[str, list[str]] = {}
+        listed = {self._manifests.get(b.release.tag, "") for b in builds}
+        for version in self._probed_versions(within=listed):
+            by_digest.setdefault(self._named[version], []).append(version)
         releases: list[Release] = []
-        for _n, tag in chosen:
-            build = self._build(tag)
+        for build in builds:
             releases.append(build.release)
-            releases += [self._pointer_release(v, build) for v in build.versions if is_release_version(v)]
+            named = {*build.versions, *by_digest.get(self._manifests.get(build.release.tag, ""), [])}
+            releases += [self._pointer_release(v, build) for v in sorted(named) if is_release_version(v)]
         return releases
 
     def version_tags(self) -> list[str]:
         """The registry's semver tags."""
-        return [t for t in self.registry.tags() if is_release_version(t)]
+        return [t for t in self._all_tags() if is_release_version(t)]
 
     def default_branch(self) -> str | None:
-        """The upstream's default branch as the sync recorded it (the signer policy judges refs by it)."""
-        return self._default_branch
+        """Unknown: a registry's word about the upstream repository never counts.
+
+        Whoever can push to the registry could otherwise widen which branch may
+        sign a fork's builds; as for a directory mirror, the signer policy accepts
+        ``master`` or ``main`` and says so (upstream's own default branch is a fact).
+        """
+        return None
 
     def attestations(self, sha256: str) -> object:
-        """The Sigstore bundles pushed as referrers of the build holding ``sha256``, as GitHub's API shape."""
+        """The Sigstore bundles pushed as referrers of the build holding ``sha256``, as GitHub's API shape.
+
+        A listing entry is judged by the referrer manifest itself (its ``artifactType``,
+        ``subject`` and asset annotation): tools that copy repositories (``skopeo copy
+        --all``) rewrite the fallback index without the descriptors' ``artifactType``.
+        A referrer the listing names but the registry no longer holds (garbage
+        collection of untagged manifests) is reported, so the verdict is
+        ``unverified`` saying why, never ``absent``.
+        """
+        from llama_runtime.updater.sources.bundle_url import ResolvedAttestations
+
         subject = self._subjects.get(sha256)
         if subject is None:
             return []
         found: list[dict[str, Any]] = []
+        missing: list[str] = []
         for referrer in self.registry.referrers(subject, BUNDLE_ARTIFACT_TYPE)[:MAX_REFERRERS]:
             named = (referrer.annotations or {}).get(ASSET_DIGEST_ANNOTATION)
             if named is not None and named != f"sha256:{sha256}":
                 continue  # another asset's bundle
-            bundle = self._bundle(referrer.digest, subject)
+            try:
+                bundle = self._bundle(referrer.digest, subject, sha256)
+            except ReleaseNotFoundError:
+                missing.append(
+                    f"{self.registry.ref.display} lists the attestation {referrer.digest} but no longer holds it "
+                    "(removed by garbage collection or retention?); sync the build again"
+                )
+                continue
             if bundle is not None:
                 found.append({"bundle": bundle})
-        return {"attestations": found} if found else []
+        answer: object = {"attestations": found} if found else []
+        return ResolvedAttestations(answer, tuple(missing)) if missing else answer
 
     def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
         """A pointer's content, or a small blob, checked against its digest."""
@@ -289,8 +327,7 @@ class RegistrySource:
         self._manifests[release.tag] = digest
         for asset in assets:
             self._subjects[(asset.digest or "").removeprefix("sha256:")] = digest
-        self._default_branch = build.default_branch or self._default_branch
-        found = BuildConfig(release, build.versions, build.default_branch, layers)
+        found = BuildConfig(release, build.versions, layers)
         self._builds[release.tag] = found
         return found
 
@@ -318,6 +355,52 @@ class RegistrySource:
             )
         return self._build(digest)
 
+    def _all_tags(self) -> list[str]:
+        if self._tags is None:
+            self._tags = self.registry.tags()
+        return self._tags
+
+    def _probed_versions(self, stop_at: str | None = None, within: set[str] | None = None) -> list[str]:
+        """The newest semver tags, each asked which manifest it names, highest first.
+
+        Stops after the one naming ``stop_at``, or after the first naming a manifest not
+        ``within`` (releases name ever newer builds: a release naming a build older than a
+        page of the newest builds is followed only by releases naming older ones).
+        """
+        from packaging.version import Version
+
+        semver = [t for t in self._all_tags() if is_release_version(t)]
+        versions = sorted(semver, key=lambda t: Version(t.strip()[1:]), reverse=True)
+        probed: list[str] = []
+        for version in versions[:MAX_VERSION_PROBES]:
+            if version not in self._named:
+                head = self.registry.head_manifest(version)
+                self._named[version] = head.digest if head is not None else ""
+            probed.append(version)
+            if stop_at is not None and self._named[version] == stop_at:
+                break
+            if within is not None and self._named[version] not in within:
+                break
+        return probed
+
+    def _highest_version(self, build: BuildConfig) -> str | None:
+        """The highest semver release naming ``build``: its tag in the registry (remembered per manifest)."""
+        from llama_runtime.updater.release.tags import highest_version
+
+        digest = self._manifests.get(build.release.tag, "")
+        key = f"{self._cache_key(digest)}#version"
+        hit = self._etag_cache.get(key) if self._etag_cache is not None else None
+        if hit is not None and hit[0] == digest and isinstance(hit[1], dict):
+            cached = hit[1].get("version")
+            if cached is None or (isinstance(cached, str) and is_release_version(cached)):
+                return cached
+        named = [v for v in self._probed_versions(stop_at=digest) if self._named[v] == digest]
+        version = highest_version([*named, *(v for v in build.versions if is_release_version(v))])
+        if self._etag_cache is not None:
+            with contextlib.suppress(OSError):
+                self._etag_cache.put(key, digest, {"version": version})
+        return version
+
     def _pointer_release(self, version: str, build: BuildConfig) -> Release:
         """The semver release ``version`` as GitHub has it: one ``nightly-tag.txt`` naming the build."""
         content = f"{build.release.tag}\n".encode()
@@ -326,16 +409,26 @@ class RegistrySource:
         pointer = Asset(NIGHTLY_TAG_ASSET, len(content), url, "sha256:" + hashlib.sha256(content).hexdigest())
         return Release(self._repo, version, (pointer,), published_at=build.release.published_at)
 
-    def _bundle(self, digest: str, subject: str) -> dict[str, Any] | None:
-        """The bundle of the referrer ``digest``, when it refers to ``subject`` and holds one bundle."""
+    def _bundle(self, digest: str, subject: str, sha256: str) -> dict[str, Any] | None:
+        """The bundle of the referrer ``digest``, when it is a bundle of ``subject``'s asset ``sha256``.
+
+        Raises:
+            ReleaseNotFoundError: The registry no longer holds the referrer or its bundle blob.
+        """
         manifest = self.registry.get_manifest(digest)
         if manifest is None:
-            return None
+            raise ReleaseNotFoundError(f"{self.registry.ref.display} has no manifest {digest}.")
         doc = manifest.doc
         subject_doc = doc.get("subject")
         layers = doc.get("layers")
+        if doc.get("artifactType") != BUNDLE_ARTIFACT_TYPE:
+            return None  # another kind of referrer (a signature, an SBOM)
         if not isinstance(subject_doc, dict) or subject_doc.get("digest") != subject:
             return None  # a referrer of other bytes: never used for these
+        notes = doc.get("annotations")
+        named = notes.get(ASSET_DIGEST_ANNOTATION) if isinstance(notes, dict) else None
+        if named is not None and named != f"sha256:{sha256}":
+            return None  # another asset's bundle
         if not isinstance(layers, list) or len(layers) != 1 or not isinstance(layers[0], dict):
             return None
         blob = self.registry.get_blob(str(layers[0].get("digest")), MAX_BUNDLE_BYTES)
