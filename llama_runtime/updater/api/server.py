@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NoReturn
 
@@ -62,6 +62,7 @@ class ServerReport:
         waited_seconds: How long a start waited for ``/health`` (None for ``status``).
         log_path: llama-server's log.
         log_tail: The log's last lines, when a start did not become healthy.
+        override: ``LLAMA_SERVER_PATH`` when it is set (after a start): apps that use it run that binary instead.
     """
 
     running: bool
@@ -81,6 +82,7 @@ class ServerReport:
     back_on: str | None = None
     waited_seconds: float | None = None
     log_tail: tuple[str, ...] = field(default_factory=tuple)
+    override: Path | None = None
 
     @property
     def url(self) -> str | None:
@@ -212,8 +214,9 @@ class RuntimeServer:
             ServerStartError: It exited right after starting (its log's words in the message).
             BusyError: Another command holds the switch lock, or stopped this server while it loaded.
         """
+        seconds = self._wait_seconds(wait)  # bad input changes nothing: checked before a trial is finished
         recovered = self._finish_trial(restart_server=False)
-        return self._start(list(args), wait, Path(cwd) if cwd is not None else Path.cwd(), on_loading, recovered)
+        return self._start(list(args), seconds, Path(cwd) if cwd is not None else Path.cwd(), on_loading, recovered)
 
     @front_door
     def restart(
@@ -236,10 +239,11 @@ class RuntimeServer:
             UserInputError: No server runs and no ``args`` say how to start one, or nothing is active.
             ServerStartError, BusyError, PortInUseError: As :meth:`start`.
         """
+        seconds, stop_seconds = self._wait_seconds(wait), self._stop_timeout(stop_timeout)
         recovered = self._finish_trial(restart_server=args is None)
         given = Path(cwd) if cwd is not None else Path.cwd()
         return self._start(
-            None if args is None else list(args), wait, given, on_loading, recovered, restart_timeout=stop_timeout
+            None if args is None else list(args), seconds, given, on_loading, recovered, restart_timeout=stop_seconds
         )
 
     @front_door
@@ -276,20 +280,18 @@ class RuntimeServer:
     def _start(
         self,
         args: list[str] | None,
-        wait: float | None,
+        seconds: float,
         cwd: Path | None,
         on_loading: Callable[[], None] | None,
         recovered: str | None,
         *,
-        restart_timeout: float | bool | None = False,
+        restart_timeout: float | None = None,
     ) -> ServerReport:
-        """Start, or restart (``restart_timeout`` not False: the stop's timeout), under the switch lock, then wait."""
+        """Start, or restart (``restart_timeout``: the stop's seconds), under the switch lock, then wait ``seconds``."""
         from llama_runtime.runtime.lock import BUTTON_WAIT_SECONDS, UpdateLock
         from llama_runtime.runtime.trial import checked_pointer
 
-        restart = restart_timeout is not False
-        seconds = _seconds(wait, "wait", zero_ok=False) if wait is not None else self._wait
-        stop_seconds = self._stop_timeout(None if isinstance(restart_timeout, bool) else restart_timeout)
+        restart = restart_timeout is not None
         server = self._server
         with UpdateLock(self._home.switch_lock_path).hold(
             f"server {'restart' if restart else 'start'}", timeout=BUTTON_WAIT_SECONDS
@@ -298,17 +300,19 @@ class RuntimeServer:
             if not pointer.active:
                 raise UserInputError("No runtime is active yet; run `llama-runtime update` first.")
             runtime = self._home.load(pointer.active)
-            if restart:
+            if restart_timeout is not None:
                 args, cwd = self._restart_args(args, cwd)
-                server.stop(stop_seconds)
+                server.stop(restart_timeout)
             assert args is not None
             server.start(runtime.binary, args, runtime_name=runtime.name, cwd=cwd)
         healthy = server.wait_healthy(seconds, on_answer=_loading_callback(on_loading))
         status = server.status()
         if not healthy and not status.running:
             self._raise_exited(runtime.marker.tag, args)
+        from llama_runtime.runtime.binary import server_override
+
         detail = server.last_health.detail if not healthy and server.last_health is not None else status.health_detail
-        return self._report(
+        report = self._report(
             status,
             runtime,
             healthy=healthy,
@@ -317,6 +321,7 @@ class RuntimeServer:
             waited_seconds=seconds,
             log_tail=() if healthy else tuple(server.log_tail(LOG_TAIL_LINES)),
         )
+        return replace(report, override=server_override())
 
     def _report(
         self,
@@ -374,6 +379,9 @@ class RuntimeServer:
                 "start one with `llama-runtime server start -- ARGS`."
             )
         return list(state.args), None  # None: the directory of the server stopped (ManagedServer.start)
+
+    def _wait_seconds(self, given: float | None) -> float:
+        return self._wait if given is None else _seconds(given, "wait", zero_ok=False)
 
     @staticmethod
     def _stop_timeout(given: float | None) -> float:

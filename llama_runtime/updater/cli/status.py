@@ -166,7 +166,8 @@ def cmd_server(args: argparse.Namespace, out: Output) -> int:
     given = list(getattr(args, "server_args", []))
     notice = LoadingNotice(wait, quiet=args.quiet or out.as_json)
     if args.action == "restart":
-        report = server.restart(given or None, wait=wait, on_loading=notice)
+        stop_timeout = _flag_seconds(args, "timeout", zero_ok=True)  # also the stop's, as `server stop --timeout`
+        report = server.restart(given or None, stop_timeout=stop_timeout, wait=wait, on_loading=notice)
     else:
         report = server.start(given, wait=wait, on_loading=notice)
     out.result(report.to_json(), _started_lines(report, restart=args.action == "restart"))
@@ -189,6 +190,8 @@ def _started_lines(report: ServerReport, *, restart: bool) -> list[str]:
             "`llama-runtime server status` says when it is healthy; `--wait SECONDS` waits longer."
         )
         lines += [f"  log: {line}" for line in report.log_tail]
+    if report.override is not None:
+        lines.append(f"warning: LLAMA_SERVER_PATH={report.override} is set; apps using it run that binary instead.")
     return lines
 
 
