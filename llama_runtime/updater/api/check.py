@@ -35,7 +35,14 @@ from llama_runtime.updater.api.backoff import (
 )
 from llama_runtime.updater.api.jobs import refuse_if_locked, validate_seconds
 from llama_runtime.updater.api.ready import active_marker
-from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest, backend_request, channel_request, decide
+from llama_runtime.updater.choice.decide import (
+    ActiveState,
+    Plan,
+    UpdateRequest,
+    backend_request,
+    channel_request,
+    decide,
+)
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.clock import Clock
@@ -192,8 +199,9 @@ def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobLis
     latest = _ask_latest(ctx.engine, backoff, channel, marker, clock)
     if pinned is not None and pinned == latest.version:  # a semver pin names this very build
         request = replace(request, pinned=latest.tag)
-    available, reason, backend, held, skipped = _decide(ctx, request, marker, latest)
-    reason = _with_problem(reason, problem, available, marker)
+    plan = _decide(ctx, request, marker, latest)
+    available = plan.action == "install"
+    reason = _with_problem(plan.reason, problem, available, marker)
     if not (apply and available):
         return CheckResult(
             installed,
@@ -205,10 +213,10 @@ def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobLis
             problem=problem,
             warnings=list(latest.warnings),
             pinned=pinned,
-            held=held,
-            skipped_build=skipped,
+            held=plan.held,
+            skipped_build=plan.skipped,
         )
-    outcome = _apply(ctx, latest, backend, channel, wait, listener)
+    outcome = _apply(ctx, latest, plan.backend_request, channel, wait, listener)
     return CheckResult(
         installed,
         latest.tag,
@@ -273,18 +281,15 @@ def _latest_for_check(
     return peek.build_tag, peek.version, peek.release, peek.notes
 
 
-def _decide(
-    ctx: UseCaseContext, request: UpdateRequest, marker: InstallMarker | None, latest: _Latest
-) -> tuple[bool, str, str, str | None, SkippedBuild | None]:
-    """``(update available, why, the backend request an update uses, the build a pin holds back, a skipped build)``."""
+def _decide(ctx: UseCaseContext, request: UpdateRequest, marker: InstallMarker | None, latest: _Latest) -> Plan:
+    """The decision on the channel's build: ``install`` when it is newer here, with why and the backend request."""
     from llama_runtime.runtime.failed_builds import load_failed
 
     if latest.release is None:  # the channel's build is the active one: nothing newer to look up
-        return False, f"{latest.tag} is the newest release.", backend_request(request, marker)[0], None, None
+        return Plan("up_to_date", backend_request(request, marker)[0], reason=f"{latest.tag} is the newest release.")
     active = ActiveState(marker) if marker is not None else None
     failed = {b.key: b.reason for b in load_failed(ctx.home.root)}
-    plan = decide(request, active, latest.release, ctx.engine.host(), mode="upgrade_only", failed=failed)
-    return plan.action == "install", plan.reason, plan.backend_request, plan.held, plan.skipped
+    return decide(request, active, latest.release, ctx.engine.host(), mode="upgrade_only", failed=failed)
 
 
 def _with_problem(reason: str, problem: str | None, available: bool, marker: InstallMarker | None) -> str:
