@@ -9,6 +9,7 @@ both packages; a machine without them skips the tests that need one.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -23,6 +24,8 @@ REGISTRY_BIN = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 HTPASSWD_BIN = shutil.which("htpasswd") or "/usr/bin/htpasswd"
 #: How long the registry may take to answer /v2/ after it starts (seconds).
 START_TIMEOUT_S = 20.0
+#: A request in Distribution's access log (Apache combined format): the method and the path.
+_ACCESS_LINE = re.compile(r'"(GET|HEAD|PUT|POST|PATCH|DELETE) (\S+) HTTP/[0-9.]+"')
 
 
 def require_registry() -> None:
@@ -41,7 +44,13 @@ class Registry:
     """A running ``docker-registry serve`` with its own storage and config."""
 
     def __init__(
-        self, root: Path, *, users: dict[str, str] | None = None, auth: str = "", tls: tuple[Path, Path] | None = None
+        self,
+        root: Path,
+        *,
+        users: dict[str, str] | None = None,
+        auth: str = "",
+        tls: tuple[Path, Path] | None = None,
+        access_log: bool = False,
     ) -> None:
         require_registry()
         self.root = root
@@ -59,7 +68,7 @@ class Registry:
             auth = f"auth:\n  htpasswd:\n    realm: test-realm\n    path: {htpasswd}\n"
         self.config = root / "config.yml"
         self.config.write_text(
-            "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
+            f"version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: {'false' if access_log else 'true'}\n"
             f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
             f"http:\n  addr: 127.0.0.1:{self.port}\n"
             + (f"  tls:\n    certificate: {tls[0]}\n    key: {tls[1]}\n" if tls else "")
@@ -77,6 +86,30 @@ class Registry:
     def url(self, name: str = "fleet/llama.cpp") -> str:
         """``oci://127.0.0.1:PORT/NAME``."""
         return f"oci://{self.host}/{name}"
+
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, path) of every request the registry's access log holds so far (``access_log=True``)."""
+        text = (self.root / "registry.log").read_text(errors="replace")
+        return [(m.group(1), m.group(2)) for m in _ACCESS_LINE.finditer(text)]
+
+    def writes(self) -> list[tuple[str, str]]:
+        """The requests that change the repository (PUT, POST, PATCH, DELETE)."""
+        return [(m, p) for m, p in self.requests() if m in ("PUT", "POST", "PATCH", "DELETE")]
+
+    def garbage_collect(self) -> str:
+        """``docker-registry garbage-collect --delete-untagged`` on the storage, with the registry stopped
+        (as Distribution's docs ask), then the registry started again on the same port."""
+        self.close()
+        done = subprocess.run(
+            [REGISTRY_BIN, "garbage-collect", "--delete-untagged", str(self.config)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        self._log = (self.root / "registry.log").open("ab")
+        self.process = subprocess.Popen([REGISTRY_BIN, "serve", str(self.config)], stdout=self._log, stderr=self._log)
+        self._wait_ready()
+        return done.stdout + done.stderr
 
     def blob_files(self) -> list[Path]:
         """Every blob the registry stores (content-addressed: one file per distinct content)."""

@@ -168,7 +168,8 @@ def test_require_provenance_verifies_offline_from_the_referrer_bundles(
     assert code == 0, payload
     provenance = payload["active"]["provenance"]
     assert (provenance["status"], provenance["workflow"]) == ("verified", BEACON_WORKFLOW)
-    assert "default branch unknown" not in provenance["reason"]
+    # The registry's word about the repository never counts: a fork's default branch is unknown here.
+    assert "default branch unknown: accepted refs/heads/master or main" in provenance["reason"]
 
 
 def test_require_provenance_without_referrers_is_exit_8_and_the_runtime_is_untouched(

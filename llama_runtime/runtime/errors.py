@@ -70,6 +70,11 @@ class LocalError(LlamaRuntimeError):
 
     fault = "local"
 
+    @staticmethod
+    def from_os_failure(exc: OSError) -> LocalError:
+        """The error for an ``OSError`` raised outside the front door: a full disk (exit 4), else a refused file."""
+        return os_failure(exc)
+
 
 class BusyError(LocalError):
     """Another process holds the update lock."""
@@ -265,9 +270,18 @@ class RateLimitError(RemoteError):
 
 
 class NetworkError(RemoteError):
-    """Timeouts, refused connections, resets, truncated bodies, 5xx."""
+    """Timeouts, refused connections, resets, truncated bodies, 5xx.
+
+    Args:
+        message: The sentence for people.
+        retry_after: Seconds the server asked to wait before the next try (its ``Retry-After``), if it did.
+    """
 
     code = "network_error"
+
+    def __init__(self, message: str, *, hint: str | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.retry_after = retry_after
 
 
 class RegistryAuthError(RemoteError):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeVar
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.fsutil import decimal
 from llama_runtime.runtime.marker import parse_backend
+from llama_runtime.updater.net.origin import is_oci_url
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.sandbox import SandboxMode
@@ -53,6 +54,13 @@ API_DEADLINE_SECONDS: Final[float] = 30.0
 DEFAULT_PARALLEL_DOWNLOADS: Final = 4
 #: More connections only add load on the host; 16 is far past where a capped CDN stops scaling.
 MAX_PARALLEL_DOWNLOADS: Final = 16
+#: llama-server's own default port (``--port``, tools/server/README.md), so that a
+#: managed server is where every llama.cpp client looks first.
+LLAMA_SERVER_DEFAULT_PORT: Final[int] = 8080
+#: Seconds a managed server's start waits for /health (``LLAMA_RUNTIME_SERVER_WAIT``). A server
+#: that maps a large model from a slow disk, or a Vulkan build compiling its shader cache cold (47 s
+#: seen on a desktop GPU), is loading, not failing; one that exits is reported at once anyway.
+SERVER_WAIT_DEFAULT_SECONDS: Final[float] = 300.0
 PARALLEL_DOWNLOADS_ENV: Final = "LLAMA_RUNTIME_PARALLEL_DOWNLOADS"
 #: Runtimes each successful update keeps (``--keep``/``LLAMA_RUNTIME_KEEP``): the
 #: active, the previous (the rollback target) and the newest other build; 0 keeps every runtime.
@@ -134,6 +142,12 @@ class ProvenanceSettings:
             UserInputError: A value is not of its documented form (exit 2), naming the variable.
         """
         root = env.get("LLAMA_RUNTIME_TRUSTED_ROOT", "").strip()
+        if root and not Path(root).expanduser().is_file():
+            # Checked here, not when a verification first needs it: a typo never waits for a download.
+            raise UserInputError(
+                f"LLAMA_RUNTIME_TRUSTED_ROOT={root[:200]} is not a file; give the path of a Sigstore "
+                "trusted_root.json, or unset it to use Sigstore's production trust root."
+            )
         bare, workflows = parse_workflows(env.get("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", ""))
         return cls(
             trusted_root=Path(root).expanduser() if root else None,
@@ -216,6 +230,11 @@ class Settings:
             ``LLAMA_RUNTIME_PROVENANCE_SIGNER``).
         ca_bundle: A PEM file of the CAs HTTPS servers are trusted by (``--ca-bundle`` /
             ``LLAMA_RUNTIME_CA_BUNDLE``); ``None``: OpenSSL's variables, else the OS store and certifi.
+        server_port: The port the managed llama-server binds when its arguments name none
+            (``LLAMA_RUNTIME_SERVER_PORT``, else llama-server's own 8080; ``None``: any free port).
+        server_wait: Seconds a managed server's start waits for ``/health`` (``LLAMA_RUNTIME_SERVER_WAIT``).
+        follow_exact: Follow the channel down as well as up (``--follow exact`` /
+            ``LLAMA_RUNTIME_FOLLOW=exact``); default ``newer``: never a downgrade without a tag.
         sandbox: ``auto`` runs builds not yet accepted in the strongest sandbox this host offers;
             ``require`` refuses a host with none (``LLAMA_RUNTIME_SANDBOX``).
         compute_check: Run the shipped model on the build's device on every switch
@@ -233,7 +252,7 @@ class Settings:
     api_deadline: float = API_DEADLINE_SECONDS
     gate: GatePolicy | None = None
     require_provenance: bool = False
-    channel: Channel | None = None  # None: keep the active runtime's stored channel (else stable)
+    channel: str | None = None  # a Channel; None: keep the active runtime's stored channel (else stable)
     parallel_downloads: int = DEFAULT_PARALLEL_DOWNLOADS
     keep: int = DEFAULT_RETAIN
     fresh_companion: bool = False
@@ -243,6 +262,66 @@ class Settings:
     ca_bundle: str | None = None
     sandbox: SandboxMode = "auto"
     compute_check: bool = True
+    server_port: int | None = LLAMA_SERVER_DEFAULT_PORT
+    server_wait: float = SERVER_WAIT_DEFAULT_SECONDS
+
+    follow_exact: bool = False
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        home: str | Path | None = None,
+        api_url: str | None = None,
+        repo: str | None = None,
+        backend: str | None = None,
+        token: str | None = None,
+        require_provenance: bool = False,
+        env: Mapping[str, str] | None = None,
+        channel: str | None = None,
+        follow_active_repo: bool = True,
+        keep: str | None = None,
+        fresh_companion: bool = False,
+        verifies: bool = True,
+        ca_bundle: str | None = None,
+        follow: str | None = None,
+        compute_check: bool = True,
+    ) -> Settings:
+        """Every setting of one invocation: the values given, over ``env`` (default ``os.environ``), over defaults.
+
+        Each value is validated here, once; ``RuntimeUpdater.from_settings`` takes the result.
+
+        Args:
+            follow_active_repo: Without ``repo``/``LLAMA_RUNTIME_REPO``, use the repository the
+                active runtime came from (as ``update``, ``check`` and ``plan`` do).
+            keep: Runtimes each update keeps, as text (``--keep``; default ``LLAMA_RUNTIME_KEEP``, else 3).
+            verifies: The caller verifies builds: a malformed provenance opt-in is then an error,
+                never silently off.
+            follow: ``newer`` (never a downgrade without a tag) or ``exact`` (``--follow``;
+                default ``LLAMA_RUNTIME_FOLLOW``, else ``newer``).
+            compute_check: Run the shipped check model on the build's device on every switch
+                (``--no-compute-check``: False, recorded in the marker).
+
+        Raises:
+            UserInputError: A value is malformed (unknown backend, bad repo, URL or number).
+        """
+        return resolve_settings(
+            home=home,
+            api_url=api_url,
+            repo=repo,
+            backend=backend,
+            token=token,
+            require_provenance=require_provenance,
+            env=env,
+            channel=channel,
+            follow_active_repo=follow_active_repo,
+            keep=keep,
+            fresh_companion=fresh_companion,
+            verifies=verifies,
+            ca_bundle=ca_bundle,
+            follow=follow,
+            compute_check=compute_check,
+        )
 
 
 def validate_repo(repo: str) -> str:
@@ -304,10 +383,6 @@ def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
     return env_number(env, key, default)
 
 
-#: The API URLs of an OCI registry source (``mirror sync --dest`` fills it).
-OCI_URL_PREFIXES: Final = ("oci://", "oci+http://", "oci+https://")
-
-
 def resolve_settings(
     *,
     home: str | Path | None = None,
@@ -323,6 +398,7 @@ def resolve_settings(
     fresh_companion: bool = False,
     verifies: bool = True,
     ca_bundle: str | None = None,
+    follow: str | None = None,
     compute_check: bool = True,
 ) -> Settings:
     """Merge flags with the environment and defaults, validating each value.
@@ -344,14 +420,14 @@ def resolve_settings(
     env = os.environ if env is None else env
     home_path = _home_setting(home, env)
     url = (api_url or env.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
-    if url.startswith(OCI_URL_PREFIXES):
+    if is_oci_url(url):
         pass  # an OCI registry: its grammar is checked where it is opened (sources.oci.reference)
     elif not url.startswith(("https://", "http://", "file://")) or not addressable(url):
         raise UserInputError(f"Malformed API URL '{url}'. Use an http(s)://, file:// or oci:// URL.")
     given_repo = repo or env.get("LLAMA_RUNTIME_REPO", "").strip()
     repo_value = validate_repo(given_repo or (_active_repo(home_path) if follow_active_repo else None) or DEFAULT_REPO)
     backend_value, explicit = _backend_setting(backend, env)
-    channel_value = _channel_request(channel, env, registry=url.startswith(OCI_URL_PREFIXES))
+    channel_value = _channel_request(channel, env, registry=is_oci_url(url))
     return Settings(
         home=home_path,
         api_url=url,
@@ -374,6 +450,9 @@ def resolve_settings(
             lambda: ProvenanceSettings.from_env(env), ProvenanceSettings(), verifies=verifies
         ),
         ca_bundle=_ca_bundle_setting(ca_bundle, env),
+        server_port=_server_port(env),
+        server_wait=env_number(env, "LLAMA_RUNTIME_SERVER_WAIT", SERVER_WAIT_DEFAULT_SECONDS),
+        follow_exact=_follow_setting(follow, env),
         sandbox=_sandbox_setting(env),
         compute_check=compute_check,
     )
@@ -395,6 +474,44 @@ def _sandbox_setting(env: Mapping[str, str]) -> SandboxMode:
         f"Invalid LLAMA_RUNTIME_SANDBOX={raw!r}; use auto (the strongest sandbox this host offers) or require "
         "(refuse a host that offers none)."
     )
+
+
+def _server_port(env: Mapping[str, str]) -> int | None:
+    """``LLAMA_RUNTIME_SERVER_PORT``, else llama-server's own default; ``None`` for ``0`` (any free port).
+
+    Raises:
+        UserInputError: The variable is not a port number.
+    """
+    raw = env.get("LLAMA_RUNTIME_SERVER_PORT", "").strip()
+    if not raw:
+        return LLAMA_SERVER_DEFAULT_PORT
+    port = decimal(raw)
+    if port is None or port > 65535:
+        raise UserInputError(
+            f"LLAMA_RUNTIME_SERVER_PORT={raw[:40]!r} is not a port; use 1-65535, or 0 for any free port."
+        )
+    return port or None
+
+
+#: How a client follows its channel: ``newer`` only (the default), or ``exact`` (down too).
+FOLLOW_MODES: Final = ("newer", "exact")
+
+
+def _follow_setting(flag: str | None, env: Mapping[str, str]) -> bool:
+    """``--follow``, else ``LLAMA_RUNTIME_FOLLOW``: whether the channel is followed down too.
+
+    Raises:
+        UserInputError: Neither ``newer`` nor ``exact`` (exit 2).
+    """
+    given = (flag or "").strip()
+    source = "--follow" if given else "LLAMA_RUNTIME_FOLLOW"
+    value = (given or env.get("LLAMA_RUNTIME_FOLLOW", "").strip() or "newer").lower()
+    if value not in FOLLOW_MODES:
+        raise UserInputError(
+            f"Invalid {source} {value!r}; use newer (never a downgrade without a tag) or exact "
+            "(follow the channel wherever it is moved, back down too)."
+        )
+    return value == "exact"
 
 
 def _ca_bundle_setting(flag: str | None, env: Mapping[str, str]) -> str | None:
@@ -493,6 +610,13 @@ def env_flag(env: Mapping[str, str], name: str) -> bool:
     raise UserInputError(f"{name}={env[name]!r} is not a yes/no value. Use 1, true, yes or on (0, false, no or off).")
 
 
+#: What ``--keep N`` accepts, said the same by every verb that takes it (update, check, gc).
+KEEP_RULE: Final = (
+    "use 0 (keep every runtime) or a whole number of 2 or more "
+    "(runtimes kept in all; the active and the previous one are always among them)"
+)
+
+
 def retain_setting(flag: str | None, env: Mapping[str, str]) -> int:
     """How many runtimes an update keeps: ``--keep``, else ``LLAMA_RUNTIME_KEEP``, else 3.
 
@@ -505,10 +629,7 @@ def retain_setting(flag: str | None, env: Mapping[str, str]) -> int:
         return DEFAULT_RETAIN
     # 1 would promise what never happens: the rollback target is always kept.
     if not value.isdigit() or int(value) == 1:
-        raise UserInputError(
-            f"{source}={raw!r} is not valid: use 0 (keep every runtime) or a whole number of 2 or more "
-            "(runtimes each update keeps; the active and the previous one are always among them)."
-        )
+        raise UserInputError(f"{source}={raw!r} is not valid: {KEEP_RULE}.")
     return int(value)
 
 

@@ -392,7 +392,9 @@ class JobRunner:
         Raises:
             BusyError: Another update runs and ``join`` is false, or it holds the lock
                 without a job record (no ``lock_timeout`` to wait for it).
+            UnsafeHomeError: The home is not safely ours (checked before any job record is read).
         """
+        self.home.check_safe()
 
         def work(progress: ProgressCallback, cancel: CancelCheck) -> tuple[dict[str, object], UpdateOutcome | None]:
             source: ReleaseSource | None = None
@@ -441,6 +443,8 @@ class JobRunner:
             LlamaRuntimeError: The error that ended the job (its record keeps it for followers).
         """
         wait = validate_seconds(wait, "wait")
+        # Before any job record is read: a record that is a link out of the home is refused, not set aside.
+        self.home.check_safe()
         # A deadline of a wait, so the real clock (runtime.clock: waiting needs real time to
         # pass, whatever a fake clock says; a frozen test clock would wait here for ever).
         deadline = time.monotonic() + wait
@@ -470,18 +474,17 @@ class JobRunner:
             return job
 
     def _hold_while_rate_limited(self, source: ReleaseSource) -> None:
-        """Ask GitHub nothing while the home's stored rate-limit back-off runs (``check`` honours it too)."""
+        """Ask the source nothing while the home's stored rate-limit back-off runs (``check`` honours it too)."""
         from llama_runtime.updater.api.backoff import Backoff
-        from llama_runtime.updater.sources.github import GitHubClient
 
-        if not isinstance(source, GitHubClient) or self.engine.settings.api_url.startswith("file://"):
+        if self.engine.settings.api_url.startswith("file://"):
             return  # a mirror directory keeps no quota
         now = self.engine.seams.clock.time()
         not_before = Backoff(self.home.cache_dir).not_before(now)
         if not_before is not None and now < not_before:
             source.hold_requests(
                 not_before - now,
-                "An earlier request used up GitHub's rate limit; not asking again before "
+                "An earlier request used up the source's rate limit; not asking again before "
                 f"{when_text(not_before, now)}.",
             )
 

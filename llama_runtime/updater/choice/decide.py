@@ -58,6 +58,7 @@ from llama_runtime.runtime.errors import (
     UserInputError,
     VerificationError,
 )
+from llama_runtime.runtime.failed_builds import SkippedBuild
 from llama_runtime.runtime.marker import is_gpu_backend
 from llama_runtime.updater.choice.choose import Choice, choose_asset
 from llama_runtime.updater.choice.host import HostFacts
@@ -114,7 +115,9 @@ class UpdateRequest:
     ``pin``: a success pins ``tag`` (a person's ``update --tag``, never the
     scheduled job's); ``held``: ``tag`` is the pin's, not asked for (:func:`held_request`).
     ``allow_no_device``: an explicit GPU backend whose build lists no device of it is
-    installed with a warning instead of refused.
+    installed with a warning instead of refused. ``follow_exact``: the channel is followed
+    wherever it goes, down too (a fleet rolled back by moving its channel tag); otherwise an
+    older build than the active one is never installed without a tag.
     """
 
     repo: str
@@ -127,6 +130,8 @@ class UpdateRequest:
     pin: bool = False
     allow_no_device: bool = False
     held: bool = False
+    retry_skipped: bool = False
+    follow_exact: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,7 @@ class Plan:
         error: For ``refuse``: the error to report (its exit code is the contract's).
         switch_to: For ``switch``: the installed runtime's name.
         held: For the scheduled check: the newer build a pin holds back.
+        skipped: The newest build, passed over because it failed verification here before.
     """
 
     action: Action
@@ -169,6 +175,7 @@ class Plan:
     error: LlamaRuntimeError | None = None
     switch_to: str | None = None
     held: str | None = None
+    skipped: SkippedBuild | None = None
 
     @property
     def changes(self) -> bool:
@@ -309,7 +316,7 @@ def _plan_for_choice(
     if active is not None and active.intact:
         if _same_build(active.marker, release, choice):
             return Plan("up_to_date", wanted, release, choice, tuple(warnings), f"{release.tag} is already active.")
-        if request.tag is None and _newer_than(active.marker, release, choice):
+        if request.tag is None and not request.follow_exact and _newer_than(active.marker, release, choice):
             kept = active.marker.tag
             warnings.append(
                 f"The newest release {release.tag} is older than the active {kept}; "
@@ -318,9 +325,10 @@ def _plan_for_choice(
             return Plan("up_to_date", wanted, release, choice, tuple(warnings), f"{kept} is newer than {release.tag}.")
     skip = _failed_before(request, release, choice, failed)
     if skip is not None:
+        said = skip.sentence()
         if active is not None and active.intact:
-            return Plan("up_to_date", wanted, release, choice, (*warnings, skip), skip)
-        return Plan("refuse", wanted, release, choice, tuple(warnings), skip, error=VerificationError(skip))
+            return Plan("up_to_date", wanted, release, choice, (*warnings, said), said, skipped=skip)
+        return Plan("refuse", wanted, release, choice, tuple(warnings), said, error=VerificationError(said))
     for other in installed:
         if other.intact and other.name and _same_build(other.marker, release, choice):
             why = f"{release.tag} ({choice.backend}) is already installed as {other.name}."
@@ -377,16 +385,15 @@ def _newer_than(marker: InstallMarker, release: Release, choice: Choice) -> bool
 
 def _failed_before(
     request: UpdateRequest, release: Release, choice: Choice, failed: Mapping[tuple[str, str, str], str]
-) -> str | None:
-    """The skip sentence when ``choice`` failed verification here and was not asked for by tag."""
+) -> SkippedBuild | None:
+    """The skipped build when ``choice`` failed verification here and was not asked for again."""
     reason = failed.get((release.repo, release.tag, choice.asset.name))
-    # Asked for by tag (not only held there by a pin), it is tried again.
-    if reason is None or (request.tag is not None and not request.held) or request.allow_no_device:
+    # Asked for by tag (not only held there by a pin), or with --retry-skipped, it is tried again.
+    asked = (request.tag is not None and not request.held) or request.retry_skipped
+    if reason is None or asked or request.allow_no_device:
         return None
-    return (
-        f"{release.tag} ({choice.backend}) failed verification on this machine before ({reason}); "
-        f"skipped until a newer build appears. `llama-runtime update --tag {release.tag}` tries it again."
-    )
+    until = f"a newer build appears, or `update --retry-skipped` (or `update --tag {release.tag}`) asks for it"
+    return SkippedBuild(release.tag, choice.backend, reason, until)
 
 
 def _upgrade_only(
@@ -405,7 +412,9 @@ def _upgrade_only(
     except BackendUnavailableError as exc:
         _, reason = upgrade_verdict(marker, request.repo, release.tag, False, backend=wanted)
         return Plan("refuse", wanted, release, reason=reason, error=exc)
-    available, reason = upgrade_verdict(marker, request.repo, release.tag, True, backend=wanted)
+    available, reason = upgrade_verdict(
+        marker, request.repo, release.tag, True, backend=wanted, follow_exact=request.follow_exact
+    )
     if available and request.pinned is not None and request.pinned != release.tag:
         held = (
             f"{release.tag} is available but held: {request.pinned} is pinned. "
@@ -414,7 +423,7 @@ def _upgrade_only(
         return Plan("up_to_date", wanted, release, choice, reason=held, held=release.tag)
     skip = _failed_before(request, release, choice, failed) if available else None
     if skip is not None:
-        return Plan("up_to_date", wanted, release, choice, (skip,), reason=skip)
+        return Plan("up_to_date", wanted, release, choice, (skip.sentence(),), reason=skip.sentence(), skipped=skip)
     return Plan("install" if available else "up_to_date", wanted, release, choice, reason=reason)
 
 
@@ -425,10 +434,12 @@ def upgrade_verdict(
     has_backend_build: bool,
     *,
     backend: str | None = None,
+    follow_exact: bool = False,
 ) -> tuple[bool, str]:
     """Whether ``latest_tag`` is a strictly newer build for ``active``, and why.
 
     ``backend`` names the backend request the build was looked up for (wording only).
+    ``follow_exact``: an older build of the same repository is taken too (the channel moved back).
     """
     if not has_backend_build:
         wanted = backend or (active.backend if active else "the requested backend")
@@ -445,7 +456,17 @@ def upgrade_verdict(
         return True, f"{latest_tag} is newer than the active {active.tag}."
     if active.tag == latest_tag:
         return False, f"{active.tag} is the newest release."
+    if follow_exact and _orderable(active.tag, latest_tag):
+        return True, f"The channel names {latest_tag}, older than the active {active.tag}; following it back down."
     return False, f"{latest_tag} is not newer than the active {active.tag}; never downgrading."
+
+
+def _orderable(a: str, b: str) -> bool:
+    """Whether the two tags have an order (an unorderable pair is never followed down)."""
+    try:
+        return compare_tags(parse_tag(a), parse_tag(b)) is not None
+    except UserInputError:
+        return False
 
 
 # -- latest ------------------------------------------------------------------------------------------------------

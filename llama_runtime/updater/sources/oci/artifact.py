@@ -28,12 +28,18 @@ __all__ = [
     "ARTIFACT_TYPE",
     "ASSET_DIGEST_ANNOTATION",
     "BUNDLE_ARTIFACT_TYPE",
+    "CHANNELS_TAG",
     "CONFIG_MEDIA_TYPE",
     "EMPTY_CONFIG",
     "BuildConfig",
+    "ChannelRecord",
+    "attestation_tag",
     "build_manifest",
     "bundle_manifest",
+    "channels_manifest",
     "parse_build",
+    "parse_channels",
+    "reserved_tag",
 ]
 
 #: The manifest's ``artifactType``: a llama-runtime build.
@@ -52,10 +58,26 @@ ASSET_DIGEST_ANNOTATION: Final = "dev.llama-runtime.asset.digest"
 EMPTY_MEDIA_TYPE: Final = "application/vnd.oci.empty.v1+json"
 EMPTY_CONFIG: Final[bytes] = b"{}"
 EMPTY_DIGEST: Final = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+#: The tag of the channel record (who moved which channel last): a name no channel, build or
+#: referrer tag can have.
+CHANNELS_TAG: Final = "llama-runtime.channels"
+CHANNELS_ARTIFACT_TYPE: Final = "application/vnd.llama-runtime.channels.v1+json"
+CHANNEL_ANNOTATION_PREFIX: Final = "dev.llama-runtime.channel."
+#: Hex digits of a bundle manifest's digest in its attestation tag: unique among a build's few bundles.
+ATTESTATION_TAG_ID_CHARS: Final[int] = 16
 #: The config's schema: bumped only when readers must refuse what they do not know.
 CONFIG_SCHEMA: Final[int] = 1
 #: Largest config blob read (bytes): a build's ~50 assets are ~10 KB of JSON.
 MAX_CONFIG_BYTES: Final[int] = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ChannelRecord:
+    """Who last moved a channel tag and where: ``moved_by`` is ``sync`` or ``promote``."""
+
+    moved_by: str
+    build: str
+    digest: str
 
 
 @dataclass(frozen=True)
@@ -64,19 +86,26 @@ class BuildConfig:
 
     Attributes:
         release: The build release (assets' URLs left empty: the source fills them).
-        versions: The semver releases that name this build (``v0.6.0``), highest last.
-        default_branch: The upstream repository's default branch (the signer policy judges refs by it).
+        versions: The semver releases an older push listed in the config (``v0.6.0``); pushes
+            now leave them out (the registry's semver tags say which release names a build).
         layers: Asset name -> its layer descriptor.
     """
 
     release: Release
     versions: tuple[str, ...]
-    default_branch: str | None
     layers: dict[str, Descriptor]
 
 
-def config_json(release: Release, sha256s: dict[str, str], versions: list[str], default_branch: str | None) -> bytes:
-    """The config blob of ``release`` with the assets in ``sha256s`` (name -> hex), canonical JSON."""
+def config_json(release: Release, sha256s: dict[str, str]) -> bytes:
+    """The config blob of ``release`` with the assets in ``sha256s`` (name -> hex), canonical JSON.
+
+    Only what upstream's build release itself says and the asset bytes: the same
+    build and assets give the same bytes, whichever path pushed them (GitHub, a
+    directory mirror, another registry; ``--tag``, ``--newest``, ``--channel``).
+    Facts that change after a build is published (which semver release names it)
+    or that a mirror cannot vouch for (the repository's default branch) stay out:
+    carrying them would move the build's digest with the same bytes.
+    """
     assets = [
         {"name": a.name, "size": a.size, "sha256": sha256s[a.name]}
         for a in sorted(release.assets, key=lambda a: a.name)
@@ -89,8 +118,6 @@ def config_json(release: Release, sha256s: dict[str, str], versions: list[str], 
         "prerelease": release.prerelease,
         "published_at": release.published_at,
         "target_commitish": release.target_commitish,
-        "default_branch": default_branch,
-        "versions": sorted(set(versions)),
         "assets": assets,
     }
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
@@ -113,17 +140,80 @@ def build_manifest(config: bytes, config_digest: str, assets: list[tuple[str, in
 
 
 def bundle_manifest(bundle: Descriptor, subject: Descriptor, asset_digest: str, asset_name: str) -> bytes:
-    """A referrer holding one Sigstore bundle of the asset ``asset_digest``, its ``subject`` the build."""
+    """A referrer holding one Sigstore bundle of the asset ``asset_digest``, its ``subject`` the build.
+
+    The bundle's layer is titled (``oras pull`` writes it under that name, not its digest).
+    """
+    layer = {**bundle.to_json(), "annotations": {TITLE_ANNOTATION: f"{asset_name}.sigstore.json"}}
     doc = {
         "schemaVersion": 2,
         "mediaType": MANIFEST_MEDIA_TYPE,
         "artifactType": BUNDLE_ARTIFACT_TYPE,
         "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY_CONFIG)},
-        "layers": [bundle.to_json()],
+        "layers": [layer],
         "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": subject.size},
         "annotations": {ASSET_DIGEST_ANNOTATION: asset_digest, TITLE_ANNOTATION: f"{asset_name}.sigstore.json"},
     }
     return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def attestation_tag(subject: str, referrer: str) -> str:
+    """The tag that keeps the bundle manifest ``referrer`` of the build ``subject``: ``sha256-<build>.<id>.att``.
+
+    cosign's scheme (``sha256-<hex>.att``) widened to one tag per bundle: registries'
+    "delete untagged" retention and ``garbage-collect --delete-untagged`` keep what a tag
+    names, and a referrer reachable only through the fallback index is not kept by all of them.
+    """
+    return f"{subject.replace(':', '-', 1)}.{referrer.removeprefix('sha256:')[:ATTESTATION_TAG_ID_CHARS]}.att"
+
+
+def reserved_tag(tag: str) -> str | None:
+    """Why ``tag`` may not be a channel (``mirror promote --to``), or ``None`` when it may.
+
+    Referrer tags (``sha256-<hex>``, the distribution-spec fallback), cosign's and this
+    project's attestation, signature and SBOM tags, and the channel record: moving one
+    would overwrite a build's provenance or the sync's bookkeeping.
+    """
+    lowered = tag.lower()
+    if lowered.startswith(("sha256-", "sha512-")):
+        return "a referrers tag (sha256-<hex>) of a build's attestations"
+    if lowered.endswith((".att", ".sig", ".sbom")):
+        return "an attestation, signature or SBOM tag"
+    if lowered == CHANNELS_TAG:
+        return "the record of who moved each channel"
+    return None
+
+
+def channels_manifest(record: dict[str, ChannelRecord]) -> bytes:
+    """The channel record's manifest: who last moved each channel tag, to which build and digest."""
+    notes = {
+        f"{CHANNEL_ANNOTATION_PREFIX}{name}": f"{r.moved_by} {r.build} {r.digest}" for name, r in sorted(record.items())
+    }
+    empty = {"mediaType": EMPTY_MEDIA_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY_CONFIG)}
+    doc = {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_MEDIA_TYPE,
+        "artifactType": CHANNELS_ARTIFACT_TYPE,
+        "config": empty,
+        "layers": [empty],
+        "annotations": notes,
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def parse_channels(doc: dict[str, Any]) -> dict[str, ChannelRecord]:
+    """The channel record a :func:`channels_manifest` holds (entries it cannot read are left out)."""
+    if doc.get("artifactType") != CHANNELS_ARTIFACT_TYPE:
+        return {}
+    notes = doc.get("annotations")
+    record: dict[str, ChannelRecord] = {}
+    for key, value in (notes if isinstance(notes, dict) else {}).items():
+        if not isinstance(key, str) or not key.startswith(CHANNEL_ANNOTATION_PREFIX) or not isinstance(value, str):
+            continue
+        parts = value.split(" ")
+        if len(parts) == 3 and parts[0] in ("sync", "promote") and parts[2].startswith("sha256:"):
+            record[key.removeprefix(CHANNEL_ANNOTATION_PREFIX)] = ChannelRecord(parts[0], parts[1], parts[2])
+    return record
 
 
 def manifest_layers(doc: dict[str, Any], where: str) -> tuple[Descriptor, dict[str, Descriptor]]:
@@ -172,7 +262,7 @@ def parse_build(config: bytes, layers: dict[str, Descriptor], where: str) -> Bui
         target_commitish=_str(doc.get("target_commitish")),
     )
     versions = tuple(check_tag(v, what=f"a version in {where}") for v in _list(doc.get("versions")))
-    return BuildConfig(release, versions, _str(doc.get("default_branch")), layers)
+    return BuildConfig(release, versions, layers)
 
 
 def _asset(raw: object, tag: str, layers: dict[str, Descriptor], where: str) -> Asset:

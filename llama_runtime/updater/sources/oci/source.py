@@ -16,13 +16,19 @@ Invariants:
       registry holding another repository's builds is refused, not relabelled.
     * A repeated ``check`` costs one request: the manifest HEAD of ``stable``,
       whose digest names a config kept in the ETag cache.
+    * What the registry says about the upstream repository never counts: its
+      default branch is unknown here, as for a directory mirror (the signer
+      policy then accepts ``master``/``main``, and upstream's own is a fact).
+    * Which semver release names a build is the registry's ``vX.Y.Z`` tag naming
+      the build's manifest, not its config: a release cut after the build was
+      pushed gets a tag and leaves the build's digest where it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
 import httpx
 
@@ -44,7 +50,7 @@ from llama_runtime.updater.sources.oci.client import RegistryClient
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import EtagCache, RateLimit
 
-__all__ = ["RegistrySource", "bytes_origin"]
+__all__ = ["RegistrySource"]
 
 #: The channel tag ``releases/latest`` stands for.
 STABLE_TAG: Final = "stable"
@@ -55,8 +61,12 @@ MAX_LISTED_BUILDS: Final[int] = 30
 MAX_BUNDLE_BYTES: Final[int] = 1024 * 1024
 #: Referrers read per asset: a build's bundles are one or two per asset.
 MAX_REFERRERS: Final[int] = 32
-#: The scheme of a semver release's ``nightly-tag.txt``: made here, served by :class:`PointerTransport`.
+#: The scheme naming a semver release's ``nightly-tag.txt``: made here (:meth:`RegistrySource.held_bytes`),
+#: never fetched.
 POINTER_SCHEME: Final = "oci-pointer"
+#: Semver tags asked (one HEAD each, highest first) for which of them name a build: a release
+#: names a build pushed shortly before it, so the newest few cover the builds clients ask for.
+MAX_VERSION_PROBES: Final[int] = 32
 
 
 def _build_number(tag: str) -> int | None:
@@ -68,11 +78,6 @@ def _build_number(tag: str) -> int | None:
         return parse_tag(tag).build
     except UserInputError:
         return None
-
-
-def bytes_origin(source: object, release: Release) -> str | None:
-    """Where ``release``'s bytes came from when ``source`` is a registry (``oci://host/name@sha256:…``)."""
-    return source.origin_of(release) if isinstance(source, RegistrySource) else None
 
 
 class RegistrySource:
@@ -88,8 +93,8 @@ class RegistrySource:
         etag_cache: Where manifests and configs read by digest are kept (free repeats), if anywhere.
     """
 
-    accepts_digest_pins: Final[bool] = True
-    accepts_channel_tags: Final[bool] = True
+    accepts_digest_pins: ClassVar[bool] = True
+    accepts_channel_tags: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -97,17 +102,16 @@ class RegistrySource:
         repo: str,
         *,
         etag_cache: EtagCache | None = None,
-        pointers: dict[str, bytes] | None = None,
     ) -> None:
         self.registry = registry
         self._repo = repo
         self._etag_cache = etag_cache
         self._manifests: dict[str, str] = {}  # build tag -> manifest digest
         self._subjects: dict[str, str] = {}  # asset sha256 hex -> its build's manifest digest
-        # pointer URL -> nightly-tag.txt content (shared with the PointerTransport of ``http``, if any)
-        self._pointers: dict[str, bytes] = {} if pointers is None else pointers
-        self._default_branch: str | None = None
+        self._pointers: dict[str, bytes] = {}  # pointer URL -> nightly-tag.txt content
         self._builds: dict[str, BuildConfig] = {}  # build tag -> the build as read (this process)
+        self._tags: list[str] | None = None  # the repository's tags (read once per process)
+        self._named: dict[str, str] = {}  # semver tag -> the manifest digest it names (asked this process)
 
     # -- AssetHost ------------------------------------------------------------------------------------------
 
@@ -124,6 +128,10 @@ class RegistrySource:
     def auth_headers_for(self, url: str) -> dict[str, str]:
         """The registry's authorization, for its own origin only (never a blob redirect's CDN)."""
         return self.registry.auth_headers_for(url)
+
+    def held_bytes(self, asset: Asset) -> bytes | None:
+        """A semver release's ``nightly-tag.txt``: made here from the tag, never fetched."""
+        return self._pointers.get(asset.download_url)
 
     def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
         """The asset's blob URL, with the registry's authorization."""
@@ -157,11 +165,9 @@ class RegistrySource:
     def latest_published(self) -> Release:
         """What ``stable`` names: its highest semver release, else the build itself as a stable release."""
         build = self._build(STABLE_TAG)
-        versions = [v for v in build.versions if is_release_version(v)]
-        if versions:
-            from llama_runtime.updater.release.tags import highest_version
-
-            return self._pointer_release(highest_version(versions) or versions[-1], build)
+        version = self._highest_version(build)
+        if version is not None:
+            return self._pointer_release(version, build)
         return Release(
             build.release.repo,
             build.release.tag,
@@ -179,39 +185,68 @@ class RegistrySource:
 
     def recent_releases(self, per_page: int = 100, page: int = 1) -> list[Release]:
         """The newest builds the registry holds (by build number), with the semver releases naming them."""
-        numbered = [(n, t) for t in self.registry.tags() if (n := _build_number(t)) is not None]
+        numbered = [(n, t) for t in self._all_tags() if (n := _build_number(t)) is not None]
         numbered = [(n, t) for n, t in numbered if not is_release_version(t)]
         size = min(per_page, MAX_LISTED_BUILDS)
         chosen = sorted(numbered, reverse=True)[(page - 1) * size : page * size]
+        builds = [self._build(tag) for _n, tag in chosen]
+        by_digest: dict[str, list[str]] = {}
+        listed = {self._manifests.get(b.release.tag, "") for b in builds}
+        for version in self._probed_versions(within=listed):
+            by_digest.setdefault(self._named[version], []).append(version)
         releases: list[Release] = []
-        for _n, tag in chosen:
-            build = self._build(tag)
+        for build in builds:
             releases.append(build.release)
-            releases += [self._pointer_release(v, build) for v in build.versions if is_release_version(v)]
+            named = {*build.versions, *by_digest.get(self._manifests.get(build.release.tag, ""), [])}
+            releases += [self._pointer_release(v, build) for v in sorted(named) if is_release_version(v)]
         return releases
 
     def version_tags(self) -> list[str]:
         """The registry's semver tags."""
-        return [t for t in self.registry.tags() if is_release_version(t)]
+        return [t for t in self._all_tags() if is_release_version(t)]
 
     def default_branch(self) -> str | None:
-        """The upstream's default branch as the sync recorded it (the signer policy judges refs by it)."""
-        return self._default_branch
+        """Unknown: a registry's word about the upstream repository never counts.
+
+        Whoever can push to the registry could otherwise widen which branch may
+        sign a fork's builds; as for a directory mirror, the signer policy accepts
+        ``master`` or ``main`` and says so (upstream's own default branch is a fact).
+        """
+        return None
 
     def attestations(self, sha256: str) -> object:
-        """The Sigstore bundles pushed as referrers of the build holding ``sha256``, as GitHub's API shape."""
+        """The Sigstore bundles pushed as referrers of the build holding ``sha256``, as GitHub's API shape.
+
+        A listing entry is judged by the referrer manifest itself (its ``artifactType``,
+        ``subject`` and asset annotation): tools that copy repositories (``skopeo copy
+        --all``) rewrite the fallback index without the descriptors' ``artifactType``.
+        A referrer the listing names but the registry no longer holds (garbage
+        collection of untagged manifests) is reported, so the verdict is
+        ``unverified`` saying why, never ``absent``.
+        """
+        from llama_runtime.updater.sources.bundle_url import ResolvedAttestations
+
         subject = self._subjects.get(sha256)
         if subject is None:
             return []
         found: list[dict[str, Any]] = []
+        missing: list[str] = []
         for referrer in self.registry.referrers(subject, BUNDLE_ARTIFACT_TYPE)[:MAX_REFERRERS]:
             named = (referrer.annotations or {}).get(ASSET_DIGEST_ANNOTATION)
             if named is not None and named != f"sha256:{sha256}":
                 continue  # another asset's bundle
-            bundle = self._bundle(referrer.digest, subject)
+            try:
+                bundle = self._bundle(referrer.digest, subject, sha256)
+            except ReleaseNotFoundError:
+                missing.append(
+                    f"{self.registry.ref.display} lists the attestation {referrer.digest} but no longer holds it "
+                    "(removed by garbage collection or retention?); sync the build again"
+                )
+                continue
             if bundle is not None:
                 found.append({"bundle": bundle})
-        return {"attestations": found} if found else []
+        answer: object = {"attestations": found} if found else []
+        return ResolvedAttestations(answer, tuple(missing)) if missing else answer
 
     def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
         """A pointer's content, or a small blob, checked against its digest."""
@@ -232,6 +267,10 @@ class RegistrySource:
     def etag_cache(self) -> EtagCache | None:
         """Manifests and configs kept by digest, and ``nightly-tag.txt`` reads."""
         return self._etag_cache
+
+    def hold_requests(self, seconds: float, why: str) -> None:
+        """Ask the registry nothing for ``seconds`` (a stored rate-limit back-off): the network layer's hold."""
+        self.registry.net.hold(seconds, why)
 
     @property
     def last_rate_limit(self) -> RateLimit | None:
@@ -289,8 +328,7 @@ class RegistrySource:
         self._manifests[release.tag] = digest
         for asset in assets:
             self._subjects[(asset.digest or "").removeprefix("sha256:")] = digest
-        self._default_branch = build.default_branch or self._default_branch
-        found = BuildConfig(release, build.versions, build.default_branch, layers)
+        found = BuildConfig(release, build.versions, layers)
         self._builds[release.tag] = found
         return found
 
@@ -318,6 +356,52 @@ class RegistrySource:
             )
         return self._build(digest)
 
+    def _all_tags(self) -> list[str]:
+        if self._tags is None:
+            self._tags = self.registry.tags()
+        return self._tags
+
+    def _probed_versions(self, stop_at: str | None = None, within: set[str] | None = None) -> list[str]:
+        """The newest semver tags, each asked which manifest it names, highest first.
+
+        Stops after the one naming ``stop_at``, or after the first naming a manifest not
+        ``within`` (releases name ever newer builds: a release naming a build older than a
+        page of the newest builds is followed only by releases naming older ones).
+        """
+        from packaging.version import Version
+
+        semver = [t for t in self._all_tags() if is_release_version(t)]
+        versions = sorted(semver, key=lambda t: Version(t.strip()[1:]), reverse=True)
+        probed: list[str] = []
+        for version in versions[:MAX_VERSION_PROBES]:
+            if version not in self._named:
+                head = self.registry.head_manifest(version)
+                self._named[version] = head.digest if head is not None else ""
+            probed.append(version)
+            if stop_at is not None and self._named[version] == stop_at:
+                break
+            if within is not None and self._named[version] not in within:
+                break
+        return probed
+
+    def _highest_version(self, build: BuildConfig) -> str | None:
+        """The highest semver release naming ``build``: its tag in the registry (remembered per manifest)."""
+        from llama_runtime.updater.release.tags import highest_version
+
+        digest = self._manifests.get(build.release.tag, "")
+        key = f"{self._cache_key(digest)}#version"
+        hit = self._etag_cache.get(key) if self._etag_cache is not None else None
+        if hit is not None and hit[0] == digest and isinstance(hit[1], dict):
+            cached = hit[1].get("version")
+            if cached is None or (isinstance(cached, str) and is_release_version(cached)):
+                return cached
+        named = [v for v in self._probed_versions(stop_at=digest) if self._named[v] == digest]
+        version = highest_version([*named, *(v for v in build.versions if is_release_version(v))])
+        if self._etag_cache is not None:
+            with contextlib.suppress(OSError):
+                self._etag_cache.put(key, digest, {"version": version})
+        return version
+
     def _pointer_release(self, version: str, build: BuildConfig) -> Release:
         """The semver release ``version`` as GitHub has it: one ``nightly-tag.txt`` naming the build."""
         content = f"{build.release.tag}\n".encode()
@@ -326,16 +410,26 @@ class RegistrySource:
         pointer = Asset(NIGHTLY_TAG_ASSET, len(content), url, "sha256:" + hashlib.sha256(content).hexdigest())
         return Release(self._repo, version, (pointer,), published_at=build.release.published_at)
 
-    def _bundle(self, digest: str, subject: str) -> dict[str, Any] | None:
-        """The bundle of the referrer ``digest``, when it refers to ``subject`` and holds one bundle."""
+    def _bundle(self, digest: str, subject: str, sha256: str) -> dict[str, Any] | None:
+        """The bundle of the referrer ``digest``, when it is a bundle of ``subject``'s asset ``sha256``.
+
+        Raises:
+            ReleaseNotFoundError: The registry no longer holds the referrer or its bundle blob.
+        """
         manifest = self.registry.get_manifest(digest)
         if manifest is None:
-            return None
+            raise ReleaseNotFoundError(f"{self.registry.ref.display} has no manifest {digest}.")
         doc = manifest.doc
         subject_doc = doc.get("subject")
         layers = doc.get("layers")
+        if doc.get("artifactType") != BUNDLE_ARTIFACT_TYPE:
+            return None  # another kind of referrer (a signature, an SBOM)
         if not isinstance(subject_doc, dict) or subject_doc.get("digest") != subject:
             return None  # a referrer of other bytes: never used for these
+        notes = doc.get("annotations")
+        named = notes.get(ASSET_DIGEST_ANNOTATION) if isinstance(notes, dict) else None
+        if named is not None and named != f"sha256:{sha256}":
+            return None  # another asset's bundle
         if not isinstance(layers, list) or len(layers) != 1 or not isinstance(layers[0], dict):
             return None
         blob = self.registry.get_blob(str(layers[0].get("digest")), MAX_BUNDLE_BYTES)
@@ -380,68 +474,22 @@ class RegistrySource:
 
 
 def open_registry_source(
-    url: str,
+    registry: RegistryClient,
     repo: str,
     *,
     etag_cache: EtagCache | None = None,
-    read_timeout: float = 60.0,
-    ca_bundle: str | None = None,
 ) -> RegistrySource:
-    """A :class:`RegistrySource` for ``--api-url oci://HOST/NS/NAME``; the caller closes it.
+    """A :class:`RegistrySource` over ``registry`` (``--api-url oci://HOST/NS/NAME``); the caller closes it.
 
     Raises:
-        UserInputError: ``url`` is not a repository reference (a tag or digest in it is refused:
-            ``--tag`` says which build).
+        UserInputError: ``registry`` names a tag or digest (``--tag`` says which build).
     """
     from llama_runtime.runtime.errors import UserInputError
-    from llama_runtime.updater.sources.oci.connect import registry_client
 
-    pointers: dict[str, bytes] = {}
-    client = registry_client(
-        url, read_timeout=read_timeout, mounts={f"{POINTER_SCHEME}://": PointerTransport(pointers)}, ca_bundle=ca_bundle
-    )
-    if client.ref.tag is not None or client.ref.digest is not None:
-        client.http.close()
+    if registry.ref.tag is not None or registry.ref.digest is not None:
+        registry.http.close()
         raise UserInputError(
-            f"--api-url {url} names a tag or digest; give the repository (oci://HOST/NS/NAME) and choose the "
-            "build with --tag or --channel."
+            f"--api-url {registry.ref.display} names a tag or digest; give the repository (oci://HOST/NS/NAME) and "
+            "choose the build with --tag or --channel."
         )
-    return RegistrySource(client, repo, etag_cache=etag_cache, pointers=pointers)
-
-
-class PointerTransport(httpx.BaseTransport):
-    """Serves the ``nightly-tag.txt`` a source made (a directory mirror downloads it like any asset).
-
-    ``Range: bytes=N-`` is honoured, as a resumed download asks; anything else is 404.
-    """
-
-    def __init__(self, pointers: dict[str, bytes]) -> None:
-        self.pointers = pointers
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        """Answer one GET from the pointers made so far."""
-        content = self.pointers.get(str(request.url))
-        if request.method != "GET" or content is None:
-            return httpx.Response(404, content=b"Not Found")
-        value = request.headers.get("range", "")
-        start = int(value[6:-1]) if value.startswith("bytes=") and value.endswith("-") and value[6:-1].isdigit() else 0
-        if start == 0:
-            headers = {"content-type": "application/octet-stream", "content-length": str(len(content))}
-            return httpx.Response(200, stream=_Bytes(content), headers=headers)
-        if start >= len(content):
-            return httpx.Response(416, content=b"", headers={"content-range": f"bytes */{len(content)}"})
-        headers = {
-            "content-range": f"bytes {start}-{len(content) - 1}/{len(content)}",
-            "content-length": str(len(content) - start),
-        }
-        return httpx.Response(206, stream=_Bytes(content[start:]), headers=headers)
-
-
-class _Bytes(httpx.SyncByteStream):
-    """A body handed over as it would arrive from a server (a stream, not finished content)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def __iter__(self) -> Iterator[bytes]:
-        yield self.data
+    return RegistrySource(registry, repo, etag_cache=etag_cache)
