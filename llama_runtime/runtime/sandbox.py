@@ -14,7 +14,8 @@ server) goes through :class:`Sandbox`. The strongest level the host offers is us
     Linux without bubblewrap, kernel 5.13+: a Landlock ruleset that allows reads of the system's
     directories, llama-runtime's own Python installation, the staged build and the model only,
     writes of the scratch directory only, no TCP but the server's own port (ABI 4+), and no
-    signals or abstract sockets outside the run (ABI 6+). Landlock also refuses reading another process's ``/proc/<pid>/environ``.
+    signals or abstract sockets outside the run (ABI 6+). Landlock also refuses reading another
+    process's ``/proc/<pid>/environ``.
 ``sandbox-exec``
     macOS: a profile that denies writes outside the scratch directory and reads of ``HOME`` and
     the llama-runtime home.
