@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import struct
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +158,8 @@ def run_process(
     Returns:
         The exit code and output; :data:`CANNOT_EXECUTE` with a sentence when it could not start.
     """
+    import subprocess  # deferred: status and ensure() read this module's names, and run nothing
+
     with span("binary run"):  # the verification runs' share of an update, for the benchmark's breakdown
         try:
             done = subprocess.run(
