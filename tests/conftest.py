@@ -16,6 +16,7 @@ import pytest
 from tests.archives import build_release_archive
 from tests.fakegithub import FakeGitHub
 from tests.helpers import publish_stand_in, real_build, run_json
+from tests.realbuild import describe_real_build
 
 
 @pytest.fixture
@@ -142,6 +143,11 @@ _POSIX_MODULES = frozenset(
         "test_stored_request", "test_trial",
     }
 )  # fmt: skip
+
+
+def pytest_report_header() -> str:
+    """Which real llama-server the run uses: the wheel's, or the wheel's with the AVX2 CPU backend."""
+    return describe_real_build()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

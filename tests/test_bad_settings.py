@@ -209,7 +209,7 @@ PROCESS_ENV_READERS = {
     "updater/verify/smoke.py": "the same allow-list, for the staged build's smoke run",
     "updater/sources/oci/auth.py": "registry credentials where container tools keep them (DOCKER_CONFIG, ...)",
     "runtime/server.py": "the managed llama-server runs with the user's environment (plus its home's mark)",
-    "updater/sources/tls.py": "the machine's CA bundle (SSL_CERT_FILE), as every TLS client here reads it",
+    "updater/net/tls.py": "the machine's CA bundle (SSL_CERT_FILE), as every TLS client here reads it",
 }
 
 

@@ -271,7 +271,7 @@ def fetch_direct(github: FakeGitHub, path: str, *, seconds: float = 60.0) -> tup
     blob_id = int(path.removeprefix("/attestations/").removesuffix(".json.sn"))
     with GitHubClient(github.api_url, REPO) as client:
         return bundle_url.fetch_bundle(
-            client.http,
+            client.net,
             github.bundle_url(blob_id),
             api_url=github.api_url,
             budget=bundle_url.MAX_BUNDLE_BYTES,

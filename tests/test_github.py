@@ -245,7 +245,7 @@ def test_an_api_answer_dripped_past_its_deadline_is_a_network_error_not_a_held_l
     import httpx
 
     from llama_runtime.runtime.errors import NetworkError
-    from llama_runtime.updater.sources.source import read_capped
+    from llama_runtime.updater.net.body import read_capped
 
     sent: list[bytes] = []
 

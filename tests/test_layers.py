@@ -1,11 +1,14 @@
 """The layers: each module imports only from its own layer or the layers below it.
 
-cli > api > engine > offline > activate > verify > stage > fetch > choice | sources > config > release > base > runtime
+cli > api > engine > offline > activate > verify > stage > fetch > choice | sources > config > release > base > net
+> runtime
 
 (``a > b``: ``a`` may import ``b``.) ``choice`` (decisions) and ``sources`` (IO) share a layer and
 import neither each other; ``base`` is what every layer of ``updater`` uses (logs, credentials,
-the crash-test checkpoints, the progress event); ``runtime`` never imports ``updater``. Lazy
-imports inside functions count (they couple modules as much as top-level ones); only ``if
+the crash-test checkpoints, the progress event); ``net`` is the one network layer every request
+goes through (origins, credentials bound to them, redirects, caps, retries, TLS); ``runtime``
+never imports ``updater``. Lazy imports inside functions count (they couple modules as much as
+top-level ones); only ``if
 TYPE_CHECKING:`` imports are left out, since they never run.
 """
 
@@ -17,6 +20,7 @@ from tests.test_imports import import_graph, our_modules
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("llama_runtime.runtime",),
+    ("llama_runtime.updater.net",),
     (
         "llama_runtime.updater.logs",
         "llama_runtime.updater.credentials",
@@ -131,7 +135,7 @@ CLI_NOT_YET_BEHIND_THE_FRONT_DOOR: dict[str, frozenset[str]] = {
         }
     ),
     # human_size; whether --dest names a registry (oci://…)
-    "offline": frozenset({"llama_runtime.updater.fetch.cache", "llama_runtime.updater.sources.oci.reference"}),
+    "offline": frozenset({"llama_runtime.updater.fetch.cache", "llama_runtime.updater.net.origin"}),
     "registry": frozenset({"llama_runtime.updater.fetch.cache"}),  # human_size
     "progressbar": frozenset(
         {"llama_runtime.runtime.clock", "llama_runtime.updater.fetch.cache", "llama_runtime.updater.progress"}

@@ -15,9 +15,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from llama_runtime.runtime.errors import NetworkError, UserInputError
+from llama_runtime.updater.net.tls import CA_BUNDLE_VAR
 from llama_runtime.updater.sources.oci.client import sha256_digest
 from llama_runtime.updater.sources.oci.connect import open_registry
-from llama_runtime.updater.sources.tls import CA_BUNDLE_VAR
 from tests.registry import Registry
 
 pytestmark = pytest.mark.e2e

@@ -265,9 +265,18 @@ class RateLimitError(RemoteError):
 
 
 class NetworkError(RemoteError):
-    """Timeouts, refused connections, resets, truncated bodies, 5xx."""
+    """Timeouts, refused connections, resets, truncated bodies, 5xx.
+
+    Args:
+        message: The sentence for people.
+        retry_after: Seconds the server asked to wait before the next try (its ``Retry-After``), if it did.
+    """
 
     code = "network_error"
+
+    def __init__(self, message: str, *, hint: str | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.retry_after = retry_after
 
 
 class RegistryAuthError(RemoteError):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeVar
 from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.runtime.fsutil import decimal
 from llama_runtime.runtime.marker import parse_backend
+from llama_runtime.updater.net.origin import is_oci_url
 
 if TYPE_CHECKING:
     from llama_runtime.updater.release.channel import Channel
@@ -300,10 +301,6 @@ def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
     return env_number(env, key, default)
 
 
-#: The API URLs of an OCI registry source (``mirror sync --dest`` fills it).
-OCI_URL_PREFIXES: Final = ("oci://", "oci+http://", "oci+https://")
-
-
 def resolve_settings(
     *,
     home: str | Path | None = None,
@@ -340,14 +337,14 @@ def resolve_settings(
     env = os.environ if env is None else env
     home_path = _home_setting(home, env)
     url = (api_url or env.get("LLAMA_RUNTIME_GITHUB_API", "").strip() or DEFAULT_API_URL).rstrip("/")
-    if url.startswith(OCI_URL_PREFIXES):
+    if is_oci_url(url):
         pass  # an OCI registry: its grammar is checked where it is opened (sources.oci.reference)
     elif not url.startswith(("https://", "http://", "file://")) or not addressable(url):
         raise UserInputError(f"Malformed API URL '{url}'. Use an http(s)://, file:// or oci:// URL.")
     given_repo = repo or env.get("LLAMA_RUNTIME_REPO", "").strip()
     repo_value = validate_repo(given_repo or (_active_repo(home_path) if follow_active_repo else None) or DEFAULT_REPO)
     backend_value, explicit = _backend_setting(backend, env)
-    channel_value = _channel_request(channel, env, registry=url.startswith(OCI_URL_PREFIXES))
+    channel_value = _channel_request(channel, env, registry=is_oci_url(url))
     return Settings(
         home=home_path,
         api_url=url,

@@ -17,11 +17,12 @@ a log line or ``jobs/current.json``.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
+
+from llama_runtime.updater.net.origin import may_carry_credentials, same_origin
 
 __all__ = [
     "GITHUB_API_ORIGIN",
@@ -39,7 +40,6 @@ __all__ = [
 GITHUB_API_ORIGIN: Final[str] = "https://api.github.com"
 _GITHUB_TOKEN_VARS: Final[tuple[str, ...]] = ("GITHUB_TOKEN", "GH_TOKEN")
 _OWN_TOKEN_VAR: Final[str] = "LLAMA_RUNTIME_GITHUB_TOKEN"
-_LOOPBACK_NAMES: Final[frozenset[str]] = frozenset({"localhost", "localhost.localdomain"})
 # A URL inside free text (an error message from a library): scheme://… up to a blank or quote.
 _URL_IN_TEXT: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 # What a token may hold: GitHub's are letters, digits and "_"; any visible ASCII is allowed,
@@ -47,38 +47,16 @@ _URL_IN_TEXT: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 _TOKEN_TEXT: Final = re.compile(r"^[\x21-\x7e]+$")
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    default = {"https": 443, "http": 80}.get(scheme)
-    return scheme, (parts.hostname or "").lower(), default if port is None else port
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` names this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def may_send_token(api_url: str) -> bool:
     """Whether any token may go to ``api_url`` at all: https, or http on loopback."""
-    scheme, host, _port = _origin(api_url)
-    return scheme == "https" or (scheme == "http" and is_loopback_host(host))
+    return may_carry_credentials(api_url)
 
 
 def token_names_for(api_url: str) -> str | None:
     """The variables whose token :func:`token_for` would send to ``api_url``, for hints; ``None``: none."""
     if not may_send_token(api_url):
         return None
-    if _origin(api_url) == _origin(GITHUB_API_ORIGIN):
+    if same_origin(api_url, GITHUB_API_ORIGIN):
         return f"{_GITHUB_TOKEN_VARS[0]} (or {_GITHUB_TOKEN_VARS[1]}, or {_OWN_TOKEN_VAR})"
     return _OWN_TOKEN_VAR
 
@@ -96,7 +74,7 @@ def token_for(api_url: str, env: Mapping[str, str]) -> str | None:
     own = env.get(_OWN_TOKEN_VAR, "").strip()
     if own and may_send_token(api_url):
         return own
-    if _origin(api_url) != _origin(GITHUB_API_ORIGIN):
+    if not same_origin(api_url, GITHUB_API_ORIGIN):
         return None
     for key in _GITHUB_TOKEN_VARS:
         value = env.get(key, "").strip()

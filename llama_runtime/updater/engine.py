@@ -17,12 +17,14 @@ importing this module costs nothing of httpx, the installer or process control.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.layout import Home
+from llama_runtime.updater.net.origin import is_oci_url
 
 if TYPE_CHECKING:
     import ssl
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.activate.installer import Installer
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import GatePolicy, Settings
+    from llama_runtime.updater.sources.oci.client import RegistryClient
     from llama_runtime.updater.sources.source import ReleaseSource
     from llama_runtime.updater.stage.streaming import FetchOptions
 
@@ -41,6 +44,8 @@ __all__ = ["Engine", "Seams"]
 CONNECT_TIMEOUT_SECONDS: Final[float] = 10.0
 #: Name of the ETag cache in ``<home>/cache`` (conditional requests cost no quota).
 ETAG_CACHE_NAME: Final = "etags.json"
+#: Name of the registry token cache in ``<home>/cache`` (a repeated check is one request).
+TOKEN_CACHE_NAME: Final = "registry-tokens.json"
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,7 @@ class Engine:
         """
         if self.seams.source_factory is not None:
             return self.seams.source_factory()
+        self._describe_runtime()
         import httpx
 
         from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
@@ -101,13 +107,12 @@ class Engine:
             cache = JsonFileEtagCache(self.home.cache_dir / ETAG_CACHE_NAME)
         read = self.settings.read_timeout
         api_url, transport = self.settings.api_url, None
-        if api_url.startswith(("oci://", "oci+http://", "oci+https://")):
+        if is_oci_url(api_url):
             # An OCI registry filled by ``mirror sync --dest oci://…``.
             from llama_runtime.updater.sources.oci.source import open_registry_source
 
-            return open_registry_source(
-                api_url, self.settings.repo, etag_cache=cache, read_timeout=read, ca_bundle=self.settings.ca_bundle
-            )
+            registry = self._registry_client(api_url, api_deadline=api_deadline, tokens=etag_cache)
+            return open_registry_source(registry, self.settings.repo, etag_cache=cache)
         if api_url.startswith("file://"):
             # A mirror directory (``llama-runtime mirror sync``), read without a server.
             from llama_runtime.updater.sources.mirror_reader import FileTransport, file_api_url
@@ -125,9 +130,56 @@ class Engine:
             verify=self.tls() if transport is None else True,
         )
 
+    def _describe_runtime(self) -> None:
+        """Name the active runtime (build, backend) in the User-Agent's detail; nothing when none is readable."""
+        from llama_runtime.runtime.errors import LlamaRuntimeError
+        from llama_runtime.updater.net.identity import describe_runtime
+
+        build = backend = None
+        try:
+            pointer = self.home.read_pointer() if self.home.root.is_dir() else None
+            if pointer is not None and pointer.active:
+                marker = self.home.load(pointer.active).marker
+                build, backend = marker.tag, marker.backend
+        except (LlamaRuntimeError, OSError, ValueError):
+            pass  # a damaged home names no runtime; the request goes out all the same
+        describe_runtime(build=build, backend=backend)
+
+    @contextlib.contextmanager
+    def open_registry(self, url: str) -> Iterator[RegistryClient]:
+        """A client of the registry repository ``url`` (a push's destination), closed on exit.
+
+        The settings' read timeout and CA bundle are the ones a registry source gets; every request
+        keeps its own bounds (a push pages every build), and the home is left alone (no token cache),
+        as ``mirror sync`` does.
+        """
+        self._describe_runtime()
+        client = self._registry_client(url, api_deadline=False, tokens=False)
+        try:
+            yield client
+        finally:
+            client.http.close()
+
+    def _registry_client(self, url: str, *, api_deadline: bool, tokens: bool) -> RegistryClient:
+        from llama_runtime.updater.sources.oci.auth import JsonFileTokenCache
+        from llama_runtime.updater.sources.oci.connect import registry_client
+
+        cache = None
+        if tokens:
+            self.home.ensure()
+            cache = JsonFileTokenCache(self.home.cache_dir / TOKEN_CACHE_NAME, self.seams.clock)
+        return registry_client(
+            url,
+            read_timeout=self.settings.read_timeout,
+            ca_bundle=self.settings.ca_bundle,
+            deadline=self.settings.api_deadline if api_deadline else None,
+            clock=self.seams.clock,
+            tokens=cache,
+        )
+
     def tls(self) -> ssl.SSLContext | bool:
         """What HTTPS connections trust: ``--ca-bundle``, OpenSSL's variables, else the OS store and certifi."""
-        from llama_runtime.updater.sources.tls import ssl_context
+        from llama_runtime.updater.net.tls import ssl_context
 
         return ssl_context(ca_bundle=self.settings.ca_bundle)
 
@@ -160,9 +212,7 @@ class Engine:
 
         # No source (install-file, use) or a file:// mirror: an offline machine, no trust-root refresh.
         # A registry is the fleet's offline copy too: nothing is asked of the internet.
-        offline = source is None or self.settings.api_url.startswith(
-            ("file://", "oci://", "oci+http://", "oci+https://")
-        )
+        offline = source is None or self.settings.api_url.startswith("file://") or is_oci_url(self.settings.api_url)
         return Installer(
             self.home,
             source=source,

@@ -447,10 +447,9 @@ class InstallPipeline:
         warnings.extend(self.acquirer.provenance_check.warnings_for(release.repo))
         checkpoint("after_download")
         facts = download_facts(release, choice, planned.backend_request, downloads, planned.identity, reused)
-        from llama_runtime.updater.sources.oci.source import bytes_origin
-
         # A registry's manifest, when the bytes came from one.
-        facts = replace(facts, source=bytes_origin(self.acquirer.source, release) or facts.source)
+        source = self.acquirer.source
+        facts = replace(facts, source=(source.origin_of(release) if source is not None else None) or facts.source)
         try:
             with span("provenance"):
                 facts, staged = self._check_provenance(release, choice, fetched[0], downloads, facts, emit, reused)

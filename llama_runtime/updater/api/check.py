@@ -207,7 +207,7 @@ def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobLis
 
 def _skipped(installed: str | None, not_before: float, problem: str | None, now: float) -> CheckResult:
     """The answer while a stored rate-limit backoff runs: no request is made."""
-    reason = f"GitHub's rate limit was reached; the check resumes after {when_text(not_before, now)}."
+    reason = f"The source's rate limit was reached; the check resumes after {when_text(not_before, now)}."
     return CheckResult(
         installed, None, False, skipped="rate_limited", not_before=not_before, reason=reason, problem=problem
     )

@@ -470,18 +470,17 @@ class JobRunner:
             return job
 
     def _hold_while_rate_limited(self, source: ReleaseSource) -> None:
-        """Ask GitHub nothing while the home's stored rate-limit back-off runs (``check`` honours it too)."""
+        """Ask the source nothing while the home's stored rate-limit back-off runs (``check`` honours it too)."""
         from llama_runtime.updater.api.backoff import Backoff
-        from llama_runtime.updater.sources.github import GitHubClient
 
-        if not isinstance(source, GitHubClient) or self.engine.settings.api_url.startswith("file://"):
+        if self.engine.settings.api_url.startswith("file://"):
             return  # a mirror directory keeps no quota
         now = self.engine.seams.clock.time()
         not_before = Backoff(self.home.cache_dir).not_before(now)
         if not_before is not None and now < not_before:
             source.hold_requests(
                 not_before - now,
-                "An earlier request used up GitHub's rate limit; not asking again before "
+                "An earlier request used up the source's rate limit; not asking again before "
                 f"{when_text(not_before, now)}.",
             )
 

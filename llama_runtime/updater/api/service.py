@@ -714,19 +714,13 @@ class RuntimeUpdater:
         from llama_runtime.updater.offline.mirror import MirrorFetch
         from llama_runtime.updater.offline.registry_push import sync_registry
         from llama_runtime.updater.release.tags import validate_tag
-        from llama_runtime.updater.sources.oci.connect import open_registry
-        from llama_runtime.updater.stage.streaming import FetchOptions
 
         engine = self._core
         wanted = [parse_backend(b, allow_auto=False, source="--backend") for b in backends]
         filters = [platform_filter(p) for p in platforms]
         checked_tag = validate_tag(tag) if tag is not None else None
         with (
-            open_registry(
-                registry_repository(dest),
-                read_timeout=engine.settings.read_timeout,
-                ca_bundle=engine.settings.ca_bundle,
-            ) as registry,
+            engine.open_registry(registry_repository(dest)) as registry,
             engine.open_source(etag_cache=False, api_deadline=False) as client,
         ):
             return sync_registry(
@@ -738,7 +732,7 @@ class RuntimeUpdater:
                 backends=wanted,
                 channel=self.channel or "stable",
                 channels=None if channels is None else list(channels),
-                fetch=MirrorFetch(FetchOptions(parallel=engine.settings.parallel_downloads), progress),
+                fetch=MirrorFetch(engine.fetch_options(), progress),
             )
 
     @front_door
@@ -757,9 +751,8 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.mirror_args import registry_repository
         from llama_runtime.updater.offline.registry_push import Promotion, promote
-        from llama_runtime.updater.sources.oci.connect import open_registry
 
-        with open_registry(registry_repository(dest), ca_bundle=self._core.settings.ca_bundle) as registry:
+        with self._core.open_registry(registry_repository(dest)) as registry:
             digest = promote(registry, tag, channel, to_sync=to_sync)
             return Promotion(registry.ref.display, tag or "", channel, digest, to_sync)
 

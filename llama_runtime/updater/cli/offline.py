@@ -155,7 +155,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR|oci://… [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``,
     ``mirror promote --dest oci://… --tag T --to CHANNEL``."""
-    from llama_runtime.updater.sources.oci.reference import is_oci_url
+    from llama_runtime.updater.net.origin import is_oci_url
 
     if args.mirror_action == "promote":
         from llama_runtime.updater.cli.registry import cmd_promote

@@ -53,6 +53,13 @@ from llama_runtime.updater.fetch.partial import (
     sidecar_path,
     strong_etag,
 )
+from llama_runtime.updater.net.limits import (
+    MAX_RETRY_WAIT_SECONDS,
+    extra_wait,
+    rate_limit_refusal,
+    retry_after_seconds,
+)
+from llama_runtime.updater.net.session import Credentials, Session
 from llama_runtime.updater.release.release import Asset
 
 if TYPE_CHECKING:
@@ -83,10 +90,6 @@ __all__ = [
 
 # -- asset_request: One GET of a release asset's bytes: redirects, ranges, validators. ---------------------------
 
-# GitHub uses two hops (github.com → CDN); more than a few means a loop.
-_MAX_REDIRECTS: Final[int] = 5
-_REDIRECT_STATUSES: Final[frozenset[int]] = frozenset({301, 302, 303, 307, 308})
-
 
 def network_error(asset_name: str, what: str, *, kept: bool = True) -> NetworkError:
     """A failed transfer of ``asset_name``, saying whether its partial file is kept for resuming."""
@@ -109,8 +112,9 @@ class AssetRequest:
     """
 
     def __init__(self, source: AssetHost, asset: Asset, path: Path) -> None:
-        self.http = source.http
-        self.auth = source.auth_headers_for
+        # One try per open: the download's own loop retries, resuming from the bytes it holds.
+        self.net = Session(source.http, who=f"the host of {asset.name}", attempts=1)
+        self.credentials: Credentials = source
         self.first_url = source.asset_request(asset)[0]
         self.asset = asset
         self.path = path
@@ -119,37 +123,30 @@ class AssetRequest:
     def open(self, offset: int, if_range: str | None, end: int | None = None) -> Iterator[httpx.Response]:
         """The streamed response for bytes ``offset``..``end`` (all from ``offset`` when ``end`` is None).
 
+        Redirects are the network layer's (credentials only to the source's own origin).
+
         Raises:
             NetworkError: Transport failures, 5xx, 429, a wrong range.
             RemoteError: 4xx, or a redirect loop.
         """
-        url = self.first_url
-        for _hop in range(_MAX_REDIRECTS + 1):
-            # identity: the stored bytes are the asset's bytes, never a transfer encoding of them.
-            headers = {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
-            headers.update(self.auth(url))
-            if offset or end is not None:
-                headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
-                if if_range is not None:
-                    headers["If-Range"] = if_range
-            try:
-                request = self.http.build_request("GET", url, headers=headers)
-                response = self.http.send(request, stream=True, follow_redirects=False)
-            except httpx.HTTPError as exc:
-                raise self.network_error(f"could not connect ({type(exc).__name__})") from exc
-            try:
-                if response.status_code in _REDIRECT_STATUSES:
-                    url = str(response.url.join(response.headers.get("location", "")))
-                    continue
-                self._check_status(response, offset, if_range)
-                yield response
-                return
-            finally:
-                response.close()
-        raise RemoteError(
-            f"Downloading {self.asset.name} redirected more than {_MAX_REDIRECTS} times; "
-            "the server is in a redirect loop."
-        )
+        # identity: the stored bytes are the asset's bytes, never a transfer encoding of them.
+        headers = {"Accept": "application/octet-stream", "Accept-Encoding": "identity"}
+        if offset or end is not None:
+            headers["Range"] = f"bytes={offset}-{'' if end is None else end}"
+            if if_range is not None:
+                headers["If-Range"] = if_range
+        try:
+            response = self.net.send("GET", self.first_url, headers=headers, stream=True, credentials=self.credentials)
+        except NetworkError as exc:
+            cause = exc.__cause__
+            error = self.network_error(f"could not connect ({type(cause).__name__ if cause else exc.message})")
+            error.hint = exc.hint  # the one TLS hint, when the certificate was the cause
+            raise error from exc
+        try:
+            self._check_status(response, offset, if_range)
+            yield response
+        finally:
+            response.close()
 
     def network_error(self, what: str, *, kept: bool = True) -> NetworkError:
         """A failed transfer of this asset (see :func:`network_error`)."""
@@ -171,8 +168,15 @@ class AssetRequest:
         if status == 416:
             discard_partial(self.path)
             raise self.network_error("the server refused to resume the partial file", kept=False)
-        if status == 429 or status >= 500:
-            raise self.network_error(f"the server answered HTTP {status}")
+        if status in (403, 429) or status >= 500:
+            asked = retry_after_seconds(response)
+            if status == 403 or (asked is not None and asked > MAX_RETRY_WAIT_SECONDS):
+                limited = rate_limit_refusal(response, f"The host of {self.asset.name}")
+                if limited is not None:  # a wait for the scheduler, not for this command
+                    raise limited
+            if status != 403:
+                what = network_error(self.asset.name, f"the server answered HTTP {status}").message
+                raise NetworkError(what, retry_after=asked)
         raise RemoteError(
             f"Could not download {self.asset.name}: the server answered HTTP {status} "
             f"for {redact_url(str(response.url))}."
@@ -312,6 +316,9 @@ def download_asset(
             partial and its sidecar are deleted first.
     """
     job = _Job(source, asset, dest_partial, max_bytes, expected_size, expected_sha256, on_disk)
+    held = source.held_bytes(asset)
+    if held is not None:  # nothing to fetch: the same checks, on the bytes the source holds
+        return job.from_held(held, progress)
     job.watch = PaceWatch(pace if pace is not None else DownloadPace())
     return _with_retries(job, progress, cancel, sleep=sleep, attempts=attempts)
 
@@ -321,13 +328,17 @@ def _with_retries(
 ) -> DownloadResult:
     """Run ``job`` until it finishes, retrying a network failure with backoff (each retry resumes)."""
     assert job.watch is not None
-    for last in tries(sleep, attempts=attempts):
+    wait_asked = 0.0
+    for failed, last in enumerate(tries(sleep, attempts=attempts)):
+        if failed and wait_asked:
+            sleep(wait_asked)  # a server's Retry-After beyond the backoff tries() just waited
         job.watch.new_attempt()
         try:
             return job.run(progress, cancel)
-        except NetworkError:
+        except NetworkError as exc:
             if last:
                 raise
+            wait_asked = extra_wait(exc, failed + 1)
         except OSError as exc:
             if is_disk_full(exc):
                 discard_partial(job.path)  # the space is what is missing: keeping it holds on to it
@@ -445,6 +456,19 @@ class _Job:
                 f"the connection failed after {human_size(total)} ({type(exc).__name__})"
             ) from exc
         return total
+
+    def from_held(self, data: bytes, progress: BytesDone | None) -> DownloadResult:
+        """The file of bytes the source holds itself, checked as a download's (size, cap, digest)."""
+        if len(data) > self.cap:
+            raise SizeMismatchError(self._too_big_message())
+        with self.path.open("wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        self._tell(len(data))
+        if progress is not None:
+            progress(len(data), self.expected_size)
+        return self._finish(hashlib.sha256(data), len(data), 0)
 
     def _finish(self, hasher: _Hash, total: int, resumed_from: int) -> DownloadResult:
         if self.expected_size is not None and total < self.expected_size:

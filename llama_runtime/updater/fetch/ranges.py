@@ -56,6 +56,7 @@ from llama_runtime.updater.fetch.download import (
 )
 from llama_runtime.updater.fetch.partial import DownloadPace, PaceWatch, discard_unowned, strong_etag
 from llama_runtime.updater.logs import warn_state
+from llama_runtime.updater.net.limits import extra_wait
 from llama_runtime.updater.release.release import Asset
 
 if TYPE_CHECKING:
@@ -205,6 +206,8 @@ MIN_PARALLEL_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_PARALLEL: Final = DEFAULT_PARALLEL_DOWNLOADS
 #: Bytes between two saves of the per-range record (a save is one small rename).
 _SAVE_EVERY_BYTES: Final = 8 * 1024 * 1024
+#: Longest wait for a worker to notice an interrupt (seconds): it stops after the chunk in hand.
+_STOP_JOIN_SECONDS: Final[float] = 5.0
 #: Read size of the digest's pass over the reassembled file.
 _HASH_READ_BYTES: Final = 1024 * 1024
 
@@ -365,10 +368,21 @@ class RangedDownload:
             for i, span in enumerate(self._spans)
             if not span.complete
         ]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
+        try:
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+        except BaseException:
+            # Ctrl-C, or SIGTERM (the CLI makes it the same interrupt): every byte on disk stays usable,
+            # so the workers stop and the record is saved before the interrupt goes on; a rerun resumes
+            # to the byte instead of from the last periodic save.
+            self._stop.set()
+            for worker in workers:
+                if worker.is_alive():
+                    worker.join(timeout=_STOP_JOIN_SECONDS)
+            self._save()
+            raise
         if self._errors:
             self.growing.fail()
             digest.wait()
@@ -393,7 +407,10 @@ class RangedDownload:
     def _worker(self, fd: int, span: Span) -> None:
         # Each connection is held to the minimum rate; the deadline counts from the first attempt.
         watch = PaceWatch(self.pace)
-        for last in tries(self.sleep):
+        wait_asked = 0.0
+        for failed, last in enumerate(tries(self.sleep)):
+            if failed and wait_asked:
+                self.sleep(wait_asked)  # a server's Retry-After beyond the backoff tries() just waited
             watch.new_attempt()
             try:
                 self._fetch_span(fd, span, watch)
@@ -402,6 +419,7 @@ class RangedDownload:
                 if last or self._stop.is_set():
                     self._fail(exc)
                     return
+                wait_asked = extra_wait(exc, failed + 1)
             except BaseException as exc:
                 self._fail(exc)
                 return

@@ -36,7 +36,6 @@ import contextlib
 import dataclasses
 import json
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.errors import RemoteError, UserInputError
 from llama_runtime.runtime.fsutil import sha256_file
+from llama_runtime.updater.fetch.scratch import scratch_dir
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import Progress
 from llama_runtime.updater.release.channel import Channel, pointer_asset
@@ -181,7 +181,7 @@ def sync_registry(
     named = _versions_by_build(client, versions)
     tags = _Tags(registry, report, sleep)
     replaced: dict[str, str] = {}  # a build's manifest before this run merged into it -> the build tag
-    with _scratch() as scratch:
+    with _scratch(registry.ref.repository_url) as scratch:
         for build in builds:
             assets = chosen_assets(client, build, platforms or [], backends or [])
             pusher = _BuildPush(client, registry, scratch, fetch or MirrorFetch(), report, tags)
@@ -451,25 +451,25 @@ class _Held:
 
 
 @contextlib.contextmanager
-def _scratch() -> Iterator[Path]:
-    """A scratch directory for the downloads (in ``TMPDIR``); a full disk there is said as such."""
+def _scratch(dest: str) -> Iterator[Path]:
+    """A scratch directory for the downloads (in ``TMPDIR``), named by ``dest``: an interrupted push leaves
+    its partial download there for the next push to resume; a full disk there is said as such."""
     from llama_runtime.runtime.errors import DiskSpaceError
     from llama_runtime.runtime.fsutil import is_disk_full
 
-    path = Path(tempfile.mkdtemp(prefix="llama-runtime-push-"))
-    try:
-        yield path
-    except OSError as exc:
-        if not is_disk_full(exc):
-            raise
-        raise DiskSpaceError(
-            f"The disk holding {path.parent} (TMPDIR) filled up while `mirror sync` downloaded an asset to push; "
-            "nothing was tagged for that build and the registry keeps every build that was complete.",
-            hint="Free space there, or point TMPDIR at a larger disk, and run `mirror sync` again "
-            "(blobs already in the registry are not sent again).",
-        ) from None
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    with scratch_dir(dest) as path:
+        try:
+            yield path
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            shutil.rmtree(path, ignore_errors=True)  # the space is what is missing: nothing is kept to resume
+            raise DiskSpaceError(
+                f"The disk holding {path.parent} (TMPDIR) filled up while `mirror sync` downloaded an asset to push; "
+                "nothing was tagged for that build and the registry keeps every build that was complete.",
+                hint="Free space there, or point TMPDIR at a larger disk, and run `mirror sync` again "
+                "(blobs already in the registry are not sent again).",
+            ) from None
 
 
 class _BuildPush:
@@ -593,7 +593,7 @@ class _BuildPush:
         if published is not None and self.registry.has_blob(f"sha256:{published}"):
             self.report.reused.append(f"{tag}/{asset.name}")
             return published
-        if published is not None and self._mounted(f"sha256:{published}"):
+        if published is not None and self._mounted(asset, f"sha256:{published}"):
             self.report.mounted.append(f"{tag}/{asset.name}")
             return published
         path = self._download(tag, asset)
@@ -602,27 +602,35 @@ class _BuildPush:
         if self.registry.has_blob(digest):
             self.report.reused.append(f"{tag}/{asset.name}")
         else:
-            self.registry.push_blob(digest, asset.size, _reader(path), progress=self._progress(asset))
+            self.registry.push_blob(
+                digest,
+                asset.size,
+                _reader(path),
+                progress=self._progress(asset),
+                session=self.scratch / f"{sha}.upload",
+            )
             self.report.uploaded.append(f"{tag}/{asset.name}")
             self.report.uploaded_bytes += asset.size
             log.info("pushed", asset=asset.name, bytes=asset.size, digest=digest)
         path.unlink(missing_ok=True)
         return sha
 
-    def _mounted(self, digest: str) -> bool:
-        """Whether ``digest`` was mounted from the upstream repository (a registry source on the same registry).
+    def _mounted(self, asset: Asset, digest: str) -> bool:
+        """Whether ``digest`` was mounted from the repository ``asset`` is a blob of (on this very registry).
 
         distribution-spec "Mounting a blob from another repository": the registry links the blob
-        without a transfer; a registry that will not answers with an upload session instead.
+        without a transfer; a registry that will not answers with an upload session instead. Whether
+        the asset lives there is its URL's: ``/v2/<name>/blobs/<digest>`` on the registry's own origin.
         """
-        from llama_runtime.updater.sources.oci.source import RegistrySource
+        from llama_runtime.updater.net.origin import same_origin
 
-        source = self.client
-        if not isinstance(source, RegistrySource) or source.registry.ref.host != self.registry.ref.host:
+        if not same_origin(asset.download_url, self.registry.origin):
             return False
-        if source.registry.ref.name == self.registry.ref.name:
+        _v2, found, rest = asset.download_url.partition(f"{self.registry.origin}/v2/")
+        name = rest.rpartition("/blobs/")[0] if found else ""
+        if not name or name == self.registry.ref.name:
             return False
-        return self.registry.mount_blob(digest, source.registry.ref.name)
+        return self.registry.mount_blob(digest, name)
 
     def _download(self, tag: str, asset: Asset) -> Path:
         from llama_runtime.updater.fetch.download import throttled

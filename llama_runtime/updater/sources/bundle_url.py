@@ -37,13 +37,14 @@ from urllib.parse import urlsplit
 
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import NetworkError, RemoteDataError, RemoteError
-from llama_runtime.updater.credentials import is_loopback_host, redact_url
+from llama_runtime.updater.credentials import redact_url
 from llama_runtime.updater.logs import get_logger
+from llama_runtime.updater.net.body import read_capped, too_slow
+from llama_runtime.updater.net.origin import is_loopback_host
 from llama_runtime.updater.release.remote_json import loads_bounded
-from llama_runtime.updater.sources.source import read_capped, too_slow
 
 if TYPE_CHECKING:
-    import httpx
+    from llama_runtime.updater.net.session import Session
 
 __all__ = [
     "MAX_BUNDLE_BYTES",
@@ -151,7 +152,7 @@ def resolve_bundle_urls(
 
 
 def fetch_bundle(
-    http: httpx.Client,
+    net: Session,
     url: str,
     *,
     api_url: str,
@@ -163,8 +164,7 @@ def fetch_bundle(
     """The Sigstore bundle at ``url`` and its decoded size, fetched with no credentials.
 
     Args:
-        http: The connection pool; the request carries no ``Authorization`` and no GitHub
-            header (the pool's own headers are only ``User-Agent``).
+        net: The network layer; the request carries no credentials and no GitHub header.
         url: The entry's ``bundle_url``.
         api_url: The API root that listed it (decides whether loopback http is allowed).
         budget: Most decoded bytes this bundle may take.
@@ -188,9 +188,10 @@ def fetch_bundle(
     if left <= 0:
         raise too_slow(what, deadline_s)
     try:
-        # The pre-signed URL alone authorises the read; headers are the pool's User-Agent only.
-        request = http.build_request("GET", url, headers={"Accept-Encoding": "gzip"}, timeout=httpx.Timeout(left))
-        response = http.send(request, stream=True, follow_redirects=False)
+        # The pre-signed URL alone authorises the read: no credentials, one try (the deadline is shared).
+        response = net.send(
+            "GET", url, headers={"Accept-Encoding": "gzip"}, stream=True, attempts=1, follow_redirects=False
+        )
         try:
             if response.status_code != 200:
                 raise RemoteError(f"{what} could not be fetched (HTTP {response.status_code})")

@@ -30,12 +30,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Self
 
 import httpx
 
-from llama_runtime._version import __version__
-from llama_runtime.runtime.clock import RETRY_ATTEMPTS, SYSTEM_CLOCK, Clock, TimeBudget, tries
+from llama_runtime.runtime.clock import RETRY_ATTEMPTS, SYSTEM_CLOCK, Clock, TimeBudget
 from llama_runtime.runtime.errors import (
     NetworkError,
     RateLimitError,
@@ -54,6 +53,8 @@ from llama_runtime.updater.credentials import (
     token_names_for,
 )
 from llama_runtime.updater.logs import get_logger, redact_with, warn_state
+from llama_runtime.updater.net.body import ACCEPT_ENCODING
+from llama_runtime.updater.net.session import OriginCredential, Session, connection_pool
 from llama_runtime.updater.release.release import (
     Asset,
     Release,
@@ -67,16 +68,9 @@ from llama_runtime.updater.release.release import (
 from llama_runtime.updater.release.remote_json import loads_bounded
 from llama_runtime.updater.release.tags import is_release_version
 from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
-from llama_runtime.updater.sources.source import (
-    ACCEPT_ENCODING,
-    API_BODY_DEADLINE_SECONDS,
-    EtagCache,
-    RateLimit,
-    read_capped,
-    too_slow,
-)
+from llama_runtime.updater.sources.source import EtagCache, RateLimit
 
-__all__ = ["GitHubClient", "same_origin"]
+__all__ = ["GitHubClient"]
 
 
 # -- github_transport: One API GET: retried on dropped connections and 5xx, size-capped. -------------------------
@@ -91,172 +85,6 @@ _STATIC_FILE_TYPES: Final[frozenset[str]] = frozenset(
 )
 # Characters of a Content-Type quoted in a message (a hostile header cannot flood it).
 _CTYPE_QUOTE_CHARS: Final[int] = 60
-#: Shortest wait for one read (seconds): 0 would mean "never wait" to the socket layer.
-MIN_READ_SECONDS: Final[float] = 0.001
-#: Where the person sets the one API deadline (:data:`updater.config.API_DEADLINE_SECONDS`).
-API_DEADLINE_ENV: Final[str] = "LLAMA_RUNTIME_API_DEADLINE"
-#: Where the person sets one request's read timeout (:data:`updater.config.READ_TIMEOUT_SECONDS`).
-READ_TIMEOUT_ENV: Final[str] = "LLAMA_RUNTIME_READ_TIMEOUT"
-
-
-def send_with_retries(
-    http: httpx.Client,
-    url: str,
-    headers: dict[str, str],
-    *,
-    attempts: int,
-    sleep: Callable[[float], None],
-    budget: TimeBudget | None = None,
-) -> tuple[httpx.Response, bytes]:
-    """The (closed) response and its decoded body, read under the size cap.
-
-    Connection errors and 5xx answers are tried ``attempts`` times with
-    exponential backoff; the last 5xx answer is returned for the caller to
-    report, other answers at once. Every try, backoff and body read draws on
-    ``budget`` (the source's one API deadline): no wait outlasts what is left
-    of it, and no try starts that the budget cannot hold.
-
-    Raises:
-        NetworkError: The connection failed on every attempt, or the budget ran out.
-        RemoteError: A redirect loop.
-    """
-    budget = budget or TimeBudget(math.inf)
-    failed = 0
-    with budget.spending():
-        for last in tries(sleep, attempts=attempts):
-            try:
-                response, body = _try_once(http, url, headers, budget)
-            except _TryFailed as exc:
-                failed += 1
-                if last or not budget.allows_retry(failed):
-                    raise exc.error from exc.__cause__
-            else:
-                failed += 1
-                if response.status_code < 500 or last or not budget.allows_retry(failed):
-                    return response, body
-    raise AssertionError("unreachable: the last attempt returns or raises")
-
-
-class _TryFailed(Exception):
-    """One try failed in a way another try may cure; ``error`` is what the person reads if none does."""
-
-    def __init__(self, error: NetworkError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-def _try_once(
-    http: httpx.Client, url: str, headers: dict[str, str], budget: TimeBudget
-) -> tuple[httpx.Response, bytes]:
-    """One GET of ``url``, every wait of it clipped to what ``budget`` has left.
-
-    Raises:
-        _TryFailed: No connection, no answer, an answer too slow, a dropped transfer.
-        RemoteError: A redirect loop.
-    """
-    api, left = _origin(url), budget.left()
-    if left <= 0:
-        raise _TryFailed(_no_time_left(api, budget.seconds))
-    timeout = _clipped(http.timeout, left)
-    try:
-        request = http.build_request("GET", url, headers=headers, timeout=timeout)
-        response = http.send(request, stream=True, follow_redirects=True)
-    except httpx.TooManyRedirects as exc:
-        raise RemoteError(f"GitHub redirected in a loop for {redact_url(url)}.") from exc
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-        raise _TryFailed(_could_not_connect(api, exc)) from exc
-    except httpx.ReadTimeout as exc:
-        bound_by = API_DEADLINE_ENV if left <= (http.timeout.read or math.inf) else READ_TIMEOUT_ENV
-        raise _TryFailed(_no_answer(api, timeout.read or left, bound_by)) from exc
-    except httpx.HTTPError as exc:
-        raise _TryFailed(_dropped(url, exc)) from exc
-    body_deadline = min(API_BODY_DEADLINE_SECONDS, max(budget.left(), 0.0))
-    by_api_deadline = body_deadline < API_BODY_DEADLINE_SECONDS  # else each answer's own deadline binds
-    _shorten_body_reads(response, body_deadline)
-    try:
-        body = read_capped(response, what=f"an answer for {redact_url(url)}", deadline_s=body_deadline)
-    except NetworkError as exc:  # read_capped's only one: the body outlasted its deadline
-        raise _TryFailed(_too_slow(api, body_deadline, by_api_deadline=by_api_deadline)) from exc
-    except httpx.ReadTimeout as exc:  # a stall mid-body: one read waited its whole timeout
-        stalled = min(body_deadline, http.timeout.read or math.inf)
-        raise _TryFailed(_too_slow(api, stalled, by_api_deadline=by_api_deadline)) from exc
-    except httpx.HTTPError as exc:
-        raise _TryFailed(_dropped(url, exc)) from exc
-    finally:
-        response.close()
-    return response, body
-
-
-def _shorten_body_reads(response: httpx.Response, seconds: float) -> None:
-    """No single read of ``response``'s body may wait longer than ``seconds`` (what the budget has left).
-
-    httpcore takes the body's read timeout from the request's ``timeout`` extension
-    when the body is first read, so setting it now bounds a stall after the headers
-    by what is left, not by a whole timeout taken when the request began.
-    """
-    waits = response.request.extensions.get("timeout")
-    if isinstance(waits, dict):
-        read = waits.get("read")
-        waits["read"] = max(min(read, seconds) if isinstance(read, int | float) else seconds, MIN_READ_SECONDS)
-
-
-def _clipped(timeout: httpx.Timeout, left: float) -> httpx.Timeout:
-    """``timeout`` with no phase longer than ``left`` seconds."""
-
-    def clip(phase: float | None) -> float:
-        return left if phase is None else min(phase, left)
-
-    return httpx.Timeout(
-        connect=clip(timeout.connect), read=clip(timeout.read), write=clip(timeout.write), pool=clip(timeout.pool)
-    )
-
-
-def _origin(url: str) -> str:
-    """Scheme, host and port of ``url``: where the API is, without path, query or credentials."""
-    parsed = httpx.URL(url)
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme}://{parsed.host}{port}"
-
-
-def _could_not_connect(api: str, exc: httpx.HTTPError) -> NetworkError:
-    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-        return NetworkError(
-            f"Could not connect to the API at {api}: its TLS certificate is not trusted here.",
-            hint="Pass --ca-bundle (or set LLAMA_RUNTIME_CA_BUNDLE, or SSL_CERT_FILE) to the CA bundle it chains to "
-            "(a TLS-inspecting proxy's CA), or install that CA in the operating system's trust store.",
-        )
-    return NetworkError(
-        f"Could not connect to the API at {api} ({type(exc).__name__}); check the network connection and try again."
-    )
-
-
-def _no_answer(api: str, seconds: float, bound_by: str) -> NetworkError:
-    return NetworkError(
-        f"The API at {api} accepted the connection but sent no answer within {round(seconds, 1):g} s; "
-        f"it may be overloaded or a proxy may be holding the request. Try again later, or raise {bound_by}."
-    )
-
-
-def _too_slow(api: str, seconds: float, *, by_api_deadline: bool) -> NetworkError:
-    deadline = f"the {API_DEADLINE_ENV} deadline" if by_api_deadline else "the deadline of one answer"
-    return NetworkError(
-        f"The API at {api} answered too slowly: its answer did not arrive in full within {round(seconds, 1):g} s, "
-        f"{deadline}. Try again later."
-    )
-
-
-def _no_time_left(api: str, deadline_s: float) -> NetworkError:
-    return NetworkError(
-        f"The API at {api} used up the {deadline_s:g} s deadline ({API_DEADLINE_ENV}) of this command "
-        "with slow or failing answers. Try again later."
-    )
-
-
-def _dropped(url: str, exc: httpx.HTTPError) -> NetworkError:
-    return NetworkError(
-        f"Could not reach GitHub at {redact_url(url)}: {type(exc).__name__}; "
-        "check the network connection and try again."
-    )
 
 
 def decode_json(response: httpx.Response, raw: bytes) -> Any:
@@ -345,14 +173,7 @@ _PER_PAGE: Final[int] = 100
 SMALL_ASSET_DEADLINE_SECONDS: Final[float] = 60.0
 
 
-DEFAULT_USER_AGENT: Final[str] = f"llama-runtime/{__version__}"
 log = get_logger("llama_runtime.github")
-
-
-def same_origin(a: str, b: str) -> bool:
-    """Whether two URLs share scheme, host and port."""
-    ua, ub = httpx.URL(a), httpx.URL(b)
-    return (ua.scheme, ua.host, ua.port) == (ub.scheme, ub.host, ub.port)
 
 
 class GitHubClient:
@@ -364,16 +185,20 @@ class GitHubClient:
         token: Sent as ``Authorization: Bearer`` to the API origin only.
         transport: httpx transport override (a ``file://`` mirror's
             :class:`~updater.sources.mirror_reader.FileTransport`, tests).
-        user_agent: ``User-Agent`` for every request (GitHub requires one).
         timeout: httpx timeouts; connect 10 s, read 30 s by default.
         etag_cache: Where ETags and bodies persist for conditional requests.
-        verify: What HTTPS certificates are trusted (:func:`~.tls.ssl_context`; httpx's certifi by default).
+        verify: What HTTPS certificates are trusted (:func:`~llama_runtime.updater.net.tls.ssl_context`;
+            httpx's certifi by default).
         sleep: Backoff sleep, injectable so tests never wait.
         attempts: Tries for 5xx and connection errors.
         clock: Deadlines of small downloads and attestation bundles.
         api_deadline: Seconds all API requests of this client may take together, retries,
             backoff and slow answers included (``None``: no overall bound, only each request's).
     """
+
+    #: GitHub has no manifests to pin and no channels but ``stable`` and ``nightly``.
+    accepts_digest_pins: ClassVar[bool] = False
+    accepts_channel_tags: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -382,7 +207,6 @@ class GitHubClient:
         *,
         token: str | None = None,
         transport: httpx.BaseTransport | None = None,
-        user_agent: str = DEFAULT_USER_AGENT,
         timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
         etag_cache: EtagCache | None = None,
         verify: ssl.SSLContext | bool = True,
@@ -402,7 +226,6 @@ class GitHubClient:
         self.last_rate_limit: RateLimit | None = None
         # Whether the newest JSON answer carried GitHub's rate-limit headers: the API's own, not a mirror's file.
         self._answered_by_api = False
-        self._held: tuple[float, str] | None = None  # (monotonic deadline, why): see hold_requests
         # Last guard of the token policy: whatever the caller passes, a token
         # never travels in clear text to a host that is not this machine.
         self._token = checked_token(token) if token and may_send_token(self.api_url) else None
@@ -410,14 +233,14 @@ class GitHubClient:
         self._basic = (
             base64.b64encode(user_info.encode()).decode() if user_info and may_send_token(self.api_url) else None
         )
+        secret = f"Bearer {self._token}" if self._token else f"Basic {self._basic}" if self._basic else None
+        self._credential = OriginCredential(self.api_url, secret) if secret else None
         redact_library_logs()  # signed CDN and bundle URLs never reach a log line in clear
         redact_with(redact_text)  # nor any of ours, whatever field names them
-        self._http = httpx.Client(
-            transport=transport,
-            timeout=timeout,
-            headers={"User-Agent": user_agent},
-            verify=verify,
-        )
+        # Every request says llama-runtime/<version> (GitHub requires a User-Agent): the network layer's.
+        http = connection_pool(transport=transport, timeout=_as_timeout(timeout), verify=verify)
+        self.net = Session(http, who="the API", budget=self.api_budget, attempts=attempts, sleep=sleep, clock=clock)
+        self._http = http
 
     @property
     def repo(self) -> str:
@@ -433,7 +256,7 @@ class GitHubClient:
         """Release the connection pool."""
         self._http.close()
 
-    def __enter__(self) -> GitHubClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -441,13 +264,7 @@ class GitHubClient:
 
     def auth_headers_for(self, url: str) -> dict[str, str]:
         """``Authorization`` for ``url`` if it is on the API origin, else nothing."""
-        if not (self._token or self._basic) or not same_origin(url, self.api_url):
-            return {}
-        if self._token:
-            return {"Authorization": f"Bearer {self._token}"}
-        if self._basic:
-            return {"Authorization": f"Basic {self._basic}"}
-        return {}
+        return self._credential.auth_headers_for(url) if self._credential is not None else {}
 
     def hold_requests(self, seconds: float, why: str) -> None:
         """Refuse every API request for ``seconds`` with :class:`RateLimitError` saying ``why``.
@@ -455,7 +272,7 @@ class GitHubClient:
         A rate-limit back-off stored by an earlier refusal: asking again before it ends
         spends quota GitHub said was gone (and a secondary limit grows with each ask).
         """
-        self._held = (self.clock.monotonic() + seconds, why)
+        self.net.hold(seconds, why)
 
     # -- public verbs ----------------------------------------------------------------------
     def get_release(self, tag: str) -> Release:
@@ -592,7 +409,7 @@ class GitHubClient:
 
         def fetch(bundle_url: str, budget: int) -> tuple[dict[str, Any], int]:
             return fetch_bundle(
-                self._http,
+                self.net,
                 bundle_url,
                 api_url=self.api_url,
                 budget=budget,
@@ -602,6 +419,10 @@ class GitHubClient:
             )
 
         return resolve_bundle_urls(answer, fetch)
+
+    def origin_of(self, release: Release) -> str | None:
+        """Nothing beyond the repository and tag: a release's assets are named by them."""
+        return None
 
     def latest_release(self, channel: str = "stable") -> Release:
         """The build release ``channel`` calls latest (see :func:`updater.sources.resolve.resolve_latest_remote`).
@@ -629,6 +450,10 @@ class GitHubClient:
             return asset.api_url, {**headers, **self.auth_headers_for(asset.api_url)}
         return asset.download_url, headers
 
+    def held_bytes(self, asset: Asset) -> bytes | None:
+        """Nothing: every asset of a release is fetched."""
+        return None
+
     def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
         """The whole body of a small asset (``nightly-tag.txt``), at most ``max_bytes``.
 
@@ -641,34 +466,22 @@ class GitHubClient:
             NetworkError, RemoteError: The download failed, or took longer than
                 :data:`SMALL_ASSET_DEADLINE_SECONDS` or what is left of the API deadline.
         """
-        url, headers = self.asset_request(asset)
+        url, _headers = self.asset_request(asset)
         with self.api_budget.spending():
-            return self._read_small(asset, url, headers, max_bytes)
+            return self._read_small(asset, url, {"Accept": "application/octet-stream"}, max_bytes)
 
     def _read_small(self, asset: Asset, url: str, headers: dict[str, str], max_bytes: int) -> bytes:
         """:meth:`read_small_asset`'s one GET, within the smaller of its own deadline and the API's."""
         from llama_runtime.runtime.errors import IntegrityError
 
-        deadline_s = min(SMALL_ASSET_DEADLINE_SECONDS, self.api_budget.left())
-        if deadline_s <= 0:
-            raise _no_time_left(_origin(url), self.api_budget.seconds)
-        give_up_at = self.clock.monotonic() + deadline_s
-        timeout = _clipped(self.http.timeout, deadline_s)
         try:
-            with self.http.stream("GET", url, headers=headers, follow_redirects=True, timeout=timeout) as response:
-                if response.status_code != 200:
-                    self._raise_for_status(response, f"{asset.name} is not published in {self.repo}.")
-                body = b""
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) > max_bytes:
-                        raise IntegrityError(f"{asset.name} is larger than {max_bytes} bytes; refusing to read it.")
-                    if self.clock.monotonic() > give_up_at:
-                        raise too_slow(asset.name, deadline_s)
-        except httpx.TooManyRedirects as exc:
-            raise RemoteError(f"Downloading {asset.name} redirected in a loop.") from exc
-        except httpx.HTTPError as exc:
-            raise NetworkError(f"Could not download {asset.name}: {type(exc).__name__}.") from exc
+            response, body = self.net.fetch(
+                url, headers=headers, credentials=self._credential, cap=max_bytes, what=asset.name
+            )
+        except RemoteDataError as exc:  # the cap: no pointer is that long
+            raise IntegrityError(f"{asset.name} is larger than {max_bytes} bytes; refusing to read it.") from exc
+        if response.status_code != 200:
+            self._raise_for_status(response, f"{asset.name} is not published in {self.repo}.")
         return body
 
     # -- transport -------------------------------------------------------------------------
@@ -696,29 +509,26 @@ class GitHubClient:
         repository object, and its 404 says nothing about the repository.
         """
         url = f"{self.api_url}/repos/{self.repo}"
-        headers = {"Accept": "application/vnd.github+json", **self.auth_headers_for(url)}
+        headers = {"Accept": "application/vnd.github+json"}
         try:
-            response, _ = send_with_retries(
-                self._http, url, headers, attempts=1, sleep=self.sleep, budget=self.api_budget
+            response, _ = self.net.fetch(
+                url, headers=headers, credentials=self._credential, what=f"the answer for {redact_url(url)}", attempts=1
             )
         except RemoteError:  # NetworkError too: unknown, so the release's own 404 stands
             return False
         return response.status_code == 404 and "x-ratelimit-limit" in response.headers
 
     def _get_json(self, url: str, not_found: str, *, use_cache: bool = True) -> Any:
-        if self._held is not None and (left := self._held[0] - self.clock.monotonic()) > 0:
-            raise RateLimitError(self._held[1], retry_after=left, hint="Nothing was asked; nothing changed.")
         cached = self.etag_cache.get(url) if self.etag_cache and use_cache else None
         headers = {
             "Accept": "application/vnd.github+json",
             "X-GitHub-Api-Version": "2022-11-28",
             "Accept-Encoding": ACCEPT_ENCODING,
-            **self.auth_headers_for(url),
         }
         if cached:
             headers["If-None-Match"] = cached[0]
-        response, raw = send_with_retries(
-            self._http, url, headers, attempts=self.attempts, sleep=self.sleep, budget=self.api_budget
+        response, raw = self.net.fetch(
+            url, headers=headers, credentials=self._credential, what=f"an answer for {redact_url(url)}"
         )
         self._answered_by_api = "x-ratelimit-limit" in response.headers
         quota = rate_limit_of(response)
@@ -768,6 +578,10 @@ class GitHubClient:
                 f"GitHub kept failing with HTTP {status} after {self.attempts} attempts; try again later."
             )
         raise RemoteError(f"GitHub answered HTTP {status} for {self.repo} releases.")
+
+
+def _as_timeout(timeout: httpx.Timeout | float) -> httpx.Timeout:
+    return timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
 
 
 def _absolute_urls(release: Release, json_url: str) -> Release:

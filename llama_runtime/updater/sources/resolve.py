@@ -449,7 +449,7 @@ def resolve_tag_remote(client: ReleaseSource, tag: str) -> ResolvedRelease:
         IntegrityError: Its ``nightly-tag.txt`` breaks the rules or fails its published digest.
         RateLimitError, NetworkError, RemoteError: GitHub failed.
     """
-    if "@" in tag and not getattr(client, "accepts_digest_pins", False):  # only a registry pins manifests
+    if "@" in tag and not client.accepts_digest_pins:  # only a registry pins manifests
         from llama_runtime.runtime.errors import UserInputError
 
         raise UserInputError(
@@ -466,7 +466,7 @@ def _registry_channel(client: ReleaseSource, channel: Channel) -> ResolvedReleas
         UserInputError: The source is no registry: only a registry has channels of its own.
         ReleaseNotFoundError: The registry holds no such tag.
     """
-    if not getattr(client, "accepts_channel_tags", False):
+    if not client.accepts_channel_tags:
         raise UserInputError(
             f"The channel {channel!r} is a registry channel; this source has only 'stable' and 'nightly'.",
             hint="Use --channel stable or nightly, or --api-url oci://HOST/NS/NAME for a registry that holds it.",

@@ -13,16 +13,12 @@ Invariant: an :class:`AssetHost` adds credentials only to URLs it vouches for
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 import httpx
 
-from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.errors import NetworkError, RemoteDataError, RemoteError
-from llama_runtime.runtime.fsutil import decimal
+from llama_runtime.runtime.errors import RemoteError
 
 if TYPE_CHECKING:
     import httpx
@@ -30,18 +26,12 @@ if TYPE_CHECKING:
     from llama_runtime.updater.release.release import Asset, Release
 
 __all__ = [
-    "ACCEPT_ENCODING",
-    "API_BODY_DEADLINE_SECONDS",
-    "MAX_API_BODY_BYTES",
     "AssetHost",
-    "AssetTransport",
     "DirectoryListingError",
     "EtagCache",
     "PlainHttp",
     "RateLimit",
     "ReleaseSource",
-    "read_capped",
-    "too_slow",
 ]
 
 
@@ -87,28 +77,12 @@ class EtagCache(Protocol):
         ...
 
 
-class AssetTransport(Protocol):
-    """What a download needs of a source's HTTP client: a request built, then sent and streamed.
-
-    Redirects are followed by the download itself (it decides, hop by hop, which
-    headers may travel), so nothing here follows them.
-    """
-
-    def build_request(self, method: str, url: str, *, headers: Mapping[str, str]) -> httpx.Request:
-        """A request for ``url`` with ``headers``, carrying the client's timeouts."""
-        ...
-
-    def send(self, request: httpx.Request, *, stream: bool, follow_redirects: bool) -> httpx.Response:
-        """Send ``request``; the body stays unread when ``stream``."""
-        ...
-
-
 class AssetHost(Protocol):
     """Fetches asset bytes: a transport and the headers one URL may carry."""
 
     @property
-    def http(self) -> AssetTransport:
-        """The connection pool (with its timeouts) downloads use."""
+    def http(self) -> httpx.Client:
+        """The connection pool (with its timeouts and TLS trust) downloads send through the network layer."""
         ...
 
     def auth_headers_for(self, url: str) -> dict[str, str]:
@@ -119,9 +93,19 @@ class AssetHost(Protocol):
         """The URL to fetch ``asset`` from first, and its headers (a private repository's API URL)."""
         ...
 
+    def held_bytes(self, asset: Asset) -> bytes | None:
+        """The bytes of ``asset`` when the source holds them itself, nothing to fetch (a registry's
+        ``nightly-tag.txt``, made from its tag); ``None``: they are fetched from :meth:`asset_request`."""
+        ...
+
 
 class ReleaseSource(AssetHost, Protocol):
     """A repository's releases, and the host their assets come from."""
+
+    #: Whether ``--tag TAG@sha256:…`` names a manifest here (a registry's builds have one).
+    accepts_digest_pins: ClassVar[bool]
+    #: Whether channels besides ``stable`` and ``nightly`` are tags here (``mirror promote`` moves them).
+    accepts_channel_tags: ClassVar[bool]
 
     @property
     def repo(self) -> str:
@@ -134,6 +118,11 @@ class ReleaseSource(AssetHost, Protocol):
 
     def latest_release(self, channel: str = "stable") -> Release:
         """The build release ``channel`` calls latest (see :mod:`updater.release.channel`)."""
+        ...
+
+    def origin_of(self, release: Release) -> str | None:
+        """Where ``release``'s bytes were read from when the source can name it exactly
+        (a registry's ``oci://host/name@sha256:…``); ``None``: the repository and tag say it."""
         ...
 
     def attestations(self, sha256: str) -> object:
@@ -174,6 +163,10 @@ class ReleaseSource(AssetHost, Protocol):
         """The rate-limit headers of the last answer (``None``: none sent, e.g. a mirror)."""
         ...
 
+    def hold_requests(self, seconds: float, why: str) -> None:
+        """Ask the server nothing for ``seconds`` (a rate-limit back-off stored by an earlier refusal)."""
+        ...
+
     def close(self) -> None:
         """Release the connection pool."""
         ...
@@ -206,97 +199,6 @@ class PlainHttp:
         """``browser_download_url``, without credentials."""
         return asset.download_url, {"Accept": "application/octet-stream"}
 
-
-# -- bounded_json: API answers read with a ceiling on decoded bytes and JSON nesting. ----------------------------
-
-#: What API requests accept: gzip only, which :func:`read_capped` inflates itself
-#: in bounded steps (httpx would also offer br/zstd when those modules exist).
-ACCEPT_ENCODING: Final[str] = "gzip"
-_ZLIB_ENCODINGS: Final[frozenset[str]] = frozenset({"gzip", "x-gzip", "deflate"})
-# 32 + MAX_WBITS: zlib detects a gzip or a zlib header by itself.
-_GZIP_OR_ZLIB_WBITS: Final[int] = 32 + zlib.MAX_WBITS
-
-#: Largest decoded API body. The biggest answer we ask for is one page of 100
-#: releases; a llama.cpp release has ~45 assets of ~1.8 KB JSON each (the
-#: uploader object is most of it), so a page is ~8 MB. 16 MiB is twice that,
-#: and a gzip bomb stops here instead of at the machine's memory.
-MAX_API_BODY_BYTES: Final[int] = 16 * 1024 * 1024
-#: Longest an API answer may take to arrive in full (seconds). A page of 100 releases is a
-#: few MB; even at 50 KB/s it is in within a minute. A server that drips a byte at a time
-#: (each read inside the read timeout) must not hold the update lock for hours.
-API_BODY_DEADLINE_SECONDS: Final[float] = 120.0
-
-
-def read_capped(
-    response: httpx.Response,
-    *,
-    cap: int = MAX_API_BODY_BYTES,
-    what: str,
-    deadline_s: float = API_BODY_DEADLINE_SECONDS,
-    clock: Clock = SYSTEM_CLOCK,
-) -> bytes:
-    """The decoded body of a streamed ``response``, refusing more than ``cap`` bytes.
-
-    Decompression is done here, in steps of at most what the cap still allows
-    (``max_length``): httpx would inflate a whole network read at once, and
-    64 KiB of gzip can be 64 MiB of zeros.
-
-    Raises:
-        RemoteDataError: The decoded body exceeds ``cap`` (reading stops there),
-            or it uses an encoding that was not asked for.
-        NetworkError: The body took longer than ``deadline_s`` to arrive.
-        httpx.HTTPError: The transfer failed (the caller maps it).
-    """
-    try:
-        finished = response.content  # a transport that hands over a finished body (the file:// mirror)
-    except httpx.ResponseNotRead:
-        pass
-    else:
-        if len(finished) > cap:
-            raise _too_big(what, cap)
-        return finished
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("", "identity"):
-        inflater = None
-    elif encoding in _ZLIB_ENCODINGS:
-        inflater = zlib.decompressobj(_GZIP_OR_ZLIB_WBITS)
-    else:
-        raise RemoteDataError(f"The server sent {what} in the encoding {encoding[:40]!r}, which was not asked for.")
-    declared = decimal(response.headers.get("content-length", ""))
-    if inflater is None and declared is not None and declared > cap:
-        raise _too_big(what, cap)
-    pieces: list[bytes] = []
-    total = 0
-    give_up_at = clock.monotonic() + deadline_s
-    try:
-        for raw in response.iter_raw():
-            if clock.monotonic() > give_up_at:
-                raise too_slow(what, deadline_s)
-            pending = raw
-            while pending:
-                if inflater is None:
-                    out, pending = pending, b""
-                else:
-                    out = inflater.decompress(pending, cap + 1 - total)
-                    pending = inflater.unconsumed_tail
-                total += len(out)
-                if total > cap:
-                    raise _too_big(what, cap)
-                pieces.append(out)
-    except zlib.error as exc:
-        raise RemoteDataError(f"The server sent {what} whose compression is corrupt ({exc}).") from exc
-    return b"".join(pieces)
-
-
-def too_slow(what: str, deadline_s: float) -> NetworkError:
-    """The error for a body that did not arrive within ``deadline_s`` seconds."""
-    return NetworkError(
-        f"The server took longer than {deadline_s:g} s to send {what}; it is too slow or stalling. Try again later."
-    )
-
-
-def _too_big(what: str, cap: int) -> RemoteDataError:
-    return RemoteDataError(
-        f"The server sent {what} larger than {cap // (1024 * 1024)} MiB once decoded; "
-        "no release answer is that big, so it was not read further."
-    )
+    def held_bytes(self, asset: Asset) -> bytes | None:
+        """Nothing: every asset is fetched."""
+        return None

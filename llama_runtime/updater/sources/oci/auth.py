@@ -13,8 +13,13 @@ distribution's token authentication (docs/spec/auth/token.md): ``GET realm?
 service=…&scope=…`` with Basic credentials when there are any, answering
 ``{"token": …}`` or ``{"access_token": …}``.
 
+Bearer tokens earned for a repository are kept in the home (:class:`JsonFileTokenCache`) until
+shortly before they expire, so a repeated ``check`` is one request, not a 401, a token request
+and a retry. A token is a short-lived grant of one scope, kept under the home's permissions like
+the other caches; the credential that earned it is never written.
+
 Invariants: a credential is only ever handed to the caller for its own
-registry host; nothing here writes a file or logs a secret.
+registry host; nothing here writes a credential or logs a secret.
 """
 
 from __future__ import annotations
@@ -26,15 +31,18 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
 from llama_runtime.runtime.errors import RegistryAuthError
-from llama_runtime.runtime.fsutil import DamagedRecordError, parse_record, read_record
+from llama_runtime.runtime.fsutil import DamagedRecordError, parse_record, read_cache, read_record, write_record
 
 __all__ = [
     "Challenge",
     "Credential",
+    "JsonFileTokenCache",
     "RegistryAuthError",
+    "TokenCache",
     "basic_header",
     "find_credential",
     "parse_challenge",
@@ -47,6 +55,14 @@ PASSWORD_VAR: Final = "LLAMA_RUNTIME_REGISTRY_PASSWORD"
 HELPER_TIMEOUT_SECONDS: Final[float] = 30.0
 #: Largest auth file read (bytes): a config.json is a few KB.
 _MAX_AUTH_FILE_BYTES: Final[int] = 1024 * 1024
+#: A token's lifetime when the token service names none (seconds): distribution's token spec says
+#: a client should assume 60 when ``expires_in`` is absent.
+DEFAULT_TOKEN_SECONDS: Final[int] = 60
+#: Margin before a token's expiry when it is no longer used (seconds): a request sent with it must
+#: still arrive in time.
+TOKEN_EXPIRY_MARGIN_SECONDS: Final[int] = 10
+#: Most tokens kept (a fleet's few repositories); the oldest go first.
+MAX_CACHED_TOKENS: Final[int] = 64
 _PARAM: Final = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))\s*,?')
 
 
@@ -198,3 +214,58 @@ def _from_helper(name: str, host: str) -> Credential | None:
         return Credential(str(data["Username"]), str(data["Secret"]), program)
     except (DamagedRecordError, KeyError, TypeError):
         raise RegistryAuthError(f"The credential helper {program} answered {host} with something not JSON.") from None
+
+
+class TokenCache(Protocol):
+    """Where bearer tokens are kept between runs, each until shortly before it expires."""
+
+    def get(self, key: str) -> str | None:
+        """The token kept under ``key`` while it is still valid."""
+        ...
+
+    def put(self, key: str, token: str, lifetime: int | None) -> None:
+        """Keep ``token`` under ``key`` for ``lifetime`` seconds (the token service's ``expires_in``)."""
+        ...
+
+
+class JsonFileTokenCache:
+    """A :class:`TokenCache` in one JSON file of the home's cache, replaced atomically on each write.
+
+    A file that cannot be read or written is no cache: the worst outcome is one more token request.
+    """
+
+    def __init__(self, path: Path, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.path = path
+        self._clock = clock
+
+    def get(self, key: str) -> str | None:
+        """The token under ``key`` if it is valid for :data:`TOKEN_EXPIRY_MARGIN_SECONDS` more."""
+        entry = self._load().get(key)
+        if not isinstance(entry, dict):
+            return None
+        token, until = entry.get("token"), entry.get("expires_at")
+        if not isinstance(token, str) or not isinstance(until, int | float) or isinstance(until, bool):
+            return None
+        return token if self._clock.time() + TOKEN_EXPIRY_MARGIN_SECONDS < until else None
+
+    def put(self, key: str, token: str, lifetime: int | None) -> None:
+        """Keep ``token`` until ``lifetime`` (default :data:`DEFAULT_TOKEN_SECONDS`) from now."""
+        now = self._clock.time()
+        seconds = DEFAULT_TOKEN_SECONDS if lifetime is None or lifetime <= 0 else lifetime
+        data = {k: v for k, v in self._load().items() if isinstance(v, dict) and _unexpired(v, now) and k != key}
+        data[key] = {"token": token, "expires_at": now + seconds}
+        for old in list(data)[: max(0, len(data) - MAX_CACHED_TOKENS)]:
+            del data[old]
+        try:
+            write_record(self.path, data, mode=0o600)  # a grant, however short-lived: the owner only
+        except OSError:
+            return
+
+    def _load(self) -> dict[str, object]:
+        data = read_cache(self.path)
+        return data if isinstance(data, dict) else {}
+
+
+def _unexpired(entry: dict[str, object], now: float) -> bool:
+    until = entry.get("expires_at")
+    return isinstance(until, int | float) and not isinstance(until, bool) and until > now

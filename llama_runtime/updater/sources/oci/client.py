@@ -18,9 +18,11 @@ Invariants:
     * Every blob and manifest read is checked against its digest before it is
       used, and read with a size cap; a manifest must come back with one of the
       media types asked for.
-    * Credentials go to the registry's own origin (and a token to the realm
-      that issued it is never needed): a redirect to another origin is followed
-      without them, and a redirect from HTTPS to another scheme is refused.
+    * Every request goes through the one network layer (:mod:`updater.net`): its
+      redirects, retries, ``Retry-After``, caps, deadline, TLS hint and User-Agent.
+    * Credentials are bound to an origin: Basic and bearer tokens to the registry's
+      own, Basic to the token realm only when the registry's own 401 named it; never
+      to a redirect's host, never in clear text over a network.
 """
 
 from __future__ import annotations
@@ -28,23 +30,31 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import urlencode, urljoin
 
 import httpx
 
+from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock, TimeBudget
 from llama_runtime.runtime.errors import DigestMismatchError, NetworkError, RemoteDataError, RemoteError
+from llama_runtime.runtime.fsutil import DamagedRecordError, read_record, write_record
+from llama_runtime.updater.net.body import MAX_ERROR_BODY_BYTES
+from llama_runtime.updater.net.limits import rate_limit_refusal
+from llama_runtime.updater.net.origin import may_carry_credentials, origin_of, same_origin
+from llama_runtime.updater.net.session import OriginCredential, Session
 from llama_runtime.updater.release.remote_json import loads_bounded
 from llama_runtime.updater.sources.oci.auth import (
     Credential,
     RegistryAuthError,
+    TokenCache,
     basic_header,
     parse_challenge,
 )
 from llama_runtime.updater.sources.oci.reference import Reference
-from llama_runtime.updater.sources.source import read_capped
 
 __all__ = [
     "INDEX_MEDIA_TYPE",
@@ -70,12 +80,11 @@ MONOLITHIC_MAX_BYTES: Final[int] = 16 * 1024 * 1024
 CHUNK_BYTES: Final[int] = 16 * 1024 * 1024
 #: How many times an interrupted chunked upload is resumed from the registry's offset.
 MAX_UPLOAD_RESUMES: Final[int] = 3
-#: Redirects followed per request (registries redirect blob GETs once, to a CDN).
-MAX_REDIRECTS: Final[int] = 5
+#: Largest token answer read (bytes): a JWT of a few KB; read while it streams, never whole first.
+MAX_TOKEN_BYTES: Final[int] = MAX_ERROR_BODY_BYTES
 #: Tag list pages followed (``n`` per page): a repository with 100,000 tags is not walked.
 MAX_TAG_PAGES: Final[int] = 100
 TAGS_PER_PAGE: Final[int] = 1000
-_REDIRECTS: Final[frozenset[int]] = frozenset({301, 302, 303, 307, 308})
 
 
 def sha256_digest(data: bytes) -> str:
@@ -142,18 +151,45 @@ def parse_descriptor(value: object, where: str) -> Descriptor:
 class RegistryClient:
     """One repository of one registry, spoken to as the distribution-spec says.
 
+    Every request goes through the one network layer (:class:`~updater.net.session.Session`):
+    its redirects, retries, ``Retry-After``, caps, deadline, TLS hint and User-Agent are the
+    GitHub client's too. What is the registry's own is the auth dance: a challenge is answered only
+    when the registry's own origin asked, and each credential is bound to the origin it is for.
+
     Args:
         ref: The repository.
         http: The connection pool (timeouts, TLS); the caller closes it.
         credential: Sent to the registry (Basic) or its token realm (bearer flow); ``None``: anonymous.
+        budget: The command's one overall deadline for requests (default: none).
+        sleep: The wait between tries (a fake clock's in tests).
+        clock: Where deadlines and ``Retry-After`` dates read time.
+        tokens: Where bearer tokens are kept until they expire (the home's cache), if anywhere.
     """
 
-    def __init__(self, ref: Reference, http: httpx.Client, credential: Credential | None = None) -> None:
+    def __init__(
+        self,
+        ref: Reference,
+        http: httpx.Client,
+        credential: Credential | None = None,
+        *,
+        budget: TimeBudget | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM_CLOCK,
+        tokens: TokenCache | None = None,
+    ) -> None:
         self.ref = ref
         self.http = http
+        self.net = Session(http, who=f"the registry {ref.host}", budget=budget, sleep=sleep, clock=clock)
+        self._clock = clock
         self._credential = credential
-        self._authorization: str | None = None  # what the last challenge earned: Basic or a bearer token
-        self._tokens: dict[str, str] = {}  # scope -> token
+        self._token_cache = tokens
+        self._tokens: dict[str, str] = {}  # scope -> token (this process)
+        # What the last challenge earned, bound to the registry's origin. A token earned by an earlier run
+        # (still valid), else Basic when there is a credential, goes first: one request per check, not a
+        # 401 and a retry. The origin binding keeps either off every other host and off plain HTTP.
+        cached = tokens.get(self._cache_key()) if tokens is not None else None
+        first = f"Bearer {cached}" if cached else basic_header(credential) if credential is not None else None
+        self._authorization: OriginCredential | None = OriginCredential(self.origin, first) if first else None
 
     # -- requests -------------------------------------------------------------------------------------------
 
@@ -164,9 +200,7 @@ class RegistryClient:
 
     def auth_headers_for(self, url: str) -> dict[str, str]:
         """The ``Authorization`` header ``url`` may carry: only the registry's own origin gets one."""
-        if self._authorization is None or not _same_origin(url, self.origin):
-            return {}
-        return {"Authorization": self._authorization}
+        return self._authorization.auth_headers_for(url) if self._authorization is not None else {}
 
     def request(
         self,
@@ -174,22 +208,65 @@ class RegistryClient:
         url: str,
         *,
         headers: dict[str, str] | None = None,
-        content: bytes | Iterable[bytes] | None = None,
+        content: bytes | None = None,
         stream: bool = False,
+        repeatable: bool | None = None,
     ) -> httpx.Response:
-        """Send one request, answering an auth challenge once and following redirects by hand.
+        """Send one request through the network layer, answering the registry's auth challenge once.
 
         Raises:
-            RegistryAuthError: 401 after the credentials were offered, or 403.
-            NetworkError: The registry could not be reached.
+            RegistryAuthError: 401 after the credentials were offered, 403, a challenge from
+                another origin, or credentials the channel may not carry.
+            RateLimitError: The registry (or its CDN) refused for its rate limit (429; 403 with
+                ``Retry-After``) longer than the deadline may wait.
+            NetworkError: The registry could not be reached, or kept failing with 5xx.
             RemoteError: A redirect loop, or a redirect from HTTPS to plain HTTP.
         """
-        for attempt in range(2):
-            response = self._send_following(method, url, headers or {}, content, stream)
-            if response.status_code != 401 or attempt == 1 or not self._answer_challenge(response):
-                break
+
+        def send() -> httpx.Response:
+            return self.net.send(
+                method,
+                url,
+                headers=headers or {},
+                content=content,
+                stream=stream,
+                credentials=self._authorization,
+                repeatable=repeatable,
+            )
+
+        response = send()
+        if response.status_code == 401 and self._answer_challenge(response):
             response.close()
-        if response.status_code == 401:
+            response = send()
+        self._refuse_unusable(method, response)
+        return response
+
+    def read(self, url: str, cap: int, what: str, *, accept: str | None = None) -> tuple[httpx.Response, bytes]:
+        """A GET's (closed) answer and its body, read under ``cap``; the auth challenge answered once.
+
+        A transfer that breaks off mid-body is tried again, as a failed connection is.
+
+        Raises:
+            RemoteDataError: The body is larger than ``cap``.
+            RegistryAuthError, RateLimitError, NetworkError, RemoteError: As :meth:`request`.
+        """
+        headers = {"Accept": accept} if accept else {}
+        response, body = self.net.fetch(url, headers=headers, credentials=self._authorization, cap=cap, what=what)
+        if response.status_code == 401 and self._answer_challenge(response):
+            response, body = self.net.fetch(url, headers=headers, credentials=self._authorization, cap=cap, what=what)
+        self._refuse_unusable("GET", response)
+        return response, body
+
+    def _refuse_unusable(self, method: str, response: httpx.Response) -> None:
+        """Raise what a refusal means (auth, rate limit, a server that kept failing); else return."""
+        status = response.status_code
+        if status < 400 or status == 404:
+            return
+        limited = rate_limit_refusal(response, f"The registry {self.ref.host}", self._clock)
+        if limited is not None:
+            response.close()
+            raise limited
+        if status == 401:
             response.close()
             who = f"the credential from {self._credential.origin}" if self._credential else "anonymous access"
             raise RegistryAuthError(
@@ -197,79 +274,86 @@ class RegistryClient:
                 hint="Log in as container tools do (docker login / podman login), or set "
                 "LLAMA_RUNTIME_REGISTRY_USERNAME and LLAMA_RUNTIME_REGISTRY_PASSWORD.",
             )
-        if response.status_code == 403:
+        if status == 403:
             response.close()
             raise RegistryAuthError(
                 f"The registry {self.ref.host} denied {method} on {self.ref.name} (HTTP 403): "
                 "the credential lacks that permission."
             )
-        return response
-
-    def _send_following(
-        self, method: str, url: str, headers: dict[str, str], content: bytes | Iterable[bytes] | None, stream: bool
-    ) -> httpx.Response:
-        for _hop in range(MAX_REDIRECTS + 1):
-            sent = {**headers, **self.auth_headers_for(url)}
-            try:
-                request = self.http.build_request(method, url, headers=sent, content=content)
-                response = self.http.send(request, stream=stream, follow_redirects=False)
-            except httpx.HTTPError as exc:
-                if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-                    raise NetworkError(
-                        f"The registry {self.ref.host} could not be reached: its TLS certificate is not trusted here.",
-                        hint="Pass --ca-bundle (or set LLAMA_RUNTIME_CA_BUNDLE, or SSL_CERT_FILE) to the CA bundle "
-                        "it chains to, "
-                        "or install that CA in the operating system's trust store.",
-                    ) from None
-                raise NetworkError(
-                    f"The registry {self.ref.host} could not be reached ({type(exc).__name__})."
-                ) from None
-            if response.status_code not in _REDIRECTS or method not in ("GET", "HEAD"):
-                return response
-            location = response.headers.get("location", "")
+        if status >= 500:
             response.close()
-            target = urljoin(url, location)
-            if urlsplit(url).scheme == "https" and urlsplit(target).scheme != "https":
-                raise RemoteError(
-                    f"The registry {self.ref.host} redirected to a {urlsplit(target).scheme or 'relative'}:// URL "
-                    "from HTTPS; that was refused."
-                )
-            url = target
-        raise RemoteError(f"The registry {self.ref.host} redirected more than {MAX_REDIRECTS} times.")
+            raise NetworkError(
+                f"The registry {self.ref.host} kept failing with HTTP {status} after {self.net.attempts} attempts; "
+                "try again later."
+            )
 
     def _answer_challenge(self, response: httpx.Response) -> bool:
-        """Earn the authorization the 401 asks for; whether there is something new to retry with."""
+        """Earn the authorization the 401 asks for; whether there is something new to retry with.
+
+        Only the registry's own 401 is answered: one from a redirect's host (a CDN) names a realm
+        the registry never vouched for, and the credential is not offered there.
+        """
+        if not same_origin(str(response.url), self.origin):
+            response.close()
+            raise RegistryAuthError(
+                f"A redirect of the registry {self.ref.host} led to {origin_of(str(response.url))}, "
+                "which asked for credentials (HTTP 401); they are only sent to the registry itself."
+            )
         challenge = parse_challenge(response.headers.get("www-authenticate", ""))
         if challenge is None:
             return False
         if challenge.scheme == "basic":
             if self._credential is None:
                 return False
-            header = basic_header(self._credential)
-            fresh = header != self._authorization
-            self._authorization = header
-            return fresh
+            self._refuse_cleartext(self.origin)
+            fresh = OriginCredential(self.origin, basic_header(self._credential))
+            changed = fresh != self._authorization
+            self._authorization = fresh
+            return changed
         if challenge.scheme != "bearer" or "realm" not in challenge.params:
             return False
+        if self._credential is not None:
+            self._refuse_cleartext(self.origin)  # a token earned with it would cross the network in clear
         scope = challenge.params.get("scope", "")
         token = self._tokens.get(scope) or self._fetch_token(challenge.params)
-        fresh = f"Bearer {token}" != self._authorization
         self._tokens[scope] = token
-        self._authorization = f"Bearer {token}"
-        return fresh
+        fresh = OriginCredential(self.origin, f"Bearer {token}")
+        changed = fresh != self._authorization
+        self._authorization = fresh
+        return changed
 
-    def _fetch_token(self, params: dict[str, str] | Any) -> str:
+    def _refuse_cleartext(self, url: str) -> None:
+        """Refuse to send the credential to ``url`` over plain HTTP on a network (exit 7, saying so)."""
+        if not may_carry_credentials(url):
+            raise RegistryAuthError(
+                f"The registry {self.ref.host} asks for credentials at {origin_of(url)}, which is plain HTTP "
+                "on a network; they are never sent in clear text.",
+                hint="Use an https:// registry (oci://), or a registry on this machine for plain HTTP.",
+            )
+
+    def _realm_url(self, params: Mapping[str, str]) -> tuple[str, dict[str, str]]:
         realm = str(params["realm"])
-        if urlsplit(realm).scheme not in ("https", "http") or (
-            urlsplit(realm).scheme == "http" and not self.ref.plain_http
-        ):
+        scheme = origin_of(realm).scheme
+        if scheme not in ("https", "http") or (scheme == "http" and not self.ref.plain_http):
             raise RegistryAuthError(f"The registry {self.ref.host} names a token realm that is not HTTPS: {realm!r}.")
+        if self._credential is not None:
+            self._refuse_cleartext(realm)
         query = {k: str(params[k]) for k in ("service", "scope") if params.get(k)}
-        headers = {"Authorization": basic_header(self._credential)} if self._credential else {}
-        try:
-            answer = self.http.get(f"{realm}?{urlencode(query)}" if query else realm, headers=headers)
-        except httpx.HTTPError as exc:
-            raise NetworkError(f"The token service {realm} could not be reached ({type(exc).__name__}).") from None
+        return (f"{realm}?{urlencode(query)}" if query else realm), query
+
+    def _cache_key(self) -> str:
+        """The repository and the credential a cached token was earned with (a digest: no secret is stored)."""
+        who = basic_header(self._credential) if self._credential is not None else "anonymous"
+        return hashlib.sha256(f"{self.ref.repository_url}\n{who}".encode()).hexdigest()
+
+    def _fetch_token(self, params: Mapping[str, str]) -> str:
+        url, query = self._realm_url(params)
+        # The Basic credential goes to the realm the registry's own 401 named, and nowhere it redirects.
+        basic = OriginCredential(url, basic_header(self._credential)) if self._credential else None
+        answer, body = self.net.fetch(url, credentials=basic, cap=MAX_TOKEN_BYTES, what="a registry token")
+        limited = rate_limit_refusal(answer, f"The token service of {self.ref.host}", self._clock)
+        if limited is not None:
+            raise limited
         if answer.status_code in (401, 403):
             raise RegistryAuthError(
                 f"The token service of {self.ref.host} refused "
@@ -277,12 +361,16 @@ class RegistryClient:
                 f"{query.get('scope', '(none)')!r} (HTTP {answer.status_code})."
             )
         try:
-            data = loads_bounded(answer.content[:65536], what="a registry token")
+            data = loads_bounded(body, what="a registry token")
             token = data.get("token") or data.get("access_token")
+            expires = data.get("expires_in")
         except (ValueError, AttributeError):
-            token = None
+            token, expires = None, None
         if answer.status_code != 200 or not isinstance(token, str) or not token:
             raise RegistryAuthError(f"The token service of {self.ref.host} gave no token (HTTP {answer.status_code}).")
+        if self._token_cache is not None:
+            lifetime = expires if isinstance(expires, int) and not isinstance(expires, bool) else None
+            self._token_cache.put(self._cache_key(), token, lifetime)
         return token
 
     # -- manifests ------------------------------------------------------------------------------------------
@@ -321,15 +409,14 @@ class RegistryClient:
             RemoteDataError: Too big, too deep, not JSON, of a media type not asked
                 for, or (by digest) not the bytes named.
         """
-        with contextlib.closing(
-            self.request("GET", self._manifest_url(reference), headers={"Accept": _MANIFEST_ACCEPT}, stream=True)
-        ) as response:
-            if response.status_code == 404:
-                return None
-            self._expect(response, 200, f"GET manifest {reference}")
-            raw = read_capped(response, cap=MAX_MANIFEST_BYTES, what=f"the manifest {reference}")
-            media = _media(response)
-            sent_digest = response.headers.get("docker-content-digest")
+        response, raw = self.read(
+            self._manifest_url(reference), MAX_MANIFEST_BYTES, f"the manifest {reference}", accept=_MANIFEST_ACCEPT
+        )
+        if response.status_code == 404:
+            return None
+        self._expect(response, 200, f"GET manifest {reference}")
+        media = _media(response)
+        sent_digest = response.headers.get("docker-content-digest")
         digest = sha256_digest(raw)
         if reference.startswith("sha256:") and digest != reference:
             raise DigestMismatchError(
@@ -451,23 +538,71 @@ class RegistryClient:
         size: int,
         chunks: Callable[[int], Iterator[bytes]],
         progress: Callable[[int], None] | None = None,
+        *,
+        session: Path | None = None,
     ) -> None:
         """Upload the blob ``digest`` of ``size`` bytes, read by ``chunks(offset)`` from ``offset`` on.
 
         Small blobs go in one PUT; large ones as PATCH chunks, an interrupted
         upload resumed from the offset the registry reports (``Range``).
 
+        Args:
+            session: Where a chunked upload that fails or is interrupted records its open session,
+                so the next push of this blob resumes it from what the registry holds (a session
+                the registry no longer knows starts over). Without it, or for a one-PUT blob, a
+                failed upload's session is closed instead.
+
         Raises:
             RemoteError: The registry refused the upload (a digest mismatch included).
         """
-        location = self._start_upload()
+        upload = self._resumed_session(session, digest) or _Upload(self._start_upload())
+        try:
+            self._send_blob(upload, digest, size, chunks, progress)
+        except BaseException:
+            if session is not None and size > MONOLITHIC_MAX_BYTES:
+                with contextlib.suppress(OSError):
+                    write_record(session, {"digest": digest, "location": upload.location})
+            else:  # the registry would keep the abandoned session until it expires it (best effort)
+                with contextlib.suppress(Exception):
+                    self.request("DELETE", upload.location).close()
+            raise
+        if session is not None:
+            session.unlink(missing_ok=True)
+
+    def _resumed_session(self, session: Path | None, digest: str) -> _Upload | None:
+        """The open upload of ``digest`` an earlier push recorded at ``session``, where the registry has it."""
+        if session is None:
+            return None
+        try:
+            record = read_record(session)
+        except (OSError, DamagedRecordError):
+            return None
+        location = record.get("location") if isinstance(record, dict) else None
+        if not isinstance(location, str) or record.get("digest") != digest or not same_origin(location, self.origin):
+            session.unlink(missing_ok=True)
+            return None
+        try:
+            return self._upload_offset(location)
+        except RemoteError:  # expired, or never there: a new session
+            session.unlink(missing_ok=True)
+            return None
+
+    def _send_blob(
+        self,
+        upload: _Upload,
+        digest: str,
+        size: int,
+        chunks: Callable[[int], Iterator[bytes]],
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        """Send the blob from ``upload.offset``; ``upload`` always holds the registry's latest location."""
         if size <= MONOLITHIC_MAX_BYTES:
             body = b"".join(chunks(0))
-            self._finish_upload(location, digest, body)
+            self._finish_upload(upload.location, digest, body)
             if progress is not None:
                 progress(size)
             return
-        upload, resumes = _Upload(location), 0
+        resumes = 0
         while upload.offset < size:
             try:
                 self._patch_chunks(upload, chunks, size, progress)
@@ -475,11 +610,13 @@ class RegistryClient:
                 resumes += 1
                 if resumes > MAX_UPLOAD_RESUMES:
                     raise
-                upload = self._upload_offset(upload.location)
+                held = self._upload_offset(upload.location)
+                upload.location, upload.offset = held.location, held.offset
         self._finish_upload(upload.location, digest, b"")
 
     def _start_upload(self) -> str:
-        response = self.request("POST", f"{self.ref.repository_url}/blobs/uploads/")
+        # Repeatable: a session a failed POST may have opened is abandoned, and the registry expires it.
+        response = self.request("POST", f"{self.ref.repository_url}/blobs/uploads/", repeatable=True)
         self._expect(response, 202, "POST blob upload")
         return urljoin(self.ref.repository_url + "/", str(response.headers.get("location", "")))
 
@@ -540,17 +677,12 @@ class RegistryClient:
         url = f"{self.ref.repository_url}/referrers/{digest}"
         if artifact_type:
             url += "?" + urlencode({"artifactType": artifact_type})
-        with contextlib.closing(
-            self.request("GET", url, headers={"Accept": INDEX_MEDIA_TYPE}, stream=True)
-        ) as response:
-            if response.status_code == 200 and _media(response) == INDEX_MEDIA_TYPE:
-                raw = read_capped(response, cap=MAX_MANIFEST_BYTES, what=f"the referrers of {digest}")
-                doc: dict[str, Any] | None = self._manifest_json(raw, f"referrers/{digest}")
-            elif response.status_code in (404, 400, 405):
-                doc = None
-            else:
-                self._expect(response, 200, f"GET referrers {digest}")
-                doc = None
+        response, raw = self.read(url, MAX_MANIFEST_BYTES, f"the referrers of {digest}", accept=INDEX_MEDIA_TYPE)
+        doc: dict[str, Any] | None = None
+        if response.status_code == 200 and _media(response) == INDEX_MEDIA_TYPE:
+            doc = self._manifest_json(raw, f"referrers/{digest}")
+        elif response.status_code not in (404, 400, 405):
+            self._expect(response, 200, f"GET referrers {digest}")
         if doc is None:
             index = self.get_manifest(referrers_tag(digest))
             doc = index.doc if index is not None and index.media_type == INDEX_MEDIA_TYPE else {"manifests": []}
@@ -583,18 +715,22 @@ class RegistryClient:
         for _page in range(MAX_TAG_PAGES):
             if url is None:
                 break
-            with contextlib.closing(self.request("GET", url, stream=True)) as response:
-                if response.status_code == 404:
-                    return found
-                self._expect(response, 200, "GET tags")
-                raw = read_capped(response, cap=MAX_MANIFEST_BYTES, what="the tag list")
-                link = response.headers.get("link", "")
+            response, raw = self.read(url, MAX_MANIFEST_BYTES, "the tag list")
+            if response.status_code == 404:
+                return found
+            self._expect(response, 200, "GET tags")
+            link = response.headers.get("link", "")
             try:
                 doc = loads_bounded(raw, what="the tag list")
             except ValueError:
                 raise RemoteDataError(f"The tag list of {self.ref.display} is not JSON.") from None
             found += [t for t in _list(doc.get("tags") if isinstance(doc, dict) else None) if isinstance(t, str)]
             url = _next_link(link, url)
+            if url is not None and not same_origin(url, self.origin):
+                raise RemoteError(
+                    f"The registry {self.ref.host} pointed its next tag page to {origin_of(url)}, another origin; "
+                    "it was not followed."
+                )
         return found
 
     # -- answers --------------------------------------------------------------------------------------------
@@ -630,8 +766,3 @@ def _next_link(link: str, current: str) -> str | None:
         return None
     start, end = link.find("<"), link.find(">")
     return urljoin(current, link[start + 1 : end]) if 0 <= start < end else None
-
-
-def _same_origin(a: str, b: str) -> bool:
-    x, y = urlsplit(a), urlsplit(b)
-    return (x.scheme, x.hostname, x.port) == (y.scheme, y.hostname, y.port)

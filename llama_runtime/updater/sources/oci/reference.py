@@ -13,17 +13,15 @@ plain HTTP explicitly; ``oci+https://`` asks for TLS even on loopback.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Final
 
 from llama_runtime.runtime.errors import UserInputError
+from llama_runtime.updater.net.origin import OCI_SCHEMES, is_loopback_host
 
-__all__ = ["OCI_SCHEMES", "Reference", "is_oci_url", "parse_reference", "valid_tag"]
+__all__ = ["Reference", "parse_reference", "valid_tag"]
 
-#: URL schemes naming a registry: TLS, and plain HTTP asked for explicitly.
-OCI_SCHEMES: Final[tuple[str, ...]] = ("oci://", "oci+http://", "oci+https://")
 # distribution-spec "Pulling manifests": <name> and <reference> grammars.
 _NAME_COMPONENT: Final = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*")
 _TAG: Final = re.compile(r"[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}")
@@ -63,13 +61,12 @@ class Reference:
 
     @property
     def display(self) -> str:
-        """``oci://host/name`` (no tag): how messages and the marker name the repository."""
-        return f"oci://{self.host}/{self.name}"
+        """``oci://host/name`` (no tag): how messages and the marker name the repository.
 
-
-def is_oci_url(url: str) -> bool:
-    """Whether ``url`` names an OCI registry (``oci://`` or ``oci+http://``)."""
-    return url.startswith(OCI_SCHEMES)
+        ``oci+http://`` when plain HTTP crosses a network, so no message hides that the channel is clear text.
+        """
+        clear = self.plain_http and not is_loopback_host(_bare_host(self.host))
+        return f"{'oci+http' if clear else 'oci'}://{self.host}/{self.name}"
 
 
 def valid_tag(tag: str) -> bool:
@@ -102,18 +99,14 @@ def parse_reference(url: str) -> Reference:
     components = path.split("/")
     if len(path) > _MAX_NAME_CHARS or not all(_NAME_COMPONENT.fullmatch(c) for c in components):
         raise _bad(url, "the repository name must be lowercase letters and digits separated by '.', '_', '-' or '/'")
-    plain = scheme == "oci+http://" or (scheme == "oci://" and _is_loopback(host))  # oci+https://: TLS always
+    # oci+https://: TLS always, even on loopback.
+    plain = scheme == "oci+http://" or (scheme == "oci://" and is_loopback_host(_bare_host(host)))
     return Reference(host=host, name=path, tag=tag, digest=digest or None, plain_http=plain)
 
 
-def _is_loopback(host: str) -> bool:
-    bare = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]", 1)[0]
-    if bare == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(bare).is_loopback
-    except ValueError:
-        return False
+def _bare_host(host: str) -> str:
+    """``host[:port]`` without its port (and an IPv6 address without brackets)."""
+    return host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]", 1)[0]
 
 
 def _bad(url: str, why: str) -> UserInputError:

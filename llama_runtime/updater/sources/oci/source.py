@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
 import httpx
 
@@ -51,7 +50,7 @@ from llama_runtime.updater.sources.oci.client import RegistryClient
 if TYPE_CHECKING:
     from llama_runtime.updater.sources.source import EtagCache, RateLimit
 
-__all__ = ["RegistrySource", "bytes_origin"]
+__all__ = ["RegistrySource"]
 
 #: The channel tag ``releases/latest`` stands for.
 STABLE_TAG: Final = "stable"
@@ -62,7 +61,8 @@ MAX_LISTED_BUILDS: Final[int] = 30
 MAX_BUNDLE_BYTES: Final[int] = 1024 * 1024
 #: Referrers read per asset: a build's bundles are one or two per asset.
 MAX_REFERRERS: Final[int] = 32
-#: The scheme of a semver release's ``nightly-tag.txt``: made here, served by :class:`PointerTransport`.
+#: The scheme naming a semver release's ``nightly-tag.txt``: made here (:meth:`RegistrySource.held_bytes`),
+#: never fetched.
 POINTER_SCHEME: Final = "oci-pointer"
 #: Semver tags asked (one HEAD each, highest first) for which of them name a build: a release
 #: names a build pushed shortly before it, so the newest few cover the builds clients ask for.
@@ -80,11 +80,6 @@ def _build_number(tag: str) -> int | None:
         return None
 
 
-def bytes_origin(source: object, release: Release) -> str | None:
-    """Where ``release``'s bytes came from when ``source`` is a registry (``oci://host/name@sha256:…``)."""
-    return source.origin_of(release) if isinstance(source, RegistrySource) else None
-
-
 class RegistrySource:
     """A repository of an OCI registry as a :class:`~updater.sources.source.ReleaseSource`.
 
@@ -98,8 +93,8 @@ class RegistrySource:
         etag_cache: Where manifests and configs read by digest are kept (free repeats), if anywhere.
     """
 
-    accepts_digest_pins: Final[bool] = True
-    accepts_channel_tags: Final[bool] = True
+    accepts_digest_pins: ClassVar[bool] = True
+    accepts_channel_tags: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -107,15 +102,13 @@ class RegistrySource:
         repo: str,
         *,
         etag_cache: EtagCache | None = None,
-        pointers: dict[str, bytes] | None = None,
     ) -> None:
         self.registry = registry
         self._repo = repo
         self._etag_cache = etag_cache
         self._manifests: dict[str, str] = {}  # build tag -> manifest digest
         self._subjects: dict[str, str] = {}  # asset sha256 hex -> its build's manifest digest
-        # pointer URL -> nightly-tag.txt content (shared with the PointerTransport of ``http``, if any)
-        self._pointers: dict[str, bytes] = {} if pointers is None else pointers
+        self._pointers: dict[str, bytes] = {}  # pointer URL -> nightly-tag.txt content
         self._builds: dict[str, BuildConfig] = {}  # build tag -> the build as read (this process)
         self._tags: list[str] | None = None  # the repository's tags (read once per process)
         self._named: dict[str, str] = {}  # semver tag -> the manifest digest it names (asked this process)
@@ -135,6 +128,10 @@ class RegistrySource:
     def auth_headers_for(self, url: str) -> dict[str, str]:
         """The registry's authorization, for its own origin only (never a blob redirect's CDN)."""
         return self.registry.auth_headers_for(url)
+
+    def held_bytes(self, asset: Asset) -> bytes | None:
+        """A semver release's ``nightly-tag.txt``: made here from the tag, never fetched."""
+        return self._pointers.get(asset.download_url)
 
     def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
         """The asset's blob URL, with the registry's authorization."""
@@ -270,6 +267,10 @@ class RegistrySource:
     def etag_cache(self) -> EtagCache | None:
         """Manifests and configs kept by digest, and ``nightly-tag.txt`` reads."""
         return self._etag_cache
+
+    def hold_requests(self, seconds: float, why: str) -> None:
+        """Ask the registry nothing for ``seconds`` (a stored rate-limit back-off): the network layer's hold."""
+        self.registry.net.hold(seconds, why)
 
     @property
     def last_rate_limit(self) -> RateLimit | None:
@@ -473,68 +474,22 @@ class RegistrySource:
 
 
 def open_registry_source(
-    url: str,
+    registry: RegistryClient,
     repo: str,
     *,
     etag_cache: EtagCache | None = None,
-    read_timeout: float = 60.0,
-    ca_bundle: str | None = None,
 ) -> RegistrySource:
-    """A :class:`RegistrySource` for ``--api-url oci://HOST/NS/NAME``; the caller closes it.
+    """A :class:`RegistrySource` over ``registry`` (``--api-url oci://HOST/NS/NAME``); the caller closes it.
 
     Raises:
-        UserInputError: ``url`` is not a repository reference (a tag or digest in it is refused:
-            ``--tag`` says which build).
+        UserInputError: ``registry`` names a tag or digest (``--tag`` says which build).
     """
     from llama_runtime.runtime.errors import UserInputError
-    from llama_runtime.updater.sources.oci.connect import registry_client
 
-    pointers: dict[str, bytes] = {}
-    client = registry_client(
-        url, read_timeout=read_timeout, mounts={f"{POINTER_SCHEME}://": PointerTransport(pointers)}, ca_bundle=ca_bundle
-    )
-    if client.ref.tag is not None or client.ref.digest is not None:
-        client.http.close()
+    if registry.ref.tag is not None or registry.ref.digest is not None:
+        registry.http.close()
         raise UserInputError(
-            f"--api-url {url} names a tag or digest; give the repository (oci://HOST/NS/NAME) and choose the "
-            "build with --tag or --channel."
+            f"--api-url {registry.ref.display} names a tag or digest; give the repository (oci://HOST/NS/NAME) and "
+            "choose the build with --tag or --channel."
         )
-    return RegistrySource(client, repo, etag_cache=etag_cache, pointers=pointers)
-
-
-class PointerTransport(httpx.BaseTransport):
-    """Serves the ``nightly-tag.txt`` a source made (a directory mirror downloads it like any asset).
-
-    ``Range: bytes=N-`` is honoured, as a resumed download asks; anything else is 404.
-    """
-
-    def __init__(self, pointers: dict[str, bytes]) -> None:
-        self.pointers = pointers
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        """Answer one GET from the pointers made so far."""
-        content = self.pointers.get(str(request.url))
-        if request.method != "GET" or content is None:
-            return httpx.Response(404, content=b"Not Found")
-        value = request.headers.get("range", "")
-        start = int(value[6:-1]) if value.startswith("bytes=") and value.endswith("-") and value[6:-1].isdigit() else 0
-        if start == 0:
-            headers = {"content-type": "application/octet-stream", "content-length": str(len(content))}
-            return httpx.Response(200, stream=_Bytes(content), headers=headers)
-        if start >= len(content):
-            return httpx.Response(416, content=b"", headers={"content-range": f"bytes */{len(content)}"})
-        headers = {
-            "content-range": f"bytes {start}-{len(content) - 1}/{len(content)}",
-            "content-length": str(len(content) - start),
-        }
-        return httpx.Response(206, stream=_Bytes(content[start:]), headers=headers)
-
-
-class _Bytes(httpx.SyncByteStream):
-    """A body handed over as it would arrive from a server (a stream, not finished content)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def __iter__(self) -> Iterator[bytes]:
-        yield self.data
+    return RegistrySource(registry, repo, etag_cache=etag_cache)

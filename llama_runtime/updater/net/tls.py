@@ -18,10 +18,20 @@ from typing import Final
 
 from llama_runtime.runtime.errors import UserInputError
 
-__all__ = ["CA_BUNDLE_VAR", "ssl_context"]
+__all__ = ["CA_BUNDLE_VAR", "TLS_TRUST_HINT", "is_untrusted_certificate", "ssl_context"]
 
 #: The tool's own variable for a CA bundle (a PEM file); ``--ca-bundle`` is the same.
 CA_BUNDLE_VAR: Final = "LLAMA_RUNTIME_CA_BUNDLE"
+#: What a person does about a certificate this machine does not trust (every server alike).
+TLS_TRUST_HINT: Final = (
+    "Pass --ca-bundle (or set LLAMA_RUNTIME_CA_BUNDLE, or SSL_CERT_FILE) to the CA bundle it chains to "
+    "(a TLS-inspecting proxy's CA), or install that CA in the operating system's trust store."
+)
+
+
+def is_untrusted_certificate(exc: BaseException) -> bool:
+    """Whether a connection failed because the server's certificate chains to no trusted CA."""
+    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
 
 
 def ssl_context(env: Mapping[str, str] | None = None, *, ca_bundle: str | None = None) -> ssl.SSLContext | bool:
