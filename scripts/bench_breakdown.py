@@ -238,6 +238,7 @@ def run_breakdown(size: str, repeat: int, level: int, asset_cache: Path | None, 
     """The breakdown: ``repeat`` alternating pairs (instrumented update, naive pipeline), then the floor."""
     sys.path.insert(0, str(ROOT / "scripts"))
     import bench  # the payload, the server and the naive pipeline are bench.py's
+
     from tests.fakegithub import FakeGitHub
 
     work = Path(tempfile.mkdtemp(prefix="llama-breakdown-", dir=workdir))

@@ -81,6 +81,8 @@ STATUS_MODULES = frozenset(
         "llama_runtime.updater.credentials",
         "llama_runtime.updater.engine",
         "llama_runtime.updater.logs",
+        "llama_runtime.updater.net",
+        "llama_runtime.updater.net.origin",
         "llama_runtime.updater.verify",
         "llama_runtime.updater.verify.measures",
     }
