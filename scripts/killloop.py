@@ -62,9 +62,9 @@ from llama_runtime.runtime.server import ManagedServer  # noqa: E402
 from llama_runtime.updater.checkpoints import (  # noqa: E402
     CHECKPOINTS,
     KILL_AT_ENV,
-    STACKS_ENV,
     SWITCH_CHECKPOINTS,
 )
+from llama_runtime.updater.cli.watchdog import STACKS_ENV  # noqa: E402
 from tests.archives import build_release_archive  # noqa: E402
 from tests.fakegithub import FakeGitHub  # noqa: E402
 

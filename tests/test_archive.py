@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import CancelledError, IntegrityError, LlamaRuntimeError, UnsafeArchiveError
+from llama_runtime import CancelledError, IntegrityError, LlamaRuntimeError
+from llama_runtime.errors import UnsafeArchiveError
 from llama_runtime.updater.stage.archive import extract_archive, find_server_binary
 from llama_runtime.updater.stage.archive_rules import DEFAULT_LIMITS, ExtractLimits, Member, MemberKind, MemberPlan
 from tests.archives import (

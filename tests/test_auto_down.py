@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.errors import CancelledError, VerificationError
+from llama_runtime import CancelledError, Progress, VerificationError
 from llama_runtime.runtime.failed_builds import load_failed
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.marker import InstallMarker, parse_marker
@@ -31,7 +31,6 @@ from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.progress import Progress
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.sources.github import GitHubClient
 from tests.fakegithub import FakeGitHub

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import BackendUnavailableError
+from llama_runtime import BackendUnavailableError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.marker import read_marker
 from llama_runtime.updater.activate.installer import Installer

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import UnknownBackendError
+from llama_runtime.errors import UnknownBackendError
 from llama_runtime.runtime.marker import BACKEND_CHOICES, CONCRETE_BACKENDS, parse_backend
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.config import resolve_settings

@@ -14,11 +14,12 @@ from llama_runtime.updater.cli.main import main
 from tests.fakegithub import FakeGitHub, Fault
 from tests.helpers import CPU_TAR, REPO, HomeGuard, publish_stand_in, run_json
 
-#: One malformed value of each kind of setting read at start: a rate, a duration, a provenance pin.
+#: One malformed value of each kind of setting read at start: a rate, a duration, a provenance pin, a file.
 MALFORMED = [
     ("LLAMA_RUNTIME_MIN_RATE", "fast"),
     ("LLAMA_RUNTIME_DOWNLOAD_DEADLINE", "-5"),
     ("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", "not a workflow"),
+    ("LLAMA_RUNTIME_TRUSTED_ROOT", "/nonexistent/trusted_root.json"),  # a file setting: checked before it is needed
 ]
 
 
@@ -81,7 +82,7 @@ def test_install_file_from_an_endless_pipe_stops_at_the_asset_cap(
 
 
 def test_provenance_check_reads_its_yes_no_variables_like_the_settings() -> None:
-    from llama_runtime.runtime.errors import UserInputError
+    from llama_runtime import UserInputError
     from llama_runtime.updater.verify.provenance import ProvenanceCheck
 
     assert ProvenanceCheck.from_env({"LLAMA_RUNTIME_TRUST_ROOT_OFFLINE": "yes"}).offline
@@ -202,8 +203,8 @@ PROCESS_ENV_READERS = {
     "runtime/binary.py": "LLAMA_SERVER_PATH: the binary this machine's apps run",
     "updater/choice/host_detect.py": "host facts (CUDA_VISIBLE_DEVICES ...)",
     "updater/cli/main.py": "LLAMA_RUNTIME_DEBUG and shell completion",
-    "updater/cli/status.py": "the managed server's port",
     "updater/checkpoints.py": "crash-test checkpoints",
+    "updater/cli/watchdog.py": "a test watchdog's stack dumps",
     "updater/logs.py": "NO_COLOR",
     "runtime/confine.py": "the allow-listed part of what a build not yet accepted would inherit (GPU selection)",
     "updater/verify/smoke.py": "the same allow-list, for the staged build's smoke run",

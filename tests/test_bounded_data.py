@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import RemoteDataError
+from llama_runtime.errors import RemoteDataError
 from llama_runtime.runtime.fsutil import NotRegularFileError, decimal, read_cache, read_regular
 from llama_runtime.updater.fetch.download import download_name
 from llama_runtime.updater.release.manifest import parse_manifest

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.errors import NetworkError, ProvenanceMissingError, RemoteDataError, RemoteError
+from llama_runtime import RemoteError
+from llama_runtime.errors import NetworkError, ProvenanceMissingError, RemoteDataError
 from llama_runtime.updater.sources import bundle_url
 from llama_runtime.updater.sources.bundle_url import (
     ResolvedAttestations,

@@ -6,14 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import (
-    DigestMismatchError,
-    IntegrityError,
-    ReleaseIncompleteError,
-    ReleaseNotFoundError,
-    SizeMismatchError,
-    UserInputError,
-)
+from llama_runtime import IntegrityError, UserInputError
+from llama_runtime.errors import DigestMismatchError, ReleaseIncompleteError, ReleaseNotFoundError, SizeMismatchError
+from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.release.channel import (
     StableFallback,
     channel_builds,
@@ -33,7 +28,7 @@ from llama_runtime.updater.release.tags import compare_tags, is_upgrade, parse_t
 from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 from llama_runtime.updater.sources.resolve import pointers_on_page, resolve_latest_remote, resolve_tag_remote
 from tests.fakegithub import FakeGitHub, Fault
-from tests.helpers import CPU_TAR, REPO, VULKAN_TAR, HomeGuard, Sleeps, publish_stand_in, run_json
+from tests.helpers import CPU_TAR, REPO, VULKAN_TAR, HomeGuard, Sleeps, assert_runs, publish_stand_in, run_json
 
 FORK = "unslothai/llama.cpp"
 
@@ -486,3 +481,19 @@ def test_a_pointer_without_a_published_digest_is_checked_by_its_size(github: Fak
     with pytest.raises(SizeMismatchError, match="no digest is published") as err:
         resolve_latest_remote(client(github), "stable")
     assert err.value.exit_code == 8
+
+
+def test_a_channel_asked_for_is_remembered_also_when_its_newest_build_is_already_active(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, b7000_home: Path
+) -> None:
+    code, before = run_json(capsys, b7000_home, github.api_url, "status")
+    assert code == 0 and before["active"]["channel"] == "stable", before
+    code, payload = run_json(capsys, b7000_home, github.api_url, "update", "--channel", "nightly")
+    assert code == 0 and payload["result"] == "up_to_date", payload  # b7000 is nightly's newest too
+    assert payload["active"]["channel"] == "nightly"
+    code, after = run_json(capsys, b7000_home, github.api_url, "status")
+    assert after["active"]["channel"] == "nightly" and after["active"]["tag"] == "b7000", after
+    code = main(["status", "--home", str(b7000_home)])
+    assert code == 0 and "channel nightly" in capsys.readouterr().out  # plain status names it
+    assert after["active"]["runtime_dir"] == before["active"]["runtime_dir"]  # only the marker's channel changed
+    assert_runs(Path(after["active"]["binary"]))

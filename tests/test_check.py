@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from llama_runtime import RuntimeUpdater, UserInputError
+from llama_runtime.errors import RateLimitError
 from llama_runtime.runtime.clock import SystemClock
-from llama_runtime.runtime.errors import RateLimitError, UserInputError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
-from llama_runtime.runtime.marker import InstallMarker
+from llama_runtime.types import InstallMarker
 from llama_runtime.updater.api.check import (
     DEFAULT_BACKOFF_SECONDS,
     MAX_BACKOFF_SECONDS,
@@ -24,7 +25,6 @@ from llama_runtime.updater.api.check import (
     not_before_after_success,
     parse_duration,
 )
-from llama_runtime.updater.api.service import RuntimeUpdater
 from llama_runtime.updater.choice.decide import upgrade_verdict
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli import jobs as cli_jobs

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import BackendUnavailableError, UnknownBackendError, UserInputError
+from llama_runtime import BackendUnavailableError, UserInputError
+from llama_runtime.errors import UnknownBackendError
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.release.release import Asset, Release
@@ -358,7 +359,7 @@ def test_cudart_of_another_arch_or_line_is_never_taken() -> None:
 
 
 def test_auto_never_falls_to_a_lower_backend_while_the_preferred_build_is_uploading() -> None:
-    from llama_runtime.runtime.errors import ReleaseIncompleteError
+    from llama_runtime.errors import ReleaseIncompleteError
 
     uploading = frozenset({"llama-b7902-bin-win-cuda-12.4-x64.zip", "llama-b7902-bin-win-cuda-13.1-x64.zip"})
     with pytest.raises(ReleaseIncompleteError, match=r"cuda build of llama\.cpp b7902 .* still being uploaded") as err:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from llama_runtime.updater.cli.main import build_parser, main
-from llama_runtime.updater.cli.status import LLAMA_SERVER_DEFAULT_PORT, default_port
 from tests.fakegithub import FakeGitHub
 from tests.helpers import CPU_TAR, REPO, cli_process, publish_stand_in, run_json, stand_in_server, stand_in_tarball
 
@@ -169,11 +168,15 @@ def test_a_multi_line_override_version_is_one_line_in_status(
 # -- server start -----------------------------------------------------------------------------
 
 
-def test_server_start_binds_llama_servers_own_default_port(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("LLAMA_RUNTIME_SERVER_PORT")
-    assert default_port() == LLAMA_SERVER_DEFAULT_PORT == 8080
-    assert default_port({"LLAMA_RUNTIME_SERVER_PORT": "0"}) is None
-    assert default_port({"LLAMA_RUNTIME_SERVER_PORT": "9000"}) == 9000
+def test_server_start_binds_llama_servers_own_default_port(tmp_path: Path) -> None:
+    from llama_runtime import RuntimeUpdater
+
+    def port(env: dict[str, str]) -> int | None:
+        return RuntimeUpdater(tmp_path / "home", env=env).server.port
+
+    assert port({}) == 8080
+    assert port({"LLAMA_RUNTIME_SERVER_PORT": "0"}) is None
+    assert port({"LLAMA_RUNTIME_SERVER_PORT": "9000"}) == 9000
 
 
 def test_server_start_without_port_records_8080(

@@ -194,7 +194,7 @@ def test_a_build_that_fails_its_device_check_with_reused_files_gets_its_own_comp
 def test_a_build_that_fails_with_reused_and_fresh_companion_fails_and_the_previous_runtime_stays(
     github: FakeGitHub, tmp_path: Path
 ) -> None:
-    from llama_runtime.runtime.errors import VerificationError
+    from llama_runtime import VerificationError
     from tests.helpers import HomeGuard
 
     home = tmp_path / "home"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import UserInputError
+from llama_runtime import UserInputError
 from llama_runtime.runtime.lock import UpdateLock
 from tests.fakeclock import FakeClock
 from tests.fakegithub import FakeGitHub, Fault
@@ -94,7 +94,7 @@ def test_pace_watch_averages_over_its_window_and_tolerates_a_short_stall() -> No
 
 @pytest.mark.parametrize("value", ["fast", "-1", "nan", "inf", "0"])
 def test_a_deadline_setting_that_is_not_a_positive_number_is_exit_2(value: str) -> None:
-    from llama_runtime.updater.fetch.partial import DownloadPace
+    from llama_runtime.types import DownloadPace
 
     with pytest.raises(UserInputError) as err:
         DownloadPace.from_env({"LLAMA_RUNTIME_DOWNLOAD_DEADLINE": value})
@@ -102,7 +102,7 @@ def test_a_deadline_setting_that_is_not_a_positive_number_is_exit_2(value: str) 
 
 
 def test_defaults_and_overrides() -> None:
-    from llama_runtime.updater.fetch.partial import DownloadPace
+    from llama_runtime.types import DownloadPace
 
     assert DownloadPace.from_env({}) == DownloadPace()
     assert DownloadPace.from_env({"LLAMA_RUNTIME_MIN_RATE": "0"}).min_rate == 0
@@ -258,7 +258,7 @@ def test_at_the_default_settings_a_stalled_or_unroutable_api_costs_at_most_the_3
     """The reported 94 s: three tries of a 30 s read timeout with backoff. Time is the fake clock's."""
     import httpx
 
-    from llama_runtime.runtime.errors import NetworkError
+    from llama_runtime.errors import NetworkError
     from llama_runtime.updater.config import API_DEADLINE_SECONDS, READ_TIMEOUT_SECONDS
     from llama_runtime.updater.engine import CONNECT_TIMEOUT_SECONDS
     from llama_runtime.updater.sources.github import GitHubClient
@@ -300,7 +300,7 @@ def _late_headers_then_stall(conn: socket.socket, stop: threading.Event) -> None
 
 def test_a_stall_after_late_headers_waits_only_what_is_left_of_the_deadline() -> None:
     """Headers at 1.5 s of a 2 s deadline, then silence: 0.5 s more, not another whole read timeout."""
-    from llama_runtime.runtime.errors import NetworkError
+    from llama_runtime.errors import NetworkError
     from llama_runtime.updater.sources.github import GitHubClient
 
     with _raw_server(_late_headers_then_stall) as api_url:

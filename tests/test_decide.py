@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from llama_runtime.runtime.errors import BackendUnavailableError
-from llama_runtime.runtime.marker import InstallMarker
+from llama_runtime import BackendUnavailableError
+from llama_runtime.types import InstallMarker
 from llama_runtime.updater.choice.decide import (
     ActiveState,
     Mode,

@@ -304,7 +304,7 @@ def test_export_to_a_full_disk_exits_4_naming_the_bundle_and_leaves_no_temp_file
 def test_the_update_lock_holds_when_its_owner_record_cannot_be_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llama_runtime.runtime.errors import BusyError
+    from llama_runtime import BusyError
     from llama_runtime.runtime.lock import UpdateLock
 
     def no_space(path: Path, *_a: object, **_k: object) -> None:

@@ -202,16 +202,16 @@ TREE_START = "<!-- exception tree: tests/test_docs_contract.py checks it against
 
 
 def exported_exceptions() -> dict[str, type[BaseException]]:
-    """Every exception class ``llama_runtime`` exports, by name."""
-    import llama_runtime
+    """Every exception class ``llama_runtime.errors`` exports (the whole tree), by name."""
+    import llama_runtime.errors
 
-    found = {name: getattr(llama_runtime, name) for name in llama_runtime.__all__}
+    found = {name: getattr(llama_runtime.errors, name) for name in llama_runtime.errors.__all__}
     return {name: cls for name, cls in found.items() if isinstance(cls, type) and issubclass(cls, BaseException)}
 
 
 def render_tree(classes: dict[str, type[BaseException]]) -> str:
     """The tree as docs/api.md draws it: one class a line, children by name, its exit code and code."""
-    from llama_runtime.runtime.errors import LlamaRuntimeError
+    from llama_runtime import LlamaRuntimeError
 
     lines: list[str] = []
 
@@ -240,7 +240,7 @@ def test_every_public_error_class_is_exported_from_llama_runtime() -> None:
     import pkgutil
 
     import llama_runtime
-    from llama_runtime.runtime.errors import LlamaRuntimeError
+    from llama_runtime import LlamaRuntimeError
 
     for module in pkgutil.walk_packages(llama_runtime.__path__, "llama_runtime."):
         if not module.name.endswith("__main__"):
@@ -390,3 +390,17 @@ def test_pytest_turns_deprecation_warnings_into_errors() -> None:
 
     options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert options["filterwarnings"][0] == "error::DeprecationWarning"
+
+
+# -- docs/api.md names every public name ------------------------------------------------------------
+
+
+def test_every_public_name_of_the_three_public_modules_is_documented_in_the_api_doc() -> None:
+    import llama_runtime
+    import llama_runtime.errors
+    import llama_runtime.types
+
+    text = API.read_text()
+    public = {*llama_runtime.__all__, *llama_runtime.types.__all__, *llama_runtime.errors.__all__}
+    assert sorted(name for name in public if f"`{name}`" not in text) == []
+    assert len(llama_runtime.__all__) <= 45, "the top level stays small enough to hold in one's head"

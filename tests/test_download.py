@@ -14,14 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llama_runtime.runtime.errors import (
-    CancelledError,
-    DigestMismatchError,
-    DiskSpaceError,
-    NetworkError,
-    RemoteError,
-    SizeMismatchError,
-)
+from llama_runtime import CancelledError, DiskSpaceError, RemoteError
+from llama_runtime.errors import DigestMismatchError, NetworkError, SizeMismatchError
 from llama_runtime.updater.fetch.cache import check_free_space, human_size
 from llama_runtime.updater.fetch.download import DownloadResult, download_asset
 from llama_runtime.updater.fetch.partial import PartialOrigin, Resume, plan_resume, sidecar_path
@@ -311,8 +305,12 @@ def test_free_space_shortfall_names_need_have_and_directory(tmp_path: Path) -> N
     assert f"in {target}." in err.value.message
 
 
-def test_free_space_check_passes_when_enough(tmp_path: Path) -> None:
-    check_free_space(tmp_path, 1)
+def test_free_space_check_passes_when_enough_and_names_both_sizes_when_not(tmp_path: Path) -> None:
+    free = shutil.disk_usage(tmp_path).free
+    check_free_space(tmp_path, 1)  # room for a byte: no error
+    with pytest.raises(DiskSpaceError) as caught:
+        check_free_space(tmp_path, free * 2 + 10**12)
+    assert caught.value.exit_code == 4 and human_size(free * 2 + 10**12) in caught.value.message
 
 
 @pytest.mark.parametrize(

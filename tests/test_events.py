@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.updater.api.job_store import JobState
+from llama_runtime import JobState
 from llama_runtime.updater.cli.events import EVENT_TYPES, MAX_PROGRESS_PER_SECOND, EventStream
 from tests.fakegithub import FakeGitHub
 from tests.helpers import HomeGuard, assert_runs

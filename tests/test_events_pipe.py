@@ -160,13 +160,19 @@ class StuckReader:
 def test_stuck_reader_never_blocks_the_job_and_gets_every_phase_and_the_newest_progress() -> None:
     reader = StuckReader()
     stream = EventStream(reader)  # type: ignore[arg-type]  # a text stream in all that is used
-    start = time.monotonic()
-    stream(JobState(id="j", phase="download", pid=1, done_bytes=0, total_bytes=1000, message="a"))
-    for done in range(100, 1001, 100):  # the completing line comes unthrottled, the others are the newest kept
-        stream(JobState(id="j", phase="download", pid=1, done_bytes=done, total_bytes=1000, message="a"))
-    stream(JobState(id="j", phase="verify", pid=1, message="extracting"))
-    stream.warning("w")
-    assert time.monotonic() - start < 1.0, "reporting waited for the reader"
+
+    def report() -> None:
+        stream(JobState(id="j", phase="download", pid=1, done_bytes=0, total_bytes=1000, message="a"))
+        for done in range(100, 1001, 100):  # the completing line comes unthrottled, the others are the newest kept
+            stream(JobState(id="j", phase="download", pid=1, done_bytes=done, total_bytes=1000, message="a"))
+        stream(JobState(id="j", phase="verify", pid=1, message="extracting"))
+        stream.warning("w")
+
+    # Event order, not a stopwatch: every report returns while the reader is still stuck.
+    job = threading.Thread(target=report, daemon=True)
+    job.start()
+    job.join(timeout=60)  # a bound on a hang, not on speed
+    assert not job.is_alive(), "reporting waited for the reader"
     assert not stream.drain(0.2)  # the reader is stuck: the lines wait, the job does not
     reader.resume()
     stream.result({"result": "installed"})

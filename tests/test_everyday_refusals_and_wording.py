@@ -367,7 +367,7 @@ def _phases_of(updater: Any, tag: str) -> list[str]:
 def test_an_update_with_a_running_server_reports_stop_server_and_health_phases(
     github: FakeGitHub, tmp_path: Path
 ) -> None:
-    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime import RuntimeUpdater
     from llama_runtime.updater.choice.host import host_for_platform
     from tests.helpers import publish_stand_in
     from tests.test_service import RecordingAppServer
@@ -395,7 +395,7 @@ def test_an_update_with_a_running_server_reports_stop_server_and_health_phases(
 
 
 def test_an_update_without_a_running_server_has_no_server_phases(github: FakeGitHub, tmp_path: Path) -> None:
-    from llama_runtime.updater.api.service import RuntimeUpdater
+    from llama_runtime import RuntimeUpdater
     from tests.helpers import publish_stand_in
 
     publish_stand_in(github, tmp_path, "b7000")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.binary import ProcessResult
-from llama_runtime.runtime.errors import BackendUnavailableError, UserInputError
+from llama_runtime import BackendUnavailableError, UserInputError
+from llama_runtime.types import ProcessResult
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.facts import FACTS, GFX_FAMILIES
 from llama_runtime.updater.choice.host import HostFacts, host_from_json, load_host_file

@@ -112,3 +112,51 @@ def test_records_are_bounded_and_a_damaged_file_is_no_record(tmp_path: Path) -> 
     for damaged in ("{", "[]", json.dumps({"failed": [{"repo": 1}, "x", None]}), "x" * 300_000):
         (tmp_path / FAILED_BUILDS_FILE).write_text(damaged)
         assert load_failed(tmp_path) == ()
+
+
+def test_a_skipped_build_is_named_by_update_check_and_status_and_retry_skipped_tries_it(
+    capsys: pytest.CaptureFixture[str], github: FakeGitHub, tmp_path: Path, b7000_home: Path
+) -> None:
+    home = b7000_home
+    asset = publish_broken(github, tmp_path, "b7001")
+    assert run_json(capsys, home, github.api_url, "update")[0] == 6
+    code, payload = run_json(capsys, home, github.api_url, "update")
+    assert code == 0 and payload["result"] == "up_to_date", payload
+    assert payload["skipped"]["tag"] == "b7001" and "--version" in payload["skipped"]["reason"]
+    assert "--retry-skipped" in payload["skipped"]["until"]
+    code, text = main_text(capsys, home, github, "update")
+    assert code == 0 and text.startswith("Not updated: b7001 (cpu) failed verification"), text
+    code, checked = run_json(capsys, home, github.api_url, "check")
+    assert code == 0 and checked["skipped_build"]["tag"] == "b7001", checked
+    code, text = main_text(capsys, home, github, "check")
+    assert text.startswith("Not updated: b7001"), text  # never "Up to date" first
+    code, text = main_text(capsys, home, github, "status")
+    assert "skipped (failed here; `update --retry-skipped` retries)" in text, text
+    code, payload = run_json(capsys, home, github.api_url, "update", "--retry-skipped")
+    assert code == 6, payload  # tried again (it still fails), and the active runtime stays
+    assert len(github.requests_to("blob", asset)) == 2
+    assert active_tag(capsys, home, github) == "b7000"
+
+
+def test_the_api_names_a_skipped_build_in_the_outcome_it_returns(
+    github: FakeGitHub, tmp_path: Path, b7000_home: Path
+) -> None:
+    from llama_runtime import LlamaRuntimeError, RuntimeUpdater, SkippedBuild
+
+    publish_broken(github, tmp_path, "b7001")
+    updater = RuntimeUpdater(b7000_home, api_url=github.api_url, backend="cpu")
+    with pytest.raises(LlamaRuntimeError):
+        updater.update()
+    outcome = updater.update().outcome
+    assert outcome is not None and outcome.result == "up_to_date"
+    assert isinstance(outcome.skipped, SkippedBuild) and outcome.skipped.tag == "b7001"
+    assert updater.check().skipped_build == outcome.skipped
+    assert outcome.active.marker.tag == "b7000"
+
+
+def main_text(capsys: pytest.CaptureFixture[str], home: Path, github: FakeGitHub, *argv: str) -> tuple[int, str]:
+    """``llama-runtime ARGV`` for people: the exit code and stdout."""
+    from llama_runtime.updater.cli.main import main
+
+    code = main([*argv, "--home", str(home), "--api-url", github.api_url])
+    return code, capsys.readouterr().out

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import CancelledError, DigestMismatchError, UnsafeArchiveError, UserInputError
+from llama_runtime import CancelledError, UserInputError
+from llama_runtime.errors import DigestMismatchError, UnsafeArchiveError
 from llama_runtime.updater.config import download_parallelism
 from llama_runtime.updater.fetch.download import GrowingFile, StreamRestarted
 from llama_runtime.updater.fetch.ranges import contiguous, data_path, plan_spans, state_path

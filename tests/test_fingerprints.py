@@ -25,7 +25,7 @@ import pytest
 from llama_runtime import RuntimeUpdater
 from llama_runtime.runtime.fingerprint import FINGERPRINTS_NAME, Fingerprints, RuntimeCheck
 from llama_runtime.runtime.layout import Home
-from llama_runtime.runtime.marker import FileRecord, InstallMarker
+from llama_runtime.types import FileRecord, InstallMarker
 from tests.fakegithub import FakeGitHub
 from tests.helpers import CPU_TAR, REPO, assert_runs, publish_stand_in, run_json, snapshot_tree, stand_in_tarball
 

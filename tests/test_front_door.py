@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 import llama_runtime
+import llama_runtime.errors
+import llama_runtime.types
 from llama_runtime import (
     BusyError,
     DoctorResult,
@@ -34,6 +36,7 @@ from llama_runtime import (
     UpdateOutcome,
     UserInputError,
 )
+from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.engine import Engine
@@ -97,8 +100,12 @@ def _classes_in(annotation: Any) -> list[type]:
     return found
 
 
+#: The public surface: the top level, the parts of results, and the whole exception tree.
+PUBLIC = (*llama_runtime.__all__, *llama_runtime.types.__all__, *llama_runtime.errors.__all__)
+
+
 def _leaks(classes: list[type], where: str) -> list[str]:
-    exported = {id(getattr(llama_runtime, name)) for name in llama_runtime.__all__}
+    exported = {id(getattr(llama_runtime, name)) for name in PUBLIC}
     return [
         f"{where}: {cls.__module__}.{cls.__qualname__}"
         for cls in classes
@@ -108,7 +115,7 @@ def _leaks(classes: list[type], where: str) -> list[str]:
 
 def _hints(obj: Any) -> dict[str, Any]:
     module = importlib.import_module(obj.__module__)
-    namespace = {**vars(module), **{name: getattr(llama_runtime, name) for name in llama_runtime.__all__}}
+    namespace = {**vars(module), **{name: getattr(llama_runtime, name) for name in PUBLIC}}
     return typing.get_type_hints(obj, globalns=namespace)
 
 
@@ -122,7 +129,7 @@ def test_public_methods_and_exported_results_name_only_exported_types() -> None:
         if callable(target):
             for param, hint in _hints(target).items():
                 leaks += _leaks(_classes_in(hint), f"RuntimeUpdater.{name}({param})")
-    pending = [getattr(llama_runtime, n) for n in llama_runtime.__all__]
+    pending = [getattr(llama_runtime, n) for n in PUBLIC]
     while pending:
         cls = pending.pop()
         if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or cls in checked:
@@ -156,6 +163,8 @@ def test_every_llama_runtime_error_class_is_exported_from_the_package() -> None:
                     missing.append(f"{info.name}.{name}")
     assert missing == []
     assert set(llama_runtime.__all__) == set(llama_runtime._EXPORTS)
+    assert set(llama_runtime.errors.__all__) == set(llama_runtime.errors._EXPORTS)
+    assert set(llama_runtime.types.__all__) == set(llama_runtime.types._EXPORTS)
 
 
 # -- JobState: typed, with deprecated dict-style reads ---------------------------------
@@ -225,7 +234,7 @@ def test_rollback_while_another_process_holds_the_lock_is_busy_and_changes_nothi
     two_installed: RuntimeUpdater, home: Path
 ) -> None:
     guard = HomeGuard(None, home)
-    with UpdateLock(two_installed.home.lock_path).hold("test"), pytest.raises(BusyError):
+    with UpdateLock(Home(two_installed.home).lock_path).hold("test"), pytest.raises(BusyError):
         two_installed.rollback()
     guard.assert_intact("b7100")
 
@@ -242,7 +251,7 @@ def test_remove_of_the_previous_runtime_is_refused_and_of_an_older_one_frees_it(
     result = two_installed.remove("b7000")
     assert isinstance(result, RemoveResult) and result.removed.marker.tag == "b7000" and result.freed_bytes > 0
     assert not result.removed.path.exists()
-    assert sorted(r.marker.tag for r in two_installed.home.installed()) == ["b7100", "b7200"]
+    assert sorted(e.runtime.marker.tag for e in two_installed.status().installed) == ["b7100", "b7200"]
     assert active_tag(two_installed) == "b7200"
 
 
@@ -279,16 +288,16 @@ def test_gc_dry_run_names_what_it_would_remove_and_removes_nothing(
         github.add_release(REPO, tag, {CPU_TAR.format(tag=tag): cpu_build(tmp_path, tag)})
         assert two_installed.start_update(tag=tag).wait(JOB_SECONDS).phase == "done"
     guard = HomeGuard(None, home)
-    dry = two_installed.gc(keep=0, dry_run=True)
+    dry = two_installed.gc(keep=2, dry_run=True)
     assert isinstance(dry, GcResult) and dry.dry_run and dry.freed_bytes > 0
     removed_tags = {item.tag for item in dry.removed if item.kind == "runtime"}
     # Each update already kept only 3 runtimes: b7000 went with b7300's install.
     assert removed_tags == {"b7100"}
     guard.assert_intact("b7300")
-    done = two_installed.gc(keep=0)
+    done = two_installed.gc(keep=2)
     assert {item.tag for item in done.removed if item.kind == "runtime"} == removed_tags
     assert done.to_json()["freed_bytes"] == done.freed_bytes
-    assert sorted(r.marker.tag for r in two_installed.home.installed()) == ["b7200", "b7300"]
+    assert sorted(e.runtime.marker.tag for e in two_installed.status().installed) == ["b7200", "b7300"]
     assert_runs(two_installed.ensure().runtime.binary)  # type: ignore[union-attr]
 
 
@@ -327,7 +336,7 @@ def test_doctor_repair_while_an_update_holds_the_lock_is_busy_and_changes_nothin
 ) -> None:
     guard = HomeGuard(None, home)
     before = two_installed.jobs.current()
-    with UpdateLock(two_installed.home.lock_path).hold("update"), pytest.raises(BusyError):
+    with UpdateLock(Home(two_installed.home).lock_path).hold("update"), pytest.raises(BusyError):
         two_installed.doctor(repair=True)
     assert two_installed.jobs.current() == before  # no job was claimed for the refused repair
     guard.assert_intact("b7100")
@@ -337,7 +346,7 @@ def test_doctor_repair_while_an_update_holds_the_lock_is_busy_and_changes_nothin
 
 
 def test_plan_names_the_newest_build_and_downloads_nothing(two_installed: RuntimeUpdater, github: FakeGitHub) -> None:
-    github.add_release(REPO, "b7400", {CPU_TAR.format(tag="b7400"): cpu_build(two_installed.home.root, "b7400")})
+    github.add_release(REPO, "b7400", {CPU_TAR.format(tag="b7400"): cpu_build(two_installed.home, "b7400")})
     del github.requests[:]
     plan = two_installed.plan()
     assert isinstance(plan, PlanResult) and plan.tag == "b7400" and plan.asset == CPU_TAR.format(tag="b7400")
@@ -361,14 +370,10 @@ FRONT_DOOR_HANDLERS = {
     "offline": ("cmd_install_file", "cmd_gc"),
     "update": ("cmd_update", "cmd_plan"),
     "jobs": ("cmd_check", "cmd_job"),
+    "status": ("cmd_status", "cmd_server"),
 }
-#: What those handlers may import besides the CLI's own modules: the front door, and formatting.
-ALLOWED_IMPORTS = {
-    "llama_runtime.updater.api.service",
-    "llama_runtime.updater.api.check",  # parse_duration: reading a flag
-    "llama_runtime.updater.choice.host",  # parse_cuda_version: reading a flag (update builds its request)
-    "llama_runtime.updater.fetch.cache",  # human_size
-}
+#: What those handlers may import besides the CLI's own modules: the public API, as an app sees it.
+ALLOWED_IMPORTS = {"llama_runtime"}
 
 
 def test_the_clis_handlers_of_the_front_doors_verbs_import_no_internals() -> None:

@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.errors import UserInputError
+from llama_runtime import GatePolicy, UserInputError
 from llama_runtime.runtime.inference import Speed, completion_request, parse_completion, probe_inference
 from llama_runtime.updater.cli.gateopts import positive_seconds
-from llama_runtime.updater.config import GatePolicy
 from llama_runtime.updater.verify.busy import OtherWork
 from llama_runtime.updater.verify.gate import (
     CPU_FACTOR,
@@ -470,7 +469,7 @@ def _runtime(tag: str) -> Any:
 
 def _switch_between_identical_builds(tmp_path: Path, shares: list[float | None], new_speed: float) -> Any:
     """Baseline of b7000 at 150 tokens/s, then b7000 again (same bytes) at ``new_speed``, rollback asked."""
-    from llama_runtime.runtime.inference import InferenceResult
+    from llama_runtime.types import InferenceResult
     from llama_runtime.updater.verify.gate import InferenceGate
 
     speeds = iter([150.0] * 6 + [new_speed] * 100)

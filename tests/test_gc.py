@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import CorruptStateError, UserInputError
+from llama_runtime import CorruptStateError, UserInputError
 from llama_runtime.runtime.fsutil import tree_size
 from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
@@ -73,7 +73,7 @@ def test_gc_keeps_active_previous_and_the_newest_n_and_frees_the_rest(
     runtimes = {r.marker.tag: r for r in home.installed()}
     expected_bytes = tree_size(runtimes["b7000"].path) + tree_size(runtimes["b7001"].path)
     pointer = home.pointer_path.read_bytes()
-    code, report = run_json(capsys, home.root, None, "gc", "--keep", "1")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "3")  # three in all, as update --keep counts
     assert code == 0, report
     assert sorted(item["tag"] for item in report["removed"]) == ["b7000", "b7001"]
     assert report["freed_bytes"] == expected_bytes
@@ -93,7 +93,7 @@ def test_gc_never_removes_the_runtime_a_running_server_uses(
     old = next(r for r in home.installed() if r.marker.tag == "b7000")
     server.start(old.binary, [])
     assert server.is_running()
-    code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "2")
     assert code == 0, report
     assert set(names_by_tag(home)) == {"b7000", "b7003", "b7004"}
     assert "running" in report["kept"][old.name]
@@ -102,11 +102,11 @@ def test_gc_never_removes_the_runtime_a_running_server_uses(
 
 def test_dry_run_reports_the_same_removals_and_deletes_nothing(home: Home, capsys: pytest.CaptureFixture[str]) -> None:
     before = snapshot_tree(home.runtimes_dir)
-    code, dry = run_json(capsys, home.root, None, "gc", "--keep", "0", "--dry-run")
+    code, dry = run_json(capsys, home.root, None, "gc", "--keep", "2", "--dry-run")
     assert code == 0, dry
     assert dry["dry_run"] is True and dry["freed_bytes"] > 0
     assert snapshot_tree(home.runtimes_dir) == before
-    code, real = run_json(capsys, home.root, None, "gc", "--keep", "0")
+    code, real = run_json(capsys, home.root, None, "gc", "--keep", "2")
     assert code == 0, real
     assert [i["path"] for i in real["removed"]] == [i["path"] for i in dry["removed"]]
     assert real["freed_bytes"] == dry["freed_bytes"]
@@ -147,7 +147,7 @@ def test_gc_while_an_update_holds_the_lock_exits_3_and_removes_nothing(
 ) -> None:
     before = snapshot_tree(home.runtimes_dir)
     with UpdateLock(home.lock_path).hold("update"):
-        code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
+        code, report = run_json(capsys, home.root, None, "gc", "--keep", "2")
     assert code == 3, report
     assert snapshot_tree(home.runtimes_dir) == before
 
@@ -184,7 +184,7 @@ def test_gc_keeps_a_runtime_whose_executable_an_app_runs_itself(
     sleeper = old.path / "llama-sleeper"  # a real executable inside the runtime, like llama-server
     shutil.copy2(Path(shutil.which("sleep") or "/bin/sleep").resolve(), sleeper)
     started.append(subprocess.Popen([str(sleeper), "60"]))
-    code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "2")
     assert code == 0, report
     assert set(names_by_tag(home)) == {"b7000", "b7003", "b7004"}
     assert "running" in report["kept"][old.name]
@@ -200,7 +200,7 @@ def test_gc_keeps_a_runtime_whose_script_server_an_app_runs_itself(
     script.write_bytes(b"#!/bin/sh\nsleep 60 &\nwait\n")
     script.chmod(0o755)
     started.append(subprocess.Popen([str(script)]))
-    code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "2")
     assert code == 0, report
     assert set(names_by_tag(home)) == {"b7001", "b7003", "b7004"}
     assert "running" in report["kept"][old.name]
@@ -224,7 +224,7 @@ def test_gc_keeps_a_runtime_whose_library_a_process_has_mapped(
     )
     started.append(proc)
     assert proc.stdout is not None and proc.stdout.readline() == b"mapped\n"
-    code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "2")
     assert code == 0, report
     assert set(names_by_tag(home)) == {"b7002", "b7003", "b7004"}
     assert "running" in report["kept"][old.name]
@@ -235,14 +235,16 @@ def unseen(_runtimes_dir: Path) -> set[str] | None:
     return None
 
 
-def test_gc_where_processes_cannot_be_seen_refuses_keep_0_and_removes_nothing(home: Home, tmp_path: Path) -> None:
+def test_gc_where_processes_cannot_be_seen_refuses_to_keep_only_the_protected_and_removes_nothing(
+    home: Home, tmp_path: Path
+) -> None:
     before, pointer = snapshot_tree(home.runtimes_dir), home.pointer_path.read_bytes()
     active = home.load(home.read_pointer().active or "")
-    with pytest.raises(UserInputError, match="--keep 1"):
-        collect_garbage(home, keep=0, scan_processes=unseen)
+    with pytest.raises(UserInputError, match="use a larger --keep"):
+        collect_garbage(home, keep=2, scan_processes=unseen)
     assert snapshot_tree(home.runtimes_dir) == before
     assert_active_unchanged(home, pointer, active)
-    report = collect_garbage(home, keep=1, scan_processes=unseen)
+    report = collect_garbage(home, keep=3, scan_processes=unseen)
     assert sorted(item.tag or "" for item in report.removed) == ["b7000", "b7001"]
 
 
@@ -271,7 +273,7 @@ def test_gc_with_the_pointer_file_missing_exits_6_and_removes_no_runtime(
     before = snapshot_tree(home.runtimes_dir)
     active = home.load(home.read_pointer().active or "")
     home.pointer_path.unlink()
-    code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "2")
     assert code == 6, report
     assert "doctor --repair" in report["error"]["hint"]
     assert snapshot_tree(home.runtimes_dir) == before
@@ -282,7 +284,7 @@ def test_gc_with_a_pointer_naming_a_missing_runtime_removes_no_runtime(home: Hom
     before = snapshot_tree(home.runtimes_dir)
     home.write_pointer(Pointer(active="gone-runtime", previous=None))
     with pytest.raises(CorruptStateError, match="names no installed runtime"):
-        collect_garbage(home, keep=0)
+        collect_garbage(home, keep=2)
     assert snapshot_tree(home.runtimes_dir) == before
 
 
@@ -290,7 +292,7 @@ def test_gc_with_a_pointer_naming_a_missing_runtime_removes_no_runtime(home: Hom
 
 
 def _runtime(name: str, stamp: str) -> InstalledRuntime:
-    from llama_runtime.runtime.marker import InstallMarker
+    from llama_runtime.types import InstallMarker
 
     marker = InstallMarker(REPO, name, "cpu", "auto", "a.tar.gz", 1, "0" * 64, False, stamp, "llama-server")
     return InstalledRuntime(name, Path("/nowhere") / name, marker)
@@ -321,3 +323,24 @@ def test_paths_name_the_runtime_directory_they_lie_in_even_when_deleted() -> Non
         "/h/runtimes",
     ]
     assert runtime_names_in_paths(paths, root) == {"a", "b", "c"}
+
+
+def test_gc_keep_counts_runtimes_in_all_as_update_keep_does_on_four_builds(
+    home: Home, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """b7001..b7004 (b7004 active, b7003 previous): ``--keep N`` keeps N runtimes, the protected two among them."""
+    pointer = home.pointer_path.read_bytes()
+    active = home.load(home.read_pointer().active or "")
+    code, removed = run_json(capsys, home.root, None, "remove", "b7000")
+    assert code == 0, removed
+    assert set(names_by_tag(home)) == {"b7001", "b7002", "b7003", "b7004"}
+    code, refused = run_json(capsys, home.root, None, "gc", "--keep", "1")  # the previous one is always kept
+    assert code == 2 and "0 (keep every runtime) or a whole number of 2 or more" in refused["error"]["message"]
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "0")  # 0 keeps all, as for update
+    assert code == 0 and [i for i in report["removed"] if i["kind"] == "runtime"] == [], report
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "3")
+    assert code == 0 and [i["tag"] for i in report["removed"] if i["kind"] == "runtime"] == ["b7001"], report
+    code, report = run_json(capsys, home.root, None, "gc", "--keep", "2")
+    assert code == 0 and [i["tag"] for i in report["removed"] if i["kind"] == "runtime"] == ["b7002"], report
+    assert set(names_by_tag(home)) == {"b7003", "b7004"}
+    assert_active_unchanged(home, pointer, active)

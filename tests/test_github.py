@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import NetworkError, RateLimitError, ReleaseNotFoundError, RemoteError
+from llama_runtime import RemoteError
+from llama_runtime.errors import NetworkError, RateLimitError, ReleaseNotFoundError
 from llama_runtime.updater.choice.decide import build_number
 from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache
 from tests.fakegithub import FakeGitHub, Fault
@@ -244,7 +245,7 @@ def test_the_etag_cache_drops_its_oldest_entries_past_its_size_bound(
 def test_an_api_answer_dripped_past_its_deadline_is_a_network_error_not_a_held_lock() -> None:
     import httpx
 
-    from llama_runtime.runtime.errors import NetworkError
+    from llama_runtime.errors import NetworkError
     from llama_runtime.updater.net.body import read_capped
 
     sent: list[bytes] = []

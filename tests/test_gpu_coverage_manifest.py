@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.errors import BackendUnavailableError, RemoteDataError
+from llama_runtime import BackendUnavailableError
+from llama_runtime.errors import RemoteDataError
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.decide import available_builds
 from llama_runtime.updater.choice.facts import host_sms

@@ -108,7 +108,7 @@ def test_use_of_a_runtime_with_a_damaged_marker_is_refused_and_the_active_one_st
 def test_the_api_use_of_a_runtime_with_a_damaged_marker_raises_and_the_active_one_still_runs(
     home: Path, three: dict[str, str], kind: str
 ) -> None:
-    from llama_runtime.runtime.errors import CorruptStateError
+    from llama_runtime import CorruptStateError
     from llama_runtime.updater.config import resolve_settings
     from llama_runtime.updater.engine import Engine
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from llama_runtime import UserInputError
 from llama_runtime.runtime.binary import CANNOT_EXECUTE, ProcessResult
-from llama_runtime.runtime.errors import UserInputError
 from llama_runtime.updater.choice.host import PLATFORMS, host_for_platform
 from llama_runtime.updater.choice.host_detect import cuda_from_driver, detect_host, run_probe
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import BackendUnavailableError, UserInputError
+from llama_runtime import BackendUnavailableError, UserInputError
 from llama_runtime.updater.choice.choose import choose_asset
 from llama_runtime.updater.choice.facts import UNKNOWN
 from llama_runtime.updater.choice.host import HostFacts, host_from_json

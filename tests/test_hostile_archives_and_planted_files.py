@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import UnsafeArchiveError
+from llama_runtime.errors import UnsafeArchiveError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.updater.api.service import RuntimeUpdater
+from llama_runtime import RuntimeUpdater
 from llama_runtime.updater.cli.main import main
 from llama_runtime.updater.sources.github import GitHubClient
 from tests.fakegithub import FakeGitHub

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llama_runtime.runtime.errors import VerificationError
+from llama_runtime import VerificationError
 from llama_runtime.updater.verify.verify import check_build, parse_version_output
 from tests.realbuild import real_bin_dir
 

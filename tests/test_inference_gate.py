@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime import GatePolicy, RuntimeUpdater, save_gate_settings
-from llama_runtime.runtime.inference import probe_inference
+from llama_runtime import GatePolicy, RuntimeUpdater, probe_inference, save_gate_settings
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.server import ManagedServer
 from llama_runtime.updater.cli.main import main

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import BusyError, CancelledError
+from llama_runtime import BusyError, CancelledError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.procinfo import pid_alive, process_start_ticks
 from llama_runtime.updater.api.job_store import KEEP_FINISHED, JobState, JobStore

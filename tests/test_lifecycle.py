@@ -334,7 +334,7 @@ def test_install_file_of_an_installed_build_switches_to_it(
 def test_gc_never_keeps_two_copies_of_one_build(
     cpu_builds: Path, capsys: pytest.CaptureFixture[str], github: FakeGitHub
 ) -> None:
-    """Homes written by older versions may hold copies; gc --keep N keeps N distinct builds."""
+    """Homes written by older versions may hold copies; gc --keep N keeps N distinct builds in all."""
     home = cpu_builds
     b7000 = next(r for r in Home(home).installed() if r.marker.tag == "b7000")
     copies = []
@@ -347,7 +347,7 @@ def test_gc_never_keeps_two_copies_of_one_build(
         marker.write_text(json.dumps(data))
         copies.append(copy)
 
-    code, report = run_json(capsys, home, github.api_url, "gc", "--keep", "2")
+    code, report = run_json(capsys, home, github.api_url, "gc", "--keep", "3")  # active, previous and one more
 
     assert code == 0, report
     removed = sorted(item["path"] for item in report["removed"] if item["kind"] == "runtime")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from llama_runtime.errors import MacOSTooOldError
 from llama_runtime.runtime.binary import binary_minimum_macos, minimum_macos
-from llama_runtime.runtime.errors import MacOSTooOldError
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.config import resolve_settings
 from llama_runtime.updater.engine import Engine, Seams

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError, UserInputError, VerificationError
+from llama_runtime import CorruptStateError, UserInputError, VerificationError
+from llama_runtime.errors import ForeignMarkerError
 from llama_runtime.runtime.layout import Home, Pointer, runtime_name_of
 from llama_runtime.runtime.marker import (
     MARKER_NAME,

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.errors import ProvenanceError
+from llama_runtime.errors import ProvenanceError
 from llama_runtime.updater.verify.signer import SignerPolicy, TrustRoot, load_trust_root, verify_bundle
 from tests.fakegithub import FakeGitHub
 from tests.helpers import REPO, VULKAN_TAR, run_json

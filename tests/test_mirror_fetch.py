@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import DigestMismatchError
+from llama_runtime import Progress
+from llama_runtime.errors import DigestMismatchError
 from llama_runtime.updater.offline.mirror import MirrorFetch, sync_mirror
-from llama_runtime.updater.progress import Progress
 from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.stage.streaming import FetchOptions
 from tests.archives import build_release_archive

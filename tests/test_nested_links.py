@@ -59,7 +59,7 @@ _PLACES = [
 
 
 @pytest.mark.parametrize("where", _PLACES)
-@pytest.mark.parametrize("verb", [["update"], ["gc", "--keep", "1"], ["remove", "b7001"], ["status"]])
+@pytest.mark.parametrize("verb", [["update"], ["gc", "--keep", "3"], ["remove", "b7001"], ["status"]])
 def test_a_link_inside_the_home_is_exit_2_naming_it_and_nothing_outside_changes(
     capsys: pytest.CaptureFixture[str],
     installed: Path,

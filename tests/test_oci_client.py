@@ -13,7 +13,8 @@ from typing import ClassVar
 import httpx
 import pytest
 
-from llama_runtime.runtime.errors import DigestMismatchError, RemoteDataError, RemoteError, UserInputError
+from llama_runtime import RemoteError, UserInputError
+from llama_runtime.errors import DigestMismatchError, RemoteDataError
 from llama_runtime.updater.sources.oci import client as oci_client
 from llama_runtime.updater.sources.oci.auth import Credential, RegistryAuthError, find_credential, parse_challenge
 from llama_runtime.updater.sources.oci.client import (
@@ -110,7 +111,7 @@ def test_large_blob_goes_up_in_patch_chunks(registry: Registry, monkeypatch: pyt
 def test_interrupted_chunked_upload_resumes_from_the_registrys_offset(
     registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llama_runtime.runtime.errors import NetworkError
+    from llama_runtime.errors import NetworkError
 
     monkeypatch.setattr(oci_client, "MONOLITHIC_MAX_BYTES", 1000)
     monkeypatch.setattr(oci_client, "CHUNK_BYTES", 1024)

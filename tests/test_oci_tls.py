@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from llama_runtime.runtime.errors import NetworkError, UserInputError
+from llama_runtime import UserInputError
+from llama_runtime.errors import NetworkError
 from llama_runtime.updater.net.tls import CA_BUNDLE_VAR
 from llama_runtime.updater.sources.oci.client import sha256_digest
 from llama_runtime.updater.sources.oci.connect import open_registry

@@ -192,7 +192,7 @@ def test_gc_keeps_the_newest_install_even_when_the_clock_read_2000_at_install_ti
         else:
             installer = Installer(installed, host=detect_host)
         install_file(installer, InstallFileRequest(archive=archive, default_repo=REPO))
-    code, payload = run_json(capsys, home, None, "gc", "--keep", "1")
+    code, payload = run_json(capsys, home, None, "gc", "--keep", "3")  # active, previous and the newest other
     assert code == 0, payload
     left = sorted(r.marker.tag for r in installed.installed())
     assert left == ["b7001", "b7002", "b7003"], left  # b7000, installed first, goes; b7001 stays

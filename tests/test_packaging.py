@@ -124,7 +124,7 @@ def test_metadata_builds_without_deprecation_warnings_and_carries_the_spdx_licen
     assert "License-Expression: MIT" in metadata and "License-File: LICENSE" in metadata
     assert "Name: llama-runtime-updater" in metadata
     # The version is the package's own constant, which the CLI and the User-Agent read without metadata.
-    from llama_runtime._version import __version__
+    from llama_runtime import __version__
 
     assert f"Version: {__version__}\n" in metadata
 

@@ -160,7 +160,7 @@ def test_a_plain_request_in_a_pinned_home_asks_for_the_pinned_tag() -> None:
 
 
 def test_the_scheduled_decision_holds_a_newer_build_behind_a_pin() -> None:
-    from llama_runtime.runtime.marker import InstallMarker
+    from llama_runtime.types import InstallMarker
 
     marker = InstallMarker(REPO, "b7000", "cpu", "auto", CPU_TAR.format(tag="b7000"), 1, "0" * 64, True, "t", "b")
     host = host_for_platform("linux-x64")
@@ -188,7 +188,41 @@ def test_a_semver_pin_naming_the_newer_build_lets_check_apply_move_to_it(
     assert code == 0 and checked["latest"] == "b7001", checked
     version = checked["latest_version"]
     assert version is not None, "the fake GitHub names each build by a semver release"
-    assert run_json(capsys, pinned_home, None, "pin", version)[0] == 0
+    assert run_json(capsys, pinned_home, github.api_url, "pin", version)[0] == 0  # resolved first
     code, applied = run_json(capsys, pinned_home, github.api_url, "check", "--apply")
     assert code == 0 and (applied["applied"], applied["held"]) == (True, None), applied
     assert applied["outcome"]["active"]["tag"] == "b7001"
+
+
+def test_pin_of_a_tag_the_source_does_not_list_pins_nothing_and_names_it(
+    capsys: pytest.CaptureFixture[str], pinned_home: Path, github: FakeGitHub
+) -> None:
+    guard = HomeGuard(None, pinned_home)
+    code, payload = run_json(capsys, pinned_home, github.api_url, "pin", "b99999")
+    assert code == 7 and payload["error"]["code"] == "release_not_found", payload
+    assert "b99999" in payload["error"]["message"] and "--force" in payload["error"]["hint"]
+    assert load_pin(pinned_home) == Pin(REPO, "b7000")  # the pin before is untouched
+    guard.assert_intact("b7000", capsys=capsys)
+
+
+def test_pin_force_pins_a_tag_the_source_cannot_confirm_and_says_so(
+    capsys: pytest.CaptureFixture[str], pinned_home: Path, github: FakeGitHub
+) -> None:
+    code, payload = run_json(capsys, pinned_home, github.api_url, "pin", "--force", "b99999")
+    assert code == 0, payload
+    assert payload["pinned"] == {"repo": REPO, "tag": "b99999"}
+    assert payload["checked"].startswith("not checked: ") and "b99999" in payload["checked"]
+    code, check = run_json(capsys, pinned_home, github.api_url, "check")
+    assert check["pinned"] == "b99999" and "b99999" in check["plain_update"], check
+
+
+def test_pin_of_a_published_build_resolves_it_and_a_check_names_what_a_plain_update_does(
+    capsys: pytest.CaptureFixture[str], pinned_home: Path, github: FakeGitHub
+) -> None:
+    updater = RuntimeUpdater(pinned_home, api_url=github.api_url)
+    result = updater.pin("b7001")
+    assert result.checked is not None and result.checked.startswith("resolved: ") and "b7001" in result.checked
+    assert result.active is not None and result.active.marker.tag == "b7000"
+    check = updater.check()
+    assert check.plain_update is not None and "moves from b7000 to the pinned b7001" in check.plain_update
+    assert updater.pin("b7000").checked == "installed"  # an installed build needs no request

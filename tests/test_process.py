@@ -20,13 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import (
-    BusyError,
-    LocalError,
-    ServerAlreadyRunningError,
-    ServerStartError,
-    ServerStopError,
-)
+from llama_runtime import BusyError, LocalError
+from llama_runtime.errors import ServerAlreadyRunningError, ServerStartError, ServerStopError
 from llama_runtime.runtime.listen import Health, arg_value, probe_health, with_listen_args
 from llama_runtime.runtime.procinfo import pid_alive
 from llama_runtime.runtime.server import ManagedServer, ServerControl

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.updater.api.job_store import JobState
+from llama_runtime import JobState
 from llama_runtime.updater.cli.progressbar import format_bar
 from llama_runtime.updater.fetch.download import PROGRESS_INTERVAL_SECONDS, throttled
 from tests.fakegithub import FakeGitHub, Fault

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.errors import ProvenanceError, ProvenanceMissingError, RateLimitError
+from llama_runtime.errors import ProvenanceError, ProvenanceMissingError, RateLimitError
 from llama_runtime.runtime.marker import InstallMarker, provenance_summary
 from llama_runtime.updater.sources.github import GitHubClient
 from llama_runtime.updater.verify.provenance import Provenance, ProvenanceCheck, combine, parse_attestations

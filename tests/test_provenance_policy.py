@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import UserInputError
-from llama_runtime.runtime.layout import InstalledRuntime
+from llama_runtime import InstalledRuntime, UserInputError
 from llama_runtime.runtime.marker import InstallMarker, provenance_summary
 from llama_runtime.updater.cli.common import provenance_line
 from llama_runtime.updater.sources.github import GitHubClient, JsonFileEtagCache

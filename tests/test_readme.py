@@ -134,7 +134,7 @@ def test_every_llama_runtime_command_in_the_readme_parses() -> None:
 
 
 def test_a_mistyped_command_is_caught_by_the_parse() -> None:
-    from llama_runtime.runtime.errors import UserInputError
+    from llama_runtime import UserInputError
 
     with pytest.raises(UserInputError):
         assert_parses(["update", "--tagg", "b7000"])

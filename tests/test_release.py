@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.errors import IntegrityError, RemoteError
+from llama_runtime import IntegrityError, RemoteError
 from llama_runtime.updater.release.release import parse_asset, parse_release
 
 SHA = hashlib.sha256(b"llama").hexdigest()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import RemoteDataError
+from llama_runtime.errors import RemoteDataError
 from llama_runtime.updater.credentials import redact_text, redact_url, token_for
 from llama_runtime.updater.release.release import (
     check_asset_name,

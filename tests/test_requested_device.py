@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import VerificationError
+from llama_runtime import VerificationError
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.verify.verify import check_requested_device
 from tests.fakegithub import FakeGitHub

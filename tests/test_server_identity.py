@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.errors import VerificationError
+from llama_runtime import VerificationError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.listen import Endpoint, free_port, listen_endpoints
 from llama_runtime.runtime.server import ManagedServer

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.errors import SwitchError
+from llama_runtime.errors import SwitchError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.procinfo import pid_alive
 from llama_runtime.runtime.server import ManagedServer

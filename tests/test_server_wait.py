@@ -152,6 +152,7 @@ def test_a_server_wait_that_is_no_positive_number_of_seconds_is_a_usage_error_an
     assert code == 2, payload
     assert "LLAMA_RUNTIME_SERVER_WAIT" in payload["error"]["message"] or "--wait" in payload["error"]["message"]
     assert not ManagedServer(installed.server_dir).is_running()
+    monkeypatch.delenv("LLAMA_RUNTIME_SERVER_WAIT", raising=False)  # a setting: every command refuses it
     frozen.assert_intact("b7000", capsys=capsys)
 
 
@@ -212,3 +213,32 @@ def test_a_start_whose_server_another_command_stops_says_so_and_does_not_blame_l
     assert "was stopped by another llama-runtime command" in payload["error"]["message"]
     assert "exited" not in payload["error"]["message"]
     frozen.assert_intact("b7000", capsys=capsys)
+
+
+def test_an_app_drives_the_managed_server_through_runtime_updater_server_as_the_cli_does(
+    home: Path, installed: Home
+) -> None:
+    from llama_runtime import RuntimeUpdater, ServerReport, ServerStopped, UserInputError
+
+    frozen = HomeGuard(None, installed.root)
+    server = RuntimeUpdater(home).server
+    assert server.status().running is False
+    loading: list[None] = []
+    started = server.start(["--stand-in-load", "1"], wait=60, on_loading=lambda: loading.append(None))
+    try:
+        assert isinstance(started, ServerReport) and started.healthy is True and started.running, started
+        assert started.runtime is not None and started.runtime.marker.tag == "b7000"
+        assert loading, "the app heard that the model was loading"
+        assert started.url is not None and started.url.startswith("http://127.0.0.1:")
+        now = server.status()
+        assert (now.running, now.healthy, now.pid) == (True, True, started.pid)
+        assert server.wait(5) is True
+        again = server.restart(wait=60)  # no arguments: the ones it runs with
+        assert again.healthy and again.pid != started.pid and list(again.args) == list(started.args)
+        with pytest.raises(UserInputError, match="finite number of seconds"):
+            server.start(wait=float("nan"))
+    finally:
+        stopped = server.stop(timeout=5)
+    assert isinstance(stopped, ServerStopped) and stopped.stopped is True
+    assert server.status().running is False and server.stop().stopped is False
+    frozen.assert_intact("b7000")

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from llama_runtime import BusyError, JobState, RuntimeUpdater, UserInputError
 from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.runtime.errors import BusyError, UserInputError
+from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.procinfo import process_start_ticks
-from llama_runtime.updater.api.job_store import JobResult, JobState
-from llama_runtime.updater.api.service import RuntimeUpdater
+from llama_runtime.types import JobResult
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli.main import main
 from tests.archives import build_release_archive
@@ -179,8 +179,8 @@ def test_job_events_go_through_the_phases_and_end_with_the_result(
 
 
 def test_button_while_another_process_holds_the_lock_fails_fast_with_busy(installed: RuntimeUpdater) -> None:
-    frozen = HomeGuard(None, installed.home.root)
-    with UpdateLock(installed.home.lock_path).hold("rollback"), pytest.raises(BusyError) as caught:
+    frozen = HomeGuard(None, installed.home)
+    with UpdateLock(Home(installed.home).lock_path).hold("rollback"), pytest.raises(BusyError) as caught:
         installed.start_update()
     assert "rollback" in caught.value.message
     current = installed.jobs.current()  # no job was claimed for the refused press
@@ -210,7 +210,7 @@ def test_start_update_of_another_tag_while_a_job_runs_is_busy_naming_that_job(
     asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
     publish(github, tmp_path, "b7002")
     slow_down(github, asset)
-    frozen = HomeGuard(None, installed.home.root)
+    frozen = HomeGuard(None, installed.home)
     job = installed.start_update(tag="b7001")
     eventually(lambda: downloading(installed.jobs.current()), "the download to start")
     with pytest.raises(BusyError) as caught:
@@ -227,7 +227,7 @@ def test_start_update_of_another_tag_while_a_job_runs_is_busy_naming_that_job(
 def test_api_bare_build_number_is_refused_before_any_request_with_the_clis_hint(
     installed: RuntimeUpdater, github: FakeGitHub, method: str
 ) -> None:
-    frozen = HomeGuard(None, installed.home.root)
+    frozen = HomeGuard(None, installed.home)
     before = len(github.requests)
     with pytest.raises(UserInputError) as caught:
         getattr(installed, method)(tag="7000")
@@ -257,7 +257,7 @@ def test_button_after_a_restart_with_the_same_pid_starts_a_new_job(
 ) -> None:
     # In a container the app gets the same pid after every restart.
     publish(github, tmp_path, "b7001")
-    leftover_running_job(installed.home.root, os.getpid(), process_start_ticks(os.getpid()))
+    leftover_running_job(installed.home, os.getpid(), process_start_ticks(os.getpid()))
     assert not installed.ensure().update_running
     job = installed.start_update()
     assert job.owned and job.id != "deadbeefdeadbeef"
@@ -276,7 +276,7 @@ def test_button_when_the_crashed_jobs_pid_now_names_another_process_starts_a_new
         ticks = process_start_ticks(unrelated.pid)
         if ticks is None:
             pytest.skip("process start times are not available on this platform")
-        leftover_running_job(installed.home.root, unrelated.pid, ticks - 100)  # the crashed owner started earlier
+        leftover_running_job(installed.home, unrelated.pid, ticks - 100)  # the crashed owner started earlier
         job = installed.start_update()
         assert job.owned
         state = job.wait(EVENTUALLY_SECONDS)
@@ -292,7 +292,7 @@ def test_lock_owner_record_left_by_a_crash_does_not_make_the_button_busy(
     # kill -9 while holding the lock: the kernel frees the lock, the owner record stays
     # (and after a container restart its pid is ours again).
     publish(github, tmp_path, "b7001")
-    lock = UpdateLock(installed.home.lock_path)
+    lock = UpdateLock(Home(installed.home).lock_path)
     owner = {"pid": os.getpid(), "operation": "button", "since": time.time() - 3600}
     lock.owner_path.write_text(json.dumps(owner))
     assert not installed.update_running()
@@ -303,7 +303,7 @@ def test_lock_owner_record_left_by_a_crash_does_not_make_the_button_busy(
 def test_ctrl_c_in_a_foreground_job_records_it_cancelled_and_propagates(
     installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    frozen = HomeGuard(None, installed.home.root)
+    frozen = HomeGuard(None, installed.home)
     publish(github, tmp_path, "b7001", pad=PAD_BYTES)
 
     def ctrl_c_during_download(state: JobState) -> None:
@@ -321,7 +321,7 @@ def test_ctrl_c_in_a_foreground_job_records_it_cancelled_and_propagates(
 
 @pytest.mark.parametrize("cuda", ["nan", "-12", "12.x"])
 def test_a_malformed_cuda_version_is_refused_before_any_job_starts(installed: RuntimeUpdater, cuda: str) -> None:
-    frozen = HomeGuard(None, installed.home.root)
+    frozen = HomeGuard(None, installed.home)
     before = installed.jobs.current()
     with pytest.raises(UserInputError, match=r"use a line such as '12' or '12\.4'"):
         installed.start_update(cuda_version=cuda)
@@ -333,7 +333,7 @@ def test_a_malformed_cuda_version_is_refused_before_any_job_starts(installed: Ru
 def test_lock_timeout_that_is_not_a_finite_non_negative_number_is_bad_input(
     installed: RuntimeUpdater, seconds: float
 ) -> None:
-    frozen = HomeGuard(None, installed.home.root)
+    frozen = HomeGuard(None, installed.home)
     before = installed.jobs.current()
     with pytest.raises(UserInputError):
         installed.start_update(lock_timeout=seconds)
@@ -347,7 +347,7 @@ def test_lock_timeout_that_is_not_a_finite_non_negative_number_is_bad_input(
 def test_cancel_during_download_adds_no_runtime_and_keeps_the_partial_for_resume(
     installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    frozen = HomeGuard(None, installed.home.root)
+    frozen = HomeGuard(None, installed.home)
     asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
     github.inject(asset, Fault(drip_seconds=0.02, drip_chunk=1024, times=1))
     job = installed.start_update()
@@ -357,7 +357,7 @@ def test_cancel_during_download_adds_no_runtime_and_keeps_the_partial_for_resume
     assert state.phase == "cancelled"
     assert state.error is not None and state.error.code == "cancelled"
     frozen.assert_intact("b7000", staging_empty=True)
-    partials = list(installed.home.downloads_dir.glob(f"*{asset}.part"))
+    partials = list(Home(installed.home).downloads_dir.glob(f"*{asset}.part"))
     assert len(partials) == 1
     kept = partials[0].stat().st_size
     assert 0 < kept < PAD_BYTES
@@ -369,14 +369,14 @@ def test_cancel_during_download_adds_no_runtime_and_keeps_the_partial_for_resume
     assert last.headers.get("range") == f"bytes={kept}-"
     assert resumed.result is not None
     assert_runs(active_binary(resumed.result))
-    assert list(installed.home.downloads_dir.glob("*.part")) == []
+    assert list(Home(installed.home).downloads_dir.glob("*.part")) == []
 
 
 def test_cancel_while_the_new_binary_is_verified_activates_nothing(
     installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
 ) -> None:
     # events.md: a cancel is honoured until activation begins, not only while downloading.
-    frozen = HomeGuard(None, installed.home.root)
+    frozen = HomeGuard(None, installed.home)
     slow = stand_in_server("version: 7001 (stand-in)").replace(b"--version)", b"--version) sleep 2;")
     archive = build_release_archive(tmp_path / "slow.tar.gz", "tar-tagdir", {"llama-server": slow},
                                     modes={"llama-server": 0o755}, tag="b7001")  # fmt: skip
@@ -393,12 +393,12 @@ def test_cancel_while_the_new_binary_is_verified_activates_nothing(
 def test_cancel_from_another_handle_stops_the_job(
     installed: RuntimeUpdater, github: FakeGitHub, tmp_path: Path
 ) -> None:
-    frozen = HomeGuard(None, installed.home.root)
+    frozen = HomeGuard(None, installed.home)
     asset = publish(github, tmp_path, "b7001", pad=PAD_BYTES)
     slow_down(github, asset)
     job = installed.start_update()
     eventually(lambda: downloading(job.state()), "the download to start")
-    follower = make_updater(installed.home.root, github).current_job()
+    follower = make_updater(installed.home, github).current_job()
     assert follower is not None and follower.id == job.id and not follower.owned
     follower.cancel()  # the cancel file, as another process would write it
     assert job.wait(EVENTUALLY_SECONDS).phase == "cancelled"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import DigestMismatchError, UnsafeArchiveError
+from llama_runtime.errors import DigestMismatchError, UnsafeArchiveError
 from llama_runtime.updater.fetch.download import FollowReader, GrowingFile
 from llama_runtime.updater.stage import archive_rules
 from llama_runtime.updater.stage.archive import extract_archive

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_runtime.runtime.errors import BackendUnavailableError
+from llama_runtime import BackendUnavailableError
 from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.choice.decide import UpdateRequest

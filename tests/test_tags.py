@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llama_runtime.runtime.errors import UserInputError
+from llama_runtime import UserInputError
 from llama_runtime.updater.release.tags import compare_tags, is_upgrade, parse_tag, validate_tag
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.inference import probe_inference
+from llama_runtime import probe_inference
 from llama_runtime.runtime.layout import Home
 from llama_runtime.runtime.listen import free_port
 from llama_runtime.runtime.server import ManagedServer

@@ -20,7 +20,8 @@ from types import ModuleType
 
 import pytest
 
-from llama_runtime.updater.checkpoints import HANG_AT_ENV, STACKS_ENV
+from llama_runtime.updater.checkpoints import HANG_AT_ENV
+from llama_runtime.updater.cli.watchdog import STACKS_ENV
 from tests.fakegithub import FakeGitHub
 from tests.helpers import HomeGuard, publish_stand_in
 

@@ -70,6 +70,11 @@ class LocalError(LlamaRuntimeError):
 
     fault = "local"
 
+    @staticmethod
+    def from_os_failure(exc: OSError) -> LocalError:
+        """The error for an ``OSError`` raised outside the front door: a full disk (exit 4), else a refused file."""
+        return os_failure(exc)
+
 
 class BusyError(LocalError):
     """Another process holds the update lock."""

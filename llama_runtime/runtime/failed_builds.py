@@ -56,6 +56,34 @@ class FailedBuild:
         return f"{self.repo} {self.tag} ({self.backend}, {self.asset}): {self.reason}"
 
 
+@dataclass(frozen=True)
+class SkippedBuild:
+    """A build an update passed over because it failed verification on this machine before.
+
+    Attributes:
+        tag: Its build tag.
+        backend: Its backend.
+        reason: Why it failed here, for people.
+        until: When it is tried again, for people (a newer build, or being asked for).
+    """
+
+    tag: str
+    backend: str
+    reason: str
+    until: str = "a newer build appears, or `update --retry-skipped` asks for it"
+
+    def sentence(self) -> str:
+        """The skip in one sentence for people."""
+        return (
+            f"{self.tag} ({self.backend}) failed verification on this machine before ({self.reason}); "
+            f"skipped until {self.until}."
+        )
+
+    def to_json(self) -> dict[str, str]:
+        """``{tag, backend, reason, until}``, as ``update``, ``check`` and ``status`` print it."""
+        return {"tag": self.tag, "backend": self.backend, "reason": self.reason, "until": self.until}
+
+
 def _path(home_root: Path) -> Path:
     return home_root / FAILED_BUILDS_FILE
 

@@ -29,7 +29,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError, UserInputError
 from llama_runtime.runtime.fsutil import MAX_RECORD_BYTES, parse_record, read_regular, sha256_file, write_record
@@ -207,6 +207,15 @@ class InstalledRuntime:
         """Absolute path of ``llama-server`` in this runtime."""
         return self.path / self.marker.binary
 
+    def describe(self) -> str:
+        """``owner/name bNNNN (backend)``: the runtime in words, as messages name it."""
+        return f"{self.marker.repo} {self.marker.tag} ({self.marker.backend})"
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """The contract's ``provenance`` object: ``status`` (verified, absent, unverified), ``reason``, the signer."""
+        return provenance_summary(self.marker)
+
     def to_json(self) -> dict[str, object]:
         """The runtime object of the CLI contract."""
         return {
@@ -227,7 +236,7 @@ class InstalledRuntime:
             "digest_verified": self.marker.digest_verified,
             "asset": self.marker.asset,
             "source": self.marker.source,  # where the bytes came from: download, file, oci://host/name@sha256:…
-            "provenance": provenance_summary(self.marker),
+            "provenance": self.provenance,
             "device_warning": self.marker.device_warning or None,
         }
 
@@ -395,8 +404,7 @@ class Home:
             pointer = self.read_pointer()
             if not pointer.active:
                 return "no runtime is active"
-            marker = self.load(pointer.active).marker
-            return f"{marker.repo} {marker.tag} ({marker.backend}) is active"
+            return f"{self.load(pointer.active).describe()} is active"
         except Exception as exc:  # the interruption is the news; this is only context
             reason = getattr(exc, "message", None) or type(exc).__name__
             return f"the active runtime could not be read ({reason}); `llama-runtime status` shows it"

@@ -53,6 +53,13 @@ API_DEADLINE_SECONDS: Final[float] = 30.0
 DEFAULT_PARALLEL_DOWNLOADS: Final = 4
 #: More connections only add load on the host; 16 is far past where a capped CDN stops scaling.
 MAX_PARALLEL_DOWNLOADS: Final = 16
+#: llama-server's own default port (``--port``, tools/server/README.md), so that a
+#: managed server is where every llama.cpp client looks first.
+LLAMA_SERVER_DEFAULT_PORT: Final[int] = 8080
+#: Seconds a managed server's start waits for /health (``LLAMA_RUNTIME_SERVER_WAIT``). A server
+#: that maps a large model from a slow disk, or a Vulkan build compiling its shader cache cold (47 s
+#: seen on a desktop GPU), is loading, not failing; one that exits is reported at once anyway.
+SERVER_WAIT_DEFAULT_SECONDS: Final[float] = 300.0
 PARALLEL_DOWNLOADS_ENV: Final = "LLAMA_RUNTIME_PARALLEL_DOWNLOADS"
 #: Runtimes each successful update keeps (``--keep``/``LLAMA_RUNTIME_KEEP``): the
 #: active, the previous (the rollback target) and the newest other build; 0 keeps every runtime.
@@ -134,6 +141,12 @@ class ProvenanceSettings:
             UserInputError: A value is not of its documented form (exit 2), naming the variable.
         """
         root = env.get("LLAMA_RUNTIME_TRUSTED_ROOT", "").strip()
+        if root and not Path(root).expanduser().is_file():
+            # Checked here, not when a verification first needs it: a typo never waits for a download.
+            raise UserInputError(
+                f"LLAMA_RUNTIME_TRUSTED_ROOT={root[:200]} is not a file; give the path of a Sigstore "
+                "trusted_root.json, or unset it to use Sigstore's production trust root."
+            )
         bare, workflows = parse_workflows(env.get("LLAMA_RUNTIME_PROVENANCE_WORKFLOW", ""))
         return cls(
             trusted_root=Path(root).expanduser() if root else None,
@@ -216,6 +229,9 @@ class Settings:
             ``LLAMA_RUNTIME_PROVENANCE_SIGNER``).
         ca_bundle: A PEM file of the CAs HTTPS servers are trusted by (``--ca-bundle`` /
             ``LLAMA_RUNTIME_CA_BUNDLE``); ``None``: OpenSSL's variables, else the OS store and certifi.
+        server_port: The port the managed llama-server binds when its arguments name none
+            (``LLAMA_RUNTIME_SERVER_PORT``, else llama-server's own 8080; ``None``: any free port).
+        server_wait: Seconds a managed server's start waits for ``/health`` (``LLAMA_RUNTIME_SERVER_WAIT``).
         follow_exact: Follow the channel down as well as up (``--follow exact`` /
             ``LLAMA_RUNTIME_FOLLOW=exact``); default ``newer``: never a downgrade without a tag.
     """
@@ -231,7 +247,7 @@ class Settings:
     api_deadline: float = API_DEADLINE_SECONDS
     gate: GatePolicy | None = None
     require_provenance: bool = False
-    channel: Channel | None = None  # None: keep the active runtime's stored channel (else stable)
+    channel: str | None = None  # a Channel; None: keep the active runtime's stored channel (else stable)
     parallel_downloads: int = DEFAULT_PARALLEL_DOWNLOADS
     keep: int = DEFAULT_RETAIN
     fresh_companion: bool = False
@@ -239,7 +255,62 @@ class Settings:
     pace: DownloadPace = DownloadPace()
     provenance: ProvenanceSettings = ProvenanceSettings()
     ca_bundle: str | None = None
+    server_port: int | None = LLAMA_SERVER_DEFAULT_PORT
+    server_wait: float = SERVER_WAIT_DEFAULT_SECONDS
+
     follow_exact: bool = False
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        home: str | Path | None = None,
+        api_url: str | None = None,
+        repo: str | None = None,
+        backend: str | None = None,
+        token: str | None = None,
+        require_provenance: bool = False,
+        env: Mapping[str, str] | None = None,
+        channel: str | None = None,
+        follow_active_repo: bool = True,
+        keep: str | None = None,
+        fresh_companion: bool = False,
+        verifies: bool = True,
+        ca_bundle: str | None = None,
+        follow: str | None = None,
+    ) -> Settings:
+        """Every setting of one invocation: the values given, over ``env`` (default ``os.environ``), over defaults.
+
+        Each value is validated here, once; ``RuntimeUpdater.from_settings`` takes the result.
+
+        Args:
+            follow_active_repo: Without ``repo``/``LLAMA_RUNTIME_REPO``, use the repository the
+                active runtime came from (as ``update``, ``check`` and ``plan`` do).
+            keep: Runtimes each update keeps, as text (``--keep``; default ``LLAMA_RUNTIME_KEEP``, else 3).
+            verifies: The caller verifies builds: a malformed provenance opt-in is then an error,
+                never silently off.
+            follow: ``newer`` (never a downgrade without a tag) or ``exact`` (``--follow``;
+                default ``LLAMA_RUNTIME_FOLLOW``, else ``newer``).
+
+        Raises:
+            UserInputError: A value is malformed (unknown backend, bad repo, URL or number).
+        """
+        return resolve_settings(
+            home=home,
+            api_url=api_url,
+            repo=repo,
+            backend=backend,
+            token=token,
+            require_provenance=require_provenance,
+            env=env,
+            channel=channel,
+            follow_active_repo=follow_active_repo,
+            keep=keep,
+            fresh_companion=fresh_companion,
+            verifies=verifies,
+            ca_bundle=ca_bundle,
+            follow=follow,
+        )
 
 
 def validate_repo(repo: str) -> str:
@@ -367,8 +438,27 @@ def resolve_settings(
             lambda: ProvenanceSettings.from_env(env), ProvenanceSettings(), verifies=verifies
         ),
         ca_bundle=_ca_bundle_setting(ca_bundle, env),
+        server_port=_server_port(env),
+        server_wait=env_number(env, "LLAMA_RUNTIME_SERVER_WAIT", SERVER_WAIT_DEFAULT_SECONDS),
         follow_exact=_follow_setting(follow, env),
     )
+
+
+def _server_port(env: Mapping[str, str]) -> int | None:
+    """``LLAMA_RUNTIME_SERVER_PORT``, else llama-server's own default; ``None`` for ``0`` (any free port).
+
+    Raises:
+        UserInputError: The variable is not a port number.
+    """
+    raw = env.get("LLAMA_RUNTIME_SERVER_PORT", "").strip()
+    if not raw:
+        return LLAMA_SERVER_DEFAULT_PORT
+    port = decimal(raw)
+    if port is None or port > 65535:
+        raise UserInputError(
+            f"LLAMA_RUNTIME_SERVER_PORT={raw[:40]!r} is not a port; use 1-65535, or 0 for any free port."
+        )
+    return port or None
 
 
 #: How a client follows its channel: ``newer`` only (the default), or ``exact`` (down too).
@@ -488,6 +578,13 @@ def env_flag(env: Mapping[str, str], name: str) -> bool:
     raise UserInputError(f"{name}={env[name]!r} is not a yes/no value. Use 1, true, yes or on (0, false, no or off).")
 
 
+#: What ``--keep N`` accepts, said the same by every verb that takes it (update, check, gc).
+KEEP_RULE: Final = (
+    "use 0 (keep every runtime) or a whole number of 2 or more "
+    "(runtimes kept in all; the active and the previous one are always among them)"
+)
+
+
 def retain_setting(flag: str | None, env: Mapping[str, str]) -> int:
     """How many runtimes an update keeps: ``--keep``, else ``LLAMA_RUNTIME_KEEP``, else 3.
 
@@ -500,10 +597,7 @@ def retain_setting(flag: str | None, env: Mapping[str, str]) -> int:
         return DEFAULT_RETAIN
     # 1 would promise what never happens: the rollback target is always kept.
     if not value.isdigit() or int(value) == 1:
-        raise UserInputError(
-            f"{source}={raw!r} is not valid: use 0 (keep every runtime) or a whole number of 2 or more "
-            "(runtimes each update keeps; the active and the previous one are always among them)."
-        )
+        raise UserInputError(f"{source}={raw!r} is not valid: {KEEP_RULE}.")
     return int(value)
 
 

@@ -1,6 +1,12 @@
-"""structlog on stderr: readable on a terminal, JSON lines with ``--log-json``.
+"""structlog, routed where its caller wants it: an app's ``logging``, or the CLI's stderr.
 
-stdout is reserved for the command's output (one JSON object with ``--json``).
+A library is silent by default: unless :func:`configure_logging` is called (the CLI calls it)
+or the app configured structlog itself, every line goes through the standard library's
+``logging`` to the logger of its module (``llama_runtime.…``), which has a ``NullHandler``:
+an app sees the lines once it configures ``logging`` (``logging.basicConfig()``, or a handler on
+``logging.getLogger("llama_runtime")``), and nothing otherwise. :func:`configure_logging` sends
+them to stderr instead: readable on a terminal, JSON lines with ``--log-json``; stdout is
+reserved for the command's output (one JSON object with ``--json``).
 
 structlog is imported only when something logs a line, not when a logger is
 created or logging is configured: importing it costs ~30 ms, and app start-up
@@ -46,7 +52,12 @@ def _stderr_logger_factory(*_args: object) -> _StderrLogger:
 
 
 def configure_logging(*, json_lines: bool = False, level: str = "warning") -> None:
-    """Send log output to stderr at ``level`` and above (applied on first use)."""
+    """Send llama-runtime's log lines to stderr at ``level`` and above, instead of ``logging`` (applied on first use).
+
+    Without this call the lines go through the standard library's ``logging`` (silent until the app
+    configures it). ``json_lines``: one JSON object a line (``--log-json``); ``level``: ``debug``,
+    ``info``, ``warning`` or ``error``.
+    """
     global _applied
     _wanted.update(json_lines=json_lines, level=level, explicit=True)
     _applied = False
@@ -80,9 +91,11 @@ def _apply() -> None:
     import structlog
 
     _applied = True
-    # An app that embeds us and configured structlog itself keeps its setup;
-    # unconfigured, structlog would print to stdout, which belongs to the app.
-    if not _wanted["explicit"] and structlog.is_configured():
+    if not _wanted["explicit"]:
+        # An app that embeds us and configured structlog itself keeps its setup; otherwise the
+        # lines go to the standard library (unconfigured, structlog would print to stdout, the app's).
+        if not structlog.is_configured():
+            _route_to_stdlib(structlog)
         return
     processors: list[structlog.typing.Processor] = [
         _redact_urls,
@@ -102,6 +115,25 @@ def _apply() -> None:
         logger_factory=_stderr_logger_factory,
         cache_logger_on_first_use=False,
     )
+
+
+def _route_to_stdlib(structlog: Any) -> None:
+    """Send every line to ``logging.getLogger(<module>)`` as one plain message; silent until the app listens."""
+    import logging
+
+    logging.getLogger("llama_runtime").addHandler(logging.NullHandler())
+    structlog.configure(
+        processors=[structlog.stdlib.filter_by_level, _redact_urls, _escape_controls, _plain_message],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+
+
+def _plain_message(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> str:
+    """``event key=value …``: one line a ``logging`` handler formats like any other message."""
+    fields = " ".join(f"{key}={value}" for key, value in event.items() if key != "event")
+    return f"{event.get('event', '')} {fields}".strip()
 
 
 def redact_with(redactor: Callable[[str], str]) -> None:

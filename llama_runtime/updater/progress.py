@@ -41,6 +41,14 @@ class Progress:
     rate: float | None = None
     eta: float | None = None
 
+    @staticmethod
+    def rate_meter(clock: Clock | None = None) -> RateMeter:
+        """A meter of bytes per second and seconds left, as the job recorder measures ``rate`` and ``eta``.
+
+        ``meter.sample(message, done_bytes, total_bytes)`` returns ``(rate, eta)`` (``None`` until measured).
+        """
+        return RateMeter(SYSTEM_CLOCK if clock is None else clock)
+
     def to_json(self) -> dict[str, Any]:
         """The event's fields as ``--events`` writes them (rate and ETA to a tenth)."""
         return {

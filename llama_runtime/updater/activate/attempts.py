@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final, Literal
 
 from llama_runtime.runtime.errors import LlamaRuntimeError, MacOSTooOldError, ReleaseIncompleteError, VerificationError
+from llama_runtime.runtime.failed_builds import SkippedBuild
 from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.updater.activate.swap import SwitchReport
 from llama_runtime.updater.choice.decide import ActiveState, Plan, UpdateRequest, decide
@@ -231,6 +232,10 @@ class UpdateOutcome:
     smoke: SmokeReport | None = None
     #: The tag this update pinned the home to (``update --tag``), or None.
     pinned: str | None = None
+    #: Why the update chose what it did, in one sentence (the decision's reason; empty when it decided nothing).
+    reason: str = ""
+    #: The newest build, passed over because it failed verification here before (``update --retry-skipped``).
+    skipped: SkippedBuild | None = None
 
     def to_json(self) -> dict[str, object]:
         """The ``update`` object of the CLI contract."""
@@ -245,4 +250,6 @@ class UpdateOutcome:
             "attempts": [a.to_json() for a in self.attempts],
             "smoke": self.smoke.to_json() if self.smoke else None,
             "pinned": self.pinned,
+            "reason": self.reason,
+            "skipped": self.skipped.to_json() if self.skipped else None,
         }

@@ -4,11 +4,12 @@ Never removed: the active runtime, the previous one (the rollback target),
 one a running process uses (the managed server, ``LLAMA_SERVER_PATH``, and
 any process whose executable, command line, working directory, open files or
 mapped libraries lie inside it, as psutil shows them on every OS), and the
-newest ``keep`` of the other runtimes (distinct builds: a second copy of one
+newest other runtimes up to ``keep`` in all (:func:`others_to_keep`: ``--keep N``
+means the same for ``gc`` and ``update``; distinct builds: a second copy of one
 build is always removed unless it is protected itself). Where processes
 cannot be seen at all, gc cannot see a server an app started itself, so it
-refuses ``--keep 0`` there. Everything happens under the update lock, taken without
-waiting: while an update runs, its staging and downloads are live, so gc
+refuses a ``keep`` that leaves only the protected runtimes there. Everything
+happens under the update lock, taken without waiting: while an update runs, its staging and downloads are live, so gc
 reports busy instead. Without a valid pointer gc cannot tell the active
 runtime apart and refuses to remove any runtime.
 
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import field
 from typing import Literal
 
@@ -69,7 +70,6 @@ from llama_runtime.updater.verify.installed import build_key
 
 __all__ = [
     "CACHE_NEWEST_ARCHIVES",
-    "DEFAULT_KEEP",
     "PARTIAL_MAX_AGE_SECONDS",
     "GcItem",
     "GcReport",
@@ -87,9 +87,6 @@ __all__ = [
     "stale_staging",
 ]
 
-#: Inactive runtimes kept besides the active and previous one: enough to go
-#: back two releases by hand without keeping every nightly build on disk.
-DEFAULT_KEEP: Final[int] = 2
 #: Cached archives an update keeps besides those its kept runtimes record: the two newest
 #: (usually the kept runtimes' own; else what the last updates fetched, so a retry costs no download).
 CACHE_NEWEST_ARCHIVES: Final[int] = 2
@@ -187,7 +184,7 @@ def runtimes_to_remove(
         (duplicates if key in seen else others).append(runtime)
         seen.add(key)
     for runtime in others[: max(keep, 0)]:
-        kept[runtime.name] = f"among the newest {keep}"
+        kept[runtime.name] = f"among the newest {keep} besides the active and previous"
     doomed = others[max(keep, 0) :] + duplicates
     return sorted(doomed, key=lambda r: (install_order(r.marker), r.name)), kept
 
@@ -292,10 +289,24 @@ def _checked_pointer(snapshot: HomeSnapshot, runtimes: list[InstalledRuntime]) -
     return pointer
 
 
+def others_to_keep(keep: int, pointer: Pointer, runtimes: Sequence[InstalledRuntime]) -> int:
+    """How many unprotected runtimes ``keep`` leaves room for: the one meaning of ``--keep N``.
+
+    ``N`` counts the runtimes kept in all, the active and the previous one among them (those are
+    always kept), as ``update --keep``, ``gc --keep`` and ``LLAMA_RUNTIME_KEEP`` all say; ``0``
+    keeps every runtime. Runtimes a process uses are kept over the count.
+    """
+    if keep <= 0:
+        return len(runtimes)
+    names = {r.name for r in runtimes}
+    protected = {n for n in (pointer.active, pointer.previous) if n in names}
+    return max(keep - len(protected), 0)
+
+
 def collect_garbage(
     home: Home,
     *,
-    keep: int = DEFAULT_KEEP,
+    keep: int,
     dry_run: bool = False,
     now: Callable[[], float] = time.time,
     scan_processes: ProcessScan | None = None,
@@ -305,7 +316,8 @@ def collect_garbage(
 
     Args:
         home: The llama-runtime home.
-        keep: How many of the newest unprotected runtimes to keep.
+        keep: Runtimes to keep in all (:func:`others_to_keep`): the active, the previous and the
+            newest others up to ``keep``; 0 keeps every runtime.
         dry_run: Only report what would be removed.
         now: Clock (seconds since the epoch) for the age of partial downloads.
         scan_processes: Paths under a directory that running processes use, or
@@ -313,15 +325,18 @@ def collect_garbage(
         cache_only: Only trim the asset cache; runtimes, staging and downloads stay.
 
     Raises:
-        UserInputError: ``keep`` is negative, or 0 where running processes cannot be seen.
+        UserInputError: ``keep`` is 1 or negative, or keeps only the active and previous runtime where
+            running processes cannot be seen.
         CorruptStateError: Runtimes are installed but the pointer names none of them.
         BusyError: An update is running (nothing was removed).
     """
     from llama_runtime.runtime.errors import UserInputError
     from llama_runtime.runtime.procinfo import pid_alive
+    from llama_runtime.updater.config import KEEP_RULE
 
-    if keep < 0:
-        raise UserInputError(f"--keep must be 0 or more, not {keep}.")
+    if keep < 0 or keep == 1:
+        # 1 would promise what never happens: the rollback target is always kept.
+        raise UserInputError(f"--keep {keep} is not valid: {KEEP_RULE}.")
     report = GcReport(dry_run=dry_run)
     lock = UpdateLock(home.lock_path)
     if not dry_run:
@@ -359,15 +374,16 @@ def _collect_runtimes(
     home, runtimes = snapshot.home, list(snapshot.runtimes)
     pointer = _checked_pointer(snapshot, runtimes)
     in_use = _in_use(home, runtimes, scan_processes)
+    others = others_to_keep(keep, pointer, runtimes)
     if in_use is None:
-        if keep == 0:
+        if others == 0:
             raise UserInputError(
-                "--keep 0 needs to see running processes (servers an app started itself), and this system "
-                "does not let llama-runtime read them; "
-                "use --keep 1 or more on this system."
+                f"--keep {keep} keeps only the active and previous runtimes, which needs to see running processes "
+                "(servers an app started itself), and this system does not let llama-runtime read them; "
+                "use a larger --keep on this system."
             )
         in_use = set()
-    doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, keep)
+    doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, others)
     for damaged in snapshot.damaged.values():
         _collect_damaged(home, damaged, pointer, in_use, report)
     for runtime in doomed:
@@ -452,8 +468,7 @@ def retain_after_update(home: Home, keep: int, *, scan_processes: ProcessScan | 
     if snapshot.pointer_error is not None or snapshot.pointer.active not in {r.name for r in runtimes}:
         return report  # cannot tell the active runtime apart: remove nothing (doctor says why)
     pointer = snapshot.pointer
-    pinned = {n for n in (pointer.active, pointer.previous) if n in {r.name for r in runtimes}}
-    newest_others = max(keep - len(pinned), 0)
+    newest_others = others_to_keep(keep, pointer, runtimes)
     in_use = _named_in_use(home, runtimes)
     doomed, report.kept = runtimes_to_remove(runtimes, pointer, in_use, newest_others)
     if doomed:

@@ -255,7 +255,9 @@ class Installer:
             log.warning("plan", warning=warning)
         plan.raise_if_refused()
         if plan.action == "up_to_date" and active is not None:
-            return UpdateOutcome("up_to_date", active, snapshot.previous(), tuple(warnings))
+            return UpdateOutcome(
+                "up_to_date", active, snapshot.previous(), tuple(warnings), reason=plan.reason, skipped=plan.skipped
+            )
         identity = {
             "release_version": resolved.version if resolved else None,
             "channel": channel,
@@ -264,7 +266,7 @@ class Installer:
             "allow_no_device": request.allow_no_device,
         }
         walk = _Walk(request, snapshot, state, active, replaced, identity)
-        return self._walk_down(plan, walk, emit, cancel, warnings)
+        return replace(self._walk_down(plan, walk, emit, cancel, warnings), reason=plan.reason)
 
     # -- trying candidates -----------------------------------------------------
 

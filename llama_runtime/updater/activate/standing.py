@@ -1,9 +1,9 @@
-"""What a person's update leaves standing beyond the active runtime: the pin and the backend request.
+"""What a person's update leaves standing beyond the active runtime: the pin, the backend request, the channel.
 
 An update that installed nothing can still change what later updates do: ``update
---tag T`` pins ``T`` (``runtime.pin``), and an explicit ``--backend X`` at the active
-build records ``X`` in its marker, so the next plain update follows ``X`` rather
-than the request the build was first installed with. Both happen only after the
+--tag T`` pins ``T`` (``runtime.pin``), and an explicit ``--backend X`` or ``--channel C``
+at the active build records ``X`` or ``C`` in its marker, so the next plain update follows
+them rather than what the build was first installed with. Both happen only after the
 update succeeded, under its lock; a failed update changes neither.
 """
 
@@ -31,7 +31,7 @@ def keep_standing(home_root: Path, request: UpdateRequest, outcome: UpdateOutcom
     Raises:
         OSError: The marker or the pin could not be written (each is replaced atomically).
     """
-    outcome = _record_backend(request, outcome)
+    outcome = _record_channel(request, _record_backend(request, outcome))
     if not (request.pin and request.tag):
         return outcome
     save_pin(home_root, Pin(request.repo, request.tag))
@@ -46,5 +46,19 @@ def _record_backend(request: UpdateRequest, outcome: UpdateOutcome) -> UpdateOut
     if wanted != "auto" and active.marker.backend != wanted:
         return outcome  # kept another backend's build (one that failed here before): nothing to record
     marker = replace(active.marker, backend_request=wanted)
+    write_marker(active.path, marker)
+    return replace(outcome, active=InstalledRuntime(active.name, active.path, marker))
+
+
+def _record_channel(request: UpdateRequest, outcome: UpdateOutcome) -> UpdateOutcome:
+    """The active runtime with ``request``'s explicit channel as its stored one, also when nothing was installed.
+
+    A channel asked for is remembered whatever the update did: its newest build may be the active one
+    already, or older than it (never a downgrade), and the next plain update follows that channel.
+    """
+    active, wanted = outcome.active, request.channel
+    if wanted is None or active.marker.channel == wanted or active.marker.repo != request.repo:
+        return outcome
+    marker = replace(active.marker, channel=wanted)
     write_marker(active.path, marker)
     return replace(outcome, active=InstalledRuntime(active.name, active.path, marker))

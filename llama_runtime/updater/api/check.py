@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from llama_runtime.runtime.clock import when_text
 from llama_runtime.runtime.errors import RateLimitError, RemoteError, UserInputError
+from llama_runtime.runtime.failed_builds import SkippedBuild
 from llama_runtime.runtime.pin import pinned_tag
 from llama_runtime.updater.api.backoff import (
     DEFAULT_BACKOFF_SECONDS,
@@ -34,7 +35,14 @@ from llama_runtime.updater.api.backoff import (
 )
 from llama_runtime.updater.api.jobs import refuse_if_locked, validate_seconds
 from llama_runtime.updater.api.ready import active_marker
-from llama_runtime.updater.choice.decide import ActiveState, UpdateRequest, backend_request, channel_request, decide
+from llama_runtime.updater.choice.decide import (
+    ActiveState,
+    Plan,
+    UpdateRequest,
+    backend_request,
+    channel_request,
+    decide,
+)
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.clock import Clock
@@ -87,6 +95,8 @@ class CheckResult:
             release still being cut, a build still uploading), for people.
         pinned: The tag the home is pinned to (``llama-runtime pin``), or ``None``.
         held: The newer build the pin holds back (then ``update_available`` is false).
+        skipped_build: The newest build, passed over because it failed verification here before
+            (``update --retry-skipped`` tries it again); then ``update_available`` is false.
     """
 
     installed: str | None
@@ -102,12 +112,27 @@ class CheckResult:
     warnings: list[str] = field(default_factory=list)
     pinned: str | None = None
     held: str | None = None
+    skipped_build: SkippedBuild | None = None
+
+    @property
+    def plain_update(self) -> str | None:
+        """While pinned, what a plain ``update`` would do, in words (``None`` without a pin)."""
+        if self.pinned is None:
+            return None
+        if self.installed == self.pinned:
+            return f"a plain `update` stays on the pinned {self.pinned}; `llama-runtime unpin` lets it move again"
+        was = f"from {self.installed} " if self.installed else ""
+        return (
+            f"a plain `update` moves {was}to the pinned {self.pinned}; `llama-runtime unpin` lets it follow the newest"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The ``check`` object of the CLI contract."""
         payload = {f.name: getattr(self, f.name) for f in fields(self)}
         payload["outcome"] = self.outcome.to_json() if self.outcome is not None else None
         payload["warnings"] = list(self.warnings)
+        payload["plain_update"] = self.plain_update
+        payload["skipped_build"] = self.skipped_build.to_json() if self.skipped_build else None
         return payload
 
 
@@ -174,8 +199,9 @@ def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobLis
     latest = _ask_latest(ctx.engine, backoff, channel, marker, clock)
     if pinned is not None and pinned == latest.version:  # a semver pin names this very build
         request = replace(request, pinned=latest.tag)
-    available, reason, backend, held = _decide(ctx, request, marker, latest)
-    reason = _with_problem(reason, problem, available, marker)
+    plan = _decide(ctx, request, marker, latest)
+    available = plan.action == "install"
+    reason = _with_problem(plan.reason, problem, available, marker)
     if not (apply and available):
         return CheckResult(
             installed,
@@ -187,9 +213,10 @@ def run_check(ctx: UseCaseContext, *, apply: bool, wait: float, listener: JobLis
             problem=problem,
             warnings=list(latest.warnings),
             pinned=pinned,
-            held=held,
+            held=plan.held,
+            skipped_build=plan.skipped,
         )
-    outcome = _apply(ctx, latest, backend, channel, wait, listener)
+    outcome = _apply(ctx, latest, plan.backend_request, channel, wait, listener)
     return CheckResult(
         installed,
         latest.tag,
@@ -254,18 +281,15 @@ def _latest_for_check(
     return peek.build_tag, peek.version, peek.release, peek.notes
 
 
-def _decide(
-    ctx: UseCaseContext, request: UpdateRequest, marker: InstallMarker | None, latest: _Latest
-) -> tuple[bool, str, str, str | None]:
-    """``(update available, why, the backend request an update uses, the build a pin holds back)``."""
+def _decide(ctx: UseCaseContext, request: UpdateRequest, marker: InstallMarker | None, latest: _Latest) -> Plan:
+    """The decision on the channel's build: ``install`` when it is newer here, with why and the backend request."""
     from llama_runtime.runtime.failed_builds import load_failed
 
     if latest.release is None:  # the channel's build is the active one: nothing newer to look up
-        return False, f"{latest.tag} is the newest release.", backend_request(request, marker)[0], None
+        return Plan("up_to_date", backend_request(request, marker)[0], reason=f"{latest.tag} is the newest release.")
     active = ActiveState(marker) if marker is not None else None
     failed = {b.key: b.reason for b in load_failed(ctx.home.root)}
-    plan = decide(request, active, latest.release, ctx.engine.host(), mode="upgrade_only", failed=failed)
-    return plan.action == "install", plan.reason, plan.backend_request, plan.held
+    return decide(request, active, latest.release, ctx.engine.host(), mode="upgrade_only", failed=failed)
 
 
 def _with_problem(reason: str, problem: str | None, available: bool, marker: InstallMarker | None) -> str:

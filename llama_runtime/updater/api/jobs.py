@@ -392,7 +392,9 @@ class JobRunner:
         Raises:
             BusyError: Another update runs and ``join`` is false, or it holds the lock
                 without a job record (no ``lock_timeout`` to wait for it).
+            UnsafeHomeError: The home is not safely ours (checked before any job record is read).
         """
+        self.home.check_safe()
 
         def work(progress: ProgressCallback, cancel: CancelCheck) -> tuple[dict[str, object], UpdateOutcome | None]:
             source: ReleaseSource | None = None
@@ -441,6 +443,8 @@ class JobRunner:
             LlamaRuntimeError: The error that ended the job (its record keeps it for followers).
         """
         wait = validate_seconds(wait, "wait")
+        # Before any job record is read: a record that is a link out of the home is refused, not set aside.
+        self.home.check_safe()
         # A deadline of a wait, so the real clock (runtime.clock: waiting needs real time to
         # pass, whatever a fake clock says; a frozen test clock would wait here for ever).
         deadline = time.monotonic() + wait

@@ -116,20 +116,26 @@ class PinResult:
     Attributes:
         pinned: The pinned build now, or ``None``.
         before: The pinned tag before (``None``: nothing was pinned).
-        active: The active runtime's tag, if any (a pin need not be active yet).
+        active: The active runtime, if any (a pin need not be active yet).
+        checked: How the pinned tag was found to exist: ``installed`` (here), ``resolved: ASSET`` (the
+            release source lists it and an asset fits this machine), or ``not checked: WHY`` (``force``).
     """
 
     pinned: Pin | None
     before: str | None
-    active: str | None
+    active: InstalledRuntime | None
+    checked: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        """The ``pin``/``unpin`` object of the CLI contract."""
-        return {
+        """The ``pin``/``unpin`` object of the CLI contract (``active``: the active build's tag)."""
+        payload: dict[str, object] = {
             "pinned": self.pinned.to_json() if self.pinned is not None else None,
             "before": self.before,
-            "active": self.active,
+            "active": self.active.marker.tag if self.active is not None else None,
         }
+        if self.checked is not None:
+            payload["checked"] = self.checked
+        return payload
 
     def lines(self) -> list[str]:
         """The result in sentences."""
@@ -141,7 +147,9 @@ class PinResult:
             f"Pinned {self.pinned.repo} {tag}: `check --apply`, scheduled jobs and a plain `update` stay on it; "
             "`llama-runtime unpin` releases it."
         ]
-        if self.active != tag:
+        if self.checked is not None and self.checked.startswith("not checked"):
+            lines.append(f"warning: {tag} is pinned unchecked ({self.checked.removeprefix('not checked: ')}).")
+        if self.active is None or self.active.marker.tag != tag:
             lines.append(f"{tag} is not active yet: `llama-runtime update` installs it.")
         return lines
 
@@ -415,11 +423,17 @@ def rollback(ctx: UseCaseContext) -> RollbackResult:
     return RollbackResult(active, previous, server)
 
 
-def pin(ctx: UseCaseContext, tag: str | None) -> PinResult:
+def pin(ctx: UseCaseContext, tag: str | None, *, force: bool = False) -> PinResult:
     """Pin ``tag`` (the active build when ``None``), under the update lock so no update is halfway.
+
+    A tag not installed here is resolved first, as ``plan --tag`` resolves it (the release, and an
+    asset that fits this machine), outside the lock: a typo never freezes a home.
 
     Raises:
         UserInputError: ``tag`` is malformed, or none was given and nothing is active.
+        ReleaseNotFoundError: The source does not list ``tag`` (unless ``force``).
+        BackendUnavailableError: No asset of it fits this machine and backend (unless ``force``).
+        RemoteError: The source cannot be asked right now (unless ``force``).
         BusyError: An update holds the lock.
     """
     from llama_runtime.runtime.lock import NO_WAIT
@@ -427,9 +441,11 @@ def pin(ctx: UseCaseContext, tag: str | None) -> PinResult:
     from llama_runtime.updater.api.ready import active_marker
 
     ctx.home.ensure()
+    chosen = user_tag(tag) if tag is not None else None
+    checked = _pin_checked(ctx, chosen, force=force) if chosen is not None else "installed"
     with ctx.engine.installer().lock.hold("pin", timeout=NO_WAIT):
         marker, _problem = active_marker(ctx.home)
-        chosen = user_tag(tag) if tag is not None else (marker.tag if marker is not None else None)
+        chosen = chosen if chosen is not None else (marker.tag if marker is not None else None)
         if chosen is None:
             raise UserInputError(
                 "Nothing is active to pin; name the build to pin.", hint="e.g. `llama-runtime pin b7000`."
@@ -437,7 +453,45 @@ def pin(ctx: UseCaseContext, tag: str | None) -> PinResult:
         repo = marker.repo if tag is None and marker is not None else ctx.repo
         before = _pin_or_none(ctx.home.root)
         save_pin(ctx.home.root, Pin(repo, chosen))
-        return PinResult(load_pin(ctx.home.root), before, marker.tag if marker is not None else None)
+        return PinResult(load_pin(ctx.home.root), before, _active_runtime(ctx.home), checked)
+
+
+def _pin_checked(ctx: UseCaseContext, tag: str, *, force: bool) -> str:
+    """How ``tag`` was found to exist: installed here, or resolved through the release source.
+
+    Raises:
+        RemoteError, BackendUnavailableError: It could not be resolved, and not ``force``.
+    """
+    from llama_runtime.runtime.errors import BackendUnavailableError, ReleaseNotFoundError, RemoteError
+
+    if any(r.marker.tag == tag and r.marker.repo == ctx.repo for r in ctx.home.installed()):
+        return "installed"
+    try:
+        found = plan(ctx, tag, platform=None, cuda_version=None, host_file=None)
+    except (RemoteError, BackendUnavailableError) as exc:
+        if not force:
+            if isinstance(exc, ReleaseNotFoundError):
+                exc.hint = f"Nothing was pinned. Check the tag (`llama-runtime list --available`); {_FORCE_HINT}"
+            elif exc.hint is None:
+                exc.hint = f"Nothing was pinned. {_FORCE_HINT}"
+            raise
+        return f"not checked: {exc.message}"
+    return f"resolved: {found.asset}"
+
+
+#: What pins a tag the release source cannot confirm right now (offline, a mirror not synced yet).
+_FORCE_HINT = "`llama-runtime pin --force TAG` pins it unchecked (e.g. offline, or a mirror not synced yet)."
+
+
+def _active_runtime(home: Home) -> InstalledRuntime | None:
+    """The runtime the pointer names, or ``None`` (nothing, or damaged: a pin need not be active)."""
+    from llama_runtime.runtime.errors import CorruptStateError
+
+    try:
+        pointer = home.read_pointer()
+        return home.load(pointer.active) if pointer.active else None
+    except CorruptStateError:
+        return None
 
 
 def unpin(ctx: UseCaseContext) -> PinResult:
@@ -448,14 +502,12 @@ def unpin(ctx: UseCaseContext) -> PinResult:
     """
     from llama_runtime.runtime.lock import NO_WAIT
     from llama_runtime.runtime.pin import clear_pin
-    from llama_runtime.updater.api.ready import active_marker
 
     ctx.home.ensure()
     with ctx.engine.installer().lock.hold("unpin", timeout=NO_WAIT):
         before = _pin_or_none(ctx.home.root)
         clear_pin(ctx.home.root)
-        marker, _problem = active_marker(ctx.home)
-        return PinResult(None, before, marker.tag if marker is not None else None)
+        return PinResult(None, before, _active_runtime(ctx.home))
 
 
 def _pin_or_none(home_root: Path) -> str | None:
@@ -509,11 +561,11 @@ def install_file(
 
 def gc(ctx: UseCaseContext, *, keep: int | None, dry_run: bool, cache_only: bool) -> GcResult:
     """Remove old runtimes, downloads and leftovers (or, ``dry_run``, say what would go)."""
-    from llama_runtime.updater.activate.gc import DEFAULT_KEEP, collect_garbage
+    from llama_runtime.updater.activate.gc import collect_garbage
 
-    report = collect_garbage(
-        ctx.home, keep=DEFAULT_KEEP if keep is None else keep, dry_run=dry_run, cache_only=cache_only
-    )
+    # One meaning of N for gc and update: runtimes kept in all (activate.gc.others_to_keep).
+    count = ctx.engine.settings.keep if keep is None else keep
+    report = collect_garbage(ctx.home, keep=count, dry_run=dry_run, cache_only=cache_only)
     return GcResult.from_report(report)
 
 

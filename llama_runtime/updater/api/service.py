@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         RemoveResult,
         RollbackResult,
     )
+    from llama_runtime.updater.api.server import RuntimeServer
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import GatePolicy, Settings
@@ -167,11 +168,16 @@ class RuntimeUpdater:
         self._bind(settings, Home(settings.home), build_engine, file_repo)
 
     @classmethod
-    def _from_settings(cls, settings: Settings) -> RuntimeUpdater:
-        """An updater over settings the caller resolved (the CLI: its flags, over the environment).
+    @front_door
+    def from_settings(cls, settings: Settings) -> RuntimeUpdater:
+        """An updater over settings already resolved (:meth:`Settings.resolve`: flags over the environment).
 
-        The engine is built on first use, as for an app's updater; ``install-file``'s settings do
-        not follow the active runtime's repository, so their repo is also the file's default origin.
+        The engine is built on first use, as for an updater built from arguments; these settings
+        do not follow the active runtime's repository, so their repo is also ``install_file``'s
+        default origin.
+
+        Args:
+            settings: What :meth:`Settings.resolve` returned.
         """
         from llama_runtime.updater.engine import Engine
 
@@ -180,23 +186,59 @@ class RuntimeUpdater:
         return updater
 
     def _bind(
-        self, settings: Settings, home: Home, build_engine: Callable[[], Engine], file_repo: Callable[[], str]
+        self,
+        settings: Settings,
+        home: Home,
+        build_engine: Callable[[], Engine],
+        file_repo: Callable[[], str],
     ) -> None:
         # The engine is built on first use: start-up (``ensure``) needs only the home.
         self._build_engine = build_engine
+        self._settings = settings
         self._file_repo = file_repo
         self._engine: Engine | None = None
-        self.home = home
-        self.repo = settings.repo
+        self._home = home
+        self._repo = settings.repo
         # "auto" keeps the active runtime's stored request (the decision's rule).
-        self.backend = settings.backend if settings.backend_explicit else "auto"
+        self._backend = settings.backend if settings.backend_explicit else "auto"
         # What an explicitly given backend asks (``auto`` included: choose afresh); ``None`` keeps
         # the active runtime's stored request. ``update`` and ``plan`` go by this, as the CLI always did.
         self._backend_request: str | None = settings.backend if settings.backend_explicit else None
-        self.api_url = settings.api_url
-        self.token = settings.token
-        self.channel: Channel | None = settings.channel
+        self._api_url = settings.api_url
+        self._channel: Channel | None = settings.channel
         self._jobs: JobStore | None = None
+
+    # -- what the updater was made with (read-only) --------------------------------
+
+    @property
+    @front_door
+    def home(self) -> Path:
+        """The home's directory: ``home``, else ``LLAMA_RUNTIME_HOME``, else the platform's user data dir."""
+        return self._home.root
+
+    @property
+    @front_door
+    def repo(self) -> str:
+        """``owner/name`` releases come from."""
+        return self._repo
+
+    @property
+    @front_door
+    def backend(self) -> str:
+        """The backend asked for, or ``auto`` (keep the active runtime's stored request)."""
+        return self._backend
+
+    @property
+    @front_door
+    def channel(self) -> str | None:
+        """``stable`` or ``nightly`` as asked for; ``None`` keeps the active runtime's stored channel."""
+        return self._channel
+
+    @property
+    @front_door
+    def api_url(self) -> str:
+        """The release source: GitHub's REST API, a mirror (``https://``, ``file://``) or a registry (``oci://``)."""
+        return self._api_url
 
     @property
     def _core(self) -> Engine:
@@ -215,11 +257,23 @@ class RuntimeUpdater:
         return self._job_store
 
     @property
+    @front_door
+    def server(self) -> RuntimeServer:
+        """The llama-server this home manages: ``start``, ``stop``, ``restart``, ``status``, ``wait``.
+
+        Its port (``LLAMA_RUNTIME_SERVER_PORT``, else 8080) and its wait for ``/health``
+        (``LLAMA_RUNTIME_SERVER_WAIT``, else 300 s) are settings, read with the others.
+        """
+        from llama_runtime.updater.api.server import RuntimeServer
+
+        return RuntimeServer(self._home, port=self._settings.server_port, wait=self._settings.server_wait)
+
+    @property
     def _job_store(self) -> JobStore:
         if self._jobs is None:
             from llama_runtime.updater.api.job_store import JobStore
 
-            self._jobs = JobStore(self.home)
+            self._jobs = JobStore(self._home)
         return self._jobs
 
     # -- collaborators -----------------------------------------------------------
@@ -229,7 +283,7 @@ class RuntimeUpdater:
         """Whether an update holds the lock or a job runs now (probes the lock; never waits)."""
         from llama_runtime.runtime.lock import UpdateLock
 
-        if UpdateLock(self.home.lock_path).is_held():
+        if UpdateLock(self._home.lock_path).is_held():
             return True
         current = self._job_store.current()
         return current is not None and current.running
@@ -253,18 +307,18 @@ class RuntimeUpdater:
         Raises:
             LlamaRuntimeError: Only from the install that ``install_if_missing`` asked for.
         """
-        runtime, code, problem = diagnose_active(self.home)
+        runtime, code, problem = diagnose_active(self._home)
         running = self.update_running()
         if runtime is not None or running or not install_if_missing:
-            return ensure_result(runtime, running, problem, code=code, trial=trial_on_record(self.home))
+            return ensure_result(runtime, running, problem, code=code, trial=trial_on_record(self._home))
         # A damaged runtime is repaired as the same build, not upgraded behind the app's back.
-        marker, _ = active_marker(self.home)
-        same = marker.tag if marker is not None and marker.repo == self.repo else None
+        marker, _ = active_marker(self._home)
+        same = marker.tag if marker is not None and marker.repo == self._repo else None
         job = self.start_update(tag=same, operation="startup")
         job.wait()
         if job.exception is not None:
             raise job.exception
-        runtime, code, problem = diagnose_active(self.home)
+        runtime, code, problem = diagnose_active(self._home)
         return ensure_result(runtime, False, problem, code=code, installed=runtime is not None)
 
     # -- the button ----------------------------------------------------------------
@@ -316,7 +370,7 @@ class RuntimeUpdater:
 
         lock_timeout = validate_seconds(lock_timeout, "lock timeout")
         request = self._request(
-            tag, backend, cuda_version, require_digest, None if self.backend == "auto" else self.backend
+            tag, backend, cuda_version, require_digest, None if self._backend == "auto" else self._backend
         )
         return self._runner().start(
             request,
@@ -340,6 +394,7 @@ class RuntimeUpdater:
         listener: JobListener | None = None,
         allow_no_device: bool = False,
         pin: bool = False,
+        retry_skipped: bool = False,
     ) -> UpdateJob:
         """Run an update here, as the home's job others follow; returns the job once it has succeeded.
 
@@ -363,6 +418,8 @@ class RuntimeUpdater:
 
             pin: Pin ``tag`` once installed, as ``llama-runtime update --tag`` does (:meth:`pin`): later
                 plain updates and checks stay on it.
+            retry_skipped: Try the newest build again even though it failed verification here before
+                (``job.outcome.skipped`` names such a build when an update passes it over).
 
         Raises:
             BusyError: Another update still runs after ``wait`` seconds.
@@ -373,7 +430,9 @@ class RuntimeUpdater:
         from dataclasses import replace
 
         request = self._request(tag, backend, cuda_version, require_digest, self._backend_request)
-        request = replace(request, allow_no_device=allow_no_device, pin=pin and tag is not None)
+        request = replace(
+            request, allow_no_device=allow_no_device, pin=pin and tag is not None, retry_skipped=retry_skipped
+        )
         return self._runner().run_here(request, wait=wait, operation=operation, listener=listener)
 
     def _request(
@@ -395,13 +454,13 @@ class RuntimeUpdater:
         from llama_runtime.updater.choice.host import parse_cuda_version
 
         return UpdateRequest(
-            repo=self.repo,
+            repo=self._repo,
             # The CLI's check, before any request: "7000" is "did you mean b7000?" here too.
             tag=user_tag(tag) if tag is not None else None,
             backend=parse_backend(backend) if backend is not None else default_backend,
             cuda_version=parse_cuda_version(cuda_version) if cuda_version is not None else None,
             require_digest=require_digest,
-            channel=self.channel,
+            channel=self._channel,
             follow_exact=self._core.settings.follow_exact,
         )
 
@@ -410,7 +469,7 @@ class RuntimeUpdater:
         """Who updates this home now, in one sentence: the lock's holder and its job's progress."""
         from llama_runtime.updater.api.jobs import busy_error
 
-        return busy_error(self.home, self._job_store)
+        return busy_error(self._home, self._job_store)
 
     def _context(self) -> UseCaseContext:
         """What the use cases are given: the engine, the job store and this updater's defaults."""
@@ -419,17 +478,17 @@ class RuntimeUpdater:
         return UseCaseContext(
             engine=self._core,
             jobs=self._job_store,
-            repo=self.repo,
-            backend=self.backend,
+            repo=self._repo,
+            backend=self._backend,
             backend_request=self._backend_request,
-            channel=self.channel,
+            channel=self._channel,
             file_repo=self._file_repo,
         )
 
     def _runner(self) -> JobRunner:
         from llama_runtime.updater.api.jobs import JobRunner
 
-        return JobRunner(self.home, self._job_store, self._core)
+        return JobRunner(self._home, self._job_store, self._core)
 
     # -- the scheduler -------------------------------------------------------------
 
@@ -472,7 +531,7 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.api.inventory import status_of
 
-        return status_of(self.home)
+        return status_of(self._home)
 
     @front_door
     def list(self, *, available: bool = False, limit: int = 10) -> ListResult:
@@ -493,7 +552,7 @@ class RuntimeUpdater:
 
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise UserInputError(f"limit must be 1 or more, not {limit}.")
-        result, active, installed = list_home(self.home)
+        result, active, installed = list_home(self._home)
         if not available:
             return result
         engine = self._core
@@ -504,16 +563,25 @@ class RuntimeUpdater:
     # -- the runtime manager -------------------------------------------------------
 
     @front_door
-    def pin(self, tag: str | None = None) -> PinResult:
+    def pin(self, tag: str | None = None, *, force: bool = False) -> PinResult:
         """Pin ``tag`` (default: the active build): ``check --apply``, scheduled jobs and plain updates keep it.
+
+        A tag not installed here is resolved first, as :meth:`plan` resolves it; ``result.checked`` says how.
+
+        Args:
+            tag: The build to pin; ``None``: the active one.
+            force: Pin a tag the release source cannot confirm right now (offline, a mirror not synced yet).
 
         Raises:
             UserInputError: A malformed tag, or none given and nothing active.
+            ReleaseNotFoundError: The source does not list ``tag`` (without ``force``).
+            BackendUnavailableError: No asset of it fits this machine (without ``force``).
+            RemoteError: The source cannot be asked (without ``force``).
             BusyError: An update holds the lock.
         """
         from llama_runtime.updater.api.manage import pin
 
-        return pin(self._context(), tag)
+        return pin(self._context(), tag, force=force)
 
     @front_door
     def unpin(self) -> PinResult:
@@ -621,7 +689,7 @@ class RuntimeUpdater:
         """
         from llama_runtime.updater.offline.export import export_bundle
 
-        return export_bundle(self.home, Path(output))
+        return export_bundle(self._home, Path(output))
 
     @front_door
     def mirror_sync(
@@ -665,7 +733,7 @@ class RuntimeUpdater:
         wanted = [parse_backend(b, allow_auto=False, source="--backend") for b in backends]
         filters = [platform_filter(p) for p in platforms]
         checked_tag = validate_tag(tag) if tag is not None else None
-        where = mirror_dest(Path(dest), self.home.root)
+        where = mirror_dest(Path(dest), self._home.root)
         with engine.open_source(etag_cache=False, api_deadline=False) as client:
             return sync_mirror(
                 client,
@@ -675,7 +743,7 @@ class RuntimeUpdater:
                 platforms=filters,
                 backends=wanted,
                 prune=prune,
-                channel=self.channel or "stable",
+                channel=self._channel or "stable",
                 # Fetched as `update` fetches: parallel ranges, one pass.
                 fetch=MirrorFetch(engine.fetch_options(), progress),
             )
@@ -730,7 +798,7 @@ class RuntimeUpdater:
                 latest=newest,
                 platforms=filters,
                 backends=wanted,
-                channel=self.channel or "stable",
+                channel=self._channel or "stable",
                 channels=None if channels is None else list(channels),
                 fetch=MirrorFetch(engine.fetch_options(), progress),
             )
@@ -772,15 +840,17 @@ class RuntimeUpdater:
         from llama_runtime.updater.verify.gate import load_gate_settings, save_gate_settings
 
         if policy is not None:
-            save_gate_settings(self.home.root, policy)
-        return load_gate_settings(self.home.root)
+            save_gate_settings(self._home.root, policy)
+        return load_gate_settings(self._home.root)
 
     @front_door
     def gc(self, *, keep: int | None = None, dry_run: bool = False, cache_only: bool = False) -> GcResult:
         """Remove old runtimes, stale downloads and leftovers; the active and previous are always kept.
 
         Args:
-            keep: Newest runtimes to keep besides active and previous (default 1).
+            keep: Runtimes to keep in all, as ``update``'s ``--keep`` counts them: the active, the
+                previous and the newest others up to ``keep`` (0 keeps every runtime; 1 is refused,
+                the previous one is always kept); default the updater's (``LLAMA_RUNTIME_KEEP``, else 3).
             dry_run: Only say what would be removed.
             cache_only: Only downloads and leftovers, no runtime.
         """

@@ -58,6 +58,7 @@ from llama_runtime.runtime.errors import (
     UserInputError,
     VerificationError,
 )
+from llama_runtime.runtime.failed_builds import SkippedBuild
 from llama_runtime.runtime.marker import is_gpu_backend
 from llama_runtime.updater.choice.choose import Choice, choose_asset
 from llama_runtime.updater.choice.host import HostFacts
@@ -129,6 +130,7 @@ class UpdateRequest:
     pin: bool = False
     allow_no_device: bool = False
     held: bool = False
+    retry_skipped: bool = False
     follow_exact: bool = False
 
 
@@ -161,6 +163,7 @@ class Plan:
         error: For ``refuse``: the error to report (its exit code is the contract's).
         switch_to: For ``switch``: the installed runtime's name.
         held: For the scheduled check: the newer build a pin holds back.
+        skipped: The newest build, passed over because it failed verification here before.
     """
 
     action: Action
@@ -172,6 +175,7 @@ class Plan:
     error: LlamaRuntimeError | None = None
     switch_to: str | None = None
     held: str | None = None
+    skipped: SkippedBuild | None = None
 
     @property
     def changes(self) -> bool:
@@ -321,9 +325,10 @@ def _plan_for_choice(
             return Plan("up_to_date", wanted, release, choice, tuple(warnings), f"{kept} is newer than {release.tag}.")
     skip = _failed_before(request, release, choice, failed)
     if skip is not None:
+        said = skip.sentence()
         if active is not None and active.intact:
-            return Plan("up_to_date", wanted, release, choice, (*warnings, skip), skip)
-        return Plan("refuse", wanted, release, choice, tuple(warnings), skip, error=VerificationError(skip))
+            return Plan("up_to_date", wanted, release, choice, (*warnings, said), said, skipped=skip)
+        return Plan("refuse", wanted, release, choice, tuple(warnings), said, error=VerificationError(said))
     for other in installed:
         if other.intact and other.name and _same_build(other.marker, release, choice):
             why = f"{release.tag} ({choice.backend}) is already installed as {other.name}."
@@ -380,16 +385,15 @@ def _newer_than(marker: InstallMarker, release: Release, choice: Choice) -> bool
 
 def _failed_before(
     request: UpdateRequest, release: Release, choice: Choice, failed: Mapping[tuple[str, str, str], str]
-) -> str | None:
-    """The skip sentence when ``choice`` failed verification here and was not asked for by tag."""
+) -> SkippedBuild | None:
+    """The skipped build when ``choice`` failed verification here and was not asked for again."""
     reason = failed.get((release.repo, release.tag, choice.asset.name))
-    # Asked for by tag (not only held there by a pin), it is tried again.
-    if reason is None or (request.tag is not None and not request.held) or request.allow_no_device:
+    # Asked for by tag (not only held there by a pin), or with --retry-skipped, it is tried again.
+    asked = (request.tag is not None and not request.held) or request.retry_skipped
+    if reason is None or asked or request.allow_no_device:
         return None
-    return (
-        f"{release.tag} ({choice.backend}) failed verification on this machine before ({reason}); "
-        f"skipped until a newer build appears. `llama-runtime update --tag {release.tag}` tries it again."
-    )
+    until = f"a newer build appears, or `update --retry-skipped` (or `update --tag {release.tag}`) asks for it"
+    return SkippedBuild(release.tag, choice.backend, reason, until)
 
 
 def _upgrade_only(
@@ -419,7 +423,7 @@ def _upgrade_only(
         return Plan("up_to_date", wanted, release, choice, reason=held, held=release.tag)
     skip = _failed_before(request, release, choice, failed) if available else None
     if skip is not None:
-        return Plan("up_to_date", wanted, release, choice, (skip,), reason=skip)
+        return Plan("up_to_date", wanted, release, choice, (skip.sentence(),), reason=skip.sentence(), skipped=skip)
     return Plan("install" if available else "up_to_date", wanted, release, choice, reason=reason)
 
 

@@ -7,18 +7,15 @@ import argparse
 import contextlib
 from typing import TYPE_CHECKING
 
-from llama_runtime import LlamaRuntimeError, RemoteError, UserInputError
+from llama_runtime import LlamaRuntimeError, RemoteError, UserInputError, Vocabulary
 from llama_runtime.updater.cli.gateopts import gate_lines
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from llama_runtime import RuntimeUpdater, UpdateOutcome
-    from llama_runtime.runtime.layout import Home, InstalledRuntime
+    from llama_runtime import InstalledRuntime, RuntimeUpdater, Settings, UpdateOutcome
     from llama_runtime.updater.cli.output import Output
     from llama_runtime.updater.cli.progressbar import TerminalProgress
-    from llama_runtime.updater.config import Settings
-    from llama_runtime.updater.engine import Engine
 
 
 # -- common ------------------------------------------------------------------------------------------------------
@@ -37,20 +34,9 @@ OFFLINE_HINT = (
 )
 
 
-def user_tag(tag: str) -> str:
-    """A tag as a person typed it, checked (see :func:`~updater.api.manage.user_tag`).
-
-    Raises:
-        UserInputError: Malformed, or a bare number such as ``7000`` (did you mean ``b7000``?).
-    """
-    from llama_runtime.updater.api.manage import user_tag as checked
-
-    return checked(tag)
-
-
 def tag_or_none(tag: str | None) -> str | None:
-    """``--tag`` checked as :func:`user_tag` checks it, or ``None`` when not given."""
-    return None if tag is None else user_tag(tag)
+    """``--tag`` checked as :meth:`Vocabulary.tag` checks it, or ``None`` when not given."""
+    return None if tag is None else Vocabulary.tag(tag)
 
 
 def add_require_provenance(parser: argparse.ArgumentParser) -> None:
@@ -111,10 +97,8 @@ def duration_arg(value: str | float, option: str) -> float:
     Raises:
         UserInputError: Not such a duration (the message names ``option``).
     """
-    from llama_runtime.updater.api.check import parse_duration
-
     try:
-        return parse_duration(str(value))
+        return Vocabulary.duration(str(value))
     except UserInputError as exc:
         raise UserInputError(f"{option}: {exc.message}") from None
 
@@ -143,14 +127,21 @@ def progress_bar(args: argparse.Namespace) -> Iterator[TerminalProgress | None]:
 def outcome_lines(outcome: UpdateOutcome) -> list[str]:
     """What ``update``, ``use`` and ``install-file`` say about the runtime they activated."""
     m = outcome.active.marker
+    if outcome.skipped is not None:  # not "up to date": the newest build was passed over
+        return [
+            *attempt_lines(outcome),
+            f"Not updated: {outcome.skipped.sentence()}",
+            f"{m.repo} {m.tag} ({m.backend}) stays active.",
+        ]
     if outcome.result == "up_to_date":
-        return [*attempt_lines(outcome), f"Already up to date: {m.repo} {m.tag} ({m.backend}) is active."]
+        why = [f"why: {outcome.reason}"] if outcome.reason else []
+        return [*attempt_lines(outcome), f"Already up to date: {m.repo} {m.tag} ({m.backend}) is active.", *why]
     if outcome.result == "switched":
         lines = [f"Switched to {m.repo} {m.tag} ({m.backend}), already installed: nothing was downloaded."]
     else:
         named = f"{m.release_version} (build {m.tag})" if m.release_version else m.tag
         lines = [f"Installed {m.repo} {named} ({m.backend}) and made it active."]
-    lines = [*attempt_lines(outcome), *lines]
+    lines = [*attempt_lines(outcome), *lines] + ([f"why: {outcome.reason}"] if outcome.reason else [])
     if outcome.previous:
         p = outcome.previous.marker
         lines.append(f"The previous runtime {p.tag} ({p.backend}) is kept: `llama-runtime rollback` returns to it.")
@@ -176,9 +167,7 @@ def attempt_lines(outcome: UpdateOutcome) -> list[str]:
 
 def provenance_line(runtime: InstalledRuntime) -> str:
     """``provenance: verified …`` / ``absent …`` / ``unverified …`` for people."""
-    from llama_runtime.runtime.marker import provenance_summary
-
-    p = provenance_summary(runtime.marker)
+    p = runtime.provenance
     # The certificate proves who signed, from which ref and trigger, and the commit the
     # signing run checked out; under workflow_run that is the publisher's commit, so the
     # built commit is named only from the release or the binary, never from the certificate.
@@ -195,16 +184,17 @@ def provenance_line(runtime: InstalledRuntime) -> str:
     return f"provenance: {p['status']} ({p.get('reason')}){built}"
 
 
-def explain_failure(exc: LlamaRuntimeError, *, had_active: bool) -> None:
+def explain_failure(exc: LlamaRuntimeError, updater: RuntimeUpdater) -> None:
     """Add the hint a person wants after a failed update, unless the error carries one.
 
     With a runtime active, that it still is; on a first run, that nothing is
     installed yet, and for a network or remote failure where an offline machine
-    gets a runtime from.
+    gets a runtime from. Read after the failure, which never changes the active
+    runtime: so an update that succeeds pays nothing for it.
     """
     if exc.hint is not None:
         return
-    if had_active:
+    if has_active(updater):
         exc.hint = "Nothing changed: the runtime that was active is still active."
     elif isinstance(exc, RemoteError):
         exc.hint = f"Nothing was installed. {OFFLINE_HINT}"
@@ -217,9 +207,9 @@ def explain_failure(exc: LlamaRuntimeError, *, had_active: bool) -> None:
 
 def settings_from_args(args: argparse.Namespace, *, follow_active_repo: bool = True) -> Settings:
     """The settings the global flags name, over the environment and the defaults."""
-    from llama_runtime.updater.config import resolve_settings
+    from llama_runtime import Settings
 
-    return resolve_settings(
+    return Settings.resolve(
         home=args.home,
         api_url=args.api_url,
         repo=args.repo,
@@ -236,44 +226,28 @@ def settings_from_args(args: argparse.Namespace, *, follow_active_repo: bool = T
     )
 
 
-def home_for(settings: Settings) -> Home:
-    """The llama-runtime home the settings name."""
-    from llama_runtime.runtime.layout import Home
-
-    return Home(settings.home)
-
-
-def engine_for(settings: Settings) -> Engine:
-    """The engine every command builds its collaborators from (the one composition root)."""
-    from llama_runtime.updater.engine import Engine
-
-    return Engine(settings)
-
-
 def updater_for(settings: Settings) -> RuntimeUpdater:
-    """The front door over the engine ``settings`` configure: every verb that changes a home goes through it."""
+    """The front door over ``settings``: every verb goes through it."""
     from llama_runtime import RuntimeUpdater
 
-    return RuntimeUpdater._from_settings(settings)
+    return RuntimeUpdater.from_settings(settings)
 
 
-def has_active(home: Home) -> bool:
-    """Whether the pointer names a runtime (a damaged pointer counts: something was there)."""
-    from llama_runtime import CorruptStateError
-
-    try:
-        return home.read_pointer().active is not None
-    except CorruptStateError:
+def has_active(updater: RuntimeUpdater) -> bool:
+    """Whether the pointer names a runtime (a damaged pointer or home counts: something was there)."""
+    try:  # status reads the pointer and the home's layout, never the job records (a read sets those aside)
+        return updater.status().active is not None
+    except LlamaRuntimeError:  # a damaged pointer or home: something was there
         return True
 
 
 def describe_active_now(args: argparse.Namespace | None) -> str:
-    """Which runtime the pointer names right now, as words; never raises."""
+    """Which runtime is active right now, as words; never raises."""
     try:
         if args is None:
             raise LookupError("no home yet")
-        home = updater_for(settings_from_args(args)).home
-    except Exception as exc:  # bad settings: the interruption is still the news
+        active = updater_for(settings_from_args(args)).status().active
+    except Exception as exc:  # bad settings or a damaged home: the interruption is still the news
         reason = getattr(exc, "message", None) or type(exc).__name__
         return f"the active runtime could not be read ({reason}); `llama-runtime status` shows it"
-    return home.describe_active()
+    return f"{active.describe()} is active" if active is not None else "no runtime is active"

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from llama_runtime import InstalledRuntime, Speed, SwitchReport
-    from llama_runtime.updater.config import GatePolicy, Settings
+    from llama_runtime import GatePolicy, InstalledRuntime, Settings, Speed, SwitchReport
 
 
 def add_gate_arguments(parser: argparse.ArgumentParser, *, smoke: bool) -> None:
@@ -56,16 +55,16 @@ def parse_slowdown(text: str) -> float | None:
     Raises:
         UserInputError: Anything else.
     """
-    from llama_runtime.updater.verify.gate import parse_slowdown as parse
+    from llama_runtime import Vocabulary
 
-    return parse(text)
+    return Vocabulary.slowdown(text)
 
 
 def gate_settings_json(policy: GatePolicy) -> dict[str, object]:
     """``policy`` as ``gate --json`` prints it (the stored object)."""
-    from llama_runtime.updater.verify.gate import gate_settings_json as as_json
+    from llama_runtime import Vocabulary
 
-    return as_json(policy)
+    return Vocabulary.gate_json(policy)
 
 
 def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
@@ -74,7 +73,7 @@ def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
     Raises:
         UserInputError: A malformed percentage, or a smoke model that is missing or not GGUF.
     """
-    from llama_runtime.updater.verify.gate import load_gate_settings, validate_gguf
+    from llama_runtime import Vocabulary, load_gate_settings
 
     policy = load_gate_settings(home_root)
     if args.max_slowdown is not None:
@@ -92,7 +91,7 @@ def policy_from_args(args: argparse.Namespace, home_root: Path) -> GatePolicy:
     if extra is not None:
         policy = dataclasses.replace(policy, smoke_args=split_args(extra, "--smoke-args"))
     if policy.smoke_model is not None:
-        policy = dataclasses.replace(policy, smoke_model=validate_gguf(policy.smoke_model))
+        policy = dataclasses.replace(policy, smoke_model=Vocabulary.gguf(policy.smoke_model))
     return policy
 
 

@@ -55,10 +55,10 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     """``llama-runtime check [--apply] [--jitter DURATION] [--wait SECONDS]``."""
     import random
 
-    from llama_runtime.updater.api.check import parse_duration
+    from llama_runtime import Vocabulary
     from llama_runtime.updater.cli.common import duration_arg, progress_for
 
-    jitter = parse_duration(args.jitter) if args.jitter else 0.0
+    jitter = Vocabulary.duration(args.jitter) if args.jitter else 0.0
     wait = duration_arg(args.wait, "--wait")
     updater = updater_from_args(args)
     if jitter:
@@ -83,8 +83,12 @@ def cmd_check(args: argparse.Namespace, out: Output) -> int:
     switched = result.outcome is not None and result.outcome.result == "switched"
     lines = [_check_line(result.installed, latest, result.update_available, result.applied, switched=switched)]
     if result.held:
-        lines = [f"Held at {result.installed}: {latest} is available, but {result.pinned} is pinned."]
-    if result.skipped:
+        lines = [f"Held: {latest} is available, but {result.pinned} is pinned; {result.plain_update}."]
+    elif result.pinned is not None and not result.applied:
+        lines = [f"Pinned to {result.pinned} (the newest release is {latest}); {result.plain_update}."]
+    if result.skipped_build is not None and not result.applied:
+        lines = [f"Not updated: {result.skipped_build.sentence()}"]
+    elif result.skipped:
         lines = [f"Skipped: {result.reason}"]
     elif result.reason:
         lines.append(result.reason)

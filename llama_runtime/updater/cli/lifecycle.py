@@ -15,10 +15,9 @@ from llama_runtime import NothingActiveError, UserInputError
 from llama_runtime.updater.cli.common import add_events_flag, settings_from_args, updater_for
 
 if TYPE_CHECKING:
-    from llama_runtime import RuntimeEntry
+    from llama_runtime import RuntimeEntry, Settings
     from llama_runtime.updater.cli.main import AddParser, Handler
     from llama_runtime.updater.cli.output import Output
-    from llama_runtime.updater.config import Settings
 
 
 # -- lifecycle ---------------------------------------------------------------------------------------------------
@@ -70,15 +69,15 @@ def cmd_use(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_remove(args: argparse.Namespace, out: Output) -> int:
     """``remove TAG``: delete an installed runtime that is neither active nor previous."""
+    from llama_runtime import Vocabulary
     from llama_runtime.updater.cli.common import settings_from_args, updater_for
-    from llama_runtime.updater.fetch.cache import human_size
 
     settings = settings_from_args(args)
     result = updater_for(settings).remove(args.tag, repo=_repo_filter(settings))
     m, where = result.removed.marker, result.removed.path
     out.result(
         result.to_json(),
-        [f"Removed {m.repo} {m.tag} ({m.backend}) from {where}; freed {human_size(result.freed_bytes)}."],
+        [f"Removed {m.repo} {m.tag} ({m.backend}) from {where}; freed {Vocabulary.size(result.freed_bytes)}."],
     )
     return 0
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeGuard
 
 from llama_runtime import LlamaRuntimeError, UserInputError
-from llama_runtime.updater.checkpoints import arm_stack_dump
 from llama_runtime.updater.cli.common import GLOBAL_EPILOG
 from llama_runtime.updater.cli.output import Output
+from llama_runtime.updater.cli.watchdog import arm_stack_dump
 
 if TYPE_CHECKING:
     from llama_runtime.updater.cli.events import EventStream
@@ -95,7 +95,7 @@ def _parse(argv: list[str], server_args: list[str], out: Output) -> argparse.Nam
     Raises:
         UserInputError: The words are not a valid command line (exit 2).
     """
-    from llama_runtime.updater.logs import configure_logging
+    from llama_runtime import configure_logging
 
     parser = build_parser()
     maybe_complete(parser)  # a shell asking for completions gets them and nothing runs
@@ -130,9 +130,9 @@ def _exit_code_for(exc: Exception | KeyboardInterrupt, out: Output, args: argpar
             _silence_stdout()
         return exc.exit_code
     if isinstance(exc, OSError):
-        from llama_runtime.runtime.errors import os_failure
+        from llama_runtime import LocalError
 
-        io_error = os_failure(exc)
+        io_error = LocalError.from_os_failure(exc)
         out.error(io_error)
         return io_error.exit_code
     if isinstance(exc, KeyboardInterrupt):
@@ -251,7 +251,7 @@ class _VersionAction(argparse.Action):
 
 def tool_version() -> str:
     """The version of llama-runtime (the installed metadata is built from the same constant)."""
-    from llama_runtime._version import __version__
+    from llama_runtime import __version__
 
     return __version__
 
@@ -360,14 +360,13 @@ def cmd_completion(args: argparse.Namespace, out: Output) -> int:
 
 def installed_tags(prefix: str, parsed_args: argparse.Namespace, **_kwargs: Any) -> list[str]:
     """Completer of ``use``/``remove`` TAG: the builds installed in the home the line names."""
-    from llama_runtime.runtime.layout import Home
-    from llama_runtime.updater.config import resolve_settings
+    from llama_runtime import RuntimeUpdater
 
     try:
-        runtimes = Home(resolve_settings(home=getattr(parsed_args, "home", None)).home).installed()
+        runtimes = RuntimeUpdater(getattr(parsed_args, "home", None)).status().installed
     except Exception:  # completion must never print an error into the user's prompt
         return []
-    return sorted({r.marker.tag for r in runtimes if r.marker.tag.startswith(prefix)})
+    return sorted({r.runtime.marker.tag for r in runtimes if r.runtime.marker.tag.startswith(prefix)})
 
 
 Completer = Callable[..., list[str]]
@@ -385,30 +384,30 @@ def _starting(prefix: str, names: Iterable[str]) -> list[str]:
 
 def backend_names(prefix: str, **_kwargs: Any) -> list[str]:
     """Completer of ``--backend``: every backend request (``auto`` first)."""
-    from llama_runtime.runtime.marker import BACKEND_CHOICES
+    from llama_runtime import Vocabulary
 
-    return _starting(prefix, BACKEND_CHOICES)
+    return _starting(prefix, Vocabulary.BACKENDS)
 
 
 def concrete_backend_names(prefix: str, **_kwargs: Any) -> list[str]:
     """Completer of ``mirror sync --backend``: the backends an asset can have (no ``auto``)."""
-    from llama_runtime.runtime.marker import CONCRETE_BACKENDS
+    from llama_runtime import Vocabulary
 
-    return _starting(prefix, CONCRETE_BACKENDS)
+    return _starting(prefix, Vocabulary.CONCRETE_BACKENDS)
 
 
 def channel_names(prefix: str, **_kwargs: Any) -> list[str]:
     """Completer of ``--channel``: ``stable`` and ``nightly``."""
-    from llama_runtime.updater.release.channel import CHANNELS
+    from llama_runtime import Vocabulary
 
-    return _starting(prefix, CHANNELS)
+    return _starting(prefix, Vocabulary.CHANNELS)
 
 
 def platform_names(prefix: str, **_kwargs: Any) -> list[str]:
     """Completer of ``--platform``: the ``OS-ARCH`` names a plan or a mirror takes."""
-    from llama_runtime.updater.choice.host import PLATFORMS
+    from llama_runtime import Vocabulary
 
-    return _starting(prefix, PLATFORMS)
+    return _starting(prefix, Vocabulary.PLATFORMS)
 
 
 def maybe_complete(parser: argparse.ArgumentParser) -> None:

@@ -47,7 +47,13 @@ def register(add: AddParser) -> dict[str, Handler]:
         "remove inactive runtimes beyond the newest N, stale staging, old partial downloads "
         "and cached assets no remaining runtime uses",
     )
-    p.add_argument("--keep", type=int, default=None, metavar="N", help="inactive runtimes to keep (default 2)")
+    p.add_argument(
+        "--keep",
+        dest="retain",
+        metavar="N",
+        help="runtimes to keep in all, as update's --keep counts them: the active, the previous and the newest "
+        "others (default 3; 0 keeps all; LLAMA_RUNTIME_KEEP)",
+    )
     p.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
     p.add_argument(
         "--cache", action="store_true", help="only trim the download cache (assets no installed runtime uses)"
@@ -137,15 +143,15 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_export(args: argparse.Namespace, out: Output) -> int:
     """``export --output FILE``."""
+    from llama_runtime import Vocabulary
     from llama_runtime.updater.cli.common import settings_from_args, updater_for
-    from llama_runtime.updater.fetch.cache import human_size
 
     result = updater_for(settings_from_args(args)).export(args.output)
     m = result.runtime.marker
     out.result(
         result.to_json(),
         [
-            f"Wrote {m.repo} {m.tag} ({m.backend}) to {result.path} ({human_size(result.size)}).",
+            f"Wrote {m.repo} {m.tag} ({m.backend}) to {result.path} ({Vocabulary.size(result.size)}).",
             f"Restore it elsewhere with `llama-runtime install-file {result.path}`.",
         ],
     )
@@ -155,18 +161,18 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
 def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
     """``mirror sync --dest DIR|oci://… [--tag T | --newest N [--prune]] [--platform P]… [--backend B]…``,
     ``mirror promote --dest oci://… --tag T --to CHANNEL``."""
-    from llama_runtime.updater.net.origin import is_oci_url
+    from llama_runtime import Vocabulary
 
     if args.mirror_action == "promote":
         from llama_runtime.updater.cli.registry import cmd_promote
 
         return cmd_promote(args, out)
-    if is_oci_url(args.dest):
+    if Vocabulary.is_registry(args.dest):
         from llama_runtime.updater.cli.registry import cmd_sync_registry
 
         return cmd_sync_registry(args, out, latest=_newest(args))
+    from llama_runtime import Vocabulary
     from llama_runtime.updater.cli.common import progress_bar, settings_from_args, updater_for
-    from llama_runtime.updater.fetch.cache import human_size
 
     raw_backends = [args.backend] if isinstance(args.backend, str) else args.backend or []
     # A mirror is the fleet's, not this machine's: without --repo it is ggml-org's, whatever runs here.
@@ -183,7 +189,7 @@ def cmd_mirror(args: argparse.Namespace, out: Output) -> int:
         )
     lines = [
         f"Mirrored {settings.repo} {', '.join(report.releases)} into {report.dest}: "
-        f"{len(report.fetched)} fetched ({human_size(report.fetched_bytes)}), {len(report.reused)} re-checked, "
+        f"{len(report.fetched)} fetched ({Vocabulary.size(report.fetched_bytes)}), {len(report.reused)} re-checked, "
         f"{len(report.attestations)} with build attestations.",
         f"Clients: --api-url {report.dest.as_uri()} (or the URL a static web server gives this directory).",
     ]
@@ -202,12 +208,12 @@ def _newest(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace, out: Output) -> int:
     """``gc [--keep N] [--dry-run] [--cache]``."""
+    from llama_runtime import Vocabulary
     from llama_runtime.updater.cli.common import settings_from_args, updater_for
-    from llama_runtime.updater.fetch.cache import human_size
 
-    report = updater_for(settings_from_args(args)).gc(keep=args.keep, dry_run=args.dry_run, cache_only=args.cache)
+    report = updater_for(settings_from_args(args)).gc(dry_run=args.dry_run, cache_only=args.cache)
     verb = "Would free" if report.dry_run else "Freed"
-    lines = [f"{verb} {human_size(report.freed_bytes)}."]
+    lines = [f"{verb} {Vocabulary.size(report.freed_bytes)}."]
     lines += [f"  {'would remove' if report.dry_run else 'removed'} {i.kind} {i.path}" for i in report.removed]
     lines += [f"  kept {name}: {why}" for name, why in report.kept.items()]
     lines += [f"  could not remove {f}" for f in report.failed]

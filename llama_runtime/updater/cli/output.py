@@ -7,8 +7,6 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from llama_runtime.runtime.errors import printable
-
 if TYPE_CHECKING:
     from llama_runtime import LlamaRuntimeError
     from llama_runtime.updater.cli.events import EventStream
@@ -34,7 +32,7 @@ class Output:
         else:
             for line in lines:
                 # Tags and names may come from a release server: show escapes, never send them.
-                sys.stdout.write(printable(line) + "\n")
+                sys.stdout.write(_printable(line) + "\n")
         sys.stdout.flush()
 
     def error(self, exc: LlamaRuntimeError) -> None:
@@ -47,12 +45,19 @@ class Output:
             line = {"level": "error", "event": exc.message, "error": exc.to_json(), "timestamp": _utc_timestamp()}
             sys.stderr.write(json.dumps(line, sort_keys=True) + "\n")
         else:
-            sys.stderr.write(f"error: {printable(exc.message)}\n")
+            sys.stderr.write(f"error: {_printable(exc.message)}\n")
             if exc.hint:
-                sys.stderr.write(f"  next: {printable(exc.hint)}\n")
+                sys.stderr.write(f"  next: {_printable(exc.hint)}\n")
 
 
 def _utc_timestamp() -> str:
     from datetime import UTC, datetime
 
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters shown as ``\\xNN`` (:meth:`Vocabulary.printable`)."""
+    from llama_runtime import Vocabulary
+
+    return Vocabulary.printable(text)

@@ -24,13 +24,18 @@ def register(add: AddParser) -> dict[str, Handler]:
     p = add("pin", "hold this home at a build: check --apply, scheduled jobs and plain updates keep it")
     tag = p.add_argument("tag", nargs="?", metavar="TAG", help="the build to pin, e.g. b7000 (default: the active one)")
     completes(tag, installed_tags)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="pin TAG even when the release source cannot confirm it right now (offline, a mirror not synced yet)",
+    )
     add("unpin", "remove the pin: check --apply, scheduled jobs and plain updates follow the newest build again")
     return {"pin": cmd_pin, "unpin": cmd_unpin}
 
 
 def cmd_pin(args: argparse.Namespace, out: Output) -> int:
     """``pin [TAG]``: pin TAG, or the active build."""
-    result = updater_for(settings_from_args(args)).pin(tag_or_none(args.tag))
+    result = updater_for(settings_from_args(args)).pin(tag_or_none(args.tag), force=args.force)
     out.result(result.to_json(), result.lines())
     return 0
 

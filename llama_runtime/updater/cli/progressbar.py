@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import Final, Protocol, TextIO
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol, TextIO
 
-from llama_runtime.runtime.clock import SYSTEM_CLOCK, Clock
-from llama_runtime.updater.progress import RateMeter
+from llama_runtime import Progress
+
+if TYPE_CHECKING:
+    from llama_runtime import Clock
 
 __all__ = ["ProgressLike", "TerminalProgress", "format_bar", "terminal_progress", "terminal_width"]
 
@@ -47,12 +49,14 @@ def format_bar(done: int, total: int | None, rate: float | None, eta: float | No
     narrow terminal never wraps the line (a wrapped line leaves stale rows behind
     every redraw).
     """
-    from llama_runtime.updater.fetch.cache import human_size
+    from llama_runtime import Vocabulary
 
-    numbers = [f"{min(done / total, 1.0) * 100:3.0f}%", f"{human_size(done)}/{human_size(total)}"] if total else []
-    numbers = numbers or [human_size(done)]
+    numbers = (
+        [f"{min(done / total, 1.0) * 100:3.0f}%", f"{Vocabulary.size(done)}/{Vocabulary.size(total)}"] if total else []
+    )
+    numbers = numbers or [Vocabulary.size(done)]
     if rate:
-        numbers.append(f"{human_size(int(rate))}/s")
+        numbers.append(f"{Vocabulary.size(int(rate))}/s")
     if eta is not None:
         numbers.append(f"ETA {int(eta)}s")
     text = "  ".join(numbers)
@@ -85,14 +89,13 @@ class TerminalProgress:
     """A progress callback (installer events or job states) that draws on a TTY."""
 
     stream: TextIO
-    clock: Clock = SYSTEM_CLOCK
-    meter: RateMeter = field(init=False)
+    clock: Clock | None = None  # None: the system's
     _open_line: bool = False
     _last_draw: float = 0.0
     _phase: str = ""
 
     def __post_init__(self) -> None:
-        self.meter = RateMeter(self.clock)  # the bar and its rates read one clock
+        self.meter = Progress.rate_meter(self.clock)  # the bar and its rates read one clock
 
     def __call__(self, event: ProgressLike) -> None:
         if event.phase == "download":
@@ -108,7 +111,7 @@ class TerminalProgress:
     def _download(self, event: ProgressLike) -> None:
         self._phase = "download"
         rate, eta = self.meter.sample(event.message, event.done_bytes, event.total_bytes)
-        now = self.clock.monotonic()
+        now = self.meter.clock.monotonic()
         finished = event.total_bytes is not None and event.done_bytes >= event.total_bytes
         if not finished and now - self._last_draw < _REDRAW_SECONDS:
             return

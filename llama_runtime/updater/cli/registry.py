@@ -83,8 +83,8 @@ def cmd_promote(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_sync_registry(args: argparse.Namespace, out: Output, *, latest: int) -> int:
     """``mirror sync --dest oci://…``: the builds a directory sync would choose, pushed as artifacts."""
+    from llama_runtime import Vocabulary
     from llama_runtime.updater.cli.common import progress_bar, settings_from_args, updater_for
-    from llama_runtime.updater.fetch.cache import human_size
 
     if args.prune:
         raise UserInputError("--prune is for a directory mirror; a registry's retention policy removes old tags.")
@@ -103,7 +103,7 @@ def cmd_sync_registry(args: argparse.Namespace, out: Output, *, latest: int) -> 
     channels = ", ".join(f"{c} -> {b}" for c, b in report.channels.items()) or "none moved"
     lines = [
         f"Pushed {settings.repo} {', '.join(report.releases)} to {report.dest}: {len(report.uploaded)} uploaded "
-        f"({human_size(report.uploaded_bytes)}), {len(report.reused)} already there, "
+        f"({Vocabulary.size(report.uploaded_bytes)}), {len(report.reused)} already there, "
         f"{len(report.attestations)} with build attestations; channel tags: {channels}.",
         f"Clients: --api-url {report.dest} (or LLAMA_RUNTIME_GITHUB_API={report.dest}).",
     ]

@@ -18,7 +18,6 @@ from llama_runtime.updater.cli.common import (
     cancel_on_signals,
     duration_arg,
     explain_failure,
-    has_active,
     outcome_lines,
     progress_for,
     settings_from_args,
@@ -27,7 +26,7 @@ from llama_runtime.updater.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from llama_runtime import PlanResult, UpdateOutcome
+    from llama_runtime import PlanResult, RuntimeUpdater, UpdateOutcome
     from llama_runtime.updater.cli.main import AddParser, Handler
     from llama_runtime.updater.cli.output import Output
 
@@ -52,6 +51,11 @@ def _register_update(add: AddParser) -> dict[str, Handler]:
         action="store_true",
         help="install an explicit --backend's build even if it lists no such device here (a machine image)",
     )
+    p.add_argument(
+        "--retry-skipped",
+        action="store_true",
+        help="try the newest build again although it failed verification here before (status lists such builds)",
+    )
     add_require_provenance(p)
     add_storage_flags(p)
     p.add_argument(
@@ -69,16 +73,14 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
     # The files the imports below are about to read, asked for at once (cold page cache). Here, not
     # before the parser: there the thread slowed warm runs (see the module).
     start_readahead()
-    from llama_runtime.updater.choice.host import parse_cuda_version
-    from llama_runtime.updater.cli.common import updater_for
+    from llama_runtime import Vocabulary
     from llama_runtime.updater.cli.gateopts import with_gate
 
     settings = with_gate(args, settings_from_args(args))  # bad input is exit 2 before anything changes
     tag = tag_or_none(args.tag)
     if args.cuda_version is not None:
-        parse_cuda_version(args.cuda_version)  # exit 2 before any wait or job
+        Vocabulary.cuda_version(args.cuda_version)  # exit 2 before any wait or job
     updater = updater_for(settings)
-    had_active = has_active(updater.home)
     bar = progress_for(args)
     listener = out.events if out.events is not None else bar
     try:
@@ -91,6 +93,7 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
                 operation="update",
                 listener=listener,
                 allow_no_device=args.allow_no_device,
+                retry_skipped=args.retry_skipped,
                 pin=tag is not None,  # `update --tag` pins; the scheduled check asks its own way
             )
     except BusyError:
@@ -100,27 +103,24 @@ def cmd_update(args: argparse.Namespace, out: Output) -> int:
             return attach_events(updater, out, busy=updater.busy_error())
         raise updater.busy_error() from None
     except LlamaRuntimeError as exc:
-        explain_failure(exc, had_active=had_active)
+        explain_failure(exc, updater)
         raise
     finally:
         if bar is not None:
             bar.close()
     if job.outcome is None:
         raise LlamaRuntimeError(f"The update job {job.id} ended without a result ({job.state().phase}).")
-    _report(job.outcome, args, out)
+    _report(job.outcome, updater, args, out)
     return 0
 
 
-def _report(outcome: UpdateOutcome, args: argparse.Namespace, out: Output) -> None:
+def _report(outcome: UpdateOutcome, updater: RuntimeUpdater, args: argparse.Namespace, out: Output) -> None:
     """The update's result, with a warning when ``LLAMA_SERVER_PATH`` keeps apps on another binary."""
-    from llama_runtime.updater.cli.status import override_info
-
     warnings = list(outcome.warnings)
-    override = override_info()
+    override = updater.status().override
     if override:
         warnings.append(
-            f"LLAMA_SERVER_PATH={override['path']} is set: apps keep running that binary, "
-            "not the runtime just installed."
+            f"LLAMA_SERVER_PATH={override.path} is set: apps keep running that binary, not the runtime just installed."
         )
     payload = outcome.to_json()
     payload["warnings"] = warnings
