@@ -42,6 +42,8 @@ def test_public_api_and_ensure_import_no_deferred_module(tmp_path: Path) -> None
 STATUS_MODULES = frozenset(
     {
         "llama_runtime",
+        "llama_runtime._version",
+        "llama_runtime.errors",
         "llama_runtime.runtime",
         "llama_runtime.runtime.binary",
         "llama_runtime.runtime.clock",
@@ -63,6 +65,7 @@ STATUS_MODULES = frozenset(
         "llama_runtime.updater.api.inventory",
         "llama_runtime.updater.api.ready",
         "llama_runtime.updater.api.service",
+        "llama_runtime.updater.api.vocabulary",
         "llama_runtime.updater.checkpoints",
         "llama_runtime.updater.cli",
         "llama_runtime.updater.cli.common",
@@ -77,6 +80,7 @@ STATUS_MODULES = frozenset(
         "llama_runtime.updater.cli.registry",
         "llama_runtime.updater.cli.status",
         "llama_runtime.updater.cli.update",
+        "llama_runtime.updater.cli.watchdog",
         "llama_runtime.updater.config",
         "llama_runtime.updater.credentials",
         "llama_runtime.updater.engine",
