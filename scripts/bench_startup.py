@@ -5,7 +5,7 @@ Runs ``python -c pass`` and a start-up script (import the public API, build a
 update job that installed it, call ``ensure()``)
 alternately, N times each, in the same run (so machine load affects both
 alike), and prints the medians, their difference and their ratio. The budget
-is 30 ms over the bare start: network (httpx), locking (filelock),
+is 20 ms over the bare start: network (httpx), locking (filelock),
 logging (structlog) and process control are imported only when first used.
 It also lists which of those modules the start-up imported (none should be).
 
@@ -43,7 +43,7 @@ from llama_runtime.runtime.layout import Home
 from llama_runtime.updater.api.job_store import JobState, JobStore
 
 #: Extra start-up cost the public API and ``ensure()`` may add over ``python -c pass``.
-DEFAULT_BUDGET_MS: Final[float] = 30.0
+DEFAULT_BUDGET_MS: Final[float] = 20.0
 #: Enough runs that one slow start (a cold page cache) does not move the median.
 DEFAULT_RUNS: Final[int] = 21
 #: Modules start-up must not need: each is imported by the first call that uses it.

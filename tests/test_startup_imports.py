@@ -34,3 +34,101 @@ def test_public_api_and_ensure_import_no_deferred_module(tmp_path: Path) -> None
     done = subprocess.run([sys.executable, "-c", code, str(home)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+#: What ``status --json`` may import of this package: reading the home, the pointer, the marker and the
+#: lock's probe, and the command line. A module added here is a cost every ``status`` pays (the
+#: benchmark's (e) and scripts/bench_status.py time it); one missing from here fails this test.
+STATUS_MODULES = frozenset(
+    {
+        "llama_runtime",
+        "llama_runtime._version",
+        "llama_runtime.errors",
+        "llama_runtime.runtime",
+        "llama_runtime.runtime.binary",
+        "llama_runtime.runtime.clock",
+        "llama_runtime.runtime.diskuse",
+        "llama_runtime.runtime.errors",
+        "llama_runtime.runtime.failed_builds",
+        "llama_runtime.runtime.fingerprint",
+        "llama_runtime.runtime.fsutil",
+        "llama_runtime.runtime.inference",
+        "llama_runtime.runtime.layout",
+        "llama_runtime.runtime.lock",
+        "llama_runtime.runtime.marker",
+        "llama_runtime.runtime.pin",
+        "llama_runtime.runtime.spans",
+        "llama_runtime.runtime.trial",
+        "llama_runtime.updater",
+        "llama_runtime.updater.api",
+        "llama_runtime.updater.api.boundary",
+        "llama_runtime.updater.api.inventory",
+        "llama_runtime.updater.api.ready",
+        "llama_runtime.updater.api.service",
+        "llama_runtime.updater.api.vocabulary",
+        "llama_runtime.updater.checkpoints",
+        "llama_runtime.updater.cli",
+        "llama_runtime.updater.cli.common",
+        "llama_runtime.updater.cli.gate",
+        "llama_runtime.updater.cli.gateopts",
+        "llama_runtime.updater.cli.jobs",
+        "llama_runtime.updater.cli.lifecycle",
+        "llama_runtime.updater.cli.main",
+        "llama_runtime.updater.cli.offline",
+        "llama_runtime.updater.cli.output",
+        "llama_runtime.updater.cli.pin",
+        "llama_runtime.updater.cli.registry",
+        "llama_runtime.updater.cli.status",
+        "llama_runtime.updater.cli.update",
+        "llama_runtime.updater.cli.watchdog",
+        "llama_runtime.updater.config",
+        "llama_runtime.updater.credentials",
+        "llama_runtime.updater.engine",
+        "llama_runtime.updater.logs",
+        "llama_runtime.updater.net",
+        "llama_runtime.updater.net.origin",
+        "llama_runtime.updater.verify",
+        "llama_runtime.updater.verify.measures",
+    }
+)
+#: Never on ``status``'s path: the network (and its TLS context), logging's configuration, process
+#: control, the release model, the inflater, the sandbox's tools.
+STATUS_DEFERRED = (
+    "httpx",
+    "ssl",
+    "certifi",
+    "structlog",
+    "filelock",
+    "subprocess",
+    "psutil",
+    "packaging",
+    "tempfile",
+    "isal",
+    "sigstore",
+)
+
+STATUS = """
+import json, sys
+from llama_runtime.updater.cli.main import main
+code = main(["status", "--json"])
+print(json.dumps({{"code": code, "ours": sorted(m for m in sys.modules if m.startswith("llama_runtime")),
+    "deferred": sorted(m for m in {deferred!r} if m in sys.modules)}}), file=sys.stderr)
+"""
+
+
+def test_status_imports_only_the_listed_modules_and_no_deferred_one(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("bench_status", ROOT / "scripts" / "bench_status.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    home = tmp_path / "home"
+    bench.seed_home(home)
+    env = {"PATH": "/usr/bin:/bin", "LLAMA_RUNTIME_HOME": str(home), "LLAMA_RUNTIME_GITHUB_API": "http://127.0.0.1:9"}
+    code = STATUS.format(deferred=STATUS_DEFERRED)
+    # The first status records the binary's stat fingerprint (a write); every later one only reads.
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["code"] == 0, done.stdout
+    assert report["deferred"] == []
+    assert sorted(set(report["ours"]) - STATUS_MODULES) == []

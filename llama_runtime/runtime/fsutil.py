@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
+from llama_runtime.runtime.spans import tally, timer
+
 __all__ = [
     "ATOMIC_TMP_SUFFIX",
     "MAX_DECIMAL_DIGITS",
@@ -394,7 +396,9 @@ class FlushAhead:
                 fd = self._pending.pop(0)
             try:
                 if self._error is None and not self._dropped:
+                    started = timer()
                     os.fsync(fd)
+                    tally("fsync ahead", started)
             except OSError as exc:
                 self._error = exc
             finally:

@@ -50,6 +50,7 @@ from llama_runtime.runtime.marker import AUTO, provenance_summary
 from llama_runtime.runtime.pin import pinned_tag
 from llama_runtime.runtime.sandbox import Sandbox, sandbox_for
 from llama_runtime.runtime.server import ServerControl
+from llama_runtime.runtime.spans import span
 from llama_runtime.runtime.trial import finish_abandoned_trial, read_trial
 from llama_runtime.updater.activate.activation import Activation
 from llama_runtime.updater.activate.attempts import (
@@ -443,9 +444,10 @@ class Installer:
     def _resolve(self, request: UpdateRequest, channel: Channel) -> ResolvedRelease:
         if self.source is None:
             raise UserInputError("No release source configured for this operation.")
-        if request.tag:
-            return resolve_tag_remote(self.source, request.tag)
-        return resolve_latest_remote(self.source, channel)
+        with span("resolve"):
+            if request.tag:
+                return resolve_tag_remote(self.source, request.tag)
+            return resolve_latest_remote(self.source, channel)
 
     # -- switching to what is installed ---------------------------------------
 

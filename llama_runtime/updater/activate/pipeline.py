@@ -37,6 +37,7 @@ from llama_runtime.runtime.failed_builds import FailedBuild, forget_failed, reco
 from llama_runtime.runtime.fsutil import fsync_tree, is_disk_full, remove_tree_quietly
 from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker, write_marker
+from llama_runtime.runtime.spans import span
 from llama_runtime.updater.activate.activation import Activation
 from llama_runtime.updater.activate.attempts import UpdateOutcome
 from llama_runtime.updater.activate.companions import ReusedCompanion, companion_entry, find_reusable, place_reused
@@ -432,15 +433,16 @@ class InstallPipeline:
     ) -> UpdateOutcome:
         """Fetch what ``reused`` does not cover, check it and install; keep the good bytes, drop the rejected."""
         release, choice = planned.release, planned.choice
-        fetched = self.acquirer.fetch_choice(
-            release,
-            choice,
-            require_digest=planned.require_digest,
-            emit=emit,
-            cancel=cancel,
-            warnings=warnings,
-            skip=frozenset(r.asset.name for r in reused),
-        )
+        with span("download"):  # the archive's transfer, with its extraction when it streams
+            fetched = self.acquirer.fetch_choice(
+                release,
+                choice,
+                require_digest=planned.require_digest,
+                emit=emit,
+                cancel=cancel,
+                warnings=warnings,
+                skip=frozenset(r.asset.name for r in reused),
+            )
         downloads = [f.download for f in fetched]
         warnings.extend(self.acquirer.provenance_check.warnings_for(release.repo))
         checkpoint("after_download")
@@ -449,7 +451,8 @@ class InstallPipeline:
         source = self.acquirer.source
         facts = replace(facts, source=(source.origin_of(release) if source is not None else None) or facts.source)
         try:
-            facts, staged = self._check_provenance(release, choice, fetched[0], downloads, facts, emit, reused)
+            with span("provenance"):
+                facts, staged = self._check_provenance(release, choice, fetched[0], downloads, facts, emit, reused)
             outcome = self.install_archives(
                 [d.path for d in downloads],
                 facts,
@@ -475,7 +478,8 @@ class InstallPipeline:
             raise
         for f in fetched:
             self.acquirer.keep(f)
-        self.retain(warnings)
+        with span("trim"):
+            self.retain(warnings)
         return outcome
 
     def retain(self, warnings: list[str]) -> None:
@@ -568,22 +572,28 @@ class InstallPipeline:
         try:
             emit(Progress("verify", message="extracting"))
             main = staged[1] if staged is not None else None
-            with at_stage("extraction"):
+            with at_stage("extraction"), span("extract"):
                 tree = extract_staged(archives, staging, facts.asset, cancel, main)
                 facts = _record_companions(tree, facts, reused)
             checkpoint("after_extract")
             log.info("extracted", files=len(tree.files), bytes=sum(r.size for r in tree.files.values()))
             _stop_if_cancelled(cancel, facts)
             self._share(tree, snapshot, warnings)
-            marker = self._verified_marker(tree, facts, active, emit, warnings, snapshot.next_sequence())
+            with span("verify"):
+                marker = self._verified_marker(tree, facts, active, emit, warnings, snapshot.next_sequence())
             _stop_if_cancelled(cancel, facts)  # verification can take long; the flip has not begun
-            fsync_tree(staging, ahead=tree.ahead)
-            write_marker(staging, marker)
-            checkpoint("after_marker")
-            with at_stage("marker check"):
-                read_back_marker(staging, Expected(marker.repo, marker.tag, marker.backend_request, marker.backend))
+            with span("fsync tree"):
+                fsync_tree(staging, ahead=tree.ahead)
+            with span("marker"):
+                write_marker(staging, marker)
+                checkpoint("after_marker")
+                with at_stage("marker check"):
+                    read_back_marker(staging, Expected(marker.repo, marker.tag, marker.backend_request, marker.backend))
             emit(Progress("activate", message="activating"))
-            outcome = self.activation.activate_staged(staging, marker, active, warnings, snapshot=snapshot, emit=emit)
+            with span("switch"):
+                outcome = self.activation.activate_staged(
+                    staging, marker, active, warnings, snapshot=snapshot, emit=emit
+                )
             if marker.provenance.get("status") == "verified":
                 digests = [marker.sha256, *(str(e.get("sha256", "")) for e in marker.extra_assets)]
                 remember_attested(self.home.root, digests)

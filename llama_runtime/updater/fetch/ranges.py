@@ -39,6 +39,7 @@ from llama_runtime.runtime.errors import (
     SizeMismatchError,
 )
 from llama_runtime.runtime.fsutil import pwrite, read_cache, write_record
+from llama_runtime.runtime.spans import tally, timer
 from llama_runtime.updater.config import DEFAULT_PARALLEL_DOWNLOADS
 from llama_runtime.updater.credentials import url_record
 from llama_runtime.updater.fetch.cache import human_size
@@ -243,7 +244,9 @@ class HashingReader:
 
     def read(self, size: int = -1) -> bytes:
         data = self._reader.read(size)
+        started = timer()
         self._hasher.update(data)
+        tally("hash download", started)
         return data
 
     def readinto(self, buffer: bytearray | memoryview) -> int:
@@ -469,7 +472,9 @@ class RangedDownload:
             raise SizeMismatchError(
                 f"{self.asset.name}: the server sent more bytes than the range asked for; the download was discarded."
             )
+        started = timer()
         pwrite(fd, chunk, span.next)
+        tally("download write", started)
         with self._lock:
             span.done += len(chunk)
             on_disk = sum(s.done for s in self._spans)

@@ -36,6 +36,7 @@ from typing import IO, Final
 
 from llama_runtime.runtime.errors import CancelledError, LlamaRuntimeError, UnsafeArchiveError
 from llama_runtime.runtime.fsutil import FlushAhead, is_disk_full
+from llama_runtime.runtime.spans import tally, timer
 from llama_runtime.updater.stage.archive_rules import (
     DEFAULT_LIMITS,
     ExtractLimits,
@@ -309,8 +310,10 @@ class _Writer:
             try:
                 while True:
                     _poll(self.cancel, self.label)
+                    started = timer()
                     with reading(self.label):
                         chunk = src.read(CHUNK_BYTES)
+                    tally("inflate+input", started)
                     if not chunk:
                         break
                     written += len(chunk)
@@ -385,8 +388,12 @@ class _Sink:
         return self.digest.hexdigest()
 
     def _write(self, chunk: bytes) -> None:
+        started = timer()
         self.out.write(chunk)
+        tally("write", started)
+        started = timer()
         self.digest.update(chunk)
+        tally("hash files", started)
 
     def _drain(self) -> None:
         assert self.queue is not None

@@ -32,6 +32,7 @@ from typing import IO, TYPE_CHECKING, Final
 
 from llama_runtime.runtime.errors import IntegrityError
 from llama_runtime.runtime.fsutil import remove_tree_quietly
+from llama_runtime.runtime.spans import tally, timer
 from llama_runtime.updater.fetch.cache import AssetCache
 from llama_runtime.updater.fetch.download import (
     BytesDone,
@@ -255,7 +256,10 @@ class _GzipGate:
         if self._head:
             head, self._head = self._head, b""
             return head
-        return self._reader.read(size)
+        started = timer()
+        data = self._reader.read(size)
+        tally("input", started)  # the inflater waiting for the download (and hashing it, with ranges)
+        return data
 
     def readinto(self, buffer: bytearray | memoryview) -> int:
         data = self.read(len(buffer))
