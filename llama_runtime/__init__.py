@@ -146,6 +146,7 @@ _ALSO: dict[str, str] = {
             "PushReport",
             "Ready",
             "RuntimeEntry",
+            "SandboxSupport",
             "ServerOverride",
             "SkippedBuild",
             "SmokeReport",

@@ -211,6 +211,7 @@ PROCESS_ENV_READERS = {
     "updater/verify/smoke.py": "the same allow-list, for the staged build's smoke run",
     "updater/sources/oci/auth.py": "registry credentials where container tools keep them (DOCKER_CONFIG, ...)",
     "runtime/server.py": "the managed llama-server runs with the user's environment (plus its home's mark)",
+    "updater/net/identity.py": "LLAMA_RUNTIME_USER_AGENT_DETAIL: how this process names itself on every request",
     "updater/net/tls.py": "the machine's CA bundle (SSL_CERT_FILE), as every TLS client here reads it",
 }
 

@@ -57,6 +57,8 @@ STATUS_MODULES = frozenset(
         "llama_runtime.runtime.lock",
         "llama_runtime.runtime.marker",
         "llama_runtime.runtime.pin",
+        "llama_runtime.runtime.sandbox",  # status names the level a new build's first runs get
+        "llama_runtime.runtime.trust",  # the active runtime is checked against its trust record
         "llama_runtime.runtime.spans",
         "llama_runtime.runtime.trial",
         "llama_runtime.updater",

@@ -578,12 +578,9 @@ class HomeSnapshot:
         """:func:`runtime.marker.file_problems` of ``runtime``, checked once per level and kept."""
         key = (runtime.name, level, hash_binary)
         if key not in self._problems:
-            from llama_runtime.runtime.trust import trust_problems
-
-            self._problems[key] = [
-                *trust_problems(runtime.path),
-                *file_problems(runtime.path, runtime.marker, level, hash_binary=hash_binary, digest=self.sha256),
-            ]
+            self._problems[key] = file_problems(
+                runtime.path, runtime.marker, level, hash_binary=hash_binary, digest=self.sha256
+            )
         return list(self._problems[key])
 
     def intact(self, name: str | None) -> str | None:

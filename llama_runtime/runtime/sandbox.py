@@ -42,15 +42,17 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from llama_runtime.runtime.binary import CANNOT_EXECUTE, ProcessResult
 from llama_runtime.runtime.errors import UserInputError
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = [
     "LAUNCHER",
@@ -161,19 +163,17 @@ _PROBED: dict[str, bool] = {}
 
 
 def _bwrap_works(bwrap: str) -> bool:
-    """Whether ``bwrap`` can make the namespaces this host needs (user namespaces may be off)."""
+    """Whether ``bwrap`` can make the namespaces this host needs (user namespaces may be off).
+
+    Spawned with ``os.posix_spawn``: ``status`` names the level, and must not import ``subprocess``.
+    """
     if bwrap not in _PROBED:
+        argv = [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--proc", "/proc", "--", "true"]
+        quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
         try:
-            done = subprocess.run(
-                [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--proc", "/proc", "--", "true"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=10,
-                check=False,
-            )
-            _PROBED[bwrap] = done.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
+            pid = os.posix_spawn(bwrap, argv, {"PATH": os.defpath}, file_actions=quiet)
+            _PROBED[bwrap] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        except OSError:
             _PROBED[bwrap] = False
     return _PROBED[bwrap]
 
@@ -279,6 +279,8 @@ class Sandbox:
         Returns:
             Its exit code (negative: the signal that ended it) and output; ``returncode`` None on a timeout.
         """
+        import subprocess  # deferred: status imports this module to name the level
+
         command = self.wrap(argv, rules)
         try:
             child = subprocess.Popen(
@@ -303,6 +305,8 @@ class Sandbox:
 
     def stop(self, child: subprocess.Popen[bytes]) -> None:
         """Stop a confined run: the launcher kills what it started, then it is killed if still there."""
+        import subprocess
+
         if child.poll() is not None:
             return
         child.terminate()

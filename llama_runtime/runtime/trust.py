@@ -34,7 +34,6 @@ from llama_runtime.runtime.fsutil import read_record, walk_tree, write_record
 from llama_runtime.runtime.marker import MARKER_NAME
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.layout import InstalledRuntime
     from llama_runtime.runtime.marker import InstallMarker
 
 __all__ = [
@@ -62,12 +61,9 @@ READ_ONLY_FILE: Final = 0o444
 _SHOWN: Final = 5
 
 
-def _home_of(runtime_dir: Path) -> Path | None:
-    """The home a runtime folder belongs to (``<home>/runtimes/<name>``), or None."""
-    from llama_runtime.runtime.layout import RUNTIMES_DIR_NAME
-
-    parent = runtime_dir.parent
-    return parent.parent if parent.name == RUNTIMES_DIR_NAME else None
+def _home_of(runtime_dir: Path) -> Path:
+    """The home a runtime folder belongs to: ``<home>/runtimes/<name>`` (any other folder has no record there)."""
+    return runtime_dir.parent.parent
 
 
 def record_path(home_root: Path, name: str) -> Path:
@@ -139,7 +135,7 @@ def trust_problems(runtime_dir: Path) -> list[str]:
     A damaged record is itself a problem: it can no longer vouch for the folder.
     """
     home_root = _home_of(runtime_dir)
-    if home_root is None or not record_path(home_root, runtime_dir.name).exists():
+    if not record_path(home_root, runtime_dir.name).exists():
         return []
     try:
         record = _read(home_root, runtime_dir.name)
@@ -199,8 +195,10 @@ def accept_runtime(home_root: Path, name: str, runtime_dir: Path) -> None:
     record_trust(home_root, name, runtime_dir)
 
 
-def rewrite_accepted_marker(home_root: Path, runtime: InstalledRuntime, marker: InstallMarker) -> None:
-    """Replace an accepted runtime's marker (a new stored request) and record it again (the caller holds the lock).
+def rewrite_accepted_marker(home_root: Path, name: str, runtime_dir: Path, marker: InstallMarker) -> None:
+    """Replace the marker of the accepted runtime ``name`` in ``runtime_dir`` and record it again.
+
+    For a new stored request (backend, channel); the caller holds the lock.
 
     The folder is writable only while the marker is replaced; a runtime with no record yet keeps none.
 
@@ -209,12 +207,12 @@ def rewrite_accepted_marker(home_root: Path, runtime: InstalledRuntime, marker: 
     """
     from llama_runtime.runtime.marker import write_marker
 
-    recorded = has_record(home_root, runtime.name)
-    make_writable(runtime.path)
+    recorded = has_record(home_root, name)
+    make_writable(runtime_dir)
     try:
-        write_marker(runtime.path, marker)
+        write_marker(runtime_dir, marker)
     finally:
         if recorded:
-            make_read_only(runtime.path)
+            make_read_only(runtime_dir)
     if recorded:
-        record_trust(home_root, runtime.name, runtime.path)
+        record_trust(home_root, name, runtime_dir)

@@ -24,7 +24,6 @@ from llama_runtime.runtime.marker import parse_backend
 from llama_runtime.updater.net.origin import is_oci_url
 
 if TYPE_CHECKING:
-    from llama_runtime.runtime.sandbox import SandboxMode
     from llama_runtime.updater.release.channel import Channel
 
 DEFAULT_API_URL: Final = "https://api.github.com"
@@ -260,7 +259,7 @@ class Settings:
     pace: DownloadPace = DownloadPace()
     provenance: ProvenanceSettings = ProvenanceSettings()
     ca_bundle: str | None = None
-    sandbox: SandboxMode = "auto"
+    sandbox: Literal["auto", "require"] = "auto"  # runtime.sandbox.SandboxMode
     compute_check: bool = True
     server_port: int | None = LLAMA_SERVER_DEFAULT_PORT
     server_wait: float = SERVER_WAIT_DEFAULT_SECONDS
@@ -458,7 +457,7 @@ def resolve_settings(
     )
 
 
-def _sandbox_setting(env: Mapping[str, str]) -> SandboxMode:
+def _sandbox_setting(env: Mapping[str, str]) -> Literal["auto", "require"]:
     """``LLAMA_RUNTIME_SANDBOX``: ``auto`` (default) or ``require``.
 
     Raises:

@@ -46,7 +46,7 @@ def _record_backend(home_root: Path, request: UpdateRequest, outcome: UpdateOutc
     if wanted != "auto" and active.marker.backend != wanted:
         return outcome  # kept another backend's build (one that failed here before): nothing to record
     marker = replace(active.marker, backend_request=wanted)
-    rewrite_accepted_marker(home_root, active, marker)
+    rewrite_accepted_marker(home_root, active.name, active.path, marker)
     return replace(outcome, active=InstalledRuntime(active.name, active.path, marker))
 
 
@@ -60,5 +60,5 @@ def _record_channel(home_root: Path, request: UpdateRequest, outcome: UpdateOutc
     if wanted is None or active.marker.channel == wanted or active.marker.repo != request.repo:
         return outcome
     marker = replace(active.marker, channel=wanted)
-    rewrite_accepted_marker(home_root, active, marker)
+    rewrite_accepted_marker(home_root, active.name, active.path, marker)
     return replace(outcome, active=InstalledRuntime(active.name, active.path, marker))

@@ -196,7 +196,7 @@ def damage(runtime: InstalledRuntime, *, hash_binary: bool = False, snapshot: Ho
     With the locked operation's ``snapshot``, each runtime is checked (and each file hashed) once.
     """
     if snapshot is not None:
-        return snapshot.problems(runtime, "size", hash_binary=hash_binary)
+        return [*trust_problems(runtime.path), *snapshot.problems(runtime, "size", hash_binary=hash_binary)]
     return [
         *trust_problems(runtime.path),
         *file_problems(runtime.path, runtime.marker, "size", hash_binary=hash_binary),
