@@ -75,19 +75,20 @@ HTTPServer((host, port), Handler).serve_forever()
 """
 
 
+def serves_the_compute_check() -> str:
+    """A shell line for a stand-in ``llama-server``: started with ``-m`` (as the compute check starts it),
+    serve :data:`STAND_IN_SERVER_PY`; any other start goes on to the lines after it."""
+    python = shlex.quote(sys.executable)
+    return f'case " $* " in *" -m "*) exec {python} -I -S -c {shlex.quote(STAND_IN_SERVER_PY)} "$@" ;; esac\n'
+
+
 def stand_in_server(version: str = "version: 7000 (abc123)", *, devices: str = "", exit_code: int = 0) -> bytes:
     """A shell-script llama-server for fast unit tests (never the only proof).
 
     ``--version`` and ``--list-devices`` answer as told; with ``-m`` (a server, as the compute check
     starts one) a build that runs (``exit_code`` 0) serves :data:`STAND_IN_SERVER_PY`.
     """
-    serve = (
-        f'case " $* " in *" -m "*) exec {shlex.quote(sys.executable)} -I -S '
-        f'-c {shlex.quote(STAND_IN_SERVER_PY)} "$@" ;; '
-        "esac\n"
-        if exit_code == 0
-        else ""
-    )
+    serve = serves_the_compute_check() if exit_code == 0 else ""
     return (
         "#!/bin/sh\n"
         'case "$1" in\n'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from llama_runtime.updater.activate.gc import (
 from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.choice.host_detect import detect_host
 from llama_runtime.updater.offline.offline import InstallFileRequest, install_file
-from tests.helpers import CPU_TAR, REPO, assert_runs, run_json, snapshot_tree, stand_in_tarball
+from tests.helpers import CPU_TAR, REPO, STAND_IN_SERVER_PY, assert_runs, run_json, snapshot_tree, stand_in_tarball
 
 TAGS = ("b7000", "b7001", "b7002", "b7003", "b7004")
 
@@ -40,6 +41,7 @@ case "$1" in
   --version) echo 'version: {tag[1:]} (stand-in)' >&2; exit 0 ;;
   --list-devices) printf 'Available devices:\\n'; exit 0 ;;
 esac
+case " $* " in *" -m "*) exec {shlex.quote(sys.executable)} -I -S -c {shlex.quote(STAND_IN_SERVER_PY)} "$@" ;; esac
 exec sleep 60
 """.encode()
 

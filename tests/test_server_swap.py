@@ -33,6 +33,7 @@ from tests.helpers import (
     kill_leftover_server,
     publish_stand_in,
     run_json,
+    serves_the_compute_check,
     stand_in_server,
     stand_in_tarball,
 )
@@ -206,6 +207,7 @@ def _http_server_build(tmp_path: Path, tag: str, *, healthy: bool = True) -> Pat
         f"  --version) echo 'version: {tag[1:]} (stand-in)' >&2; exit 0 ;;\n"
         "  --list-devices) echo 'Available devices:'; exit 0 ;;\n"
         "esac\n"
+        f"{serves_the_compute_check()}"
         'port=8080; while [ $# -gt 0 ]; do [ "$1" = --port ] && port=$2; shift; done\n'
         'cd "$(dirname "$0")"\n'
         f'exec {sys.executable} -m http.server "$port" --bind 127.0.0.1\n'
