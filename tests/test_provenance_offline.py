@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from llama_runtime.runtime.sandbox import Sandbox
 from llama_runtime.updater.offline.export import SOURCE_PREFIX
 from tests.fakegithub import BUNDLE_URL_SIGNATURE, FakeGitHub, Fault
-from tests.helpers import CPU_TAR, assert_runs, cli_json, snapshot_tree, stand_in_tarball
+from tests.helpers import CPU_TAR, assert_runs, cli_json, serves_the_compute_check, snapshot_tree, stand_in_tarball
 from tests.test_provenance_e2e import BEACON, BEACON_WORKFLOW, real_bundle, remap_subject, sha256_of
 
 DATA = Path(__file__).parent / "data" / "sigstore"
@@ -282,6 +283,7 @@ def forged_server(sentinel: Path) -> bytes:
         "  --version) echo 'version: 7001 (stand-in)' >&2; exit 0 ;;\n"
         "  --list-devices) printf 'Available devices:\\n'; exit 0 ;;\n"
         "esac\n"
+        f"{serves_the_compute_check()}"
         "exit 0\n"
     ).encode()
 
@@ -322,11 +324,18 @@ def test_forged_export_without_its_archive_is_refused_under_require_provenance_a
     bad = forge(
         exported(capsys, tmp_path, monkeypatch), tmp_path / "forged.tar.gz", forged_server(sentinel), keep_archive=False
     )
+    # A run in the sandbox could not leave the sentinel: every run of a new build is counted where it starts.
+    runs: list[list[str]] = []
+    original = Sandbox.wrap
+    monkeypatch.setattr(
+        Sandbox, "wrap", lambda self, argv, rules: runs.append(list(argv)) or original(self, argv, rules)
+    )
     code, payload = failing_install_file(capsys, active_b7000, str(bad), "--require-provenance")
     assert code == 8, payload
     assert payload["error"]["code"] == "provenance_missing"
     assert "repacked" in payload["error"]["message"]
-    assert not sentinel.exists(), "the forged llama-server ran during install"
+    assert runs == [], "the forged llama-server ran during install"
+    assert not sentinel.exists()
 
 
 def test_forged_export_without_its_archive_installs_unverified_as_repacked(

@@ -290,6 +290,6 @@ def test_export_refuses_a_runtime_holding_a_file_its_marker_does_not_record(
     code, payload = run_json(capsys, home, github.api_url, "export", "--output", str(tmp_path / "x.tar.gz"))
     assert code == 6, payload
     assert "llama-b7000/llama.log" in payload["error"]["message"]
-    assert "does not record" in payload["error"]["message"]
+    assert "is not part of the accepted runtime" in payload["error"]["message"]  # named by its trust record
     assert not (tmp_path / "x.tar.gz").exists()
     intact.assert_intact("b7000")

@@ -102,6 +102,8 @@ def asset_names(tag: str = NIGHTLY_TAG) -> list[str]:
 
 def stand_in_script(tag: str) -> bytes:
     """A ``llama-server`` that answers ``--version`` like a build of this era and lists no device."""
+    from tests.helpers import serves_the_compute_check  # helpers imports the fake GitHub, which imports this
+
     version = f"version: {DEV_VERSION} (build {tag[1:]}, commit 6c59c40)"
     return (
         "#!/bin/sh\n"
@@ -109,6 +111,7 @@ def stand_in_script(tag: str) -> bytes:
         f"  --version) echo '{version}' >&2; exit 0 ;;\n"
         "  --list-devices) printf 'Available devices:\\n'; exit 0 ;;\n"
         "esac\n"
+        f"{serves_the_compute_check()}"
         "exit 0\n"
     ).encode()
 
