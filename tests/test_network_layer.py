@@ -732,3 +732,38 @@ def test_an_interrupted_chunked_upload_is_resumed_in_its_open_session_by_the_nex
     client.push_blob(digest, len(data), lambda offset: iter([data[offset:]]), session=session)
     assert [m for m, _ in calls] == ["GET", "PATCH", "PUT"] and calls[1][1] == "8-11"
     assert not session.exists()
+
+
+@pytest.mark.e2e
+def test_a_sync_whose_upload_requests_meet_one_502_and_one_429_is_retried_and_exits_0(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sync's own requests go through the layer: a real registry behind the fault proxy, faults on uploads."""
+    from tests.faultproxy import FaultProxy, Rule
+    from tests.fakegithub import FakeGitHub
+    from tests.helpers import cli_json
+    from tests.registry import Registry
+    from tests.test_mirror import publish
+
+    monkeypatch.setattr("llama_runtime.runtime.clock.RETRY_BACKOFF_SECONDS", 0.0)
+    (tmp_path / "src").mkdir()
+    with Registry(tmp_path_factory.mktemp("registry")) as reg, FaultProxy(f"http://{reg.host}") as proxy:
+        proxy.add(Rule("POST", r"/blobs/uploads/$", 502))
+        proxy.add(Rule("PUT", r"/blobs/uploads/", 429, {"Retry-After": "0"}))
+        with FakeGitHub() as github:
+            publish(github, tmp_path, "b7001")
+            code, report = cli_json(
+                capsys, "mirror", "sync", "--dest", f"oci://{proxy.host}/fleet/llama.cpp", "--api-url",
+                github.api_url, "--platform", "linux-x64", "--backend", "cpu",
+            )  # fmt: skip
+        assert code == 0, report
+        assert [rule.used for rule in proxy.rules] == [1, 1], "both faults were met"
+        assert len(proxy.requests("POST", r"/blobs/uploads/$")) >= 2
+        home = tmp_path / "home"
+        code, checked = cli_json(
+            capsys, "check", "--home", str(home), "--api-url", f"oci://{proxy.host}/fleet/llama.cpp"
+        )
+        assert code == 0 and checked["latest"] == "b7001", checked
