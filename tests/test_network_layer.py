@@ -742,8 +742,8 @@ def test_a_sync_whose_upload_requests_meet_one_502_and_one_429_is_retried_and_ex
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The sync's own requests go through the layer: a real registry behind the fault proxy, faults on uploads."""
-    from tests.faultproxy import FaultProxy, Rule
     from tests.fakegithub import FakeGitHub
+    from tests.faultproxy import FaultProxy, Rule
     from tests.helpers import cli_json
     from tests.registry import Registry
     from tests.test_mirror import publish
