@@ -171,7 +171,10 @@ def test_build_that_answers_health_but_fails_generation_is_rolled_back_and_old_s
     broken = wrapper_tarball(tmp_path, "b7001", "--api-key wrapper-secret")
     github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): broken})
     pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
-    code, payload = run_json(capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan")
+    # The gate on the running server is this test's subject: the compute check would refuse the build first.
+    code, payload = run_json(
+        capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan", "--no-compute-check"
+    )
     assert code == 6, payload
     message = payload["error"]["message"]
     assert message.startswith("rolled back: the new runtime failed its inference check (b7001 (vulkan): ")
@@ -374,14 +377,23 @@ def test_use_of_an_installed_build_that_fails_generation_is_rolled_back_and_old_
     github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): broken})
     # Installed without the gate (its server answers /health), then back to b7000 through it.
     code, payload = run_json(
-        capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan", "--no-gate"
+        capsys,
+        home,
+        github.api_url,
+        "update",
+        "--tag",
+        "b7001",
+        "--backend",
+        "vulkan",
+        "--no-gate",
+        "--no-compute-check",
     )
     assert code == 0 and payload["gate"]["checked"] is False, payload
     code, payload = run_json(capsys, home, github.api_url, "use", "b7000")
     assert code == 0 and payload["gate"]["checked"] is True, payload
     started = ManagedServer(Home(home).server_dir).status()
     pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
-    code, payload = run_json(capsys, home, github.api_url, "use", "b7001")
+    code, payload = run_json(capsys, home, github.api_url, "use", "b7001", "--no-compute-check")
     assert code == 6, payload
     assert "failed its inference check (b7001 (vulkan): " in payload["error"]["message"]
     assert "HTTP 401: Invalid API Key" in payload["error"]["message"]
@@ -466,8 +478,9 @@ def test_stored_smoke_model_also_guards_use_of_an_installed_build(
     broken = wrapper_tarball(tmp_path, "b7001", "--api-key wrapper-secret")
     github.add_release(REPO, "b7000", {VULKAN_TAR.format(tag="b7000"): real_vulkan_tarball})
     github.add_release(REPO, "b7001", {VULKAN_TAR.format(tag="b7001"): broken})
-    for tag in ("b7001", "b7000"):  # b7001 installed first, b7000 active
-        code, payload = run_json(capsys, home, github.api_url, "update", "--tag", tag, "--backend", "vulkan")
+    for tag in ("b7001", "b7000"):  # b7001 installed first (past the compute check, which it fails), b7000 active
+        args = ("update", "--tag", tag, "--backend", "vulkan", *(["--no-compute-check"] if tag == "b7001" else []))
+        code, payload = run_json(capsys, home, github.api_url, *args)
         assert code == 0, payload
     code, stored = run_json(capsys, home, github.api_url, "gate", "--smoke-model", str(tiny_model))
     assert code == 0, stored
@@ -558,8 +571,9 @@ def test_build_that_stalls_crashes_or_answers_garbage_fails_its_check_at_the_lim
     pointer, before = (home / "active.json").read_bytes(), runtimes_snapshot(home)
     began = time.monotonic()
     code, payload = run_json(
-        capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan", "--gate-timeout", "4"
-    )
+        capsys, home, github.api_url, "update", "--tag", "b7001", "--backend", "vulkan", "--gate-timeout", "4",
+        "--no-compute-check",  # the gate's limit is this test's subject; the compute check meets the build first
+    )  # fmt: skip
     took = time.monotonic() - began
     assert code == 6, payload
     message = payload["error"]["message"]
