@@ -231,43 +231,43 @@ def test_a_malformed_sandbox_setting_is_exit_2_naming_the_valid_values(
 @pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("setpriv"), reason="dropping privileges needs root and setpriv"
 )
-def test_a_same_user_child_cannot_read_a_non_dumpable_updater_environment(tmp_path: Path) -> None:
+def test_a_same_user_child_cannot_read_a_non_dumpable_updater_environment() -> None:
     """The fallback's first layer, as a normal user (root reads any environ whatever the flag says)."""
     import subprocess
     import sys
+    import tempfile
 
     checkout = Path(__file__).resolve().parent.parent
-    probe = tmp_path / "probe.py"
-    probe.write_text(
-        "import os, subprocess, sys\n"
-        f"sys.path.insert(0, {str(checkout)!r})\n"
-        "from llama_runtime.runtime.sandbox import make_non_dumpable\n"
-        "if sys.argv[1] == 'hidden':\n"
-        "    make_non_dumpable()\n"
-        "done = subprocess.run(['cat', f'/proc/{os.getpid()}/environ'], capture_output=True)\n"
-        "print('READ' if b'SECRET_probe' in done.stdout else 'DENIED')\n"
-    )
-    os.chmod(tmp_path, 0o755)
-    for parent in tmp_path.parents:
-        if not os.access(parent, os.X_OK) or not (parent.stat().st_mode & 0o001):
-            pytest.skip(f"{parent} is not reachable by an unprivileged user")
     if not (checkout.stat().st_mode & 0o005) or any(not (p.stat().st_mode & 0o001) for p in checkout.parents):
         pytest.skip(f"the checkout {checkout} is not readable by an unprivileged user")
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-
-    def as_nobody(mode: str) -> str:
-        done = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-S", str(probe), mode],
-            capture_output=True,
-            env={"PATH": "/usr/bin:/bin", "SECRET_PROBE": "SECRET_probe"},
-            timeout=60,
-            check=False,
+    with tempfile.TemporaryDirectory(prefix="llama-runtime-dumpable-") as where:
+        os.chmod(where, 0o755)  # pytest's own temporary folders are the owner's alone
+        probe = Path(where) / "probe.py"
+        probe.write_text(
+            "import os, subprocess, sys\n"
+            f"sys.path.insert(0, {str(checkout)!r})\n"
+            "from llama_runtime.runtime.sandbox import make_non_dumpable\n"
+            "if sys.argv[1] == 'hidden':\n"
+            "    make_non_dumpable()\n"
+            "done = subprocess.run(['cat', f'/proc/{os.getpid()}/environ'], capture_output=True)\n"
+            "print('READ' if b'SECRET_probe' in done.stdout else 'DENIED')\n"
         )
-        assert done.returncode == 0, done.stderr.decode(errors="replace")
-        return done.stdout.decode().strip()
+        probe.chmod(0o644)
 
-    assert as_nobody("plain") == "READ"  # the control: a dumpable process's environ is the user's to read
-    assert as_nobody("hidden") == "DENIED"
+        def as_nobody(mode: str) -> str:
+            done = subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-S", str(probe), mode],
+                capture_output=True,
+                env={"PATH": "/usr/bin:/bin", "SECRET_PROBE": "SECRET_probe"},
+                timeout=60,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr.decode(errors="replace")
+            return done.stdout.decode().strip()
+
+        assert as_nobody("plain") == "READ"  # the control: a dumpable process's environ is the user's to read
+        assert as_nobody("hidden") == "DENIED"
 
 
 def test_a_stopped_confined_run_takes_what_it_started_with_it(tmp_path: Path) -> None:
