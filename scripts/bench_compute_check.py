@@ -62,7 +62,7 @@ def _compute(binary: Path, home: Path, backend: str) -> float:
 
 def main() -> None:
     """Print the baseline, the compute check and their ratio for each backend."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--backends", default="cpu,vulkan")
     parser.add_argument("--cold", action="store_true", help="empty the sandbox's shader cache before the first run")

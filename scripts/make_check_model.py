@@ -125,7 +125,7 @@ def write_check_model(path: Path) -> str:
 
 def main() -> None:
     """Write the model where the first argument says and print its size and sha256."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("path", type=Path)
     args = parser.parse_args()
     digest = write_check_model(args.path)
