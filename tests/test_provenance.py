@@ -291,6 +291,7 @@ def test_runtime_provenance_is_verified_only_when_every_asset_is() -> None:
 
 
 def test_environment_configures_require_trust_root_workflow_and_offline(tmp_path: Path) -> None:
+    (tmp_path / "root.json").write_text("{}")  # named roots are checked to exist when the settings are read
     env = {
         "LLAMA_RUNTIME_REQUIRE_PROVENANCE": "1",
         "LLAMA_RUNTIME_TRUSTED_ROOT": str(tmp_path / "root.json"),

@@ -39,7 +39,7 @@ from llama_runtime.runtime.clock import (
     backoff_seconds,
 )
 from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
-from llama_runtime.updater.net.body import API_BODY_DEADLINE_SECONDS, MAX_API_BODY_BYTES, read_capped
+from llama_runtime.updater.net.body import API_BODY_DEADLINE_SECONDS, MAX_API_BODY_BYTES, read_capped, too_slow
 from llama_runtime.updater.net.identity import user_agent
 from llama_runtime.updater.net.limits import MAX_RETRY_WAIT_SECONDS, retry_after_seconds
 from llama_runtime.updater.net.origin import may_carry_credentials, origin_of, same_origin
@@ -127,6 +127,14 @@ class OriginCredential:
 
 
 _NONE: Final = NoCredentials()
+
+
+@dataclass(frozen=True)
+class _OwnDeadline:
+    """A call's deadline below the budget: its length in seconds, and when (``clock.monotonic()``) it passes."""
+
+    seconds: float
+    give_up_at: float
 
 
 @dataclass(frozen=True)
@@ -255,10 +263,13 @@ class Session:
         cap: int = MAX_API_BODY_BYTES,
         what: str,
         attempts: int | None = None,
+        deadline_s: float | None = None,
     ) -> tuple[httpx.Response, bytes]:
         """A GET's (closed) answer and its decoded body, read under ``cap`` and the budget.
 
         A body that stalls or drops mid-transfer is tried again like a failed connection.
+        ``deadline_s`` bounds the whole call (tries included) below the budget, for a file
+        that is small by nature: one that drips past it is not tried again.
 
         Raises:
             NetworkError: As :meth:`send`, or the body outlasted what the budget had left.
@@ -266,12 +277,13 @@ class Session:
             RemoteError: As :meth:`send`.
         """
         tries = attempts or self.attempts
+        own = None if deadline_s is None else _OwnDeadline(deadline_s, self.clock.monotonic() + deadline_s)
         failed = 0
         with self.budget.spending():
             while True:
                 response = self.send("GET", url, headers=headers, stream=True, credentials=credentials, attempts=tries)
                 try:
-                    return response, self._read(response, url, what, cap)
+                    return response, self._read(response, url, what, cap, own)
                 except _TryFailed as exc:
                     failed += 1
                     self._wait_or_raise(exc, failed, tries)
@@ -350,9 +362,11 @@ class Session:
         except httpx.HTTPError as exc:
             raise _TryFailed(self._dropped(url, exc)) from exc
 
-    def _read(self, response: httpx.Response, url: str, what: str, cap: int) -> bytes:
-        """``response``'s body under the cap and what the budget has left."""
+    def _read(self, response: httpx.Response, url: str, what: str, cap: int, own: _OwnDeadline | None) -> bytes:
+        """``response``'s body under the cap and what the budget (or the call's own deadline) has left."""
         deadline = min(API_BODY_DEADLINE_SECONDS, max(self.budget.left(), 0.0))
+        if own is not None and (own_left := max(own.give_up_at - self.clock.monotonic(), 0.0)) < deadline:
+            return self._read_within_own(response, url, what, cap, own, own_left)
         by_budget = deadline < API_BODY_DEADLINE_SECONDS
         _shorten_body_reads(response, deadline)
         try:
@@ -362,6 +376,18 @@ class Session:
         except httpx.ReadTimeout as exc:
             stalled = min(deadline, self.http.timeout.read or math.inf)
             raise _TryFailed(self._too_slow(url, stalled, by_budget=by_budget)) from exc
+        except httpx.HTTPError as exc:
+            raise _TryFailed(self._dropped(url, exc)) from exc
+
+    def _read_within_own(
+        self, response: httpx.Response, url: str, what: str, cap: int, own: _OwnDeadline, left: float
+    ) -> bytes:
+        """``response``'s body within what is left of the call's own deadline; past it, no further try."""
+        _shorten_body_reads(response, left)
+        try:
+            return read_capped(response, cap=cap, what=what, deadline_s=left, clock=self.clock)
+        except (NetworkError, httpx.ReadTimeout) as exc:
+            raise too_slow(what, own.seconds) from exc
         except httpx.HTTPError as exc:
             raise _TryFailed(self._dropped(url, exc)) from exc
 

@@ -476,7 +476,12 @@ class GitHubClient:
 
         try:
             response, body = self.net.fetch(
-                url, headers=headers, credentials=self._credential, cap=max_bytes, what=asset.name
+                url,
+                headers=headers,
+                credentials=self._credential,
+                cap=max_bytes,
+                what=asset.name,
+                deadline_s=SMALL_ASSET_DEADLINE_SECONDS,
             )
         except RemoteDataError as exc:  # the cap: no pointer is that long
             raise IntegrityError(f"{asset.name} is larger than {max_bytes} bytes; refusing to read it.") from exc
