@@ -105,6 +105,10 @@ SYSTEM_READ: Final = (
     "/nix/store",
     "/gnu/store",
 )
+#: The command's own files under /proc it may write under Landlock (resolved in the command's process, so
+#: never another process's): NVIDIA's driver names its threads (``/proc/self/task/<tid>/comm``), and
+#: ``cuInit`` fails with 304 "OS call failed" when it cannot (seen on an H200, driver 580, Landlock ABI 7).
+OWN_PROCESS_FILES: Final = ("/proc/self/task",)
 #: Files under /etc no confined run needs and that may hold secrets (Landlock reads are allow-listed).
 ETC_SECRETS: Final = frozenset(
     {"shadow", "shadow-", "gshadow", "gshadow-", "sudoers", "sudoers.d", "ssh", "ssl", "netrc", "docker", "krb5.keytab"}
@@ -340,6 +344,7 @@ class Sandbox:
                 read=[*_system_read(), *(str(p) for p in rules.readable), *_interpreter_paths()],
                 write=[str(rules.scratch), *([str(rules.shader_cache)] if rules.shader_cache else [])],
                 devices=[*PLAIN_DEVICES, *_gpu_devices()],
+                own_files=list(OWN_PROCESS_FILES),
                 bind_port=rules.bind_port if rules.network == "loopback" else None,
             )
         python = os.path.realpath(sys.executable)

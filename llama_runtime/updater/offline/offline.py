@@ -71,7 +71,8 @@ class InstallFileRequest:
     """What ``install-file`` was asked.
 
     ``tag``, ``repo`` and ``backend`` are ``None`` when the caller gave none;
-    ``default_repo`` then applies to plain archives.
+    ``default_repo`` then applies to plain archives. A ``backend`` given by name must list a
+    device of it, as for ``update``, unless ``allow_no_device`` (a machine image made elsewhere).
     """
 
     archive: Path
@@ -81,6 +82,7 @@ class InstallFileRequest:
     backend: str | None = None
     sha256: str | None = None
     attestation: Path | None = None
+    allow_no_device: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,8 @@ def archive_facts(request: InstallFileRequest, info: AssetInfo | None, host_plat
         asset=name,
         source="file",
         reason=f"installed from the file {request.archive}",
+        explicit_backend=requested is not None,
+        allow_no_device=request.allow_no_device,
     )
 
 
@@ -162,6 +166,8 @@ def bundle_facts(request: InstallFileRequest, marker: InstallMarker) -> InstallF
         source="bundle",
         extra_assets=marker.extra_assets,
         reason=f"restored from the bundle {request.archive} (first installed from {marker.source})",
+        explicit_backend=request.backend not in (None, "auto"),
+        allow_no_device=request.allow_no_device,
     )
 
 
