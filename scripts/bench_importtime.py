@@ -68,7 +68,8 @@ def main() -> int:
     for name, measured in runs.items():
         kept = measured[1:]
         total = statistics.median(sum(r.values()) for r in kept) / 1000
-        print(f"{name:18} {len(kept[-1]):4d} modules, self times summed: median {total:6.1f} ms, {total - bare:+6.1f} ms over bare")
+        count = len(kept[-1])
+        print(f"{name:18} {count:4d} modules, self times: median {total:6.1f} ms, {total - bare:+6.1f} over bare")
         if args.top and name != "python -c pass":
             medians = {m: statistics.median(r.get(m, 0) for r in kept) / 1000 for m in kept[-1]}
             for module, ms in sorted(medians.items(), key=lambda kv: -kv[1])[: args.top]:

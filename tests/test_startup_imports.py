@@ -37,8 +37,9 @@ def test_public_api_and_ensure_import_no_deferred_module(tmp_path: Path) -> None
 
 
 #: What ``status --json`` may import of this package: reading the home, the pointer, the marker and the
-#: lock's probe, and the command line. A module added here is a cost every ``status`` pays (the
-#: benchmark's (e) and scripts/bench_status.py time it); one missing from here fails this test.
+#: lock's probe, and the command line (its own command's module: no other command's parser is built).
+#: A module added here is a cost every ``status`` pays (the benchmark's (e) and scripts/bench_status.py
+#: time it); one missing from here fails this test.
 STATUS_MODULES = frozenset(
     {
         "llama_runtime",
@@ -68,20 +69,12 @@ STATUS_MODULES = frozenset(
         "llama_runtime.updater.api.ready",
         "llama_runtime.updater.api.service",
         "llama_runtime.updater.api.vocabulary",
-        "llama_runtime.updater.checkpoints",
         "llama_runtime.updater.cli",
         "llama_runtime.updater.cli.common",
-        "llama_runtime.updater.cli.gate",
         "llama_runtime.updater.cli.gateopts",
-        "llama_runtime.updater.cli.jobs",
-        "llama_runtime.updater.cli.lifecycle",
         "llama_runtime.updater.cli.main",
-        "llama_runtime.updater.cli.offline",
         "llama_runtime.updater.cli.output",
-        "llama_runtime.updater.cli.pin",
-        "llama_runtime.updater.cli.registry",
         "llama_runtime.updater.cli.status",
-        "llama_runtime.updater.cli.update",
         "llama_runtime.updater.cli.watchdog",
         "llama_runtime.updater.config",
         "llama_runtime.updater.credentials",
@@ -134,3 +127,26 @@ def test_status_imports_only_the_listed_modules_and_no_deferred_one(tmp_path: Pa
     assert report["code"] == 0, done.stdout
     assert report["deferred"] == []
     assert sorted(set(report["ours"]) - STATUS_MODULES) == []
+
+
+def test_every_command_is_mapped_to_the_module_that_adds_it() -> None:
+    from llama_runtime.updater.cli.main import COMMAND_MODULE_OF, build_parser
+
+    every = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert sorted(COMMAND_MODULE_OF) == sorted(every or ())
+    for command in COMMAND_MODULE_OF:
+        alone = build_parser(only=command)._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+        assert command in (alone or ()), command
+
+
+def test_command_named_finds_the_command_only_where_argparse_reads_the_same_one() -> None:
+    from llama_runtime.updater.cli.main import command_named
+
+    assert command_named(["status", "--json"]) == "status"
+    assert command_named(["--json", "-v", "--home", "/h", "--api-url=x", "update", "--tag", "b1"]) == "update"
+    assert command_named(["--home", "status", "list"]) == "list"  # a global option's value is no command
+    assert command_named(["--hom", "list", "status"]) is None  # an abbreviation: argparse decides
+    assert command_named(["-vq", "status"]) is None
+    assert command_named(["--help"]) is None
+    assert command_named(["bogus"]) is None
+    assert command_named([]) is None
