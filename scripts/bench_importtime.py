@@ -1,13 +1,15 @@
-"""What do app start-up (``ensure()``) and ``status --json`` import, and at what cost, by ``python -X importtime``?
+"""App start-up (``ensure()``) and ``status --json`` over a bare interpreter: wall clock, CPU and ``-X importtime``.
 
-Less sensitive to a loaded machine than a wall clock: ``-X importtime`` times each module's own
-import (its "self" column, microseconds), so time spent waiting for a core between imports is not
-counted. Runs a bare ``python -c pass``, the start-up of scripts/bench_startup.py and the ``status
---json`` of scripts/bench_status.py alternately, N times each, with ``-X importtime``, and prints for
-each the median of the summed self times, that median less the bare one's, and the modules imported.
-``--top K`` lists the K modules with the largest median self time of each call. It only reports.
+Each round runs, in turn, a bare ``python -c pass``, then for each tree (this checkout, and any
+``--other DIR``, a checkout of another commit, run in DIR with ``PYTHONPATH=DIR``) the start-up of
+scripts/bench_startup.py and the ``status --json`` of scripts/bench_status.py: once timed (wall
+clock and the child's CPU time) and once under ``-X importtime``. Alternating in one run puts the
+machine's load on every side alike. Printed per call: the medians over the rounds less the bare
+interpreter's (wall, CPU, and the summed "self" column of ``-X importtime``, the import time of
+each module alone, which a wait for a core between imports does not inflate), and the modules
+imported. ``--top K`` lists the K modules with the largest median self time. It only reports.
 
-Usage: python scripts/bench_importtime.py [--runs N] [--top K]
+Usage: python scripts/bench_importtime.py [--runs N] [--top K] [--other DIR]...
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Final
 
@@ -26,9 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_startup import STARTUP, seed_finished_job
 from bench_status import seed_home
 
-#: Enough runs that one slow import (a page fault, a preempted core) does not move the median.
+#: Enough rounds that one slow start (a page fault, a preempted core) does not move the median.
 DEFAULT_RUNS: Final[int] = 15
 _LINE: Final = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \| *(\S+)$")
+ROOT: Final = Path(__file__).resolve().parent.parent
 
 
 def self_times(stderr: str) -> dict[str, int]:
@@ -41,39 +46,68 @@ def self_times(stderr: str) -> dict[str, int]:
     return found
 
 
+def run_once(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
+    """Wall-clock and CPU (user + system of the child) milliseconds of one run, and its stderr."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:4])} failed: {done.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall * 1000, cpu * 1000, done.stderr
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "importtime of start-up and status").splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "start-up over bare python").splitlines()[0])
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--other", action="append", default=[], metavar="DIR", help="another checkout to compare")
     args = parser.parse_args()
+    trees = [ROOT, *(Path(d).resolve() for d in args.other)]
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         seed_home(home)
         seed_finished_job(home)
         env = {**os.environ, "LLAMA_RUNTIME_HOME": str(home), "LLAMA_RUNTIME_GITHUB_API": "http://127.0.0.1:9"}
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        calls = {
-            "python -c pass": [sys.executable, "-X", "importtime", "-c", "pass"],
-            "import + ensure()": [sys.executable, "-X", "importtime", "-c", STARTUP, str(home)],
-            "status --json": [sys.executable, "-X", "importtime", "-m", "llama_runtime", "status", "--json"],
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package starts from .pyc files
+        calls: dict[str, tuple[list[str], dict[str, str], Path]] = {
+            "python -c pass": ([sys.executable, "-c", "pass"], env, ROOT)
         }
-        runs: dict[str, list[dict[str, int]]] = {name: [] for name in calls}
-        for _ in range(args.runs + 1):  # the first round warms the page cache and writes .pyc files
-            for name, argv in calls.items():
-                done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-                if done.returncode != 0:
-                    raise SystemExit(f"{name} failed: {done.stderr[-2000:]}")
-                runs[name].append(self_times(done.stderr))
-    bare = statistics.median(sum(r.values()) for r in runs["python -c pass"][1:]) / 1000
-    for name, measured in runs.items():
-        kept = measured[1:]
-        total = statistics.median(sum(r.values()) for r in kept) / 1000
-        count = len(kept[-1])
-        print(f"{name:18} {count:4d} modules, self times: median {total:6.1f} ms, {total - bare:+6.1f} over bare")
-        if args.top and name != "python -c pass":
+        for tree in trees:
+            tree_env = {**env, "PYTHONPATH": str(tree)}
+            label = "" if tree == ROOT else f" [{tree}]"
+            calls[f"import + ensure(){label}"] = ([sys.executable, "-c", STARTUP, str(home)], tree_env, tree)
+            status = [sys.executable, "-m", "llama_runtime", "status", "--json"]
+            calls[f"status --json{label}"] = (status, tree_env, tree)
+        timed: dict[str, list[tuple[float, float]]] = {name: [] for name in calls}
+        imports: dict[str, list[dict[str, int]]] = {name: [] for name in calls}
+        for round_ in range(args.runs + 1):  # round 0 warms the page cache and writes .pyc files
+            for name, (argv, call_env, cwd) in calls.items():
+                wall, cpu, _ = run_once(argv, call_env, cwd)
+                *_, err = run_once([argv[0], "-X", "importtime", *argv[1:]], call_env, cwd)
+                if round_:
+                    timed[name].append((wall, cpu))
+                    imports[name].append(self_times(err))
+    bare_wall, bare_cpu, bare_import = (
+        statistics.median(t[0] for t in timed["python -c pass"]),
+        statistics.median(t[1] for t in timed["python -c pass"]),
+        statistics.median(sum(r.values()) for r in imports["python -c pass"]) / 1000,
+    )
+    print(f"python -c pass: wall {bare_wall:.1f} ms, CPU {bare_cpu:.1f} ms, importtime {bare_import:.1f} ms (medians)")
+    print(f"medians of {args.runs} rounds, over the bare interpreter's: wall / CPU / importtime self-time sum")
+    for name in list(calls)[1:]:
+        wall = statistics.median(t[0] for t in timed[name]) - bare_wall
+        cpu = statistics.median(t[1] for t in timed[name]) - bare_cpu
+        imported = statistics.median(sum(r.values()) for r in imports[name]) / 1000 - bare_import
+        count = len(imports[name][-1])
+        print(f"  {name}: {wall:+6.1f} / {cpu:+6.1f} / {imported:+6.1f} ms, {count} modules")
+        if args.top:
+            kept = imports[name]
             medians = {m: statistics.median(r.get(m, 0) for r in kept) / 1000 for m in kept[-1]}
             for module, ms in sorted(medians.items(), key=lambda kv: -kv[1])[: args.top]:
-                print(f"    {ms:6.2f} ms  {module}")
+                print(f"      {ms:6.2f} ms  {module}")
     print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     return 0
 
