@@ -78,7 +78,6 @@ STATUS_MODULES = frozenset(
         "llama_runtime.updater.cli.watchdog",
         "llama_runtime.updater.config",
         "llama_runtime.updater.credentials",
-        "llama_runtime.updater.engine",
         "llama_runtime.updater.logs",
         "llama_runtime.updater.net",
         "llama_runtime.updater.net.origin",
@@ -87,8 +86,9 @@ STATUS_MODULES = frozenset(
     }
 )
 #: Never on ``status``'s path: the network (and its TLS context), logging's configuration, process
-#: control, the release model, the inflater, the sandbox's tools.
+#: control, the release model, the inflater, the sandbox's tools, the composition root.
 STATUS_DEFERRED = (
+    "llama_runtime.updater.engine",
     "httpx",
     "ssl",
     "certifi",
