@@ -68,6 +68,8 @@ DEFERRED: Final[tuple[str, ...]] = (
     # The sandbox and the binary's runs (with shutil, which brings bz2 and lzma): only a run of a build needs them.
     "llama_runtime.runtime.sandbox",
     "llama_runtime.runtime.binary",
+    # The whole home read at once: only an operation on every runtime needs it.
+    "llama_runtime.runtime.snapshot",
     "shutil",
     "bz2",
     "lzma",

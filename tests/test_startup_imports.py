@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from llama_runtime.runtime.sandbox import detect_sandbox
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -89,6 +91,7 @@ STATUS_MODULES = frozenset(
 #: control, the release model, the inflater, the sandbox's tools, the composition root.
 STATUS_DEFERRED = (
     "llama_runtime.updater.engine",
+    "llama_runtime.runtime.snapshot",
     "httpx",
     "ssl",
     "certifi",
@@ -107,7 +110,8 @@ import json, sys
 from llama_runtime.updater.cli.main import main
 code = main(["status", "--json"])
 print(json.dumps({{"code": code, "ours": sorted(m for m in sys.modules if m.startswith("llama_runtime")),
-    "deferred": sorted(m for m in {deferred!r} if m in sys.modules)}}), file=sys.stderr)
+    "deferred": sorted(m for m in {deferred!r} if m in sys.modules), "ctypes": "ctypes" in sys.modules}}),
+    file=sys.stderr)
 """
 
 
@@ -126,6 +130,8 @@ def test_status_imports_only_the_listed_modules_and_no_deferred_one(tmp_path: Pa
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert report["code"] == 0, done.stdout
     assert report["deferred"] == []
+    if detect_sandbox({"PATH": env["PATH"]}).level == "bubblewrap":
+        assert not report["ctypes"]  # Landlock's ABI is asked for only where bubblewrap cannot be used
     assert sorted(set(report["ours"]) - STATUS_MODULES) == []
 
 

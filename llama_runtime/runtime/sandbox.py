@@ -193,10 +193,10 @@ def detect_sandbox(env: Mapping[str, str] | None = None) -> SandboxSupport:
             "environment", f"no sandbox is implemented on {sys.platform}: the environment filter alone"
         )
     bwrap = shutil.which("bwrap", path=path)
-    abi = _landlock_abi()
     install = "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, `pacman -S bubblewrap`)"
     if bwrap is not None and _bwrap_works(bwrap):
         return SandboxSupport("bubblewrap", f"bwrap at {bwrap}")
+    abi = _landlock_abi()  # asked only now: ctypes and its libc look-up cost status ~2 ms
     reason = (
         f"bwrap at {bwrap} cannot create namespaces here (unprivileged user namespaces off?)"
         if bwrap

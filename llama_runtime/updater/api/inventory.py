@@ -19,9 +19,10 @@ from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError
 if TYPE_CHECKING:
     from llama_runtime.runtime.failed_builds import FailedBuild
     from llama_runtime.runtime.fingerprint import RuntimeCheck
-    from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
+    from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
     from llama_runtime.runtime.pin import Pin
     from llama_runtime.runtime.sandbox import SandboxSupport
+    from llama_runtime.runtime.snapshot import HomeSnapshot
     from llama_runtime.runtime.trial import Trial
     from llama_runtime.updater.choice.decide import Available
     from llama_runtime.updater.choice.host import HostFacts
@@ -392,7 +393,7 @@ def list_home(home: Home) -> tuple[ListResult, InstalledRuntime | None, list[Ins
     """
     from llama_runtime.runtime.diskuse import home_disk_use
     from llama_runtime.runtime.fsutil import tree_size
-    from llama_runtime.runtime.layout import HomeSnapshot
+    from llama_runtime.runtime.snapshot import HomeSnapshot
     from llama_runtime.runtime.trial import checked_pointer
 
     snapshot = HomeSnapshot.read(home)
