@@ -153,7 +153,8 @@ def test_command_named_finds_the_command_only_where_argparse_reads_the_same_one(
     assert command_named(["--json", "-v", "--home", "/h", "--api-url=x", "update", "--tag", "b1"]) == "update"
     assert command_named(["--home", "status", "list"]) == "list"  # a global option's value is no command
     assert command_named(["--hom", "list", "status"]) is None  # an abbreviation: argparse decides
-    assert command_named(["-vq", "status"]) is None
+    assert command_named(["-vv", "status"]) == "status"
+    assert command_named(["-vq", "status"]) is None  # a cluster of short flags: argparse decides
     assert command_named(["--help"]) is None
     assert command_named(["bogus"]) is None
     assert command_named([]) is None

@@ -218,7 +218,7 @@ COMMANDS: dict[str, Handler] = {}
 _VALUED_OPTIONS: Final = frozenset(
     {"--home", "--api-url", "--repo", "--ca-bundle", "--backend", "--channel", "--follow"}
 )
-_FLAG_OPTIONS: Final = frozenset({"--json", "--log-json", "-v", "--verbose", "-q", "--quiet", "--no-progress"})
+_FLAG_OPTIONS: Final = frozenset({"--json", "--log-json", "-v", "-vv", "--verbose", "-q", "--quiet", "--no-progress"})
 
 
 def command_named(argv: Sequence[str]) -> str | None:
@@ -301,7 +301,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser of ``llama-runtime``; also fills :data:`COMMANDS`.
 
     ``only``: a command whose module alone adds its commands (a command line that names it needs
-    no other: building all ~370 arguments of every command costs ``status`` a third of its start-up).
+    no other: building all ~370 arguments of every command cost ``status`` a quarter of its start-up).
     """
     parser = _Parser(
         prog="llama-runtime", description="Keep llama.cpp's llama-server current, verified and rollback-safe."
