@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from llama_runtime.runtime.sandbox import detect_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,12 +30,20 @@ def bench_startup() -> ModuleType:
     return module
 
 
-def test_public_api_and_ensure_import_no_deferred_module(tmp_path: Path) -> None:
+@pytest.mark.parametrize("installed", [True, False], ids=["accepted runtime", "nothing installed"])
+def test_public_api_and_ensure_import_no_deferred_module(tmp_path: Path, installed: bool) -> None:
     bench = bench_startup()
     home = tmp_path / "home"
+    if installed:
+        bench.seed_home(home)  # the pointer, the marker, the binary and the trust record ensure() checks
     bench.seed_finished_job(home)  # ensure() reads the last job's record on every start
-    code = bench.REPORT.replace("assert ready.ready, ready.problem\n", "").format(deferred=bench.DEFERRED)
-    done = subprocess.run([sys.executable, "-c", code, str(home)], capture_output=True, text=True, check=False)
+    code = bench.REPORT.format(deferred=bench.DEFERRED)
+    if not installed:
+        code = code.replace("assert ready.ready, ready.problem\n", "assert ready.code == 'nothing_installed'\n")
+    argv = [sys.executable, "-c", code, str(home)]
+    if installed:  # the first start records the files' stat fingerprints (a write); every later one only reads
+        subprocess.run(argv, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == []
 
