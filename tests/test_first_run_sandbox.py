@@ -305,3 +305,21 @@ def test_under_landlock_a_run_names_its_own_threads_and_writes_nothing_else_of_p
     assert result.returncode == 0, result.output
     assert "named cuda-EvtHandlr" in result.output
     assert "oom-refused" in result.output
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="no bwrap on PATH")
+def test_a_probe_begun_early_answers_as_detection_does_and_is_reaped_when_left_unasked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from llama_runtime.runtime import sandbox
+
+    monkeypatch.setattr(sandbox, "_PROBED", {})
+    with sandbox.sandbox_probe() as answer:
+        early = answer()
+    monkeypatch.setattr(sandbox, "_PROBED", {})
+    assert early == detect_sandbox()
+    monkeypatch.setattr(sandbox, "_PROBED", {})
+    with pytest.raises(RuntimeError), sandbox.sandbox_probe():
+        raise RuntimeError("status failed while bubblewrap's trial run was under way")
+    # Its run was waited for on the way out (its answer kept): no child is left behind unreaped.
+    assert list(sandbox._PROBED) == [shutil.which("bwrap")]

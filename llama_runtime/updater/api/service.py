@@ -179,10 +179,14 @@ class RuntimeUpdater:
         Args:
             settings: What :meth:`Settings.resolve` returned.
         """
-        from llama_runtime.updater.engine import Engine
+
+        def build_engine() -> Engine:
+            from llama_runtime.updater.engine import Engine
+
+            return Engine(settings)
 
         updater = cls.__new__(cls)
-        updater._bind(settings, Home(settings.home), lambda: Engine(settings), lambda: settings.repo)
+        updater._bind(settings, Home(settings.home), build_engine, lambda: settings.repo)
         return updater
 
     def _bind(

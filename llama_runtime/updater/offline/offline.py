@@ -37,8 +37,9 @@ from llama_runtime.runtime.errors import (
     UserInputError,
 )
 from llama_runtime.runtime.fsutil import is_disk_full, remove_tree_quietly, sha256_file
-from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
+from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.activate.attempts import UpdateOutcome
 from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
