@@ -96,19 +96,22 @@ def test_explicit_vulkan_with_its_device_listed_installs_without_a_warning(
 # -- install-file: the same rule for a file on disk ------------------------------------------
 
 
-@pytest.mark.e2e
-def test_install_file_with_explicit_vulkan_whose_build_lists_no_device_is_exit_6_and_keeps_the_previous_runtime(
-    capsys: pytest.CaptureFixture[str],
-    b7000_home: Path,
-    real_vulkan_tarball: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def vulkan_file_without_device(real_vulkan_tarball: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The real Vulkan build as a release file on disk, on a machine whose Vulkan device is hidden."""
     _hide_software_vulkan(monkeypatch, "empty")
     archive = tmp_path / VULKAN_TAR.format(tag="b7000")
     archive.write_bytes(real_vulkan_tarball.read_bytes())
+    return archive
+
+
+@pytest.mark.e2e
+def test_install_file_with_explicit_vulkan_whose_build_lists_no_device_is_exit_6_and_keeps_the_previous_runtime(
+    capsys: pytest.CaptureFixture[str], b7000_home: Path, vulkan_file_without_device: Path
+) -> None:
     guard = HomeGuard(None, b7000_home)
-    code, payload = run_json(capsys, b7000_home, None, "install-file", str(archive), "--backend", "vulkan")
+    archive = str(vulkan_file_without_device)
+    code, payload = run_json(capsys, b7000_home, None, "install-file", archive, "--backend", "vulkan")
     assert code == 6, payload
     assert "requested vulkan but the installed build lists no Vulkan device" in payload["error"]["message"]
     guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
@@ -116,17 +119,11 @@ def test_install_file_with_explicit_vulkan_whose_build_lists_no_device_is_exit_6
 
 @pytest.mark.e2e
 def test_install_file_allow_no_device_installs_with_the_warning_status_keeps_showing(
-    capsys: pytest.CaptureFixture[str],
-    b7000_home: Path,
-    real_vulkan_tarball: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], b7000_home: Path, vulkan_file_without_device: Path
 ) -> None:
-    _hide_software_vulkan(monkeypatch, "empty")
-    archive = tmp_path / VULKAN_TAR.format(tag="b7000")
-    archive.write_bytes(real_vulkan_tarball.read_bytes())
+    archive = str(vulkan_file_without_device)
     code, payload = run_json(
-        capsys, b7000_home, None, "install-file", str(archive), "--backend", "vulkan", "--allow-no-device"
+        capsys, b7000_home, None, "install-file", archive, "--backend", "vulkan", "--allow-no-device"
     )
     assert code == 0, payload
     said = "requested vulkan but the installed build lists no Vulkan device"
