@@ -300,3 +300,35 @@ def test_three_cli_updates_with_wait_started_at_once_all_succeed_with_one_downlo
     assert [proc.returncode for proc in procs] == [0, 0, 0], results
     assert blob_requests(github, "b7001") == 1
     assert_active(home, "b7001")
+
+
+def test_starting_the_server_while_another_process_holds_its_lock_is_busy_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """filelock's Timeout is an OSError: the lock's wait must end as BusyError (exit 3), never as the raw error."""
+    from llama_runtime import BusyError
+    from llama_runtime.runtime import server
+
+    server_dir = tmp_path / "server"
+    server_dir.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(server_dir / server.LOCK_NAME)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(server, "SERVER_LOCK_TIMEOUT_SECONDS", 0.05)
+        with pytest.raises(BusyError, match="starting or stopping the server"):
+            server.ManagedServer(server_dir).start(tmp_path / "llama-server", [])
+        assert not (server_dir / "server.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+HOLD_LOCK = """
+import sys, time, filelock
+lock = filelock.FileLock(sys.argv[1], thread_local=False)
+lock.acquire()
+print("held", flush=True)
+time.sleep(120)
+"""

@@ -446,6 +446,7 @@ class ServerControl(Protocol):
 
     def is_running(self) -> bool:
         """Whether the server process is alive."""
+        ...
 
     def stop(self, timeout: float) -> None:
         """Stop the server, escalating after ``timeout`` seconds; raises if it cannot."""
@@ -455,9 +456,11 @@ class ServerControl(Protocol):
 
     def wait_healthy(self, timeout: float) -> bool:
         """Whether the server answered /health with 200 within ``timeout`` seconds."""
+        ...
 
     def current_args(self) -> list[str]:
         """Arguments of the running server (empty when none runs)."""
+        ...
 
     def current_binary(self) -> Path | None:
         """Binary of the running server, or None when none runs."""
@@ -765,6 +768,11 @@ class ManagedServer(ServerControl):
         try:
             self.server_dir.mkdir(parents=True, exist_ok=True)
             lock.acquire(timeout=SERVER_LOCK_TIMEOUT_SECONDS)
+        except filelock.Timeout as exc:  # before OSError: filelock's Timeout is a TimeoutError
+            raise BusyError(
+                "Another llama-runtime process is starting or stopping the server.",
+                hint="Try again when it has finished.",
+            ) from exc
         except OSError as exc:
             if exc.errno not in READ_ONLY_ERRNOS:
                 raise
@@ -772,11 +780,6 @@ class ManagedServer(ServerControl):
             # (start writes server.json), so a stop goes ahead without the lock.
             yield
             return
-        except filelock.Timeout as exc:
-            raise BusyError(
-                "Another llama-runtime process is starting or stopping the server.",
-                hint="Try again when it has finished.",
-            ) from exc
         try:
             yield
         finally:

@@ -102,7 +102,8 @@ def loads_model_at_start(args: Sequence[str]) -> bool:
 def endpoint(server: ServerControl) -> str | None:
     """Where ``server`` listens, or None (also for app controls written before ``endpoint`` existed)."""
     ask = getattr(server, "endpoint", None)
-    return ask() if callable(ask) else None
+    where = ask() if callable(ask) else None
+    return where if isinstance(where, str) else None
 
 
 class ServerSwitch:
@@ -238,7 +239,8 @@ class ServerSwitch:
             )
         # The managed server keeps its log; an app's own server control may not (the protocol does not ask).
         tail = getattr(self.server, "log_tail", None)
-        words = [line for line in (tail() if callable(tail) else []) if isinstance(line, str)][-2:]
+        lines = tail() if callable(tail) else []
+        words = [line for line in (lines if isinstance(lines, list) else []) if isinstance(line, str)][-2:]
         said = f": {' / '.join(words)}" if words else ""
         return f"its llama-server exited right after it started{said}"
 

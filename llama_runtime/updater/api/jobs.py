@@ -141,8 +141,9 @@ class JobRecorder:
         error: JobError | None = None
         if exc is not None:
             to_json = getattr(exc, "to_json", None)
+            said = to_json() if callable(to_json) else None
             error = JobError.from_json(
-                to_json() if callable(to_json) else {"code": "internal_error", "message": str(exc)}
+                said if isinstance(said, dict) else {"code": "internal_error", "message": str(exc)}
             )
         with self._lock:
             self.exception = exc

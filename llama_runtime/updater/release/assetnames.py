@@ -202,7 +202,7 @@ def _platform_parts(rest: str) -> tuple[OS, Arch, list[str]] | None:
     if os is None:
         return None
     others = tokens[1:]
-    arches = [_ARCH_TOKENS[t] for t in others if t in _ARCH_TOKENS]
+    arches: list[Arch] = [_ARCH_TOKENS[t] for t in others if t in _ARCH_TOKENS]
     # "win-arm64-x64" (b2399-b2895): the template appended "-x64" to the ARM build.
     # Only that exact pair is the anomaly; any other double arch is not understood.
     if os == "windows" and arches == ["arm64", "x64"]:
