@@ -532,5 +532,5 @@ def _release_page(source: ReleaseSource, page: int) -> tuple[list[Release], bool
     except (RateLimitError, NetworkError, DirectoryListingError):
         raise  # a directory listing is never read as an empty list
     except RemoteError:
-        return ([source.latest_release()] if page == 1 else []), True  # a static mirror lists nothing
+        return ([source.resolve().release] if page == 1 else []), True  # a static mirror lists nothing
     return batch, len(batch) < RELEASES_PER_PAGE

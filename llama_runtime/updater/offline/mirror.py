@@ -76,11 +76,7 @@ from llama_runtime.updater.sources.mirror_reader import (
     release_json,
     select_assets,
 )
-from llama_runtime.updater.sources.resolve import (
-    pointers_on_page,
-    resolve_fetched,
-    resolve_latest_remote,
-)
+from llama_runtime.updater.sources.resolve import pointers_on_page, resolve_fetched
 from llama_runtime.updater.sources.source import DirectoryListingError
 from llama_runtime.updater.stage.streaming import FetchOptions
 
@@ -296,7 +292,7 @@ def mirror_repository(client: ReleaseSource, paths: MirrorPaths) -> str | None:
     (a fork's default branch stays unknown there); a sync that cannot learn it leaves
     what an earlier one stored.
     """
-    branch = client.default_branch()
+    branch = client.repository().trusted_default_branch
     if branch is not None:
         doc = {"full_name": client.repo, "default_branch": branch}
         paths.repository_json.parent.mkdir(parents=True, exist_ok=True)
@@ -587,7 +583,7 @@ def _newest(
     semver releases on the page that name the older builds; and how the first was found."""
     from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
 
-    found = resolve_latest_remote(client, channel)
+    found = client.resolve(channel)
     top = found.release
     if count == 1:
         return [top], [], found

@@ -86,6 +86,7 @@ __all__ = [
     "read_pointer",
     "release_with_manifest",
     "resolve_fetched",
+    "resolve_github",
     "resolve_latest_remote",
     "resolve_tag_remote",
     "with_build_manifest",
@@ -449,29 +450,12 @@ def resolve_tag_remote(client: ReleaseSource, tag: str) -> ResolvedRelease:
         IntegrityError: Its ``nightly-tag.txt`` breaks the rules or fails its published digest.
         RateLimitError, NetworkError, RemoteError: GitHub failed.
     """
-    if "@" in tag and not client.accepts_digest_pins:  # only a registry pins manifests
-        from llama_runtime.runtime.errors import UserInputError
-
+    if "@" in tag:  # GitHub has no manifests to pin: only a registry source has
         raise UserInputError(
             f"--tag {tag} pins a manifest digest, which only a registry source has; "
             "use --api-url oci://HOST/NS/NAME, or the tag alone."
         )
     return resolve_fetched(client, client.get_release(tag))
-
-
-def _registry_channel(client: ReleaseSource, channel: Channel) -> ResolvedRelease:
-    """The build a registry's channel tag (``candidate``, ``canary``) names now.
-
-    Raises:
-        UserInputError: The source is no registry: only a registry has channels of its own.
-        ReleaseNotFoundError: The registry holds no such tag.
-    """
-    if not client.accepts_channel_tags:
-        raise UserInputError(
-            f"The channel {channel!r} is a registry channel; this source has only 'stable' and 'nightly'.",
-            hint="Use --channel stable or nightly, or --api-url oci://HOST/NS/NAME for a registry that holds it.",
-        )
-    return resolve_fetched(client, client.get_release(channel))
 
 
 def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRelease:
@@ -483,8 +467,11 @@ def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRe
         IntegrityError: A ``nightly-tag.txt`` breaks the rules or fails its published digest.
         RateLimitError, NetworkError, RemoteError: GitHub failed.
     """
-    if channel not in CHANNELS:
-        return _registry_channel(client, channel)
+    if channel not in CHANNELS:  # GitHub's releases have no channels of their own: a registry's tags do
+        raise UserInputError(
+            f"The channel {channel!r} is a registry channel; this source has only 'stable' and 'nightly'.",
+            hint="Use --channel stable or nightly, or --api-url oci://HOST/NS/NAME for a registry that holds it.",
+        )
     if channel == "nightly":
         try:
             page = client.recent_releases(per_page=NIGHTLY_PER_PAGE)
@@ -498,3 +485,22 @@ def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRe
             page = [client.latest_published()]
         return with_build_manifest(client, resolve_latest(page, "nightly"))
     return _stable_remote(client)
+
+
+def resolve_github(
+    client: ReleaseSource, channel: Channel, *, tag: str | None = None, installed: str | None = None
+) -> ResolvedRelease:
+    """:meth:`BuildSource.resolve <updater.sources.source.BuildSource.resolve>` through GitHub's releases.
+
+    With ``installed``, the scheduled check's cheap path (:func:`peek_latest_build`): the build
+    ``channel`` names is fetched only when it is not the one installed.
+    """
+    if tag is not None:
+        return resolve_tag_remote(client, tag)
+    if installed is None:
+        return resolve_latest_remote(client, channel)
+    peek = peek_latest_build(client, channel, installed)
+    release = peek.release
+    if peek.build_tag != installed and pointer_asset(release) is not None:
+        release = resolve_fetched(client, release).release
+    return ResolvedRelease(peek.build_tag, peek.version, release, peek.notes)
