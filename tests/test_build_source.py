@@ -21,7 +21,8 @@ from llama_runtime.updater.net.session import Session, connection_pool
 from llama_runtime.updater.release.channel import Channel, ResolvedRelease
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.sources.github import GitHubClient
-from llama_runtime.updater.sources.source import BuildSource, RepositoryFacts
+from llama_runtime.updater.sources.mirror_reader import FileTransport, file_api_url
+from llama_runtime.updater.sources.source import AssetHost, Build, BuildSource, RepositoryFacts
 from tests.fakegithub import FakeGitHub
 from tests.helpers import REPO, HomeGuard
 from tests.test_imports import import_graph
@@ -34,7 +35,7 @@ class MemoryBuilds:
     """A :class:`BuildSource` whose channels are a dict: ``stable`` names one build, ``nightly`` another."""
 
     def __init__(self, builds: dict[str, Release], channels: dict[str, str], versions: dict[str, str]) -> None:
-        self.builds = builds
+        self.builds_by_tag = builds
         self.channels = channels
         self.versions = versions  # build tag -> the semver release naming it
         self.asked: list[tuple[str, str | None, str | None]] = []
@@ -53,9 +54,14 @@ class MemoryBuilds:
     ) -> ResolvedRelease:
         self.asked.append((channel, tag, installed))
         build = tag if tag is not None else self.channels.get(channel)
-        if build is None or build not in self.builds:
+        if build is None or build not in self.builds_by_tag:
             raise ReleaseNotFoundError(f"The memory source has no {tag or channel}.")
-        return ResolvedRelease(build, self.versions.get(build), self.builds[build])
+        return ResolvedRelease(build, self.versions.get(build), self.builds_by_tag[build])
+
+    def builds(self, limit: int) -> list[Build]:
+        self.asked.append(("builds", None, str(limit)))
+        newest = sorted(self.builds_by_tag.values(), key=lambda r: int(r.tag[1:]), reverse=True)[:limit]
+        return [Build(r, (self.versions[r.tag],) if r.tag in self.versions else ()) for r in newest]
 
     def attestations(self, sha256: str) -> object:
         return []
@@ -68,9 +74,6 @@ class MemoryBuilds:
 
     def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
         return asset.download_url, {"Accept": "application/octet-stream"}
-
-    def held_bytes(self, asset: Asset) -> bytes | None:
-        return None
 
     def close(self) -> None:
         self.net.close()
@@ -122,6 +125,10 @@ def test_a_second_build_source_installs_checks_and_plans_through_the_seam_alone(
     newer = updater.check()
     assert (newer.latest, newer.latest_version, newer.update_available) == ("b7001", None, True)
 
+    listed = updater.list(available=True, limit=5).available
+    assert listed is not None and [a.tag for a in listed] == ["b7001", "b7000"]  # stable: v1.0.0's and a plain build
+    assert ("builds", None, "100") in source.asked
+
     planned = updater.plan("b7001")
     assert (planned.tag, planned.action) == ("b7001", "install")
     assert source.asked[-1] == ("stable", "b7001", None)
@@ -139,6 +146,33 @@ def test_a_build_source_that_names_nothing_is_a_clear_error_and_the_runtime_stay
     assert failed.phase == "failed" and failed.error is not None
     assert "The memory source has no nightly" in str(failed.error), failed.error
     frozen.assert_intact("b7000")
+
+
+def test_a_second_build_source_is_mirrored_to_a_directory_that_github_clients_then_resolve(
+    home: Path, github: FakeGitHub, tmp_path: Path
+) -> None:
+    """Proves: mirror sync asks only the seam; the directory writer writes the semver release's pointer."""
+    builds = _hosted(github, tmp_path, "b7000", "b7001")
+    source = MemoryBuilds(builds, {"stable": "b7001", "nightly": "b7001"}, {"b7001": "v1.0.0"})
+    dest = tmp_path / "mirror"
+    report = _updater(home, source).mirror_sync(dest, newest=2)
+    assert (report.releases, report.versions, report.latest, report.latest_version) == (
+        ["b7001", "b7000"],
+        ["v1.0.0"],
+        "b7001",
+        "v1.0.0",
+    )
+    assert ("builds", None, "100") in source.asked
+    url, repo, transport = _file_api(dest)
+    with GitHubClient(url, repo, transport=transport) as mirror:
+        assert (mirror.resolve().build_tag, mirror.resolve().version) == ("b7001", "v1.0.0")
+        assert mirror.resolve(tag="v1.0.0").build_tag == "b7001"
+        assert [(b.tag, b.versions) for b in mirror.builds(10)] == [("b7001", ("v1.0.0",)), ("b7000", ())]
+
+
+def _file_api(dest: Path) -> tuple[str, str, FileTransport]:
+    url, root = file_api_url(dest.as_uri())
+    return url, REPO, FileTransport(root)
 
 
 def test_the_memory_source_is_a_build_source_and_its_own_word_is_not_trusted() -> None:
@@ -185,4 +219,6 @@ def test_only_the_composition_root_imports_a_source_adapter() -> None:
 
 def test_the_seam_is_shaped_like_builds_with_no_flags_and_no_github_members() -> None:
     own = {name for name in vars(BuildSource) if not name.startswith("_")}
-    assert own == {"repo", "net", "resolve", "attestations", "repository", "close"}
+    assert own == {"repo", "net", "resolve", "builds", "attestations", "repository", "close"}
+    fetch = {name for name in vars(AssetHost) if not name.startswith("_")}
+    assert fetch == {"http", "auth_headers_for", "asset_request"}

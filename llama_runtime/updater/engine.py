@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import GatePolicy, Settings
     from llama_runtime.updater.sources.oci.client import RegistryClient
-    from llama_runtime.updater.sources.source import BuildSource, ReleaseSource
+    from llama_runtime.updater.sources.source import BuildSource
     from llama_runtime.updater.stage.streaming import FetchOptions
 
 __all__ = ["Engine", "Seams"]
@@ -53,7 +53,7 @@ class Seams:
     """What tests and embedding apps may replace; ``None`` means the real part.
 
     Attributes:
-        source_factory: Builds the build source ``install``, ``check`` and ``plan`` ask (any
+        source_factory: Builds the build source every verb asks (any
             :class:`~updater.sources.source.BuildSource`: an app's own, a test's).
         host: Returns the host facts (default: detect this machine once).
         runner: Runs a staged binary to verify it.
@@ -86,17 +86,6 @@ class Engine:
     def open_source(self, *, etag_cache: bool = True, api_deadline: bool = True) -> BuildSource:
         """The build source for the configured API URL and repository (or the seams'); the caller closes it.
 
-        Args:
-            etag_cache: Keep ETags in the home so repeated questions are free 304s.
-            api_deadline: Bound all API requests by ``settings.api_deadline`` together.
-        """
-        if self.seams.source_factory is not None:
-            return self.seams.source_factory()
-        return self.open_release_source(etag_cache=etag_cache, api_deadline=api_deadline)
-
-    def open_release_source(self, *, etag_cache: bool = True, api_deadline: bool = True) -> ReleaseSource:
-        """The configured API URL's source with its release listing (``mirror sync``, ``list --available``).
-
         A ``file://`` URL is a mirror directory read through a file transport;
         anything else is the GitHub REST API (or a static mirror) over HTTP.
 
@@ -106,6 +95,8 @@ class Engine:
             api_deadline: Bound all API requests by ``settings.api_deadline`` together
                 (``mirror sync`` pages every release and attestation: each request keeps its own bounds).
         """
+        if self.seams.source_factory is not None:
+            return self.seams.source_factory()
         self._describe_runtime()
         import httpx
 

@@ -100,10 +100,9 @@ class RuntimeUpdater:
             active runtime's stored channel, else ``stable``).
         api_url: GitHub REST API base (default: ``LLAMA_RUNTIME_GITHUB_API``, else GitHub's).
         token: GitHub token; default: what the contract allows for ``api_url`` from the environment.
-        source_factory: Builds the :class:`~llama_runtime.BuildSource` ``install``, ``update``,
-            ``check`` and ``plan`` ask (an app's own source, a test's); default the one
-            ``api_url`` names (GitHub, a mirror directory, a registry) with the home's ETag cache.
-            ``mirror sync`` and ``list --available`` always read ``api_url``.
+        source_factory: Builds the :class:`~llama_runtime.BuildSource` every verb asks (an app's
+            own source, a test's); default the one ``api_url`` names (GitHub, a mirror directory,
+            a registry) with the home's ETag cache.
         host: A test seam returning the host facts (an internal object, as
             ``llama_runtime.updater.choice.host.host_for_platform`` builds one);
             default: detect this machine once.
@@ -558,7 +557,7 @@ class RuntimeUpdater:
         if not available:
             return result
         engine = self._core
-        with engine.open_release_source() as source:
+        with engine.open_source() as source:
             found = available_for(engine.settings, source, engine.host(), installed, active, limit)
         return dataclasses.replace(result, available=found, repo=engine.settings.repo)
 
@@ -736,7 +735,7 @@ class RuntimeUpdater:
         filters = [platform_filter(p) for p in platforms]
         checked_tag = validate_tag(tag) if tag is not None else None
         where = mirror_dest(Path(dest), self._home.root)
-        with engine.open_release_source(etag_cache=False, api_deadline=False) as client:
+        with engine.open_source(etag_cache=False, api_deadline=False) as client:
             return sync_mirror(
                 client,
                 where,
@@ -791,7 +790,7 @@ class RuntimeUpdater:
         checked_tag = validate_tag(tag) if tag is not None else None
         with (
             engine.open_registry(registry_repository(dest)) as registry,
-            engine.open_release_source(etag_cache=False, api_deadline=False) as client,
+            engine.open_source(etag_cache=False, api_deadline=False) as client,
         ):
             return sync_registry(
                 client,

@@ -69,7 +69,7 @@ from llama_runtime.updater.release.release import (
 from llama_runtime.updater.release.remote_json import loads_bounded
 from llama_runtime.updater.release.tags import is_release_version
 from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
-from llama_runtime.updater.sources.source import EtagCache, RepositoryFacts
+from llama_runtime.updater.sources.source import Build, EtagCache, RepositoryFacts
 
 if TYPE_CHECKING:
     from llama_runtime.updater.release.channel import Channel, ResolvedRelease
@@ -225,6 +225,7 @@ class GitHubClient:
         self.api_budget = TimeBudget(math.inf if api_deadline is None else api_deadline, clock)
         # Whether the newest JSON answer carried GitHub's rate-limit headers: the API's own, not a mirror's file.
         self._answered_by_api = False
+        self._pages: dict[int, list[Release]] = {}  # release pages builds() read (page number -> releases)
         # Last guard of the token policy: whatever the caller passes, a token
         # never travels in clear text to a host that is not this machine.
         self._token = checked_token(token) if token and may_send_token(self.api_url) else None
@@ -285,6 +286,15 @@ class GitHubClient:
         from llama_runtime.updater.sources.resolve import resolve_github
 
         return resolve_github(self, channel, tag=tag, installed=installed)
+
+    def builds(self, limit: int) -> list[Build]:
+        """The newest builds on the release pages, each with the semver releases naming it (:mod:`.resolve`).
+
+        Each page is read once per client (a client lives for one command).
+        """
+        from llama_runtime.updater.sources.resolve import github_builds
+
+        return github_builds(self, limit, self._pages)
 
     def repository(self) -> RepositoryFacts:
         """The repository's default branch, trusted only when GitHub's own API said it (see below)."""
@@ -453,10 +463,6 @@ class GitHubClient:
         if asset.api_url and self.auth_headers_for(asset.api_url):
             return asset.api_url, {**headers, **self.auth_headers_for(asset.api_url)}
         return asset.download_url, headers
-
-    def held_bytes(self, asset: Asset) -> bytes | None:
-        """Nothing: every asset of a release is fetched."""
-        return None
 
     def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
         """The whole body of a small asset (``nightly-tag.txt``), at most ``max_bytes``.

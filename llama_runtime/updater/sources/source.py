@@ -2,17 +2,14 @@
 
 Every source of builds — the GitHub REST API, a static mirror served over HTTP
 or read through ``file://``, an OCI registry — is one :class:`BuildSource`:
-``install``, ``check``, ``plan`` and ``mirror sync`` ask it which build a
-channel or tag stands for (:meth:`BuildSource.resolve`), the attestations of a
-file, and what it knows about the repository; downloads fetch asset bytes
+``install``, ``check``, ``plan``, ``list --available`` and ``mirror sync`` ask it
+which build a channel or tag stands for (:meth:`BuildSource.resolve`), its newest
+builds (:meth:`BuildSource.builds`), the attestations of a file, and what it knows
+about the repository; downloads fetch asset bytes
 through its :class:`AssetHost` half. None of them knows which source it is:
 how a source answers (GitHub's ``nightly-tag.txt`` pointers and ETags, a
 registry's tags and manifests) stays inside its adapter. The composition root
 (:class:`~updater.engine.Engine`) decides which one is opened.
-
-:class:`ReleaseSource` is the GitHub-shaped rest a release-listing source still
-offers the mirror writer and ``list --available`` (pages of releases, a
-release by tag, their small files).
 
 Invariant: an :class:`AssetHost` adds credentials only to URLs it vouches for
 (the GitHub client: its API origin), never to a CDN or another host.
@@ -36,11 +33,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AssetHost",
+    "Build",
     "BuildSource",
     "DirectoryListingError",
     "EtagCache",
     "PlainHttp",
-    "ReleaseSource",
     "RepositoryFacts",
 ]
 
@@ -54,6 +51,29 @@ class DirectoryListingError(RemoteError):
     Never read as "no releases": the places that fall back to ``releases/latest``
     when a source cannot list re-raise it, so the person learns what is wrong.
     """
+
+
+@dataclass(frozen=True)
+class Build:
+    """One build a source holds, and the semver releases that name it.
+
+    Attributes:
+        release: The build release itself, with its assets.
+        versions: The ``vX.Y.Z`` releases that name this build, highest first (none: a plain build).
+    """
+
+    release: Release
+    versions: tuple[str, ...] = ()
+
+    @property
+    def tag(self) -> str:
+        """The build's tag (``bNNNN``, or a fork's)."""
+        return self.release.tag
+
+    @property
+    def stable(self) -> bool:
+        """Whether ``stable`` offers it: a semver release names it, or it is no prerelease itself."""
+        return bool(self.versions) or not (self.release.prerelease or self.release.draft)
 
 
 @dataclass(frozen=True)
@@ -108,11 +128,6 @@ class AssetHost(Protocol):
         """The URL to fetch ``asset`` from first, and its headers (a private repository's API URL)."""
         ...
 
-    def held_bytes(self, asset: Asset) -> bytes | None:
-        """The bytes of ``asset`` when the source holds them itself, nothing to fetch (a registry's
-        ``nightly-tag.txt``, made from its tag); ``None``: they are fetched from :meth:`asset_request`."""
-        ...
-
 
 class BuildSource(AssetHost, Protocol):
     """A repository's builds as one source offers them: what a channel or tag stands for, the files, the proof."""
@@ -154,6 +169,20 @@ class BuildSource(AssetHost, Protocol):
         """
         ...
 
+    def builds(self, limit: int) -> list[Build]:
+        """The newest builds the source holds, newest first, each with the semver releases naming it.
+
+        At most ``limit``, and fewer where the source holds or lists fewer: a source that reads
+        listings page by page reads only the pages ``limit`` needs; one that cannot list (a
+        static mirror without a listing) offers the build its ``stable`` names. ``list
+        --available`` and ``mirror sync`` read it.
+
+        Raises:
+            DirectoryListingError: A static server answered with its directory listing (never "no builds").
+            RateLimitError, NetworkError, RemoteError: The source failed.
+        """
+        ...
+
     def attestations(self, sha256: str) -> object:
         """The build attestations published for the file ``sha256`` (the API's JSON; ``[]`` for none).
 
@@ -173,35 +202,6 @@ class BuildSource(AssetHost, Protocol):
     def __enter__(self) -> Self: ...
 
     def __exit__(self, *exc: object) -> None: ...
-
-
-class ReleaseSource(BuildSource, Protocol):
-    """A source that also lists releases as GitHub does: what the mirror writer and ``list --available`` page."""
-
-    def get_release(self, tag: str) -> Release:
-        """The release whose tag is exactly ``tag`` (raises ``ReleaseNotFoundError``)."""
-        ...
-
-    def latest_published(self) -> Release:
-        """The source's own ``releases/latest`` (the newest non-prerelease release)."""
-        ...
-
-    def recent_releases(self, per_page: int = 100, page: int = 1) -> list[Release]:
-        """A page of releases, newest first (a static mirror may raise ``RemoteError``: it has no list)."""
-        ...
-
-    def version_tags(self) -> list[str] | None:
-        """The source's semver release tags ``vX.Y.Z``, in no order (``None`` where it cannot say: a mirror)."""
-        ...
-
-    def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
-        """The whole body of a small asset (``nightly-tag.txt``), refused past ``max_bytes``."""
-        ...
-
-    @property
-    def etag_cache(self) -> EtagCache | None:
-        """Where conditional-request state (and small cached reads) persist, if anywhere."""
-        ...
 
 
 class PlainHttp:
@@ -226,7 +226,3 @@ class PlainHttp:
     def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
         """``browser_download_url``, without credentials."""
         return asset.download_url, {"Accept": "application/octet-stream"}
-
-    def held_bytes(self, asset: Asset) -> bytes | None:
-        """Nothing: every asset is fetched."""
-        return None

@@ -1,12 +1,12 @@
-"""An OCI registry filled by ``mirror sync --dest oci://…``, read as a :class:`ReleaseSource`.
+"""An OCI registry filled by ``mirror sync --dest oci://…``, read as a :class:`~updater.sources.source.BuildSource`.
 
-The rest of the updater sees GitHub's shapes: a build tag (``b7000``) is the
-build release its config describes, each asset downloadable from its blob
-URL with the layer digest as its published sha256; a semver tag (``v0.6.0``)
-is a semver release whose ``nightly-tag.txt`` names the build its manifest is
-(the registry tag *is* the pointer, so its content is made here, with its
-digest); the ``stable`` tag is ``releases/latest``. Channels, choice,
-verification and exit codes are therefore the ones GitHub gets.
+The registry's tags answer for themselves: a build tag (``b7000``) is the build
+its config describes, each asset downloadable from its blob URL with the layer
+digest as its published sha256; a semver tag (``v0.6.0``) names the build its
+manifest is; the ``stable`` tag is what ``stable`` resolves to, reached through
+the highest semver tag naming the same manifest; other channel tags are moved
+by ``mirror promote``. Choice, verification and exit codes are the ones every
+source gets.
 
 Invariants:
     * Nothing read from the registry is used before its digest is checked:
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any, Final, Self
 import httpx
 
 from llama_runtime.runtime.errors import ReleaseNotFoundError, RemoteDataError, RemoteError
-from llama_runtime.updater.release.channel import NIGHTLY_TAG_ASSET, ResolvedRelease
+from llama_runtime.updater.release.channel import ResolvedRelease
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.remote_json import loads_bounded
-from llama_runtime.updater.release.tags import is_release_version
+from llama_runtime.updater.release.tags import highest_first, is_release_version
 from llama_runtime.updater.sources.oci.artifact import (
     ASSET_DIGEST_ANNOTATION,
     BUNDLE_ARTIFACT_TYPE,
@@ -46,7 +46,7 @@ from llama_runtime.updater.sources.oci.artifact import (
     parse_build,
 )
 from llama_runtime.updater.sources.oci.client import RegistryClient
-from llama_runtime.updater.sources.source import RepositoryFacts
+from llama_runtime.updater.sources.source import Build, RepositoryFacts
 
 if TYPE_CHECKING:
     from llama_runtime.updater.net.session import Session
@@ -64,9 +64,6 @@ MAX_LISTED_BUILDS: Final[int] = 30
 MAX_BUNDLE_BYTES: Final[int] = 1024 * 1024
 #: Referrers read per asset: a build's bundles are one or two per asset.
 MAX_REFERRERS: Final[int] = 32
-#: The scheme naming a semver release's ``nightly-tag.txt``: made here (:meth:`RegistrySource.held_bytes`),
-#: never fetched.
-POINTER_SCHEME: Final = "oci-pointer"
 #: Builds read for ``nightly``: the newest few, as GitHub's nightly page (an upload in progress is passed over).
 NIGHTLY_BUILDS: Final[int] = 10
 #: Semver tags asked (one HEAD each, highest first) for which of them name a build: a release
@@ -110,10 +107,10 @@ class RegistrySource:
         self._etag_cache = etag_cache
         self._manifests: dict[str, str] = {}  # build tag -> manifest digest
         self._subjects: dict[str, str] = {}  # asset sha256 hex -> its build's manifest digest
-        self._pointers: dict[str, bytes] = {}  # pointer URL -> nightly-tag.txt content
         self._builds: dict[str, BuildConfig] = {}  # build tag -> the build as read (this process)
         self._tags: list[str] | None = None  # the repository's tags (read once per process)
         self._named: dict[str, str] = {}  # semver tag -> the manifest digest it names (asked this process)
+        self._listed: dict[int, list[Build]] = {}  # builds(n) answered (this process), by n
 
     # -- AssetHost ------------------------------------------------------------------------------------------
 
@@ -130,10 +127,6 @@ class RegistrySource:
     def auth_headers_for(self, url: str) -> dict[str, str]:
         """The registry's authorization, for its own origin only (never a blob redirect's CDN)."""
         return self.registry.auth_headers_for(url)
-
-    def held_bytes(self, asset: Asset) -> bytes | None:
-        """A semver release's ``nightly-tag.txt``: made here from the tag, never fetched."""
-        return self._pointers.get(asset.download_url)
 
     def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
         """The asset's blob URL, with the registry's authorization."""
@@ -176,9 +169,30 @@ class RegistrySource:
         elif channel == "nightly":
             found = resolve_latest(self._newest_builds(NIGHTLY_BUILDS), "nightly")
         else:
-            release = self.get_release(channel)
+            release = self._release(channel)
             found = resolve_release(release, {}, [release])
         return with_build_manifest(self, found)
+
+    def builds(self, limit: int) -> list[Build]:
+        """The newest builds the registry holds (by build number, at most :data:`MAX_LISTED_BUILDS`), each
+        with the semver tags naming its manifest (or recorded in its config) and its build metadata."""
+        from llama_runtime.updater.sources.resolve import with_metadata
+
+        count = min(limit, MAX_LISTED_BUILDS)
+        if count in self._listed:
+            return self._listed[count]  # asked again for more than it holds: the same answer, no request
+        releases = self._newest_builds(count)
+        listed = {self._manifests.get(r.tag, "") for r in releases}
+        by_digest: dict[str, list[str]] = {}
+        for version in self._probed_versions(within=listed):
+            by_digest.setdefault(self._named[version], []).append(version)
+        found = []
+        for release in releases:
+            build = self._builds[release.tag]
+            named = {*build.versions, *by_digest.get(self._manifests.get(release.tag, ""), [])}
+            found.append(Build(release, highest_first(named)))
+        self._listed[count] = with_metadata(self, found)
+        return self._listed[count]
 
     def repository(self) -> RepositoryFacts:
         """Nothing to trust: a registry's word about the upstream repository never counts.
@@ -191,8 +205,8 @@ class RegistrySource:
 
     # -- release listing (the mirror writer) ----------------------------------------------------------------
 
-    def get_release(self, tag: str) -> Release:
-        """The build tagged ``tag``, or the semver release ``tag`` (a pointer to the build its tag names).
+    def _release(self, tag: str) -> Release:
+        """The build tagged ``tag`` (a build tag, a channel tag; ``TAG@sha256:…`` pinned).
 
         A build already read through another tag (``stable`` names it) is not asked
         for again: its manifest is the build's, whichever tag led to it.
@@ -202,9 +216,7 @@ class RegistrySource:
             build = self._pinned(tag, pin)
         else:
             known = self._builds.get(tag)
-            build = known if known is not None and not is_release_version(tag) else self._build(tag)
-        if is_release_version(tag):
-            return self._pointer_release(tag, build)
+            build = known if known is not None else self._build(tag)
         if _build_number(tag) is None:
             return build.release  # a channel tag (canary, candidate): the build it names now
         if build.release.tag != tag:
@@ -213,36 +225,6 @@ class RegistrySource:
                 "its own build."
             )
         return build.release
-
-    def latest_published(self) -> Release:
-        """What ``stable`` names: its highest semver release, else the build itself as a stable release."""
-        build = self._build(STABLE_TAG)
-        version = self._highest_version(build)
-        if version is not None:
-            return self._pointer_release(version, build)
-        return _as_stable(build)
-
-    def recent_releases(self, per_page: int = 100, page: int = 1) -> list[Release]:
-        """The newest builds the registry holds (by build number), with the semver releases naming them."""
-        numbered = [(n, t) for t in self._all_tags() if (n := _build_number(t)) is not None]
-        numbered = [(n, t) for n, t in numbered if not is_release_version(t)]
-        size = min(per_page, MAX_LISTED_BUILDS)
-        chosen = sorted(numbered, reverse=True)[(page - 1) * size : page * size]
-        builds = [self._build(tag) for _n, tag in chosen]
-        by_digest: dict[str, list[str]] = {}
-        listed = {self._manifests.get(b.release.tag, "") for b in builds}
-        for version in self._probed_versions(within=listed):
-            by_digest.setdefault(self._named[version], []).append(version)
-        releases: list[Release] = []
-        for build in builds:
-            releases.append(build.release)
-            named = {*build.versions, *by_digest.get(self._manifests.get(build.release.tag, ""), [])}
-            releases += [self._pointer_release(v, build) for v in sorted(named) if is_release_version(v)]
-        return releases
-
-    def version_tags(self) -> list[str]:
-        """The registry's semver tags."""
-        return [t for t in self._all_tags() if is_release_version(t)]
 
     def attestations(self, sha256: str) -> object:
         """The Sigstore bundles pushed as referrers of the build holding ``sha256``, as GitHub's API shape.
@@ -279,18 +261,16 @@ class RegistrySource:
         return ResolvedAttestations(answer, tuple(missing)) if missing else answer
 
     def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
-        """A pointer's content, or a small blob, checked against its digest."""
+        """A small blob (a build's checksum index or manifest), checked against its digest."""
         from llama_runtime.runtime.errors import IntegrityError
 
-        if asset.download_url in self._pointers:
-            return self._pointers[asset.download_url]
         if asset.size > max_bytes:
             raise IntegrityError(f"{asset.name} is larger than {max_bytes} bytes; refusing to read it.")
         return self.registry.get_blob(asset.digest or "", max_bytes)
 
     @property
     def etag_cache(self) -> EtagCache | None:
-        """Manifests and configs kept by digest, and ``nightly-tag.txt`` reads."""
+        """Manifests and configs kept by digest, and the small metadata files of builds."""
         return self._etag_cache
 
     def close(self) -> None:
@@ -311,7 +291,7 @@ class RegistrySource:
 
         name, _, pin = tag.partition("@")
         if not is_release_version(name):
-            release = self.get_release(tag)
+            release = self._release(tag)
             return resolve_release(release, {}, [release])
         build = self._pinned(name, pin) if pin else self._build(name)
         return ResolvedRelease(build.release.tag, name, build.release)
@@ -435,14 +415,6 @@ class RegistrySource:
             with contextlib.suppress(OSError):
                 self._etag_cache.put(key, digest, {"version": version})
         return version
-
-    def _pointer_release(self, version: str, build: BuildConfig) -> Release:
-        """The semver release ``version`` as GitHub has it: one ``nightly-tag.txt`` naming the build."""
-        content = f"{build.release.tag}\n".encode()
-        url = f"{POINTER_SCHEME}://{self.registry.ref.host}/{self.registry.ref.name}/{version}/{NIGHTLY_TAG_ASSET}"
-        self._pointers[url] = content
-        pointer = Asset(NIGHTLY_TAG_ASSET, len(content), url, "sha256:" + hashlib.sha256(content).hexdigest())
-        return Release(self._repo, version, (pointer,), published_at=build.release.published_at)
 
     def _bundle(self, digest: str, subject: str, sha256: str) -> dict[str, Any] | None:
         """The bundle of the referrer ``digest``, when it is a bundle of ``subject``'s asset ``sha256``.
