@@ -261,7 +261,18 @@ def run_breakdown(size: str, repeat: int, level: int, asset_cache: Path | None, 
             env = bench.env_for_update()
             for i in range(repeat):
                 home = work / f"home-{i}"
-                argv = ["update", "--tag", tag, "--backend", "cpu", "--home", str(home), "--api-url", gh.api_url]
+                argv = [
+                    "update",
+                    "--tag",
+                    tag,
+                    "--backend",
+                    "cpu",
+                    "--no-compute-check",
+                    "--home",
+                    str(home),
+                    "--api-url",
+                    gh.api_url,
+                ]
                 flush()
                 updates.append(instrumented_update([*argv, "--json"], env, work / f"record-{i}.json"))
                 sizes = tree_sizes(next((home / "runtimes").iterdir()))

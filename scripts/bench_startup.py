@@ -61,14 +61,21 @@ DEFERRED: Final[tuple[str, ...]] = (
     "llama_runtime.updater.engine",
     # The update job beyond its record (ensure reads only the job store), and the scheduled check.
     "llama_runtime.updater.api.jobs",
-    "llama_runtime.updater.api.jobs",
-    "llama_runtime.updater.api.jobs",
-    "llama_runtime.updater.api.jobs",
-    "llama_runtime.updater.api.check",
     "llama_runtime.updater.api.check",
     "llama_runtime.updater.choice.decide",
     # The archive extractor's inflater (ISA-L): only an install reads an archive.
     "isal",
+    # The sandbox and the binary's runs (with shutil, which brings bz2 and lzma): only a run of a build needs them.
+    "llama_runtime.runtime.sandbox",
+    "llama_runtime.runtime.binary",
+    # The whole home read at once: only an operation on every runtime needs it.
+    "llama_runtime.runtime.snapshot",
+    "shutil",
+    "bz2",
+    "lzma",
+    # The network layer's TLS, the CLI's parser.
+    "ssl",
+    "argparse",
 )
 
 STARTUP: Final = """

@@ -33,7 +33,7 @@ DEFAULT_RUNS: Final[int] = 21
 
 
 def seed_home(root: Path) -> None:
-    """A home with one runtime (pointer + marker + binary); no network is needed for status."""
+    """A home with one accepted runtime (pointer, marker, binary, trust record); status needs no network."""
     name = "ggml-org_llama.cpp-b7000-cpu-00000000"
     runtime = root / "runtimes" / name
     runtime.mkdir(parents=True)
@@ -59,6 +59,10 @@ def seed_home(root: Path) -> None:
     }
     (runtime / "llama-runtime.json").write_text(json.dumps(marker))
     (root / "active.json").write_text(json.dumps({"schema_version": 1, "active": name, "previous": None}))
+    # As an update leaves it: accepted, so status and ensure() check the folder against its trust record.
+    from llama_runtime.runtime.trust import record_trust
+
+    record_trust(root, name, runtime)
 
 
 def time_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:

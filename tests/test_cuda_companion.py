@@ -218,8 +218,8 @@ def test_under_require_provenance_only_a_donor_whose_install_verified_it_serves_
 ) -> None:
     import dataclasses
 
-    from llama_runtime.runtime.layout import HomeSnapshot
     from llama_runtime.runtime.marker import write_marker
+    from llama_runtime.runtime.snapshot import HomeSnapshot
     from llama_runtime.updater.activate.companions import find_reusable
     from llama_runtime.updater.verify.provenance import Provenance, combine
 

@@ -286,3 +286,40 @@ def test_a_stopped_confined_run_takes_what_it_started_with_it(tmp_path: Path) ->
     assert not alive
     for process in alive:
         process.send_signal(signal.SIGKILL)
+
+
+@pytest.mark.skipif(detect_sandbox().level not in ("bubblewrap", "landlock"), reason="this kernel has no Landlock")
+def test_under_landlock_a_run_names_its_own_threads_and_writes_nothing_else_of_proc(tmp_path: Path) -> None:
+    """NVIDIA's driver names its threads in /proc/self/task/<tid>/comm; cuInit fails (304) if it cannot."""
+    from llama_runtime.runtime.binary import run_process
+    from llama_runtime.runtime.confine import confined
+
+    path = _path_without_bwrap(tmp_path)
+    sandbox = Sandbox(hidden=(tmp_path / "nothing",), env={"PATH": path})
+    assert sandbox.support.level == "landlock"
+    script = (
+        'printf cuda-EvtHandlr > /proc/self/task/$$/comm && echo named "$(cat /proc/$$/comm)"; '
+        "printf 500 > /proc/self/oom_score_adj 2>/dev/null && echo oom-written || echo oom-refused"
+    )
+    result = confined(run_process, sandbox, readable=(tmp_path,))(["/bin/sh", "-c", script], 30.0, {"PATH": path})
+    assert result.returncode == 0, result.output
+    assert "named cuda-EvtHandlr" in result.output
+    assert "oom-refused" in result.output
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="no bwrap on PATH")
+def test_a_probe_begun_early_answers_as_detection_does_and_is_reaped_when_left_unasked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from llama_runtime.runtime import sandbox
+
+    monkeypatch.setattr(sandbox, "_PROBED", {})
+    with sandbox.sandbox_probe() as answer:
+        early = answer()
+    monkeypatch.setattr(sandbox, "_PROBED", {})
+    assert early == detect_sandbox()
+    monkeypatch.setattr(sandbox, "_PROBED", {})
+    with pytest.raises(RuntimeError), sandbox.sandbox_probe():
+        raise RuntimeError("status failed while bubblewrap's trial run was under way")
+    # Its run was waited for on the way out (its answer kept): no child is left behind unreaped.
+    assert list(sandbox._PROBED) == [shutil.which("bwrap")]

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from llama_runtime.runtime.layout import Home, HomeSnapshot
+from llama_runtime.runtime.layout import Home
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from tests.fakegithub import FakeGitHub
 from tests.helpers import CPU_TAR, REPO, HomeGuard, assert_runs, run_json, stand_in_tarball
 

@@ -553,7 +553,6 @@ def test_a_download_waits_out_a_short_retry_after_and_a_long_one_is_rate_limited
 
 def test_an_interrupted_ranged_download_saves_its_record_and_resumes_to_the_byte(tmp_path: Path) -> None:
     import hashlib
-    import os
     import signal
     import threading
 
@@ -582,11 +581,15 @@ def test_an_interrupted_ranged_download_saves_its_record_and_resumes_to_the_byte
         return httpx.Response(206, stream=_Stream(slow()), headers=headers)
 
     interrupted = [False]
+    main = threading.main_thread().ident
+    assert main is not None
 
     def progress(done: int, total: int | None) -> None:
         if done >= 2 * 8 * 4096 and not interrupted[0]:
             interrupted[0] = True
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C (the CLI turns SIGTERM into the same interrupt)
+            # Ctrl-C (the CLI turns SIGTERM into the same interrupt), sent to the main thread: a signal the
+            # kernel hands to this worker thread would wait until the main thread's join returned.
+            signal.pthread_kill(main, signal.SIGINT)
 
     partial = tmp_path / "a.partial"
     with pytest.raises(KeyboardInterrupt):

@@ -93,6 +93,48 @@ def test_explicit_vulkan_with_its_device_listed_installs_without_a_warning(
     assert not any("lists no Vulkan device" in w for w in payload["warnings"])
 
 
+# -- install-file: the same rule for a file on disk ------------------------------------------
+
+
+@pytest.mark.e2e
+def test_install_file_with_explicit_vulkan_whose_build_lists_no_device_is_exit_6_and_keeps_the_previous_runtime(
+    capsys: pytest.CaptureFixture[str],
+    b7000_home: Path,
+    real_vulkan_tarball: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _hide_software_vulkan(monkeypatch, "empty")
+    archive = tmp_path / VULKAN_TAR.format(tag="b7000")
+    archive.write_bytes(real_vulkan_tarball.read_bytes())
+    guard = HomeGuard(None, b7000_home)
+    code, payload = run_json(capsys, b7000_home, None, "install-file", str(archive), "--backend", "vulkan")
+    assert code == 6, payload
+    assert "requested vulkan but the installed build lists no Vulkan device" in payload["error"]["message"]
+    guard.assert_intact("b7000", staging_empty=True, capsys=capsys)
+
+
+@pytest.mark.e2e
+def test_install_file_allow_no_device_installs_with_the_warning_status_keeps_showing(
+    capsys: pytest.CaptureFixture[str],
+    b7000_home: Path,
+    real_vulkan_tarball: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _hide_software_vulkan(monkeypatch, "empty")
+    archive = tmp_path / VULKAN_TAR.format(tag="b7000")
+    archive.write_bytes(real_vulkan_tarball.read_bytes())
+    code, payload = run_json(
+        capsys, b7000_home, None, "install-file", str(archive), "--backend", "vulkan", "--allow-no-device"
+    )
+    assert code == 0, payload
+    said = "requested vulkan but the installed build lists no Vulkan device"
+    assert said in payload["active"]["device_warning"]
+    code, status = run_json(capsys, b7000_home, None, "status")
+    assert code == 0 and said in status["active"]["device_warning"]
+
+
 # -- the rule itself --------------------------------------------------------------------------
 
 

@@ -144,6 +144,8 @@ def _apply_landlock(spec: dict[str, object]) -> None:
         _add_path(ruleset, path, _READ_FILE | _WRITE_FILE | _IOCTL_DEV | _READ_DIR, handled)
     for path in _paths(spec, "write"):
         _add_path(ruleset, path, handled, handled)
+    for path in _paths(spec, "own_files"):  # resolved here, in the command's own process
+        _add_path(ruleset, path, _READ_FILE | _WRITE_FILE | _TRUNCATE | _READ_DIR, handled)
     port = spec.get("bind_port")
     if net and isinstance(port, int) and port > 0:
         rule = _NetPort(_NET_BIND_TCP, port)

@@ -239,7 +239,7 @@ class InstallMarker:
 
 # The commit ``llama-server --version`` names: ``version: 0.6.0-dev (build N, commit abcdef0)``
 # or the older ``version: 7000 (abcdef0)`` (the forms updater.verify.verify parses).
-_VERSION_COMMIT: Final = re.compile(r"version:[^(]*\((?:\s*build\s+\d+\s*,\s*commit)?\s*([0-9a-f]{7,40})\s*\)")
+_VERSION_COMMIT: Final = r"version:[^(]*\((?:\s*build\s+\d+\s*,\s*commit)?\s*([0-9a-f]{7,40})\s*\)"
 
 
 def provenance_summary(marker: InstallMarker) -> dict[str, Any]:
@@ -259,7 +259,7 @@ def provenance_summary(marker: InstallMarker) -> dict[str, Any]:
         summary = {k: v for k, v in marker.provenance.items() if k != "bundle"}
     if "signer_commit" not in summary and isinstance(summary.get("commit"), str):
         summary["signer_commit"] = summary["commit"]  # markers written before signer_commit existed
-    if not isinstance(summary.get("build_commit"), str) and (found := _VERSION_COMMIT.search(marker.version)):
+    if not isinstance(summary.get("build_commit"), str) and (found := re.search(_VERSION_COMMIT, marker.version)):
         summary["build_commit"], summary["build_commit_from"] = found[1], "binary"
     return summary
 

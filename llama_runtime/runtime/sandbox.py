@@ -43,7 +43,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
@@ -65,6 +65,7 @@ __all__ = [
     "detect_sandbox",
     "exit_status_file",
     "sandbox_for",
+    "sandbox_probe",
 ]
 
 SandboxLevel = Literal["bubblewrap", "landlock", "sandbox-exec", "environment"]
@@ -105,6 +106,10 @@ SYSTEM_READ: Final = (
     "/nix/store",
     "/gnu/store",
 )
+#: The command's own files under /proc it may write under Landlock (resolved in the command's process, so
+#: never another process's): NVIDIA's driver names its threads (``/proc/self/task/<tid>/comm``), and
+#: ``cuInit`` fails with 304 "OS call failed" when it cannot (seen on an H200, driver 580, Landlock ABI 7).
+OWN_PROCESS_FILES: Final = ("/proc/self/task",)
 #: Files under /etc no confined run needs and that may hold secrets (Landlock reads are allow-listed).
 ETC_SECRETS: Final = frozenset(
     {"shadow", "shadow-", "gshadow", "gshadow-", "sudoers", "sudoers.d", "ssh", "ssl", "netrc", "docker", "krb5.keytab"}
@@ -162,19 +167,33 @@ def _landlock_abi() -> int:
 _PROBED: dict[str, bool] = {}
 
 
-def _bwrap_works(bwrap: str) -> bool:
-    """Whether ``bwrap`` can make the namespaces this host needs (user namespaces may be off).
+def _start_bwrap_probe(bwrap: str) -> int | None:
+    """Start ``bwrap`` making the namespaces this host needs (user namespaces may be off); its pid, or None.
 
     Spawned with ``os.posix_spawn``: ``status`` names the level, and must not import ``subprocess``.
     """
+    argv = [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--proc", "/proc", "--", "true"]
+    quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+    try:
+        return os.posix_spawn(bwrap, argv, {"PATH": os.defpath}, file_actions=quiet)
+    except OSError:
+        return None
+
+
+def _bwrap_probe_result(pid: int | None) -> bool:
+    """Whether the probe ``pid`` (:func:`_start_bwrap_probe`) succeeded; waits for it and reaps it."""
+    if pid is None:
+        return False
+    try:
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    except OSError:
+        return False
+
+
+def _bwrap_works(bwrap: str) -> bool:
+    """Whether ``bwrap`` can make the namespaces this host needs (tried once per process)."""
     if bwrap not in _PROBED:
-        argv = [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--proc", "/proc", "--", "true"]
-        quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
-        try:
-            pid = os.posix_spawn(bwrap, argv, {"PATH": os.defpath}, file_actions=quiet)
-            _PROBED[bwrap] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
-        except OSError:
-            _PROBED[bwrap] = False
+        _PROBED[bwrap] = _bwrap_probe_result(_start_bwrap_probe(bwrap))
     return _PROBED[bwrap]
 
 
@@ -183,7 +202,42 @@ def detect_sandbox(env: Mapping[str, str] | None = None) -> SandboxSupport:
 
     ``env``'s ``PATH`` is where ``bwrap`` is looked for (None: ours).
     """
-    path = (os.environ if env is None else env).get("PATH", os.defpath)
+    with sandbox_probe(env) as answer:
+        return answer()
+
+
+@contextlib.contextmanager
+def sandbox_probe(env: Mapping[str, str] | None = None) -> Iterator[Callable[[], SandboxSupport]]:
+    """:func:`detect_sandbox`, begun on entering: bubblewrap's trial run overlaps the caller's own work.
+
+    Inside, call the value for the answer (it waits for the trial run); on leaving, a trial run
+    whose answer was not asked for is waited for and reaped all the same.
+    """
+    bwrap = _bwrap_on_path(env)
+    pid = _start_bwrap_probe(bwrap) if bwrap is not None and bwrap not in _PROBED else None
+
+    def answer() -> SandboxSupport:
+        nonlocal pid
+        if bwrap is not None and pid is not None:
+            _PROBED[bwrap], pid = _bwrap_probe_result(pid), None
+        return _support(bwrap)
+
+    try:
+        yield answer
+    finally:
+        if bwrap is not None and pid is not None:
+            _PROBED[bwrap] = _bwrap_probe_result(pid)
+
+
+def _bwrap_on_path(env: Mapping[str, str] | None) -> str | None:
+    """``bwrap`` on ``env``'s ``PATH`` (None: ours), on Linux only."""
+    if sys.platform != "linux":
+        return None
+    return shutil.which("bwrap", path=(os.environ if env is None else env).get("PATH", os.defpath))
+
+
+def _support(bwrap: str | None) -> SandboxSupport:
+    """The level this host offers, ``bwrap`` being ``bwrap`` on the path (its trial run, if any, is over)."""
     if sys.platform == "darwin":
         if os.path.exists("/usr/bin/sandbox-exec"):
             return SandboxSupport("sandbox-exec", "sandbox-exec at /usr/bin/sandbox-exec")
@@ -192,11 +246,10 @@ def detect_sandbox(env: Mapping[str, str] | None = None) -> SandboxSupport:
         return SandboxSupport(
             "environment", f"no sandbox is implemented on {sys.platform}: the environment filter alone"
         )
-    bwrap = shutil.which("bwrap", path=path)
-    abi = _landlock_abi()
     install = "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, `pacman -S bubblewrap`)"
     if bwrap is not None and _bwrap_works(bwrap):
         return SandboxSupport("bubblewrap", f"bwrap at {bwrap}")
+    abi = _landlock_abi()  # asked only now: ctypes and its libc look-up cost status ~2 ms
     reason = (
         f"bwrap at {bwrap} cannot create namespaces here (unprivileged user namespaces off?)"
         if bwrap
@@ -340,6 +393,7 @@ class Sandbox:
                 read=[*_system_read(), *(str(p) for p in rules.readable), *_interpreter_paths()],
                 write=[str(rules.scratch), *([str(rules.shader_cache)] if rules.shader_cache else [])],
                 devices=[*PLAIN_DEVICES, *_gpu_devices()],
+                own_files=list(OWN_PROCESS_FILES),
                 bind_port=rules.bind_port if rules.network == "loopback" else None,
             )
         python = os.path.realpath(sys.executable)

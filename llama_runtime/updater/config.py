@@ -463,9 +463,11 @@ def _sandbox_setting(env: Mapping[str, str]) -> Literal["auto", "require"]:
     Raises:
         UserInputError: Any other value (exit 2), naming the valid ones.
     """
+    raw = env.get("LLAMA_RUNTIME_SANDBOX", "").strip().lower() or "auto"
+    if raw == "auto":
+        return "auto"  # the common case imports nothing of the sandbox (start-up cost: shutil, bz2, lzma)
     from llama_runtime.runtime.sandbox import SANDBOX_MODES
 
-    raw = env.get("LLAMA_RUNTIME_SANDBOX", "").strip().lower() or "auto"
     for mode in SANDBOX_MODES:
         if raw == mode:
             return mode
@@ -670,9 +672,10 @@ def download_parallelism(env: Mapping[str, str]) -> int:
 _GH_REPO: Final = r"[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?(?:$|/|=))[A-Za-z0-9._-]{1,100}"
 # Workflows live in .github/workflows/ as .yml or .yaml files (GitHub docs, "Workflow syntax").
 _WORKFLOW: Final = r"\.github/workflows/[A-Za-z0-9._-]+\.ya?ml"
-_REPO_RE: Final = re.compile(rf"^{_GH_REPO}$")
-_WORKFLOW_RE: Final = re.compile(rf"^{_WORKFLOW}$")
-_SIGNER_RE: Final = re.compile(rf"^{_GH_REPO}/{_WORKFLOW}$")
+# Patterns, not compiled ones: only a provenance opt-in needs them (re caches each on first use).
+_REPO_RE: Final = rf"^{_GH_REPO}$"
+_WORKFLOW_RE: Final = rf"^{_WORKFLOW}$"
+_SIGNER_RE: Final = rf"^{_GH_REPO}/{_WORKFLOW}$"
 _WORKFLOW_FORM: Final = (
     "LLAMA_RUNTIME_PROVENANCE_WORKFLOW=OWNER/NAME=.github/workflows/FILE.yml (several separated by commas)"
 )
@@ -686,9 +689,9 @@ def _items(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-def _pair(item: str, right: re.Pattern[str], form: str, env: str) -> tuple[str, str]:
+def _pair(item: str, right: str, form: str, env: str) -> tuple[str, str]:
     repo, _, target = (part.strip() for part in item.partition("="))
-    if not _REPO_RE.match(repo) or not right.match(target):
+    if not re.match(_REPO_RE, repo) or not re.match(right, target):
         raise UserInputError(f"{env} has {item!r}, which is not of the form {form}.")
     return repo.casefold(), target
 
@@ -705,7 +708,7 @@ def parse_workflows(value: str) -> tuple[str | None, dict[str, str]]:
     pins: dict[str, str] = {}
     for item in _items(value):
         if "=" not in item:
-            if not _WORKFLOW_RE.match(item) or bare is not None:
+            if not re.match(_WORKFLOW_RE, item) or bare is not None:
                 raise UserInputError(f"{env} has {item!r}, which is not of the form {_WORKFLOW_FORM}.")
             bare = item
             continue

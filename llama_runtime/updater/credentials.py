@@ -41,10 +41,10 @@ GITHUB_API_ORIGIN: Final[str] = "https://api.github.com"
 _GITHUB_TOKEN_VARS: Final[tuple[str, ...]] = ("GITHUB_TOKEN", "GH_TOKEN")
 _OWN_TOKEN_VAR: Final[str] = "LLAMA_RUNTIME_GITHUB_TOKEN"
 # A URL inside free text (an error message from a library): scheme://… up to a blank or quote.
-_URL_IN_TEXT: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_URL_IN_TEXT: Final = r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+"
 # What a token may hold: GitHub's are letters, digits and "_"; any visible ASCII is allowed,
 # nothing that could end or fold an HTTP header line.
-_TOKEN_TEXT: Final = re.compile(r"^[\x21-\x7e]+$")
+_TOKEN_TEXT: Final = r"^[\x21-\x7e]+$"
 
 
 def may_send_token(api_url: str) -> bool:
@@ -90,7 +90,7 @@ def checked_token(token: str) -> str:
         UserInputError: It holds spaces, control characters (a pasted line break)
             or non-ASCII letters: it could never authenticate.
     """
-    if _TOKEN_TEXT.match(token):
+    if re.match(_TOKEN_TEXT, token):
         return token
     from llama_runtime.runtime.errors import UserInputError
 
@@ -170,7 +170,7 @@ def url_record(url: str) -> str:
 
 def redact_text(text: str) -> str:
     """``text`` with every URL in it passed through :func:`redact_url`."""
-    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group()), text)
+    return re.sub(_URL_IN_TEXT, lambda m: redact_url(m.group()), text)
 
 
 # The standard-library loggers of the HTTP stack that name URLs: httpx logs every request's full

@@ -21,11 +21,12 @@ from pathlib import Path
 from llama_runtime.runtime.errors import CorruptStateError, SwitchError, UserInputError
 from llama_runtime.runtime.fingerprint import record_runtime
 from llama_runtime.runtime.fsutil import fsync_directory, remove_tree_quietly
-from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
+from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import InstallMarker
 from llama_runtime.runtime.procinfo import process_start_ticks
 from llama_runtime.runtime.server import SERVER_LOCK_TIMEOUT_SECONDS, ManagedServer, ServerControl
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.runtime.trial import ServerToRestore, Trial, begin_trial, end_trial
 from llama_runtime.runtime.trust import accept_runtime, has_record
 from llama_runtime.updater.activate.attempts import UpdateOutcome

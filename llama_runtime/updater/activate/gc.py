@@ -45,8 +45,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.fsutil import ATOMIC_TMP_SUFFIX, remove_tree
-from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
+from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import marker_path
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.runtime.trial import finish_abandoned_trial
 from llama_runtime.runtime.trust import forget_trust, make_writable
 from llama_runtime.updater.checkpoints import checkpoint
@@ -62,9 +63,10 @@ from dataclasses import field
 from typing import Literal
 
 from llama_runtime.runtime.fsutil import tree_size
-from llama_runtime.runtime.layout import DamagedRuntime, Pointer
+from llama_runtime.runtime.layout import Pointer
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import install_order
+from llama_runtime.runtime.snapshot import DamagedRuntime
 from llama_runtime.updater.fetch.cache import AssetCache, CacheEntry, digests_in_use
 from llama_runtime.updater.fetch.download import UNPACKING_SUFFIX, download_name
 from llama_runtime.updater.verify.installed import build_key

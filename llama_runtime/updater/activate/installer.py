@@ -44,12 +44,13 @@ from llama_runtime.runtime.errors import (
     VerificationError,
 )
 from llama_runtime.runtime.failed_builds import load_failed
-from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
+from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.lock import NO_WAIT, UpdateLock
 from llama_runtime.runtime.marker import AUTO, provenance_summary
 from llama_runtime.runtime.pin import pinned_tag
 from llama_runtime.runtime.sandbox import Sandbox, sandbox_for
 from llama_runtime.runtime.server import ServerControl
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.runtime.spans import span
 from llama_runtime.runtime.trial import finish_abandoned_trial, read_trial
 from llama_runtime.updater.activate.activation import Activation

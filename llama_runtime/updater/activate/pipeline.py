@@ -35,8 +35,9 @@ from llama_runtime.runtime.errors import (
 )
 from llama_runtime.runtime.failed_builds import FailedBuild, forget_failed, record_failed
 from llama_runtime.runtime.fsutil import fsync_tree, is_disk_full, remove_tree_quietly
-from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
+from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker, write_marker
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.runtime.spans import span
 from llama_runtime.updater.activate.activation import Activation
 from llama_runtime.updater.activate.attempts import UpdateOutcome

@@ -23,9 +23,10 @@ from llama_runtime.runtime.binary import ProcessRunner, run_process, server_over
 from llama_runtime.runtime.errors import BusyError, CorruptStateError, LlamaRuntimeError, VerificationError
 from llama_runtime.runtime.fingerprint import record_runtime
 from llama_runtime.runtime.fsutil import set_aside
-from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
+from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
 from llama_runtime.runtime.lock import UpdateLock
 from llama_runtime.runtime.marker import ForeignMarkerError, install_order, provenance_summary
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.activate.gc import clean_leftovers, find_leftovers
 from llama_runtime.updater.offline.export import unrecorded_files
 from llama_runtime.updater.release.tags import compare_tags, parse_tag

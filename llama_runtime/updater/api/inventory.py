@@ -8,7 +8,7 @@ and their ``to_json()`` is the CLI's ``--json`` object of the same verb.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -19,9 +19,10 @@ from llama_runtime.runtime.errors import CorruptStateError, ForeignMarkerError
 if TYPE_CHECKING:
     from llama_runtime.runtime.failed_builds import FailedBuild
     from llama_runtime.runtime.fingerprint import RuntimeCheck
-    from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime, Pointer
+    from llama_runtime.runtime.layout import Home, InstalledRuntime, Pointer
     from llama_runtime.runtime.pin import Pin
     from llama_runtime.runtime.sandbox import SandboxSupport
+    from llama_runtime.runtime.snapshot import HomeSnapshot
     from llama_runtime.runtime.trial import Trial
     from llama_runtime.updater.choice.decide import Available
     from llama_runtime.updater.choice.host import HostFacts
@@ -325,10 +326,17 @@ def status_of(home: Home) -> StatusResult:
     Raises:
         CorruptStateError: The pointer or the active runtime is damaged.
     """
+    from llama_runtime.runtime.sandbox import sandbox_probe
+
+    # bubblewrap's trial run (a few ms of namespaces made and torn down) overlaps the reading of the home.
+    with sandbox_probe() as sandbox:
+        return _status_of(home, sandbox)
+
+
+def _status_of(home: Home, sandbox: Callable[[], SandboxSupport]) -> StatusResult:
     from llama_runtime.runtime.diskuse import home_disk_use
     from llama_runtime.runtime.failed_builds import load_failed
     from llama_runtime.runtime.lock import UpdateLock
-    from llama_runtime.runtime.sandbox import detect_sandbox
     from llama_runtime.runtime.trial import owner_alive, read_trial
 
     pointer, active = read_active(home)
@@ -355,7 +363,7 @@ def status_of(home: Home) -> StatusResult:
             else None
         ),
         **_pin_of(home),
-        sandbox=detect_sandbox(),
+        sandbox=sandbox(),
     )
 
 
@@ -391,7 +399,7 @@ def list_home(home: Home) -> tuple[ListResult, InstalledRuntime | None, list[Ins
     """
     from llama_runtime.runtime.diskuse import home_disk_use
     from llama_runtime.runtime.fsutil import tree_size
-    from llama_runtime.runtime.layout import HomeSnapshot
+    from llama_runtime.runtime.snapshot import HomeSnapshot
     from llama_runtime.runtime.trial import checked_pointer
 
     snapshot = HomeSnapshot.read(home)

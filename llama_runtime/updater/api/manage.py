@@ -540,6 +540,7 @@ def install_file(
     repo: str | None,
     sha256: str | None,
     attestation: Path | None,
+    allow_no_device: bool = False,
 ) -> UpdateOutcome:
     """Install a release archive or an exported bundle from disk, as a download would be installed."""
     from llama_runtime.updater.config import validate_repo
@@ -555,6 +556,7 @@ def install_file(
         backend=ctx.explicit_backend,
         sha256=sha256,
         attestation=attestation.expanduser() if attestation is not None else None,
+        allow_no_device=allow_no_device,
     )
     return install(ctx.engine.installer(), request)
 

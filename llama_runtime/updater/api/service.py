@@ -180,10 +180,14 @@ class RuntimeUpdater:
         Args:
             settings: What :meth:`Settings.resolve` returned.
         """
-        from llama_runtime.updater.engine import Engine
+
+        def build_engine() -> Engine:
+            from llama_runtime.updater.engine import Engine
+
+            return Engine(settings)
 
         updater = cls.__new__(cls)
-        updater._bind(settings, Home(settings.home), lambda: Engine(settings), lambda: settings.repo)
+        updater._bind(settings, Home(settings.home), build_engine, lambda: settings.repo)
         return updater
 
     def _bind(
@@ -648,6 +652,7 @@ class RuntimeUpdater:
         repo: str | None = None,
         sha256: str | None = None,
         attestation: str | Path | None = None,
+        allow_no_device: bool = False,
     ) -> UpdateOutcome:
         """Install a release archive or an exported bundle from disk and activate it (no network).
 
@@ -659,11 +664,15 @@ class RuntimeUpdater:
                 never the active runtime's.
             sha256: The digest the bytes must have.
             attestation: A Sigstore bundle for the archive (its build provenance).
+            allow_no_device: With the updater's ``backend`` a GPU one given by name, install the
+                build even when it lists no device of it here (a machine image made elsewhere),
+                with the ``device_warning`` that ``status`` and ``doctor`` keep showing.
 
         Raises:
             UserInputError: The file is missing or unreadable, or tag/backend are unclear.
             DigestMismatchError: ``sha256`` does not match.
-            VerificationError: The runtime fails verification; the active one is unchanged.
+            VerificationError: The runtime fails verification (a ``backend`` given by name whose build
+                lists no device of it included); the active one is unchanged.
         """
         from llama_runtime.updater.api.manage import install_file
 
@@ -674,6 +683,7 @@ class RuntimeUpdater:
             repo=repo,
             sha256=sha256,
             attestation=Path(attestation) if attestation is not None else None,
+            allow_no_device=allow_no_device,
         )
 
     @front_door

@@ -97,7 +97,10 @@ def _parse(argv: list[str], server_args: list[str], out: Output) -> argparse.Nam
     """
     from llama_runtime import configure_logging
 
-    parser = build_parser()
+    # A shell's completion request walks every command: only then, or when the words name no
+    # command plainly, is the whole parser built.
+    command = None if "_ARGCOMPLETE" in os.environ else command_named(argv)
+    parser = build_parser(only=command)
     maybe_complete(parser)  # a shell asking for completions gets them and nothing runs
     args = parser.parse_args(argv)
     args.server_args = server_args
@@ -196,8 +199,46 @@ COMMAND_MODULES: list[str] = [
     "llama_runtime.updater.cli.main",
 ]
 
+#: Command -> the module of :data:`COMMAND_MODULES` that adds it (tests/test_startup_imports.py checks the two agree).
+COMMAND_MODULE_OF: Final[dict[str, str]] = {
+    **dict.fromkeys(("status", "server"), "llama_runtime.updater.cli.status"),
+    **dict.fromkeys(("update", "plan"), "llama_runtime.updater.cli.update"),
+    **dict.fromkeys(("pin", "unpin"), "llama_runtime.updater.cli.pin"),
+    **dict.fromkeys(("list", "use", "remove", "which", "rollback", "doctor"), "llama_runtime.updater.cli.lifecycle"),
+    **dict.fromkeys(("install-file", "export", "mirror", "gc"), "llama_runtime.updater.cli.offline"),
+    **dict.fromkeys(("check", "job"), "llama_runtime.updater.cli.jobs"),
+    "gate": "llama_runtime.updater.cli.gate",
+    "completion": "llama_runtime.updater.cli.main",
+}
+
 #: Command name -> handler; :func:`build_parser` fills it from :data:`COMMAND_MODULES`.
 COMMANDS: dict[str, Handler] = {}
+
+#: The global options that take a value, and those that take none, as :func:`_add_global_options` adds them.
+_VALUED_OPTIONS: Final = frozenset(
+    {"--home", "--api-url", "--repo", "--ca-bundle", "--backend", "--channel", "--follow"}
+)
+_FLAG_OPTIONS: Final = frozenset({"--json", "--log-json", "-v", "-vv", "--verbose", "-q", "--quiet", "--no-progress"})
+
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names, when argparse is sure to read the same one; else ``None``.
+
+    Only global options spelled out in full may come before it (``--home DIR``, ``--home=DIR``,
+    ``--json``, ``-v``): an abbreviation, a cluster of short flags or ``--`` leaves the reading
+    to argparse and the whole parser.
+    """
+    words = iter(argv)
+    for word in words:
+        if word in _FLAG_OPTIONS:
+            continue
+        if word in _VALUED_OPTIONS:
+            next(words, None)
+            continue
+        if word.startswith("--") and word.partition("=")[0] in _VALUED_OPTIONS:
+            continue
+        return word if word in COMMAND_MODULE_OF else None
+    return None
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -256,8 +297,12 @@ def tool_version() -> str:
     return __version__
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``llama-runtime``; also fills :data:`COMMANDS`."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of ``llama-runtime``; also fills :data:`COMMANDS`.
+
+    ``only``: a command whose module alone adds its commands (a command line that names it needs
+    no other: building all ~370 arguments of every command cost ``status`` a quarter of its start-up).
+    """
     parser = _Parser(
         prog="llama-runtime", description="Keep llama.cpp's llama-server current, verified and rollback-safe."
     )
@@ -270,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_global_options(p, top=False)
         return p
 
-    for module in COMMAND_MODULES:
+    for module in COMMAND_MODULES if only is None else [COMMAND_MODULE_OF[only]]:
         COMMANDS.update(importlib.import_module(module).register(add))
     return parser
 

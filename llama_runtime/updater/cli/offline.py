@@ -30,6 +30,11 @@ def register(add: AddParser) -> dict[str, Handler]:
         help="the archive's build attestation: a Sigstore bundle, `gh attestation download` JSON lines, "
         "or the attestations API's answer; verified offline",
     )
+    p.add_argument(
+        "--allow-no-device",
+        action="store_true",
+        help="install an explicit --backend's build even if it lists no such device here (a machine image)",
+    )
     from llama_runtime.updater.cli.common import add_require_provenance
 
     add_require_provenance(p)
@@ -122,6 +127,7 @@ def cmd_install_file(args: argparse.Namespace, out: Output) -> int:
         repo=updater.repo if args.repo is not None else None,
         sha256=args.sha256,
         attestation=Path(args.bundle).expanduser() if args.bundle else None,
+        allow_no_device=args.allow_no_device,
     )
     m = outcome.active.marker
     if outcome.result == "up_to_date":

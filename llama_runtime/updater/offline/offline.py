@@ -37,8 +37,9 @@ from llama_runtime.runtime.errors import (
     UserInputError,
 )
 from llama_runtime.runtime.fsutil import is_disk_full, remove_tree_quietly, sha256_file
-from llama_runtime.runtime.layout import Home, HomeSnapshot, InstalledRuntime
+from llama_runtime.runtime.layout import Home, InstalledRuntime
 from llama_runtime.runtime.marker import InstallMarker
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.activate.attempts import UpdateOutcome
 from llama_runtime.updater.activate.installer import Installer
 from llama_runtime.updater.config import EXTRACTED_SIZE_FACTOR, MAX_ASSET_BYTES
@@ -71,7 +72,8 @@ class InstallFileRequest:
     """What ``install-file`` was asked.
 
     ``tag``, ``repo`` and ``backend`` are ``None`` when the caller gave none;
-    ``default_repo`` then applies to plain archives.
+    ``default_repo`` then applies to plain archives. A ``backend`` given by name must list a
+    device of it, as for ``update``, unless ``allow_no_device`` (a machine image made elsewhere).
     """
 
     archive: Path
@@ -81,6 +83,7 @@ class InstallFileRequest:
     backend: str | None = None
     sha256: str | None = None
     attestation: Path | None = None
+    allow_no_device: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,8 @@ def archive_facts(request: InstallFileRequest, info: AssetInfo | None, host_plat
         asset=name,
         source="file",
         reason=f"installed from the file {request.archive}",
+        explicit_backend=requested is not None,
+        allow_no_device=request.allow_no_device,
     )
 
 
@@ -162,6 +167,8 @@ def bundle_facts(request: InstallFileRequest, marker: InstallMarker) -> InstallF
         source="bundle",
         extra_assets=marker.extra_assets,
         reason=f"restored from the bundle {request.archive} (first installed from {marker.source})",
+        explicit_backend=request.backend not in (None, "auto"),
+        allow_no_device=request.allow_no_device,
     )
 
 

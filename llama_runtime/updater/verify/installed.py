@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING
 
 from llama_runtime.runtime.binary import ProcessRunner
 from llama_runtime.runtime.errors import UserInputError, VerificationError
-from llama_runtime.runtime.layout import HomeSnapshot, InstalledRuntime
+from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.marker import (
     InstallMarker,
     file_problems,
     install_order,
 )
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.runtime.trust import trust_problems
 from llama_runtime.updater.stage.staged import Staged
 from llama_runtime.updater.verify.install_facts import InstallFacts

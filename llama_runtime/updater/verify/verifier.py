@@ -20,8 +20,9 @@ from llama_runtime.runtime.binary import ProcessRunner
 from llama_runtime.runtime.confine import confined
 from llama_runtime.runtime.errors import VerificationError
 from llama_runtime.runtime.inference import InferenceResult
-from llama_runtime.runtime.layout import HomeSnapshot, InstalledRuntime
+from llama_runtime.runtime.layout import InstalledRuntime
 from llama_runtime.runtime.sandbox import Sandbox
+from llama_runtime.runtime.snapshot import HomeSnapshot
 from llama_runtime.updater.choice.host import HostFacts
 from llama_runtime.updater.config import GatePolicy
 from llama_runtime.updater.logs import get_logger
