@@ -7,7 +7,7 @@ This module is the public, stable API for apps that embed llama-runtime, in 42 n
 * the results an app reads (each a frozen dataclass whose ``to_json()`` is the CLI's ``--json``
   object of the same verb) and :class:`InstalledRuntime`, the runtime they name;
 * the seams an app may implement or pass (:class:`ServerControl`, :class:`Clock`,
-  :data:`ProcessRunner`, :class:`ReleaseSource`, a :class:`Progress` callback) and the inference gate
+  :data:`ProcessRunner`, :class:`BuildSource`, a :class:`Progress` callback) and the inference gate
   (:class:`GatePolicy`, :func:`probe_inference`, :func:`load_gate_settings`, :func:`save_gate_settings`);
 * :class:`Vocabulary` (the words a front end offers and checks) and :func:`configure_logging`;
 * the error categories an app catches, rooted at :class:`LlamaRuntimeError`.
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.config import GatePolicy, Settings
     from llama_runtime.updater.logs import configure_logging
     from llama_runtime.updater.progress import Progress
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import BuildSource
     from llama_runtime.updater.verify.gate import load_gate_settings, save_gate_settings
 
 #: Public name -> the module that defines it. Loaded on first attribute access.
@@ -93,7 +93,7 @@ _EXPORTS: dict[str, str] = {
     "PlanResult": "llama_runtime.updater.api.manage",
     "ProcessRunner": "llama_runtime.runtime.binary",
     "Progress": "llama_runtime.updater.progress",
-    "ReleaseSource": "llama_runtime.updater.sources.source",
+    "BuildSource": "llama_runtime.updater.sources.source",
     "RemoteError": "llama_runtime.runtime.errors",
     "RemoveResult": "llama_runtime.updater.api.manage",
     "RollbackResult": "llama_runtime.updater.api.manage",
@@ -200,6 +200,7 @@ _ALSO: dict[str, str] = {
 
 __all__ = [
     "BackendUnavailableError",
+    "BuildSource",
     "BusyError",
     "CancelledError",
     "CheckResult",
@@ -220,7 +221,6 @@ __all__ = [
     "PlanResult",
     "ProcessRunner",
     "Progress",
-    "ReleaseSource",
     "RemoteError",
     "RemoveResult",
     "RollbackResult",

@@ -9,7 +9,7 @@ compares what it sees with the expected facts kept in ``scripts/upstream-facts.j
   ``nightly-tag.txt``, builds are prereleases, the pointer's bytes match the digest
   GitHub publishes for it;
 * stable and nightly, resolved by the project's own channel code
-  (:func:`llama_runtime.updater.sources.resolve.resolve_latest_remote`);
+  (:meth:`llama_runtime.updater.sources.github.GitHubClient.resolve`);
 * every asset name of those builds, matched against the known asset families
   (toolkit versions abstracted: a new CUDA version is a bump, a new family is drift)
   and read by the project's own :func:`~llama_runtime.updater.release.assetnames.parse_asset_name`;
@@ -71,7 +71,6 @@ from llama_runtime.updater.release.channel import (
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.tags import parse_tag
 from llama_runtime.updater.sources.github import GitHubClient
-from llama_runtime.updater.sources.resolve import resolve_latest_remote
 from llama_runtime.updater.verify.provenance import ProvenanceCheck
 from llama_runtime.updater.verify.signer import Signer
 
@@ -541,7 +540,7 @@ def provenance_check(client: GitHubClient, facts: Facts, report: Report) -> Prov
     The signer policy accepts a source ref of the default branch (or a tag); the facts' eras name
     ``refs/heads/<default_branch>``, so a renamed default branch is drift.
     """
-    branch = client.default_branch()
+    branch = client.repository().trusted_default_branch
     if branch is None:
         report.add("note", "signing", f"{client.repo}'s default branch is unknown; the policy accepts master and main")
     elif branch != facts.default_branch:
@@ -592,7 +591,7 @@ def check_chosen(
 def resolve(client: GitHubClient, channel: Channel, report: Report) -> ResolvedRelease | None:
     """``channel`` resolved by the project's own code; a failure is drift (the report says why)."""
     try:
-        found = resolve_latest_remote(client, channel)
+        found = client.resolve(channel)
     except (ReleaseNotFoundError, IntegrityError) as exc:
         report.add("drift", "resolution", f"{channel}: the project cannot resolve it: {exc.message}")
         return None

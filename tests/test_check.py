@@ -29,7 +29,7 @@ from llama_runtime.updater.choice.decide import upgrade_verdict
 from llama_runtime.updater.choice.host import host_for_platform
 from llama_runtime.updater.cli import jobs as cli_jobs
 from llama_runtime.updater.cli.main import main
-from llama_runtime.updater.sources.source import RateLimit
+from llama_runtime.updater.net.limits import RateLimit
 from tests.fakegithub import FakeGitHub, Fault
 from tests.helpers import REPO, HomeGuard, assert_runs
 from tests.test_service import make_updater, publish

@@ -60,7 +60,7 @@ def test_missing_tag_raises_release_not_found_without_retry(github: FakeGitHub) 
 def test_nightly_picks_b10000_over_later_created_b9999(github: FakeGitHub) -> None:
     github.add_release(REPO, "b10000", {}, stable=False)
     github.add_release(REPO, "b9999", {}, stable=False)  # created later: GitHub's /latest would say b9999
-    assert client(github).latest_release("nightly").tag == "b10000"
+    assert client(github).resolve("nightly").release.tag == "b10000"
     (only,) = github.requests_to("api")
     assert only.path == LIST_PATH and "per_page=10" in only.query
 
@@ -69,7 +69,7 @@ def test_stable_skips_drafts_and_prereleases(github: FakeGitHub) -> None:
     github.add_release(REPO, "b100", {})
     github.add_release(REPO, "b102", {}, draft=True)
     github.add_release(REPO, "b101", {}, prerelease=True)
-    assert client(github).latest_release().tag == "b100"
+    assert client(github).resolve().release.tag == "b100"
 
 
 def test_stable_of_a_fork_is_releases_latest_in_one_request(github: FakeGitHub) -> None:
@@ -77,7 +77,7 @@ def test_stable_of_a_fork_is_releases_latest_in_one_request(github: FakeGitHub) 
     github.add_release(fork, "b9000", {"llama-b9000-bin-ubuntu-x64.tar.gz": b"x"})
     github.add_release(fork, "b9596-mix-e6f2453", {"llama-b9596-mix-e6f2453-bin-ubuntu-x64.tar.gz": b"x"})
     api = GitHubClient(github.api_url, fork, sleep=Sleeps())
-    assert api.latest_release().tag == "b9596-mix-e6f2453"
+    assert api.resolve().release.tag == "b9596-mix-e6f2453"
     assert [r.path for r in github.requests_to("api")] == [f"/api/repos/{fork}/releases/latest"]
 
 
@@ -85,7 +85,7 @@ def test_latest_of_empty_repository_is_release_not_found(github: FakeGitHub) -> 
     github.add_release("someone/else", "b1", {})
     github.set_default_branch(REPO, "master")  # the repository exists, without a release
     with pytest.raises(ReleaseNotFoundError, match=r"No releases found in ggml-org/llama\.cpp"):
-        client(github).latest_release()
+        client(github).resolve()
 
 
 def test_second_call_with_etag_cache_is_a_304_returning_the_same_release(github: FakeGitHub, tmp_path: Path) -> None:
@@ -103,9 +103,9 @@ def test_second_call_with_etag_cache_is_a_304_returning_the_same_release(github:
 def test_changed_release_is_refetched_despite_etag_cache(github: FakeGitHub, tmp_path: Path) -> None:
     cache = JsonFileEtagCache(tmp_path / "etags.json")
     github.add_release(REPO, "b1", {})
-    assert client(github, etag_cache=cache).latest_release().tag == "b1"
+    assert client(github, etag_cache=cache).resolve().release.tag == "b1"
     github.add_release(REPO, "b2", {})
-    assert client(github, etag_cache=cache).latest_release().tag == "b2"
+    assert client(github, etag_cache=cache).resolve().release.tag == "b2"
     assert [r.status for r in github.requests_to("api", "/releases/latest")] == [200, 200]
 
 

@@ -243,19 +243,19 @@ def test_client_reads_the_default_branch_with_its_etag_and_tolerates_its_absence
     github.set_default_branch(FORK, "develop")
     cache = JsonFileEtagCache(tmp_path / "etags.json")
     with GitHubClient(github.api_url, UPSTREAM, etag_cache=cache) as client:
-        assert client.default_branch() == "master"
-        assert client.default_branch() == "master"
+        assert client.repository().trusted_default_branch == "master"
+        assert client.repository().trusted_default_branch == "master"
     assert [r.status for r in github.requests_to("api", f"/api/repos/{UPSTREAM}") if r.path.endswith(".cpp")] == [
         200,
         304,
     ]
     with GitHubClient(github.api_url, FORK) as client:
-        assert client.default_branch() == "develop"
+        assert client.repository().trusted_default_branch == "develop"
     with GitHubClient(github.api_url, "nobody/nothing") as client:
-        assert client.default_branch() is None  # 404
+        assert client.repository().trusted_default_branch is None  # 404
     github.inject(f"/api/repos/{FORK}", Fault(status=500, times=None))
     with GitHubClient(github.api_url, FORK, attempts=1, sleep=lambda _: None) as client:
-        assert client.default_branch() is None
+        assert client.repository().trusted_default_branch is None
 
 
 def test_mirror_stores_the_default_branch_but_its_clients_do_not_key_trust_on_it(
@@ -268,14 +268,16 @@ def test_mirror_stores_the_default_branch_but_its_clients_do_not_key_trust_on_it
     dest = tmp_path / "mirror"
     url, root = file_api_url(dest.as_uri())
     with GitHubClient(url, UPSTREAM, transport=FileTransport(root)) as client:
-        assert client.default_branch() is None  # nothing mirrored yet
+        assert client.repository().trusted_default_branch is None  # nothing mirrored yet
     github.add_release(UPSTREAM, "b7000", {"x.txt": b"x"})
     paths = mirror_paths(dest, UPSTREAM)
     with GitHubClient(github.api_url, UPSTREAM) as upstream:
         assert mirror_repository(upstream, paths) == "master"
     assert json.loads(paths.repository_json.read_text())["default_branch"] == "master"
     with GitHubClient(url, UPSTREAM, transport=FileTransport(root)) as client:
-        assert client.default_branch() is None  # what a mirror says about itself: unknown to the policy
+        assert (
+            client.repository().trusted_default_branch is None
+        )  # what a mirror says about itself: unknown to the policy
 
 
 # -- what status says: only what the certificate proves ---------------------------------
@@ -342,4 +344,4 @@ def test_a_default_branch_answer_git_could_not_name_is_unknown(github: FakeGitHu
     github.add_release(UPSTREAM, "b1", {"x": b"x"})
     github.set_default_branch(UPSTREAM, branch)
     with GitHubClient(github.api_url, UPSTREAM) as client:
-        assert client.default_branch() is None
+        assert client.repository().trusted_default_branch is None

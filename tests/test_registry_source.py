@@ -99,6 +99,38 @@ def test_tags_semver_names_plan_list_and_check_read_the_registry(
     assert code == 7 and "does not exist" in payload["error"]["message"], payload
 
 
+def test_the_registry_answers_for_its_own_tags_and_invents_no_pointer_file(
+    registry: Registry, filled: dict[str, Any], home: Path
+) -> None:
+    """Proves: stable, nightly, a build tag, a semver tag and a digest pin resolve from the registry's tags
+    alone; its newest builds carry the semver tags naming them; nothing it offers is a nightly-tag.txt."""
+    from llama_runtime.updater.config import resolve_settings
+    from llama_runtime.updater.engine import Engine
+
+    engine = Engine(resolve_settings(home=str(home), api_url=registry.url(), backend="cpu"))
+    pin = f"b7000@{filled['manifests']['b7000']}"
+    with engine.open_source() as source:
+        answers = {
+            "stable": source.resolve("stable"),
+            "nightly": source.resolve("nightly"),
+            "b7000": source.resolve(tag="b7000"),
+            "v0.1.0": source.resolve(tag="v0.1.0"),
+            pin: source.resolve(tag=pin),
+        }
+        builds = source.builds(10)
+    assert {asked: (r.build_tag, r.version) for asked, r in answers.items()} == {
+        "stable": ("b7001", "v0.2.0"),
+        "nightly": ("b7001", None),
+        "b7000": ("b7000", None),
+        "v0.1.0": ("b7000", "v0.1.0"),
+        pin: ("b7000", None),
+    }
+    assert [(b.tag, b.versions) for b in builds] == [("b7001", ("v0.2.0",)), ("b7000", ("v0.1.0",))]
+    offered = [a.name for r in [*(x.release for x in answers.values()), *(b.release for b in builds)] for a in r.assets]
+    assert offered and "nightly-tag.txt" not in offered
+    assert answers["b7000"].release.origin == f"{registry.url()}@{filled['manifests']['b7000']}"
+
+
 def test_a_layer_whose_bytes_are_not_its_digest_is_exit_8_and_the_runtime_is_untouched(
     capsys: pytest.CaptureFixture[str], registry: Registry, filled: dict[str, Any], home: Path, tmp_path: Path
 ) -> None:

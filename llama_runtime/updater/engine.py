@@ -11,7 +11,7 @@ importing this module costs nothing of httpx, the installer or process control.
 
     settings = resolve_settings(home=..., api_url=...)
     engine = Engine(settings, Seams(host=my_probe))
-    source = engine.open_source()                 # a ReleaseSource; the caller closes it
+    source = engine.open_source()                 # a BuildSource; the caller closes it
         installer = engine.installer(source)
 """
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import GatePolicy, Settings
     from llama_runtime.updater.sources.oci.client import RegistryClient
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import BuildSource
     from llama_runtime.updater.stage.streaming import FetchOptions
 
 __all__ = ["Engine", "Seams"]
@@ -53,7 +53,8 @@ class Seams:
     """What tests and embedding apps may replace; ``None`` means the real part.
 
     Attributes:
-        source_factory: Builds the release client (a test double, a mirror client).
+        source_factory: Builds the build source every verb asks (any
+            :class:`~updater.sources.source.BuildSource`: an app's own, a test's).
         host: Returns the host facts (default: detect this machine once).
         runner: Runs a staged binary to verify it.
         server: The llama-server to switch around an activation (default: the
@@ -61,7 +62,7 @@ class Seams:
         clock: Wall and monotonic time (job records and rates, the rate-limit backoff).
     """
 
-    source_factory: Callable[[], ReleaseSource] | None = None
+    source_factory: Callable[[], BuildSource] | None = None
     host: Callable[[], HostFacts] | None = None
     runner: ProcessRunner | None = None
     server: ServerControl | None = None
@@ -82,8 +83,8 @@ class Engine:
         self.home = Home(settings.home)
         self._host: HostFacts | None = None
 
-    def open_source(self, *, etag_cache: bool = True, api_deadline: bool = True) -> ReleaseSource:
-        """The release source for the configured API URL and repository; the caller closes it.
+    def open_source(self, *, etag_cache: bool = True, api_deadline: bool = True) -> BuildSource:
+        """The build source for the configured API URL and repository (or the seams'); the caller closes it.
 
         A ``file://`` URL is a mirror directory read through a file transport;
         anything else is the GitHub REST API (or a static mirror) over HTTP.
@@ -202,7 +203,7 @@ class Engine:
 
         return ManagedServer(self.home.server_dir)
 
-    def installer(self, source: ReleaseSource | None = None) -> Installer:
+    def installer(self, source: BuildSource | None = None) -> Installer:
         """The install transaction over this home (``source`` for updates, none for local work)."""
         from llama_runtime.runtime.binary import run_process
         from llama_runtime.runtime.clock import utc_iso

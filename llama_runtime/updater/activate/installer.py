@@ -80,7 +80,6 @@ from llama_runtime.updater.fetch.cache import AssetCache
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import CancelCheck, Progress, ProgressCallback, silent
 from llama_runtime.updater.release.channel import Channel, ResolvedRelease
-from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
 from llama_runtime.updater.stage.streaming import FetchOptions
 from llama_runtime.updater.verify.installed import active_state, describe
 from llama_runtime.updater.verify.provenance import ProvenanceCheck
@@ -88,7 +87,7 @@ from llama_runtime.updater.verify.verifier import Verifier
 
 if TYPE_CHECKING:
     from llama_runtime.updater.release.release import Release
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import BuildSource
 
 log = get_logger("llama_runtime.install")
 
@@ -125,7 +124,7 @@ class Installer:
         self,
         home: Home,
         *,
-        source: ReleaseSource | None = None,
+        source: BuildSource | None = None,
         host: Callable[[], HostFacts],
         runner: ProcessRunner = run_process,
         env: Mapping[str, str] | None = None,
@@ -446,9 +445,7 @@ class Installer:
         if self.source is None:
             raise UserInputError("No release source configured for this operation.")
         with span("resolve"):
-            if request.tag:
-                return resolve_tag_remote(self.source, request.tag)
-            return resolve_latest_remote(self.source, channel)
+            return self.source.resolve(channel, tag=request.tag or None)
 
     # -- switching to what is installed ---------------------------------------
 

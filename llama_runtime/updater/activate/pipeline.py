@@ -69,7 +69,7 @@ from llama_runtime.updater.verify.verifier import Verifier, at_stage
 from llama_runtime.updater.verify.verify import Expected, check_requested_device, read_back_marker
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import BuildSource
 
 __all__ = ["Acquirer", "InstallPipeline", "PlannedInstall", "StoragePolicy", "download_facts"]
 
@@ -131,7 +131,7 @@ class Acquirer:
         self,
         home: Home,
         *,
-        source: ReleaseSource | None,
+        source: BuildSource | None,
         cache: AssetCache,
         options: FetchOptions,
         provenance: ProvenanceCheck,
@@ -258,7 +258,8 @@ class Acquirer:
                 continue
             if answer and not asked:
                 # The signer policy's ref rule needs the default branch: asked once, only when something is published.
-                checking, asked = checking.knowing_default_branch(repo, self.source.default_branch()), True
+                branch = self.source.repository().trusted_default_branch
+                checking, asked = checking.knowing_default_branch(repo, branch), True
             check = checking.evaluate_answer(asset.name, download.sha256, repo, answer)
             if check.status == "absent" and was_attested(self.home.root, download.sha256):
                 # Verified here before: its builder attests it, only this source lacks the proof.
@@ -449,8 +450,7 @@ class InstallPipeline:
         checkpoint("after_download")
         facts = download_facts(release, choice, planned.backend_request, downloads, planned.identity, reused)
         # A registry's manifest, when the bytes came from one.
-        source = self.acquirer.source
-        facts = replace(facts, source=(source.origin_of(release) if source is not None else None) or facts.source)
+        facts = replace(facts, source=release.origin or facts.source)
         try:
             with span("provenance"):
                 facts, staged = self._check_provenance(release, choice, fetched[0], downloads, facts, emit, reused)

@@ -16,7 +16,7 @@ from llama_runtime.updater.logs import get_logger, warn_state
 
 if TYPE_CHECKING:
     from llama_runtime.runtime.errors import RateLimitError
-    from llama_runtime.updater.sources.source import RateLimit
+    from llama_runtime.updater.net.limits import RateLimit
 
 __all__ = [
     "BACKOFF_NAME",

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.release.channel import Channel
     from llama_runtime.updater.release.release import Release
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import BuildSource
 
 __all__ = [
     "DEFAULT_BACKOFF_SECONDS",
@@ -256,7 +256,7 @@ def _ask_latest(
             backoff.set(not_before_after_error(exc, refused_at), exc.message, now=refused_at)
             raise
         answered_at = clock.time()
-        after = not_before_after_success(source.last_rate_limit, answered_at)
+        after = not_before_after_success(source.net.quota, answered_at)
     if after is not None:
         backoff.set(after, "the last request used GitHub's remaining quota", now=answered_at)
     else:
@@ -265,20 +265,14 @@ def _ask_latest(
 
 
 def _latest_for_check(
-    source: ReleaseSource, channel: Channel, marker: InstallMarker | None
+    source: BuildSource, channel: Channel, marker: InstallMarker | None
 ) -> tuple[str, str | None, Release | None, tuple[str, ...]]:
     """``(build tag, semver, build release, warnings)``; the release is ``None`` when the
     build is the one installed (nothing more to look up: one request for stable)."""
-    from llama_runtime.updater.release.channel import pointer_asset
-    from llama_runtime.updater.sources.resolve import peek_latest_build, resolve_fetched
-
     installed = marker.tag if marker is not None and marker.repo == source.repo else None
-    peek = peek_latest_build(source, channel, installed)
-    if installed == peek.build_tag:
-        return peek.build_tag, peek.version, None, peek.notes
-    if pointer_asset(peek.release) is not None:
-        return peek.build_tag, peek.version, resolve_fetched(source, peek.release).release, peek.notes
-    return peek.build_tag, peek.version, peek.release, peek.notes
+    found = source.resolve(channel, installed=installed)
+    release = None if installed == found.build_tag else found.release
+    return found.build_tag, found.version, release, found.notes
 
 
 def _decide(ctx: UseCaseContext, request: UpdateRequest, marker: InstallMarker | None, latest: _Latest) -> Plan:

@@ -27,8 +27,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.decide import Available
     from llama_runtime.updater.choice.host import HostFacts
     from llama_runtime.updater.config import Settings
-    from llama_runtime.updater.release.release import Release
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import BuildSource
 
 __all__ = [
     "DamagedRuntime",
@@ -45,10 +44,10 @@ __all__ = [
     "status_of",
 ]
 
-#: Pages of releases ``list(available=True)`` reads at most (100 each, one API request each): upstream
-#: publishes a dozen builds a day but a stable release only now and then.
+#: Rounds of builds ``list(available=True)`` looks through at most (100 each, one API request each on
+#: GitHub): upstream publishes a dozen builds a day but a stable release only now and then.
 AVAILABLE_MAX_PAGES: Final[int] = 3
-#: A page this full may have a next one (GitHub's maximum page size, which ``recent_releases`` asks for).
+#: Builds asked for per round (GitHub's page size: one API request each).
 RELEASES_PER_PAGE: Final[int] = 100
 
 REPAIR_HINT: Final[str] = (
@@ -479,66 +478,36 @@ def _file_checks(snapshot: HomeSnapshot) -> dict[str, RuntimeCheck]:
 
 def available_for(
     settings: Settings,
-    source: ReleaseSource,
+    source: BuildSource,
     host: HostFacts,
     installed: list[InstalledRuntime],
     active: InstalledRuntime | None,
     limit: int,
 ) -> tuple[Available, ...]:
-    """The newest releases with an asset for ``host`` and the backend asked for (or the active one's).
+    """The newest builds with an asset for ``host`` and the backend asked for (or the active one's).
 
-    Pages are read until ``limit`` builds are found or :data:`AVAILABLE_MAX_PAGES` were read: upstream
-    cuts a stable release far less often than it publishes builds, so one page holds few of them.
+    The source's newest builds are looked through a hundred more at a time until ``limit`` fit
+    or :data:`AVAILABLE_MAX_PAGES` hundreds were: upstream cuts a stable release far less often
+    than it publishes builds, so the newest hundred hold few of them.
     """
     from llama_runtime.updater.choice.decide import available_builds
-    from llama_runtime.updater.release.channel import channel_builds, parse_channel
-    from llama_runtime.updater.sources.resolve import pointers_on_page
+    from llama_runtime.updater.release.channel import ResolvedRelease, parse_channel
 
     backend = settings.backend if settings.backend_explicit else (active.marker.backend_request if active else "auto")
     stored = active.marker.channel if active and active.marker.channel else None
     channel = parse_channel(settings.channel or stored or "stable")
     have = {(r.marker.tag, r.marker.asset) for r in installed if r.marker.repo.lower() == settings.repo.lower()}
     found: list[Available] = []
-    releases: list[Release] = []
-    pointers: dict[str, str] = {}
-    completed: dict[str, Release | None] = {}
-
-    def enrich(release: Release) -> Release | None:  # once per release, however many pages follow
-        if release.tag not in completed:
-            completed[release.tag] = _with_metadata_or_none(source, release)
-        return completed[release.tag]
-
+    seen = 0
     for page in range(1, AVAILABLE_MAX_PAGES + 1):
-        batch, last = _release_page(source, page)
-        releases += batch
-        pointers.update(pointers_on_page(source, batch))  # each page's pointers read once
-        builds = channel_builds(releases, channel, pointers)
-        found = available_builds(builds, host, backend, installed=have, limit=limit, enrich=enrich)
-        if last or len(found) >= limit:
+        builds = source.builds(page * RELEASES_PER_PAGE)
+        offered = [
+            ResolvedRelease(b.tag, b.versions[0] if b.versions else None, b.release)
+            for b in builds
+            if channel == "nightly" or b.stable
+        ]
+        found = available_builds(offered, host, backend, installed=have, limit=limit)
+        if len(found) >= limit or len(builds) <= seen:
             break
+        seen = len(builds)
     return tuple(found)
-
-
-def _with_metadata_or_none(source: ReleaseSource, release: Release) -> Release | None:
-    """``release`` with its build metadata; ``None`` when that is broken (one bad release does not hide the rest)."""
-    from llama_runtime.runtime.errors import IntegrityError
-    from llama_runtime.updater.sources.resolve import release_with_manifest
-
-    try:
-        return release_with_manifest(source, release)
-    except IntegrityError:
-        return None
-
-
-def _release_page(source: ReleaseSource, page: int) -> tuple[list[Release], bool]:
-    """One page of releases, and whether it was the last one (a static mirror has only its latest)."""
-    from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
-    from llama_runtime.updater.sources.source import DirectoryListingError
-
-    try:
-        batch = source.recent_releases(page=page)
-    except (RateLimitError, NetworkError, DirectoryListingError):
-        raise  # a directory listing is never read as an empty list
-    except RemoteError:
-        return ([source.latest_release()] if page == 1 else []), True  # a static mirror lists nothing
-    return batch, len(batch) < RELEASES_PER_PAGE

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.choice.decide import UpdateRequest
     from llama_runtime.updater.engine import Engine
     from llama_runtime.updater.progress import CancelCheck, ProgressCallback
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import BuildSource
 
     JobWork = Callable[[ProgressCallback, CancelCheck], tuple[dict[str, object], UpdateOutcome | None]]
     from llama_runtime.updater.progress import Progress
@@ -398,7 +398,7 @@ class JobRunner:
         self.home.check_safe()
 
         def work(progress: ProgressCallback, cancel: CancelCheck) -> tuple[dict[str, object], UpdateOutcome | None]:
-            source: ReleaseSource | None = None
+            source: BuildSource | None = None
             try:
                 source = self.engine.open_source()
                 self._hold_while_rate_limited(source)
@@ -474,7 +474,7 @@ class JobRunner:
                 raise job.exception
             return job
 
-    def _hold_while_rate_limited(self, source: ReleaseSource) -> None:
+    def _hold_while_rate_limited(self, source: BuildSource) -> None:
         """Ask the source nothing while the home's stored rate-limit back-off runs (``check`` honours it too)."""
         from llama_runtime.updater.api.backoff import Backoff
 
@@ -483,7 +483,7 @@ class JobRunner:
         now = self.engine.seams.clock.time()
         not_before = Backoff(self.home.cache_dir).not_before(now)
         if not_before is not None and now < not_before:
-            source.hold_requests(
+            source.net.hold(
                 not_before - now,
                 "An earlier request used up the source's rate limit; not asking again before "
                 f"{when_text(not_before, now)}.",

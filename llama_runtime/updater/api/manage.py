@@ -657,7 +657,6 @@ def plan(
     """The release, asset and action ``update`` would take, and why; downloads nothing."""
     from llama_runtime.runtime.pin import pinned_tag
     from llama_runtime.updater.choice.decide import UpdateRequest, channel_request, decide, held_request
-    from llama_runtime.updater.sources.resolve import resolve_latest_remote, resolve_tag_remote
     from llama_runtime.updater.verify.installed import active_state
 
     host, cuda_line = _plan_host(platform, cuda_version, host_file, ctx.engine.host)
@@ -677,8 +676,7 @@ def plan(
     request, held = held_request(request)
     channel = channel_request(request, active.marker if active else None)
     with ctx.engine.open_source(etag_cache=False) as client:
-        tag = request.tag
-        resolved = resolve_tag_remote(client, tag) if tag else resolve_latest_remote(client, channel)
+        resolved = client.resolve(channel, tag=request.tag or None)
     decision = decide(request, active, resolved.release, host)
     decision.raise_if_refused()
     if held is not None:

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from llama_runtime.updater.offline.registry_push import Promotion, PushReport
     from llama_runtime.updater.progress import ProgressCallback
     from llama_runtime.updater.release.channel import Channel
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import BuildSource
 
 __all__ = ["RuntimeUpdater"]
 
@@ -100,8 +100,9 @@ class RuntimeUpdater:
             active runtime's stored channel, else ``stable``).
         api_url: GitHub REST API base (default: ``LLAMA_RUNTIME_GITHUB_API``, else GitHub's).
         token: GitHub token; default: what the contract allows for ``api_url`` from the environment.
-        source_factory: Builds the release client (tests, mirrors); default a
-            :class:`~updater.sources.github.GitHubClient` with the home's ETag cache.
+        source_factory: Builds the :class:`~llama_runtime.BuildSource` every verb asks (an app's
+            own source, a test's); default the one ``api_url`` names (GitHub, a mirror directory,
+            a registry) with the home's ETag cache.
         host: A test seam returning the host facts (an internal object, as
             ``llama_runtime.updater.choice.host.host_for_platform`` builds one);
             default: detect this machine once.
@@ -130,7 +131,7 @@ class RuntimeUpdater:
         channel: str | None = None,
         api_url: str | None = None,
         token: str | None = None,
-        source_factory: Callable[[], ReleaseSource] | None = None,
+        source_factory: Callable[[], BuildSource] | None = None,
         host: Callable[[], object] | None = None,
         runner: ProcessRunner | None = None,
         clock: Clock = SYSTEM_CLOCK,

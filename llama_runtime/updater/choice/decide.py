@@ -208,7 +208,7 @@ def channel_request(request: UpdateRequest, active: InstallMarker | None) -> Cha
         UserInputError: The request's (or the marker's) channel is not a channel.
     """
     # A registry channel tag passed the settings' check, or was stored by an install from a registry:
-    # the source says whether it has such a tag (resolve.resolve_latest_remote).
+    # the source says whether it has such a tag (its BuildSource.resolve).
     if request.channel is not None:
         return parse_channel(request.channel, registry=True)
     if active is not None and active.channel:

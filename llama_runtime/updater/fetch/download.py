@@ -316,9 +316,6 @@ def download_asset(
             partial and its sidecar are deleted first.
     """
     job = _Job(source, asset, dest_partial, max_bytes, expected_size, expected_sha256, on_disk)
-    held = source.held_bytes(asset)
-    if held is not None:  # nothing to fetch: the same checks, on the bytes the source holds
-        return job.from_held(held, progress)
     job.watch = PaceWatch(pace if pace is not None else DownloadPace())
     return _with_retries(job, progress, cancel, sleep=sleep, attempts=attempts)
 
@@ -456,19 +453,6 @@ class _Job:
                 f"the connection failed after {human_size(total)} ({type(exc).__name__})"
             ) from exc
         return total
-
-    def from_held(self, data: bytes, progress: BytesDone | None) -> DownloadResult:
-        """The file of bytes the source holds itself, checked as a download's (size, cap, digest)."""
-        if len(data) > self.cap:
-            raise SizeMismatchError(self._too_big_message())
-        with self.path.open("wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        self._tell(len(data))
-        if progress is not None:
-            progress(len(data), self.expected_size)
-        return self._finish(hashlib.sha256(data), len(data), 0)
 
     def _finish(self, hasher: _Hash, total: int, resumed_from: int) -> DownloadResult:
         if self.expected_size is not None and total < self.expected_size:

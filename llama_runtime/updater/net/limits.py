@@ -7,6 +7,7 @@ GitHub's own quota headers stay in the GitHub adapter; this is what every source
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Final
 
@@ -19,6 +20,7 @@ from llama_runtime.runtime.fsutil import decimal
 __all__ = [
     "DEFAULT_RATE_LIMIT_SECONDS",
     "MAX_RETRY_WAIT_SECONDS",
+    "RateLimit",
     "extra_wait",
     "rate_limit_refusal",
     "retry_after_seconds",
@@ -32,6 +34,21 @@ DEFAULT_RATE_LIMIT_SECONDS: Final[int] = 60
 MAX_RETRY_WAIT_SECONDS: Final[float] = 10.0
 #: Longest ``Retry-After`` taken at its word (seconds): a day; a longer one is a day.
 MAX_RETRY_AFTER_SECONDS: Final[int] = 24 * 3600
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A server's own word about its request quota, as its source read it from an answer.
+
+    Attributes:
+        limit: Requests allowed per window, if sent.
+        remaining: Requests left in the window, if sent.
+        reset: UTC epoch seconds when the window resets, if sent.
+    """
+
+    limit: int | None
+    remaining: int | None
+    reset: int | None
 
 
 def retry_after_seconds(response: httpx.Response, clock: Clock = SYSTEM_CLOCK) -> float | None:

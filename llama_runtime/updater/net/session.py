@@ -41,7 +41,7 @@ from llama_runtime.runtime.clock import (
 from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
 from llama_runtime.updater.net.body import API_BODY_DEADLINE_SECONDS, MAX_API_BODY_BYTES, read_capped, too_slow
 from llama_runtime.updater.net.identity import user_agent
-from llama_runtime.updater.net.limits import MAX_RETRY_WAIT_SECONDS, retry_after_seconds
+from llama_runtime.updater.net.limits import MAX_RETRY_WAIT_SECONDS, RateLimit, retry_after_seconds
 from llama_runtime.updater.net.origin import may_carry_credentials, origin_of, same_origin
 from llama_runtime.updater.net.tls import TLS_TRUST_HINT, is_untrusted_certificate
 
@@ -188,6 +188,10 @@ class Session:
         self.clock = clock
         self.deadline_name = deadline_name
         self._held: tuple[float, str] | None = None  # (monotonic deadline, why): see hold
+        #: The quota the last answer reported, as the source that reads its headers recorded it
+        #: (``None``: none reported; a registry or a mirror sends none). The scheduler stays away
+        #: after an answer that spent the last request, whichever source it came from.
+        self.quota: RateLimit | None = None
 
     def hold(self, seconds: float, why: str) -> None:
         """Refuse every request for ``seconds`` with :class:`RateLimitError` saying ``why``.

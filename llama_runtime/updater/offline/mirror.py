@@ -17,8 +17,9 @@ Invariants:
     * The mirror answers like GitHub, so its clients need no special case:
       ``releases/latest`` is the newest non-prerelease release it holds (none
       after only nightly syncs), the listing keeps upstream's prerelease flags,
-      and a semver release keeps its ``nightly-tag.txt`` (and its digest), written
-      after the build it names. ``releases`` is a directory: its listing is its
+      and a semver release is GitHub's shape: one ``nightly-tag.txt`` naming its
+      build (written here from what the source says names what, with its digest),
+      published after the build it names. ``releases`` is a directory: its listing is its
       ``index.json`` and the same bytes as ``index.html``, which any static
       server answers the directory with (never its own HTML directory listing).
 
@@ -29,6 +30,7 @@ A ``file://`` mirror is read without a server through
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -40,6 +42,7 @@ from llama_runtime.runtime.errors import BusyError, IntegrityError, RemoteError,
 from llama_runtime.runtime.fsutil import (
     ATOMIC_TMP_SUFFIX,
     SHARED_FILE_MODE,
+    atomic_write_bytes,
     fsync_directory,
     is_disk_full,
     remove_tree,
@@ -55,12 +58,10 @@ from llama_runtime.updater.release.channel import (
     MAX_NIGHTLY_TAG_BYTES,
     NIGHTLY_TAG_ASSET,
     Channel,
-    ResolvedRelease,
     parse_nightly_tag,
-    pointer_asset,
 )
 from llama_runtime.updater.release.release import Asset, Release
-from llama_runtime.updater.release.tags import highest_version, is_release_version, validate_tag
+from llama_runtime.updater.release.tags import highest_first, highest_version, is_release_version, validate_tag
 from llama_runtime.updater.sources.mirror_reader import (
     OWN_SHA_KEY,
     SHA_DIR_CHARS,
@@ -76,16 +77,11 @@ from llama_runtime.updater.sources.mirror_reader import (
     release_json,
     select_assets,
 )
-from llama_runtime.updater.sources.resolve import (
-    pointers_on_page,
-    resolve_fetched,
-    resolve_latest_remote,
-)
-from llama_runtime.updater.sources.source import DirectoryListingError
+from llama_runtime.updater.sources.source import Build
 from llama_runtime.updater.stage.streaming import FetchOptions
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import BuildSource
 
 __all__ = [
     "LOCK_NAME",
@@ -255,7 +251,7 @@ class AssetOutcome:
     fetched_bytes: int | None
 
 
-def mirror_attestations(client: ReleaseSource, paths: MirrorPaths, sha256: str) -> bool:
+def mirror_attestations(client: BuildSource, paths: MirrorPaths, sha256: str) -> bool:
     """Store upstream's attestations of the file ``sha256`` on the API's route; whether there were any.
 
     Written before the release JSON that names the file, so a client that sees
@@ -289,14 +285,14 @@ def mirror_attestations(client: ReleaseSource, paths: MirrorPaths, sha256: str) 
     return True
 
 
-def mirror_repository(client: ReleaseSource, paths: MirrorPaths) -> str | None:
+def mirror_repository(client: BuildSource, paths: MirrorPaths) -> str | None:
     """Store the repository's default branch where clients ask GitHub for it; the branch, if known.
 
     It is the mirror's own word, which the signer policy of its clients never keys on
     (a fork's default branch stays unknown there); a sync that cannot learn it leaves
     what an earlier one stored.
     """
-    branch = client.default_branch()
+    branch = client.repository().trusted_default_branch
     if branch is not None:
         doc = {"full_name": client.repo, "default_branch": branch}
         paths.repository_json.parent.mkdir(parents=True, exist_ok=True)
@@ -305,7 +301,7 @@ def mirror_repository(client: ReleaseSource, paths: MirrorPaths) -> str | None:
 
 
 def ensure_asset(
-    client: ReleaseSource,
+    client: BuildSource,
     dest: Path,
     paths: MirrorPaths,
     tag: str,
@@ -485,7 +481,7 @@ class MirrorReport:
 
 
 def sync_mirror(
-    client: ReleaseSource,
+    client: BuildSource,
     dest: Path,
     *,
     tag: str | None = None,
@@ -522,22 +518,22 @@ def sync_mirror(
     """
     tag = _checked_request(dest, tag, latest, prune)
     report = MirrorReport(dest=dest)
-    releases, versions, notes = _wanted(client, tag, latest, channel)
+    builds, notes = _wanted(client, tag, latest, channel)
     report.warnings = list(notes)
-    if not releases:
+    if not builds:
         from llama_runtime.runtime.errors import ReleaseNotFoundError
 
         raise ReleaseNotFoundError(f"No bN releases found in {client.repo} to mirror.")
     paths = mirror_paths(dest, client.repo)
     wanted_platforms, wanted_backends = list(platforms), list(backends)
-    needed = sum(a.size for rel in releases for a in select_assets(rel, wanted_platforms, wanted_backends))
+    needed = sum(a.size for b in builds for a in select_assets(b.release, wanted_platforms, wanted_backends))
     with one_writer(dest), disk_space_errors(dest, needed, f"the mirror of {client.repo}"):
         mirror_repository(client, paths)
-        for release in releases:
-            chosen = _chosen(client, release, wanted_platforms, wanted_backends)
-            _sync_release(client, dest, paths, release, chosen, report, fetch)
-            report.releases.append(release.tag)
-        _sync_versions(client, dest, paths, versions, report)
+        for build in builds:
+            chosen = _chosen(client, build.release, wanted_platforms, wanted_backends)
+            _sync_release(client, dest, paths, build.release, chosen, report, fetch)
+            report.releases.append(build.tag)
+        _sync_versions(paths, builds, report)
         if prune:
             report.pruned = prune_releases(paths.releases, [*report.releases, *report.versions])
         report.latest, report.latest_version = publish_latest(paths)
@@ -562,62 +558,68 @@ def _checked_request(dest: Path, tag: str | None, latest: int, prune: bool) -> s
     return tag
 
 
-def _wanted(
-    client: ReleaseSource, tag: str | None, count: int, channel: Channel
-) -> tuple[list[Release], list[Release], tuple[str, ...]]:
-    """What to mirror: the builds, the semver releases that name them, and the releases passed over.
+#: Newest builds a sync looks through for the older ones ``--latest N`` mirrors (GitHub: one page of releases).
+LISTED_BUILDS: Final[int] = 100
 
-    A semver release is kept as upstream publishes it (its ``nightly-tag.txt``),
-    so ``--tag vX.Y.Z`` and ``stable`` resolve through the mirror as through GitHub.
+
+def _wanted(client: BuildSource, tag: str | None, count: int, channel: Channel) -> tuple[list[Build], tuple[str, ...]]:
+    """What to mirror: the builds, each with the semver releases naming it, and the releases passed over.
+
+    A semver release is mirrored as GitHub publishes it (a ``nightly-tag.txt`` naming
+    its build), so ``--tag vX.Y.Z`` and ``stable`` resolve through the mirror as through GitHub.
     """
     if tag is not None:
-        asked = client.get_release(tag)
-        found = resolve_fetched(client, asked)  # a vX.Y.Z is followed to the build its nightly-tag.txt names
-        return [found.release], [asked] if found.version == asked.tag else [], found.notes
-    releases, versions, found = _newest(client, count, channel)
-    if found.version is not None and all(v.tag != found.version for v in versions):
-        versions.insert(0, client.get_release(found.version))
-    return releases, versions, found.notes
-
-
-def _newest(
-    client: ReleaseSource, count: int, channel: Channel
-) -> tuple[list[Release], list[Release], ResolvedRelease]:
-    """The build ``channel`` calls latest (the resolver every verb uses), then older builds; the
-    semver releases on the page that name the older builds; and how the first was found."""
-    from llama_runtime.runtime.errors import NetworkError, RateLimitError, RemoteError
-
-    found = resolve_latest_remote(client, channel)
+        found = client.resolve(channel, tag=tag)  # a vX.Y.Z is followed to the build it names
+        return [Build(found.release, (found.version,) if found.version else ())], found.notes
+    found = client.resolve(channel)  # the resolver every verb uses
     top = found.release
-    if count == 1:
-        return [top], [], found
-    try:
-        page = client.recent_releases()
-    except (RateLimitError, NetworkError, DirectoryListingError):
-        raise
-    except RemoteError:
-        return [top], [], found  # the upstream is itself a static mirror that cannot list: only its latest
-    older = newest_releases(page, count - 1, below=any_build_number(top.tag), prereleases=True, decorated=True)
-    builds = [top, *older]
-    # Each build keeps the semver release that names it, so `stable` offers it through the mirror too.
-    named = {tag: build for tag, build in pointers_on_page(client, page).items() if build in {b.tag for b in builds}}
-    versions = [r for r in page if r.tag in named]
-    return builds, versions, found
+    versions: dict[str, set[str]] = {top.tag: {found.version} if found.version else set()}
+    older: list[Release] = []
+    if count > 1:
+        listed = client.builds(LISTED_BUILDS)
+        below = any_build_number(top.tag)
+        older = newest_releases([b.release for b in listed], count - 1, below=below, prereleases=True, decorated=True)
+        # Each build keeps the semver releases that name it, so `stable` offers it through the mirror too.
+        for build in listed:
+            versions.setdefault(build.tag, set()).update(build.versions)
+    return [Build(r, highest_first(versions.get(r.tag, set()))) for r in [top, *older]], found.notes
 
 
-def _sync_versions(
-    client: ReleaseSource, dest: Path, paths: MirrorPaths, versions: list[Release], report: MirrorReport
-) -> None:
-    """Mirror each semver release with its ``nightly-tag.txt`` (no attestation upstream), after the
-    builds they name are published: a visible pointer never names a missing release."""
-    for version in versions:
-        pointer = pointer_asset(version)
-        if pointer is not None and pointer.is_complete:
-            _sync_release(client, dest, paths, version, [pointer], report, attest=False)
-            report.versions.append(version.tag)
+def _sync_versions(paths: MirrorPaths, builds: list[Build], report: MirrorReport) -> None:
+    """Mirror each semver release naming a build, as GitHub has it: its one asset a ``nightly-tag.txt``
+    naming the build. Written after the builds they name are published: a visible pointer never names
+    a missing release."""
+    for build in builds:
+        for version in build.versions:
+            outcome = _write_version(paths, validate_tag(version), build.release)
+            report.note_asset(f"{version}/{NIGHTLY_TAG_ASSET}", outcome)
+            report.versions.append(version)
 
 
-def _mirrored_tag(client: ReleaseSource, release: Release) -> str:
+def _write_version(paths: MirrorPaths, version: str, build: Release) -> AssetOutcome:
+    """The semver release ``version`` in the mirror: its ``nightly-tag.txt`` (content-addressed), then its JSON.
+
+    Returns:
+        The pointer file's outcome: reused when an intact copy was there, else written (its bytes).
+    """
+    content = f"{build.tag}\n".encode()
+    sha256 = hashlib.sha256(content).hexdigest()
+    target = paths.asset(version, sha256, NIGHTLY_TAG_ASSET)
+    outcome = AssetOutcome(sha256, fetched_bytes=None)
+    if not (target.is_file() and sha256_file(target) == sha256):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, content, mode=SHARED_FILE_MODE)
+        outcome = AssetOutcome(sha256, fetched_bytes=len(content))
+    pointer = Asset(NIGHTLY_TAG_ASSET, len(content), target.name, f"sha256:{sha256}")
+    previous = read_json(paths.tag_json(version))
+    listed = [asset_json(pointer, version, sha256)]
+    release = Release(build.repo, version, (pointer,), published_at=build.published_at)
+    write_record(paths.tag_json(version), release_json(release, listed), mode=SHARED_FILE_MODE)
+    prune_generations(paths, version, [listed, list(entries(previous)), list(entries(read_json(paths.latest_json)))])
+    return outcome
+
+
+def _mirrored_tag(client: BuildSource, release: Release) -> str:
     """The tag ``release`` is mirrored under: a build tag, or a semver release (``v0.2.0``).
 
     Raises:
@@ -631,7 +633,7 @@ def _mirrored_tag(client: ReleaseSource, release: Release) -> str:
         ) from None
 
 
-def _chosen(client: ReleaseSource, release: Release, platforms: list[str], backends: list[str]) -> list[Asset]:
+def _chosen(client: BuildSource, release: Release, platforms: list[str], backends: list[str]) -> list[Asset]:
     """The assets of the build ``release`` to mirror.
 
     Raises:
@@ -649,7 +651,7 @@ def _chosen(client: ReleaseSource, release: Release, platforms: list[str], backe
 
 
 def _sync_release(
-    client: ReleaseSource,
+    client: BuildSource,
     dest: Path,
     paths: MirrorPaths,
     release: Release,
@@ -687,12 +689,12 @@ def _size_matches(path: Path | None, size: object) -> bool:
 
 
 def wanted_releases(
-    client: ReleaseSource, tag: str | None, count: int, channel: Channel
-) -> tuple[list[Release], list[Release], tuple[str, ...]]:
-    """What a sync mirrors, for any destination: the builds, the semver releases naming them, and notes."""
+    client: BuildSource, tag: str | None, count: int, channel: Channel
+) -> tuple[list[Build], tuple[str, ...]]:
+    """What a sync mirrors, for any destination: the builds (each with the semver releases naming it), and notes."""
     return _wanted(client, tag, count, channel)
 
 
-def chosen_assets(client: ReleaseSource, release: Release, platforms: list[str], backends: list[str]) -> list[Asset]:
+def chosen_assets(client: BuildSource, release: Release, platforms: list[str], backends: list[str]) -> list[Asset]:
     """The assets of ``release`` a sync mirrors under the filters (raises ``BackendUnavailableError``: none)."""
     return _chosen(client, release, platforms, backends)

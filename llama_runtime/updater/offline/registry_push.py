@@ -47,7 +47,7 @@ from llama_runtime.runtime.fsutil import sha256_file
 from llama_runtime.updater.fetch.scratch import scratch_dir
 from llama_runtime.updater.logs import get_logger
 from llama_runtime.updater.progress import Progress
-from llama_runtime.updater.release.channel import Channel, pointer_asset
+from llama_runtime.updater.release.channel import Channel
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.tags import is_release_version
 from llama_runtime.updater.sources.oci.artifact import (
@@ -80,7 +80,7 @@ from llama_runtime.updater.sources.oci.reference import valid_tag
 
 if TYPE_CHECKING:
     from llama_runtime.updater.offline.mirror import MirrorFetch
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import BuildSource
 
 __all__ = ["PushReport", "promote", "sync_registry"]
 
@@ -142,7 +142,7 @@ class PushReport:
 
 
 def sync_registry(
-    client: ReleaseSource,
+    client: BuildSource,
     registry: RegistryClient,
     *,
     tag: str | None = None,
@@ -176,9 +176,10 @@ def sync_registry(
         raise UserInputError(f"--newest must be 1 or more, not {latest}.")
     if tag is not None and not is_release_version(tag):
         tag = mirror_tag(tag)
-    builds, versions, notes = wanted_releases(client, tag, latest, channel)
+    wanted_builds, notes = wanted_releases(client, tag, latest, channel)
     report = PushReport(dest=registry.ref.display, warnings=list(notes))
-    named = _versions_by_build(client, versions)
+    builds = [b.release for b in wanted_builds]
+    named = {b.tag: list(b.versions) for b in wanted_builds if b.versions}  # build tag -> semver tags naming it
     tags = _Tags(registry, report, sleep)
     replaced: dict[str, str] = {}  # a build's manifest before this run merged into it -> the build tag
     with _scratch(registry.ref.repository_url) as scratch:
@@ -384,18 +385,6 @@ def promote(registry: RegistryClient, tag: str | None, channel: str, *, to_sync:
     return digest
 
 
-def _versions_by_build(client: ReleaseSource, versions: list[Release]) -> dict[str, list[str]]:
-    """Build tag -> the semver releases whose ``nightly-tag.txt`` names it."""
-    from llama_runtime.updater.sources.resolve import read_pointer
-
-    named: dict[str, list[str]] = {}
-    for version in versions:
-        pointer = pointer_asset(version)
-        if pointer is not None and pointer.is_complete:
-            named.setdefault(read_pointer(client, version, pointer), []).append(version.tag)
-    return named
-
-
 def _ensure_blob(registry: RegistryClient, digest: str, data: bytes) -> None:
     if not registry.has_blob(digest):
         registry.push_blob(digest, len(data), lambda offset: iter([data[offset:]]))
@@ -477,7 +466,7 @@ class _BuildPush:
 
     def __init__(
         self,
-        client: ReleaseSource,
+        client: BuildSource,
         registry: RegistryClient,
         scratch: Path,
         fetch: MirrorFetch,

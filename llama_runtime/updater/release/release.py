@@ -107,6 +107,10 @@ class Release:
     read and checked; ``None`` when the release publishes none.
     ``target_commitish`` is what the release was created at (a commit, or a
     branch name), as GitHub sends it; ``None`` when it sends none.
+    ``origin`` is where the source read the release's bytes from when the
+    repository and tag do not say it exactly (a registry's
+    ``oci://host/name@sha256:…``); ``None`` otherwise. It is not part of the
+    release's identity (equality ignores it).
     """
 
     repo: str
@@ -117,6 +121,7 @@ class Release:
     published_at: str | None = None
     manifest: BuildManifest | None = None
     target_commitish: str | None = None
+    origin: str | None = field(default=None, compare=False)
 
     def asset(self, name: str) -> Asset | None:
         """The asset called ``name``, if the release has one."""

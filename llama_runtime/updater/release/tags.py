@@ -200,3 +200,9 @@ def highest_version(tags: Iterable[str]) -> str | None:
         if best is None or version > best[0]:
             best = (version, raw.strip())
     return best[1] if best is not None else None
+
+
+def highest_first(tags: Iterable[str]) -> tuple[str, ...]:
+    """The semver releases ``vX.Y.Z`` among ``tags``, each once, highest first by semver (others left out)."""
+    found = {raw.strip() for raw in tags if is_release_version(raw)}
+    return tuple(sorted(found, key=lambda tag: Version(tag[1:]), reverse=True))

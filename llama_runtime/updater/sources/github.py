@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Final, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import httpx
 
@@ -54,6 +54,7 @@ from llama_runtime.updater.credentials import (
 )
 from llama_runtime.updater.logs import get_logger, redact_with, warn_state
 from llama_runtime.updater.net.body import ACCEPT_ENCODING
+from llama_runtime.updater.net.limits import RateLimit
 from llama_runtime.updater.net.session import OriginCredential, Session, connection_pool
 from llama_runtime.updater.release.release import (
     Asset,
@@ -68,7 +69,10 @@ from llama_runtime.updater.release.release import (
 from llama_runtime.updater.release.remote_json import loads_bounded
 from llama_runtime.updater.release.tags import is_release_version
 from llama_runtime.updater.sources.github_limits import rate_limit_error, rate_limit_of
-from llama_runtime.updater.sources.source import EtagCache, RateLimit
+from llama_runtime.updater.sources.source import Build, EtagCache, RepositoryFacts
+
+if TYPE_CHECKING:
+    from llama_runtime.updater.release.channel import Channel, ResolvedRelease
 
 __all__ = ["GitHubClient"]
 
@@ -196,10 +200,6 @@ class GitHubClient:
             backoff and slow answers included (``None``: no overall bound, only each request's).
     """
 
-    #: GitHub has no manifests to pin and no channels but ``stable`` and ``nightly``.
-    accepts_digest_pins: ClassVar[bool] = False
-    accepts_channel_tags: ClassVar[bool] = False
-
     def __init__(
         self,
         api_url: str,
@@ -223,9 +223,9 @@ class GitHubClient:
         self.attempts = attempts
         self.clock = clock
         self.api_budget = TimeBudget(math.inf if api_deadline is None else api_deadline, clock)
-        self.last_rate_limit: RateLimit | None = None
         # Whether the newest JSON answer carried GitHub's rate-limit headers: the API's own, not a mirror's file.
         self._answered_by_api = False
+        self._pages: dict[int, list[Release]] = {}  # release pages builds() read (page number -> releases)
         # Last guard of the token policy: whatever the caller passes, a token
         # never travels in clear text to a host that is not this machine.
         self._token = checked_token(token) if token and may_send_token(self.api_url) else None
@@ -266,15 +266,42 @@ class GitHubClient:
         """``Authorization`` for ``url`` if it is on the API origin, else nothing."""
         return self._credential.auth_headers_for(url) if self._credential is not None else {}
 
-    def hold_requests(self, seconds: float, why: str) -> None:
-        """Refuse every API request for ``seconds`` with :class:`RateLimitError` saying ``why``.
+    @property
+    def last_rate_limit(self) -> RateLimit | None:
+        """GitHub's ``x-ratelimit-*`` headers of the last API answer that sent them (kept by the session)."""
+        return self.net.quota
 
-        A rate-limit back-off stored by an earlier refusal: asking again before it ends
-        spends quota GitHub said was gone (and a secondary limit grows with each ask).
+    # -- BuildSource -------------------------------------------------------------------------
+    def resolve(
+        self, channel: Channel = "stable", *, tag: str | None = None, installed: str | None = None
+    ) -> ResolvedRelease:
+        """The build ``tag`` or ``channel`` stands for, through GitHub's releases (:mod:`.resolve`).
+
+        Raises:
+            UserInputError: A manifest pin (``TAG@sha256:…``) or a channel besides ``stable`` and
+                ``nightly``: GitHub has neither.
+            ReleaseNotFoundError, ReleaseIncompleteError, IntegrityError: As :func:`.resolve.resolve_github`.
+            RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
         """
-        self.net.hold(seconds, why)
+        from llama_runtime.updater.sources.resolve import resolve_github
 
-    # -- public verbs ----------------------------------------------------------------------
+        return resolve_github(self, channel, tag=tag, installed=installed)
+
+    def builds(self, limit: int) -> list[Build]:
+        """The newest builds on the release pages, each with the semver releases naming it (:mod:`.resolve`).
+
+        Each page is read once per client (a client lives for one command).
+        """
+        from llama_runtime.updater.sources.resolve import github_builds
+
+        return github_builds(self, limit, self._pages)
+
+    def repository(self) -> RepositoryFacts:
+        """The repository's default branch, trusted only when GitHub's own API said it (see below)."""
+        branch, trusted = self._default_branch()
+        return RepositoryFacts(branch, trusted)
+
+    # -- release listing (the mirror writer, ``list --available``) --------------------------
     def get_release(self, tag: str) -> Release:
         """The published release whose tag is exactly ``tag``.
 
@@ -308,8 +335,8 @@ class GitHubClient:
             raise RemoteError("GitHub answered with something that is not release data (not a list).")
         return [_absolute_urls(r, url) for r in _usable([parse_release(self.repo, item) for item in payload])]
 
-    def default_branch(self) -> str | None:
-        """The repository's default branch, or ``None`` when it cannot be learnt here.
+    def _default_branch(self) -> tuple[str | None, bool]:
+        """The repository's default branch (``None`` when it cannot be learnt here), and whether GitHub said it.
 
         ``GET /repos/{owner}/{repo}`` (GitHub docs, "Get a repository": the
         repository object's ``default_branch``), cached with its ETag like the
@@ -326,12 +353,14 @@ class GitHubClient:
             payload = self._get_json(url, f"The repository {self.repo} was not found.")
         except RemoteError as exc:
             log.debug("default branch unknown", repo=self.repo, reason=exc.message)
-            return None
+            return None, False
         if not self._answered_by_api:
             log.debug("default branch unknown", repo=self.repo, reason="a mirror's answer, not GitHub's")
-            return None
+            return None, False
         branch = payload.get("default_branch") if isinstance(payload, dict) else None
-        return branch if isinstance(branch, str) and is_ref_name(branch) and not branch.startswith("refs/") else None
+        if isinstance(branch, str) and is_ref_name(branch) and not branch.startswith("refs/"):
+            return branch, True
+        return None, False
 
     def latest_published(self) -> Release:
         """GitHub's ``/releases/latest``: the newest non-draft, non-prerelease release.
@@ -420,21 +449,6 @@ class GitHubClient:
 
         return resolve_bundle_urls(answer, fetch)
 
-    def origin_of(self, release: Release) -> str | None:
-        """Nothing beyond the repository and tag: a release's assets are named by them."""
-        return None
-
-    def latest_release(self, channel: str = "stable") -> Release:
-        """The build release ``channel`` calls latest (see :func:`updater.sources.resolve.resolve_latest_remote`).
-
-        Raises:
-            ReleaseNotFoundError: Nothing qualifies.
-            RateLimitError, NetworkError, RemoteError: As :meth:`get_release`.
-        """
-        from llama_runtime.updater.sources.resolve import resolve_latest_remote
-
-        return resolve_latest_remote(self, "nightly" if channel == "nightly" else "stable").release
-
     def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
         """URL and headers to download ``asset``.
 
@@ -449,10 +463,6 @@ class GitHubClient:
         if asset.api_url and self.auth_headers_for(asset.api_url):
             return asset.api_url, {**headers, **self.auth_headers_for(asset.api_url)}
         return asset.download_url, headers
-
-    def held_bytes(self, asset: Asset) -> bytes | None:
-        """Nothing: every asset of a release is fetched."""
-        return None
 
     def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
         """The whole body of a small asset (``nightly-tag.txt``), at most ``max_bytes``.
@@ -538,7 +548,7 @@ class GitHubClient:
         self._answered_by_api = "x-ratelimit-limit" in response.headers
         quota = rate_limit_of(response)
         if quota is not None:  # a mirror reports none: keep what the API said last
-            self.last_rate_limit = quota
+            self.net.quota = quota
         log.debug(
             "github",
             url=url,

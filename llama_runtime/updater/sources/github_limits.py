@@ -15,7 +15,7 @@ import httpx
 from llama_runtime.runtime.errors import RateLimitError
 from llama_runtime.runtime.fsutil import decimal, parse_record
 from llama_runtime.updater.credentials import GITHUB_API_ORIGIN, redact_url, token_names_for
-from llama_runtime.updater.sources.source import RateLimit
+from llama_runtime.updater.net.limits import RateLimit
 
 __all__ = ["SECONDARY_BACKOFF_SECONDS", "int_header", "rate_limit_error", "rate_limit_of", "token_hint"]
 

@@ -34,7 +34,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from llama_runtime.runtime.errors import (
     DigestMismatchError,
@@ -73,19 +73,24 @@ from llama_runtime.updater.release.manifest import (
     parse_manifest,
 )
 from llama_runtime.updater.release.release import Asset, Release
-from llama_runtime.updater.sources.source import DirectoryListingError
+from llama_runtime.updater.release.tags import highest_first, parse_tag
+from llama_runtime.updater.sources.source import Build, DirectoryListingError
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.sources.source import ReleaseSource
+    from llama_runtime.updater.sources.source import EtagCache
 
 __all__ = [
     "NIGHTLY_PER_PAGE",
+    "BuildFiles",
+    "GitHubReleases",
     "LatestPeek",
+    "github_builds",
     "peek_latest_build",
     "pointers_on_page",
     "read_pointer",
     "release_with_manifest",
     "resolve_fetched",
+    "resolve_github",
     "resolve_latest_remote",
     "resolve_tag_remote",
     "with_build_manifest",
@@ -101,6 +106,44 @@ NIGHTLY_PER_PAGE: Final[int] = 10
 _POINTER_CACHE_PREFIX: Final[str] = "nightly-tag:"
 _MANIFEST_CACHE_PREFIX: Final[str] = "build-manifest:"
 _T = TypeVar("_T")
+
+
+class BuildFiles(Protocol):
+    """Where a build's small metadata files are read from (its checksum index, a fork's manifest)."""
+
+    @property
+    def repo(self) -> str:
+        """``owner/name`` of the repository."""
+        ...
+
+    @property
+    def etag_cache(self) -> EtagCache | None:
+        """Where small reads are kept by the asset's identity, if anywhere."""
+        ...
+
+    def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
+        """The whole body of a small asset, refused past ``max_bytes``."""
+        ...
+
+
+class GitHubReleases(BuildFiles, Protocol):
+    """GitHub's releases as its REST API (or a static mirror of it) offers them: the GitHub adapter's own shape."""
+
+    def get_release(self, tag: str) -> Release:
+        """The release whose tag is exactly ``tag`` (raises ``ReleaseNotFoundError``)."""
+        ...
+
+    def latest_published(self) -> Release:
+        """``releases/latest`` (the newest non-prerelease release)."""
+        ...
+
+    def recent_releases(self, per_page: int = 100, page: int = 1) -> list[Release]:
+        """A page of releases, newest first (a static mirror may raise ``RemoteError``: it has no list)."""
+        ...
+
+    def version_tags(self) -> list[str] | None:
+        """The semver release tags ``vX.Y.Z``, in no order (``None`` where it cannot say: a mirror)."""
+        ...
 
 
 def _pointer_key(asset: Asset, prefix: str = _POINTER_CACHE_PREFIX) -> tuple[str, str]:
@@ -148,7 +191,7 @@ def _check_published_bytes(release: Release, asset: Asset, data: bytes) -> None:
         )
 
 
-def read_pointer(client: ReleaseSource, release: Release, asset: Asset) -> str:
+def read_pointer(client: GitHubReleases, release: Release, asset: Asset) -> str:
     """The build named by ``release``'s ``nightly-tag.txt`` (cached while the asset is unchanged).
 
     Raises:
@@ -169,7 +212,7 @@ def read_pointer(client: ReleaseSource, release: Release, asset: Asset) -> str:
     return named
 
 
-def pointers_on_page(client: ReleaseSource, releases: Sequence[Release]) -> dict[str, str]:
+def pointers_on_page(client: GitHubReleases, releases: Sequence[Release]) -> dict[str, str]:
     """Semver release tag -> the build its ``nightly-tag.txt`` names, for the stable releases in ``releases``.
 
     Each read is a web download (no API quota), cached while the asset is
@@ -194,7 +237,7 @@ def pointers_on_page(client: ReleaseSource, releases: Sequence[Release]) -> dict
     return found
 
 
-def _read_metadata(client: ReleaseSource, release: Release, asset: Asset, parse: Callable[[bytes], _T]) -> _T:
+def _read_metadata(client: BuildFiles, release: Release, asset: Asset, parse: Callable[[bytes], _T]) -> _T:
     """A build-metadata file of ``release``, parsed; cached by the asset's identity once it parsed.
 
     A cached copy that no longer parses (a damaged cache) is read again from the
@@ -225,7 +268,7 @@ def _read_metadata(client: ReleaseSource, release: Release, asset: Asset, parse:
     return parsed
 
 
-def _approved_digests(client: ReleaseSource, release: Release) -> dict[str, str]:
+def _approved_digests(client: BuildFiles, release: Release) -> dict[str, str]:
     """What the release's checksum index approves (asset -> sha256); empty without a complete index."""
 
     index = release.asset(CHECKSUM_INDEX_ASSET)
@@ -270,7 +313,7 @@ def _manifest_parser(release: Release, approved: Mapping[str, str]) -> Callable[
     return parse
 
 
-def release_with_manifest(client: ReleaseSource, release: Release) -> Release:
+def release_with_manifest(client: BuildFiles, release: Release) -> Release:
     """``release`` with its build metadata applied, when it publishes any.
 
     The checksum index (``llama-prebuilt-sha256.json``) gives every asset it lists
@@ -294,20 +337,20 @@ def release_with_manifest(client: ReleaseSource, release: Release) -> Release:
     return release if manifest is None else dataclasses.replace(release, manifest=manifest)
 
 
-def with_build_manifest(client: ReleaseSource, found: ResolvedRelease) -> ResolvedRelease:
+def with_build_manifest(client: BuildFiles, found: ResolvedRelease) -> ResolvedRelease:
     """``found`` with its build release's metadata applied (see :func:`release_with_manifest`)."""
     release = release_with_manifest(client, found.release)
     return found if release is found.release else dataclasses.replace(found, release=release)
 
 
-def _published_build(client: ReleaseSource, tag: str) -> Release | None:
+def _published_build(client: GitHubReleases, tag: str) -> Release | None:
     try:
         return client.get_release(tag)
     except ReleaseNotFoundError:
         return None
 
 
-def resolve_fetched(client: ReleaseSource, release: Release) -> ResolvedRelease:
+def resolve_fetched(client: GitHubReleases, release: Release) -> ResolvedRelease:
     """``release`` to its build: itself, or the build its pointer names (one more request).
 
     Raises:
@@ -335,7 +378,7 @@ MAX_RELEASE_PAGES: Final[int] = 3
 _RELEASES_PER_PAGE: Final[int] = 100
 
 
-def _paged_versions(client: ReleaseSource, below: str) -> dict[str, Release]:
+def _paged_versions(client: GitHubReleases, below: str) -> dict[str, Release]:
     """The semver releases below ``below`` on the first :data:`MAX_RELEASE_PAGES` pages of ``/releases``.
 
     Where the tags cannot be asked for. A source that cannot list either
@@ -357,7 +400,7 @@ def _paged_versions(client: ReleaseSource, below: str) -> dict[str, Release]:
     return found
 
 
-def _older_stable(client: ReleaseSource, skipped: Release, installed: str | None) -> Iterator[StableFallback]:
+def _older_stable(client: GitHubReleases, skipped: Release, installed: str | None) -> Iterator[StableFallback]:
     """The semver releases below ``skipped``, highest first, each looked up only when the one before failed.
 
     One request for the tags, then per release one for it and one for its build
@@ -393,7 +436,7 @@ def _older_stable(client: ReleaseSource, skipped: Release, installed: str | None
             yield StableFallback(tag, release, named, None if named == installed else _published_build(client, named))
 
 
-def _stable_remote(client: ReleaseSource) -> ResolvedRelease:
+def _stable_remote(client: GitHubReleases) -> ResolvedRelease:
     """``stable``'s build: ``/releases/latest`` followed, or the newest older release that names one."""
     latest = client.latest_published()
     skipped = missing_pointer(latest)
@@ -403,7 +446,7 @@ def _stable_remote(client: ReleaseSource) -> ResolvedRelease:
     return with_build_manifest(client, with_notes(follow_fallback(chosen), notes))
 
 
-def peek_latest_build(client: ReleaseSource, channel: Channel, installed: str | None = None) -> LatestPeek:
+def peek_latest_build(client: GitHubReleases, channel: Channel, installed: str | None = None) -> LatestPeek:
     """The build ``channel`` calls latest, without fetching that build when stable points at it.
 
     The scheduled check's cheap path: when the build is the one installed,
@@ -440,7 +483,7 @@ def peek_latest_build(client: ReleaseSource, channel: Channel, installed: str | 
     return LatestPeek(found.build_tag, found.version, found.release)
 
 
-def resolve_tag_remote(client: ReleaseSource, tag: str) -> ResolvedRelease:
+def resolve_tag_remote(client: GitHubReleases, tag: str) -> ResolvedRelease:
     """The build ``tag`` stands for: a build tag itself, or a ``vX.Y.Z`` followed to its build.
 
     Raises:
@@ -449,9 +492,7 @@ def resolve_tag_remote(client: ReleaseSource, tag: str) -> ResolvedRelease:
         IntegrityError: Its ``nightly-tag.txt`` breaks the rules or fails its published digest.
         RateLimitError, NetworkError, RemoteError: GitHub failed.
     """
-    if "@" in tag and not client.accepts_digest_pins:  # only a registry pins manifests
-        from llama_runtime.runtime.errors import UserInputError
-
+    if "@" in tag:  # GitHub has no manifests to pin: only a registry source has
         raise UserInputError(
             f"--tag {tag} pins a manifest digest, which only a registry source has; "
             "use --api-url oci://HOST/NS/NAME, or the tag alone."
@@ -459,22 +500,7 @@ def resolve_tag_remote(client: ReleaseSource, tag: str) -> ResolvedRelease:
     return resolve_fetched(client, client.get_release(tag))
 
 
-def _registry_channel(client: ReleaseSource, channel: Channel) -> ResolvedRelease:
-    """The build a registry's channel tag (``candidate``, ``canary``) names now.
-
-    Raises:
-        UserInputError: The source is no registry: only a registry has channels of its own.
-        ReleaseNotFoundError: The registry holds no such tag.
-    """
-    if not client.accepts_channel_tags:
-        raise UserInputError(
-            f"The channel {channel!r} is a registry channel; this source has only 'stable' and 'nightly'.",
-            hint="Use --channel stable or nightly, or --api-url oci://HOST/NS/NAME for a registry that holds it.",
-        )
-    return resolve_fetched(client, client.get_release(channel))
-
-
-def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRelease:
+def resolve_latest_remote(client: GitHubReleases, channel: Channel) -> ResolvedRelease:
     """The build ``channel`` calls latest, fetched with the fewest requests.
 
     Raises:
@@ -483,8 +509,11 @@ def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRe
         IntegrityError: A ``nightly-tag.txt`` breaks the rules or fails its published digest.
         RateLimitError, NetworkError, RemoteError: GitHub failed.
     """
-    if channel not in CHANNELS:
-        return _registry_channel(client, channel)
+    if channel not in CHANNELS:  # GitHub's releases have no channels of their own: a registry's tags do
+        raise UserInputError(
+            f"The channel {channel!r} is a registry channel; this source has only 'stable' and 'nightly'.",
+            hint="Use --channel stable or nightly, or --api-url oci://HOST/NS/NAME for a registry that holds it.",
+        )
     if channel == "nightly":
         try:
             page = client.recent_releases(per_page=NIGHTLY_PER_PAGE)
@@ -498,3 +527,89 @@ def resolve_latest_remote(client: ReleaseSource, channel: Channel) -> ResolvedRe
             page = [client.latest_published()]
         return with_build_manifest(client, resolve_latest(page, "nightly"))
     return _stable_remote(client)
+
+
+def resolve_github(
+    client: GitHubReleases, channel: Channel, *, tag: str | None = None, installed: str | None = None
+) -> ResolvedRelease:
+    """:meth:`BuildSource.resolve <updater.sources.source.BuildSource.resolve>` through GitHub's releases.
+
+    With ``installed``, the scheduled check's cheap path (:func:`peek_latest_build`): the build
+    ``channel`` names is fetched only when it is not the one installed.
+    """
+    if tag is not None:
+        return resolve_tag_remote(client, tag)
+    if installed is None:
+        return resolve_latest_remote(client, channel)
+    peek = peek_latest_build(client, channel, installed)
+    release = peek.release
+    if peek.build_tag != installed and pointer_asset(release) is not None:
+        release = resolve_fetched(client, release).release
+    return ResolvedRelease(peek.build_tag, peek.version, release, peek.notes)
+
+
+#: Pages of ``/releases`` (100 each) :func:`github_builds` reads at most: ``list --available`` looks
+#: through three for the builds that fit this machine, as it always did.
+MAX_BUILD_PAGES: Final[int] = 3
+
+
+def _build_number(release: Release) -> int | None:
+    try:
+        return parse_tag(release.tag).build
+    except UserInputError:
+        return None
+
+
+def github_builds(client: GitHubReleases, limit: int, pages: dict[int, list[Release]]) -> list[Build]:
+    """:meth:`BuildSource.builds <updater.sources.source.BuildSource.builds>` through GitHub's release pages.
+
+    The builds among the newest ``limit`` releases: a page of ``/releases`` per hundred (at most
+    :data:`MAX_BUILD_PAGES`, fewer when a page comes back short), each read once per client
+    (``pages`` keeps them). The semver releases among them name their builds through their
+    ``nightly-tag.txt`` (web downloads, cached); each build gets its published metadata
+    (:func:`with_metadata`). A static mirror that cannot list offers the build its ``stable`` names.
+
+    Raises:
+        DirectoryListingError: The listing is a static server's directory page.
+        DigestMismatchError, SizeMismatchError: A pointer's bytes fail its published digest.
+        RateLimitError, NetworkError, RemoteError: GitHub failed.
+    """
+    releases: list[Release] = []
+    for page in range(1, min(MAX_BUILD_PAGES, max(1, -(-limit // _RELEASES_PER_PAGE))) + 1):
+        if page not in pages:
+            try:
+                pages[page] = client.recent_releases(per_page=_RELEASES_PER_PAGE, page=page)
+            except (RateLimitError, NetworkError, DirectoryListingError):
+                raise  # a directory listing is never read as "no builds"
+            except RemoteError:
+                if page > 1:
+                    break
+                found = resolve_latest_remote(client, "stable")  # a static mirror lists nothing
+                return [Build(found.release, (found.version,) if found.version else ())]
+        batch = pages[page]
+        releases += batch
+        if len(batch) < _RELEASES_PER_PAGE:
+            break
+    named: dict[str, list[str]] = {}
+    for version, build in pointers_on_page(client, releases).items():
+        named.setdefault(build, []).append(version)
+    found_builds = [r for r in releases if not r.draft and _build_number(r) is not None]
+    found_builds.sort(key=lambda r: _build_number(r) or 0, reverse=True)
+    return with_metadata(client, [Build(r, highest_first(named.get(r.tag, []))) for r in found_builds[:limit]])
+
+
+def with_metadata(client: BuildFiles, builds: Sequence[Build]) -> list[Build]:
+    """``builds`` with their published build metadata (:func:`release_with_manifest`), read once each.
+
+    A build whose metadata is broken or not the bytes its release approves is left out (one bad
+    release does not hide the rest, and none is offered on metadata that failed its checks).
+    """
+    kept: list[Build] = []
+    for build in builds:
+        try:
+            release = release_with_manifest(client, build.release)
+        except IntegrityError as exc:
+            log.debug("build left out", repo=client.repo, tag=build.tag, reason=exc.message)
+            continue
+        kept.append(build if release is build.release else dataclasses.replace(build, release=release))
+    return kept

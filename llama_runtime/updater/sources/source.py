@@ -1,11 +1,15 @@
-"""Where releases come from, as the rest of the updater sees it: two small protocols.
+"""Where builds come from, as the rest of the updater sees it: one small seam shaped like builds.
 
-Every source of releases — the GitHub REST API, a static mirror served over
-HTTP, a mirror directory read through ``file://`` — is one
-:class:`ReleaseSource`. The installer, ``check``, ``plan`` and ``mirror sync``
-ask it for releases, and :func:`~updater.fetch.download.download_asset`
-fetches asset bytes through its :class:`AssetHost` half, never knowing which
-source it is. The composition root (:class:`~updater.engine.Engine`) decides.
+Every source of builds — the GitHub REST API, a static mirror served over HTTP
+or read through ``file://``, an OCI registry — is one :class:`BuildSource`:
+``install``, ``check``, ``plan``, ``list --available`` and ``mirror sync`` ask it
+which build a channel or tag stands for (:meth:`BuildSource.resolve`), its newest
+builds (:meth:`BuildSource.builds`), the attestations of a file, and what it knows
+about the repository; downloads fetch asset bytes
+through its :class:`AssetHost` half. None of them knows which source it is:
+how a source answers (GitHub's ``nightly-tag.txt`` pointers and ETags, a
+registry's tags and manifests) stays inside its adapter. The composition root
+(:class:`~updater.engine.Engine`) decides which one is opened.
 
 Invariant: an :class:`AssetHost` adds credentials only to URLs it vouches for
 (the GitHub client: its API origin), never to a CDN or another host.
@@ -14,7 +18,7 @@ Invariant: an :class:`AssetHost` adds credentials only to URLs it vouches for
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import httpx
 
@@ -23,15 +27,18 @@ from llama_runtime.runtime.errors import RemoteError
 if TYPE_CHECKING:
     import httpx
 
+    from llama_runtime.updater.net.session import Session
+    from llama_runtime.updater.release.channel import Channel, ResolvedRelease
     from llama_runtime.updater.release.release import Asset, Release
 
 __all__ = [
     "AssetHost",
+    "Build",
+    "BuildSource",
     "DirectoryListingError",
     "EtagCache",
     "PlainHttp",
-    "RateLimit",
-    "ReleaseSource",
+    "RepositoryFacts",
 ]
 
 
@@ -47,18 +54,46 @@ class DirectoryListingError(RemoteError):
 
 
 @dataclass(frozen=True)
-class RateLimit:
-    """The rate-limit headers of the last API answer.
+class Build:
+    """One build a source holds, and the semver releases that name it.
 
     Attributes:
-        limit: Requests allowed per window, if sent.
-        remaining: Requests left in the window, if sent.
-        reset: UTC epoch seconds when the window resets, if sent.
+        release: The build release itself, with its assets.
+        versions: The ``vX.Y.Z`` releases that name this build, highest first (none: a plain build).
     """
 
-    limit: int | None
-    remaining: int | None
-    reset: int | None
+    release: Release
+    versions: tuple[str, ...] = ()
+
+    @property
+    def tag(self) -> str:
+        """The build's tag (``bNNNN``, or a fork's)."""
+        return self.release.tag
+
+    @property
+    def stable(self) -> bool:
+        """Whether ``stable`` offers it: a semver release names it, or it is no prerelease itself."""
+        return bool(self.versions) or not (self.release.prerelease or self.release.draft)
+
+
+@dataclass(frozen=True)
+class RepositoryFacts:
+    """What a source knows about the repository its builds are of, and whether that may be keyed on.
+
+    Attributes:
+        default_branch: The repository's default branch as the source reported it (``None``: unknown).
+        default_branch_trusted: Whether that is the forge's own word about the repository (GitHub's
+            API); a mirror's or a registry's word about itself never is: whoever can write there
+            could otherwise widen which branch may sign the builds.
+    """
+
+    default_branch: str | None = None
+    default_branch_trusted: bool = False
+
+    @property
+    def trusted_default_branch(self) -> str | None:
+        """The default branch when it may be keyed on, else ``None`` (the signer policy then says so)."""
+        return self.default_branch if self.default_branch_trusted else None
 
 
 class EtagCache(Protocol):
@@ -93,78 +128,71 @@ class AssetHost(Protocol):
         """The URL to fetch ``asset`` from first, and its headers (a private repository's API URL)."""
         ...
 
-    def held_bytes(self, asset: Asset) -> bytes | None:
-        """The bytes of ``asset`` when the source holds them itself, nothing to fetch (a registry's
-        ``nightly-tag.txt``, made from its tag); ``None``: they are fetched from :meth:`asset_request`."""
-        ...
 
-
-class ReleaseSource(AssetHost, Protocol):
-    """A repository's releases, and the host their assets come from."""
-
-    #: Whether ``--tag TAG@sha256:…`` names a manifest here (a registry's builds have one).
-    accepts_digest_pins: ClassVar[bool]
-    #: Whether channels besides ``stable`` and ``nightly`` are tags here (``mirror promote`` moves them).
-    accepts_channel_tags: ClassVar[bool]
+class BuildSource(AssetHost, Protocol):
+    """A repository's builds as one source offers them: what a channel or tag stands for, the files, the proof."""
 
     @property
     def repo(self) -> str:
-        """``owner/name`` of the repository."""
+        """``owner/name`` of the repository the builds are of."""
         ...
 
-    def get_release(self, tag: str) -> Release:
-        """The release whose tag is exactly ``tag`` (raises ``ReleaseNotFoundError``)."""
+    @property
+    def net(self) -> Session:
+        """The network layer's session every request of this source goes through.
+
+        Its :meth:`~updater.net.session.Session.hold` keeps a stored rate-limit back-off, its
+        ``quota`` is what the last answer reported (whichever source it is).
+        """
         ...
 
-    def latest_release(self, channel: str = "stable") -> Release:
-        """The build release ``channel`` calls latest (see :mod:`updater.release.channel`)."""
+    def resolve(
+        self, channel: Channel = "stable", *, tag: str | None = None, installed: str | None = None
+    ) -> ResolvedRelease:
+        """The build ``tag`` stands for, or else the one ``channel`` calls latest now.
+
+        Args:
+            channel: ``stable``, ``nightly``, or a channel of the source's own (a registry's
+                ``mirror promote`` tags); one the source does not have is ``UserInputError``.
+            tag: An exact build, a ``vX.Y.Z`` release followed to its build, or (where the
+                source has manifests) ``TAG@sha256:…``; one the source cannot pin is ``UserInputError``.
+            installed: The build installed now: when ``channel`` names that very build, the
+                source need not fetch it (the scheduled check's cheap path), and ``release``
+                is then whatever named it (it may hold no binaries). Ignored with ``tag``.
+
+        Raises:
+            UserInputError: A channel or pin this source does not have.
+            ReleaseNotFoundError: Nothing qualifies, or the build named is not published.
+            ReleaseIncompleteError: The release asked for names no build yet (exit 7).
+            IntegrityError: What the source says contradicts its own published digests (exit 8).
+            RateLimitError, NetworkError, RemoteError: The source failed.
+        """
         ...
 
-    def origin_of(self, release: Release) -> str | None:
-        """Where ``release``'s bytes were read from when the source can name it exactly
-        (a registry's ``oci://host/name@sha256:…``); ``None``: the repository and tag say it."""
+    def builds(self, limit: int) -> list[Build]:
+        """The newest builds the source holds, newest first, each with the semver releases naming it.
+
+        At most ``limit``, and fewer where the source holds or lists fewer: a source that reads
+        listings page by page reads only the pages ``limit`` needs; one that cannot list (a
+        static mirror without a listing) offers the build its ``stable`` names. ``list
+        --available`` and ``mirror sync`` read it.
+
+        Raises:
+            DirectoryListingError: A static server answered with its directory listing (never "no builds").
+            RateLimitError, NetworkError, RemoteError: The source failed.
+        """
         ...
 
     def attestations(self, sha256: str) -> object:
         """The build attestations published for the file ``sha256`` (the API's JSON; ``[]`` for none).
 
-        GitHub's client answers a :class:`~updater.sources.bundle_url.ResolvedAttestations`:
-        the JSON with bundles listed by ``bundle_url`` fetched and put inline.
+        An answer whose bundles could not all be read is a
+        :class:`~updater.sources.bundle_url.ResolvedAttestations` naming the failures.
         """
         ...
 
-    def default_branch(self) -> str | None:
-        """The repository's default branch (``GET /repos/{owner}/{repo}``), or ``None`` when unknown."""
-        ...
-
-    def latest_published(self) -> Release:
-        """The source's own ``releases/latest`` (the newest non-prerelease release)."""
-        ...
-
-    def recent_releases(self, per_page: int = 100, page: int = 1) -> list[Release]:
-        """A page of releases, newest first (a static mirror may raise ``RemoteError``: it has no list)."""
-        ...
-
-    def version_tags(self) -> list[str] | None:
-        """The source's semver release tags ``vX.Y.Z``, in no order (``None`` where it cannot say: a mirror)."""
-        ...
-
-    def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
-        """The whole body of a small asset (``nightly-tag.txt``), refused past ``max_bytes``."""
-        ...
-
-    @property
-    def etag_cache(self) -> EtagCache | None:
-        """Where conditional-request state (and small cached reads) persist, if anywhere."""
-        ...
-
-    @property
-    def last_rate_limit(self) -> RateLimit | None:
-        """The rate-limit headers of the last answer (``None``: none sent, e.g. a mirror)."""
-        ...
-
-    def hold_requests(self, seconds: float, why: str) -> None:
-        """Ask the server nothing for ``seconds`` (a rate-limit back-off stored by an earlier refusal)."""
+    def repository(self) -> RepositoryFacts:
+        """What this source knows about the repository (its default branch), and whether it may be trusted."""
         ...
 
     def close(self) -> None:
@@ -198,7 +226,3 @@ class PlainHttp:
     def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
         """``browser_download_url``, without credentials."""
         return asset.download_url, {"Accept": "application/octet-stream"}
-
-    def held_bytes(self, asset: Asset) -> bytes | None:
-        """Nothing: every asset is fetched."""
-        return None

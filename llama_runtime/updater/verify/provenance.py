@@ -412,7 +412,7 @@ class ProvenanceCheck:
         return Provenance("unverified", reason)
 
     def evaluate_answer(self, asset: str, sha256: str, repo: str, answer: object) -> Provenance:
-        """:meth:`evaluate` for an attestations answer (:meth:`ReleaseSource.attestations`).
+        """:meth:`evaluate` for an attestations answer (:meth:`BuildSource.attestations`).
 
         Only SLSA provenance decides: other kinds listed for the digest are set
         aside (they neither verify nor fail the file). An answer that lists

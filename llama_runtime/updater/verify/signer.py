@@ -242,7 +242,7 @@ def _canonical(repository: str) -> str:
 def trusted_default_branch(repository: str, reported: str | None) -> str | None:
     """The default branch the signer policy keys on: a known fact for upstream, else what GitHub reported.
 
-    ``reported`` is GitHub's own answer (``None`` for a mirror's, see ``GitHubClient.default_branch``).
+    ``reported`` is GitHub's own answer (``None`` for a mirror's, see ``BuildSource.repository``).
     """
     return KNOWN_DEFAULT_BRANCHES.get(_canonical(repository), reported)
 

@@ -1,12 +1,12 @@
-"""An OCI registry filled by ``mirror sync --dest oci://…``, read as a :class:`ReleaseSource`.
+"""An OCI registry filled by ``mirror sync --dest oci://…``, read as a :class:`~updater.sources.source.BuildSource`.
 
-The rest of the updater sees GitHub's shapes: a build tag (``b7000``) is the
-build release its config describes, each asset downloadable from its blob
-URL with the layer digest as its published sha256; a semver tag (``v0.6.0``)
-is a semver release whose ``nightly-tag.txt`` names the build its manifest is
-(the registry tag *is* the pointer, so its content is made here, with its
-digest); the ``stable`` tag is ``releases/latest``. Channels, choice,
-verification and exit codes are therefore the ones GitHub gets.
+The registry's tags answer for themselves: a build tag (``b7000``) is the build
+its config describes, each asset downloadable from its blob URL with the layer
+digest as its published sha256; a semver tag (``v0.6.0``) names the build its
+manifest is; the ``stable`` tag is what ``stable`` resolves to, reached through
+the highest semver tag naming the same manifest; other channel tags are moved
+by ``mirror promote``. Choice, verification and exit codes are the ones every
+source gets.
 
 Invariants:
     * Nothing read from the registry is used before its digest is checked:
@@ -28,15 +28,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import httpx
 
 from llama_runtime.runtime.errors import ReleaseNotFoundError, RemoteDataError, RemoteError
-from llama_runtime.updater.release.channel import NIGHTLY_TAG_ASSET
+from llama_runtime.updater.release.channel import ResolvedRelease
 from llama_runtime.updater.release.release import Asset, Release
 from llama_runtime.updater.release.remote_json import loads_bounded
-from llama_runtime.updater.release.tags import is_release_version
+from llama_runtime.updater.release.tags import highest_first, is_release_version
 from llama_runtime.updater.sources.oci.artifact import (
     ASSET_DIGEST_ANNOTATION,
     BUNDLE_ARTIFACT_TYPE,
@@ -46,9 +46,12 @@ from llama_runtime.updater.sources.oci.artifact import (
     parse_build,
 )
 from llama_runtime.updater.sources.oci.client import RegistryClient
+from llama_runtime.updater.sources.source import Build, RepositoryFacts
 
 if TYPE_CHECKING:
-    from llama_runtime.updater.sources.source import EtagCache, RateLimit
+    from llama_runtime.updater.net.session import Session
+    from llama_runtime.updater.release.channel import Channel
+    from llama_runtime.updater.sources.source import EtagCache
 
 __all__ = ["RegistrySource"]
 
@@ -61,9 +64,8 @@ MAX_LISTED_BUILDS: Final[int] = 30
 MAX_BUNDLE_BYTES: Final[int] = 1024 * 1024
 #: Referrers read per asset: a build's bundles are one or two per asset.
 MAX_REFERRERS: Final[int] = 32
-#: The scheme naming a semver release's ``nightly-tag.txt``: made here (:meth:`RegistrySource.held_bytes`),
-#: never fetched.
-POINTER_SCHEME: Final = "oci-pointer"
+#: Builds read for ``nightly``: the newest few, as GitHub's nightly page (an upload in progress is passed over).
+NIGHTLY_BUILDS: Final[int] = 10
 #: Semver tags asked (one HEAD each, highest first) for which of them name a build: a release
 #: names a build pushed shortly before it, so the newest few cover the builds clients ask for.
 MAX_VERSION_PROBES: Final[int] = 32
@@ -81,20 +83,17 @@ def _build_number(tag: str) -> int | None:
 
 
 class RegistrySource:
-    """A repository of an OCI registry as a :class:`~updater.sources.source.ReleaseSource`.
+    """A repository of an OCI registry as a :class:`~updater.sources.source.BuildSource`.
 
-    Attributes:
-        accepts_digest_pins: ``--tag TAG@sha256:…`` names a manifest here (no other source has one).
-        accepts_channel_tags: ``--channel NAME`` follows a channel tag ``mirror promote`` moves here.
+    Its own answers to what a channel or tag stands for: ``stable``, ``nightly``,
+    the channel tags ``mirror promote`` moves (``candidate``, ``canary``), build
+    tags, ``vX.Y.Z`` tags and ``TAG@sha256:…`` pins (:meth:`resolve`).
 
     Args:
         registry: The registry client; closed with this source.
         repo: The upstream repository the builds must be of (``ggml-org/llama.cpp``).
         etag_cache: Where manifests and configs read by digest are kept (free repeats), if anywhere.
     """
-
-    accepts_digest_pins: ClassVar[bool] = True
-    accepts_channel_tags: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -108,10 +107,10 @@ class RegistrySource:
         self._etag_cache = etag_cache
         self._manifests: dict[str, str] = {}  # build tag -> manifest digest
         self._subjects: dict[str, str] = {}  # asset sha256 hex -> its build's manifest digest
-        self._pointers: dict[str, bytes] = {}  # pointer URL -> nightly-tag.txt content
         self._builds: dict[str, BuildConfig] = {}  # build tag -> the build as read (this process)
         self._tags: list[str] | None = None  # the repository's tags (read once per process)
         self._named: dict[str, str] = {}  # semver tag -> the manifest digest it names (asked this process)
+        self._listed: dict[int, list[Build]] = {}  # builds(n) answered (this process), by n
 
     # -- AssetHost ------------------------------------------------------------------------------------------
 
@@ -129,18 +128,85 @@ class RegistrySource:
         """The registry's authorization, for its own origin only (never a blob redirect's CDN)."""
         return self.registry.auth_headers_for(url)
 
-    def held_bytes(self, asset: Asset) -> bytes | None:
-        """A semver release's ``nightly-tag.txt``: made here from the tag, never fetched."""
-        return self._pointers.get(asset.download_url)
-
     def asset_request(self, asset: Asset) -> tuple[str, dict[str, str]]:
         """The asset's blob URL, with the registry's authorization."""
         return asset.download_url, {"Accept": "application/octet-stream", **self.auth_headers_for(asset.download_url)}
 
-    # -- ReleaseSource --------------------------------------------------------------------------------------
+    @property
+    def net(self) -> Session:
+        """The network layer's session of the registry (its rate-limit hold; registries report no quota)."""
+        return self.registry.net
 
-    def get_release(self, tag: str) -> Release:
-        """The build tagged ``tag``, or the semver release ``tag`` (a pointer to the build its tag names).
+    # -- BuildSource ----------------------------------------------------------------------------------------
+
+    def resolve(
+        self, channel: Channel = "stable", *, tag: str | None = None, installed: str | None = None
+    ) -> ResolvedRelease:
+        """The build a tag of the registry names: ``tag``, else the channel's.
+
+        ``stable`` is the build the ``stable`` tag names, reached through the highest
+        ``vX.Y.Z`` tag naming the same manifest; ``nightly`` the highest complete build
+        among the newest :data:`NIGHTLY_BUILDS`; any other channel the build its
+        tag names now. A ``vX.Y.Z`` tag is the build its manifest is; a pin
+        (``TAG@sha256:…``) only while ``TAG`` still names that manifest. ``installed``
+        changes nothing: a repeated check costs the ``stable`` manifest HEAD either way.
+
+        Raises:
+            ReleaseNotFoundError: The registry has no such tag (or no build).
+            IntegrityError: A pinned tag names other bytes now (exit 8).
+            RemoteDataError: A build tag holds another build.
+            NetworkError, RateLimitError, RemoteError: The registry failed.
+        """
+        from llama_runtime.updater.release.channel import resolve_latest, resolve_release
+        from llama_runtime.updater.sources.resolve import with_build_manifest
+
+        if tag is not None:
+            found = self._resolve_tag(tag)
+        elif channel == STABLE_TAG:
+            build = self._build(STABLE_TAG)
+            version = self._highest_version(build)
+            found = ResolvedRelease(build.release.tag, version, build.release if version else _as_stable(build))
+        elif channel == "nightly":
+            found = resolve_latest(self._newest_builds(NIGHTLY_BUILDS), "nightly")
+        else:
+            release = self._release(channel)
+            found = resolve_release(release, {}, [release])
+        return with_build_manifest(self, found)
+
+    def builds(self, limit: int) -> list[Build]:
+        """The newest builds the registry holds (by build number, at most :data:`MAX_LISTED_BUILDS`), each
+        with the semver tags naming its manifest (or recorded in its config) and its build metadata."""
+        from llama_runtime.updater.sources.resolve import with_metadata
+
+        count = min(limit, MAX_LISTED_BUILDS)
+        if count in self._listed:
+            return self._listed[count]  # asked again for more than it holds: the same answer, no request
+        releases = self._newest_builds(count)
+        listed = {self._manifests.get(r.tag, "") for r in releases}
+        by_digest: dict[str, list[str]] = {}
+        for version in self._probed_versions(within=listed):
+            by_digest.setdefault(self._named[version], []).append(version)
+        found = []
+        for release in releases:
+            build = self._builds[release.tag]
+            named = {*build.versions, *by_digest.get(self._manifests.get(release.tag, ""), [])}
+            found.append(Build(release, highest_first(named)))
+        self._listed[count] = with_metadata(self, found)
+        return self._listed[count]
+
+    def repository(self) -> RepositoryFacts:
+        """Nothing to trust: a registry's word about the upstream repository never counts.
+
+        Whoever can push to the registry could otherwise widen which branch may
+        sign a fork's builds; as for a directory mirror, the signer policy accepts
+        ``master`` or ``main`` and says so (upstream's own default branch is a fact).
+        """
+        return RepositoryFacts()
+
+    # -- release listing (the mirror writer) ----------------------------------------------------------------
+
+    def _release(self, tag: str) -> Release:
+        """The build tagged ``tag`` (a build tag, a channel tag; ``TAG@sha256:…`` pinned).
 
         A build already read through another tag (``stable`` names it) is not asked
         for again: its manifest is the build's, whichever tag led to it.
@@ -150,9 +216,7 @@ class RegistrySource:
             build = self._pinned(tag, pin)
         else:
             known = self._builds.get(tag)
-            build = known if known is not None and not is_release_version(tag) else self._build(tag)
-        if is_release_version(tag):
-            return self._pointer_release(tag, build)
+            build = known if known is not None else self._build(tag)
         if _build_number(tag) is None:
             return build.release  # a channel tag (canary, candidate): the build it names now
         if build.release.tag != tag:
@@ -161,58 +225,6 @@ class RegistrySource:
                 "its own build."
             )
         return build.release
-
-    def latest_published(self) -> Release:
-        """What ``stable`` names: its highest semver release, else the build itself as a stable release."""
-        build = self._build(STABLE_TAG)
-        version = self._highest_version(build)
-        if version is not None:
-            return self._pointer_release(version, build)
-        return Release(
-            build.release.repo,
-            build.release.tag,
-            build.release.assets,
-            prerelease=False,
-            published_at=build.release.published_at,
-            target_commitish=build.release.target_commitish,
-        )
-
-    def latest_release(self, channel: str = "stable") -> Release:
-        """The build ``channel`` calls latest, resolved as for GitHub."""
-        from llama_runtime.updater.sources.resolve import resolve_latest_remote
-
-        return resolve_latest_remote(self, channel).release
-
-    def recent_releases(self, per_page: int = 100, page: int = 1) -> list[Release]:
-        """The newest builds the registry holds (by build number), with the semver releases naming them."""
-        numbered = [(n, t) for t in self._all_tags() if (n := _build_number(t)) is not None]
-        numbered = [(n, t) for n, t in numbered if not is_release_version(t)]
-        size = min(per_page, MAX_LISTED_BUILDS)
-        chosen = sorted(numbered, reverse=True)[(page - 1) * size : page * size]
-        builds = [self._build(tag) for _n, tag in chosen]
-        by_digest: dict[str, list[str]] = {}
-        listed = {self._manifests.get(b.release.tag, "") for b in builds}
-        for version in self._probed_versions(within=listed):
-            by_digest.setdefault(self._named[version], []).append(version)
-        releases: list[Release] = []
-        for build in builds:
-            releases.append(build.release)
-            named = {*build.versions, *by_digest.get(self._manifests.get(build.release.tag, ""), [])}
-            releases += [self._pointer_release(v, build) for v in sorted(named) if is_release_version(v)]
-        return releases
-
-    def version_tags(self) -> list[str]:
-        """The registry's semver tags."""
-        return [t for t in self._all_tags() if is_release_version(t)]
-
-    def default_branch(self) -> str | None:
-        """Unknown: a registry's word about the upstream repository never counts.
-
-        Whoever can push to the registry could otherwise widen which branch may
-        sign a fork's builds; as for a directory mirror, the signer policy accepts
-        ``master`` or ``main`` and says so (upstream's own default branch is a fact).
-        """
-        return None
 
     def attestations(self, sha256: str) -> object:
         """The Sigstore bundles pushed as referrers of the build holding ``sha256``, as GitHub's API shape.
@@ -249,33 +261,17 @@ class RegistrySource:
         return ResolvedAttestations(answer, tuple(missing)) if missing else answer
 
     def read_small_asset(self, asset: Asset, max_bytes: int) -> bytes:
-        """A pointer's content, or a small blob, checked against its digest."""
+        """A small blob (a build's checksum index or manifest), checked against its digest."""
         from llama_runtime.runtime.errors import IntegrityError
 
-        if asset.download_url in self._pointers:
-            return self._pointers[asset.download_url]
         if asset.size > max_bytes:
             raise IntegrityError(f"{asset.name} is larger than {max_bytes} bytes; refusing to read it.")
         return self.registry.get_blob(asset.digest or "", max_bytes)
 
-    def origin_of(self, release: Release) -> str | None:
-        """``oci://host/name@sha256:…``: the manifest ``release``'s bytes were read from."""
-        digest = self._manifests.get(release.tag)
-        return f"{self.registry.ref.display}@{digest}" if digest else None
-
     @property
     def etag_cache(self) -> EtagCache | None:
-        """Manifests and configs kept by digest, and ``nightly-tag.txt`` reads."""
+        """Manifests and configs kept by digest, and the small metadata files of builds."""
         return self._etag_cache
-
-    def hold_requests(self, seconds: float, why: str) -> None:
-        """Ask the registry nothing for ``seconds`` (a stored rate-limit back-off): the network layer's hold."""
-        self.registry.net.hold(seconds, why)
-
-    @property
-    def last_rate_limit(self) -> RateLimit | None:
-        """Registries send no GitHub rate-limit headers."""
-        return None
 
     def close(self) -> None:
         """Release the connection pool."""
@@ -288,6 +284,23 @@ class RegistrySource:
         self.close()
 
     # -- reading builds -------------------------------------------------------------------------------------
+
+    def _resolve_tag(self, tag: str) -> ResolvedRelease:
+        """The build ``tag`` names: a ``vX.Y.Z`` tag's manifest is its build; any other tag is its build's own."""
+        from llama_runtime.updater.release.channel import resolve_release
+
+        name, _, pin = tag.partition("@")
+        if not is_release_version(name):
+            release = self._release(tag)
+            return resolve_release(release, {}, [release])
+        build = self._pinned(name, pin) if pin else self._build(name)
+        return ResolvedRelease(build.release.tag, name, build.release)
+
+    def _newest_builds(self, count: int) -> list[Release]:
+        """The ``count`` highest-numbered builds the registry holds (a ``vX.Y.Z`` tag is none of them)."""
+        numbered = [(n, t) for t in self._all_tags() if (n := _build_number(t)) is not None]
+        chosen = sorted((n, t) for n, t in numbered if not is_release_version(t))[::-1][:count]
+        return [self._build(tag).release for _n, tag in chosen]
 
     def _build(self, reference: str) -> BuildConfig:
         """The build ``reference`` (a tag or digest) names: one HEAD when its manifest is cached, else GETs."""
@@ -324,6 +337,7 @@ class RegistrySource:
             prerelease=build.release.prerelease,
             published_at=build.release.published_at,
             target_commitish=build.release.target_commitish,
+            origin=f"{self.registry.ref.display}@{digest}",
         )
         self._manifests[release.tag] = digest
         for asset in assets:
@@ -402,14 +416,6 @@ class RegistrySource:
                 self._etag_cache.put(key, digest, {"version": version})
         return version
 
-    def _pointer_release(self, version: str, build: BuildConfig) -> Release:
-        """The semver release ``version`` as GitHub has it: one ``nightly-tag.txt`` naming the build."""
-        content = f"{build.release.tag}\n".encode()
-        url = f"{POINTER_SCHEME}://{self.registry.ref.host}/{self.registry.ref.name}/{version}/{NIGHTLY_TAG_ASSET}"
-        self._pointers[url] = content
-        pointer = Asset(NIGHTLY_TAG_ASSET, len(content), url, "sha256:" + hashlib.sha256(content).hexdigest())
-        return Release(self._repo, version, (pointer,), published_at=build.release.published_at)
-
     def _bundle(self, digest: str, subject: str, sha256: str) -> dict[str, Any] | None:
         """The bundle of the referrer ``digest``, when it is a bundle of ``subject``'s asset ``sha256``.
 
@@ -471,6 +477,20 @@ class RegistrySource:
 
     def _cache_key(self, digest: str) -> str:
         return f"{self.registry.ref.display}@{digest}"
+
+
+def _as_stable(build: BuildConfig) -> Release:
+    """``build`` as the stable release it is while no ``vX.Y.Z`` names it: the ``stable`` tag says so."""
+    release = build.release
+    return Release(
+        release.repo,
+        release.tag,
+        release.assets,
+        prerelease=False,
+        published_at=release.published_at,
+        target_commitish=release.target_commitish,
+        origin=release.origin,
+    )
 
 
 def open_registry_source(
