@@ -592,8 +592,13 @@ def test_an_interrupted_ranged_download_saves_its_record_and_resumes_to_the_byte
             signal.pthread_kill(main, signal.SIGINT)
 
     partial = tmp_path / "a.partial"
-    with pytest.raises(KeyboardInterrupt):
-        RangedDownload(_asset_host(handler), asset, partial, parallel=2, progress=progress).run()
+    # Python's own Ctrl-C handler, also where the test runner was started with SIGINT ignored (a shell's `&`).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            RangedDownload(_asset_host(handler), asset, partial, parallel=2, progress=progress).run()
+    finally:
+        signal.signal(signal.SIGINT, before)
     release.set()
     recorded = load_record(partial, asset.download_url, asset.size)
     assert recorded is not None, "the ranges record was not saved on the interrupt"
