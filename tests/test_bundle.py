@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -74,7 +75,8 @@ def test_bundle_restores_on_another_home_with_the_same_files(
     marker = json.loads(Path(active["marker_path"]).read_text())
     assert marker["source"] == "bundle"
     assert marker["files"] == original["files"]
-    assert (marker["asset"], marker["sha256"]) == (original["asset"], original["sha256"])
+    # Repacked (home A's cache kept no unverified archive): named by the bundle's bytes, not the marker's claim.
+    assert (marker["asset"], marker["sha256"]) == (original["asset"], hashlib.sha256(path.read_bytes()).hexdigest())
     runtime_a = Path(json.loads((tmp_path / "a" / "active.json").read_text())["active"])
     assert without_marker(snapshot_tree(Path(active["runtime_dir"]))) == without_marker(
         snapshot_tree(tmp_path / "a" / "runtimes" / runtime_a)
@@ -163,3 +165,42 @@ def test_export_of_a_damaged_runtime_is_refused(capsys: pytest.CaptureFixture[st
     code, result = run_json(capsys, tmp_path / "a", None, "export", "--output", str(tmp_path / "x.tar.gz"))
     assert code == 6, result
     assert not (tmp_path / "x.tar.gz").exists()
+
+
+def test_a_repacked_bundle_whose_files_were_changed_never_passes_for_the_genuine_archive(
+    bundle: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A bundle's marker is unsigned: its archive sha256 names nothing the home can trust."""
+    path, marker = bundle
+    genuine = tmp_path / CPU_TAR.format(tag="b7000")  # what `install` installed on home A
+    changed = genuine_binary = b""
+    with tarfile.open(path, "r:gz") as tin:
+        members = {i.name: (i, tin.extractfile(i).read() if i.isreg() else None) for i in tin}  # type: ignore[union-attr]
+    genuine_binary = members[marker["binary"]][1] or b""
+    changed = genuine_binary + b"\n# changed after the export\n"
+    forged = dict(marker)
+    forged["files"] = {
+        **marker["files"],
+        marker["binary"]: {"sha256": hashlib.sha256(changed).hexdigest(), "size": len(changed)},
+    }
+    out = tmp_path / "forged.tar.gz"
+    with tarfile.open(out, "w:gz") as tout:
+        data = json.dumps(forged).encode()
+        info = tarfile.TarInfo(MARKER_NAME)
+        info.size = len(data)
+        tout.addfile(info, io.BytesIO(data))
+        for name, (info, body) in members.items():
+            if name == MARKER_NAME or (body is not None and name not in marker["files"]):
+                continue  # the marker is forged; the carried release archive is left out (a repacked bundle)
+            if name == marker["binary"]:
+                body = changed
+                info.size = len(changed)
+            tout.addfile(info, io.BytesIO(body) if body is not None else None)
+    home_b = tmp_path / "b"
+    code, payload = run_json(capsys, home_b, None, "install-file", str(out))
+    assert code == 0, payload
+    code, payload = run_json(capsys, home_b, None, "install-file", str(genuine), "--tag", "b7000")
+    assert code == 0, payload
+    assert payload["result"] == "installed", payload
+    active = Path(payload["active"]["marker_path"]).parent
+    assert (active / marker["binary"]).read_bytes() == genuine_binary

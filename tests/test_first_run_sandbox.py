@@ -323,3 +323,21 @@ def test_a_probe_begun_early_answers_as_detection_does_and_is_reaped_when_left_u
         raise RuntimeError("status failed while bubblewrap's trial run was under way")
     # Its run was waited for on the way out (its answer kept): no child is left behind unreaped.
     assert list(sandbox._PROBED) == [shutil.which("bwrap")]
+
+
+@pytest.mark.skipif(
+    detect_sandbox().level != "bubblewrap", reason="bubblewrap is not installed here (.ci/run installs it)"
+)
+def test_under_bubblewrap_the_secrets_of_etc_are_empty_as_under_landlock(tmp_path: Path) -> None:
+    from llama_runtime.runtime.binary import run_process
+    from llama_runtime.runtime.confine import confined
+    from llama_runtime.runtime.sandbox import ETC_SECRETS
+
+    present = [f"/etc/{name}" for name in sorted(ETC_SECRETS) if os.path.lexists(f"/etc/{name}")]
+    assert "/etc/shadow" in present  # every Debian/Ubuntu system has it
+    script = 'for p in "$@"; do printf "%s:" "$p"; cat "$p" 2>/dev/null | wc -c; ls -A "$p" 2>/dev/null | wc -l; done'
+    run = confined(run_process, Sandbox(hidden=(tmp_path / "nothing",)), readable=(tmp_path,))
+    result = run(["/bin/sh", "-c", script, "sh", *present], 30.0, {"PATH": os.environ["PATH"]})
+    assert result.returncode == 0, result.output
+    for line in result.output.split("/etc/")[1:]:
+        assert line.split(":", 1)[1].split() in (["0", "0"], ["0", "1"]), result.output  # empty file or empty folder

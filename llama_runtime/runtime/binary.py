@@ -13,9 +13,12 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from llama_runtime.runtime.spans import span
+
+if TYPE_CHECKING:
+    import subprocess
 
 # -- macho: The minimum macOS a Mach-O binary declares, read from its load commands. -----------------------------
 
@@ -162,23 +165,27 @@ def run_process(
 
     with span("binary run"):  # the verification runs' share of an update, for the benchmark's breakdown
         try:
-            done = subprocess.run(
+            child = subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT if keep_stderr else subprocess.DEVNULL,
-                timeout=timeout,
                 env=dict(env) if env is not None else None,
                 cwd=cwd,
                 close_fds=True,
-                check=False,
             )
-        except subprocess.TimeoutExpired as exc:
-            out = exc.output.decode("utf-8", "replace") if isinstance(exc.output, bytes) else ""
-            return ProcessResult(None, out)
         except OSError as exc:
             return ProcessResult(CANNOT_EXECUTE, f"cannot execute {argv[0]}: {exc.strerror or exc}")
-        return ProcessResult(done.returncode, done.stdout.decode("utf-8", "replace"))
+        from llama_runtime.runtime.capture import wait_and_capture
+
+        out, timed_out = wait_and_capture(child, timeout, _kill)
+        return ProcessResult(None if timed_out else child.returncode, out)
+
+
+def _kill(child: subprocess.Popen[bytes]) -> None:
+    """End a child past its timeout (an unconfined run: the sandbox's runs are stopped by their launcher)."""
+    child.kill()
+    child.wait()
 
 
 # -- binary ------------------------------------------------------------------------------------------------------

@@ -348,13 +348,12 @@ class Sandbox:
             )
         except OSError as exc:
             return ProcessResult(CANNOT_EXECUTE, f"cannot execute {command[0]}: {exc.strerror or exc}")
-        try:
-            out, _ = child.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.stop(child)
-            out, _ = child.communicate()
-            return ProcessResult(None, out.decode("utf-8", "replace"))
-        return ProcessResult(self.returncode(child.returncode, rules), out.decode("utf-8", "replace"))
+        from llama_runtime.runtime.capture import wait_and_capture
+
+        out, timed_out = wait_and_capture(child, timeout, self.stop)
+        if timed_out:
+            return ProcessResult(None, out)
+        return ProcessResult(self.returncode(child.returncode, rules), out)
 
     def stop(self, child: subprocess.Popen[bytes]) -> None:
         """Stop a confined run: the launcher kills what it started, then it is killed if still there."""
@@ -412,6 +411,7 @@ class Sandbox:
         for hidden in ("/tmp", "/var/tmp", "/run", "/dev/shm", *(str(p) for p in self.hidden)):
             if _hideable(hidden):
                 args += ["--tmpfs", hidden]
+        args += _etc_secrets_hidden()
         for path in (*rules.readable, *_interpreter_paths()):
             args += ["--ro-bind-try", str(path), str(path)]
         if rules.shader_cache is not None:
@@ -448,6 +448,17 @@ def _sb_escape(path: Path) -> str:
 def _hideable(path: str) -> bool:
     """A directory that exists and is not ``/`` (hiding the root would hide the system)."""
     return os.path.isabs(path) and os.path.normpath(path) != "/" and os.path.isdir(path)
+
+
+def _etc_secrets_hidden() -> list[str]:
+    """bwrap arguments that hide :data:`ETC_SECRETS` as Landlock does (an empty folder, an empty file)."""
+    args: list[str] = []
+    for name in sorted(ETC_SECRETS):
+        path = os.path.join("/etc", name)
+        if os.path.islink(path) or not os.path.lexists(path):
+            continue  # a link's target is outside /etc's secrets or missing: nothing to cover here
+        args += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+    return args
 
 
 def _gpu_devices() -> list[str]:

@@ -389,8 +389,9 @@ def _archives(
 ) -> tuple[InstallFacts, list[Carried], bool]:
     """``facts`` so far, what to extract (main first), and whether these are the release archives themselves.
 
-    A plain archive is itself (its size and sha256 join ``facts``; a bundle's come from
-    its marker). An export is taken apart (its files checked against its marker): when
+    A plain archive is itself (its size and sha256 join ``facts``; a bundle that carries its
+    release archives keeps its marker's, which those archives proved; a repacked one is named by
+    its own bytes). An export is taken apart (its files checked against its marker): when
     it carries the release archives its marker names, those are extracted, as the first
     install did; otherwise its files are (repacked).
     """
@@ -400,7 +401,10 @@ def _archives(
     repacked = repack_bundle(copy.path, bundled, work / "bundle-files" / copy.path.name)
     originals = repacked.attested_archives(bundled)
     if originals is None:
-        return facts, [Carried(bundled.asset, repacked.files, "")], False
+        # Repacked: the marker's archive sha256 is an unsigned claim no carried archive proves, so the
+        # runtime is named by the bundle's own bytes; it never passes for the genuine archive's install.
+        proven = replace(facts, size=copy.size, sha256=copy.sha256)
+        return proven, [Carried(bundled.asset, repacked.files, "")], False
     return facts, [Carried(name, path, sha256) for name, (path, sha256) in originals], True
 
 
