@@ -369,29 +369,18 @@ class Session:
     def _read(self, response: httpx.Response, url: str, what: str, cap: int, own: _OwnDeadline | None) -> bytes:
         """``response``'s body under the cap and what the budget (or the call's own deadline) has left."""
         deadline = min(API_BODY_DEADLINE_SECONDS, max(self.budget.left(), 0.0))
-        if own is not None and (own_left := max(own.give_up_at - self.clock.monotonic(), 0.0)) < deadline:
-            return self._read_within_own(response, url, what, cap, own, own_left)
         by_budget = deadline < API_BODY_DEADLINE_SECONDS
+        own_left = None if own is None else max(own.give_up_at - self.clock.monotonic(), 0.0)
+        by_own = own_left is not None and own_left < deadline
+        deadline = own_left if by_own and own_left is not None else deadline
         _shorten_body_reads(response, deadline)
         try:
             return read_capped(response, cap=cap, what=what, deadline_s=deadline, clock=self.clock)
-        except NetworkError as exc:  # read_capped's only one: the body outlasted its deadline
-            raise _TryFailed(self._too_slow(url, deadline, by_budget=by_budget)) from exc
-        except httpx.ReadTimeout as exc:
-            stalled = min(deadline, self.http.timeout.read or math.inf)
+        except (NetworkError, httpx.ReadTimeout) as exc:  # read_capped's NetworkError: past its deadline
+            if by_own and own is not None:  # the call's own deadline is spent: no further try
+                raise too_slow(what, own.seconds) from exc
+            stalled = deadline if isinstance(exc, NetworkError) else min(deadline, self.http.timeout.read or math.inf)
             raise _TryFailed(self._too_slow(url, stalled, by_budget=by_budget)) from exc
-        except httpx.HTTPError as exc:
-            raise _TryFailed(self._dropped(url, exc)) from exc
-
-    def _read_within_own(
-        self, response: httpx.Response, url: str, what: str, cap: int, own: _OwnDeadline, left: float
-    ) -> bytes:
-        """``response``'s body within what is left of the call's own deadline; past it, no further try."""
-        _shorten_body_reads(response, left)
-        try:
-            return read_capped(response, cap=cap, what=what, deadline_s=left, clock=self.clock)
-        except (NetworkError, httpx.ReadTimeout) as exc:
-            raise too_slow(what, own.seconds) from exc
         except httpx.HTTPError as exc:
             raise _TryFailed(self._dropped(url, exc)) from exc
 
